@@ -1,0 +1,293 @@
+//! Structural figures of a fabric: counts per tier, oversubscription, bisection bandwidth,
+//! diameter, ECMP width, path MTU and GPU/NIC PCIe affinity.
+
+use serde::Serialize;
+
+use crate::model::{Fabric, NicId, Node, Tier};
+use crate::routing::{Graph, UNREACHABLE};
+
+/// What `xirang topo show` reports.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TopoSummary {
+    /// Hosts.
+    pub hosts: usize,
+    /// NICs (network endpoints).
+    pub nics: usize,
+    /// GPUs.
+    pub gpus: usize,
+    /// All switches.
+    pub switches: usize,
+    /// Links.
+    pub links: usize,
+    /// Per tier, bottom up.
+    pub tiers: Vec<TierSummary>,
+    /// Total host link capacity, Gbit/s.
+    pub host_capacity_gbps: f64,
+    /// Bisection bandwidth, Gbit/s: the smallest capacity crossing any tier boundary when
+    /// the switches of each tier are split in two equal halves. For the symmetric Clos
+    /// fabrics the generators build this is half the total uplink capacity of the
+    /// narrowest tier boundary (and half the host capacity at the edge).
+    pub bisection_gbps: f64,
+    /// True when the bisection equals half the host capacity (no oversubscription
+    /// anywhere).
+    pub full_bisection: bool,
+    /// Longest shortest path between two NICs, in links.
+    pub diameter_hops: u32,
+    /// True when every NIC reaches every other NIC.
+    pub connected: bool,
+    /// ECMP figures between two sample endpoints (the first NIC and the farthest one).
+    pub sample_pair: Option<PairSummary>,
+    /// GPU/NIC PCIe affinity over all hosts.
+    pub pcie: PcieSummary,
+}
+
+/// Figures of one tier.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TierSummary {
+    /// Tier.
+    pub tier: Tier,
+    /// Switches in it.
+    pub switches: usize,
+    /// Largest ratio of downlink to uplink capacity over its switches (None for the top
+    /// tier, which has no uplinks).
+    pub oversubscription: Option<f64>,
+    /// Total capacity of the links from this tier to the tier above, Gbit/s.
+    pub uplink_gbps: f64,
+}
+
+/// ECMP figures between two endpoints.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PairSummary {
+    /// Source `host/nic`.
+    pub src: String,
+    /// Destination `host/nic`.
+    pub dst: String,
+    /// Links on each shortest path.
+    pub hops: u32,
+    /// Number of equal-cost shortest paths.
+    pub ecmp_paths: u128,
+    /// Smallest MTU over all those paths.
+    pub path_mtu_bytes: u32,
+}
+
+/// How GPUs sit relative to NICs on PCIe (nvidia-smi topo's PIX / NODE / SYS).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PcieSummary {
+    /// GPUs with a NIC under the same PCIe switch (PIX).
+    pub gpus_with_pix_nic: usize,
+    /// GPUs whose nearest NIC is on the same socket only (NODE).
+    pub gpus_with_node_nic: usize,
+    /// GPUs with NICs only on the other socket (SYS).
+    pub gpus_with_sys_nic_only: usize,
+    /// On hosts with as many GPUs as NICs: GPU i and NIC i share a PCIe switch on every
+    /// such host.
+    pub gpu_i_with_nic_i: bool,
+    /// NICs or GPUs whose PCIe link runs below capability.
+    pub downgraded_pcie_links: usize,
+}
+
+/// Computes the summary.
+pub fn summarize(fabric: &Fabric) -> TopoSummary {
+    let g = Graph::new(fabric);
+    let tiers = fabric.tiers();
+    let tier_of = |n: Node| match n {
+        Node::Nic(_) => None,
+        Node::Switch(s) => Some(fabric.switches[s.index()].tier),
+    };
+    let host_capacity_gbps: f64 = fabric
+        .links
+        .iter()
+        .filter(|l| matches!(l.a.node, Node::Nic(_)) || matches!(l.b.node, Node::Nic(_)))
+        .map(|l| l.rate_gbps)
+        .sum();
+    let mut tier_summaries = Vec::new();
+    for &tier in &tiers {
+        let mut worst: Option<f64> = None;
+        let mut uplink_total = 0.0;
+        for (si, s) in fabric.switches.iter().enumerate() {
+            if s.tier != tier {
+                continue;
+            }
+            let (mut down, mut up) = (0.0, 0.0);
+            for a in g.adj(g.index(Node::Switch(crate::model::SwitchId(si as u32)))) {
+                let rate = fabric.links[a.link.index()].rate_gbps;
+                match tier_of(g.node(a.peer)) {
+                    None => down += rate,
+                    Some(t) if t < tier => down += rate,
+                    Some(t) if t > tier => up += rate,
+                    Some(_) => {}
+                }
+            }
+            uplink_total += up;
+            if up > 0.0 {
+                let r = down / up;
+                worst = Some(worst.map_or(r, |w: f64| w.max(r)));
+            }
+        }
+        tier_summaries.push(TierSummary {
+            tier,
+            switches: fabric.switch_count(tier),
+            oversubscription: worst,
+            uplink_gbps: uplink_total,
+        });
+    }
+    let mut bisection = host_capacity_gbps / 2.0;
+    for t in &tier_summaries {
+        if t.uplink_gbps > 0.0 {
+            bisection = bisection.min(t.uplink_gbps / 2.0);
+        }
+    }
+    let full_bisection = (bisection - host_capacity_gbps / 2.0).abs() <= 1e-9 * host_capacity_gbps.max(1.0);
+
+    // Diameter and connectivity: NICs hang off switches, so it is enough to run one BFS
+    // per distinct attachment switch (plus NICs cabled to NICs, which are rare).
+    let mut diameter = 0;
+    let mut connected = true;
+    let nic_nodes: Vec<u32> = (0..fabric.nics.len() as u32).collect();
+    let mut sources: Vec<u32> = Vec::new();
+    for &n in &nic_nodes {
+        let first = g.adj(n).first().map(|a| a.peer);
+        match first {
+            Some(p) if !sources.contains(&p) => sources.push(p),
+            Some(_) => {}
+            None => connected = false,
+        }
+    }
+    if fabric.nics.len() > 1 && connected {
+        for &s in &sources {
+            let dist = g.distances_to(s);
+            for &n in &nic_nodes {
+                // A NIC is one hop beyond its attachment switch.
+                let d = dist[n as usize];
+                if d == UNREACHABLE {
+                    connected = false;
+                } else if g.adj(n).first().map(|a| a.peer) != Some(s) {
+                    diameter = diameter.max(d + 1);
+                } else {
+                    diameter = diameter.max(2.min(d + 1));
+                }
+            }
+        }
+    }
+    let sample_pair = sample_pair(fabric, &g);
+    TopoSummary {
+        hosts: fabric.hosts.len(),
+        nics: fabric.nics.len(),
+        gpus: fabric.gpus.len(),
+        switches: fabric.switches.len(),
+        links: fabric.links.len(),
+        tiers: tier_summaries,
+        host_capacity_gbps,
+        bisection_gbps: bisection,
+        full_bisection,
+        diameter_hops: diameter,
+        connected,
+        sample_pair,
+        pcie: pcie_summary(fabric),
+    }
+}
+
+fn sample_pair(fabric: &Fabric, g: &Graph) -> Option<PairSummary> {
+    if fabric.nics.len() < 2 {
+        return None;
+    }
+    let a = NicId(0);
+    let dist = g.distances_to(a.0);
+    // The farthest NIC, last one on ties, so leaf-spine and fat-tree samples cross the top tier.
+    let b = (1..fabric.nics.len() as u32)
+        .filter(|n| dist[*n as usize] != UNREACHABLE)
+        .max_by_key(|n| (dist[*n as usize], *n))?;
+    let b = NicId(b);
+    let paths = g.ecmp_paths(a, b, usize::MAX);
+    Some(PairSummary {
+        src: fabric.node_name(Node::Nic(a)),
+        dst: fabric.node_name(Node::Nic(b)),
+        hops: dist[b.index()],
+        ecmp_paths: g.count_paths(a, b),
+        path_mtu_bytes: paths.iter().map(|p| p.mtu_bytes(fabric)).min().unwrap_or(0),
+    })
+}
+
+fn pcie_summary(fabric: &Fabric) -> PcieSummary {
+    let mut s = PcieSummary {
+        gpus_with_pix_nic: 0,
+        gpus_with_node_nic: 0,
+        gpus_with_sys_nic_only: 0,
+        gpu_i_with_nic_i: true,
+        downgraded_pcie_links: 0,
+    };
+    for h in &fabric.hosts {
+        for g in &h.gpus {
+            let gpu = &fabric.gpus[g.index()];
+            let socket = h.pcie_switches[gpu.pcie_switch].socket;
+            let nics = h.nics.iter().map(|n| &fabric.nics[n.index()]);
+            if nics.clone().any(|n| n.pcie_switch == gpu.pcie_switch) {
+                s.gpus_with_pix_nic += 1;
+            } else if nics
+                .clone()
+                .any(|n| h.pcie_switches[n.pcie_switch].socket == socket)
+            {
+                s.gpus_with_node_nic += 1;
+            } else {
+                s.gpus_with_sys_nic_only += 1;
+            }
+        }
+        if h.gpus.len() == h.nics.len() {
+            for (g, n) in h.gpus.iter().zip(&h.nics) {
+                if fabric.gpus[g.index()].pcie_switch != fabric.nics[n.index()].pcie_switch {
+                    s.gpu_i_with_nic_i = false;
+                }
+            }
+        }
+    }
+    s.downgraded_pcie_links = fabric.nics.iter().filter(|n| n.pcie.is_downgraded()).count()
+        + fabric.gpus.iter().filter(|g| g.pcie.is_downgraded()).count();
+    s
+}
+
+/// Renders the fabric in Graphviz DOT: one node per host and switch, tiers on ranks,
+/// each cable an edge labelled with its rate (and the NIC for host edges).
+pub fn to_dot(fabric: &Fabric) -> String {
+    let mut out = String::from("graph fabric {\n  rankdir=BT;\n  node [fontname=\"Helvetica\"];\n");
+    out.push_str("  subgraph hosts {\n    rank=same;\n");
+    for h in &fabric.hosts {
+        out.push_str(&format!(
+            "    \"{}\" [shape=box, label=\"{}\\n{} GPU / {} NIC\"];\n",
+            h.name,
+            h.name,
+            h.gpus.len(),
+            h.nics.len()
+        ));
+    }
+    out.push_str("  }\n");
+    for tier in fabric.tiers() {
+        out.push_str(&format!("  subgraph {tier} {{\n    rank=same;\n"));
+        for s in fabric.switches.iter().filter(|s| s.tier == tier) {
+            out.push_str(&format!(
+                "    \"{}\" [shape=ellipse, label=\"{}\\n{}\"];\n",
+                s.name, s.name, tier
+            ));
+        }
+        out.push_str("  }\n");
+    }
+    let end_name = |n: Node| match n {
+        Node::Nic(id) => fabric.hosts[fabric.nics[id.index()].host.index()].name.clone(),
+        Node::Switch(s) => fabric.switches[s.index()].name.clone(),
+    };
+    for l in &fabric.links {
+        let label = match (l.a.node, l.b.node) {
+            (Node::Nic(n), _) | (_, Node::Nic(n)) => {
+                format!("{} {}G", fabric.nics[n.index()].name, l.rate_gbps)
+            }
+            _ => format!("{}G", l.rate_gbps),
+        };
+        out.push_str(&format!(
+            "  \"{}\" -- \"{}\" [label=\"{}\"];\n",
+            end_name(l.a.node),
+            end_name(l.b.node),
+            label
+        ));
+    }
+    out.push_str("}\n");
+    out
+}

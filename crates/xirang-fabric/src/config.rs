@@ -1,0 +1,650 @@
+//! The four-layer configuration of a fabric: physical (MTU), network (PFC, ECN, switch
+//! buffers, congestion control per traffic class), transport (QPs, WR depth, CQ
+//! moderation) and application (NCCL, registered memory pool).
+//!
+//! Every default comes from `shared/reference` and says where in a comment. A scenario's
+//! `[config]` section overrides any subset; unspecified keys keep these defaults.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::Tier;
+
+/// All configuration layers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FabricConfig {
+    /// Physical layer: MTUs.
+    pub mtu: MtuConfig,
+    /// Priority flow control (IEEE 802.1Qbb).
+    pub pfc: PfcConfig,
+    /// ECN/RED marking profiles per switch tier.
+    pub ecn: EcnConfig,
+    /// Switch shared-buffer model.
+    pub buffer: BufferConfig,
+    /// Traffic classes by name (e.g. `training`, `inference`), each with its priority and
+    /// congestion-control algorithm. QPs take the algorithm of their class.
+    pub classes: BTreeMap<String, TrafficClass>,
+    /// Congestion notification packets (CNP) and ACKs.
+    pub cnp: CnpConfig,
+    /// Transport layer: QPs, queue depths, completion moderation, RoCE MTU.
+    pub transport: TransportConfig,
+    /// NCCL settings.
+    pub nccl: NcclConfig,
+    /// Pre-registered memory region and buffer pool.
+    pub memory: MemoryPoolConfig,
+}
+
+impl Default for FabricConfig {
+    fn default() -> Self {
+        FabricConfig {
+            mtu: MtuConfig::default(),
+            pfc: PfcConfig::default(),
+            ecn: EcnConfig::default(),
+            buffer: BufferConfig::default(),
+            classes: default_classes(),
+            cnp: CnpConfig::default(),
+            transport: TransportConfig::default(),
+            nccl: NcclConfig::default(),
+            memory: MemoryPoolConfig::default(),
+        }
+    }
+}
+
+/// Jumbo host MTU: shared/reference/linux-rdma-sysfs.md §2 (`mtu` e.g. 9000); 9000 gives
+/// RoCE active_mtu 4096 (§4).
+pub const DEFAULT_NIC_MTU_BYTES: u32 = 9000;
+/// SONiC default switch port MTU: shared/reference/switch-config.md, PORT table.
+pub const DEFAULT_SWITCH_MTU_BYTES: u32 = 9100;
+/// Smallest MTU accepted anywhere: the smallest IB MTU enum value
+/// (shared/reference/linux-rdma-sysfs.md §4).
+pub const MIN_MTU_BYTES: u32 = 256;
+
+/// MTUs applied to every port unless an override says otherwise.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MtuConfig {
+    /// Host netdev MTU.
+    pub nic_bytes: u32,
+    /// Switch port MTU.
+    pub switch_bytes: u32,
+}
+
+impl Default for MtuConfig {
+    fn default() -> Self {
+        MtuConfig {
+            nic_bytes: DEFAULT_NIC_MTU_BYTES,
+            switch_bytes: DEFAULT_SWITCH_MTU_BYTES,
+        }
+    }
+}
+
+/// SONiC default lossless priorities (`pfc_enable` "3,4"): shared/reference/switch-config.md,
+/// PORT_QOS_MAP.
+pub const DEFAULT_PFC_PRIORITIES: [u8; 2] = [3, 4];
+/// Largest pause time a PFC frame can carry, in quanta of 512 bit times:
+/// shared/reference/congestion-control.md §6.
+pub const MAX_PAUSE_QUANTA: u16 = 65535;
+/// Resume offset below the XOFF threshold: the HPCC simulator's 3 KiB
+/// (shared/reference/congestion-control.md §6).
+pub const DEFAULT_XON_OFFSET_BYTES: u64 = 3 * 1024;
+/// SONiC lossless `dynamic_th` -3 (threshold = 2^-3 of the free shared buffer); the same
+/// alpha 1/8 as the HPCC simulator's shift 3. shared/reference/switch-config.md, BUFFER_PROFILE.
+pub const DEFAULT_LOSSLESS_DYNAMIC_TH: i8 = -3;
+/// SONiC lossy `dynamic_th` 3 (threshold = 8 x free buffer): shared/reference/switch-config.md.
+pub const DEFAULT_LOSSY_DYNAMIC_TH: i8 = 3;
+
+/// Priority flow control.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PfcConfig {
+    /// Master switch; `false` makes every class lossy.
+    pub enabled: bool,
+    /// Priorities (0..=7) with PFC on, on hosts and switches alike.
+    pub priorities: Vec<u8>,
+    /// Pause time carried by XOFF frames, in quanta of 512 bit times.
+    pub pause_quanta: u16,
+    /// Ingress XOFF threshold: `dynamic_th` n, threshold = 2^n x free shared buffer.
+    pub dynamic_th: i8,
+    /// Resume when usage falls this far below the XOFF threshold.
+    pub xon_offset_bytes: u64,
+    /// Headroom per ingress port for bytes in flight after XOFF. `None`: 3 x rate x
+    /// one-way delay of the port's link, as the HPCC simulator sizes it
+    /// (shared/reference/congestion-control.md §6).
+    pub headroom_bytes: Option<u64>,
+}
+
+impl Default for PfcConfig {
+    fn default() -> Self {
+        PfcConfig {
+            enabled: true,
+            priorities: DEFAULT_PFC_PRIORITIES.to_vec(),
+            pause_quanta: MAX_PAUSE_QUANTA,
+            dynamic_th: DEFAULT_LOSSLESS_DYNAMIC_TH,
+            xon_offset_bytes: DEFAULT_XON_OFFSET_BYTES,
+            headroom_bytes: None,
+        }
+    }
+}
+
+impl PfcConfig {
+    /// True when PFC protects this priority.
+    pub fn is_lossless(&self, priority: u8) -> bool {
+        self.enabled && self.priorities.contains(&priority)
+    }
+}
+
+/// SONiC default `AZURE_LOSSLESS` WRED profile: min 1048576 B, max 2097152 B, 5 %
+/// (shared/reference/congestion-control.md §5, switch-config.md WRED_PROFILE). Used as the
+/// vendor default the tuner must beat.
+pub const SONIC_DEFAULT_RED: RedProfile = RedProfile {
+    enabled: true,
+    kmin_bytes: 1_048_576,
+    kmax_bytes: 2_097_152,
+    pmax: 0.05,
+};
+
+/// A RED/WRED ECN marking profile on the egress queue length.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RedProfile {
+    /// `false` disables marking (WRED `ecn: ecn_none`).
+    pub enabled: bool,
+    /// Marking starts above this queue length.
+    pub kmin_bytes: u64,
+    /// Every packet is marked above this queue length.
+    pub kmax_bytes: u64,
+    /// Marking probability at Kmax (0..=1).
+    pub pmax: f64,
+}
+
+impl Default for RedProfile {
+    fn default() -> Self {
+        SONIC_DEFAULT_RED
+    }
+}
+
+impl RedProfile {
+    /// Marking probability at queue length `q_bytes`
+    /// (shared/reference/congestion-control.md §1.1).
+    pub fn mark_probability(&self, q_bytes: u64) -> f64 {
+        if !self.enabled || q_bytes <= self.kmin_bytes {
+            0.0
+        } else if q_bytes > self.kmax_bytes {
+            1.0
+        } else {
+            self.pmax * (q_bytes - self.kmin_bytes) as f64 / (self.kmax_bytes - self.kmin_bytes).max(1) as f64
+        }
+    }
+}
+
+/// ECN profiles per switch tier; a tier without one uses [`SONIC_DEFAULT_RED`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct EcnConfig {
+    /// Leaf (ToR, edge, rail) switches.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub leaf: Option<RedProfile>,
+    /// Spine / aggregation switches.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spine: Option<RedProfile>,
+    /// Core switches.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub core: Option<RedProfile>,
+}
+
+impl EcnConfig {
+    /// The profile in force on a tier.
+    pub fn profile(&self, tier: Tier) -> RedProfile {
+        self.explicit(tier).unwrap_or(SONIC_DEFAULT_RED)
+    }
+
+    /// The profile written for a tier, if any.
+    pub fn explicit(&self, tier: Tier) -> Option<RedProfile> {
+        match tier {
+            Tier::Leaf => self.leaf,
+            Tier::Spine => self.spine,
+            Tier::Core => self.core,
+        }
+    }
+
+    /// Sets the profile of a tier.
+    pub fn set(&mut self, tier: Tier, p: RedProfile) {
+        match tier {
+            Tier::Leaf => self.leaf = Some(p),
+            Tier::Spine => self.spine = Some(p),
+            Tier::Core => self.core = Some(p),
+        }
+    }
+}
+
+/// Switch buffer of the HPCC simulator's 100 Gbit/s runs: 32 MiB
+/// (shared/fixtures/reference-scenarios/SOURCE.md; the simulator multiplies by 1024*1024).
+pub const DEFAULT_SWITCH_BUFFER_BYTES: u64 = 32 * 1024 * 1024;
+/// Guaranteed (reserved) bytes per ingress (port, priority): the HPCC simulator's 4 KiB
+/// (shared/reference/congestion-control.md §6).
+pub const DEFAULT_RESERVED_BYTES: u64 = 4 * 1024;
+
+/// Switch shared-buffer model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BufferConfig {
+    /// Total packet buffer per switch.
+    pub switch_bytes: u64,
+    /// Guaranteed bytes per ingress (port, priority group) before the shared pool is used.
+    pub reserved_bytes: u64,
+    /// Dynamic threshold of lossy queues: 2^n x free shared buffer; beyond it packets drop.
+    pub lossy_dynamic_th: i8,
+}
+
+impl Default for BufferConfig {
+    fn default() -> Self {
+        BufferConfig {
+            switch_bytes: DEFAULT_SWITCH_BUFFER_BYTES,
+            reserved_bytes: DEFAULT_RESERVED_BYTES,
+            lossy_dynamic_th: DEFAULT_LOSSY_DYNAMIC_TH,
+        }
+    }
+}
+
+/// Congestion-control algorithm of a traffic class (MISSION 2.1: chosen per QP by its class).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, PartialOrd, Ord, Hash)]
+#[serde(rename_all = "snake_case")]
+pub enum CcAlgorithm {
+    /// DCQCN (ECN + CNP, rate based).
+    Dcqcn,
+    /// TIMELY (RTT gradient, rate based).
+    Timely,
+    /// No congestion control: send at line rate (PFC alone protects lossless classes).
+    None,
+}
+
+impl CcAlgorithm {
+    /// Name as written in scenario files.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CcAlgorithm::Dcqcn => "dcqcn",
+            CcAlgorithm::Timely => "timely",
+            CcAlgorithm::None => "none",
+        }
+    }
+}
+
+/// A traffic class.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrafficClass {
+    /// 802.1p priority (0..=7); lossless when PFC covers it.
+    pub priority: u8,
+    /// DSCP the hosts write (NCCL_IB_TC = DSCP << 2 | ECN bits).
+    #[serde(default = "default_roce_dscp")]
+    pub dscp: u8,
+    /// Congestion-control algorithm of every QP in this class.
+    pub cc: CcAlgorithm,
+    /// DCQCN parameters (used when `cc = "dcqcn"`).
+    #[serde(default)]
+    pub dcqcn: DcqcnParams,
+    /// TIMELY parameters (used when `cc = "timely"`).
+    #[serde(default)]
+    pub timely: TimelyParams,
+}
+
+/// Typical RoCE data DSCP 26: shared/reference/switch-config.md, Maps.
+pub const ROCE_DSCP: u8 = 26;
+
+fn default_roce_dscp() -> u8 {
+    ROCE_DSCP
+}
+
+/// Default classes: training on priority 3 with DCQCN (MISSION 2.1: DCQCN for large
+/// AllReduce traffic), inference on priority 4 with TIMELY (point-to-point, latency
+/// bound); 3 and 4 are SONiC's default lossless priorities. DSCP 34 for inference is our
+/// choice (any DSCP that the switch maps to TC4 works; SONiC's default map uses DSCP 4).
+pub fn default_classes() -> BTreeMap<String, TrafficClass> {
+    /// Our choice for the inference class's DSCP; see [`default_classes`].
+    const INFERENCE_DSCP: u8 = 34;
+    let mut m = BTreeMap::new();
+    m.insert(
+        "training".to_string(),
+        TrafficClass {
+            priority: 3,
+            dscp: ROCE_DSCP,
+            cc: CcAlgorithm::Dcqcn,
+            dcqcn: DcqcnParams::default(),
+            timely: TimelyParams::default(),
+        },
+    );
+    m.insert(
+        "inference".to_string(),
+        TrafficClass {
+            priority: 4,
+            dscp: INFERENCE_DSCP,
+            cc: CcAlgorithm::Timely,
+            dcqcn: DcqcnParams::default(),
+            timely: TimelyParams::default(),
+        },
+    );
+    m
+}
+
+/// DCQCN reaction-point and notification-point parameters, named as the mlx5 firmware
+/// names them (`/sys/class/net/IF/ecn/roce_rp/*`, `roce_np/*`) with a unit suffix.
+/// Defaults: shared/reference/congestion-control.md §1.5 (NVIDIA firmware defaults).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DcqcnParams {
+    /// Rate-increase timer period (`rpg_time_reset`), µs. Default 300.
+    pub rpg_time_reset_us: f64,
+    /// Byte counter period (`rpg_byte_reset`, 64-byte units in firmware, partly
+    /// unconfirmed); 0 disables the byte counter. Default 32767 x 64 B.
+    pub rpg_byte_reset_bytes: u64,
+    /// Fast-recovery steps F (`rpg_threshold`), 1..=31. Default 1.
+    pub rpg_threshold: u32,
+    /// Additive increase (`rpg_ai_rate`), Mbit/s. Default 5.
+    pub rpg_ai_rate_mbps: f64,
+    /// Hyper increase (`rpg_hai_rate`), Mbit/s. Default 50.
+    pub rpg_hai_rate_mbps: f64,
+    /// Rate cap (`rpg_max_rate`), Mbit/s; 0 = line rate.
+    pub rpg_max_rate_mbps: f64,
+    /// Minimum rate (`rpg_min_rate`), Mbit/s. Default 1.
+    pub rpg_min_rate_mbps: f64,
+    /// Decrease divisor exponent (`rpg_gd`): Rc x (1 - alpha / 2^(gd-10)); 11 gives
+    /// 1 - alpha/2. Default 11.
+    pub rpg_gd: u32,
+    /// Largest single cut (`rpg_min_dec_fac`), percent: new rate >= old x fac / 100.
+    /// Default 50.
+    pub rpg_min_dec_fac_pct: u32,
+    /// Alpha gain (`dce_tcp_g`, 0..=1023): alpha <- alpha x G/1024 (+ (1024-G)/1024 with
+    /// a CNP). Default 1019.
+    pub dce_tcp_g: u32,
+    /// Alpha update period (`dce_tcp_rtt`), µs. Default 1.
+    pub dce_tcp_rtt_us: f64,
+    /// Minimum time between two rate decreases (`rate_reduce_monitor_period`), µs. Default 4.
+    pub rate_reduce_monitor_period_us: f64,
+    /// Alpha on the first CNP (`initial_alpha_value`, 10-bit fixed point). Default 1023.
+    pub initial_alpha_value: u32,
+    /// Rate forced on the first CNP (`rate_to_set_on_first_cnp`), Mbit/s; 0 = off.
+    pub rate_to_set_on_first_cnp_mbps: f64,
+    /// Target rate follows current rate on every CNP (`clamp_tgt_rate`). Default false.
+    pub clamp_tgt_rate: bool,
+    /// Also clamp when the last increase was timer driven (`clamp_tgt_rate_after_time_inc`).
+    /// Default true.
+    pub clamp_tgt_rate_after_time_inc: bool,
+    /// NP: minimum time between CNPs per QP (`min_time_between_cnps`), µs. Default 4.
+    pub min_time_between_cnps_us: f64,
+}
+
+impl Default for DcqcnParams {
+    fn default() -> Self {
+        // shared/reference/congestion-control.md §1.5, column "Default".
+        DcqcnParams {
+            rpg_time_reset_us: 300.0,
+            rpg_byte_reset_bytes: 32767 * 64,
+            rpg_threshold: 1,
+            rpg_ai_rate_mbps: 5.0,
+            rpg_hai_rate_mbps: 50.0,
+            rpg_max_rate_mbps: 0.0,
+            rpg_min_rate_mbps: 1.0,
+            rpg_gd: 11,
+            rpg_min_dec_fac_pct: 50,
+            dce_tcp_g: 1019,
+            dce_tcp_rtt_us: 1.0,
+            rate_reduce_monitor_period_us: 4.0,
+            initial_alpha_value: 1023,
+            rate_to_set_on_first_cnp_mbps: 0.0,
+            clamp_tgt_rate: false,
+            clamp_tgt_rate_after_time_inc: true,
+            min_time_between_cnps_us: 4.0,
+        }
+    }
+}
+
+impl DcqcnParams {
+    /// Alpha gain g as a fraction: (1024 - G) / 1024.
+    pub fn g(&self) -> f64 {
+        (1024.0 - f64::from(self.dce_tcp_g)) / 1024.0
+    }
+}
+
+/// TIMELY parameters. Defaults: the paper values and the HPCC simulator's, as listed in
+/// shared/reference/congestion-control.md §2, with the 100 Gbit/s additive step of the
+/// reference runs (shared/fixtures/reference-scenarios/SOURCE.md).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TimelyParams {
+    /// Below this RTT, always increase. µs. Default 50.
+    pub t_low_us: f64,
+    /// Above this RTT, always decrease. µs. Default 500.
+    pub t_high_us: f64,
+    /// EWMA weight of the newest RTT difference. Default 0.875.
+    pub ewma_alpha: f64,
+    /// Multiplicative decrease factor. Default 0.8.
+    pub beta: f64,
+    /// Additive increase step, Mbit/s. Default 100 (reference runs at 100 Gbit/s).
+    pub add_step_mbps: f64,
+    /// Hyper-additive step once `hai_threshold` increases in a row, Mbit/s. Default 500.
+    pub hai_step_mbps: f64,
+    /// Consecutive increases before HAI mode. Default 5.
+    pub hai_threshold: u32,
+    /// Normalising minimum RTT, µs. Default 20.
+    pub min_rtt_us: f64,
+    /// Rate floor, Mbit/s. Default 1000 (the reference runs' minimum rate).
+    pub min_rate_mbps: f64,
+}
+
+impl Default for TimelyParams {
+    fn default() -> Self {
+        TimelyParams {
+            t_low_us: 50.0,
+            t_high_us: 500.0,
+            ewma_alpha: 0.875,
+            beta: 0.8,
+            add_step_mbps: 100.0,
+            hai_step_mbps: 500.0,
+            hai_threshold: 5,
+            min_rtt_us: 20.0,
+            min_rate_mbps: 1000.0,
+        }
+    }
+}
+
+/// mlx5 NP defaults `cnp_802p_prio` 6 and `cnp_dscp` 48: shared/reference/congestion-control.md
+/// §1.5.
+pub const DEFAULT_CNP_PRIORITY: u8 = 6;
+/// See [`DEFAULT_CNP_PRIORITY`].
+pub const DEFAULT_CNP_DSCP: u8 = 48;
+
+/// Where CNPs and ACKs travel.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CnpConfig {
+    /// Priority of CNPs, scheduled strictly ahead of data.
+    pub priority: u8,
+    /// DSCP of CNPs.
+    pub dscp: u8,
+    /// ACKs travel on the CNP priority (the reference runs' "ACKs at high priority") instead
+    /// of their data's priority.
+    pub ack_on_cnp_priority: bool,
+}
+
+impl Default for CnpConfig {
+    fn default() -> Self {
+        CnpConfig {
+            priority: DEFAULT_CNP_PRIORITY,
+            dscp: DEFAULT_CNP_DSCP,
+            ack_on_cnp_priority: true,
+        }
+    }
+}
+
+/// NCCL default `NCCL_IB_QPS_PER_CONNECTION` 1: shared/reference/collectives-and-nccl.md §5.
+pub const DEFAULT_QPS_PER_CONNECTION: u32 = 1;
+/// Largest IB MTU: shared/reference/linux-rdma-sysfs.md §4.
+pub const MAX_ROCE_MTU_BYTES: u32 = 4096;
+/// RoCEv2 bytes on the wire around a payload: Ethernet 14 + IPv4 20 + UDP 8 + BTH 12 +
+/// ICRC 4 + FCS 4 (linux-rdma-sysfs.md §4 lists the RoCE header parts; preamble and
+/// inter-frame gap are not counted).
+pub const ROCEV2_HEADER_BYTES: u32 = 62;
+/// Send queue depth: our choice (NCCL does not document one); the audit treats it as a
+/// tunable, not a fact. Unconfirmed as a vendor default.
+pub const DEFAULT_WR_DEPTH: u32 = 512;
+/// CQ moderation: our choice, unconfirmed as a vendor default (mlx5 exposes `cq_moderation`
+/// per netdev, not per RDMA CQ).
+pub const DEFAULT_CQ_MODERATION_COUNT: u32 = 1;
+
+/// Transport layer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TransportConfig {
+    /// QPs per connection (ECMP entropy; NCCL_IB_QPS_PER_CONNECTION).
+    pub qps_per_connection: u32,
+    /// Send work-request queue depth per QP.
+    pub wr_depth: u32,
+    /// Completions coalesced per CQ event.
+    pub cq_moderation_count: u32,
+    /// Maximum CQ event delay, µs (0 = none).
+    pub cq_moderation_us: u32,
+    /// RoCE path MTU cap (payload bytes per packet). Real NICs use 256..4096 in powers of
+    /// two; the simulator accepts any value from 256 so that it can match other simulators'
+    /// payload sizes (the HPCC reference runs use 1000).
+    pub roce_mtu_bytes: u32,
+    /// Bytes each data packet carries besides its payload.
+    pub header_bytes: u32,
+}
+
+impl Default for TransportConfig {
+    fn default() -> Self {
+        TransportConfig {
+            qps_per_connection: DEFAULT_QPS_PER_CONNECTION,
+            wr_depth: DEFAULT_WR_DEPTH,
+            cq_moderation_count: DEFAULT_CQ_MODERATION_COUNT,
+            cq_moderation_us: 0,
+            roce_mtu_bytes: MAX_ROCE_MTU_BYTES,
+            header_bytes: ROCEV2_HEADER_BYTES,
+        }
+    }
+}
+
+/// RoCE header overhead the kernel subtracts from the netdev MTU: GRH 40 + UDP 8 + BTH 12 +
+/// XRC 4 + AtomicETH 28 + ICRC 4 (shared/reference/linux-rdma-sysfs.md §4, `iboe_get_mtu`).
+pub const IBOE_MTU_OVERHEAD_BYTES: u32 = 96;
+
+/// RoCE active MTU the kernel derives from a netdev MTU: the largest IB MTU (256..4096)
+/// not above `netdev_mtu - 96`; `None` if even 256 does not fit.
+pub fn roce_active_mtu(netdev_mtu_bytes: u32) -> Option<u32> {
+    let room = netdev_mtu_bytes.checked_sub(IBOE_MTU_OVERHEAD_BYTES)?;
+    [4096, 2048, 1024, 512, 256].into_iter().find(|m| *m <= room)
+}
+
+/// NCCL algorithm choice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NcclAlgo {
+    /// Let NCCL's tuner pick.
+    Auto,
+    /// Ring.
+    Ring,
+    /// Double binary tree.
+    Tree,
+}
+
+/// NCCL protocol choice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NcclProto {
+    /// Let NCCL's tuner pick.
+    Auto,
+    /// Low latency (8-byte lines).
+    Ll,
+    /// LL128 (128-byte lines).
+    Ll128,
+    /// Simple (bulk copies).
+    Simple,
+}
+
+/// NCCL 2.30 defaults: shared/reference/collectives-and-nccl.md §1 and §5.
+pub const NCCL_DEFAULT_BUFFSIZE_BYTES: u64 = 4 * 1024 * 1024;
+/// `NCCL_P2P_NET_CHUNKSIZE` default 128 KiB: collectives-and-nccl.md §5.
+pub const NCCL_DEFAULT_P2P_NET_CHUNK_BYTES: u64 = 128 * 1024;
+/// `NCCL_NTHREADS` default 512: collectives-and-nccl.md §5.
+pub const NCCL_DEFAULT_NTHREADS: u32 = 512;
+/// `MAXCHANNELS` 64: collectives-and-nccl.md §1.
+pub const NCCL_MAX_CHANNELS: u32 = 64;
+
+/// NCCL settings (rendered as `NCCL_*` environment variables).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NcclConfig {
+    /// `NCCL_ALGO`.
+    pub algo: NcclAlgo,
+    /// `NCCL_PROTO`.
+    pub proto: NcclProto,
+    /// `NCCL_BUFFSIZE`.
+    pub buffsize_bytes: u64,
+    /// `NCCL_MIN_NCHANNELS` (0 = NCCL's choice).
+    pub min_channels: u32,
+    /// `NCCL_MAX_NCHANNELS` (0 = NCCL's choice).
+    pub max_channels: u32,
+    /// `NCCL_NTHREADS`.
+    pub nthreads: u32,
+    /// `NCCL_P2P_NET_CHUNKSIZE`.
+    pub p2p_net_chunk_bytes: u64,
+    /// `NCCL_CROSS_NIC` (0, 1, 2).
+    pub cross_nic: u8,
+    /// `NCCL_NET_GDR_LEVEL` (LOC, PIX, PXB, PHB, SYS).
+    pub net_gdr_level: String,
+    /// `NCCL_IB_SPLIT_DATA_ON_QPS`.
+    pub ib_split_data_on_qps: bool,
+}
+
+impl Default for NcclConfig {
+    fn default() -> Self {
+        NcclConfig {
+            algo: NcclAlgo::Auto,
+            proto: NcclProto::Auto,
+            buffsize_bytes: NCCL_DEFAULT_BUFFSIZE_BYTES,
+            min_channels: 0,
+            max_channels: 0,
+            nthreads: NCCL_DEFAULT_NTHREADS,
+            p2p_net_chunk_bytes: NCCL_DEFAULT_P2P_NET_CHUNK_BYTES,
+            // NCCL_CROSS_NIC default 2, NCCL_NET_GDR_LEVEL auto = PXB,
+            // NCCL_IB_SPLIT_DATA_ON_QPS default 0: collectives-and-nccl.md §5.
+            cross_nic: 2,
+            net_gdr_level: "PXB".to_string(),
+            ib_split_data_on_qps: false,
+        }
+    }
+}
+
+/// Base page size: shared/reference/memory-registration.md §5.
+pub const PAGE_BYTES: u64 = 4096;
+/// Cache line: shared/reference/memory-registration.md §5.
+pub const CACHE_LINE_BYTES: u64 = 64;
+
+/// The registered memory region and its fixed-size buffer pool (MISSION 3.1 to 3.3).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MemoryPoolConfig {
+    /// Size of the one region registered at start-up.
+    pub region_bytes: u64,
+    /// Size of each pool buffer (a multiple of `cache_line_bytes`).
+    pub buffer_bytes: u64,
+    /// Page size backing the region (4 KiB, 2 MiB or 1 GiB); buffers start page aligned.
+    pub page_bytes: u64,
+    /// Cache-line size buffer sizes are rounded to.
+    pub cache_line_bytes: u64,
+}
+
+impl Default for MemoryPoolConfig {
+    fn default() -> Self {
+        MemoryPoolConfig {
+            // One NCCL_BUFFSIZE per buffer, 256 buffers: sized for peak traffic of one
+            // 64-channel job with headroom; our choice, tuned per workload later.
+            region_bytes: 256 * NCCL_DEFAULT_BUFFSIZE_BYTES,
+            buffer_bytes: NCCL_DEFAULT_BUFFSIZE_BYTES,
+            page_bytes: PAGE_BYTES,
+            cache_line_bytes: CACHE_LINE_BYTES,
+        }
+    }
+}

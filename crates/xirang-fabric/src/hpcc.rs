@@ -1,0 +1,415 @@
+//! The HPCC ns-3 simulator's plain-text formats (alibaba-edu/High-Precision-Congestion-Control),
+//! as described in shared/fixtures/reference-scenarios/SOURCE.md:
+//!
+//! - topology: `<n_nodes> <n_switches> <n_links>`, then the switch ids, then one line per
+//!   link `<a> <b> <rate e.g. 100Gbps> <delay e.g. 0.001ms> <error_rate>`;
+//! - flows: `<count>`, then `<src> <dst> <pg> <dport> <size_bytes> <start_seconds>`.
+//!
+//! Hosts are named `h<id>` and switches `sw<id>` after their HPCC node ids, so results can
+//! be written back with the same ids. Switch tiers are inferred from distance to hosts.
+
+use std::fmt;
+
+use crate::diag::{Diagnostics, KeyPath};
+use crate::model::{SwitchId, Tier};
+use crate::topology::{Builder, HpccTopologySpec};
+
+/// A parse error in an HPCC file: line and what was expected.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HpccError {
+    /// 1-based line.
+    pub line: usize,
+    /// What was expected and found.
+    pub message: String,
+}
+
+impl fmt::Display for HpccError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "line {}: {}", self.line, self.message)
+    }
+}
+
+impl std::error::Error for HpccError {}
+
+/// Parsed HPCC topology.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HpccTopology {
+    /// Number of nodes (hosts + switches).
+    pub n_nodes: u32,
+    /// Ids of the switches.
+    pub switches: Vec<u32>,
+    /// Links in file order.
+    pub links: Vec<HpccLink>,
+}
+
+/// One link line.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HpccLink {
+    /// One end.
+    pub a: u32,
+    /// Other end.
+    pub b: u32,
+    /// Rate.
+    pub rate_gbps: f64,
+    /// One-way delay.
+    pub delay_ns: u64,
+    /// Packet error rate (the simulator drops this fraction of packets).
+    pub error_rate: f64,
+}
+
+/// One flow line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HpccFlow {
+    /// Sender node id.
+    pub src: u32,
+    /// Receiver node id.
+    pub dst: u32,
+    /// Priority group.
+    pub pg: u8,
+    /// Destination port.
+    pub dport: u16,
+    /// Bytes.
+    pub bytes: u64,
+    /// Start time in picoseconds (parsed exactly from the decimal seconds).
+    pub start_ps: u64,
+}
+
+/// Whitespace tokens with their line numbers; blank lines are skipped.
+struct Tokens<'a> {
+    it: Box<dyn Iterator<Item = (usize, &'a str)> + 'a>,
+    last_line: usize,
+}
+
+impl<'a> Tokens<'a> {
+    fn new(text: &'a str) -> Self {
+        Tokens {
+            it: Box::new(
+                text.lines()
+                    .enumerate()
+                    .flat_map(|(i, l)| l.split_whitespace().map(move |t| (i + 1, t))),
+            ),
+            last_line: 1,
+        }
+    }
+
+    fn next(&mut self, what: &str) -> Result<(usize, &'a str), HpccError> {
+        match self.it.next() {
+            Some((l, t)) => {
+                self.last_line = l;
+                Ok((l, t))
+            }
+            None => Err(HpccError {
+                line: self.last_line,
+                message: format!("expected {what}, found the end of the file"),
+            }),
+        }
+    }
+
+    fn parse<T: std::str::FromStr>(&mut self, what: &str) -> Result<T, HpccError> {
+        let (line, t) = self.next(what)?;
+        t.parse().map_err(|_| HpccError {
+            line,
+            message: format!("expected {what}, found `{t}`"),
+        })
+    }
+
+    fn with<T>(&mut self, what: &str, f: impl FnOnce(&str) -> Option<T>) -> Result<T, HpccError> {
+        let (line, t) = self.next(what)?;
+        f(t).ok_or_else(|| HpccError {
+            line,
+            message: format!("expected {what}, found `{t}`"),
+        })
+    }
+}
+
+/// Parses a rate such as `100Gbps`, `25Gb/s`, `400Mbps` into Gbit/s.
+pub fn parse_rate_gbps(s: &str) -> Option<f64> {
+    let split = s.find(|c: char| c.is_ascii_alphabetic())?;
+    let (num, unit) = s.split_at(split);
+    let v: f64 = num.parse().ok()?;
+    let scale = match unit {
+        "Gbps" | "Gb/s" => 1.0,
+        "Mbps" | "Mb/s" => 1e-3,
+        "Kbps" | "Kb/s" => 1e-6,
+        "bps" | "b/s" => 1e-9,
+        _ => return None,
+    };
+    (v.is_finite() && v > 0.0).then_some(v * scale)
+}
+
+/// Parses a delay such as `0.001ms`, `1000ns`, `1us`, `0.000001s` into whole nanoseconds.
+pub fn parse_delay_ns(s: &str) -> Option<u64> {
+    let split = s.find(|c: char| c.is_ascii_alphabetic())?;
+    let (num, unit) = s.split_at(split);
+    let ps = decimal_to_scaled(
+        num,
+        match unit {
+            "s" => 12,
+            "ms" => 9,
+            "us" => 6,
+            "ns" => 3,
+            "ps" => 0,
+            _ => return None,
+        },
+    )?;
+    Some(ps.div_ceil(1000))
+}
+
+/// `digits[.digits]` times 10^exp10, exactly, as an integer (None on overflow or junk).
+fn decimal_to_scaled(s: &str, exp10: u32) -> Option<u64> {
+    let (int, frac) = s.split_once('.').unwrap_or((s, ""));
+    if int.is_empty() && frac.is_empty() {
+        return None;
+    }
+    if !int.bytes().all(|b| b.is_ascii_digit()) || !frac.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let mut v: u64 = if int.is_empty() { 0 } else { int.parse().ok()? };
+    v = v.checked_mul(10u64.checked_pow(exp10)?)?;
+    for (i, d) in frac.bytes().enumerate() {
+        let place = exp10.checked_sub(i as u32 + 1);
+        match place {
+            Some(p) => v = v.checked_add(u64::from(d - b'0') * 10u64.pow(p))?,
+            // Digits below a picosecond are truncated.
+            None => break,
+        }
+    }
+    Some(v)
+}
+
+/// Parses an HPCC topology file.
+pub fn parse_topology(text: &str) -> Result<HpccTopology, HpccError> {
+    let mut t = Tokens::new(text);
+    let n_nodes: u32 = t.parse("the node count")?;
+    let n_switches: u32 = t.parse("the switch count")?;
+    let n_links: u32 = t.parse("the link count")?;
+    let mut switches = Vec::new();
+    for _ in 0..n_switches {
+        let (line, tok) = t.next("a switch id")?;
+        let id: u32 = tok
+            .parse()
+            .ok()
+            .filter(|v| *v < n_nodes)
+            .ok_or_else(|| HpccError {
+                line,
+                message: format!("expected a switch id below the node count {n_nodes}, found `{tok}`"),
+            })?;
+        switches.push(id);
+    }
+    let mut links = Vec::new();
+    for _ in 0..n_links {
+        let node = |t: &mut Tokens<'_>| -> Result<u32, HpccError> {
+            let (line, tok) = t.next("a node id")?;
+            tok.parse()
+                .ok()
+                .filter(|v| *v < n_nodes)
+                .ok_or_else(|| HpccError {
+                    line,
+                    message: format!("expected a node id below the node count {n_nodes}, found `{tok}`"),
+                })
+        };
+        let a = node(&mut t)?;
+        let b = node(&mut t)?;
+        let rate_gbps = t.with("a rate like `100Gbps`", parse_rate_gbps)?;
+        let delay_ns = t.with("a delay like `0.001ms` or `1000ns`", parse_delay_ns)?;
+        let error_rate: f64 = t.parse("an error rate")?;
+        links.push(HpccLink {
+            a,
+            b,
+            rate_gbps,
+            delay_ns,
+            error_rate,
+        });
+    }
+    Ok(HpccTopology {
+        n_nodes,
+        switches,
+        links,
+    })
+}
+
+/// Parses an HPCC flow file.
+pub fn parse_flows(text: &str) -> Result<Vec<HpccFlow>, HpccError> {
+    let mut t = Tokens::new(text);
+    let n: u32 = t.parse("the flow count")?;
+    let mut flows = Vec::with_capacity(n as usize);
+    for _ in 0..n {
+        let src = t.parse("a source node id")?;
+        let dst = t.parse("a destination node id")?;
+        let pg = t.with("a priority group 0..7", |s| {
+            s.parse::<u8>().ok().filter(|p| *p < 8)
+        })?;
+        let dport = t.parse("a destination port")?;
+        let bytes = t.parse("a size in bytes")?;
+        let start_ps = t.with("a start time in seconds", |s| decimal_to_scaled(s, 12))?;
+        flows.push(HpccFlow {
+            src,
+            dst,
+            pg,
+            dport,
+            bytes,
+            start_ps,
+        });
+    }
+    Ok(flows)
+}
+
+/// HPCC's node-id-derived IPv4 address: `0x0b000001 + ((id / 256) << 16) + ((id % 256) << 8)`
+/// (shared/fixtures/reference-scenarios/SOURCE.md).
+pub fn node_ip(id: u32) -> u32 {
+    0x0b00_0001 + ((id / 256) << 16) + ((id % 256) << 8)
+}
+
+/// The HPCC node id encoded in a host or switch name made by [`build_topology`].
+pub fn node_id_from_name(name: &str) -> Option<u32> {
+    name.strip_prefix('h')
+        .or_else(|| name.strip_prefix("sw"))?
+        .parse()
+        .ok()
+}
+
+pub(crate) fn build_topology(
+    b: &mut Builder<'_>,
+    spec: &HpccTopologySpec,
+    text: &str,
+    at: &KeyPath,
+    diags: &mut Diagnostics,
+) -> Option<()> {
+    let topo = match parse_topology(text) {
+        Ok(t) => t,
+        Err(e) => {
+            diags.error(&at.key("file"), format!("`{}` {e}", spec.file));
+            return None;
+        }
+    };
+    let n = topo.n_nodes as usize;
+    let mut is_switch = vec![false; n];
+    for s in &topo.switches {
+        is_switch[*s as usize] = true;
+    }
+    let mut degree = vec![0usize; n];
+    for l in &topo.links {
+        degree[l.a as usize] += 1;
+        degree[l.b as usize] += 1;
+        if l.error_rate != 0.0 {
+            diags.warning(
+                &at.key("file"),
+                format!(
+                    "`{}`: link {}-{} has error rate {}; packet errors are not simulated from topology files",
+                    spec.file, l.a, l.b, l.error_rate
+                ),
+            );
+        }
+    }
+    // Tiers: switches next to a host are leaves, next to a leaf spines, the rest cores.
+    let mut tier = vec![None; n];
+    for l in &topo.links {
+        for (x, y) in [(l.a, l.b), (l.b, l.a)] {
+            if is_switch[x as usize] && !is_switch[y as usize] {
+                tier[x as usize] = Some(Tier::Leaf);
+            }
+        }
+    }
+    for l in &topo.links {
+        for (x, y) in [(l.a, l.b), (l.b, l.a)] {
+            if is_switch[x as usize] && tier[x as usize].is_none() && tier[y as usize] == Some(Tier::Leaf) {
+                tier[x as usize] = Some(Tier::Spine);
+            }
+        }
+    }
+    // Host port rate: the rate of the host's first link.
+    let mut host_rate = vec![0.0f64; n];
+    for l in &topo.links {
+        for x in [l.a, l.b] {
+            if !is_switch[x as usize] && host_rate[x as usize] == 0.0 {
+                host_rate[x as usize] = l.rate_gbps;
+            }
+        }
+    }
+    enum Slot {
+        Nic(crate::model::NicId),
+        Switch(SwitchId),
+    }
+    let mut slot = Vec::with_capacity(n);
+    let template = crate::topology::HostTemplate {
+        gpus: 1,
+        nics: 1,
+        ..spec.host.clone()
+    };
+    for id in 0..n {
+        if is_switch[id] {
+            let t = tier[id].unwrap_or(Tier::Core);
+            slot.push(Slot::Switch(b.add_switch(format!("sw{id}"), t, degree[id])));
+        } else {
+            let nics = b.add_host(format!("h{id}"), &template, host_rate[id]);
+            slot.push(Slot::Nic(nics[0]));
+        }
+    }
+    let mut next_port = vec![0u16; n];
+    for (li, l) in topo.links.iter().enumerate() {
+        let mut end = |x: u32| -> Option<crate::model::PortRef> {
+            let p = next_port[x as usize];
+            next_port[x as usize] += 1;
+            match slot[x as usize] {
+                Slot::Nic(_) if p > 0 => {
+                    diags.error(
+                        &at.key("file"),
+                        format!(
+                            "`{}` link {}: host {x} has a second link; hosts have one port",
+                            spec.file,
+                            li + 1
+                        ),
+                    );
+                    None
+                }
+                Slot::Nic(nic) => Some(crate::model::PortRef {
+                    node: crate::model::Node::Nic(nic),
+                    port: 0,
+                }),
+                Slot::Switch(s) => Some(crate::model::PortRef {
+                    node: crate::model::Node::Switch(s),
+                    port: p,
+                }),
+            }
+        };
+        let (Some(pa), Some(pb)) = (end(l.a), end(l.b)) else {
+            return None;
+        };
+        b.fabric.connect(pa, pb, l.rate_gbps, l.delay_ns);
+    }
+    Some(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_units_exactly() {
+        assert_eq!(parse_rate_gbps("100Gbps"), Some(100.0));
+        assert_eq!(parse_rate_gbps("400Mbps"), Some(0.4));
+        assert_eq!(parse_delay_ns("0.001ms"), Some(1000));
+        assert_eq!(parse_delay_ns("1000ns"), Some(1000));
+        assert_eq!(decimal_to_scaled("2.000000962", 12), Some(2_000_000_962_000));
+        assert_eq!(parse_rate_gbps("100G"), None);
+    }
+
+    #[test]
+    fn flow_errors_name_the_line() {
+        let e = parse_flows("2\n1 2 3 100 1000 2.0\n1 2 3 100 abc 2.0\n").unwrap_err();
+        assert_eq!(e.to_string(), "line 3: expected a size in bytes, found `abc`");
+        let e = parse_flows("2\n1 2 3 100 1000 2.0\n").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "line 2: expected a source node id, found the end of the file"
+        );
+    }
+
+    #[test]
+    fn ip_matches_the_reference_outputs() {
+        // hpcc-ns3-results/fct_dcqcn.txt: node 33 sends from 0b002101, node 0 is 0b000001.
+        assert_eq!(node_ip(0), 0x0b00_0001);
+        assert_eq!(node_ip(33), 0x0b00_2101);
+        assert_eq!(node_ip(300), 0x0b01_2c01);
+    }
+}

@@ -1,0 +1,871 @@
+//! Scenario files: a topology, configuration overrides, workloads and run settings, in TOML.
+//!
+//! Loading is two steps. [`Scenario::parse`] reads the text into typed sections, rejecting
+//! unknown keys (with a "did you mean") and values of the wrong type or range; each error
+//! names the file, the line, the key path and what was expected. [`Scenario::build`] then
+//! checks the values against each other (Kmin above Kmax, an ECN profile for a tier that
+//! does not exist, an unknown traffic class, ...) and constructs the [`Fabric`].
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::{FabricConfig, MIN_MTU_BYTES, RedProfile};
+use crate::diag::{Diagnostic, Diagnostics, KeyPath, Severity, humanize_serde_message, line_of_offset};
+use crate::hpcc::{self, HpccFlow};
+use crate::model::{Fabric, Node, PcieLink, Tier};
+use crate::topology::{self, TopologySpec, parse_port_ref, unknown_name};
+use crate::units::Count;
+use crate::workload::{SizeDist, Workload};
+
+/// A scenario as written in a file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    /// Short name.
+    #[serde(default)]
+    pub name: String,
+    /// What the scenario models.
+    #[serde(default)]
+    pub description: String,
+    /// The fabric.
+    pub topology: TopologySpec,
+    /// Configuration of all four layers (defaults from shared/reference).
+    #[serde(default)]
+    pub config: FabricConfig,
+    /// Per-element deviations from the configuration (an MTU on one port, a firmware on
+    /// one NIC, a PCIe link trained down).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub overrides: Vec<Override>,
+    /// Workloads by name.
+    #[serde(default)]
+    pub workloads: BTreeMap<String, Workload>,
+    /// Run settings.
+    #[serde(default)]
+    pub run: RunSettings,
+}
+
+/// A deviation of one element from the configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Override {
+    /// `switch` (all its ports), `switch:port`, `host/nic` or `host/nic/port`.
+    pub target: String,
+    /// Port MTU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtu_bytes: Option<u32>,
+    /// NIC firmware version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub firmware: Option<String>,
+    /// NIC PCIe link as trained.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pcie: Option<PcieLink>,
+    /// Rate of the link plugged into the port.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link_rate_gbps: Option<f64>,
+}
+
+/// Run settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RunSettings {
+    /// Seed of every random stream in the run.
+    pub seed: u64,
+    /// Simulated time limit (0 = until every flow finishes).
+    pub end_us: f64,
+    /// Counter sampling interval (0 = no time series).
+    pub sample_interval_us: f64,
+}
+
+impl Default for RunSettings {
+    fn default() -> Self {
+        RunSettings {
+            seed: 1,
+            end_us: 0.0,
+            sample_interval_us: 0.0,
+        }
+    }
+}
+
+/// Errors from loading a scenario.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ScenarioError {
+    /// The file (or a file it names) could not be read.
+    #[error("{}: cannot read: {source}", path.display())]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The scenario is invalid; every error found is listed.
+    #[error("{}", render_all(file, diagnostics))]
+    Invalid {
+        /// The scenario file.
+        file: PathBuf,
+        /// What is wrong, errors first.
+        diagnostics: Vec<Diagnostic>,
+    },
+}
+
+fn render_all(file: &Path, diags: &[Diagnostic]) -> String {
+    diags
+        .iter()
+        .filter(|d| d.severity == Severity::Error)
+        .map(|d| d.render(file))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// A scenario with its fabric built and outside files read.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    /// The file it came from.
+    pub file: PathBuf,
+    /// The scenario.
+    pub scenario: Scenario,
+    /// The fabric, with overrides applied.
+    pub fabric: Fabric,
+    /// Flows of `hpcc_flows` workloads, by workload name.
+    pub hpcc_flows: BTreeMap<String, Vec<HpccFlow>>,
+    /// Warnings (nothing is wrong enough to stop).
+    pub warnings: Vec<Diagnostic>,
+}
+
+impl Scenario {
+    /// Reads, parses, validates and builds the scenario at `path`.
+    pub fn load(path: &Path) -> Result<Loaded, ScenarioError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let scenario = Scenario::parse(&text, path)?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        scenario.build(path, base, Some(&text))
+    }
+
+    /// Parses scenario text. `file` is only used in messages.
+    pub fn parse(text: &str, file: &Path) -> Result<Scenario, ScenarioError> {
+        let invalid = |line: Option<usize>, path: KeyPath, message: String| ScenarioError::Invalid {
+            file: file.to_path_buf(),
+            diagnostics: vec![Diagnostic {
+                severity: Severity::Error,
+                path,
+                line,
+                message,
+            }],
+        };
+        let de = toml::Deserializer::parse(text).map_err(|e| {
+            let line = e.span().map(|s| line_of_offset(text, s.start));
+            invalid(line, KeyPath::root(), format!("not valid TOML: {}", e.message()))
+        })?;
+        serde_path_to_error::deserialize(de).map_err(|e| {
+            let path = KeyPath::parse(&e.path().to_string());
+            let inner = e.into_inner();
+            let message = humanize_serde_message(inner.message());
+            // An unknown key is reported at the key itself, not at its table.
+            let path = match message.strip_prefix("unknown key `") {
+                Some(rest) => {
+                    let name = rest.split('`').next().unwrap_or_default();
+                    if path.to_string().ends_with(name) {
+                        path
+                    } else {
+                        path.key(name)
+                    }
+                }
+                None => path,
+            };
+            let line = inner
+                .span()
+                .map(|s| line_of_offset(text, s.start))
+                .or_else(|| path.line_in(text));
+            invalid(line, path, message)
+        })
+    }
+
+    /// Serializes to TOML.
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self).expect("invariant: every scenario type serializes to TOML")
+    }
+
+    /// Checks values against each other, reads outside files (relative to `base_dir`) and
+    /// builds the fabric. `text` (the scenario source) is used to put line numbers on
+    /// messages.
+    pub fn build(&self, file: &Path, base_dir: &Path, text: Option<&str>) -> Result<Loaded, ScenarioError> {
+        let mut d = Diagnostics::default();
+        let root = KeyPath::root();
+        self.config.validate(&root.key("config"), &mut d);
+
+        let topo_at = root.key("topology");
+        let hpcc_text = match &self.topology {
+            TopologySpec::Hpcc(h) => Some(read_relative(base_dir, &h.file)?),
+            _ => None,
+        };
+        let fabric = if d.error_count() == 0 {
+            topology::build(
+                &self.topology,
+                &self.config,
+                hpcc_text.as_deref(),
+                &topo_at,
+                &mut d,
+            )
+        } else {
+            None
+        };
+        let mut hpcc_flows = BTreeMap::new();
+        if let Some(mut fabric) = fabric {
+            self.apply_overrides(&mut fabric, &root.key("overrides"), &mut d);
+            let tiers = fabric.tiers();
+            for tier in Tier::ALL {
+                if self.config.ecn.explicit(tier).is_some() && !tiers.contains(&tier) {
+                    d.error(
+                        &root.key("config").key("ecn").key(tier.as_str()),
+                        format!(
+                            "ECN profile for tier `{tier}`, which this topology does not have (tiers: {})",
+                            tiers.iter().map(|t| t.as_str()).collect::<Vec<_>>().join(", ")
+                        ),
+                    );
+                }
+            }
+            for (name, w) in &self.workloads {
+                let at = root.key("workloads").key(name).key(w.kind());
+                self.validate_workload(w, &fabric, &at, &mut d);
+                if let Workload::HpccFlows(h) = w {
+                    let text = read_relative(base_dir, &h.file)?;
+                    match hpcc::parse_flows(&text) {
+                        Ok(flows) => {
+                            for (i, f) in flows.iter().enumerate() {
+                                for id in [f.src, f.dst] {
+                                    if fabric.host_by_name(&format!("h{id}")).is_none() {
+                                        d.error(
+                                            &at.key("file"),
+                                            format!(
+                                                "`{}` flow {}: node {id} is not a host of the topology",
+                                                h.file,
+                                                i + 1
+                                            ),
+                                        );
+                                    }
+                                }
+                            }
+                            hpcc_flows.insert(name.clone(), flows);
+                        }
+                        Err(e) => d.error(&at.key("file"), format!("`{}` {e}", h.file)),
+                    }
+                }
+            }
+            if d.error_count() == 0 {
+                let mut all = d.finish(text);
+                all.sort_by_key(|x| x.severity != Severity::Error);
+                return Ok(Loaded {
+                    file: file.to_path_buf(),
+                    scenario: self.clone(),
+                    fabric,
+                    hpcc_flows,
+                    warnings: all,
+                });
+            }
+        }
+        let mut all = d.finish(text);
+        all.sort_by_key(|x| x.severity != Severity::Error);
+        Err(ScenarioError::Invalid {
+            file: file.to_path_buf(),
+            diagnostics: all,
+        })
+    }
+
+    fn apply_overrides(&self, fabric: &mut Fabric, at: &KeyPath, d: &mut Diagnostics) {
+        for (i, o) in self.overrides.iter().enumerate() {
+            let at = at.index(i);
+            if let Some(m) = o.mtu_bytes
+                && m < MIN_MTU_BYTES
+            {
+                d.error(
+                    &at.key("mtu_bytes"),
+                    format!("expected an MTU >= {MIN_MTU_BYTES}, found {m}"),
+                );
+                continue;
+            }
+            // A bare switch name targets all of its ports.
+            let targets: Vec<crate::model::PortRef> = match fabric.switch_by_name(&o.target) {
+                Some(sw) if !o.target.contains(':') => (0..fabric.switches[sw.index()].ports.len())
+                    .map(|p| crate::model::PortRef {
+                        node: Node::Switch(sw),
+                        port: p as u16,
+                    })
+                    .collect(),
+                _ => match parse_port_ref(fabric, &o.target, None) {
+                    Ok(p) if (p.port as usize) < fabric.port_count(p.node) => vec![p],
+                    Ok(p) => {
+                        d.error(
+                            &at.key("target"),
+                            format!(
+                                "`{}`: port {} does not exist; `{}` has {} ports",
+                                o.target,
+                                p.port,
+                                fabric.node_name(p.node),
+                                fabric.port_count(p.node)
+                            ),
+                        );
+                        continue;
+                    }
+                    Err(m) => {
+                        d.error(&at.key("target"), m);
+                        continue;
+                    }
+                },
+            };
+            for p in targets {
+                if let Some(m) = o.mtu_bytes {
+                    match p.node {
+                        Node::Nic(n) => fabric.nics[n.index()].ports[p.port as usize].mtu_bytes = m,
+                        Node::Switch(s) => fabric.switches[s.index()].ports[p.port as usize].mtu_bytes = m,
+                    }
+                }
+                if let Some(r) = o.link_rate_gbps {
+                    match fabric.port_link(p) {
+                        Some(l) if r.is_finite() && r > 0.0 => fabric.links[l.index()].rate_gbps = r,
+                        Some(_) => d.error(
+                            &at.key("link_rate_gbps"),
+                            format!("expected a rate > 0 Gbit/s, found {r}"),
+                        ),
+                        None => d.error(&at.key("target"), format!("`{}`: no link on this port", o.target)),
+                    }
+                }
+                match p.node {
+                    Node::Nic(n) => {
+                        if let Some(fw) = &o.firmware {
+                            fabric.nics[n.index()].firmware = fw.clone();
+                        }
+                        if let Some(pcie) = o.pcie {
+                            fabric.nics[n.index()].pcie = pcie;
+                        }
+                    }
+                    Node::Switch(_) => {
+                        if o.firmware.is_some() || o.pcie.is_some() {
+                            d.error(
+                                &at.key("target"),
+                                format!(
+                                    "`{}` is a switch port; `firmware` and `pcie` apply to NICs",
+                                    o.target
+                                ),
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn validate_workload(&self, w: &Workload, fabric: &Fabric, at: &KeyPath, d: &mut Diagnostics) {
+        let classes = &self.config.classes;
+        let check_class = |c: &str, at: &KeyPath, d: &mut Diagnostics| {
+            if !classes.contains_key(c) {
+                d.error(
+                    at,
+                    unknown_name("traffic class", c, classes.keys().map(String::as_str)),
+                );
+            }
+        };
+        let check_ep = |e: &str, at: &KeyPath, d: &mut Diagnostics| {
+            if let Err(m) = resolve_endpoint(fabric, e) {
+                d.error(at, m);
+            }
+        };
+        let check_start = |s: f64, at: &KeyPath, d: &mut Diagnostics| {
+            if !(s.is_finite() && s >= 0.0) {
+                d.error(at, format!("expected a time >= 0 µs, found {s}"));
+            }
+        };
+        check_class(w.class(), &at.key("class"), d);
+        match w {
+            Workload::Flows(f) => {
+                let ids: Vec<&str> = f.list.iter().filter_map(|x| x.id.as_deref()).collect();
+                for (i, fl) in f.list.iter().enumerate() {
+                    let at = at.key("list").index(i);
+                    check_ep(&fl.src, &at.key("src"), d);
+                    check_ep(&fl.dst, &at.key("dst"), d);
+                    check_start(fl.start_us, &at.key("start_us"), d);
+                    if let Some(c) = &fl.class {
+                        check_class(c, &at.key("class"), d);
+                    }
+                    if let Some(p) = fl.priority
+                        && p > 7
+                    {
+                        d.error(
+                            &at.key("priority"),
+                            format!("expected a priority 0..7, found {p}"),
+                        );
+                    }
+                    if fl.bytes == 0 {
+                        d.error(&at.key("bytes"), "expected a size >= 1 byte, found 0".to_string());
+                    }
+                    for a in &fl.after {
+                        if !ids.contains(&a.as_str()) {
+                            d.error(&at.key("after"), unknown_name("flow id", a, ids.iter().copied()));
+                        }
+                    }
+                }
+            }
+            Workload::Incast(x) => {
+                check_ep(&x.receiver, &at.key("receiver"), d);
+                for (i, s) in x.sender_hosts.iter().enumerate() {
+                    check_ep(s, &at.key("sender_hosts").index(i), d);
+                }
+                if x.senders.is_none() && x.sender_hosts.is_empty() {
+                    d.error(
+                        at,
+                        "expected `senders` (a count) or `sender_hosts` (a list)".to_string(),
+                    );
+                }
+                if let Some(n) = x.senders
+                    && n.get() as usize >= fabric.hosts.len()
+                {
+                    d.error(
+                        &at.key("senders"),
+                        format!(
+                            "expected fewer senders than the {} hosts, found {n}",
+                            fabric.hosts.len()
+                        ),
+                    );
+                }
+                check_start(x.start_us, &at.key("start_us"), d);
+            }
+            Workload::Permutation(x) => {
+                for (i, s) in x.hosts.iter().enumerate() {
+                    check_ep(s, &at.key("hosts").index(i), d);
+                }
+                check_start(x.start_us, &at.key("start_us"), d);
+            }
+            Workload::AllToAll(x) => {
+                for (i, s) in x.hosts.iter().enumerate() {
+                    check_ep(s, &at.key("hosts").index(i), d);
+                }
+                check_start(x.start_us, &at.key("start_us"), d);
+            }
+            Workload::Collective(x) => {
+                for (i, h) in x.hosts.iter().enumerate() {
+                    if fabric.host_by_name(h).is_none() {
+                        d.error(
+                            &at.key("hosts").index(i),
+                            unknown_name("host", h, fabric.hosts.iter().map(|h| h.name.as_str())),
+                        );
+                    }
+                }
+                check_start(x.start_us, &at.key("start_us"), d);
+            }
+            Workload::Inference(x) => {
+                for (key, list) in [("clients", &x.clients), ("servers", &x.servers)] {
+                    if list.is_empty() {
+                        d.error(&at.key(key), "expected at least one endpoint".to_string());
+                    }
+                    for (i, s) in list.iter().enumerate() {
+                        check_ep(s, &at.key(key).index(i), d);
+                    }
+                }
+                if !(x.requests_per_sec.is_finite() && x.requests_per_sec > 0.0) {
+                    d.error(
+                        &at.key("requests_per_sec"),
+                        format!("expected a rate > 0, found {}", x.requests_per_sec),
+                    );
+                }
+                for (key, dist) in [("request", &x.request), ("response", &x.response)] {
+                    if let Err(m) = dist.check() {
+                        d.error(&at.key(key), m);
+                    }
+                }
+                check_start(x.start_us, &at.key("start_us"), d);
+                if !(x.duration_us.is_finite() && x.duration_us > 0.0) {
+                    d.error(
+                        &at.key("duration_us"),
+                        format!("expected a duration > 0 µs, found {}", x.duration_us),
+                    );
+                }
+            }
+            Workload::HpccFlows(_) => {}
+        }
+    }
+}
+
+impl SizeDist {
+    /// Checks the distribution is usable.
+    pub fn check(&self) -> Result<(), String> {
+        match self {
+            SizeDist::Fixed(0) => Err("expected a size >= 1 byte, found 0".to_string()),
+            SizeDist::Fixed(_) => Ok(()),
+            SizeDist::Uniform { min_bytes, max_bytes } if *min_bytes == 0 || min_bytes > max_bytes => Err(
+                format!("expected 1 <= min_bytes <= max_bytes, found {min_bytes} and {max_bytes}"),
+            ),
+            SizeDist::Uniform { .. } => Ok(()),
+            SizeDist::Cdf(points) => {
+                let ok = !points.is_empty()
+                    && points.windows(2).all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1)
+                    && points.iter().all(|p| p.0 >= 1 && (0.0..=1.0).contains(&p.1))
+                    && (points.last().map(|p| p.1) == Some(1.0));
+                if ok {
+                    Ok(())
+                } else {
+                    Err("expected a CDF of [bytes, probability] points, increasing in both, ending at probability 1".to_string())
+                }
+            }
+        }
+    }
+}
+
+fn read_relative(base: &Path, file: &str) -> Result<String, ScenarioError> {
+    let p = base.join(file);
+    std::fs::read_to_string(&p).map_err(|source| ScenarioError::Io { path: p, source })
+}
+
+/// An endpoint string resolved to a NIC: `host` (first NIC), `host/nic`, or `host/GPUi`
+/// (the NIC closest to that GPU on PCIe).
+pub fn resolve_endpoint(fabric: &Fabric, s: &str) -> Result<crate::model::NicId, String> {
+    let (host, rest) = match s.split_once('/') {
+        Some((h, r)) => (h, Some(r)),
+        None => (s, None),
+    };
+    let h = fabric
+        .host_by_name(host)
+        .ok_or_else(|| unknown_name("host", host, fabric.hosts.iter().map(|h| h.name.as_str())))?;
+    let host_ref = &fabric.hosts[h.index()];
+    match rest {
+        None => host_ref
+            .nics
+            .first()
+            .copied()
+            .ok_or_else(|| format!("host `{host}` has no NIC")),
+        Some(r) => {
+            if let Some(n) = fabric.nic_by_name(host, r) {
+                return Ok(n);
+            }
+            if let Some(g) = host_ref
+                .gpus
+                .iter()
+                .copied()
+                .find(|g| fabric.gpus[g.index()].name == r)
+            {
+                return fabric
+                    .nic_for_gpu(g)
+                    .ok_or_else(|| format!("host `{host}` has no NIC"));
+            }
+            let names = host_ref
+                .nics
+                .iter()
+                .map(|n| fabric.nics[n.index()].name.as_str())
+                .chain(host_ref.gpus.iter().map(|g| fabric.gpus[g.index()].name.as_str()));
+            Err(unknown_name(&format!("NIC or GPU of host `{host}`"), r, names))
+        }
+    }
+}
+
+impl FabricConfig {
+    /// Checks ranges and consistency of the configuration.
+    pub fn validate(&self, at: &KeyPath, d: &mut Diagnostics) {
+        for (key, m) in [
+            ("nic_bytes", self.mtu.nic_bytes),
+            ("switch_bytes", self.mtu.switch_bytes),
+        ] {
+            if m < MIN_MTU_BYTES {
+                d.error(
+                    &at.key("mtu").key(key),
+                    format!("expected an MTU >= {MIN_MTU_BYTES}, found {m}"),
+                );
+            }
+        }
+        if self.mtu.switch_bytes < self.mtu.nic_bytes {
+            d.warning(
+                &at.key("mtu").key("switch_bytes"),
+                format!(
+                    "switch MTU {} is below the host MTU {}: full-size frames will be dropped",
+                    self.mtu.switch_bytes, self.mtu.nic_bytes
+                ),
+            );
+        }
+        let pfc = at.key("pfc");
+        for (i, p) in self.pfc.priorities.iter().enumerate() {
+            if *p > 7 {
+                d.error(
+                    &pfc.key("priorities").index(i),
+                    format!("expected a priority 0..7, found {p}"),
+                );
+            }
+        }
+        if self.pfc.pause_quanta == 0 {
+            d.error(
+                &pfc.key("pause_quanta"),
+                "expected a pause time >= 1 quantum (0 means resume), found 0".to_string(),
+            );
+        }
+        if !(-8..=8).contains(&self.pfc.dynamic_th) {
+            d.error(
+                &pfc.key("dynamic_th"),
+                format!(
+                    "expected a dynamic threshold exponent -8..8, found {}",
+                    self.pfc.dynamic_th
+                ),
+            );
+        }
+        for tier in Tier::ALL {
+            if let Some(p) = self.ecn.explicit(tier) {
+                p.validate(&at.key("ecn").key(tier.as_str()), d);
+            }
+        }
+        if self.buffer.switch_bytes == 0 {
+            d.error(
+                &at.key("buffer").key("switch_bytes"),
+                "expected a buffer size > 0, found 0".to_string(),
+            );
+        }
+        if self.classes.is_empty() {
+            d.error(
+                &at.key("classes"),
+                "expected at least one traffic class".to_string(),
+            );
+        }
+        for (name, c) in &self.classes {
+            let cat = at.key("classes").key(name);
+            if c.priority > 7 {
+                d.error(
+                    &cat.key("priority"),
+                    format!("expected a priority 0..7, found {}", c.priority),
+                );
+            }
+            if c.dscp > 63 {
+                d.error(
+                    &cat.key("dscp"),
+                    format!("expected a DSCP 0..63, found {}", c.dscp),
+                );
+            }
+            if c.priority == self.cnp.priority {
+                d.error(
+                    &cat.key("priority"),
+                    format!(
+                        "priority {} is the CNP priority (config.cnp.priority); data needs its own",
+                        c.priority
+                    ),
+                );
+            }
+            let dc = &c.dcqcn;
+            let dat = cat.key("dcqcn");
+            if !(1..=31).contains(&dc.rpg_threshold) {
+                d.error(
+                    &dat.key("rpg_threshold"),
+                    format!("expected 1..31, found {}", dc.rpg_threshold),
+                );
+            }
+            if !(10..=11).contains(&dc.rpg_gd) {
+                d.error(
+                    &dat.key("rpg_gd"),
+                    format!("expected 10 or 11, found {}", dc.rpg_gd),
+                );
+            }
+            if dc.dce_tcp_g > 1023 {
+                d.error(
+                    &dat.key("dce_tcp_g"),
+                    format!("expected 0..1023, found {}", dc.dce_tcp_g),
+                );
+            }
+            if dc.initial_alpha_value > 1023 {
+                d.error(
+                    &dat.key("initial_alpha_value"),
+                    format!("expected 0..1023, found {}", dc.initial_alpha_value),
+                );
+            }
+            if !(1..=100).contains(&dc.rpg_min_dec_fac_pct) {
+                d.error(
+                    &dat.key("rpg_min_dec_fac_pct"),
+                    format!("expected 1..100, found {}", dc.rpg_min_dec_fac_pct),
+                );
+            }
+            for (k, v) in [
+                ("rpg_time_reset_us", dc.rpg_time_reset_us),
+                ("dce_tcp_rtt_us", dc.dce_tcp_rtt_us),
+                ("rate_reduce_monitor_period_us", dc.rate_reduce_monitor_period_us),
+            ] {
+                if !(v.is_finite() && v > 0.0) {
+                    d.error(&dat.key(k), format!("expected a period > 0 µs, found {v}"));
+                }
+            }
+            for (k, v) in [
+                ("rpg_ai_rate_mbps", dc.rpg_ai_rate_mbps),
+                ("rpg_hai_rate_mbps", dc.rpg_hai_rate_mbps),
+                ("rpg_min_rate_mbps", dc.rpg_min_rate_mbps),
+                ("rpg_max_rate_mbps", dc.rpg_max_rate_mbps),
+                ("rate_to_set_on_first_cnp_mbps", dc.rate_to_set_on_first_cnp_mbps),
+                ("min_time_between_cnps_us", dc.min_time_between_cnps_us),
+            ] {
+                if !(v.is_finite() && v >= 0.0) {
+                    d.error(&dat.key(k), format!("expected a value >= 0, found {v}"));
+                }
+            }
+            let t = &c.timely;
+            let tat = cat.key("timely");
+            if !(t.t_low_us > 0.0 && t.t_low_us < t.t_high_us) {
+                d.error(
+                    &tat.key("t_low_us"),
+                    format!(
+                        "expected 0 < t_low_us < t_high_us, found {} and {}",
+                        t.t_low_us, t.t_high_us
+                    ),
+                );
+            }
+            for (k, v) in [("ewma_alpha", t.ewma_alpha), ("beta", t.beta)] {
+                if !(v > 0.0 && v <= 1.0) {
+                    d.error(&tat.key(k), format!("expected a fraction in (0, 1], found {v}"));
+                }
+            }
+            for (k, v) in [
+                ("add_step_mbps", t.add_step_mbps),
+                ("hai_step_mbps", t.hai_step_mbps),
+                ("min_rtt_us", t.min_rtt_us),
+                ("min_rate_mbps", t.min_rate_mbps),
+            ] {
+                if !(v.is_finite() && v > 0.0) {
+                    d.error(&tat.key(k), format!("expected a value > 0, found {v}"));
+                }
+            }
+        }
+        if self.cnp.priority > 7 {
+            d.error(
+                &at.key("cnp").key("priority"),
+                format!("expected a priority 0..7, found {}", self.cnp.priority),
+            );
+        }
+        let tr = at.key("transport");
+        if self.transport.roce_mtu_bytes < MIN_MTU_BYTES {
+            d.error(
+                &tr.key("roce_mtu_bytes"),
+                format!(
+                    "expected an MTU >= {MIN_MTU_BYTES}, found {}",
+                    self.transport.roce_mtu_bytes
+                ),
+            );
+        }
+        if self.transport.qps_per_connection == 0 || self.transport.qps_per_connection > 128 {
+            d.error(
+                &tr.key("qps_per_connection"),
+                format!(
+                    "expected 1..128 (NCCL's range), found {}",
+                    self.transport.qps_per_connection
+                ),
+            );
+        }
+        if self.transport.wr_depth == 0 {
+            d.error(
+                &tr.key("wr_depth"),
+                "expected a queue depth >= 1, found 0".to_string(),
+            );
+        }
+        let mem = &self.memory;
+        let mat = at.key("memory");
+        if !mem.page_bytes.is_power_of_two() || mem.page_bytes < 4096 {
+            d.error(
+                &mat.key("page_bytes"),
+                format!("expected a power of two >= 4096, found {}", mem.page_bytes),
+            );
+        }
+        if mem.cache_line_bytes == 0
+            || mem.buffer_bytes == 0
+            || !mem.buffer_bytes.is_multiple_of(mem.cache_line_bytes)
+        {
+            d.error(
+                &mat.key("buffer_bytes"),
+                format!(
+                    "expected a non-zero multiple of cache_line_bytes ({}), found {}",
+                    mem.cache_line_bytes, mem.buffer_bytes
+                ),
+            );
+        }
+        if mem.buffer_bytes > mem.region_bytes {
+            d.error(
+                &mat.key("region_bytes"),
+                format!(
+                    "expected a region of at least one buffer ({} bytes), found {}",
+                    mem.buffer_bytes, mem.region_bytes
+                ),
+            );
+        }
+    }
+}
+
+impl RedProfile {
+    fn validate(&self, at: &KeyPath, d: &mut Diagnostics) {
+        if self.kmin_bytes > self.kmax_bytes {
+            d.error(
+                &at.key("kmin_bytes"),
+                format!(
+                    "expected kmin_bytes <= kmax_bytes, found {} > {}",
+                    self.kmin_bytes, self.kmax_bytes
+                ),
+            );
+        }
+        if !(self.pmax >= 0.0 && self.pmax <= 1.0) {
+            d.error(
+                &at.key("pmax"),
+                format!("expected a probability 0..1, found {}", self.pmax),
+            );
+        }
+    }
+}
+
+/// Convenience for tests and tools: a scenario with just a topology and defaults.
+pub fn with_topology(topology: TopologySpec) -> Scenario {
+    Scenario {
+        name: String::new(),
+        description: String::new(),
+        topology,
+        config: FabricConfig::default(),
+        overrides: Vec::new(),
+        workloads: BTreeMap::new(),
+        run: RunSettings::default(),
+    }
+}
+
+/// A count for tests and tools.
+///
+/// # Panics
+/// On 0.
+pub fn count(n: u32) -> Count {
+    Count::new(n).expect("count >= 1")
+}
+
+/// Overrides that reproduce every port MTU of `fabric` that differs from `config`'s
+/// defaults, for writing a fabric back out as an explicit scenario.
+pub fn mtu_overrides(fabric: &Fabric, config: &FabricConfig) -> Vec<Override> {
+    let mut v = Vec::new();
+    let mut push = |target: String, mtu: u32| {
+        v.push(Override {
+            target,
+            mtu_bytes: Some(mtu),
+            firmware: None,
+            pcie: None,
+            link_rate_gbps: None,
+        })
+    };
+    for (ni, n) in fabric.nics.iter().enumerate() {
+        for (pi, p) in n.ports.iter().enumerate() {
+            if p.mtu_bytes != config.mtu.nic_bytes {
+                let r = crate::model::PortRef {
+                    node: Node::Nic(crate::model::NicId(ni as u32)),
+                    port: pi as u16,
+                };
+                push(fabric.port_name(r), p.mtu_bytes);
+            }
+        }
+    }
+    for (si, s) in fabric.switches.iter().enumerate() {
+        for (pi, p) in s.ports.iter().enumerate() {
+            if p.mtu_bytes != config.mtu.switch_bytes {
+                let r = crate::model::PortRef {
+                    node: Node::Switch(crate::model::SwitchId(si as u32)),
+                    port: pi as u16,
+                };
+                push(fabric.port_name(r), p.mtu_bytes);
+            }
+        }
+    }
+    v
+}

@@ -1,0 +1,158 @@
+//! Properties of the topology generators and the router.
+
+use std::path::Path;
+
+use proptest::prelude::*;
+use xirang_fabric::analysis::summarize;
+use xirang_fabric::model::{Fabric, NicId, Tier};
+use xirang_fabric::routing::Graph;
+use xirang_fabric::scenario::{count, with_topology};
+use xirang_fabric::topology::{FatTreeSpec, HostTemplate, LeafSpineSpec, RailOptimizedSpec, TopologySpec};
+
+fn build(spec: TopologySpec) -> Fabric {
+    let s = with_topology(spec);
+    s.build(Path::new("<test>"), Path::new("."), None)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .fabric
+}
+
+fn fat_tree(k: u32) -> Fabric {
+    build(TopologySpec::FatTree(FatTreeSpec {
+        k: count(k),
+        host_rate_gbps: 100.0,
+        fabric_rate_gbps: 100.0,
+        link_delay_ns: 1000,
+        host: HostTemplate::default(),
+    }))
+}
+
+fn pod_of(f: &Fabric, nic: NicId, k: u32) -> u32 {
+    // Hosts are numbered pod by pod, k^2/4 per pod.
+    let host: u32 = f.hosts[f.nics[nic.index()].host.index()].name[1..]
+        .parse()
+        .unwrap();
+    host / (k * k / 4)
+}
+
+#[test]
+fn fat_tree_counts_and_paths() {
+    for k in [4u32, 8, 16] {
+        let f = fat_tree(k);
+        assert_eq!(f.hosts.len() as u32, k * k * k / 4, "hosts, k={k}");
+        assert_eq!(f.switches.len() as u32, 5 * k * k / 4, "switches, k={k}");
+        assert_eq!(f.switch_count(Tier::Core) as u32, k * k / 4);
+        let s = summarize(&f);
+        assert!(s.full_bisection && s.connected, "k={k}");
+        assert_eq!(s.diameter_hops, 6);
+        let g = Graph::new(&f);
+        // Every cross-pod pair of the first host has (k/2)^2 paths; same pod other leaf (k/2).
+        let a = NicId(0);
+        for b in (1..f.nics.len() as u32).map(NicId) {
+            let n = g.count_paths(a, b);
+            let expect = if pod_of(&f, b, k) != pod_of(&f, a, k) {
+                u128::from(k / 2).pow(2)
+            } else if f.attached_switch(a, 0).unwrap().node == f.attached_switch(b, 0).unwrap().node {
+                1
+            } else {
+                u128::from(k / 2)
+            };
+            assert_eq!(n, expect, "k={k}, h0 -> nic {}", b.0);
+        }
+    }
+}
+
+#[test]
+fn ecmp_paths_are_distinct_shortest_and_counted() {
+    let f = fat_tree(8);
+    let g = Graph::new(&f);
+    let paths = g.ecmp_paths(NicId(0), NicId(127), usize::MAX);
+    assert_eq!(paths.len(), 16);
+    for p in &paths {
+        assert_eq!(p.hops.len(), 6);
+        assert_eq!(p.mtu_bytes(&f), 9000);
+        assert_eq!(p.delay_ns(&f), 6000);
+    }
+    let mut uniq: Vec<_> = paths
+        .iter()
+        .map(|p| p.hops.iter().map(|h| h.link).collect::<Vec<_>>())
+        .collect();
+    uniq.sort();
+    uniq.dedup();
+    assert_eq!(uniq.len(), 16);
+}
+
+fn leaf_spine(leaves: u32, spines: u32, hpl: u32, nics: u32, lps: u32) -> Fabric {
+    // Oversubscription chosen so that each leaf has `lps` links to every spine.
+    let down = f64::from(hpl * nics) * 100.0;
+    build(TopologySpec::LeafSpine(LeafSpineSpec {
+        leaves: count(leaves),
+        spines: count(spines),
+        hosts_per_leaf: count(hpl),
+        oversubscription: down / f64::from(spines * lps * 100),
+        host_rate_gbps: 100.0,
+        fabric_rate_gbps: 100.0,
+        link_delay_ns: 1000,
+        host: HostTemplate::with_pairs(nics),
+    }))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn leaf_spine_paths_equal_spine_count(leaves in 2u32..6, spines in 1u32..6, hpl in 1u32..5, nics in 1u32..3, lps in 1u32..3) {
+        let f = leaf_spine(leaves, spines, hpl, nics, lps);
+        prop_assert_eq!(f.hosts.len() as u32, leaves * hpl);
+        let s = summarize(&f);
+        prop_assert!(s.connected);
+        let g = Graph::new(&f);
+        let n = f.nics.len() as u32;
+        for a in 0..n {
+            for b in 0..n {
+                if a == b { continue; }
+                let (a, b) = (NicId(a), NicId(b));
+                let same_leaf = f.attached_switch(a, 0).unwrap().node == f.attached_switch(b, 0).unwrap().node;
+                let expect = if same_leaf { 1 } else { u128::from(spines) * u128::from(lps * lps) };
+                prop_assert_eq!(g.count_paths(a, b), expect);
+            }
+        }
+        // One link per leaf-spine pair: the number of paths between leaves is the number of spines.
+        if lps == 1 && leaves >= 2 {
+            prop_assert_eq!(g.count_paths(NicId(0), NicId(n - 1)), u128::from(spines));
+        }
+        // Oversubscription as requested.
+        let leaf = s.tiers.iter().find(|t| t.tier == Tier::Leaf).unwrap();
+        let want = f64::from(hpl * nics) / f64::from(spines * lps);
+        prop_assert!((leaf.oversubscription.unwrap() - want).abs() < 1e-9);
+    }
+
+    #[test]
+    fn rail_optimized_puts_nic_i_on_rail_i(hosts in 1u32..6, rails in 1u32..9, spines in 1u32..4) {
+        let f = build(TopologySpec::RailOptimized(RailOptimizedSpec {
+            hosts: count(hosts),
+            hosts_per_group: None,
+            spines: count(spines),
+            oversubscription: f64::from(hosts) / f64::from(spines),
+            host_rate_gbps: 400.0,
+            fabric_rate_gbps: 400.0,
+            link_delay_ns: 500,
+            host: HostTemplate::with_pairs(rails),
+        }));
+        prop_assert_eq!(f.switch_count(Tier::Leaf) as u32, rails);
+        for h in &f.hosts {
+            for (i, nic) in h.nics.iter().enumerate() {
+                let leaf = f.attached_switch(*nic, 0).unwrap();
+                prop_assert_eq!(&f.node_name(leaf.node), &format!("leaf{i}"));
+                // GPU i sits with NIC i.
+                prop_assert_eq!(f.gpus[h.gpus[i].index()].pcie_switch, f.nics[nic.index()].pcie_switch);
+                prop_assert_eq!(f.nic_for_gpu(h.gpus[i]), Some(*nic));
+            }
+            // PCIe switches split evenly over the two sockets, socket 0 first.
+            let on1 = h.pcie_switches.iter().filter(|p| p.socket == 1).count();
+            let on0 = h.pcie_switches.len() - on1;
+            prop_assert!(on0 >= 1 && on0.abs_diff(on1) <= 1, "{} on socket 0, {} on socket 1", on0, on1);
+            prop_assert!(h.pcie_switches.windows(2).all(|w| w[0].socket <= w[1].socket));
+        }
+        prop_assert!(summarize(&f).connected);
+    }
+}

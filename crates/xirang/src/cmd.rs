@@ -1,0 +1,180 @@
+//! Command implementations: call the libraries, print the results.
+
+use std::io::Write;
+
+use anyhow::{Context, Result};
+use comfy_table::{Table, presets::UTF8_BORDERS_ONLY};
+use serde::Serialize;
+use xirang_fabric::analysis::{self, TopoSummary};
+use xirang_fabric::diag::Diagnostic;
+use xirang_fabric::scenario::{Scenario, ScenarioError};
+use xirang_fabric::topology::TopologySpec;
+
+use crate::Outcome;
+use crate::cli::{Cli, Command, FileArgs, ScenarioCmd, TopoCmd};
+
+pub(crate) fn run(cli: Cli) -> Result<Outcome> {
+    match cli.command {
+        Command::Scenario(ScenarioCmd::Check(a)) => scenario_check(&a),
+        Command::Scenario(ScenarioCmd::Expand { file }) => scenario_expand(&file),
+        Command::Topo(TopoCmd::Show(a)) => topo_show(&a),
+        Command::Topo(TopoCmd::Dot { file }) => {
+            let loaded = load(&file)?;
+            out(&analysis::to_dot(&loaded.fabric))?;
+            Ok(Outcome::Clean)
+        }
+    }
+}
+
+/// Writes to stdout, surfacing a closed pipe as an error `main` can recognise.
+fn out(s: &str) -> Result<()> {
+    let mut o = std::io::stdout().lock();
+    o.write_all(s.as_bytes())?;
+    o.flush()?;
+    Ok(())
+}
+
+fn load(file: &std::path::Path) -> Result<xirang_fabric::Loaded> {
+    let loaded = Scenario::load(file)?;
+    for w in &loaded.warnings {
+        eprintln!("{}", w.render(&loaded.file));
+    }
+    Ok(loaded)
+}
+
+#[derive(Serialize)]
+struct CheckReport<'a> {
+    file: String,
+    ok: bool,
+    errors: Vec<&'a Diagnostic>,
+    warnings: Vec<&'a Diagnostic>,
+}
+
+fn scenario_check(a: &FileArgs) -> Result<Outcome> {
+    let (diags, ok) = match Scenario::load(&a.file) {
+        Ok(l) => (l.warnings, true),
+        Err(ScenarioError::Invalid { diagnostics, .. }) => (diagnostics, false),
+        Err(e) => return Err(e.into()),
+    };
+    let (errors, warnings): (Vec<_>, Vec<_>) = diags
+        .iter()
+        .partition(|d| d.severity == xirang_fabric::diag::Severity::Error);
+    if a.json {
+        let r = CheckReport {
+            file: a.file.display().to_string(),
+            ok,
+            errors,
+            warnings,
+        };
+        out(&(serde_json::to_string_pretty(&r)? + "\n"))?;
+    } else {
+        let mut s = String::new();
+        for d in errors.iter().chain(&warnings) {
+            s.push_str(&d.render(&a.file));
+            s.push('\n');
+        }
+        if ok {
+            s.push_str(&format!("{}: ok\n", a.file.display()));
+            out(&s)?;
+        } else {
+            eprint!("{s}");
+        }
+    }
+    Ok(if ok { Outcome::Clean } else { Outcome::Findings })
+}
+
+fn scenario_expand(file: &std::path::Path) -> Result<Outcome> {
+    let loaded = load(file)?;
+    let mut s = loaded.scenario.clone();
+    s.topology = TopologySpec::Explicit(loaded.fabric.to_explicit());
+    s.overrides = xirang_fabric::scenario::mtu_overrides(&loaded.fabric, &s.config);
+    let text = s.to_toml();
+    out(&format!(
+        "# {} expanded by `xirang scenario expand`: the generated topology as an explicit list.\n{text}",
+        file.display()
+    ))
+    .context("writing the expanded scenario")?;
+    Ok(Outcome::Clean)
+}
+
+#[derive(Serialize)]
+struct ShowReport<'a> {
+    scenario: &'a str,
+    #[serde(flatten)]
+    summary: &'a TopoSummary,
+}
+
+fn topo_show(a: &FileArgs) -> Result<Outcome> {
+    let loaded = load(&a.file)?;
+    let s = analysis::summarize(&loaded.fabric);
+    if a.json {
+        let r = ShowReport {
+            scenario: &loaded.scenario.name,
+            summary: &s,
+        };
+        out(&(serde_json::to_string_pretty(&r)? + "\n"))?;
+        return Ok(Outcome::Clean);
+    }
+    let mut t = Table::new();
+    t.load_style(UTF8_BORDERS_ONLY);
+    t.set_header(vec!["", "value"]);
+    t.add_row(vec!["hosts".to_string(), s.hosts.to_string()]);
+    t.add_row(vec![
+        "GPUs / NICs".to_string(),
+        format!("{} / {}", s.gpus, s.nics),
+    ]);
+    for ts in &s.tiers {
+        t.add_row(vec![
+            format!("{} switches", ts.tier),
+            match ts.oversubscription {
+                Some(o) => format!("{} (oversubscription {:.2}:1)", ts.switches, o),
+                None => ts.switches.to_string(),
+            },
+        ]);
+    }
+    t.add_row(vec!["links".to_string(), s.links.to_string()]);
+    t.add_row(vec![
+        "host capacity".to_string(),
+        format!("{} Gbit/s", s.host_capacity_gbps),
+    ]);
+    t.add_row(vec![
+        "bisection bandwidth".to_string(),
+        format!(
+            "{} Gbit/s ({})",
+            s.bisection_gbps,
+            if s.full_bisection {
+                "full"
+            } else {
+                "oversubscribed"
+            }
+        ),
+    ]);
+    t.add_row(vec!["diameter".to_string(), format!("{} hops", s.diameter_hops)]);
+    t.add_row(vec!["connected".to_string(), s.connected.to_string()]);
+    if let Some(p) = &s.sample_pair {
+        t.add_row(vec![
+            format!("{} -> {}", p.src, p.dst),
+            format!(
+                "{} hops, {} ECMP paths, path MTU {} B",
+                p.hops, p.ecmp_paths, p.path_mtu_bytes
+            ),
+        ]);
+    }
+    t.add_row(vec![
+        "GPU/NIC PCIe".to_string(),
+        format!(
+            "{} PIX, {} NODE, {} SYS only; GPU i with NIC i: {}; downgraded links: {}",
+            s.pcie.gpus_with_pix_nic,
+            s.pcie.gpus_with_node_nic,
+            s.pcie.gpus_with_sys_nic_only,
+            s.pcie.gpu_i_with_nic_i,
+            s.pcie.downgraded_pcie_links
+        ),
+    ]);
+    out(&format!(
+        "{}: {}\n{t}\n",
+        a.file.display(),
+        loaded.scenario.description
+    ))?;
+    Ok(Outcome::Clean)
+}

@@ -1,0 +1,67 @@
+//! `xirang scenario`.
+
+use crate::util::{root, run_expect, run_json};
+
+#[test]
+fn shipped_scenarios_check_clean() {
+    for f in ["default", "incast-16to1", "fat-tree-k8", "rail-64gpu"] {
+        let (out, _) = run_expect(&["scenario", "check", &format!("scenarios/{f}.toml")], 0);
+        assert!(out.ends_with(": ok\n"), "{out}");
+    }
+}
+
+#[test]
+fn invalid_scenario_exits_1_with_located_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("bad.toml");
+    std::fs::write(
+        &p,
+        "[topology.leaf_spine]\nleaves = 2\nspines = 2\nhosts_per_leaf = -3\nhost_rate_gbps = 100\nfabric_rate_gbps = 100\n",
+    )
+    .unwrap();
+    let ps = p.to_str().unwrap();
+    let (_, err) = run_expect(&["scenario", "check", ps], 1);
+    assert_eq!(
+        err,
+        format!("{ps}:4: topology.leaf_spine.hosts_per_leaf: expected an integer >= 1, found -3\n")
+    );
+    let v: serde_json::Value = {
+        let (out, _) = run_expect(&["scenario", "check", ps, "--json"], 1);
+        serde_json::from_str(&out).unwrap()
+    };
+    assert_eq!(v["ok"], false);
+    assert_eq!(v["errors"][0]["path"], "topology.leaf_spine.hosts_per_leaf");
+    assert_eq!(v["errors"][0]["line"], 4);
+}
+
+#[test]
+fn missing_file_is_a_failure_not_a_panic() {
+    let (_, err) = run_expect(&["topo", "show", "scenarios/nope.toml"], 1);
+    assert!(
+        err.starts_with("error: scenarios/nope.toml: cannot read:"),
+        "{err}"
+    );
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    run_expect(&["topo", "frobnicate"], 2);
+    run_expect(&[], 2);
+}
+
+#[test]
+fn expanded_scenario_is_an_equivalent_explicit_scenario() {
+    let (text, _) = run_expect(&["scenario", "expand", "scenarios/incast-16to1.toml"], 0);
+    assert!(text.contains("[topology.explicit]") || text.contains("[[topology.explicit.hosts]]"));
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("expanded.toml");
+    std::fs::write(&p, &text).unwrap();
+    let a = run_json(&["topo", "show", p.to_str().unwrap(), "--json"]);
+    let b = run_json(&[
+        "topo",
+        "show",
+        root().join("scenarios/incast-16to1.toml").to_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!(a, b);
+}
