@@ -183,6 +183,11 @@ impl RedProfile {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields, default)]
 pub struct EcnConfig {
+    /// When set, Kmin and Kmax are written for ports of this rate and scale linearly with
+    /// each egress port's rate, the rule the HPCC artifact uses
+    /// (shared/reference/congestion-control.md §5). Unset: the same bytes on every port.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scale_from_gbps: Option<f64>,
     /// Leaf (ToR, edge, rail) switches.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub leaf: Option<RedProfile>,
@@ -198,6 +203,17 @@ impl EcnConfig {
     /// The profile in force on a tier.
     pub fn profile(&self, tier: Tier) -> RedProfile {
         self.explicit(tier).unwrap_or(SONIC_DEFAULT_RED)
+    }
+
+    /// The profile in force on an egress port of a tier running at `port_gbps`.
+    pub fn profile_at(&self, tier: Tier, port_gbps: f64) -> RedProfile {
+        let mut p = self.profile(tier);
+        if let Some(base) = self.scale_from_gbps {
+            let k = port_gbps / base;
+            p.kmin_bytes = (p.kmin_bytes as f64 * k).round() as u64;
+            p.kmax_bytes = (p.kmax_bytes as f64 * k).round() as u64;
+        }
+        p
     }
 
     /// The profile written for a tier, if any.
@@ -431,6 +447,10 @@ pub struct TimelyParams {
     pub min_rtt_us: f64,
     /// Rate floor, Mbit/s. Default 1000 (the reference runs' minimum rate).
     pub min_rate_mbps: f64,
+    /// Also use the HAI step below `t_low_us` once in HAI mode. The paper (and the
+    /// default) adds the plain step there; the HPCC simulator's TIMELY uses the HAI step in
+    /// both increase branches, so its reference scenarios set this.
+    pub hai_below_t_low: bool,
 }
 
 impl Default for TimelyParams {
@@ -445,6 +465,7 @@ impl Default for TimelyParams {
             hai_threshold: 5,
             min_rtt_us: 20.0,
             min_rate_mbps: 1000.0,
+            hai_below_t_low: false,
         }
     }
 }

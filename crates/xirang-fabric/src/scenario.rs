@@ -76,6 +76,8 @@ pub struct RunSettings {
     pub end_us: f64,
     /// Counter sampling interval (0 = no time series).
     pub sample_interval_us: f64,
+    /// How switches hash flows onto equal-cost paths.
+    pub ecmp: EcmpMode,
 }
 
 impl Default for RunSettings {
@@ -84,8 +86,23 @@ impl Default for RunSettings {
             seed: 1,
             end_us: 0.0,
             sample_interval_us: 0.0,
+            ecmp: EcmpMode::Seeded,
         }
     }
+}
+
+/// ECMP hashing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EcmpMode {
+    /// Each switch hashes the 5-tuple with a seed derived from its id and the run seed;
+    /// UDP source ports are drawn from the run seed, as RoCE NICs derive them from QP
+    /// numbers. A different seed gives different paths.
+    Seeded,
+    /// As the HPCC ns-3 simulator does it: MurmurHash3 seeded with the switch's node id,
+    /// source ports counted from 10000 per (source, destination) pair; the run seed does
+    /// not change paths. For comparing runs with that simulator.
+    Hpcc,
 }
 
 /// Errors from loading a scenario.
@@ -198,6 +215,17 @@ impl Scenario {
         let mut d = Diagnostics::default();
         let root = KeyPath::root();
         self.config.validate(&root.key("config"), &mut d);
+        for (k, v) in [
+            ("end_us", self.run.end_us),
+            ("sample_interval_us", self.run.sample_interval_us),
+        ] {
+            if !(v.is_finite() && v >= 0.0) {
+                d.error(
+                    &root.key("run").key(k),
+                    format!("expected a time >= 0 µs, found {v}"),
+                );
+            }
+        }
 
         let topo_at = root.key("topology");
         let hpcc_text = match &self.topology {
@@ -606,6 +634,14 @@ impl FabricConfig {
                     "expected a dynamic threshold exponent -8..8, found {}",
                     self.pfc.dynamic_th
                 ),
+            );
+        }
+        if let Some(g) = self.ecn.scale_from_gbps
+            && !(g.is_finite() && g > 0.0)
+        {
+            d.error(
+                &at.key("ecn").key("scale_from_gbps"),
+                format!("expected a rate > 0 Gbit/s, found {g}"),
             );
         }
         for tier in Tier::ALL {

@@ -23,6 +23,76 @@ pub(crate) enum Command {
     /// Topology figures and drawings.
     #[command(subcommand)]
     Topo(TopoCmd),
+    /// Simulate a scenario packet by packet; write FCTs, counters and time series.
+    Sim(SimArgs),
+}
+
+/// `xirang sim`.
+#[derive(Debug, Args)]
+pub(crate) struct SimArgs {
+    /// Scenario file (omit with --hpcc-topology/--hpcc-flows).
+    pub(crate) scenario: Option<PathBuf>,
+    /// An HPCC-simulator topology file to run instead of a scenario (with --hpcc-flows).
+    #[arg(long, requires = "hpcc_flows", conflicts_with = "scenario")]
+    pub(crate) hpcc_topology: Option<PathBuf>,
+    /// An HPCC-simulator flow file (with --hpcc-topology).
+    #[arg(long, requires = "hpcc_topology")]
+    pub(crate) hpcc_flows: Option<PathBuf>,
+    /// Congestion control for --hpcc-* runs, with the reference settings.
+    #[arg(long, value_enum, default_value = "dcqcn")]
+    pub(crate) cc: HpccCc,
+    /// Output directory (default: out/<scenario name>).
+    #[arg(long)]
+    pub(crate) out: Option<PathBuf>,
+    /// Seed of every random stream (default: the scenario's).
+    #[arg(long)]
+    pub(crate) seed: Option<u64>,
+    /// Stop at this simulated time, e.g. 20ms, 500us, 2s (default: when all flows finish).
+    #[arg(long, value_parser = parse_duration_us)]
+    pub(crate) until: Option<f64>,
+    /// Sample rates, queue depths and counters at this interval, e.g. 10us.
+    #[arg(long, value_parser = parse_duration_us)]
+    pub(crate) sample: Option<f64>,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// No progress bar.
+    #[arg(long)]
+    pub(crate) quiet: bool,
+}
+
+/// Algorithm for runs on HPCC input files.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub(crate) enum HpccCc {
+    /// DCQCN.
+    Dcqcn,
+    /// TIMELY.
+    Timely,
+}
+
+/// Parses `20ms`, `500us`, `1.5s`, `800ns` (or a bare number of µs) into µs.
+pub(crate) fn parse_duration_us(s: &str) -> Result<f64, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("expected a duration like 20ms, 500us or 2s, found `{s}`"))?;
+    let scale = match unit {
+        "" | "us" => 1.0,
+        "ns" => 1e-3,
+        "ms" => 1e3,
+        "s" => 1e6,
+        _ => {
+            return Err(format!(
+                "unknown unit `{unit}` in `{s}`; expected ns, us, ms or s"
+            ));
+        }
+    };
+    if !(v.is_finite() && v > 0.0) {
+        return Err(format!("expected a positive duration, found `{s}`"));
+    }
+    Ok(v * scale)
 }
 
 #[derive(Debug, Subcommand)]

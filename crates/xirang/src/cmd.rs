@@ -18,6 +18,7 @@ pub(crate) fn run(cli: Cli) -> Result<Outcome> {
         Command::Scenario(ScenarioCmd::Check(a)) => scenario_check(&a),
         Command::Scenario(ScenarioCmd::Expand { file }) => scenario_expand(&file),
         Command::Topo(TopoCmd::Show(a)) => topo_show(&a),
+        Command::Sim(a) => crate::sim::run(&a),
         Command::Topo(TopoCmd::Dot { file }) => {
             let loaded = load(&file)?;
             out(&analysis::to_dot(&loaded.fabric))?;
@@ -27,14 +28,14 @@ pub(crate) fn run(cli: Cli) -> Result<Outcome> {
 }
 
 /// Writes to stdout, surfacing a closed pipe as an error `main` can recognise.
-fn out(s: &str) -> Result<()> {
+pub(crate) fn out(s: &str) -> Result<()> {
     let mut o = std::io::stdout().lock();
     o.write_all(s.as_bytes())?;
     o.flush()?;
     Ok(())
 }
 
-fn load(file: &std::path::Path) -> Result<xirang_fabric::Loaded> {
+pub(crate) fn load(file: &std::path::Path) -> Result<xirang_fabric::Loaded> {
     let loaded = Scenario::load(file)?;
     for w in &loaded.warnings {
         eprintln!("{}", w.render(&loaded.file));

@@ -3,6 +3,7 @@
 
 mod cli;
 mod cmd;
+mod sim;
 
 use std::io::Write;
 use std::process::ExitCode;

@@ -1,0 +1,1815 @@
+//! The discrete-event engine: ports and links, switches (shared buffer, PFC, ECN/RED,
+//! strict + DWRR scheduling), NICs (QPs, pacing, ACK/NACK, CNP, go-back-N), and the event
+//! loop.
+//!
+//! How a packet moves: a port that starts transmitting pushes the packet into its link's
+//! in-flight ring with its arrival time (start + serialization + propagation); only the
+//! ring's head has an `Arrive` event. A port has at most one pending `Wake` event, at the
+//! time it can next send. So the event heap holds about one entry per busy port and link,
+//! not one per packet.
+
+use std::collections::VecDeque;
+
+use xirang_fabric::config::{CcAlgorithm, FabricConfig, RedProfile, roce_active_mtu};
+use xirang_fabric::model::{Fabric, NicId, Node};
+use xirang_fabric::routing::{Adj, Graph};
+use xirang_fabric::scenario::EcmpMode;
+
+use crate::cc::{Dcqcn, DcqcnState, Timely, TimelyState};
+use crate::counters::{N_PRIO, PortCounters};
+use crate::packet::{Kind, Packet, Pool};
+use crate::queue::EventQueue;
+use crate::rng::{Purpose, Stream, murmur3_32};
+use crate::time::{PS_PER_NS, PS_PER_US, Ps, Rate, tx_time_at};
+use crate::workload::FlowDef;
+
+/// A time that never comes.
+pub(crate) const NEVER: Ps = Ps::MAX;
+
+/// ACK size on the wire: Ethernet 14 + IPv4 20 + UDP 8 + BTH 12 + AETH 4 + ICRC 4 + FCS 4.
+/// Header sizes: shared/reference/linux-rdma-sysfs.md §4 (AETH's 4 bytes: IBTA, unconfirmed
+/// there).
+pub const ACK_BYTES: u16 = 66;
+/// CNP size: Ethernet 14 + IPv4 20 + UDP 8 + BTH 12 + 16 reserved + ICRC 4 + FCS 4 (the
+/// 16-byte CNP payload is IBTA RoCEv2 annex A17, unconfirmed in shared/reference).
+pub const CNP_BYTES: u16 = 78;
+/// A PFC frame is a minimum-size Ethernet frame (shared/reference/congestion-control.md §6).
+pub const PFC_FRAME_BYTES: u16 = 64;
+/// A pause quantum is 512 bit times (congestion-control.md §6) = 64 bytes of line time.
+const PAUSE_QUANTUM_BYTES: u32 = 64;
+/// The HPCC simulator's NACK generation interval, 500 µs (docs/hpcc-model.md §5).
+const NACK_INTERVAL: Ps = 500 * PS_PER_US;
+/// DWRR quantum per visit: one jumbo frame, so equal-weight queues share bytes fairly.
+const DWRR_QUANTUM_BYTES: i64 = 9216;
+/// NCCL's default local ACK timeout: 4.096 µs x 2^20 (`NCCL_IB_TIMEOUT` 20,
+/// shared/reference/collectives-and-nccl.md §5).
+const ACK_TIMEOUT: Ps = 4_096 * PS_PER_NS * (1 << 20);
+
+/// Event kinds (top byte of an encoded event).
+const EV_WAKE: u64 = 0;
+const EV_ARRIVE: u64 = 1;
+const EV_FLOW_START: u64 = 2;
+const EV_DCQCN_DEC: u64 = 3;
+const EV_DCQCN_INC: u64 = 4;
+const EV_RTO: u64 = 5;
+const EV_PFC_REFRESH: u64 = 6;
+const EV_SAMPLE: u64 = 7;
+
+#[inline]
+fn ev(kind: u64, a: u32, b: u32) -> u64 {
+    (kind << 56) | ((u64::from(b) & 0xFF_FFFF) << 32) | u64::from(a)
+}
+
+/// Owner of a port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Dev {
+    Nic(u32),
+    Switch(u32),
+}
+
+/// One port of a NIC or switch: its transmitter, the link leaving it, and (at switches) the
+/// buffer accounting of packets that entered through it.
+#[derive(Debug)]
+pub(crate) struct Port {
+    pub(crate) dev: Dev,
+    pub(crate) local: u16,
+    pub(crate) peer: u32,
+    pub(crate) rate: Rate,
+    pub(crate) delay: Ps,
+    busy_until: Ps,
+    wake_at: Ps,
+    /// PFC frames to send, ahead of everything.
+    ctrl: VecDeque<u32>,
+    /// Per-priority egress queues (at NICs: ACKs, NACKs and CNPs only; data comes from QPs).
+    queues: [VecDeque<u32>; N_PRIO],
+    deficit: [i64; N_PRIO],
+    rr: u8,
+    /// PFC received: transmitter paused for a priority until this time.
+    paused_until: [Ps; N_PRIO],
+    pause_since: [Ps; N_PRIO],
+    in_flight: VecDeque<(Ps, u32)>,
+    /// Switch ingress accounting per priority (HPCC switch-mmu model).
+    ing: [u64; N_PRIO],
+    hdrm: [u64; N_PRIO],
+    headroom: u64,
+    /// Switch egress bytes queued per priority (RED input).
+    pub(crate) egr: [u64; N_PRIO],
+    xoff: u8,
+    xoff_since: [Ps; N_PRIO],
+    pfc_gen: [u32; N_PRIO],
+    /// NIC: QPs sending through this port.
+    qps: Vec<u32>,
+    rr_qp: usize,
+    ecn_rng: Option<Stream>,
+    /// RED profile of this egress port (switch ports).
+    red: RedProfile,
+    pub(crate) c: PortCounters,
+}
+
+impl Port {
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        dev: Dev,
+        local: u16,
+        peer: u32,
+        rate: Rate,
+        delay: Ps,
+        headroom: u64,
+        red: RedProfile,
+        ecn_rng: Option<Stream>,
+    ) -> Self {
+        Port {
+            dev,
+            local,
+            peer,
+            rate,
+            delay,
+            busy_until: 0,
+            wake_at: NEVER,
+            ctrl: VecDeque::new(),
+            queues: Default::default(),
+            deficit: [0; N_PRIO],
+            rr: 0,
+            paused_until: [0; N_PRIO],
+            pause_since: [NEVER; N_PRIO],
+            in_flight: VecDeque::new(),
+            ing: [0; N_PRIO],
+            hdrm: [0; N_PRIO],
+            headroom,
+            egr: [0; N_PRIO],
+            xoff: 0,
+            xoff_since: [NEVER; N_PRIO],
+            pfc_gen: [0; N_PRIO],
+            qps: Vec::new(),
+            rr_qp: 0,
+            ecn_rng,
+            red,
+            c: PortCounters::default(),
+        }
+    }
+
+    /// RED decision for a data packet leaving with `queued_bytes` still behind it
+    /// (shared/reference/congestion-control.md §1.1: marking on the egress queue, evaluated
+    /// at dequeue as the HPCC simulator does).
+    #[inline]
+    fn red_mark(&mut self, queued_bytes: u64) -> bool {
+        if !self.red.enabled {
+            return false;
+        }
+        let p = self.red.mark_probability(queued_bytes);
+        p >= 1.0
+            || (p > 0.0
+                && self
+                    .ecn_rng
+                    .as_mut()
+                    .expect("switch ports have an ECN stream")
+                    .uniform()
+                    < p)
+    }
+}
+
+/// Switch-wide state.
+#[derive(Debug)]
+pub(crate) struct SwitchState {
+    hash_seed: u32,
+    buffer: u64,
+    /// Bytes of the buffer set aside (headroom of all ports + reserved per port).
+    set_aside: u64,
+    shared_used: u64,
+    used: u64,
+}
+
+impl SwitchState {
+    /// Threshold 2^th x free shared buffer (`dynamic_th`, shared/reference/switch-config.md).
+    #[inline]
+    fn threshold(&self, th: i8) -> u64 {
+        let free = self.buffer.saturating_sub(self.set_aside + self.shared_used);
+        if th < 0 {
+            free >> (-th) as u32
+        } else {
+            free << th as u32
+        }
+    }
+}
+
+/// NIC-wide identity.
+#[derive(Debug)]
+pub(crate) struct NicState {
+    pub(crate) node_id: u32,
+    pub(crate) ip: u32,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) enum Cc {
+    None,
+    Dcqcn(u16, Box<DcqcnState>),
+    Timely(u16, Box<TimelyState>),
+}
+
+/// A queue pair: one message from its flow, sender and receiver state together.
+#[derive(Debug)]
+pub(crate) struct Qp {
+    pub(crate) flow: u32,
+    pub(crate) src_port: u32,
+    pub(crate) route: u32,
+    ack_route: u32,
+    pub(crate) size: u64,
+    snd_nxt: u64,
+    snd_una: u64,
+    next_avail: Ps,
+    pub(crate) prio: u8,
+    class: u16,
+    pub(crate) cc: Cc,
+    line_bps: f64,
+    mtu: u32,
+    pub(crate) sport: u16,
+    pub(crate) dport: u16,
+    rx_expected: u64,
+    rx_next_cnp: Ps,
+    rx_nack_at: Ps,
+    rx_last_nack: u64,
+    last_progress: Ps,
+    rto_pending: bool,
+    inc_pending: bool,
+    pub(crate) done: bool,
+    rx_done: bool,
+}
+
+impl Qp {
+    /// Current sending rate, bit/s.
+    #[inline]
+    pub(crate) fn rate_bps(&self) -> f64 {
+        match &self.cc {
+            Cc::None => self.line_bps,
+            Cc::Dcqcn(_, s) => s.rc,
+            Cc::Timely(_, s) => s.rate,
+        }
+    }
+}
+
+/// A flow's progress.
+#[derive(Debug)]
+pub(crate) struct Flow {
+    pub(crate) qps: std::ops::Range<u32>,
+    qps_left: u32,
+    rx_left: u32,
+    deps_left: u32,
+    dependents: Vec<u32>,
+    /// Earliest start (the workload's start time).
+    earliest: Ps,
+    /// Delay after the last dependency arrived.
+    after_delay: Ps,
+    pub(crate) started: Option<Ps>,
+    pub(crate) finish: Option<Ps>,
+    pub(crate) rx_done: Option<Ps>,
+    pub(crate) ideal: Ps,
+    pub(crate) lower_bound: Ps,
+}
+
+/// A traffic class at run time.
+#[derive(Debug, Clone)]
+pub(crate) struct ClassRt {
+    pub(crate) name: String,
+    pub(crate) prio: u8,
+    pub(crate) cc: CcAlgorithm,
+    dcqcn: xirang_fabric::config::DcqcnParams,
+    timely: xirang_fabric::config::TimelyParams,
+}
+
+/// One PFC frame received, in the HPCC simulator's PFC-file terms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PfcEvent {
+    /// When it arrived.
+    pub time: Ps,
+    /// Node id of the receiving device.
+    pub node_id: u32,
+    /// True if the receiver is a switch.
+    pub at_switch: bool,
+    /// 1-based interface index of the receiving port.
+    pub ifindex: u16,
+    /// Priority.
+    pub prio: u8,
+    /// Pause (true) or resume.
+    pub pause: bool,
+}
+
+/// Time-series samples.
+#[derive(Debug, Default, Clone)]
+pub struct Samples {
+    /// (time, qp, rate bit/s) of sending QPs.
+    pub rates: Vec<(Ps, u32, f64)>,
+    /// (time, port, prio, bytes) of non-empty switch egress queues.
+    pub queues: Vec<(Ps, u32, u8, u64)>,
+}
+
+/// Conservation accounting.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Ledger {
+    /// Packets created (by NICs, and PFC frames by switches).
+    pub created_packets: u64,
+    /// Their bytes.
+    pub created_bytes: u64,
+    /// Packets that reached the device they were for.
+    pub delivered_packets: u64,
+    /// Their bytes.
+    pub delivered_bytes: u64,
+    /// Packets dropped.
+    pub dropped_packets: u64,
+    /// Their bytes.
+    pub dropped_bytes: u64,
+    /// Data payload bytes sent by NICs, retransmissions included.
+    pub data_sent_bytes: u64,
+    /// Data payload bytes that reached the receiving NIC, duplicates included.
+    pub data_delivered_bytes: u64,
+    /// Data payload bytes dropped.
+    pub data_dropped_bytes: u64,
+}
+
+/// Run options.
+#[derive(Debug, Clone, Copy)]
+pub struct RunOptions {
+    /// Seed of every random stream.
+    pub seed: u64,
+    /// Stop at this time (None: when every flow is done).
+    pub end: Option<Ps>,
+    /// Sampling interval for time series (None: off).
+    pub sample_interval: Option<Ps>,
+    /// ECMP hashing mode.
+    pub ecmp: xirang_fabric::scenario::EcmpMode,
+}
+
+/// The simulation state.
+pub struct Sim {
+    pub(crate) now: Ps,
+    q: EventQueue,
+    pool: Pool,
+    pub(crate) ports: Vec<Port>,
+    pub(crate) switches: Vec<SwitchState>,
+    pub(crate) nics: Vec<NicState>,
+    routes: Vec<u32>,
+    pub(crate) flows: Vec<Flow>,
+    pub(crate) qps: Vec<Qp>,
+    pub(crate) classes: Vec<ClassRt>,
+    dcqcn: Vec<Dcqcn>,
+    timely: Vec<Timely>,
+    pfc_lossless: [bool; N_PRIO],
+    pub(crate) pfc_prios: Vec<u8>,
+    pfc_th: i8,
+    lossy_th: i8,
+    reserved: u64,
+    xon_offset: u64,
+    pause_quanta: u16,
+    cnp_prio: u8,
+    ack_prio_high: bool,
+    header_bytes: u32,
+    pub(crate) flows_left: usize,
+    pub(crate) events: u64,
+    pub(crate) packet_hops: u64,
+    pub(crate) ledger: Ledger,
+    pub(crate) pfc_log: Vec<PfcEvent>,
+    pub(crate) samples: Samples,
+    sample_interval: Option<Ps>,
+    end: Option<Ps>,
+}
+
+impl Sim {
+    /// Builds a simulation of `flows` on `fabric` under `config`.
+    pub fn new(fabric: &Fabric, config: &FabricConfig, flows: &[FlowDef], opts: &RunOptions) -> Sim {
+        let mut ports = Vec::with_capacity(fabric.links.len() * 2);
+        let mut nic_ports: Vec<Vec<u32>> = fabric
+            .nics
+            .iter()
+            .map(|n| vec![u32::MAX; n.ports.len()])
+            .collect();
+        let mut sw_ports: Vec<Vec<u32>> = fabric
+            .switches
+            .iter()
+            .map(|s| vec![u32::MAX; s.ports.len()])
+            .collect();
+        let dev_of = |n: Node| match n {
+            Node::Nic(x) => Dev::Nic(x.0),
+            Node::Switch(x) => Dev::Switch(x.0),
+        };
+        let pfc = &config.pfc;
+        for l in &fabric.links {
+            let base = ports.len() as u32;
+            for (end, peer) in [(l.a, base + 1), (l.b, base)] {
+                let id = ports.len() as u32;
+                match end.node {
+                    Node::Nic(n) => nic_ports[n.index()][end.port as usize] = id,
+                    Node::Switch(s) => sw_ports[s.index()][end.port as usize] = id,
+                }
+                let rate = Rate::from_gbps(l.rate_gbps);
+                let delay = l.delay_ns * PS_PER_NS;
+                // HPCC sizes headroom per port as 3 x rate x one-way delay
+                // (shared/reference/congestion-control.md §6).
+                let headroom = pfc
+                    .headroom_bytes
+                    .unwrap_or_else(|| (l.rate_gbps * 1e9 * l.delay_ns as f64 / 8.0 / 1e9 * 3.0) as u64);
+                let red = match end.node {
+                    Node::Switch(s) => config
+                        .ecn
+                        .profile_at(fabric.switches[s.index()].tier, l.rate_gbps),
+                    Node::Nic(_) => RedProfile {
+                        enabled: false,
+                        ..RedProfile::default()
+                    },
+                };
+                let ecn_rng = matches!(end.node, Node::Switch(_))
+                    .then(|| Stream::new(opts.seed, Purpose::Ecn, u64::from(id)));
+                ports.push(Port::new(
+                    dev_of(end.node),
+                    end.port,
+                    peer,
+                    rate,
+                    delay,
+                    headroom,
+                    red,
+                    ecn_rng,
+                ));
+            }
+        }
+        let n_nics = fabric.nics.len() as u32;
+        // Node ids: HPCC topologies keep the file's ids (hosts `h<id>`, switches `sw<id>`);
+        // otherwise NICs count from 0 and switches follow.
+        let hpcc_ids = fabric
+            .hosts
+            .iter()
+            .all(|h| h.nics.len() == 1 && xirang_fabric::hpcc::node_id_from_name(&h.name).is_some())
+            && fabric
+                .switches
+                .iter()
+                .all(|s| xirang_fabric::hpcc::node_id_from_name(&s.name).is_some());
+        let nic_node_id = |i: usize| {
+            if hpcc_ids {
+                xirang_fabric::hpcc::node_id_from_name(&fabric.hosts[fabric.nics[i].host.index()].name)
+                    .expect("checked")
+            } else {
+                i as u32
+            }
+        };
+        let sw_node_id = |i: usize| {
+            if hpcc_ids {
+                xirang_fabric::hpcc::node_id_from_name(&fabric.switches[i].name).expect("checked")
+            } else {
+                n_nics + i as u32
+            }
+        };
+        let seed_mix = match opts.ecmp {
+            EcmpMode::Hpcc => 0,
+            EcmpMode::Seeded => Stream::new(opts.seed, Purpose::Ecmp, 0).next_u64() as u32,
+        };
+        let n_lossless_ports = |s: usize| sw_ports[s].iter().filter(|p| **p != u32::MAX).count() as u64;
+        let switches: Vec<SwitchState> = fabric
+            .switches
+            .iter()
+            .enumerate()
+            .map(|(i, _)| {
+                let total_hdrm: u64 = if pfc.enabled {
+                    sw_ports[i]
+                        .iter()
+                        .filter(|p| **p != u32::MAX)
+                        .map(|p| ports[*p as usize].headroom)
+                        .sum()
+                } else {
+                    0
+                };
+                SwitchState {
+                    hash_seed: sw_node_id(i) ^ seed_mix,
+                    buffer: config.buffer.switch_bytes,
+                    set_aside: total_hdrm + n_lossless_ports(i) * config.buffer.reserved_bytes,
+                    shared_used: 0,
+                    used: 0,
+                }
+            })
+            .collect();
+        let nics: Vec<NicState> = (0..fabric.nics.len())
+            .map(|i| {
+                let id = nic_node_id(i);
+                NicState {
+                    node_id: id,
+                    ip: xirang_fabric::hpcc::node_ip(id),
+                }
+            })
+            .collect();
+        let classes: Vec<ClassRt> = config
+            .classes
+            .iter()
+            .map(|(name, c)| ClassRt {
+                name: name.clone(),
+                prio: c.priority,
+                cc: c.cc,
+                dcqcn: c.dcqcn,
+                timely: c.timely,
+            })
+            .collect();
+        let pfc_lossless: [bool; N_PRIO] = std::array::from_fn(|p| pfc.is_lossless(p as u8));
+        let mut sim = Sim {
+            now: 0,
+            q: EventQueue::new(),
+            pool: Pool::default(),
+            ports,
+            switches,
+            nics,
+            routes: Vec::new(),
+            flows: Vec::with_capacity(flows.len()),
+            qps: Vec::new(),
+            classes,
+            dcqcn: Vec::new(),
+            timely: Vec::new(),
+            pfc_lossless,
+            pfc_prios: if pfc.enabled {
+                pfc.priorities.clone()
+            } else {
+                Vec::new()
+            },
+            pfc_th: pfc.dynamic_th,
+            lossy_th: config.buffer.lossy_dynamic_th,
+            reserved: config.buffer.reserved_bytes,
+            xon_offset: pfc.xon_offset_bytes,
+            pause_quanta: pfc.pause_quanta,
+            cnp_prio: config.cnp.priority,
+            ack_prio_high: config.cnp.ack_on_cnp_priority,
+            header_bytes: config.transport.header_bytes,
+            flows_left: flows.len(),
+            events: 0,
+            packet_hops: 0,
+            ledger: Ledger::default(),
+            pfc_log: Vec::new(),
+            samples: Samples::default(),
+            sample_interval: opts.sample_interval,
+            end: opts.end,
+        };
+        sim.add_flows(fabric, config, flows, &nic_ports, &sw_ports, opts);
+        if let Some(iv) = opts.sample_interval {
+            sim.q.push(iv, ev(EV_SAMPLE, 0, 0));
+        }
+        sim
+    }
+
+    fn add_flows(
+        &mut self,
+        fabric: &Fabric,
+        config: &FabricConfig,
+        defs: &[FlowDef],
+        nic_ports: &[Vec<u32>],
+        sw_ports: &[Vec<u32>],
+        opts: &RunOptions,
+    ) {
+        let graph = Graph::new(fabric);
+        let mut hop_cache: Vec<Option<Vec<Vec<Adj>>>> = vec![None; fabric.nics.len()];
+        let mut sport_rng = Stream::new(opts.seed, Purpose::Ecmp, 1);
+        let mut pair_sport: std::collections::BTreeMap<(u32, u32), u16> = Default::default();
+        let n_qps = config.transport.qps_per_connection.max(1);
+        for (fi, d) in defs.iter().enumerate() {
+            let class_idx = self
+                .classes
+                .iter()
+                .position(|c| c.name == d.class)
+                .expect("invariant: classes are validated at load") as u16;
+            let class = self.classes[class_idx as usize].clone();
+            let prio = d.prio.unwrap_or(class.prio);
+            let src_mtu = fabric.nics[d.src.index()].ports[0].mtu_bytes;
+            let dst_mtu = fabric.nics[d.dst.index()].ports[0].mtu_bytes;
+            let mtu = config
+                .transport
+                .roce_mtu_bytes
+                .min(roce_active_mtu(src_mtu).unwrap_or(256))
+                .min(roce_active_mtu(dst_mtu).unwrap_or(256));
+            let first_qp = self.qps.len() as u32;
+            let per_qp = d.bytes / u64::from(n_qps);
+            for k in 0..n_qps {
+                let bytes = if k == 0 {
+                    d.bytes - per_qp * u64::from(n_qps - 1)
+                } else {
+                    per_qp
+                };
+                let (sport, dport) = match (d.hpcc_ports, opts.ecmp) {
+                    (Some(p), _) if k == 0 => p,
+                    (_, EcmpMode::Hpcc) => {
+                        let e = pair_sport.entry((d.src.0, d.dst.0)).or_insert(10000);
+                        let s = *e;
+                        *e = e.wrapping_add(1);
+                        (s, 100)
+                    }
+                    // RoCE v2 source ports come from a hash of the QP number; draw one from
+                    // the ephemeral range (49152..65535).
+                    _ => (49152 + sport_rng.below(16384) as u16, 4791),
+                };
+                let src_ip = self.nics[d.src.index()].ip;
+                let dst_ip = self.nics[d.dst.index()].ip;
+                let route = self.route(
+                    fabric,
+                    &graph,
+                    &mut hop_cache,
+                    nic_ports,
+                    sw_ports,
+                    d.src,
+                    d.dst,
+                    [src_ip, dst_ip, u32::from(sport) | (u32::from(dport) << 16)],
+                    opts.ecmp,
+                );
+                let ack_route = self.route(
+                    fabric,
+                    &graph,
+                    &mut hop_cache,
+                    nic_ports,
+                    sw_ports,
+                    d.dst,
+                    d.src,
+                    [dst_ip, src_ip, u32::from(dport) | (u32::from(sport) << 16)],
+                    opts.ecmp,
+                );
+                let src_port = self.routes[route as usize];
+                let line_bps = self.ports[src_port as usize].rate.bps;
+                let cc = match class.cc {
+                    CcAlgorithm::None => Cc::None,
+                    CcAlgorithm::Dcqcn => {
+                        let p = Dcqcn::new(&class.dcqcn, line_bps);
+                        let idx = self.param_index_dcqcn(p);
+                        Cc::Dcqcn(idx, Box::new(DcqcnState::new(&self.dcqcn[idx as usize])))
+                    }
+                    CcAlgorithm::Timely => {
+                        let p = Timely::new(&class.timely, line_bps);
+                        let idx = self.param_index_timely(p);
+                        Cc::Timely(idx, Box::new(TimelyState::new(&self.timely[idx as usize])))
+                    }
+                };
+                self.qps.push(Qp {
+                    flow: fi as u32,
+                    src_port,
+                    route,
+                    ack_route,
+                    size: bytes,
+                    snd_nxt: 0,
+                    snd_una: 0,
+                    next_avail: 0,
+                    prio,
+                    class: class_idx,
+                    cc,
+                    line_bps,
+                    mtu,
+                    sport,
+                    dport,
+                    rx_expected: 0,
+                    rx_next_cnp: 0,
+                    rx_nack_at: 0,
+                    rx_last_nack: u64::MAX,
+                    last_progress: 0,
+                    rto_pending: false,
+                    inc_pending: false,
+                    done: false,
+                    rx_done: false,
+                });
+            }
+            let qps = first_qp..self.qps.len() as u32;
+            let (ideal, lower_bound) = self.ideal_fct(self.qps[first_qp as usize].route, d.bytes, mtu);
+            self.flows.push(Flow {
+                qps_left: qps.len() as u32,
+                rx_left: qps.len() as u32,
+                qps,
+                deps_left: d.after.len() as u32,
+                dependents: Vec::new(),
+                earliest: d.start,
+                after_delay: d.after_delay,
+                started: None,
+                finish: None,
+                rx_done: None,
+                ideal,
+                lower_bound,
+            });
+        }
+        for (fi, d) in defs.iter().enumerate() {
+            for &a in &d.after {
+                self.flows[a as usize].dependents.push(fi as u32);
+            }
+            if d.after.is_empty() {
+                self.q.push(d.start, ev(EV_FLOW_START, fi as u32, 0));
+            }
+        }
+        // Zero-byte QPs are complete from the start.
+        for (qi, qp) in self.qps.iter_mut().enumerate() {
+            if qp.size == 0 {
+                let _ = qi;
+                qp.done = true;
+                qp.rx_done = true;
+            }
+        }
+    }
+
+    fn param_index_dcqcn(&mut self, p: Dcqcn) -> u16 {
+        let i = self
+            .dcqcn
+            .iter()
+            .position(|x| format!("{x:?}") == format!("{p:?}"))
+            .unwrap_or_else(|| {
+                self.dcqcn.push(p);
+                self.dcqcn.len() - 1
+            });
+        i as u16
+    }
+
+    fn param_index_timely(&mut self, p: Timely) -> u16 {
+        let i = self
+            .timely
+            .iter()
+            .position(|x| format!("{x:?}") == format!("{p:?}"))
+            .unwrap_or_else(|| {
+                self.timely.push(p);
+                self.timely.len() - 1
+            });
+        i as u16
+    }
+
+    /// Computes a route from `src` to `dst` hop by hop, as switches would forward it: at
+    /// each node one of the equal-cost next hops is picked by MurmurHash3 of the flow key
+    /// with the node's seed (HPCC switch-node.cc `EcmpHash`). Returns its start in the route
+    /// arena; the route lists the egress port at every hop, NIC first.
+    #[allow(clippy::too_many_arguments)]
+    fn route(
+        &mut self,
+        fabric: &Fabric,
+        graph: &Graph,
+        hop_cache: &mut [Option<Vec<Vec<Adj>>>],
+        nic_ports: &[Vec<u32>],
+        sw_ports: &[Vec<u32>],
+        src: NicId,
+        dst: NicId,
+        key: [u32; 3],
+        ecmp: EcmpMode,
+    ) -> u32 {
+        let (nics, switches) = (&self.nics, &self.switches);
+        let lists = hop_cache[dst.index()].get_or_insert_with(|| {
+            // HPCC orders next hops by the addresses of its node objects: hosts (small,
+            // heap) below switches (megabytes each, mmap'd top down), so hosts ascend and
+            // switches descend by id (docs/hpcc-model.md §3). Otherwise: ascending ids.
+            let rank = |idx: u32| -> u64 {
+                match (graph.node(idx), ecmp) {
+                    (Node::Nic(n), _) => u64::from(nics[n.index()].node_id),
+                    (Node::Switch(s), EcmpMode::Hpcc) => (1 << 40) - u64::from(switches[s.index()].hash_seed),
+                    (Node::Switch(s), EcmpMode::Seeded) => (1 << 32) + u64::from(s.0),
+                }
+            };
+            next_hop_lists(graph, graph.index(Node::Nic(dst)), &rank, ecmp == EcmpMode::Hpcc)
+        });
+        let mut bytes = [0u8; 12];
+        for (i, k) in key.iter().enumerate() {
+            bytes[i * 4..i * 4 + 4].copy_from_slice(&k.to_le_bytes());
+        }
+        let start = self.routes.len() as u32;
+        let mut at = graph.index(Node::Nic(src));
+        let target = graph.index(Node::Nic(dst));
+        while at != target {
+            let hops = &lists[at as usize];
+            assert!(
+                !hops.is_empty(),
+                "invariant: every flow's endpoints are connected ({} to {})",
+                fabric.node_name(Node::Nic(src)),
+                fabric.node_name(Node::Nic(dst))
+            );
+            let (pick, port) = match graph.node(at) {
+                Node::Switch(s) => {
+                    let h = murmur3_32(&bytes, self.switches[s.index()].hash_seed);
+                    let a = hops[h as usize % hops.len()];
+                    (a, sw_ports[s.index()][a.port as usize])
+                }
+                // A multi-port NIC spreads QPs over its ports by the same key.
+                Node::Nic(n) => {
+                    let a = hops[murmur3_32(&bytes, 0) as usize % hops.len()];
+                    (a, nic_ports[n.index()][a.port as usize])
+                }
+            };
+            self.routes.push(port);
+            at = pick.peer;
+        }
+        start
+    }
+
+    /// The HPCC simulator's "standalone" FCT: base RTT (twice the path's propagation delay
+    /// plus one MTU-sized payload serialised at every hop) plus all bytes with headers at
+    /// the bottleneck rate (docs/hpcc-model.md §6, `qp_finish`). It counts the first hop's
+    /// serialization twice, so a real FCT can come in under it; the second value is a
+    /// strict lower bound: every wire byte at the bottleneck plus the propagation delay
+    /// there and back.
+    fn ideal_fct(&self, route: u32, bytes: u64, mtu: u32) -> (Ps, Ps) {
+        let mut delay = 0;
+        let mut tx_one = 0;
+        let mut bottleneck = f64::INFINITY;
+        let mut i = route as usize;
+        loop {
+            let p = &self.ports[self.routes[i] as usize];
+            delay += p.delay;
+            tx_one += p.rate.tx_time(mtu);
+            bottleneck = bottleneck.min(p.rate.bps);
+            if matches!(self.ports[p.peer as usize].dev, Dev::Nic(_)) {
+                break;
+            }
+            i += 1;
+        }
+        let pkts = bytes.div_ceil(u64::from(mtu)).max(1);
+        let wire = bytes + pkts * u64::from(self.header_bytes);
+        let at_bottleneck = (wire as f64 * 8.0 * 1e12 / bottleneck).floor() as Ps;
+        (2 * delay + tx_one + at_bottleneck, 2 * delay + at_bottleneck)
+    }
+
+    /// Runs until every flow is done, the end time, or no events remain. `progress` is
+    /// called with the simulated time every few thousand events.
+    pub fn run(&mut self, progress: &mut dyn FnMut(Ps)) {
+        const PROGRESS_EVERY: u64 = 1 << 16;
+        let end = self.end.unwrap_or(NEVER);
+        while self.flows_left > 0 {
+            let Some(t) = self.q.peek_time() else { break };
+            if t > end {
+                self.now = end;
+                break;
+            }
+            let (t, e) = self.q.take().expect("peeked");
+            debug_assert!(t >= self.now, "invariant: time never goes backwards");
+            self.now = t;
+            self.dispatch(e);
+            self.q.finish();
+            self.events += 1;
+            if self.events.is_multiple_of(PROGRESS_EVERY) {
+                progress(self.now);
+            }
+        }
+        self.settle_pause_durations();
+    }
+
+    #[inline]
+    fn dispatch(&mut self, e: u64) {
+        let a = e as u32;
+        let b = ((e >> 32) & 0xFF_FFFF) as u32;
+        match e >> 56 {
+            EV_WAKE => {
+                if self.ports[a as usize].wake_at == self.now {
+                    self.ports[a as usize].wake_at = NEVER;
+                    self.try_send(a);
+                }
+            }
+            EV_ARRIVE => self.arrive(a),
+            EV_FLOW_START => self.start_flow(a),
+            EV_DCQCN_DEC => self.dcqcn_dec(a),
+            EV_DCQCN_INC => self.dcqcn_inc(a),
+            EV_RTO => self.rto(a),
+            EV_PFC_REFRESH => self.pfc_refresh(a, (b & 7) as usize, b >> 3),
+            EV_SAMPLE => self.sample(),
+            _ => unreachable!("invariant: only known event kinds are scheduled"),
+        }
+    }
+
+    #[inline]
+    fn schedule_wake(&mut self, p: u32, t: Ps) {
+        let port = &mut self.ports[p as usize];
+        if port.wake_at <= t {
+            return;
+        }
+        port.wake_at = t;
+        self.q.push(t, ev(EV_WAKE, p, 0));
+    }
+
+    /// Something may be sendable on port `p`: send now or schedule a wake.
+    #[inline]
+    fn kick(&mut self, p: u32) {
+        let busy = self.ports[p as usize].busy_until;
+        if busy > self.now {
+            self.schedule_wake(p, busy);
+        } else if self.ports[p as usize].wake_at > self.now {
+            self.try_send(p);
+        }
+    }
+
+    fn try_send(&mut self, p: u32) {
+        let busy = self.ports[p as usize].busy_until;
+        if busy > self.now {
+            self.schedule_wake(p, busy);
+            return;
+        }
+        match self.ports[p as usize].dev {
+            Dev::Switch(_) => self.switch_send(p),
+            Dev::Nic(_) => self.nic_send(p),
+        }
+    }
+
+    /// Puts packet `id` on the wire of port `p`.
+    #[inline]
+    fn transmit(&mut self, p: u32, id: u32) {
+        let (size, prio) = {
+            let k = self.pool.get(id);
+            (k.size, k.prio)
+        };
+        let now = self.now;
+        let port = &mut self.ports[p as usize];
+        let tx = port.rate.tx_time(u32::from(size));
+        port.busy_until = now + tx;
+        port.c.tx_bytes += u64::from(size);
+        port.c.tx_packets += 1;
+        port.c.tx_prio_bytes[prio as usize] += u64::from(size);
+        port.c.tx_prio_packets[prio as usize] += 1;
+        let at = now + tx + port.delay;
+        let was_empty = port.in_flight.is_empty();
+        port.in_flight.push_back((at, id));
+        self.packet_hops += 1;
+        if was_empty {
+            self.q.push(at, ev(EV_ARRIVE, p, 0));
+        }
+    }
+
+    fn arrive(&mut self, p: u32) {
+        let port = &mut self.ports[p as usize];
+        let (_, id) = port
+            .in_flight
+            .pop_front()
+            .expect("invariant: an Arrive event has a packet in flight");
+        if let Some(&(next, _)) = port.in_flight.front() {
+            self.q.push(next, ev(EV_ARRIVE, p, 0));
+        }
+        let q = port.peer;
+        let (size, prio) = {
+            let k = self.pool.get(id);
+            (k.size, k.prio)
+        };
+        let rx = &mut self.ports[q as usize];
+        rx.c.rx_bytes += u64::from(size);
+        rx.c.rx_packets += 1;
+        rx.c.rx_prio_bytes[prio as usize] += u64::from(size);
+        rx.c.rx_prio_packets[prio as usize] += 1;
+        match rx.dev {
+            Dev::Switch(s) => self.switch_receive(s, q, id),
+            Dev::Nic(_) => self.nic_receive(q, id),
+        }
+    }
+
+    #[inline]
+    fn alloc(&mut self, pkt: Packet) -> u32 {
+        self.ledger.created_packets += 1;
+        self.ledger.created_bytes += u64::from(pkt.size);
+        if pkt.kind == Kind::Data {
+            self.ledger.data_sent_bytes += u64::from(pkt.payload);
+        }
+        self.pool.alloc(pkt)
+    }
+
+    #[inline]
+    fn consume(&mut self, id: u32) {
+        let k = self.pool.get(id);
+        self.ledger.delivered_packets += 1;
+        self.ledger.delivered_bytes += u64::from(k.size);
+        if k.kind == Kind::Data {
+            self.ledger.data_delivered_bytes += u64::from(k.payload);
+        }
+        self.pool.free(id);
+    }
+
+    fn drop_packet(&mut self, out: u32, id: u32) {
+        let k = *self.pool.get(id);
+        self.ledger.dropped_packets += 1;
+        self.ledger.dropped_bytes += u64::from(k.size);
+        if k.kind == Kind::Data {
+            self.ledger.data_dropped_bytes += u64::from(k.payload);
+        }
+        let c = &mut self.ports[out as usize].c;
+        c.tx_discards += 1;
+        c.q_dropped[k.prio as usize] += 1;
+        self.pool.free(id);
+    }
+
+    // ----- PFC ---------------------------------------------------------------------------
+
+    /// Is port `p`'s transmitter paused on `prio`? Settles expired pauses' durations.
+    #[inline]
+    fn is_paused(&mut self, p: u32, prio: usize) -> bool {
+        let now = self.now;
+        let port = &mut self.ports[p as usize];
+        if port.paused_until[prio] > now {
+            return true;
+        }
+        if port.pause_since[prio] != NEVER {
+            port.c.rx_pause_ps[prio] += port.paused_until[prio] - port.pause_since[prio];
+            port.pause_since[prio] = NEVER;
+        }
+        false
+    }
+
+    fn settle_pause_durations(&mut self) {
+        let now = self.now;
+        for port in &mut self.ports {
+            for prio in 0..N_PRIO {
+                if port.pause_since[prio] != NEVER {
+                    port.c.rx_pause_ps[prio] += port.paused_until[prio].min(now) - port.pause_since[prio];
+                    port.pause_since[prio] = if port.paused_until[prio] > now { now } else { NEVER };
+                }
+                if port.xoff & (1 << prio) != 0 {
+                    port.c.tx_pause_ps[prio] += now - port.xoff_since[prio];
+                    port.xoff_since[prio] = now;
+                }
+            }
+        }
+    }
+
+    /// Sends a PFC frame out of port `p` (towards its peer) for `prio`.
+    fn send_pfc(&mut self, p: u32, prio: usize, xoff: bool) {
+        let quanta = if xoff { self.pause_quanta } else { 0 };
+        let id = self.alloc(Packet {
+            seq: u64::from(quanta),
+            ts: self.now,
+            qp: u32::MAX,
+            route: 0,
+            in_port: p,
+            size: PFC_FRAME_BYTES,
+            payload: 0,
+            hop: 0,
+            kind: Kind::Pause,
+            prio: prio as u8,
+            ce: false,
+        });
+        let now = self.now;
+        let port = &mut self.ports[p as usize];
+        port.ctrl.push_back(id);
+        port.c.tx_pause[prio] += 1;
+        if xoff {
+            if port.xoff & (1 << prio) == 0 {
+                port.xoff |= 1 << prio;
+                port.xoff_since[prio] = now;
+            }
+            port.pfc_gen[prio] = port.pfc_gen[prio].wrapping_add(1) & 0x1F_FFFF;
+            // Re-send XOFF when half the pause time has passed, as switches refresh pauses
+            // before they expire.
+            let half = port.rate.tx_time(u32::from(quanta) * PAUSE_QUANTUM_BYTES) / 2;
+            let gen_ = port.pfc_gen[prio];
+            self.q.push(
+                now + half.max(1),
+                ev(EV_PFC_REFRESH, p, (gen_ << 3) | prio as u32),
+            );
+        } else {
+            port.xoff &= !(1 << prio);
+            port.c.tx_pause_ps[prio] += now - port.xoff_since[prio];
+            port.xoff_since[prio] = NEVER;
+        }
+        self.kick(p);
+    }
+
+    fn pfc_refresh(&mut self, p: u32, prio: usize, gen_: u32) {
+        let port = &self.ports[p as usize];
+        if port.xoff & (1 << prio) != 0 && port.pfc_gen[prio] == gen_ {
+            self.send_pfc(p, prio, true);
+        }
+    }
+
+    /// Port `p` received a PFC frame from its peer.
+    fn receive_pause(&mut self, p: u32, pkt: &Packet) {
+        let prio = pkt.prio as usize;
+        let quanta = pkt.seq as u32;
+        let now = self.now;
+        let paused = self.is_paused(p, prio);
+        let port = &mut self.ports[p as usize];
+        port.c.rx_pause[prio] += 1;
+        let (node_id, at_switch) = match port.dev {
+            Dev::Nic(n) => (self.nics[n as usize].node_id, false),
+            Dev::Switch(s) => (self.switches[s as usize].hash_seed, true),
+        };
+        self.pfc_log.push(PfcEvent {
+            time: now,
+            node_id,
+            at_switch,
+            ifindex: port.local + 1,
+            prio: prio as u8,
+            pause: quanta > 0,
+        });
+        if quanta > 0 {
+            if !paused {
+                port.pause_since[prio] = now;
+            }
+            port.paused_until[prio] = now + port.rate.tx_time(quanta * PAUSE_QUANTUM_BYTES);
+        } else {
+            if paused {
+                port.c.rx_pause_ps[prio] += now - port.pause_since[prio];
+                port.pause_since[prio] = NEVER;
+                port.c.rx_pause_transition[prio] += 1;
+            }
+            port.paused_until[prio] = 0;
+            self.kick(p);
+        }
+    }
+
+    // ----- switches ----------------------------------------------------------------------
+
+    fn switch_receive(&mut self, s: u32, inp: u32, id: u32) {
+        let pkt = *self.pool.get(id);
+        if pkt.kind == Kind::Pause {
+            self.receive_pause(inp, &pkt);
+            self.consume(id);
+            return;
+        }
+        let out = self.routes[(pkt.route + u32::from(pkt.hop)) as usize];
+        self.pool.get_mut(id).hop += 1;
+        let prio = pkt.prio as usize;
+        let size = u64::from(pkt.size);
+        let lossless = self.pfc_lossless[prio];
+        let reserved = self.reserved;
+        let sw = &mut self.switches[s as usize];
+        if sw.used + size > sw.buffer {
+            self.drop_packet(out, id);
+            return;
+        }
+        // Thresholds are taken before this packet is counted (HPCC `CheckIngressAdmission`).
+        let port = &mut self.ports[inp as usize];
+        let shared_pq = port.ing[prio].saturating_sub(reserved);
+        let new = port.ing[prio] + size;
+        if lossless {
+            let thr = sw.threshold(self.pfc_th);
+            if port.hdrm[prio] + size > port.headroom && shared_pq + size > thr {
+                // Headroom overflow: a lossless packet is lost. Sized headroom prevents it.
+                self.drop_packet(out, id);
+                return;
+            }
+            if new <= reserved {
+                port.ing[prio] = new;
+            } else if new - reserved > thr {
+                port.hdrm[prio] += size;
+            } else {
+                port.ing[prio] = new;
+                sw.shared_used += size.min(new - reserved);
+            }
+        } else {
+            let thr = sw.threshold(self.lossy_th);
+            if shared_pq + size > thr {
+                self.drop_packet(out, id);
+                return;
+            }
+            port.ing[prio] = new;
+            if new > reserved {
+                sw.shared_used += size.min(new - reserved);
+            }
+        }
+        sw.used += size;
+        if lossless && port.xoff & (1 << prio) == 0 {
+            let thr = sw.threshold(self.pfc_th);
+            if port.hdrm[prio] > 0 || port.ing[prio].saturating_sub(reserved) >= thr {
+                self.send_pfc(inp, prio, true);
+            }
+        }
+        self.pool.get_mut(id).in_port = inp;
+        let o = &mut self.ports[out as usize];
+        o.egr[prio] += size;
+        if o.egr[prio] > o.c.q_watermark[prio] {
+            o.c.q_watermark[prio] = o.egr[prio];
+        }
+        o.queues[prio].push_back(id);
+        self.kick(out);
+    }
+
+    /// Picks the next queue of switch port `p`: the CNP priority strictly first, then DWRR.
+    fn pick_queue(&mut self, p: u32) -> Option<usize> {
+        let cnp = self.cnp_prio as usize;
+        if !self.ports[p as usize].queues[cnp].is_empty() && !self.is_paused(p, cnp) {
+            return Some(cnp);
+        }
+        for _ in 0..2 * N_PRIO {
+            let prio = self.ports[p as usize].rr as usize;
+            let eligible =
+                prio != cnp && !self.ports[p as usize].queues[prio].is_empty() && !self.is_paused(p, prio);
+            let port = &mut self.ports[p as usize];
+            if eligible {
+                let head = i64::from(self.pool.get(port.queues[prio][0]).size);
+                if port.deficit[prio] >= head {
+                    port.deficit[prio] -= head;
+                    return Some(prio);
+                }
+                port.deficit[prio] += DWRR_QUANTUM_BYTES;
+                if port.deficit[prio] >= head {
+                    port.deficit[prio] -= head;
+                    return Some(prio);
+                }
+            } else if port.queues[prio].is_empty() {
+                port.deficit[prio] = 0;
+            }
+            port.rr = ((prio + 1) % N_PRIO) as u8;
+        }
+        None
+    }
+
+    fn switch_send(&mut self, p: u32) {
+        if let Some(id) = self.ports[p as usize].ctrl.pop_front() {
+            self.transmit(p, id);
+            self.after_switch_tx(p);
+            return;
+        }
+        let Some(prio) = self.pick_queue(p) else {
+            self.wake_for_pause(p);
+            return;
+        };
+        let id = self.ports[p as usize].queues[prio]
+            .pop_front()
+            .expect("picked a non-empty queue");
+        self.switch_dequeue(p, id);
+        self.transmit(p, id);
+        self.after_switch_tx(p);
+    }
+
+    fn after_switch_tx(&mut self, p: u32) {
+        let port = &self.ports[p as usize];
+        if !port.ctrl.is_empty() || port.queues.iter().any(|q| !q.is_empty()) {
+            let t = port.busy_until;
+            self.schedule_wake(p, t);
+        }
+    }
+
+    /// Nothing sendable: if queues wait behind a pause, wake when it expires.
+    fn wake_for_pause(&mut self, p: u32) {
+        let port = &self.ports[p as usize];
+        let mut t = NEVER;
+        for prio in 0..N_PRIO {
+            if !port.queues[prio].is_empty() && port.paused_until[prio] > self.now {
+                t = t.min(port.paused_until[prio]);
+            }
+        }
+        if t != NEVER {
+            self.schedule_wake(p, t);
+        }
+    }
+
+    /// A packet leaves switch port `out`: release its buffer, decide ECN, maybe resume.
+    fn switch_dequeue(&mut self, out: u32, id: u32) {
+        let pkt = *self.pool.get(id);
+        let prio = pkt.prio as usize;
+        let size = u64::from(pkt.size);
+        let inp = pkt.in_port;
+        let reserved = self.reserved;
+        let Dev::Switch(s) = self.ports[out as usize].dev else {
+            unreachable!("invariant: switch_dequeue runs on switch ports")
+        };
+        let sw = &mut self.switches[s as usize];
+        let port = &mut self.ports[inp as usize];
+        let from_hdrm = port.hdrm[prio].min(size);
+        let from_shared = (size - from_hdrm).min(port.ing[prio].saturating_sub(reserved));
+        port.hdrm[prio] -= from_hdrm;
+        port.ing[prio] -= size - from_hdrm;
+        sw.shared_used -= from_shared;
+        sw.used -= size;
+        let resume = self.pfc_lossless[prio] && port.xoff & (1 << prio) != 0 && port.hdrm[prio] == 0 && {
+            let shared = port.ing[prio].saturating_sub(reserved);
+            shared == 0 || shared + self.xon_offset <= sw.threshold(self.pfc_th)
+        };
+        let o = &mut self.ports[out as usize];
+        o.egr[prio] -= size;
+        o.c.q_packets[prio] += 1;
+        o.c.q_bytes[prio] += size;
+        if pkt.kind == Kind::Data && o.red_mark(o.egr[prio]) {
+            o.c.q_ecn_marked[prio] += 1;
+            self.pool.get_mut(id).ce = true;
+        }
+        if resume {
+            self.send_pfc(inp, prio, false);
+        }
+    }
+
+    // ----- NICs --------------------------------------------------------------------------
+
+    fn nic_receive(&mut self, p: u32, id: u32) {
+        let pkt = *self.pool.get(id);
+        match pkt.kind {
+            Kind::Data => self.nic_rx_data(p, &pkt),
+            Kind::Ack | Kind::Nack => self.nic_rx_ack(&pkt),
+            Kind::Cnp => self.nic_rx_cnp(&pkt),
+            Kind::Pause => self.receive_pause(p, &pkt),
+        }
+        self.consume(id);
+    }
+
+    /// Queues an ACK, NACK or CNP from the receiver of `qp` back to its sender.
+    fn send_ctrl(&mut self, qp: u32, kind: Kind, seq: u64, ts: Ps) {
+        let q = &self.qps[qp as usize];
+        let prio = if kind == Kind::Cnp || self.ack_prio_high {
+            self.cnp_prio
+        } else {
+            q.prio
+        };
+        let route = q.ack_route;
+        let size = if kind == Kind::Cnp { CNP_BYTES } else { ACK_BYTES };
+        let id = self.alloc(Packet {
+            seq,
+            ts,
+            qp,
+            route,
+            in_port: 0,
+            size,
+            payload: 0,
+            hop: 1,
+            kind,
+            prio,
+            ce: false,
+        });
+        let port = self.routes[route as usize];
+        self.ports[port as usize].queues[prio as usize].push_back(id);
+        self.kick(port);
+    }
+
+    fn nic_rx_data(&mut self, p: u32, pkt: &Packet) {
+        let now = self.now;
+        let qi = pkt.qp;
+        let class = self.qps[qi as usize].class;
+        if pkt.ce {
+            self.ports[p as usize].c.np_ecn_marked_roce_packets += 1;
+            // The NP answers CE marks only for classes running DCQCN (roce_np enabled on
+            // their priority), at most one CNP per QP per interval.
+            if let Cc::Dcqcn(pi, _) = self.qps[qi as usize].cc
+                && self.classes[class as usize].cc == CcAlgorithm::Dcqcn
+                && now >= self.qps[qi as usize].rx_next_cnp
+            {
+                self.qps[qi as usize].rx_next_cnp = now + self.dcqcn[pi as usize].cnp_interval;
+                self.ports[p as usize].c.np_cnp_sent += 1;
+                self.send_ctrl(qi, Kind::Cnp, 0, now);
+            }
+        }
+        let q = &mut self.qps[qi as usize];
+        if pkt.seq == q.rx_expected {
+            q.rx_expected += u64::from(pkt.payload);
+            let ack = q.rx_expected;
+            let complete = !q.rx_done && ack >= q.size;
+            if complete {
+                q.rx_done = true;
+            }
+            self.send_ctrl(qi, Kind::Ack, ack, pkt.ts);
+            if complete {
+                self.qp_received(qi);
+            }
+        } else if pkt.seq > q.rx_expected {
+            self.ports[p as usize].c.out_of_sequence += 1;
+            let q = &mut self.qps[qi as usize];
+            if now >= q.rx_nack_at || q.rx_last_nack != q.rx_expected {
+                q.rx_nack_at = now + NACK_INTERVAL;
+                q.rx_last_nack = q.rx_expected;
+                let exp = q.rx_expected;
+                self.send_ctrl(qi, Kind::Nack, exp, pkt.ts);
+            }
+        } else {
+            self.ports[p as usize].c.duplicate_request += 1;
+        }
+    }
+
+    fn qp_received(&mut self, qi: u32) {
+        let f = self.qps[qi as usize].flow;
+        let flow = &mut self.flows[f as usize];
+        flow.rx_left -= 1;
+        if flow.rx_left > 0 {
+            return;
+        }
+        flow.rx_done = Some(self.now);
+        let deps = std::mem::take(&mut flow.dependents);
+        for d in &deps {
+            let dep = &mut self.flows[*d as usize];
+            dep.deps_left -= 1;
+            if dep.deps_left == 0 {
+                let t = (self.now + dep.after_delay).max(dep.earliest);
+                self.q.push(t, ev(EV_FLOW_START, *d, 0));
+            }
+        }
+        self.flows[f as usize].dependents = deps;
+    }
+
+    fn nic_rx_ack(&mut self, pkt: &Packet) {
+        let now = self.now;
+        let qi = pkt.qp;
+        let q = &mut self.qps[qi as usize];
+        if q.done {
+            return;
+        }
+        if pkt.seq > q.snd_una {
+            q.snd_una = pkt.seq;
+            q.last_progress = now;
+        }
+        let mut kick = false;
+        if pkt.kind == Kind::Nack {
+            let sp = q.src_port;
+            if q.snd_nxt > q.snd_una {
+                q.snd_nxt = q.snd_una;
+                kick = true;
+            }
+            self.ports[sp as usize].c.packet_seq_err += 1;
+        }
+        let q = &mut self.qps[qi as usize];
+        if let Cc::Timely(pi, s) = &mut q.cc {
+            s.on_ack(
+                pkt.seq,
+                q.snd_nxt,
+                now.saturating_sub(pkt.ts),
+                &self.timely[*pi as usize],
+            );
+        }
+        if q.snd_una >= q.size {
+            self.qp_complete(qi);
+        } else if kick {
+            let sp = self.qps[qi as usize].src_port;
+            self.kick(sp);
+        }
+    }
+
+    fn qp_complete(&mut self, qi: u32) {
+        let q = &mut self.qps[qi as usize];
+        q.done = true;
+        let f = q.flow;
+        let flow = &mut self.flows[f as usize];
+        flow.qps_left -= 1;
+        if flow.qps_left == 0 {
+            flow.finish = Some(self.now);
+            self.flows_left -= 1;
+        }
+    }
+
+    fn nic_rx_cnp(&mut self, pkt: &Packet) {
+        let now = self.now;
+        let qi = pkt.qp;
+        let q = &mut self.qps[qi as usize];
+        let sp = q.src_port;
+        match &mut q.cc {
+            Cc::Dcqcn(pi, s) if !q.done => {
+                self.ports[sp as usize].c.rp_cnp_handled += 1;
+                if let Some(t) = s.on_cnp(now, &self.dcqcn[*pi as usize]) {
+                    self.q.push(t, ev(EV_DCQCN_DEC, qi, 0));
+                }
+            }
+            _ => self.ports[sp as usize].c.rp_cnp_ignored += 1,
+        }
+    }
+
+    fn dcqcn_dec(&mut self, qi: u32) {
+        let now = self.now;
+        let q = &mut self.qps[qi as usize];
+        if q.done {
+            return;
+        }
+        let Cc::Dcqcn(pi, s) = &mut q.cc else { return };
+        if s.on_dec_check(now, &self.dcqcn[*pi as usize]) && !q.inc_pending {
+            q.inc_pending = true;
+            let t = s.inc_deadline.expect("set by a decrease");
+            self.q.push(t, ev(EV_DCQCN_INC, qi, 0));
+        }
+    }
+
+    fn dcqcn_inc(&mut self, qi: u32) {
+        let now = self.now;
+        let q = &mut self.qps[qi as usize];
+        let Cc::Dcqcn(pi, s) = &mut q.cc else { return };
+        if q.done {
+            q.inc_pending = false;
+            return;
+        }
+        let deadline = s.inc_deadline.expect("armed");
+        if deadline > now {
+            // A later decrease restarted the timer: chase the new deadline.
+            self.q.push(deadline, ev(EV_DCQCN_INC, qi, 0));
+            return;
+        }
+        s.on_inc_timer(now, &self.dcqcn[*pi as usize]);
+        let next = s.inc_deadline.expect("rearmed");
+        self.q.push(next, ev(EV_DCQCN_INC, qi, 0));
+    }
+
+    fn rto(&mut self, qi: u32) {
+        let now = self.now;
+        let q = &mut self.qps[qi as usize];
+        if q.done || q.snd_una >= q.snd_nxt {
+            q.rto_pending = false;
+            return;
+        }
+        let deadline = q.last_progress + ACK_TIMEOUT;
+        if deadline > now {
+            self.q.push(deadline, ev(EV_RTO, qi, 0));
+            return;
+        }
+        q.snd_nxt = q.snd_una;
+        q.last_progress = now;
+        let sp = q.src_port;
+        self.ports[sp as usize].c.local_ack_timeout_err += 1;
+        self.q.push(now + ACK_TIMEOUT, ev(EV_RTO, qi, 0));
+        self.kick(sp);
+    }
+
+    fn start_flow(&mut self, f: u32) {
+        let now = self.now;
+        let flow = &mut self.flows[f as usize];
+        flow.started = Some(now);
+        let qps = flow.qps.clone();
+        for qi in qps {
+            let q = &mut self.qps[qi as usize];
+            if q.done {
+                // A zero-byte message completes as it starts.
+                self.qp_received_empty(qi);
+                continue;
+            }
+            q.next_avail = now;
+            q.last_progress = now;
+            let sp = q.src_port;
+            self.ports[sp as usize].qps.push(qi);
+            self.kick(sp);
+        }
+    }
+
+    fn qp_received_empty(&mut self, qi: u32) {
+        let f = self.qps[qi as usize].flow as usize;
+        self.flows[f].qps_left -= 1;
+        if self.flows[f].qps_left == 0 {
+            self.flows[f].finish = Some(self.now);
+            self.flows_left -= 1;
+        }
+        self.qp_received(qi);
+    }
+
+    fn nic_send(&mut self, p: u32) {
+        let now = self.now;
+        if let Some(id) = self.ports[p as usize].ctrl.pop_front() {
+            self.transmit(p, id);
+            self.after_nic_tx(p);
+            return;
+        }
+        for prio in (0..N_PRIO).rev() {
+            if !self.ports[p as usize].queues[prio].is_empty() && !self.is_paused(p, prio) {
+                let id = self.ports[p as usize].queues[prio]
+                    .pop_front()
+                    .expect("non-empty");
+                self.transmit(p, id);
+                self.after_nic_tx(p);
+                return;
+            }
+        }
+        // Data: round robin over QPs whose rate limiter allows a packet now.
+        let n = self.ports[p as usize].qps.len();
+        let start = self.ports[p as usize].rr_qp;
+        let mut any_done = false;
+        let mut chosen = None;
+        for i in 1..=n {
+            let idx = (start + i) % n;
+            let qi = self.ports[p as usize].qps[idx];
+            let q = &self.qps[qi as usize];
+            if q.done {
+                any_done = true;
+                continue;
+            }
+            if q.snd_nxt >= q.size || q.next_avail > now {
+                continue;
+            }
+            let prio = q.prio as usize;
+            if self.is_paused(p, prio) {
+                continue;
+            }
+            chosen = Some((idx, qi));
+            break;
+        }
+        if let Some((idx, qi)) = chosen {
+            self.ports[p as usize].rr_qp = idx;
+            self.send_data(p, qi);
+        }
+        if any_done {
+            let qps = &self.qps;
+            let port = &mut self.ports[p as usize];
+            port.qps.retain(|q| !qps[*q as usize].done);
+            port.rr_qp = port.rr_qp.min(port.qps.len().saturating_sub(1));
+        }
+        self.after_nic_tx(p);
+    }
+
+    fn send_data(&mut self, p: u32, qi: u32) {
+        let now = self.now;
+        let header = self.header_bytes;
+        let q = &mut self.qps[qi as usize];
+        let payload = (q.size - q.snd_nxt).min(u64::from(q.mtu)) as u32;
+        let seq = q.snd_nxt;
+        q.snd_nxt += u64::from(payload);
+        let wire = payload + header;
+        let rate = q.rate_bps();
+        let line_tx = self.ports[p as usize].rate.tx_time(wire);
+        q.next_avail = now
+            + if rate >= q.line_bps {
+                line_tx
+            } else {
+                tx_time_at(wire, rate).max(line_tx)
+            };
+        let arm_rto = !q.rto_pending;
+        q.rto_pending = true;
+        let (prio, route) = (q.prio, q.route);
+        if let Cc::Dcqcn(pi, s) = &mut q.cc {
+            s.on_sent(wire, &self.dcqcn[*pi as usize]);
+        }
+        let id = self.alloc(Packet {
+            seq,
+            ts: now,
+            qp: qi,
+            route,
+            in_port: 0,
+            size: wire as u16,
+            payload: payload as u16,
+            hop: 1,
+            kind: Kind::Data,
+            prio,
+            ce: false,
+        });
+        self.transmit(p, id);
+        if arm_rto {
+            self.q.push(now + ACK_TIMEOUT, ev(EV_RTO, qi, 0));
+        }
+    }
+
+    /// Schedules the next wake of NIC port `p`: when the link is free if control packets
+    /// wait, else when the earliest rate limiter or pause lets a QP send.
+    fn after_nic_tx(&mut self, p: u32) {
+        let now = self.now;
+        let port = &self.ports[p as usize];
+        let busy = port.busy_until.max(now);
+        let mut t = NEVER;
+        if !port.ctrl.is_empty() || port.queues.iter().any(|q| !q.is_empty()) {
+            t = busy;
+        }
+        for &qi in &port.qps {
+            let q = &self.qps[qi as usize];
+            if q.done || q.snd_nxt >= q.size {
+                continue;
+            }
+            let pause_end = port.paused_until[q.prio as usize];
+            let ready = q
+                .next_avail
+                .max(busy)
+                .max(if pause_end > now { pause_end } else { 0 });
+            t = t.min(ready);
+        }
+        if t != NEVER {
+            if t <= now {
+                // Sendable already (the link is idle): only possible if nothing was sent.
+                t = now + 1;
+            }
+            self.schedule_wake(p, t);
+        }
+    }
+
+    fn sample(&mut self) {
+        let now = self.now;
+        for (qi, q) in self.qps.iter().enumerate() {
+            if q.done || self.flows[q.flow as usize].started.is_none() {
+                continue;
+            }
+            self.samples.rates.push((now, qi as u32, q.rate_bps()));
+        }
+        for (pi, port) in self.ports.iter().enumerate() {
+            if matches!(port.dev, Dev::Switch(_)) {
+                for prio in 0..N_PRIO {
+                    if port.egr[prio] > 0 {
+                        self.samples
+                            .queues
+                            .push((now, pi as u32, prio as u8, port.egr[prio]));
+                    }
+                }
+            }
+        }
+        if let Some(iv) = self.sample_interval {
+            self.q.push(now + iv, ev(EV_SAMPLE, 0, 0));
+        }
+    }
+
+    /// Packets alive (queued or on a link).
+    pub fn live_packets(&self) -> usize {
+        self.pool.live()
+    }
+
+    /// Most packets alive at once.
+    pub fn peak_live_packets(&self) -> usize {
+        self.pool.peak_live()
+    }
+
+    /// Largest number of pending events.
+    pub fn peak_events_pending(&self) -> usize {
+        self.q.peak()
+    }
+
+    /// Current simulated time.
+    pub fn now(&self) -> Ps {
+        self.now
+    }
+
+    /// Bytes the receiver of a QP got in order.
+    pub(crate) fn qp_received_bytes(&self, qp: u32) -> u64 {
+        self.qps[qp as usize].rx_expected.min(self.qps[qp as usize].size)
+    }
+
+    /// Data path of a QP as egress port ids, sender NIC first.
+    pub(crate) fn route_of(&self, qp: u32) -> Vec<u32> {
+        let mut v = Vec::new();
+        let mut i = self.qps[qp as usize].route as usize;
+        loop {
+            let p = self.routes[i];
+            v.push(p);
+            if matches!(self.ports[self.ports[p as usize].peer as usize].dev, Dev::Nic(_)) {
+                return v;
+            }
+            i += 1;
+        }
+    }
+}
+
+/// Next hops towards `dst` for every node, in the order a BFS from `dst` discovers them
+/// (the HPCC simulator's `CalculateRoute`): nodes are expanded in BFS order with their
+/// neighbours visited by `rank`, and a node's list grows as its closer neighbours are
+/// expanded. Hosts are never expanded (they do not forward). With `one_per_neighbour`,
+/// parallel links to the same neighbour count once, as in that simulator's neighbour map.
+fn next_hop_lists(
+    graph: &Graph,
+    dst: u32,
+    rank: &dyn Fn(u32) -> u64,
+    one_per_neighbour: bool,
+) -> Vec<Vec<Adj>> {
+    let n = graph.len();
+    let mut dist = vec![u32::MAX; n];
+    let mut lists: Vec<Vec<Adj>> = vec![Vec::new(); n];
+    let mut queue = VecDeque::new();
+    dist[dst as usize] = 0;
+    queue.push_back(dst);
+    let is_switch = |i: u32| matches!(graph.node(i), Node::Switch(_));
+    while let Some(now) = queue.pop_front() {
+        let mut nbrs: Vec<Adj> = graph.adj(now).to_vec();
+        nbrs.sort_by_key(|a| (rank(a.peer), a.port));
+        if one_per_neighbour {
+            nbrs.dedup_by_key(|a| a.peer);
+        }
+        for a in nbrs {
+            if dist[a.peer as usize] == u32::MAX {
+                dist[a.peer as usize] = dist[now as usize] + 1;
+                if is_switch(a.peer) {
+                    queue.push_back(a.peer);
+                }
+            }
+            if dist[now as usize] + 1 == dist[a.peer as usize] {
+                lists[a.peer as usize].push(Adj {
+                    port: a.peer_port,
+                    link: a.link,
+                    peer: now,
+                    peer_port: a.port,
+                });
+            }
+        }
+    }
+    lists
+}
+
+/// What is still in the network at the end: (packets, bytes, data payload bytes), counted
+/// by walking every queue and link, independently of the ledger.
+impl Sim {
+    pub(crate) fn in_flight(&self) -> (usize, u64, u64) {
+        let (mut n, mut bytes, mut data) = (0usize, 0u64, 0u64);
+        let mut count = |id: u32| {
+            let k = self.pool.get(id);
+            n += 1;
+            bytes += u64::from(k.size);
+            if k.kind == Kind::Data {
+                data += u64::from(k.payload);
+            }
+        };
+        for port in &self.ports {
+            port.ctrl.iter().for_each(|id| count(*id));
+            for q in &port.queues {
+                q.iter().for_each(|id| count(*id));
+            }
+            port.in_flight.iter().for_each(|(_, id)| count(*id));
+        }
+        (n, bytes, data)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The marking probability measured at a queue held at a fixed length between Kmin and
+    /// Kmax follows the RED line within statistical error (4 sigma).
+    #[test]
+    fn red_marking_follows_the_red_line() {
+        let red = RedProfile {
+            enabled: true,
+            kmin_bytes: 100_000,
+            kmax_bytes: 400_000,
+            pmax: 0.2,
+        };
+        let mut port = Port::new(
+            Dev::Switch(0),
+            0,
+            1,
+            Rate::from_gbps(100.0),
+            1000,
+            0,
+            red,
+            Some(Stream::new(42, Purpose::Ecn, 0)),
+        );
+        const TRIALS: u32 = 200_000;
+        for q in [100_000u64, 150_000, 250_000, 399_000, 400_000, 400_001, 1_000_000] {
+            let expected = red.mark_probability(q);
+            let marked = (0..TRIALS).filter(|_| port.red_mark(q)).count() as f64;
+            let measured = marked / f64::from(TRIALS);
+            let sigma = (expected * (1.0 - expected) / f64::from(TRIALS)).sqrt();
+            assert!(
+                (measured - expected).abs() <= 4.0 * sigma + 1e-12,
+                "q = {q}: measured {measured:.5}, RED line {expected:.5} (sigma {sigma:.5})"
+            );
+        }
+        // Below Kmin nothing, above Kmax everything.
+        assert!(!(0..1000).any(|_| port.red_mark(99_999)));
+        assert!((0..1000).all(|_| port.red_mark(400_001)));
+    }
+}

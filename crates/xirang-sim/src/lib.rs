@@ -1,0 +1,185 @@
+//! Xirang's packet-level discrete-event simulator of RoCE fabrics.
+//!
+//! It runs a fabric model (`xirang-fabric`) under a workload and reports application
+//! metrics (flow completion times, request latency) and the counters real NICs and switches
+//! expose, under their real names. Components:
+//!
+//! - engine: integer picosecond time, a 4-ary event heap with (time, sequence) keys,
+//!   a packet pool, per-flow routes computed once with HPCC-compatible ECMP hashing;
+//! - links and ports: serialization plus propagation, 8 priorities, PFC frames first, the CNP
+//!   priority strictly next, DWRR between the others;
+//! - switches: shared buffer with dynamic thresholds per ingress priority group, PFC XOFF/XON
+//!   with headroom and pause refresh, RED/ECN per queue set per switch tier, lossy drops;
+//! - NICs: QPs segmented at the path MTU, per-QP rate limiters, ACK per packet, go-back-N on
+//!   NACK or ACK timeout, DCQCN (NP and RP) and TIMELY chosen per QP by traffic class.
+//!
+//! Simplifications are stated where they are made; see also VALIDATION.md at the
+//! repository root for the comparison with the HPCC ns-3 simulator.
+//!
+//! ```
+//! use std::path::Path;
+//! use xirang_fabric::scenario::Scenario;
+//!
+//! let text = r#"
+//! [topology.leaf_spine]
+//! leaves = 1
+//! spines = 1
+//! hosts_per_leaf = 2
+//! host_rate_gbps = 100
+//! fabric_rate_gbps = 100
+//!
+//! [workloads.one.flows]
+//! list = [{ src = "h0", dst = "h1", bytes = 100_000 }]
+//! "#;
+//! let loaded = Scenario::parse(text, Path::new("x.toml")).unwrap()
+//!     .build(Path::new("x.toml"), Path::new("."), Some(text)).unwrap();
+//! let result = xirang_sim::simulate(&loaded, &xirang_sim::options(&loaded), &mut |_| {});
+//! assert!(result.flows[0].fct_ps.is_some());
+//! result.check_conservation().unwrap();
+//! ```
+
+pub mod cc;
+pub mod counters;
+pub mod engine;
+pub mod output;
+pub mod packet;
+pub mod queue;
+pub mod rng;
+pub mod time;
+pub mod workload;
+
+pub use engine::{Ledger, PfcEvent, RunOptions, Sim};
+pub use output::{FlowResult, RunResult, Summary};
+
+use xirang_fabric::Loaded;
+use xirang_fabric::model::{NicId, Node, PortRef, SwitchId};
+
+use crate::engine::Dev;
+use crate::output::{RequestResult, RunStats};
+use crate::time::us;
+
+/// Run options from a scenario's `[run]` section.
+pub fn options(loaded: &Loaded) -> RunOptions {
+    let r = &loaded.scenario.run;
+    RunOptions {
+        seed: r.seed,
+        end: (r.end_us > 0.0).then(|| us(r.end_us)),
+        sample_interval: (r.sample_interval_us > 0.0).then(|| us(r.sample_interval_us)),
+        ecmp: r.ecmp,
+    }
+}
+
+/// Expands the scenario's workloads, runs them, and collects the results. `progress`
+/// receives the simulated time now and then.
+pub fn simulate(loaded: &Loaded, opts: &RunOptions, progress: &mut dyn FnMut(time::Ps)) -> RunResult {
+    let expanded = workload::expand(loaded, opts.seed);
+    let mut sim = Sim::new(&loaded.fabric, &loaded.scenario.config, &expanded.flows, opts);
+    sim.run(progress);
+    collect(loaded, &expanded, &sim)
+}
+
+fn collect(loaded: &Loaded, ex: &workload::Expanded, sim: &Sim) -> RunResult {
+    let fabric = &loaded.fabric;
+    let requests = ex
+        .requests
+        .iter()
+        .map(|r| {
+            let req = &sim.flows[r.request as usize];
+            let resp = &sim.flows[r.response as usize];
+            RequestResult {
+                workload: ex.workloads[r.workload as usize].clone(),
+                request: r.request,
+                response: r.response,
+                latency_ps: match (req.started, resp.rx_done) {
+                    (Some(s), Some(e)) => Some(e - s),
+                    _ => None,
+                },
+            }
+        })
+        .collect();
+    let pfc_prios = sim.pfc_prios.clone();
+    let port_name = |pi: usize| {
+        let p = &sim.ports[pi];
+        let node = match p.dev {
+            Dev::Nic(n) => Node::Nic(NicId(n)),
+            Dev::Switch(s) => Node::Switch(SwitchId(s)),
+        };
+        fabric.port_name(PortRef { node, port: p.local })
+    };
+    let flows: Vec<FlowResult> = ex
+        .flows
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            let f = &sim.flows[i];
+            let q0 = &sim.qps[f.qps.start as usize];
+            let start = f.started.unwrap_or(d.start);
+            FlowResult {
+                id: i as u32,
+                workload: ex.workloads[d.workload as usize].clone(),
+                class: d.class.clone(),
+                src: workload::nic_name(fabric, d.src),
+                dst: workload::nic_name(fabric, d.dst),
+                src_node: sim.nics[d.src.index()].node_id,
+                dst_node: sim.nics[d.dst.index()].node_id,
+                sport: q0.sport,
+                dport: q0.dport,
+                bytes: d.bytes,
+                start_ps: start + d.time_offset,
+                fct_ps: f.finish.map(|t| t - start),
+                rx_done_ps: f.rx_done.map(|t| t - start),
+                ideal_ps: f.ideal,
+                lower_bound_ps: f.lower_bound,
+                bytes_received: f.qps.clone().map(|q| sim.qp_received_bytes(q)).sum(),
+                path: sim
+                    .route_of(f.qps.start)
+                    .into_iter()
+                    .map(|p| port_name(p as usize))
+                    .collect(),
+            }
+        })
+        .collect();
+    let mut counters = Vec::new();
+    for (pi, p) in sim.ports.iter().enumerate() {
+        let name = port_name(pi);
+        match p.dev {
+            Dev::Nic(_) => p.c.nic_named(&name, &pfc_prios, &mut counters),
+            Dev::Switch(_) => p.c.switch_named(&name, &pfc_prios, &mut counters),
+        }
+    }
+    let (n, bytes, data) = sim.in_flight();
+    let stats = RunStats {
+        sim_time_ps: sim.now(),
+        events: sim.events,
+        packet_hops: sim.packet_hops,
+        peak_packets: sim.peak_live_packets(),
+        peak_events_pending: sim.peak_events_pending(),
+        packets_in_flight_at_end: n,
+        bytes_in_flight_at_end: bytes,
+        data_bytes_in_flight_at_end: data,
+        ledger: sim.ledger.into(),
+    };
+    let rate_series = sim
+        .samples
+        .rates
+        .iter()
+        .map(|(t, q, r)| (*t, sim.qps[*q as usize].flow, *q, *r))
+        .collect();
+    let queue_series = sim
+        .samples
+        .queues
+        .iter()
+        .map(|(t, p, prio, b)| (*t, port_name(*p as usize), *prio, *b))
+        .collect();
+    RunResult {
+        flows,
+        requests,
+        counters,
+        pfc: sim.pfc_log.clone(),
+        stats,
+        rate_series,
+        queue_series,
+        skipped: ex.skipped.clone(),
+        priorities_with_pfc: pfc_prios,
+    }
+}

@@ -1,0 +1,302 @@
+//! Turns a scenario's workload declarations into concrete flows.
+//!
+//! Every random choice (incast senders, permutation, request arrivals and sizes) draws from
+//! a stream derived from the run seed and the workload's position, so a workload's flows
+//! do not change when another workload is added.
+
+use std::collections::BTreeMap;
+
+use xirang_fabric::Loaded;
+use xirang_fabric::model::{Fabric, NicId, Node};
+use xirang_fabric::scenario::resolve_endpoint;
+use xirang_fabric::workload::{SizeDist, Workload};
+
+use crate::rng::{Purpose, Stream};
+use crate::time::{Ps, us};
+
+/// One message from one NIC to another.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FlowDef {
+    /// Index of the workload in [`Expanded::workloads`].
+    pub workload: u16,
+    /// Traffic class name.
+    pub class: String,
+    /// Sending NIC.
+    pub src: NicId,
+    /// Receiving NIC.
+    pub dst: NicId,
+    /// Message size.
+    pub bytes: u64,
+    /// Earliest start.
+    pub start: Ps,
+    /// Priority (the class's unless overridden).
+    pub prio: Option<u8>,
+    /// Flows whose data must have fully arrived before this one starts.
+    pub after: Vec<u32>,
+    /// Extra delay after the last of `after` arrived (server think time).
+    pub after_delay: Ps,
+    /// Source port for HPCC-format flows (others get theirs from the ECMP mode).
+    pub hpcc_ports: Option<(u16, u16)>,
+    /// Added to start times in outputs, so HPCC flow files keep their absolute times.
+    pub time_offset: Ps,
+}
+
+/// A request/response pair of an inference workload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Request {
+    /// Workload index.
+    pub workload: u16,
+    /// The request flow.
+    pub request: u32,
+    /// The response flow.
+    pub response: u32,
+}
+
+/// The flows of all workloads.
+#[derive(Debug, Clone, Default)]
+pub struct Expanded {
+    /// Workload names, in scenario order.
+    pub workloads: Vec<String>,
+    /// Flows.
+    pub flows: Vec<FlowDef>,
+    /// Inference requests.
+    pub requests: Vec<Request>,
+    /// Workloads that were not expanded, with the reason.
+    pub skipped: Vec<(String, String)>,
+}
+
+/// Expands every workload of a loaded scenario.
+pub fn expand(loaded: &Loaded, seed: u64) -> Expanded {
+    let fabric = &loaded.fabric;
+    let mut out = Expanded::default();
+    for (wi, (name, w)) in loaded.scenario.workloads.iter().enumerate() {
+        let widx = wi as u16;
+        out.workloads.push(name.clone());
+        let mut rng = Stream::new(seed, Purpose::Workload, wi as u64);
+        let ep = |s: &str| resolve_endpoint(fabric, s).expect("invariant: endpoints are validated at load");
+        let base = FlowDef {
+            workload: widx,
+            class: w.class().to_string(),
+            src: NicId(0),
+            dst: NicId(0),
+            bytes: 0,
+            start: 0,
+            prio: None,
+            after: Vec::new(),
+            after_delay: 0,
+            hpcc_ports: None,
+            time_offset: 0,
+        };
+        match w {
+            Workload::Flows(f) => {
+                let first = out.flows.len() as u32;
+                let ids: BTreeMap<&str, u32> = f
+                    .list
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, x)| x.id.as_deref().map(|id| (id, first + i as u32)))
+                    .collect();
+                for x in &f.list {
+                    out.flows.push(FlowDef {
+                        class: x.class.clone().unwrap_or_else(|| f.class.clone()),
+                        src: ep(&x.src),
+                        dst: ep(&x.dst),
+                        bytes: x.bytes,
+                        start: us(x.start_us),
+                        prio: x.priority,
+                        after: x.after.iter().map(|a| ids[a.as_str()]).collect(),
+                        ..base.clone()
+                    });
+                }
+            }
+            Workload::Incast(x) => {
+                let dst = ep(&x.receiver);
+                let senders: Vec<NicId> = if x.sender_hosts.is_empty() {
+                    pick_incast_senders(fabric, dst, x.senders.map_or(1, |c| c.get()) as usize, &mut rng)
+                } else {
+                    x.sender_hosts.iter().map(|s| ep(s)).collect()
+                };
+                for src in senders {
+                    out.flows.push(FlowDef {
+                        src,
+                        dst,
+                        bytes: x.bytes,
+                        start: us(x.start_us),
+                        ..base.clone()
+                    });
+                }
+            }
+            Workload::Permutation(x) => {
+                let eps = endpoints(fabric, &x.hosts, &ep);
+                // Sattolo's algorithm: a uniformly random cyclic permutation, so nobody sends
+                // to itself.
+                let mut perm: Vec<usize> = (0..eps.len()).collect();
+                for i in (1..perm.len()).rev() {
+                    let j = rng.below(i as u64) as usize;
+                    perm.swap(i, j);
+                }
+                for (i, &j) in perm.iter().enumerate() {
+                    if i != j {
+                        out.flows.push(FlowDef {
+                            src: eps[i],
+                            dst: eps[j],
+                            bytes: x.bytes,
+                            start: us(x.start_us),
+                            ..base.clone()
+                        });
+                    }
+                }
+            }
+            Workload::AllToAll(x) => {
+                let eps = endpoints(fabric, &x.hosts, &ep);
+                for &s in &eps {
+                    for &d in &eps {
+                        if s != d {
+                            out.flows.push(FlowDef {
+                                src: s,
+                                dst: d,
+                                bytes: x.bytes,
+                                start: us(x.start_us),
+                                ..base.clone()
+                            });
+                        }
+                    }
+                }
+            }
+            Workload::Inference(x) => {
+                let clients: Vec<NicId> = x.clients.iter().map(|s| ep(s)).collect();
+                let servers: Vec<NicId> = x.servers.iter().map(|s| ep(s)).collect();
+                let mean_gap_us = 1e6 / x.requests_per_sec;
+                let end = x.start_us + x.duration_us;
+                for &c in &clients {
+                    let mut t = x.start_us + rng.exponential(mean_gap_us);
+                    while t < end {
+                        let s = servers[rng.below(servers.len() as u64) as usize];
+                        let req_bytes = sample_size(&x.request, &mut rng);
+                        let resp_bytes = sample_size(&x.response, &mut rng);
+                        let req = out.flows.len() as u32;
+                        out.flows.push(FlowDef {
+                            src: c,
+                            dst: s,
+                            bytes: req_bytes,
+                            start: us(t),
+                            ..base.clone()
+                        });
+                        out.flows.push(FlowDef {
+                            src: s,
+                            dst: c,
+                            bytes: resp_bytes,
+                            start: us(t),
+                            after: vec![req],
+                            after_delay: us(x.service_us),
+                            ..base.clone()
+                        });
+                        out.requests.push(Request {
+                            workload: widx,
+                            request: req,
+                            response: req + 1,
+                        });
+                        t += rng.exponential(mean_gap_us);
+                    }
+                }
+            }
+            Workload::HpccFlows(h) => {
+                let offset = us(h.time_offset_us);
+                let mut pair_port: BTreeMap<(u32, u32), u16> = BTreeMap::new();
+                for f in &loaded.hpcc_flows[name] {
+                    // The HPCC simulator numbers source ports per (src, dst) pair from 10000
+                    // (docs/hpcc-model.md §6).
+                    const HPCC_FIRST_SPORT: u16 = 10000;
+                    let sport = pair_port.entry((f.src, f.dst)).or_insert(HPCC_FIRST_SPORT);
+                    let this = *sport;
+                    *sport = sport.wrapping_add(1);
+                    out.flows.push(FlowDef {
+                        src: ep(&format!("h{}", f.src)),
+                        dst: ep(&format!("h{}", f.dst)),
+                        bytes: f.bytes,
+                        start: f.start_ps.saturating_sub(offset),
+                        prio: Some(f.pg),
+                        hpcc_ports: Some((this, f.dport)),
+                        time_offset: offset.min(f.start_ps),
+                        ..base.clone()
+                    });
+                }
+            }
+            Workload::Collective(_) => out.skipped.push((
+                name.clone(),
+                "collective schedules are not simulated yet (they come with the collectives work)"
+                    .to_string(),
+            )),
+        }
+    }
+    out
+}
+
+fn endpoints(fabric: &Fabric, hosts: &[String], ep: &dyn Fn(&str) -> NicId) -> Vec<NicId> {
+    if hosts.is_empty() {
+        fabric
+            .hosts
+            .iter()
+            .filter_map(|h| h.nics.first().copied())
+            .collect()
+    } else {
+        hosts.iter().map(|h| ep(h)).collect()
+    }
+}
+
+/// `n` senders, preferring hosts not under the receiver's leaf, chosen at random.
+fn pick_incast_senders(fabric: &Fabric, dst: NicId, n: usize, rng: &mut Stream) -> Vec<NicId> {
+    let leaf_of = |nic: NicId| fabric.attached_switch(nic, 0).map(|p| p.node);
+    let dst_leaf = leaf_of(dst);
+    let dst_host = fabric.nics[dst.index()].host;
+    let mut far = Vec::new();
+    let mut near = Vec::new();
+    for h in &fabric.hosts {
+        let Some(&nic) = h.nics.first() else { continue };
+        if fabric.nics[nic.index()].host == dst_host {
+            continue;
+        }
+        if leaf_of(nic).is_some() && leaf_of(nic) != dst_leaf {
+            far.push(nic);
+        } else {
+            near.push(nic);
+        }
+    }
+    shuffle(&mut far, rng);
+    shuffle(&mut near, rng);
+    far.into_iter().chain(near).take(n).collect()
+}
+
+fn shuffle<T>(v: &mut [T], rng: &mut Stream) {
+    for i in (1..v.len()).rev() {
+        let j = rng.below(i as u64 + 1) as usize;
+        v.swap(i, j);
+    }
+}
+
+/// Draws a size from a distribution.
+pub fn sample_size(d: &SizeDist, rng: &mut Stream) -> u64 {
+    match d {
+        SizeDist::Fixed(b) => *b,
+        SizeDist::Uniform { min_bytes, max_bytes } => min_bytes + rng.below(max_bytes - min_bytes + 1),
+        SizeDist::Cdf(points) => {
+            let u = rng.uniform();
+            let mut prev = (0u64, 0.0f64);
+            for &(b, p) in points {
+                if u <= p {
+                    // Linear interpolation inside the step, as the HPCC traffic generator does.
+                    let span = p - prev.1;
+                    let frac = if span > 0.0 { (u - prev.1) / span } else { 1.0 };
+                    return (prev.0 as f64 + frac * (b - prev.0) as f64).round().max(1.0) as u64;
+                }
+                prev = (b, p);
+            }
+            prev.0.max(1)
+        }
+    }
+}
+
+/// Endpoints are NICs; this names one for outputs (`h3/mlx5_0`).
+pub fn nic_name(fabric: &Fabric, nic: NicId) -> String {
+    fabric.node_name(Node::Nic(nic))
+}

@@ -1,0 +1,220 @@
+//! `xirang sim`.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use comfy_table::{Table, presets::UTF8_BORDERS_ONLY};
+use indicatif::{ProgressBar, ProgressStyle};
+use xirang_fabric::Loaded;
+use xirang_fabric::scenario::Scenario;
+use xirang_sim::output::Summary;
+use xirang_sim::time::{PS_PER_US, us};
+
+use crate::Outcome;
+use crate::cli::{HpccCc, SimArgs};
+
+/// The reference settings for runs on HPCC input files: the shipped reference scenarios.
+const REFERENCE_DCQCN: &str = include_str!("../../../scenarios/reference/incast16-4mb-dcqcn.toml");
+const REFERENCE_TIMELY: &str = include_str!("../../../scenarios/reference/incast16-4mb-timely.toml");
+
+fn load_hpcc(topo: &Path, flows: &Path, cc: HpccCc) -> Result<Loaded> {
+    let template = match cc {
+        HpccCc::Dcqcn => REFERENCE_DCQCN,
+        HpccCc::Timely => REFERENCE_TIMELY,
+    };
+    let mut s = Scenario::parse(template, Path::new("<reference settings>"))?;
+    let abs = |p: &Path| -> Result<String> {
+        Ok(std::fs::canonicalize(p)
+            .with_context(|| format!("{}: cannot read", p.display()))?
+            .display()
+            .to_string())
+    };
+    if let xirang_fabric::topology::TopologySpec::Hpcc(h) = &mut s.topology {
+        h.file = abs(topo)?;
+    }
+    for w in s.workloads.values_mut() {
+        if let xirang_fabric::workload::Workload::HpccFlows(f) = w {
+            f.file = abs(flows)?;
+        }
+    }
+    s.name = format!(
+        "{}-{}",
+        flows.file_stem().unwrap_or_default().to_string_lossy(),
+        match cc {
+            HpccCc::Dcqcn => "dcqcn",
+            HpccCc::Timely => "timely",
+        }
+    );
+    Ok(s.build(topo, Path::new("."), None)?)
+}
+
+/// Writes `text` to `dir/name` through a temporary file, so a reader never sees half a file.
+fn write_atomic(dir: &Path, name: &str, text: &str) -> Result<()> {
+    let tmp = dir.join(format!(".{name}.tmp"));
+    std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, dir.join(name)).with_context(|| format!("writing {}", dir.join(name).display()))?;
+    Ok(())
+}
+
+pub(crate) fn run(a: &SimArgs) -> Result<Outcome> {
+    let loaded = match (&a.scenario, &a.hpcc_topology, &a.hpcc_flows) {
+        (Some(f), None, None) => crate::cmd::load(f)?,
+        (None, Some(t), Some(fl)) => load_hpcc(t, fl, a.cc)?,
+        _ => bail!("give a scenario file, or --hpcc-topology and --hpcc-flows"),
+    };
+    let mut opts = xirang_sim::options(&loaded);
+    if let Some(s) = a.seed {
+        opts.seed = s;
+    }
+    if let Some(u) = a.until {
+        opts.end = Some(us(u));
+    }
+    if let Some(s) = a.sample {
+        opts.sample_interval = Some(us(s));
+    }
+    let out_dir = a.out.clone().unwrap_or_else(|| {
+        PathBuf::from("out").join(if loaded.scenario.name.is_empty() {
+            "sim"
+        } else {
+            &loaded.scenario.name
+        })
+    });
+    std::fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
+
+    let bar = if a.quiet {
+        ProgressBar::hidden()
+    } else {
+        let b = match opts.end {
+            Some(e) => ProgressBar::new(e / PS_PER_US),
+            None => ProgressBar::new_spinner(),
+        };
+        b.set_style(
+            ProgressStyle::with_template("{spinner} simulated {pos} us {bar:30} {len} us  [{elapsed}]")
+                .expect("valid template"),
+        );
+        b
+    };
+    let t0 = Instant::now();
+    let result = xirang_sim::simulate(&loaded, &opts, &mut |now| bar.set_position(now / PS_PER_US));
+    let wall = t0.elapsed();
+    bar.finish_and_clear();
+    for (w, why) in &result.skipped {
+        eprintln!("warning: workload `{w}` was not simulated: {why}");
+    }
+
+    let offset = loaded
+        .scenario
+        .workloads
+        .values()
+        .find_map(|w| match w {
+            xirang_fabric::workload::Workload::HpccFlows(h) => Some(us(h.time_offset_us)),
+            _ => None,
+        })
+        .unwrap_or(0);
+    write_atomic(&out_dir, "fct.txt", &result.fct_hpcc())?;
+    write_atomic(&out_dir, "pfc.txt", &result.pfc_hpcc(offset))?;
+    write_atomic(&out_dir, "flows.json", &result.flows_json())?;
+    write_atomic(&out_dir, "counters.csv", &result.counters_csv())?;
+    if opts.sample_interval.is_some() {
+        write_atomic(&out_dir, "rates.csv", &result.rates_csv())?;
+        write_atomic(&out_dir, "queues.csv", &result.queues_csv())?;
+    }
+    let summary = result.summary();
+    let wall_s = wall.as_secs_f64();
+    let report = serde_json::json!({
+        "scenario": loaded.scenario.name,
+        "seed": opts.seed,
+        "summary": summary,
+        "wall_seconds": wall_s,
+        "events_per_second": summary.stats.events as f64 / wall_s.max(1e-9),
+        "packet_hops_per_second": summary.stats.packet_hops as f64 / wall_s.max(1e-9),
+        "out_dir": out_dir.display().to_string(),
+    });
+    write_atomic(
+        &out_dir,
+        "summary.json",
+        &(serde_json::to_string_pretty(&report)? + "\n"),
+    )?;
+    if let Err(e) = result.check_conservation() {
+        bail!("conservation check failed (a simulator bug):\n{e}");
+    }
+    if a.json {
+        crate::cmd::out(&(serde_json::to_string_pretty(&report)? + "\n"))?;
+    } else {
+        crate::cmd::out(&render(&loaded.scenario.name, &summary, wall_s, &out_dir))?;
+    }
+    Ok(Outcome::Clean)
+}
+
+fn opt(v: Option<f64>, prec: usize) -> String {
+    v.map_or("-".to_string(), |x| format!("{x:.prec$}"))
+}
+
+fn render(name: &str, s: &Summary, wall_s: f64, out: &Path) -> String {
+    let mut t = Table::new();
+    t.load_style(UTF8_BORDERS_ONLY);
+    t.set_header(vec![
+        "class",
+        "flows",
+        "FCT p50 us",
+        "p95 us",
+        "p99 us",
+        "slowdown p50",
+        "p99",
+        "goodput Gbit/s",
+    ]);
+    for c in &s.classes {
+        t.add_row(vec![
+            c.class.clone(),
+            format!("{}/{}", c.finished, c.flows),
+            opt(c.fct_p50_us, 1),
+            opt(c.fct_p95_us, 1),
+            opt(c.fct_p99_us, 1),
+            opt(c.slowdown_p50, 2),
+            opt(c.slowdown_p99, 2),
+            opt(c.goodput_gbps, 1),
+        ]);
+    }
+    let mut text = format!("{name}\n{t}\n");
+    if !s.latency.is_empty() {
+        let mut l = Table::new();
+        l.load_style(UTF8_BORDERS_ONLY);
+        l.set_header(vec![
+            "inference workload",
+            "answered",
+            "latency p50 us",
+            "p99 us",
+            "p99.9 us",
+        ]);
+        for w in &s.latency {
+            l.add_row(vec![
+                w.workload.clone(),
+                format!("{}/{}", w.answered, w.requests),
+                opt(w.p50_us, 1),
+                opt(w.p99_us, 1),
+                opt(w.p999_us, 1),
+            ]);
+        }
+        text.push_str(&format!("{l}\n"));
+    }
+    let st = &s.stats;
+    text.push_str(&format!(
+        "PFC frames {} (paused {:.1} us in total), ECN marks {}, CNPs {}, drops {}\n\
+         simulated {:.1} us in {:.2} s wall: {} events ({:.2} M/s), {} packet-hops ({:.2} M/s)\n\
+         results in {}\n",
+        s.pfc_frames,
+        s.pfc_pause_us,
+        s.ecn_marks,
+        s.cnps,
+        s.drops,
+        st.sim_time_ps as f64 / PS_PER_US as f64,
+        wall_s,
+        st.events,
+        st.events as f64 / wall_s.max(1e-9) / 1e6,
+        st.packet_hops,
+        st.packet_hops as f64 / wall_s.max(1e-9) / 1e6,
+        out.display()
+    ));
+    text
+}
