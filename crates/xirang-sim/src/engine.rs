@@ -17,8 +17,8 @@ use xirang_fabric::scenario::EcmpMode;
 
 use crate::cc::{Dcqcn, DcqcnState, Timely, TimelyState};
 use crate::counters::{N_PRIO, PortCounters};
-use crate::packet::{Kind, Packet, Pool};
-use crate::queue::EventQueue;
+use crate::packet::{Kind, Packet};
+use crate::queue::{EventQueue, Queue};
 use crate::rng::{Purpose, Stream, murmur3_32};
 use crate::time::{PS_PER_NS, PS_PER_US, Ps, Rate, tx_time_at};
 use crate::workload::FlowDef;
@@ -79,31 +79,56 @@ pub(crate) struct Port {
     busy_until: Ps,
     wake_at: Ps,
     /// PFC frames to send, ahead of everything.
-    ctrl: VecDeque<u32>,
-    /// Per-priority egress queues (at NICs: ACKs, NACKs and CNPs only; data comes from QPs).
-    queues: [VecDeque<u32>; N_PRIO],
-    deficit: [i64; N_PRIO],
+    ctrl: VecDeque<Packet>,
+    /// Invariant: bit p set iff `pr[p].queue` is non-empty. Only [`Port::push_q`] and
+    /// [`Port::pop_q`] touch the queues.
+    nonempty: u8,
+    /// Bit p set when a pause was received on p that may still be in force; `is_paused`
+    /// clears it once the pause ended.
+    pause_mask: u8,
+    /// DWRR round-robin pointer.
     rr: u8,
-    /// PFC received: transmitter paused for a priority until this time.
-    paused_until: [Ps; N_PRIO],
-    pause_since: [Ps; N_PRIO],
-    in_flight: VecDeque<(Ps, u32)>,
-    /// Switch ingress accounting per priority (HPCC switch-mmu model).
-    ing: [u64; N_PRIO],
-    hdrm: [u64; N_PRIO],
-    headroom: u64,
-    /// Switch egress bytes queued per priority (RED input).
-    pub(crate) egr: [u64; N_PRIO],
+    /// Priorities on which this port told its peer to pause (XOFF sent, no XON yet).
     xoff: u8,
-    xoff_since: [Ps; N_PRIO],
-    pfc_gen: [u32; N_PRIO],
+    /// Headroom for bytes arriving after XOFF (switch ingress).
+    headroom: u64,
+    /// Packets on the link leaving this port, with their arrival times.
+    in_flight: VecDeque<(Ps, Packet)>,
+    /// Everything kept per priority, together, so that handling a packet touches one block.
+    pr: [PrioState; N_PRIO],
     /// NIC: QPs sending through this port.
     qps: Vec<u32>,
     rr_qp: usize,
     ecn_rng: Option<Stream>,
     /// RED profile of this egress port (switch ports).
     red: RedProfile,
-    pub(crate) c: PortCounters,
+}
+
+/// Per-priority state of a port.
+#[derive(Debug, Default)]
+struct PrioState {
+    /// Egress queue (at NICs: ACKs, NACKs and CNPs only; data comes from QPs). Packets live
+    /// in the queues and link rings themselves: moving 40 bytes along a ring is cheaper than
+    /// chasing an id into a pool, and the rings never shrink, so nothing is allocated per
+    /// packet once they have grown.
+    queue: VecDeque<Packet>,
+    /// Switch egress bytes queued (RED input).
+    egr: u64,
+    /// Switch ingress accounting of packets that entered here (HPCC switch-mmu model).
+    ing: u64,
+    hdrm: u64,
+    deficit: i64,
+    /// PFC received: transmitter paused until this time.
+    paused_until: Ps,
+    /// Bytes and packets sent: the only counters touched per packet; receive counters are
+    /// derived from the peer's at the end (see [`Sim::port_counters`]).
+    tx_bytes: u64,
+    tx_packets: u64,
+    /// Peak egress queue bytes (switch ports).
+    watermark: u64,
+    pause_since: Ps,
+    xoff_since: Ps,
+    pfc_gen: u32,
 }
 
 impl Port {
@@ -127,25 +152,42 @@ impl Port {
             busy_until: 0,
             wake_at: NEVER,
             ctrl: VecDeque::new(),
-            queues: Default::default(),
-            deficit: [0; N_PRIO],
+            nonempty: 0,
+            pause_mask: 0,
             rr: 0,
-            paused_until: [0; N_PRIO],
-            pause_since: [NEVER; N_PRIO],
-            in_flight: VecDeque::new(),
-            ing: [0; N_PRIO],
-            hdrm: [0; N_PRIO],
-            headroom,
-            egr: [0; N_PRIO],
             xoff: 0,
-            xoff_since: [NEVER; N_PRIO],
-            pfc_gen: [0; N_PRIO],
+            headroom,
+            in_flight: VecDeque::new(),
+            pr: std::array::from_fn(|_| PrioState {
+                pause_since: NEVER,
+                xoff_since: NEVER,
+                ..PrioState::default()
+            }),
             qps: Vec::new(),
             rr_qp: 0,
             ecn_rng,
             red,
-            c: PortCounters::default(),
         }
+    }
+
+    #[inline]
+    fn push_q(&mut self, prio: usize, pkt: Packet) {
+        self.pr[prio].queue.push_back(pkt);
+        self.nonempty |= 1 << prio;
+    }
+
+    /// Pops the head of a queue; an emptied queue loses its DWRR deficit.
+    #[inline]
+    fn pop_q(&mut self, prio: usize) -> Packet {
+        let pkt = self.pr[prio]
+            .queue
+            .pop_front()
+            .expect("invariant: popped queues are non-empty");
+        if self.pr[prio].queue.is_empty() {
+            self.nonempty &= !(1 << prio);
+            self.pr[prio].deficit = 0;
+        }
+        pkt
     }
 
     /// RED decision for a data packet leaving with `queued_bytes` still behind it
@@ -339,11 +381,17 @@ pub struct RunOptions {
 }
 
 /// The simulation state.
-pub struct Sim {
+///
+/// `Q` is the event queue; the default calendar queue is the fast one, [`crate::queue::HeapQueue`]
+/// is kept as the reference the benchmarks compare it with.
+pub struct Sim<Q: Queue = EventQueue> {
     pub(crate) now: Ps,
-    q: EventQueue,
-    pool: Pool,
+    q: Q,
+    live_packets: usize,
+    peak_live_packets: usize,
     pub(crate) ports: Vec<Port>,
+    /// Counters of each port that are not touched per packet.
+    counters: Vec<PortCounters>,
     pub(crate) switches: Vec<SwitchState>,
     pub(crate) nics: Vec<NicState>,
     routes: Vec<u32>,
@@ -372,9 +420,9 @@ pub struct Sim {
     end: Option<Ps>,
 }
 
-impl Sim {
+impl<Q: Queue> Sim<Q> {
     /// Builds a simulation of `flows` on `fabric` under `config`.
-    pub fn new(fabric: &Fabric, config: &FabricConfig, flows: &[FlowDef], opts: &RunOptions) -> Sim {
+    pub fn new(fabric: &Fabric, config: &FabricConfig, flows: &[FlowDef], opts: &RunOptions) -> Sim<Q> {
         let mut ports = Vec::with_capacity(fabric.links.len() * 2);
         let mut nic_ports: Vec<Vec<u32>> = fabric
             .nics
@@ -506,8 +554,13 @@ impl Sim {
         let pfc_lossless: [bool; N_PRIO] = std::array::from_fn(|p| pfc.is_lossless(p as u8));
         let mut sim = Sim {
             now: 0,
-            q: EventQueue::new(),
-            pool: Pool::default(),
+            // Most events are scheduled one serialization plus one link delay ahead.
+            q: Q::with_horizon(
+                fabric.links.iter().map(|l| l.delay_ns).max().unwrap_or(0) * PS_PER_NS + PS_PER_US,
+            ),
+            live_packets: 0,
+            peak_live_packets: 0,
+            counters: vec![PortCounters::default(); ports.len()],
             ports,
             switches,
             nics,
@@ -818,16 +871,15 @@ impl Sim {
         const PROGRESS_EVERY: u64 = 1 << 16;
         let end = self.end.unwrap_or(NEVER);
         while self.flows_left > 0 {
-            let Some(t) = self.q.peek_time() else { break };
-            if t > end {
-                self.now = end;
+            let Some((t, e)) = self.q.pop_until(end) else {
+                if self.end.is_some() && !self.q.is_empty() {
+                    self.now = end;
+                }
                 break;
-            }
-            let (t, e) = self.q.take().expect("peeked");
+            };
             debug_assert!(t >= self.now, "invariant: time never goes backwards");
             self.now = t;
             self.dispatch(e);
-            self.q.finish();
             self.events += 1;
             if self.events.is_multiple_of(PROGRESS_EVERY) {
                 progress(self.now);
@@ -891,24 +943,20 @@ impl Sim {
         }
     }
 
-    /// Puts packet `id` on the wire of port `p`.
+    /// Puts a packet on the wire of port `p`.
     #[inline]
-    fn transmit(&mut self, p: u32, id: u32) {
-        let (size, prio) = {
-            let k = self.pool.get(id);
-            (k.size, k.prio)
-        };
+    fn transmit(&mut self, p: u32, pkt: Packet) {
+        let (size, prio) = (pkt.size, pkt.prio);
         let now = self.now;
         let port = &mut self.ports[p as usize];
         let tx = port.rate.tx_time(u32::from(size));
         port.busy_until = now + tx;
-        port.c.tx_bytes += u64::from(size);
-        port.c.tx_packets += 1;
-        port.c.tx_prio_bytes[prio as usize] += u64::from(size);
-        port.c.tx_prio_packets[prio as usize] += 1;
+        let st = &mut port.pr[prio as usize];
+        st.tx_bytes += u64::from(size);
+        st.tx_packets += 1;
         let at = now + tx + port.delay;
         let was_empty = port.in_flight.is_empty();
-        port.in_flight.push_back((at, id));
+        port.in_flight.push_back((at, pkt));
         self.packet_hops += 1;
         if was_empty {
             self.q.push(at, ev(EV_ARRIVE, p, 0));
@@ -917,7 +965,7 @@ impl Sim {
 
     fn arrive(&mut self, p: u32) {
         let port = &mut self.ports[p as usize];
-        let (_, id) = port
+        let (_, pkt) = port
             .in_flight
             .pop_front()
             .expect("invariant: an Arrive event has a packet in flight");
@@ -925,53 +973,48 @@ impl Sim {
             self.q.push(next, ev(EV_ARRIVE, p, 0));
         }
         let q = port.peer;
-        let (size, prio) = {
-            let k = self.pool.get(id);
-            (k.size, k.prio)
-        };
-        let rx = &mut self.ports[q as usize];
-        rx.c.rx_bytes += u64::from(size);
-        rx.c.rx_packets += 1;
-        rx.c.rx_prio_bytes[prio as usize] += u64::from(size);
-        rx.c.rx_prio_packets[prio as usize] += 1;
-        match rx.dev {
-            Dev::Switch(s) => self.switch_receive(s, q, id),
-            Dev::Nic(_) => self.nic_receive(q, id),
+        match self.ports[q as usize].dev {
+            Dev::Switch(s) => self.switch_receive(s, q, pkt),
+            Dev::Nic(_) => self.nic_receive(q, pkt),
         }
     }
 
+    /// Accounts a packet a NIC or switch creates.
     #[inline]
-    fn alloc(&mut self, pkt: Packet) -> u32 {
+    fn alloc(&mut self, pkt: Packet) -> Packet {
         self.ledger.created_packets += 1;
         self.ledger.created_bytes += u64::from(pkt.size);
         if pkt.kind == Kind::Data {
             self.ledger.data_sent_bytes += u64::from(pkt.payload);
         }
-        self.pool.alloc(pkt)
+        self.live_packets += 1;
+        if self.live_packets > self.peak_live_packets {
+            self.peak_live_packets = self.live_packets;
+        }
+        pkt
     }
 
+    /// Accounts a packet that reached the device it was for.
     #[inline]
-    fn consume(&mut self, id: u32) {
-        let k = self.pool.get(id);
+    fn consume(&mut self, k: &Packet) {
         self.ledger.delivered_packets += 1;
         self.ledger.delivered_bytes += u64::from(k.size);
         if k.kind == Kind::Data {
             self.ledger.data_delivered_bytes += u64::from(k.payload);
         }
-        self.pool.free(id);
+        self.live_packets -= 1;
     }
 
-    fn drop_packet(&mut self, out: u32, id: u32) {
-        let k = *self.pool.get(id);
+    fn drop_packet(&mut self, out: u32, k: &Packet) {
         self.ledger.dropped_packets += 1;
         self.ledger.dropped_bytes += u64::from(k.size);
         if k.kind == Kind::Data {
             self.ledger.data_dropped_bytes += u64::from(k.payload);
         }
-        let c = &mut self.ports[out as usize].c;
+        let c = &mut self.counters[out as usize];
         c.tx_discards += 1;
         c.q_dropped[k.prio as usize] += 1;
-        self.pool.free(id);
+        self.live_packets -= 1;
     }
 
     // ----- PFC ---------------------------------------------------------------------------
@@ -981,27 +1024,34 @@ impl Sim {
     fn is_paused(&mut self, p: u32, prio: usize) -> bool {
         let now = self.now;
         let port = &mut self.ports[p as usize];
-        if port.paused_until[prio] > now {
+        if port.pr[prio].paused_until > now {
             return true;
         }
-        if port.pause_since[prio] != NEVER {
-            port.c.rx_pause_ps[prio] += port.paused_until[prio] - port.pause_since[prio];
-            port.pause_since[prio] = NEVER;
+        port.pause_mask &= !(1 << prio);
+        if port.pr[prio].pause_since != NEVER {
+            self.counters[p as usize].rx_pause_ps[prio] +=
+                port.pr[prio].paused_until - port.pr[prio].pause_since;
+            port.pr[prio].pause_since = NEVER;
         }
         false
     }
 
     fn settle_pause_durations(&mut self) {
         let now = self.now;
-        for port in &mut self.ports {
+        for (pi, port) in self.ports.iter_mut().enumerate() {
+            let c = &mut self.counters[pi];
             for prio in 0..N_PRIO {
-                if port.pause_since[prio] != NEVER {
-                    port.c.rx_pause_ps[prio] += port.paused_until[prio].min(now) - port.pause_since[prio];
-                    port.pause_since[prio] = if port.paused_until[prio] > now { now } else { NEVER };
+                if port.pr[prio].pause_since != NEVER {
+                    c.rx_pause_ps[prio] += port.pr[prio].paused_until.min(now) - port.pr[prio].pause_since;
+                    port.pr[prio].pause_since = if port.pr[prio].paused_until > now {
+                        now
+                    } else {
+                        NEVER
+                    };
                 }
                 if port.xoff & (1 << prio) != 0 {
-                    port.c.tx_pause_ps[prio] += now - port.xoff_since[prio];
-                    port.xoff_since[prio] = now;
+                    c.tx_pause_ps[prio] += now - port.pr[prio].xoff_since;
+                    port.pr[prio].xoff_since = now;
                 }
             }
         }
@@ -1010,7 +1060,7 @@ impl Sim {
     /// Sends a PFC frame out of port `p` (towards its peer) for `prio`.
     fn send_pfc(&mut self, p: u32, prio: usize, xoff: bool) {
         let quanta = if xoff { self.pause_quanta } else { 0 };
-        let id = self.alloc(Packet {
+        let pkt = self.alloc(Packet {
             seq: u64::from(quanta),
             ts: self.now,
             qp: u32::MAX,
@@ -1025,33 +1075,33 @@ impl Sim {
         });
         let now = self.now;
         let port = &mut self.ports[p as usize];
-        port.ctrl.push_back(id);
-        port.c.tx_pause[prio] += 1;
+        port.ctrl.push_back(pkt);
+        self.counters[p as usize].tx_pause[prio] += 1;
         if xoff {
             if port.xoff & (1 << prio) == 0 {
                 port.xoff |= 1 << prio;
-                port.xoff_since[prio] = now;
+                port.pr[prio].xoff_since = now;
             }
-            port.pfc_gen[prio] = port.pfc_gen[prio].wrapping_add(1) & 0x1F_FFFF;
+            port.pr[prio].pfc_gen = port.pr[prio].pfc_gen.wrapping_add(1) & 0x1F_FFFF;
             // Re-send XOFF when half the pause time has passed, as switches refresh pauses
             // before they expire.
             let half = port.rate.tx_time(u32::from(quanta) * PAUSE_QUANTUM_BYTES) / 2;
-            let gen_ = port.pfc_gen[prio];
+            let gen_ = port.pr[prio].pfc_gen;
             self.q.push(
                 now + half.max(1),
                 ev(EV_PFC_REFRESH, p, (gen_ << 3) | prio as u32),
             );
         } else {
             port.xoff &= !(1 << prio);
-            port.c.tx_pause_ps[prio] += now - port.xoff_since[prio];
-            port.xoff_since[prio] = NEVER;
+            self.counters[p as usize].tx_pause_ps[prio] += now - port.pr[prio].xoff_since;
+            port.pr[prio].xoff_since = NEVER;
         }
         self.kick(p);
     }
 
     fn pfc_refresh(&mut self, p: u32, prio: usize, gen_: u32) {
         let port = &self.ports[p as usize];
-        if port.xoff & (1 << prio) != 0 && port.pfc_gen[prio] == gen_ {
+        if port.xoff & (1 << prio) != 0 && port.pr[prio].pfc_gen == gen_ {
             self.send_pfc(p, prio, true);
         }
     }
@@ -1063,7 +1113,7 @@ impl Sim {
         let now = self.now;
         let paused = self.is_paused(p, prio);
         let port = &mut self.ports[p as usize];
-        port.c.rx_pause[prio] += 1;
+        self.counters[p as usize].rx_pause[prio] += 1;
         let (node_id, at_switch) = match port.dev {
             Dev::Nic(n) => (self.nics[n as usize].node_id, false),
             Dev::Switch(s) => (self.switches[s as usize].hash_seed, true),
@@ -1078,66 +1128,67 @@ impl Sim {
         });
         if quanta > 0 {
             if !paused {
-                port.pause_since[prio] = now;
+                port.pr[prio].pause_since = now;
             }
-            port.paused_until[prio] = now + port.rate.tx_time(quanta * PAUSE_QUANTUM_BYTES);
+            port.pr[prio].paused_until = now + port.rate.tx_time(quanta * PAUSE_QUANTUM_BYTES);
+            port.pause_mask |= 1 << prio;
         } else {
             if paused {
-                port.c.rx_pause_ps[prio] += now - port.pause_since[prio];
-                port.pause_since[prio] = NEVER;
-                port.c.rx_pause_transition[prio] += 1;
+                self.counters[p as usize].rx_pause_ps[prio] += now - port.pr[prio].pause_since;
+                port.pr[prio].pause_since = NEVER;
+                self.counters[p as usize].rx_pause_transition[prio] += 1;
             }
-            port.paused_until[prio] = 0;
+            port.pr[prio].paused_until = 0;
+            port.pause_mask &= !(1 << prio);
             self.kick(p);
         }
     }
 
     // ----- switches ----------------------------------------------------------------------
 
-    fn switch_receive(&mut self, s: u32, inp: u32, id: u32) {
-        let pkt = *self.pool.get(id);
+    fn switch_receive(&mut self, s: u32, inp: u32, mut pkt: Packet) {
         if pkt.kind == Kind::Pause {
             self.receive_pause(inp, &pkt);
-            self.consume(id);
+            self.consume(&pkt);
             return;
         }
         let out = self.routes[(pkt.route + u32::from(pkt.hop)) as usize];
-        self.pool.get_mut(id).hop += 1;
+        pkt.hop += 1;
         let prio = pkt.prio as usize;
         let size = u64::from(pkt.size);
         let lossless = self.pfc_lossless[prio];
         let reserved = self.reserved;
         let sw = &mut self.switches[s as usize];
         if sw.used + size > sw.buffer {
-            self.drop_packet(out, id);
+            self.drop_packet(out, &pkt);
             return;
         }
         // Thresholds are taken before this packet is counted (HPCC `CheckIngressAdmission`).
         let port = &mut self.ports[inp as usize];
-        let shared_pq = port.ing[prio].saturating_sub(reserved);
-        let new = port.ing[prio] + size;
+        let shared_pq = port.pr[prio].ing.saturating_sub(reserved);
+        let new = port.pr[prio].ing + size;
         if lossless {
             let thr = sw.threshold(self.pfc_th);
-            if port.hdrm[prio] + size > port.headroom && shared_pq + size > thr {
+            if port.pr[prio].hdrm + size > port.headroom && shared_pq + size > thr {
                 // Headroom overflow: a lossless packet is lost. Sized headroom prevents it.
-                self.drop_packet(out, id);
+                self.drop_packet(out, &pkt);
                 return;
             }
             if new <= reserved {
-                port.ing[prio] = new;
+                port.pr[prio].ing = new;
             } else if new - reserved > thr {
-                port.hdrm[prio] += size;
+                port.pr[prio].hdrm += size;
             } else {
-                port.ing[prio] = new;
+                port.pr[prio].ing = new;
                 sw.shared_used += size.min(new - reserved);
             }
         } else {
             let thr = sw.threshold(self.lossy_th);
             if shared_pq + size > thr {
-                self.drop_packet(out, id);
+                self.drop_packet(out, &pkt);
                 return;
             }
-            port.ing[prio] = new;
+            port.pr[prio].ing = new;
             if new > reserved {
                 sw.shared_used += size.min(new - reserved);
             }
@@ -1145,53 +1196,78 @@ impl Sim {
         sw.used += size;
         if lossless && port.xoff & (1 << prio) == 0 {
             let thr = sw.threshold(self.pfc_th);
-            if port.hdrm[prio] > 0 || port.ing[prio].saturating_sub(reserved) >= thr {
+            if port.pr[prio].hdrm > 0 || port.pr[prio].ing.saturating_sub(reserved) >= thr {
                 self.send_pfc(inp, prio, true);
             }
         }
-        self.pool.get_mut(id).in_port = inp;
+        pkt.in_port = inp;
         let o = &mut self.ports[out as usize];
-        o.egr[prio] += size;
-        if o.egr[prio] > o.c.q_watermark[prio] {
-            o.c.q_watermark[prio] = o.egr[prio];
+        o.pr[prio].egr += size;
+        if o.pr[prio].egr > o.pr[prio].watermark {
+            o.pr[prio].watermark = o.pr[prio].egr;
         }
-        o.queues[prio].push_back(id);
+        o.push_q(prio, pkt);
         self.kick(out);
     }
 
-    /// Picks the next queue of switch port `p`: the CNP priority strictly first, then DWRR.
+    /// Priorities of port `p` with packets waiting and no pause in force.
+    #[inline]
+    fn sendable(&mut self, p: u32) -> u8 {
+        let port = &self.ports[p as usize];
+        let mut ready = port.nonempty;
+        let mut maybe_paused = ready & port.pause_mask;
+        while maybe_paused != 0 {
+            let prio = maybe_paused.trailing_zeros() as usize;
+            maybe_paused &= maybe_paused - 1;
+            if self.is_paused(p, prio) {
+                ready &= !(1 << prio);
+            }
+        }
+        ready
+    }
+
+    /// Picks the next queue of switch port `p`: the CNP priority strictly first, then DWRR
+    /// over the others with a quantum of one jumbo frame.
     fn pick_queue(&mut self, p: u32) -> Option<usize> {
         let cnp = self.cnp_prio as usize;
-        if !self.ports[p as usize].queues[cnp].is_empty() && !self.is_paused(p, cnp) {
+        let ready = self.sendable(p);
+        if ready & (1 << cnp) != 0 {
             return Some(cnp);
         }
-        for _ in 0..2 * N_PRIO {
-            let prio = self.ports[p as usize].rr as usize;
-            let eligible =
-                prio != cnp && !self.ports[p as usize].queues[prio].is_empty() && !self.is_paused(p, prio);
-            let port = &mut self.ports[p as usize];
-            if eligible {
-                let head = i64::from(self.pool.get(port.queues[prio][0]).size);
-                if port.deficit[prio] >= head {
-                    port.deficit[prio] -= head;
-                    return Some(prio);
+        let others = ready & !(1 << cnp);
+        if others == 0 {
+            return None;
+        }
+        let port = &mut self.ports[p as usize];
+        loop {
+            // The next ready priority at or after the round-robin pointer.
+            let rr = u32::from(port.rr);
+            let prio = ((rr + others.rotate_right(rr).trailing_zeros()) % N_PRIO as u32) as usize;
+            let head = i64::from(port.pr[prio].queue[0].size);
+            if prio as u32 != rr {
+                port.rr = prio as u8;
+                port.pr[prio].deficit += DWRR_QUANTUM_BYTES;
+            } else if port.pr[prio].deficit < head {
+                // The current queue spent its quantum: it gets a new one only after the
+                // others had their turn, unless it is the only one ready.
+                if others == 1 << prio {
+                    port.pr[prio].deficit += DWRR_QUANTUM_BYTES;
+                } else {
+                    port.rr = ((prio + 1) % N_PRIO) as u8;
+                    continue;
                 }
-                port.deficit[prio] += DWRR_QUANTUM_BYTES;
-                if port.deficit[prio] >= head {
-                    port.deficit[prio] -= head;
-                    return Some(prio);
-                }
-            } else if port.queues[prio].is_empty() {
-                port.deficit[prio] = 0;
+            }
+            if port.pr[prio].deficit >= head {
+                port.pr[prio].deficit -= head;
+                return Some(prio);
             }
             port.rr = ((prio + 1) % N_PRIO) as u8;
         }
-        None
     }
 
     fn switch_send(&mut self, p: u32) {
-        if let Some(id) = self.ports[p as usize].ctrl.pop_front() {
-            self.transmit(p, id);
+        if let Some(pkt) = self.ports[p as usize].ctrl.pop_front() {
+            self.transmit(p, pkt);
             self.after_switch_tx(p);
             return;
         }
@@ -1199,17 +1275,15 @@ impl Sim {
             self.wake_for_pause(p);
             return;
         };
-        let id = self.ports[p as usize].queues[prio]
-            .pop_front()
-            .expect("picked a non-empty queue");
-        self.switch_dequeue(p, id);
-        self.transmit(p, id);
+        let mut pkt = self.ports[p as usize].pop_q(prio);
+        self.switch_dequeue(p, &mut pkt);
+        self.transmit(p, pkt);
         self.after_switch_tx(p);
     }
 
     fn after_switch_tx(&mut self, p: u32) {
         let port = &self.ports[p as usize];
-        if !port.ctrl.is_empty() || port.queues.iter().any(|q| !q.is_empty()) {
+        if port.nonempty != 0 || !port.ctrl.is_empty() {
             let t = port.busy_until;
             self.schedule_wake(p, t);
         }
@@ -1220,8 +1294,8 @@ impl Sim {
         let port = &self.ports[p as usize];
         let mut t = NEVER;
         for prio in 0..N_PRIO {
-            if !port.queues[prio].is_empty() && port.paused_until[prio] > self.now {
-                t = t.min(port.paused_until[prio]);
+            if port.nonempty & (1 << prio) != 0 && port.pr[prio].paused_until > self.now {
+                t = t.min(port.pr[prio].paused_until);
             }
         }
         if t != NEVER {
@@ -1230,8 +1304,7 @@ impl Sim {
     }
 
     /// A packet leaves switch port `out`: release its buffer, decide ECN, maybe resume.
-    fn switch_dequeue(&mut self, out: u32, id: u32) {
-        let pkt = *self.pool.get(id);
+    fn switch_dequeue(&mut self, out: u32, pkt: &mut Packet) {
         let prio = pkt.prio as usize;
         let size = u64::from(pkt.size);
         let inp = pkt.in_port;
@@ -1241,23 +1314,21 @@ impl Sim {
         };
         let sw = &mut self.switches[s as usize];
         let port = &mut self.ports[inp as usize];
-        let from_hdrm = port.hdrm[prio].min(size);
-        let from_shared = (size - from_hdrm).min(port.ing[prio].saturating_sub(reserved));
-        port.hdrm[prio] -= from_hdrm;
-        port.ing[prio] -= size - from_hdrm;
+        let from_hdrm = port.pr[prio].hdrm.min(size);
+        let from_shared = (size - from_hdrm).min(port.pr[prio].ing.saturating_sub(reserved));
+        port.pr[prio].hdrm -= from_hdrm;
+        port.pr[prio].ing -= size - from_hdrm;
         sw.shared_used -= from_shared;
         sw.used -= size;
-        let resume = self.pfc_lossless[prio] && port.xoff & (1 << prio) != 0 && port.hdrm[prio] == 0 && {
-            let shared = port.ing[prio].saturating_sub(reserved);
+        let resume = self.pfc_lossless[prio] && port.xoff & (1 << prio) != 0 && port.pr[prio].hdrm == 0 && {
+            let shared = port.pr[prio].ing.saturating_sub(reserved);
             shared == 0 || shared + self.xon_offset <= sw.threshold(self.pfc_th)
         };
         let o = &mut self.ports[out as usize];
-        o.egr[prio] -= size;
-        o.c.q_packets[prio] += 1;
-        o.c.q_bytes[prio] += size;
-        if pkt.kind == Kind::Data && o.red_mark(o.egr[prio]) {
-            o.c.q_ecn_marked[prio] += 1;
-            self.pool.get_mut(id).ce = true;
+        o.pr[prio].egr -= size;
+        if pkt.kind == Kind::Data && o.red_mark(o.pr[prio].egr) {
+            self.counters[out as usize].q_ecn_marked[prio] += 1;
+            pkt.ce = true;
         }
         if resume {
             self.send_pfc(inp, prio, false);
@@ -1266,15 +1337,14 @@ impl Sim {
 
     // ----- NICs --------------------------------------------------------------------------
 
-    fn nic_receive(&mut self, p: u32, id: u32) {
-        let pkt = *self.pool.get(id);
+    fn nic_receive(&mut self, p: u32, pkt: Packet) {
         match pkt.kind {
             Kind::Data => self.nic_rx_data(p, &pkt),
             Kind::Ack | Kind::Nack => self.nic_rx_ack(&pkt),
             Kind::Cnp => self.nic_rx_cnp(&pkt),
             Kind::Pause => self.receive_pause(p, &pkt),
         }
-        self.consume(id);
+        self.consume(&pkt);
     }
 
     /// Queues an ACK, NACK or CNP from the receiver of `qp` back to its sender.
@@ -1287,7 +1357,7 @@ impl Sim {
         };
         let route = q.ack_route;
         let size = if kind == Kind::Cnp { CNP_BYTES } else { ACK_BYTES };
-        let id = self.alloc(Packet {
+        let pkt = self.alloc(Packet {
             seq,
             ts,
             qp,
@@ -1301,7 +1371,7 @@ impl Sim {
             ce: false,
         });
         let port = self.routes[route as usize];
-        self.ports[port as usize].queues[prio as usize].push_back(id);
+        self.ports[port as usize].push_q(prio as usize, pkt);
         self.kick(port);
     }
 
@@ -1310,7 +1380,7 @@ impl Sim {
         let qi = pkt.qp;
         let class = self.qps[qi as usize].class;
         if pkt.ce {
-            self.ports[p as usize].c.np_ecn_marked_roce_packets += 1;
+            self.counters[p as usize].np_ecn_marked_roce_packets += 1;
             // The NP answers CE marks only for classes running DCQCN (roce_np enabled on
             // their priority), at most one CNP per QP per interval.
             if let Cc::Dcqcn(pi, _) = self.qps[qi as usize].cc
@@ -1318,7 +1388,7 @@ impl Sim {
                 && now >= self.qps[qi as usize].rx_next_cnp
             {
                 self.qps[qi as usize].rx_next_cnp = now + self.dcqcn[pi as usize].cnp_interval;
-                self.ports[p as usize].c.np_cnp_sent += 1;
+                self.counters[p as usize].np_cnp_sent += 1;
                 self.send_ctrl(qi, Kind::Cnp, 0, now);
             }
         }
@@ -1335,7 +1405,7 @@ impl Sim {
                 self.qp_received(qi);
             }
         } else if pkt.seq > q.rx_expected {
-            self.ports[p as usize].c.out_of_sequence += 1;
+            self.counters[p as usize].out_of_sequence += 1;
             let q = &mut self.qps[qi as usize];
             if now >= q.rx_nack_at || q.rx_last_nack != q.rx_expected {
                 q.rx_nack_at = now + NACK_INTERVAL;
@@ -1344,7 +1414,7 @@ impl Sim {
                 self.send_ctrl(qi, Kind::Nack, exp, pkt.ts);
             }
         } else {
-            self.ports[p as usize].c.duplicate_request += 1;
+            self.counters[p as usize].duplicate_request += 1;
         }
     }
 
@@ -1386,7 +1456,7 @@ impl Sim {
                 q.snd_nxt = q.snd_una;
                 kick = true;
             }
-            self.ports[sp as usize].c.packet_seq_err += 1;
+            self.counters[sp as usize].packet_seq_err += 1;
         }
         let q = &mut self.qps[qi as usize];
         if let Cc::Timely(pi, s) = &mut q.cc {
@@ -1424,12 +1494,12 @@ impl Sim {
         let sp = q.src_port;
         match &mut q.cc {
             Cc::Dcqcn(pi, s) if !q.done => {
-                self.ports[sp as usize].c.rp_cnp_handled += 1;
+                self.counters[sp as usize].rp_cnp_handled += 1;
                 if let Some(t) = s.on_cnp(now, &self.dcqcn[*pi as usize]) {
                     self.q.push(t, ev(EV_DCQCN_DEC, qi, 0));
                 }
             }
-            _ => self.ports[sp as usize].c.rp_cnp_ignored += 1,
+            _ => self.counters[sp as usize].rp_cnp_ignored += 1,
         }
     }
 
@@ -1481,7 +1551,7 @@ impl Sim {
         q.snd_nxt = q.snd_una;
         q.last_progress = now;
         let sp = q.src_port;
-        self.ports[sp as usize].c.local_ack_timeout_err += 1;
+        self.counters[sp as usize].local_ack_timeout_err += 1;
         self.q.push(now + ACK_TIMEOUT, ev(EV_RTO, qi, 0));
         self.kick(sp);
     }
@@ -1518,20 +1588,19 @@ impl Sim {
 
     fn nic_send(&mut self, p: u32) {
         let now = self.now;
-        if let Some(id) = self.ports[p as usize].ctrl.pop_front() {
-            self.transmit(p, id);
+        if let Some(pkt) = self.ports[p as usize].ctrl.pop_front() {
+            self.transmit(p, pkt);
             self.after_nic_tx(p);
             return;
         }
-        for prio in (0..N_PRIO).rev() {
-            if !self.ports[p as usize].queues[prio].is_empty() && !self.is_paused(p, prio) {
-                let id = self.ports[p as usize].queues[prio]
-                    .pop_front()
-                    .expect("non-empty");
-                self.transmit(p, id);
-                self.after_nic_tx(p);
-                return;
-            }
+        let ready = self.sendable(p);
+        if ready != 0 {
+            // Control packets, highest priority first.
+            let prio = 7 - ready.leading_zeros() as usize;
+            let pkt = self.ports[p as usize].pop_q(prio);
+            self.transmit(p, pkt);
+            self.after_nic_tx(p);
+            return;
         }
         // Data: round robin over QPs whose rate limiter allows a packet now.
         let n = self.ports[p as usize].qps.len();
@@ -1591,7 +1660,7 @@ impl Sim {
         if let Cc::Dcqcn(pi, s) = &mut q.cc {
             s.on_sent(wire, &self.dcqcn[*pi as usize]);
         }
-        let id = self.alloc(Packet {
+        let pkt = self.alloc(Packet {
             seq,
             ts: now,
             qp: qi,
@@ -1604,7 +1673,7 @@ impl Sim {
             prio,
             ce: false,
         });
-        self.transmit(p, id);
+        self.transmit(p, pkt);
         if arm_rto {
             self.q.push(now + ACK_TIMEOUT, ev(EV_RTO, qi, 0));
         }
@@ -1617,7 +1686,7 @@ impl Sim {
         let port = &self.ports[p as usize];
         let busy = port.busy_until.max(now);
         let mut t = NEVER;
-        if !port.ctrl.is_empty() || port.queues.iter().any(|q| !q.is_empty()) {
+        if !port.ctrl.is_empty() || port.nonempty != 0 {
             t = busy;
         }
         for &qi in &port.qps {
@@ -1625,7 +1694,7 @@ impl Sim {
             if q.done || q.snd_nxt >= q.size {
                 continue;
             }
-            let pause_end = port.paused_until[q.prio as usize];
+            let pause_end = port.pr[q.prio as usize].paused_until;
             let ready = q
                 .next_avail
                 .max(busy)
@@ -1652,10 +1721,10 @@ impl Sim {
         for (pi, port) in self.ports.iter().enumerate() {
             if matches!(port.dev, Dev::Switch(_)) {
                 for prio in 0..N_PRIO {
-                    if port.egr[prio] > 0 {
+                    if port.pr[prio].egr > 0 {
                         self.samples
                             .queues
-                            .push((now, pi as u32, prio as u8, port.egr[prio]));
+                            .push((now, pi as u32, prio as u8, port.pr[prio].egr));
                     }
                 }
             }
@@ -1667,12 +1736,27 @@ impl Sim {
 
     /// Packets alive (queued or on a link).
     pub fn live_packets(&self) -> usize {
-        self.pool.live()
+        self.live_packets
     }
 
     /// Most packets alive at once.
     pub fn peak_live_packets(&self) -> usize {
-        self.pool.peak_live()
+        self.peak_live_packets
+    }
+
+    /// Bytes held by every packet ring (egress queues, PFC queues, links), at the
+    /// capacity they grew to; rings never shrink, so this is what the peak needed.
+    pub fn packet_ring_bytes(&self) -> usize {
+        let pkt = std::mem::size_of::<Packet>();
+        let flight = std::mem::size_of::<(Ps, Packet)>();
+        self.ports
+            .iter()
+            .map(|p| {
+                p.ctrl.capacity() * pkt
+                    + p.pr.iter().map(|s| s.queue.capacity() * pkt).sum::<usize>()
+                    + p.in_flight.capacity() * flight
+            })
+            .sum()
     }
 
     /// Largest number of pending events.
@@ -1749,13 +1833,57 @@ fn next_hop_lists(
     lists
 }
 
+impl<Q: Queue> Sim<Q> {
+    /// Complete counters of every port: the rarely-touched ones as kept, the per-packet ones
+    /// derived from the transmit side. A port received what its peer sent minus what is
+    /// still on the link between them.
+    pub(crate) fn port_counters(&self) -> Vec<PortCounters> {
+        let mut on_link = vec![[[0u64; 2]; N_PRIO]; self.ports.len()];
+        for (pi, port) in self.ports.iter().enumerate() {
+            for (_, k) in &port.in_flight {
+                on_link[pi][k.prio as usize][0] += u64::from(k.size);
+                on_link[pi][k.prio as usize][1] += 1;
+            }
+        }
+        self.ports
+            .iter()
+            .enumerate()
+            .map(|(pi, port)| {
+                let mut c = self.counters[pi].clone();
+                let peer = port.peer as usize;
+                for (prio, in_link) in on_link[peer].iter().enumerate() {
+                    let (tb, tp) = (port.pr[prio].tx_bytes, port.pr[prio].tx_packets);
+                    c.tx_prio_bytes[prio] = tb;
+                    c.tx_prio_packets[prio] = tp;
+                    let (pb, pp) = (
+                        self.ports[peer].pr[prio].tx_bytes,
+                        self.ports[peer].pr[prio].tx_packets,
+                    );
+                    c.rx_prio_bytes[prio] = pb - in_link[0];
+                    c.rx_prio_packets[prio] = pp - in_link[1];
+                    if matches!(port.dev, Dev::Switch(_)) {
+                        // Egress queues carry everything but PFC frames, which bypass them.
+                        c.q_packets[prio] = tp - c.tx_pause[prio];
+                        c.q_bytes[prio] = tb - c.tx_pause[prio] * u64::from(PFC_FRAME_BYTES);
+                        c.q_watermark[prio] = port.pr[prio].watermark;
+                    }
+                }
+                c.tx_bytes = c.tx_prio_bytes.iter().sum();
+                c.tx_packets = c.tx_prio_packets.iter().sum();
+                c.rx_bytes = c.rx_prio_bytes.iter().sum();
+                c.rx_packets = c.rx_prio_packets.iter().sum();
+                c
+            })
+            .collect()
+    }
+}
+
 /// What is still in the network at the end: (packets, bytes, data payload bytes), counted
 /// by walking every queue and link, independently of the ledger.
-impl Sim {
+impl<Q: Queue> Sim<Q> {
     pub(crate) fn in_flight(&self) -> (usize, u64, u64) {
         let (mut n, mut bytes, mut data) = (0usize, 0u64, 0u64);
-        let mut count = |id: u32| {
-            let k = self.pool.get(id);
+        let mut count = |k: &Packet| {
             n += 1;
             bytes += u64::from(k.size);
             if k.kind == Kind::Data {
@@ -1763,11 +1891,11 @@ impl Sim {
             }
         };
         for port in &self.ports {
-            port.ctrl.iter().for_each(|id| count(*id));
-            for q in &port.queues {
-                q.iter().for_each(|id| count(*id));
+            port.ctrl.iter().for_each(&mut count);
+            for q in port.pr.iter().map(|s| &s.queue) {
+                q.iter().for_each(&mut count);
             }
-            port.in_flight.iter().for_each(|(_, id)| count(*id));
+            port.in_flight.iter().for_each(|(_, k)| count(k));
         }
         (n, bytes, data)
     }

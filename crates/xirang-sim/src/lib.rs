@@ -72,13 +72,22 @@ pub fn options(loaded: &Loaded) -> RunOptions {
 /// Expands the scenario's workloads, runs them, and collects the results. `progress`
 /// receives the simulated time now and then.
 pub fn simulate(loaded: &Loaded, opts: &RunOptions, progress: &mut dyn FnMut(time::Ps)) -> RunResult {
+    simulate_with::<queue::EventQueue>(loaded, opts, progress)
+}
+
+/// [`simulate`] with a chosen event queue implementation (for benchmarks).
+pub fn simulate_with<Q: queue::Queue>(
+    loaded: &Loaded,
+    opts: &RunOptions,
+    progress: &mut dyn FnMut(time::Ps),
+) -> RunResult {
     let expanded = workload::expand(loaded, opts.seed);
-    let mut sim = Sim::new(&loaded.fabric, &loaded.scenario.config, &expanded.flows, opts);
+    let mut sim = Sim::<Q>::new(&loaded.fabric, &loaded.scenario.config, &expanded.flows, opts);
     sim.run(progress);
     collect(loaded, &expanded, &sim)
 }
 
-fn collect(loaded: &Loaded, ex: &workload::Expanded, sim: &Sim) -> RunResult {
+fn collect<Q: queue::Queue>(loaded: &Loaded, ex: &workload::Expanded, sim: &Sim<Q>) -> RunResult {
     let fabric = &loaded.fabric;
     let requests = ex
         .requests
@@ -140,11 +149,11 @@ fn collect(loaded: &Loaded, ex: &workload::Expanded, sim: &Sim) -> RunResult {
         })
         .collect();
     let mut counters = Vec::new();
-    for (pi, p) in sim.ports.iter().enumerate() {
+    for (pi, c) in sim.port_counters().iter().enumerate() {
         let name = port_name(pi);
-        match p.dev {
-            Dev::Nic(_) => p.c.nic_named(&name, &pfc_prios, &mut counters),
-            Dev::Switch(_) => p.c.switch_named(&name, &pfc_prios, &mut counters),
+        match sim.ports[pi].dev {
+            Dev::Nic(_) => c.nic_named(&name, &pfc_prios, &mut counters),
+            Dev::Switch(_) => c.switch_named(&name, &pfc_prios, &mut counters),
         }
     }
     let (n, bytes, data) = sim.in_flight();
@@ -153,6 +162,7 @@ fn collect(loaded: &Loaded, ex: &workload::Expanded, sim: &Sim) -> RunResult {
         events: sim.events,
         packet_hops: sim.packet_hops,
         peak_packets: sim.peak_live_packets(),
+        packet_ring_bytes: sim.packet_ring_bytes(),
         peak_events_pending: sim.peak_events_pending(),
         packets_in_flight_at_end: n,
         bytes_in_flight_at_end: bytes,

@@ -82,6 +82,9 @@ pub struct RunStats {
     pub packet_hops: u64,
     /// Most packets alive at once.
     pub peak_packets: usize,
+    /// Memory of all packet rings (queues and links) at their grown size; over
+    /// `peak_packets` it is the memory cost of a packet in flight.
+    pub packet_ring_bytes: usize,
     /// Most events pending at once.
     pub peak_events_pending: usize,
     /// Packets alive at the end (queued or on a link).

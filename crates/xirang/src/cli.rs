@@ -25,6 +25,28 @@ pub(crate) enum Command {
     Topo(TopoCmd),
     /// Simulate a scenario packet by packet; write FCTs, counters and time series.
     Sim(SimArgs),
+    /// Measure simulator speed on the reference scenarios (wall time, events/s,
+    /// packet-hops/s, memory), each in a fresh process, against the plain-heap engine.
+    Bench(BenchArgs),
+}
+
+/// `xirang bench`.
+#[derive(Debug, Args)]
+pub(crate) struct BenchArgs {
+    /// Scenario files (default: the incast, permutation and websearch reference scenarios).
+    pub(crate) scenarios: Vec<PathBuf>,
+    /// Runs per scenario and engine; the best and median are reported.
+    #[arg(long, default_value_t = 3)]
+    pub(crate) runs: u32,
+    /// Skip the plain-heap reference engine.
+    #[arg(long)]
+    pub(crate) no_reference: bool,
+    /// Print JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// Internal: measure one scenario with one engine in this process.
+    #[arg(long, hide = true, value_parser = ["calendar", "heap"])]
+    pub(crate) child: Option<String>,
 }
 
 /// `xirang sim`.

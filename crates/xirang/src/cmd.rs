@@ -19,6 +19,7 @@ pub(crate) fn run(cli: Cli) -> Result<Outcome> {
         Command::Scenario(ScenarioCmd::Expand { file }) => scenario_expand(&file),
         Command::Topo(TopoCmd::Show(a)) => topo_show(&a),
         Command::Sim(a) => crate::sim::run(&a),
+        Command::Bench(a) => crate::bench::run(&a),
         Command::Topo(TopoCmd::Dot { file }) => {
             let loaded = load(&file)?;
             out(&analysis::to_dot(&loaded.fabric))?;

@@ -1,0 +1,207 @@
+//! `xirang bench`: simulator throughput on named scenarios.
+//!
+//! Each (scenario, engine) pair runs in a fresh child process, so that its peak memory is
+//! its own. The figures of the reference simulators (htsim, HPCC ns-3) cannot be re-run
+//! here (they are not installable on this machine); the ones published for this kind of
+//! machine in scenarios/reference/README.md are printed beside ours, and the same engine
+//! with a plain 4-ary heap event queue runs in the same benchmark as the in-run reference.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use comfy_table::{Table, presets::UTF8_BORDERS_ONLY};
+use serde::{Deserialize, Serialize};
+use xirang_sim::queue::{EventQueue, HeapQueue};
+
+use crate::Outcome;
+use crate::cli::BenchArgs;
+
+const DEFAULT_SCENARIOS: [&str; 3] = [
+    "scenarios/reference/incast16-16mb-dcqcn.toml",
+    "scenarios/reference/perm128-4mb-dcqcn.toml",
+    "scenarios/reference/websearch-320h-dcqcn.toml",
+];
+
+/// Published single-threaded packet-hops/s of the reference simulators on this kind of
+/// machine (shared/fixtures/reference-scenarios/SOURCE.md, copied into
+/// scenarios/reference/README.md): (htsim, HPCC ns-3).
+fn published(name: &str) -> (Option<f64>, Option<f64>) {
+    match name {
+        "incast16-16mb-dcqcn" => (Some(2.9e6), Some(0.9e6)),
+        "perm128-4mb-dcqcn" => (Some(1.1e6), Some(0.3e6)),
+        "websearch-320h-dcqcn" => (None, Some(0.35e6)),
+        _ => (None, None),
+    }
+}
+
+/// One (scenario, engine) measurement.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Measurement {
+    scenario: String,
+    engine: String,
+    runs: u32,
+    best_wall_s: f64,
+    median_wall_s: f64,
+    events: u64,
+    packet_hops: u64,
+    events_per_s: f64,
+    packet_hops_per_s: f64,
+    peak_packets_in_flight: usize,
+    peak_rss_bytes: u64,
+    rss_growth_bytes: u64,
+    /// Packet rings (queues and links) at their grown size over peak packets in flight.
+    bytes_per_packet_in_flight: f64,
+    /// RSS growth over peak packets: an upper bound that also counts routes, flows and
+    /// results.
+    rss_growth_per_packet: f64,
+}
+
+fn rss_bytes(field: &str) -> u64 {
+    // /proc/self/status lines such as "VmHWM:     12345 kB".
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(field))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}
+
+fn measure_here(path: &Path, engine: &str, runs: u32) -> Result<Measurement> {
+    let loaded = xirang_fabric::Scenario::load(path)?;
+    let opts = xirang_sim::options(&loaded);
+    let before = rss_bytes("VmRSS:");
+    let mut walls = Vec::new();
+    let mut last = None;
+    for _ in 0..runs.max(1) {
+        let t0 = Instant::now();
+        let r = match engine {
+            "heap" => xirang_sim::simulate_with::<HeapQueue>(&loaded, &opts, &mut |_| {}),
+            _ => xirang_sim::simulate_with::<EventQueue>(&loaded, &opts, &mut |_| {}),
+        };
+        walls.push(t0.elapsed().as_secs_f64());
+        last = Some(r);
+    }
+    let r = last.expect("at least one run");
+    walls.sort_by(f64::total_cmp);
+    let best = walls[0];
+    let peak = rss_bytes("VmHWM:");
+    let growth = peak.saturating_sub(before);
+    Ok(Measurement {
+        scenario: loaded.scenario.name.clone(),
+        engine: engine.to_string(),
+        runs,
+        best_wall_s: best,
+        median_wall_s: walls[walls.len() / 2],
+        events: r.stats.events,
+        packet_hops: r.stats.packet_hops,
+        events_per_s: r.stats.events as f64 / best,
+        packet_hops_per_s: r.stats.packet_hops as f64 / best,
+        peak_packets_in_flight: r.stats.peak_packets,
+        peak_rss_bytes: peak,
+        rss_growth_bytes: growth,
+        bytes_per_packet_in_flight: r.stats.packet_ring_bytes as f64 / r.stats.peak_packets.max(1) as f64,
+        rss_growth_per_packet: growth as f64 / r.stats.peak_packets.max(1) as f64,
+    })
+}
+
+pub(crate) fn run(a: &BenchArgs) -> Result<Outcome> {
+    if let Some(engine) = &a.child {
+        let [path] = a.scenarios.as_slice() else {
+            bail!("--child takes exactly one scenario")
+        };
+        let m = measure_here(path, engine, a.runs)?;
+        crate::cmd::out(&(serde_json::to_string(&m)? + "\n"))?;
+        return Ok(Outcome::Clean);
+    }
+    let scenarios: Vec<PathBuf> = if a.scenarios.is_empty() {
+        DEFAULT_SCENARIOS.iter().map(PathBuf::from).collect()
+    } else {
+        a.scenarios.clone()
+    };
+    let engines: &[&str] = if a.no_reference {
+        &["calendar"]
+    } else {
+        &["calendar", "heap"]
+    };
+    let exe = std::env::current_exe().context("locating the xirang binary")?;
+    let mut all = Vec::new();
+    for s in &scenarios {
+        for e in engines {
+            let out = Command::new(&exe)
+                .args(["bench", "--child", e, "--runs", &a.runs.to_string()])
+                .arg(s)
+                .output()
+                .with_context(|| format!("running the benchmark child for {}", s.display()))?;
+            if !out.status.success() {
+                bail!("{}: {}", s.display(), String::from_utf8_lossy(&out.stderr).trim());
+            }
+            let m: Measurement =
+                serde_json::from_slice(&out.stdout).context("reading the child's figures")?;
+            if !a.json {
+                eprintln!(
+                    "{} [{}]: {:.2} M packet-hops/s",
+                    m.scenario,
+                    m.engine,
+                    m.packet_hops_per_s / 1e6
+                );
+            }
+            all.push(m);
+        }
+    }
+    if a.json {
+        crate::cmd::out(&(serde_json::to_string_pretty(&all)? + "\n"))?;
+        return Ok(Outcome::Clean);
+    }
+    let mut t = Table::new();
+    t.load_style(UTF8_BORDERS_ONLY);
+    t.set_header(vec![
+        "scenario",
+        "engine",
+        "best s",
+        "median s",
+        "M events/s",
+        "M pkt-hops/s",
+        "vs heap",
+        "htsim*",
+        "ns-3*",
+        "peak pkts",
+        "B/pkt",
+        "RSS B/pkt",
+        "peak RSS MB",
+    ]);
+    for m in &all {
+        let heap = all
+            .iter()
+            .find(|x| x.scenario == m.scenario && x.engine == "heap")
+            .map(|h| format!("{:.2}x", m.packet_hops_per_s / h.packet_hops_per_s));
+        let (htsim, ns3) = published(&m.scenario);
+        let f = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{:.2}", x / 1e6));
+        t.add_row(vec![
+            m.scenario.clone(),
+            m.engine.clone(),
+            format!("{:.3}", m.best_wall_s),
+            format!("{:.3}", m.median_wall_s),
+            format!("{:.2}", m.events_per_s / 1e6),
+            format!("{:.2}", m.packet_hops_per_s / 1e6),
+            heap.unwrap_or_else(|| "-".into()),
+            f(htsim),
+            f(ns3),
+            m.peak_packets_in_flight.to_string(),
+            format!("{:.0}", m.bytes_per_packet_in_flight),
+            format!("{:.0}", m.rss_growth_per_packet),
+            format!("{:.1}", m.peak_rss_bytes as f64 / 1e6),
+        ]);
+    }
+    crate::cmd::out(&format!(
+        "{t}\n* published M packet-hops/s of the reference simulators on this kind of machine \
+         (scenarios/reference/README.md), not re-run here.\nB/pkt: memory of the packet rings \
+         (queues and links) at their grown size over peak packets in flight. RSS B/pkt: peak \
+         RSS growth over peak packets, an upper bound that includes routes, flows and results.\n"
+    ))?;
+    Ok(Outcome::Clean)
+}
