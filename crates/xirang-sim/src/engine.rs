@@ -16,7 +16,7 @@ use xirang_fabric::routing::{Adj, Graph};
 use xirang_fabric::scenario::EcmpMode;
 
 use crate::cc::{Dcqcn, DcqcnState, Timely, TimelyState};
-use crate::counters::{N_PRIO, PortCounters};
+use crate::counters::{CounterValue, N_PRIO, PortCounters};
 use crate::packet::{Kind, Packet};
 use crate::queue::{EventQueue, Queue};
 use crate::rng::{Purpose, Stream, murmur3_32};
@@ -259,6 +259,10 @@ pub(crate) struct Qp {
     snd_nxt: u64,
     snd_una: u64,
     next_avail: Ps,
+    /// When the last data packet left, and its size: a rate increase re-times the gap
+    /// after it, as a NIC's rate limiter applies a new rate at once.
+    last_sent: Ps,
+    last_wire: u32,
     pub(crate) prio: u8,
     class: u16,
     pub(crate) cc: Cc,
@@ -338,6 +342,9 @@ pub struct PfcEvent {
 /// Time-series samples.
 #[derive(Debug, Default, Clone)]
 pub struct Samples {
+    /// (time, counter) for every counter whose value changed since the previous sample.
+    pub counters: Vec<(Ps, CounterValue)>,
+    last_counters: std::collections::HashMap<(String, String), u64>,
     /// (time, qp, rate bit/s) of sending QPs.
     pub rates: Vec<(Ps, u32, f64)>,
     /// (time, port, prio, bytes) of non-empty switch egress queues.
@@ -392,6 +399,8 @@ pub struct Sim<Q: Queue = EventQueue> {
     pub(crate) ports: Vec<Port>,
     /// Counters of each port that are not touched per packet.
     counters: Vec<PortCounters>,
+    /// Each port's name (`h3/mlx5_0/1`, `leaf2:7`).
+    pub(crate) port_names: Vec<String>,
     pub(crate) switches: Vec<SwitchState>,
     pub(crate) nics: Vec<NicState>,
     routes: Vec<u32>,
@@ -561,6 +570,16 @@ impl<Q: Queue> Sim<Q> {
             live_packets: 0,
             peak_live_packets: 0,
             counters: vec![PortCounters::default(); ports.len()],
+            port_names: ports
+                .iter()
+                .map(|p| {
+                    let node = match p.dev {
+                        Dev::Nic(n) => Node::Nic(NicId(n)),
+                        Dev::Switch(s) => Node::Switch(xirang_fabric::model::SwitchId(s)),
+                    };
+                    fabric.port_name(xirang_fabric::model::PortRef { node, port: p.local })
+                })
+                .collect(),
             ports,
             switches,
             nics,
@@ -697,6 +716,8 @@ impl<Q: Queue> Sim<Q> {
                     snd_nxt: 0,
                     snd_una: 0,
                     next_avail: 0,
+                    last_sent: 0,
+                    last_wire: 0,
                     prio,
                     class: class_idx,
                     cc,
@@ -1459,19 +1480,24 @@ impl<Q: Queue> Sim<Q> {
             self.counters[sp as usize].packet_seq_err += 1;
         }
         let q = &mut self.qps[qi as usize];
+        let mut raised = false;
         if let Cc::Timely(pi, s) = &mut q.cc {
+            let before = s.rate;
             s.on_ack(
                 pkt.seq,
                 q.snd_nxt,
                 now.saturating_sub(pkt.ts),
                 &self.timely[*pi as usize],
             );
+            raised = s.rate > before;
         }
         if q.snd_una >= q.size {
             self.qp_complete(qi);
         } else if kick {
             let sp = self.qps[qi as usize].src_port;
             self.kick(sp);
+        } else if raised {
+            self.rate_raised(qi);
         }
     }
 
@@ -1534,6 +1560,23 @@ impl<Q: Queue> Sim<Q> {
         s.on_inc_timer(now, &self.dcqcn[*pi as usize]);
         let next = s.inc_deadline.expect("rearmed");
         self.q.push(next, ev(EV_DCQCN_INC, qi, 0));
+        self.rate_raised(qi);
+    }
+
+    /// The QP's rate went up: the packet after the last one may leave sooner.
+    fn rate_raised(&mut self, qi: u32) {
+        let now = self.now;
+        let q = &mut self.qps[qi as usize];
+        if q.done || q.snd_nxt >= q.size || q.next_avail <= now {
+            return;
+        }
+        let line_tx = self.ports[q.src_port as usize].rate.tx_time(q.last_wire);
+        let sooner = (q.last_sent + paced_gap(q, line_tx)).max(now);
+        if sooner < q.next_avail {
+            q.next_avail = sooner;
+            let sp = q.src_port;
+            self.kick(sp);
+        }
     }
 
     fn rto(&mut self, qi: u32) {
@@ -1646,20 +1689,15 @@ impl<Q: Queue> Sim<Q> {
         let seq = q.snd_nxt;
         q.snd_nxt += u64::from(payload);
         let wire = payload + header;
-        let rate = q.rate_bps();
-        let line_tx = self.ports[p as usize].rate.tx_time(wire);
-        q.next_avail = now
-            + if rate >= q.line_bps {
-                line_tx
-            } else {
-                tx_time_at(wire, rate).max(line_tx)
-            };
-        let arm_rto = !q.rto_pending;
-        q.rto_pending = true;
-        let (prio, route) = (q.prio, q.route);
         if let Cc::Dcqcn(pi, s) = &mut q.cc {
             s.on_sent(wire, &self.dcqcn[*pi as usize]);
         }
+        q.last_sent = now;
+        q.last_wire = wire;
+        q.next_avail = now + paced_gap(q, self.ports[p as usize].rate.tx_time(wire));
+        let arm_rto = !q.rto_pending;
+        q.rto_pending = true;
+        let (prio, route) = (q.prio, q.route);
         let pkt = self.alloc(Packet {
             seq,
             ts: now,
@@ -1729,9 +1767,30 @@ impl<Q: Queue> Sim<Q> {
                 }
             }
         }
+        for c in self.named_counters() {
+            let key = (c.entity.clone(), c.name.clone());
+            let last = self.samples.last_counters.get(&key).copied();
+            if last != Some(c.value) && !(last.is_none() && c.value == 0) {
+                self.samples.last_counters.insert(key, c.value);
+                self.samples.counters.push((now, c));
+            }
+        }
         if let Some(iv) = self.sample_interval {
             self.q.push(now + iv, ev(EV_SAMPLE, 0, 0));
         }
+    }
+
+    /// Every port's counters under their hardware names.
+    pub fn named_counters(&self) -> Vec<CounterValue> {
+        let mut out = Vec::new();
+        for (pi, c) in self.port_counters().iter().enumerate() {
+            let name = &self.port_names[pi];
+            match self.ports[pi].dev {
+                Dev::Nic(_) => c.nic_named(name, &self.pfc_prios, &mut out),
+                Dev::Switch(_) => c.switch_named(name, &self.pfc_prios, &mut out),
+            }
+        }
+        out
     }
 
     /// Packets alive (queued or on a link).
@@ -1786,6 +1845,17 @@ impl<Q: Queue> Sim<Q> {
             }
             i += 1;
         }
+    }
+}
+
+/// Time a QP's rate limiter waits after a packet whose line serialization is `line_tx`.
+#[inline]
+fn paced_gap(q: &Qp, line_tx: Ps) -> Ps {
+    let rate = q.rate_bps();
+    if rate >= q.line_bps {
+        line_tx
+    } else {
+        tx_time_at(q.last_wire, rate).max(line_tx)
     }
 }
 

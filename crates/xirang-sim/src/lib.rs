@@ -52,9 +52,7 @@ pub use engine::{Ledger, PfcEvent, RunOptions, Sim};
 pub use output::{FlowResult, RunResult, Summary};
 
 use xirang_fabric::Loaded;
-use xirang_fabric::model::{NicId, Node, PortRef, SwitchId};
 
-use crate::engine::Dev;
 use crate::output::{RequestResult, RunStats};
 use crate::time::us;
 
@@ -107,14 +105,7 @@ fn collect<Q: queue::Queue>(loaded: &Loaded, ex: &workload::Expanded, sim: &Sim<
         })
         .collect();
     let pfc_prios = sim.pfc_prios.clone();
-    let port_name = |pi: usize| {
-        let p = &sim.ports[pi];
-        let node = match p.dev {
-            Dev::Nic(n) => Node::Nic(NicId(n)),
-            Dev::Switch(s) => Node::Switch(SwitchId(s)),
-        };
-        fabric.port_name(PortRef { node, port: p.local })
-    };
+    let port_name = |pi: usize| sim.port_names[pi].clone();
     let flows: Vec<FlowResult> = ex
         .flows
         .iter()
@@ -148,14 +139,7 @@ fn collect<Q: queue::Queue>(loaded: &Loaded, ex: &workload::Expanded, sim: &Sim<
             }
         })
         .collect();
-    let mut counters = Vec::new();
-    for (pi, c) in sim.port_counters().iter().enumerate() {
-        let name = port_name(pi);
-        match sim.ports[pi].dev {
-            Dev::Nic(_) => c.nic_named(&name, &pfc_prios, &mut counters),
-            Dev::Switch(_) => c.switch_named(&name, &pfc_prios, &mut counters),
-        }
-    }
+    let counters = sim.named_counters();
     let (n, bytes, data) = sim.in_flight();
     let stats = RunStats {
         sim_time_ps: sim.now(),
@@ -189,6 +173,7 @@ fn collect<Q: queue::Queue>(loaded: &Loaded, ex: &workload::Expanded, sim: &Sim<
         stats,
         rate_series,
         queue_series,
+        counter_series: sim.samples.counters.clone(),
         skipped: ex.skipped.clone(),
         priorities_with_pfc: pfc_prios,
     }

@@ -153,6 +153,8 @@ pub struct RunResult {
     pub rate_series: Vec<(Ps, u32, u32, f64)>,
     /// (time, `switch:port`, priority, queued bytes) samples.
     pub queue_series: Vec<(Ps, String, u8, u64)>,
+    /// (time, counter) samples of counters that changed since the previous sample.
+    pub counter_series: Vec<(Ps, CounterValue)>,
     /// Workloads not simulated, with the reason.
     pub skipped: Vec<(String, String)>,
     /// Priorities PFC protects in this run.
@@ -393,6 +395,15 @@ impl RunResult {
         let mut s = String::from("time_us,flow,qp,rate_gbps\n");
         for (t, f, q, r) in &self.rate_series {
             let _ = writeln!(s, "{},{},{},{:.3}", us_f(*t), f, q, r / 1e9);
+        }
+        s
+    }
+
+    /// Counter samples as CSV (`time_us,entity,counter,value`, changed values only).
+    pub fn counter_series_csv(&self) -> String {
+        let mut s = String::from("time_us,entity,counter,value\n");
+        for (t, c) in &self.counter_series {
+            let _ = writeln!(s, "{},{},{},{}", us_f(*t), c.entity, c.name, c.value);
         }
         s
     }

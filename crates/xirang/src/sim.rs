@@ -119,6 +119,7 @@ pub(crate) fn run(a: &SimArgs) -> Result<Outcome> {
     if opts.sample_interval.is_some() {
         write_atomic(&out_dir, "rates.csv", &result.rates_csv())?;
         write_atomic(&out_dir, "queues.csv", &result.queues_csv())?;
+        write_atomic(&out_dir, "counters_series.csv", &result.counter_series_csv())?;
     }
     let summary = result.summary();
     let wall_s = wall.as_secs_f64();
