@@ -1,8 +1,9 @@
 //! Integration tests: they run the real `xirang` binary.
 //!
 //! - `util`: the harness (a temp dir, a command, readable failures).
-//! - `topo`, `scenario`: one module per command family.
+//! - `topo`, `scenario`, `sim`: one module per command family.
 
 mod scenario;
+mod sim;
 mod topo;
 mod util;

@@ -1,0 +1,118 @@
+//! `xirang sim` and `xirang bench`.
+
+use crate::util::{run_expect, run_json};
+
+#[test]
+fn sim_writes_every_output_and_a_summary() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("o");
+    let o = out.to_str().unwrap();
+    let (table, _) = run_expect(
+        &[
+            "sim",
+            "scenarios/incast-16to1.toml",
+            "--out",
+            o,
+            "--sample",
+            "200us",
+            "--quiet",
+        ],
+        0,
+    );
+    assert!(table.contains("training") && table.contains("16/16"), "{table}");
+    assert!(table.contains("packet-hops"), "{table}");
+    for f in [
+        "fct.txt",
+        "pfc.txt",
+        "flows.json",
+        "counters.csv",
+        "summary.json",
+        "rates.csv",
+        "queues.csv",
+        "counters_series.csv",
+    ] {
+        assert!(out.join(f).is_file(), "{f} missing");
+    }
+    let fct = std::fs::read_to_string(out.join("fct.txt")).unwrap();
+    assert_eq!(fct.lines().count(), 16);
+    let counters = std::fs::read_to_string(out.join("counters.csv")).unwrap();
+    assert!(counters.starts_with("entity,counter,value\n"));
+    assert!(counters.contains("h0/mlx5_0/1,port_rcv_data,"));
+    // No temporary files are left behind.
+    assert!(
+        std::fs::read_dir(&out)
+            .unwrap()
+            .all(|e| !e.unwrap().file_name().to_string_lossy().starts_with('.'))
+    );
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["summary"]["drops"], 0);
+    assert!(summary["summary"]["stats"]["packet_hops"].as_u64().unwrap() > 100_000);
+}
+
+#[test]
+fn sim_runs_hpcc_files_and_prints_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let v = run_json(&[
+        "sim",
+        "--hpcc-topology",
+        "scenarios/reference/fattree_k8_128h_100g.txt",
+        "--hpcc-flows",
+        "scenarios/reference/incast16_4MB.flow",
+        "--cc",
+        "timely",
+        "--until",
+        "1ms",
+        "--json",
+        "--quiet",
+        "--out",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert_eq!(v["scenario"], "incast16_4MB-timely");
+    assert!(v["summary"]["stats"]["sim_time_ps"].as_u64().unwrap() <= 1_000_000_000);
+    // Stopped at 1 ms: nothing finished, and PFC lines carry the flow file's 2 s offset.
+    let pfc = std::fs::read_to_string(dir.path().join("pfc.txt")).unwrap();
+    assert!(pfc.lines().next().unwrap().starts_with("2000"), "{pfc}");
+}
+
+#[test]
+fn sim_says_what_it_skips_and_rejects_bad_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, err) = run_expect(
+        &[
+            "sim",
+            "scenarios/default.toml",
+            "--until",
+            "300us",
+            "--quiet",
+            "--out",
+            dir.path().to_str().unwrap(),
+        ],
+        0,
+    );
+    assert!(
+        err.contains("warning: workload `training` was not simulated"),
+        "{err}"
+    );
+    let (_, err) = run_expect(&["sim", "scenarios/default.toml", "--until", "3pc"], 2);
+    assert!(err.contains("unknown unit"), "{err}");
+    let (_, err) = run_expect(&["sim"], 1);
+    assert!(err.contains("give a scenario file"), "{err}");
+}
+
+#[test]
+fn bench_measures_a_scenario() {
+    let v = run_json(&[
+        "bench",
+        "--runs",
+        "1",
+        "--no-reference",
+        "--json",
+        "scenarios/incast-16to1.toml",
+    ]);
+    let m = &v[0];
+    assert_eq!(m["engine"], "calendar");
+    assert!(m["packet_hops"].as_u64().unwrap() > 100_000);
+    assert!(m["packet_hops_per_s"].as_f64().unwrap() > 0.0);
+    assert!(m["bytes_per_packet_in_flight"].as_f64().unwrap() > 0.0);
+}
