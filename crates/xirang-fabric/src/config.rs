@@ -128,6 +128,14 @@ impl Default for PfcConfig {
     }
 }
 
+/// PFC headroom of a port when none is configured: 3 x rate x one-way delay of its link,
+/// as the HPCC simulator sizes it (shared/reference/congestion-control.md §6).
+pub fn default_headroom_bytes(rate_gbps: f64, delay_ns: u64) -> u64 {
+    /// Round trips of data in flight that headroom absorbs, in the HPCC simulator's sizing.
+    const HEADROOM_DELAYS: f64 = 3.0;
+    (rate_gbps * 1e9 * delay_ns as f64 / 8.0 / 1e9 * HEADROOM_DELAYS) as u64
+}
+
 impl PfcConfig {
     /// True when PFC protects this priority.
     pub fn is_lossless(&self, priority: u8) -> bool {

@@ -246,6 +246,11 @@ impl Scenario {
         let mut hpcc_flows = BTreeMap::new();
         if let Some(mut fabric) = fabric {
             self.apply_overrides(&mut fabric, &root.key("overrides"), &mut d);
+            self.check_buffers(
+                &fabric,
+                &root.key("config").key("buffer").key("switch_bytes"),
+                &mut d,
+            );
             let tiers = fabric.tiers();
             for tier in Tier::ALL {
                 if self.config.ecn.explicit(tier).is_some() && !tiers.contains(&tier) {
@@ -303,6 +308,41 @@ impl Scenario {
             file: file.to_path_buf(),
             diagnostics: all,
         })
+    }
+
+    /// Every switch's buffer must hold what it sets aside: PFC headroom for each port (when
+    /// PFC is on) and the reserved bytes of each port; otherwise the shared pool is empty and
+    /// every packet beyond the reserve is dropped.
+    fn check_buffers(&self, fabric: &Fabric, at: &KeyPath, d: &mut Diagnostics) {
+        let cfg = &self.config;
+        for sw in &fabric.switches {
+            let mut headroom = 0u64;
+            let mut ports = 0u64;
+            for p in sw.ports.iter().filter_map(|p| p.link) {
+                let l = &fabric.links[p.index()];
+                ports += 1;
+                if cfg.pfc.enabled {
+                    headroom += cfg
+                        .pfc
+                        .headroom_bytes
+                        .unwrap_or_else(|| crate::config::default_headroom_bytes(l.rate_gbps, l.delay_ns));
+                }
+            }
+            let aside = headroom + ports * cfg.buffer.reserved_bytes;
+            if aside >= cfg.buffer.switch_bytes {
+                d.error(
+                    at,
+                    format!(
+                        "{} bytes cannot hold what switch `{}` sets aside: {headroom} bytes of PFC headroom and {} \
+                         reserved for its {ports} ports; expected more than {aside} bytes",
+                        cfg.buffer.switch_bytes,
+                        sw.name,
+                        ports * cfg.buffer.reserved_bytes
+                    ),
+                );
+                return;
+            }
+        }
     }
 
     fn apply_overrides(&self, fabric: &mut Fabric, at: &KeyPath, d: &mut Diagnostics) {
@@ -409,6 +449,24 @@ impl Scenario {
             }
         };
         check_class(w.class(), &at.key("class"), d);
+        let same_nic = |a: &str, b: &str| match (resolve_endpoint(fabric, a), resolve_endpoint(fabric, b)) {
+            (Ok(x), Ok(y)) => x == y,
+            _ => false,
+        };
+        // Endpoints listed twice in a set that must be distinct NICs.
+        let check_distinct = |list: &[String], at: &KeyPath, d: &mut Diagnostics| {
+            for (i, x) in list.iter().enumerate() {
+                if let Some(j) = list[..i].iter().position(|y| same_nic(x, y)) {
+                    d.error(
+                        &at.index(i),
+                        format!(
+                            "`{x}` is the same NIC as entry {j} (`{}`); list each NIC once",
+                            list[j]
+                        ),
+                    );
+                }
+            }
+        };
         match w {
             Workload::Flows(f) => {
                 let ids: Vec<&str> = f.list.iter().filter_map(|x| x.id.as_deref()).collect();
@@ -416,6 +474,12 @@ impl Scenario {
                     let at = at.key("list").index(i);
                     check_ep(&fl.src, &at.key("src"), d);
                     check_ep(&fl.dst, &at.key("dst"), d);
+                    if same_nic(&fl.src, &fl.dst) {
+                        d.error(
+                            &at.key("dst"),
+                            format!("`{}` is the sender's own NIC; a flow needs two NICs", fl.dst),
+                        );
+                    }
                     check_start(fl.start_us, &at.key("start_us"), d);
                     if let Some(c) = &fl.class {
                         check_class(c, &at.key("class"), d);
@@ -437,11 +501,23 @@ impl Scenario {
                         }
                     }
                 }
+                if let Some((i, cycle)) = after_cycle(&f.list) {
+                    d.error(
+                        &at.key("list").index(i).key("after"),
+                        format!("flows wait for each other in a cycle: {}", cycle.join(" -> ")),
+                    );
+                }
             }
             Workload::Incast(x) => {
                 check_ep(&x.receiver, &at.key("receiver"), d);
                 for (i, s) in x.sender_hosts.iter().enumerate() {
                     check_ep(s, &at.key("sender_hosts").index(i), d);
+                    if same_nic(s, &x.receiver) {
+                        d.error(
+                            &at.key("sender_hosts").index(i),
+                            format!("`{s}` is the receiver's NIC; it cannot send to itself"),
+                        );
+                    }
                 }
                 if x.senders.is_none() && x.sender_hosts.is_empty() {
                     d.error(
@@ -466,12 +542,14 @@ impl Scenario {
                 for (i, s) in x.hosts.iter().enumerate() {
                     check_ep(s, &at.key("hosts").index(i), d);
                 }
+                check_distinct(&x.hosts, &at.key("hosts"), d);
                 check_start(x.start_us, &at.key("start_us"), d);
             }
             Workload::AllToAll(x) => {
                 for (i, s) in x.hosts.iter().enumerate() {
                     check_ep(s, &at.key("hosts").index(i), d);
                 }
+                check_distinct(&x.hosts, &at.key("hosts"), d);
                 check_start(x.start_us, &at.key("start_us"), d);
             }
             Workload::Collective(x) => {
@@ -492,6 +570,14 @@ impl Scenario {
                     }
                     for (i, s) in list.iter().enumerate() {
                         check_ep(s, &at.key(key).index(i), d);
+                    }
+                }
+                for (i, c) in x.clients.iter().enumerate() {
+                    if let Some(sv) = x.servers.iter().find(|sv| same_nic(c, sv)) {
+                        d.error(
+                            &at.key("clients").index(i),
+                            format!("`{c}` is also a server (`{sv}`); a NIC cannot send requests to itself"),
+                        );
                     }
                 }
                 if !(x.requests_per_sec.is_finite() && x.requests_per_sec > 0.0) {
@@ -516,6 +602,53 @@ impl Scenario {
             Workload::HpccFlows(_) => {}
         }
     }
+}
+
+/// A cycle in the `after` dependencies of explicit flows: the index of a flow on it and
+/// the ids around it.
+fn after_cycle(list: &[crate::workload::FlowSpec]) -> Option<(usize, Vec<String>)> {
+    let index = |id: &str| list.iter().position(|f| f.id.as_deref() == Some(id));
+    // Colours: 0 unvisited, 1 on the current path, 2 done.
+    let mut colour = vec![0u8; list.len()];
+    fn visit(
+        i: usize,
+        list: &[crate::workload::FlowSpec],
+        index: &dyn Fn(&str) -> Option<usize>,
+        colour: &mut [u8],
+        path: &mut Vec<usize>,
+    ) -> Option<Vec<usize>> {
+        colour[i] = 1;
+        path.push(i);
+        for a in &list[i].after {
+            let Some(j) = index(a) else { continue };
+            if colour[j] == 1 {
+                let start = path.iter().position(|x| *x == j).expect("on the path");
+                let mut cycle = path[start..].to_vec();
+                cycle.push(j);
+                return Some(cycle);
+            }
+            if colour[j] == 0
+                && let Some(c) = visit(j, list, index, colour, path)
+            {
+                return Some(c);
+            }
+        }
+        path.pop();
+        colour[i] = 2;
+        None
+    }
+    for i in 0..list.len() {
+        if colour[i] == 0
+            && let Some(c) = visit(i, list, &index, &mut colour, &mut Vec::new())
+        {
+            let names = c
+                .iter()
+                .map(|k| list[*k].id.clone().unwrap_or_default())
+                .collect();
+            return Some((c[0], names));
+        }
+    }
+    None
 }
 
 impl SizeDist {

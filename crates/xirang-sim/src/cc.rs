@@ -351,7 +351,8 @@ impl TimelyState {
             return;
         }
         self.on_rtt(rtt, p);
-        self.last_update_seq = snd_nxt;
+        // After a go-back-N, snd_nxt is behind: keep the mark (HPCC `UpdateRateTimely`).
+        self.last_update_seq = self.last_update_seq.max(snd_nxt);
     }
 
     /// One TIMELY update with a new RTT sample (shared/reference/congestion-control.md §2).

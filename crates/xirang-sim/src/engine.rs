@@ -4,9 +4,9 @@
 //!
 //! How a packet moves: a port that starts transmitting pushes the packet into its link's
 //! in-flight ring with its arrival time (start + serialization + propagation); only the
-//! ring's head has an `Arrive` event. A port has at most one pending `Wake` event, at the
-//! time it can next send. So the event heap holds about one entry per busy port and link,
-//! not one per packet.
+//! ring's head has an `Arrive` event. A port keeps one wake time, when it can next send;
+//! a wake superseded by an earlier one stays queued and is ignored when it fires. So the
+//! event queue holds about one entry per busy port and link, not one per packet.
 
 use std::collections::VecDeque;
 
@@ -88,6 +88,8 @@ pub(crate) struct Port {
     pause_mask: u8,
     /// DWRR round-robin pointer.
     rr: u8,
+    /// The queue under `rr` already got its quantum for this turn.
+    turn_credited: bool,
     /// Priorities on which this port told its peer to pause (XOFF sent, no XON yet).
     xoff: u8,
     /// Headroom for bytes arriving after XOFF (switch ingress).
@@ -155,6 +157,7 @@ impl Port {
             nonempty: 0,
             pause_mask: 0,
             rr: 0,
+            turn_credited: false,
             xoff: 0,
             headroom,
             in_flight: VecDeque::new(),
@@ -460,9 +463,9 @@ impl<Q: Queue> Sim<Q> {
                 let delay = l.delay_ns * PS_PER_NS;
                 // HPCC sizes headroom per port as 3 x rate x one-way delay
                 // (shared/reference/congestion-control.md §6).
-                let headroom = pfc
-                    .headroom_bytes
-                    .unwrap_or_else(|| (l.rate_gbps * 1e9 * l.delay_ns as f64 / 8.0 / 1e9 * 3.0) as u64);
+                let headroom = pfc.headroom_bytes.unwrap_or_else(|| {
+                    xirang_fabric::config::default_headroom_bytes(l.rate_gbps, l.delay_ns)
+                });
                 let red = match end.node {
                     Node::Switch(s) => config
                         .ecn
@@ -975,6 +978,11 @@ impl<Q: Queue> Sim<Q> {
         let st = &mut port.pr[prio as usize];
         st.tx_bytes += u64::from(size);
         st.tx_packets += 1;
+        if pkt.kind == Kind::Pause {
+            // Counted when sent, like the hardware counter (and like the transmit counters
+            // it is subtracted from).
+            self.counters[p as usize].tx_pause[prio as usize] += 1;
+        }
         let at = now + tx + port.delay;
         let was_empty = port.in_flight.is_empty();
         port.in_flight.push_back((at, pkt));
@@ -1097,7 +1105,6 @@ impl<Q: Queue> Sim<Q> {
         let now = self.now;
         let port = &mut self.ports[p as usize];
         port.ctrl.push_back(pkt);
-        self.counters[p as usize].tx_pause[prio] += 1;
         if xoff {
             if port.xoff & (1 << prio) == 0 {
                 port.xoff |= 1 << prio;
@@ -1260,30 +1267,29 @@ impl<Q: Queue> Sim<Q> {
             return None;
         }
         let port = &mut self.ports[p as usize];
-        loop {
-            // The next ready priority at or after the round-robin pointer.
+        // Classic DWRR: a queue gets one quantum when its turn starts and sends while its
+        // deficit covers the head packet; then the turn passes to the next ready queue.
+        // Each pass either serves or moves the pointer, so two rotations always suffice.
+        for _ in 0..3 * N_PRIO {
             let rr = u32::from(port.rr);
             let prio = ((rr + others.rotate_right(rr).trailing_zeros()) % N_PRIO as u32) as usize;
-            let head = i64::from(port.pr[prio].queue[0].size);
             if prio as u32 != rr {
                 port.rr = prio as u8;
-                port.pr[prio].deficit += DWRR_QUANTUM_BYTES;
-            } else if port.pr[prio].deficit < head {
-                // The current queue spent its quantum: it gets a new one only after the
-                // others had their turn, unless it is the only one ready.
-                if others == 1 << prio {
-                    port.pr[prio].deficit += DWRR_QUANTUM_BYTES;
-                } else {
-                    port.rr = ((prio + 1) % N_PRIO) as u8;
-                    continue;
-                }
+                port.turn_credited = false;
             }
+            if !port.turn_credited {
+                port.pr[prio].deficit += DWRR_QUANTUM_BYTES;
+                port.turn_credited = true;
+            }
+            let head = i64::from(port.pr[prio].queue[0].size);
             if port.pr[prio].deficit >= head {
                 port.pr[prio].deficit -= head;
                 return Some(prio);
             }
             port.rr = ((prio + 1) % N_PRIO) as u8;
+            port.turn_credited = false;
         }
+        unreachable!("invariant: DWRR serves a ready queue within two rotations")
     }
 
     fn switch_send(&mut self, p: u32) {
@@ -1435,7 +1441,12 @@ impl<Q: Queue> Sim<Q> {
                 self.send_ctrl(qi, Kind::Nack, exp, pkt.ts);
             }
         } else {
+            // A duplicate: the sender went back (NACK or timeout) or an ACK was lost. An RC
+            // responder answers with the cumulative ACK, so a lost last ACK cannot leave
+            // the sender retransmitting forever.
             self.counters[p as usize].duplicate_request += 1;
+            let ack = self.qps[qi as usize].rx_expected;
+            self.send_ctrl(qi, Kind::Ack, ack, pkt.ts);
         }
     }
 
@@ -1675,8 +1686,14 @@ impl<Q: Queue> Sim<Q> {
         if any_done {
             let qps = &self.qps;
             let port = &mut self.ports[p as usize];
+            // Keep the round-robin pointer on the same QP: shift it by the finished QPs
+            // removed before it.
+            let removed_before = port.qps[..port.rr_qp.min(port.qps.len())]
+                .iter()
+                .filter(|q| qps[**q as usize].done)
+                .count();
             port.qps.retain(|q| !qps[*q as usize].done);
-            port.rr_qp = port.rr_qp.min(port.qps.len().saturating_sub(1));
+            port.rr_qp = (port.rr_qp - removed_before).min(port.qps.len().saturating_sub(1));
         }
         self.after_nic_tx(p);
     }
@@ -1724,8 +1741,19 @@ impl<Q: Queue> Sim<Q> {
         let port = &self.ports[p as usize];
         let busy = port.busy_until.max(now);
         let mut t = NEVER;
-        if !port.ctrl.is_empty() || port.nonempty != 0 {
+        if !port.ctrl.is_empty() {
             t = busy;
+        }
+        let mut waiting = port.nonempty;
+        while waiting != 0 {
+            let prio = waiting.trailing_zeros() as usize;
+            waiting &= waiting - 1;
+            let pause_end = port.pr[prio].paused_until;
+            t = t.min(if pause_end > now {
+                pause_end.max(busy)
+            } else {
+                busy
+            });
         }
         for &qi in &port.qps {
             let q = &self.qps[qi as usize];
@@ -1740,11 +1768,11 @@ impl<Q: Queue> Sim<Q> {
             t = t.min(ready);
         }
         if t != NEVER {
-            if t <= now {
-                // Sendable already (the link is idle): only possible if nothing was sent.
-                t = now + 1;
-            }
-            self.schedule_wake(p, t);
+            debug_assert!(
+                t > now || self.ports[p as usize].busy_until > now,
+                "invariant: nic_send sends whatever is sendable now"
+            );
+            self.schedule_wake(p, t.max(now + 1));
         }
     }
 
@@ -1775,7 +1803,10 @@ impl<Q: Queue> Sim<Q> {
                 self.samples.counters.push((now, c));
             }
         }
-        if let Some(iv) = self.sample_interval {
+        // Keep sampling only while something else can still happen.
+        if let Some(iv) = self.sample_interval
+            && !self.q.is_empty()
+        {
             self.q.push(now + iv, ev(EV_SAMPLE, 0, 0));
         }
     }
@@ -1974,6 +2005,56 @@ impl<Q: Queue> Sim<Q> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Regression (review): a duplicate data packet (the sender went back after its last ACK
+    /// was lost) is answered with the cumulative ACK, so the sender can finish.
+    #[test]
+    fn duplicates_are_acknowledged() {
+        let text = r#"
+[topology.leaf_spine]
+leaves = 1
+spines = 1
+hosts_per_leaf = 2
+host_rate_gbps = 100
+fabric_rate_gbps = 100
+
+[workloads.one.flows]
+list = [{ src = "h0", dst = "h1", bytes = 10_000 }]
+"#;
+        let path = std::path::Path::new("t.toml");
+        let loaded = xirang_fabric::Scenario::parse(text, path)
+            .and_then(|s| s.build(path, std::path::Path::new("."), Some(text)))
+            .unwrap();
+        let ex = crate::workload::expand(&loaded, 1);
+        let opts = crate::options(&loaded);
+        let mut sim: Sim = Sim::new(&loaded.fabric, &loaded.scenario.config, &ex.flows, &opts);
+        sim.run(&mut |_| {});
+        let route = sim.route_of(0);
+        let rx_port = sim.ports[*route.last().unwrap() as usize].peer;
+        assert!(sim.ports[rx_port as usize].in_flight.is_empty());
+        let dup = Packet {
+            seq: 0,
+            ts: sim.now,
+            qp: 0,
+            route: sim.qps[0].route,
+            in_port: 0,
+            size: 1062,
+            payload: 1000,
+            hop: 2,
+            kind: Kind::Data,
+            prio: sim.qps[0].prio,
+            ce: false,
+        };
+        sim.live_packets += 1;
+        sim.nic_receive(rx_port, dup);
+        let (_, ack) = sim.ports[rx_port as usize]
+            .in_flight
+            .front()
+            .copied()
+            .expect("an ACK went out");
+        assert_eq!((ack.kind, ack.seq), (Kind::Ack, 10_000));
+        assert_eq!(sim.counters[rx_port as usize].duplicate_request, 1);
+    }
 
     /// The marking probability measured at a queue held at a fixed length between Kmin and
     /// Kmax follows the RED line within statistical error (4 sigma).

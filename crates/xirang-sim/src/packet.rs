@@ -1,6 +1,6 @@
-//! Packets and their pool. A packet is a small `Copy` struct that lives in one arena slot
-//! from creation to consumption; queues and links hold 4-byte ids. Freed slots are reused,
-//! so steady-state simulation allocates nothing per packet.
+//! Packets. A packet is a small `Copy` struct that lives by value in the ring it waits in:
+//! an egress queue or a link's in-flight ring. The rings keep their capacity, so once they
+//! have grown the simulation allocates nothing per packet.
 
 use crate::time::Ps;
 
@@ -45,70 +45,6 @@ pub struct Packet {
     pub prio: u8,
     /// ECN Congestion Experienced.
     pub ce: bool,
-}
-
-/// Pool of packets with a free list.
-#[derive(Debug, Default)]
-pub struct Pool {
-    slots: Vec<Packet>,
-    free: Vec<u32>,
-    live: usize,
-    peak_live: usize,
-}
-
-impl Pool {
-    /// Stores a packet and returns its id.
-    #[inline]
-    pub fn alloc(&mut self, p: Packet) -> u32 {
-        self.live += 1;
-        if self.live > self.peak_live {
-            self.peak_live = self.live;
-        }
-        match self.free.pop() {
-            Some(id) => {
-                self.slots[id as usize] = p;
-                id
-            }
-            None => {
-                self.slots.push(p);
-                (self.slots.len() - 1) as u32
-            }
-        }
-    }
-
-    /// Releases a packet.
-    #[inline]
-    pub fn free(&mut self, id: u32) {
-        self.live -= 1;
-        self.free.push(id);
-    }
-
-    /// The packet `id`.
-    #[inline]
-    pub fn get(&self, id: u32) -> &Packet {
-        &self.slots[id as usize]
-    }
-
-    /// The packet `id`, mutably.
-    #[inline]
-    pub fn get_mut(&mut self, id: u32) -> &mut Packet {
-        &mut self.slots[id as usize]
-    }
-
-    /// Packets alive now.
-    pub fn live(&self) -> usize {
-        self.live
-    }
-
-    /// Most packets alive at once.
-    pub fn peak_live(&self) -> usize {
-        self.peak_live
-    }
-
-    /// Slots allocated (peak live, rounded up by growth).
-    pub fn capacity(&self) -> usize {
-        self.slots.capacity()
-    }
 }
 
 #[cfg(test)]

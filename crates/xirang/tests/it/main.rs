@@ -1,8 +1,10 @@
 //! Integration tests: they run the real `xirang` binary.
 //!
 //! - `util`: the harness (a temp dir, a command, readable failures).
-//! - `topo`, `scenario`, `sim`: one module per command family.
+//! - `topo`, `scenario`, `sim`: one module per command family; `report`: snapshots of
+//!   the human-readable reports.
 
+mod report;
 mod scenario;
 mod sim;
 mod topo;
