@@ -10,7 +10,7 @@ use xirang_fabric::config::{DcqcnParams, TimelyParams};
 use crate::time::{PS_PER_NS, Ps, us};
 
 /// DCQCN parameters in engine units.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Dcqcn {
     /// Alpha gain g.
     pub g: f64,
@@ -273,7 +273,7 @@ impl DcqcnState {
 }
 
 /// TIMELY parameters in engine units.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Timely {
     /// Always increase below this RTT.
     pub t_low: Ps,

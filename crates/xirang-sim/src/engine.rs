@@ -355,7 +355,7 @@ pub struct Samples {
 }
 
 /// Conservation accounting.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct Ledger {
     /// Packets created (by NICs, and PFC frames by switches).
     pub created_packets: u64,
@@ -701,12 +701,12 @@ impl<Q: Queue> Sim<Q> {
                     CcAlgorithm::None => Cc::None,
                     CcAlgorithm::Dcqcn => {
                         let p = Dcqcn::new(&class.dcqcn, line_bps);
-                        let idx = self.param_index_dcqcn(p);
+                        let idx = intern(&mut self.dcqcn, p);
                         Cc::Dcqcn(idx, Box::new(DcqcnState::new(&self.dcqcn[idx as usize])))
                     }
                     CcAlgorithm::Timely => {
                         let p = Timely::new(&class.timely, line_bps);
-                        let idx = self.param_index_timely(p);
+                        let idx = intern(&mut self.timely, p);
                         Cc::Timely(idx, Box::new(TimelyState::new(&self.timely[idx as usize])))
                     }
                 };
@@ -772,30 +772,6 @@ impl<Q: Queue> Sim<Q> {
                 qp.rx_done = true;
             }
         }
-    }
-
-    fn param_index_dcqcn(&mut self, p: Dcqcn) -> u16 {
-        let i = self
-            .dcqcn
-            .iter()
-            .position(|x| format!("{x:?}") == format!("{p:?}"))
-            .unwrap_or_else(|| {
-                self.dcqcn.push(p);
-                self.dcqcn.len() - 1
-            });
-        i as u16
-    }
-
-    fn param_index_timely(&mut self, p: Timely) -> u16 {
-        let i = self
-            .timely
-            .iter()
-            .position(|x| format!("{x:?}") == format!("{p:?}"))
-            .unwrap_or_else(|| {
-                self.timely.push(p);
-                self.timely.len() - 1
-            });
-        i as u16
     }
 
     /// Computes a route from `src` to `dst` hop by hop, as switches would forward it: at
@@ -1877,6 +1853,15 @@ impl<Q: Queue> Sim<Q> {
             i += 1;
         }
     }
+}
+
+/// Index of `x` in `v`, appending it if absent: QPs share parameter sets by index.
+fn intern<T: PartialEq>(v: &mut Vec<T>, x: T) -> u16 {
+    let i = v.iter().position(|y| *y == x).unwrap_or_else(|| {
+        v.push(x);
+        v.len() - 1
+    });
+    u16::try_from(i).expect("invariant: fewer than 65536 distinct parameter sets")
 }
 
 /// Time a QP's rate limiter waits after a packet whose line serialization is `line_tx`.

@@ -151,7 +151,7 @@ fn collect<Q: queue::Queue>(loaded: &Loaded, ex: &workload::Expanded, sim: &Sim<
         packets_in_flight_at_end: n,
         bytes_in_flight_at_end: bytes,
         data_bytes_in_flight_at_end: data,
-        ledger: sim.ledger.into(),
+        ledger: sim.ledger,
     };
     let rate_series = sim
         .samples

@@ -94,46 +94,7 @@ pub struct RunStats {
     /// Data payload bytes of those packets.
     pub data_bytes_in_flight_at_end: u64,
     /// Conservation ledger.
-    pub ledger: LedgerView,
-}
-
-/// [`Ledger`] for serialization.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct LedgerView {
-    /// Packets created.
-    pub created_packets: u64,
-    /// Bytes created.
-    pub created_bytes: u64,
-    /// Packets delivered to the device they were for.
-    pub delivered_packets: u64,
-    /// Bytes delivered.
-    pub delivered_bytes: u64,
-    /// Packets dropped.
-    pub dropped_packets: u64,
-    /// Bytes dropped.
-    pub dropped_bytes: u64,
-    /// Data payload sent, retransmissions included.
-    pub data_sent_bytes: u64,
-    /// Data payload that reached its receiver.
-    pub data_delivered_bytes: u64,
-    /// Data payload dropped.
-    pub data_dropped_bytes: u64,
-}
-
-impl From<Ledger> for LedgerView {
-    fn from(l: Ledger) -> Self {
-        LedgerView {
-            created_packets: l.created_packets,
-            created_bytes: l.created_bytes,
-            delivered_packets: l.delivered_packets,
-            delivered_bytes: l.delivered_bytes,
-            dropped_packets: l.dropped_packets,
-            dropped_bytes: l.dropped_bytes,
-            data_sent_bytes: l.data_sent_bytes,
-            data_delivered_bytes: l.data_delivered_bytes,
-            data_dropped_bytes: l.data_dropped_bytes,
-        }
-    }
+    pub ledger: Ledger,
 }
 
 /// Everything a run produced.

@@ -11,7 +11,6 @@ use std::process::Command;
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use comfy_table::{Table, presets::UTF8_BORDERS_ONLY};
 use serde::{Deserialize, Serialize};
 use xirang_sim::queue::{EventQueue, HeapQueue};
 
@@ -157,9 +156,7 @@ pub(crate) fn run(a: &BenchArgs) -> Result<Outcome> {
         crate::cmd::out(&(serde_json::to_string_pretty(&all)? + "\n"))?;
         return Ok(Outcome::Clean);
     }
-    let mut t = Table::new();
-    t.load_style(UTF8_BORDERS_ONLY);
-    t.set_header(vec![
+    let mut t = crate::cmd::table(&[
         "scenario",
         "engine",
         "best s",

@@ -28,6 +28,14 @@ pub(crate) fn run(cli: Cli) -> Result<Outcome> {
     }
 }
 
+/// A table in the house style with the given header.
+pub(crate) fn table(header: &[&str]) -> Table {
+    let mut t = Table::new();
+    t.load_style(UTF8_BORDERS_ONLY);
+    t.set_header(header.to_vec());
+    t
+}
+
 /// Writes to stdout, surfacing a closed pipe as an error `main` can recognise.
 pub(crate) fn out(s: &str) -> Result<()> {
     let mut o = std::io::stdout().lock();
@@ -117,9 +125,7 @@ fn topo_show(a: &FileArgs) -> Result<Outcome> {
         out(&(serde_json::to_string_pretty(&r)? + "\n"))?;
         return Ok(Outcome::Clean);
     }
-    let mut t = Table::new();
-    t.load_style(UTF8_BORDERS_ONLY);
-    t.set_header(vec!["", "value"]);
+    let mut t = table(&["", "value"]);
     t.add_row(vec!["hosts".to_string(), s.hosts.to_string()]);
     t.add_row(vec![
         "GPUs / NICs".to_string(),

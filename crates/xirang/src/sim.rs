@@ -4,7 +4,6 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use comfy_table::{Table, presets::UTF8_BORDERS_ONLY};
 use indicatif::{ProgressBar, ProgressStyle};
 use xirang_fabric::Loaded;
 use xirang_fabric::scenario::Scenario;
@@ -153,9 +152,7 @@ fn opt(v: Option<f64>, prec: usize) -> String {
 }
 
 fn render(name: &str, s: &Summary, wall_s: f64, out: &Path) -> String {
-    let mut t = Table::new();
-    t.load_style(UTF8_BORDERS_ONLY);
-    t.set_header(vec![
+    let mut t = crate::cmd::table(&[
         "class",
         "flows",
         "FCT p50 us",
@@ -179,9 +176,7 @@ fn render(name: &str, s: &Summary, wall_s: f64, out: &Path) -> String {
     }
     let mut text = format!("{name}\n{t}\n");
     if !s.latency.is_empty() {
-        let mut l = Table::new();
-        l.load_style(UTF8_BORDERS_ONLY);
-        l.set_header(vec![
+        let mut l = crate::cmd::table(&[
             "inference workload",
             "answered",
             "latency p50 us",
