@@ -95,6 +95,7 @@ fn collect<Q: queue::Queue>(loaded: &Loaded, ex: &workload::Expanded, sim: &Sim<
             let resp = &sim.flows[r.response as usize];
             RequestResult {
                 workload: ex.workloads[r.workload as usize].clone(),
+                class: ex.flows[r.request as usize].class.clone(),
                 request: r.request,
                 response: r.response,
                 latency_ps: match (req.started, resp.rx_done) {

@@ -63,6 +63,8 @@ impl FlowResult {
 pub struct RequestResult {
     /// Workload name.
     pub workload: String,
+    /// Traffic class.
+    pub class: String,
     /// Request flow id.
     pub request: u32,
     /// Response flow id.
@@ -159,6 +161,8 @@ pub struct ClassSummary {
 pub struct LatencySummary {
     /// Workload.
     pub workload: String,
+    /// Its traffic class.
+    pub class: String,
     /// Requests issued.
     pub requests: usize,
     /// Requests answered.
@@ -253,6 +257,7 @@ impl RunResult {
                 lat.sort_unstable();
                 LatencySummary {
                     workload: w.to_string(),
+                    class: rs.first().map(|r| r.class.clone()).unwrap_or_default(),
                     requests: rs.len(),
                     answered: lat.len(),
                     p50_us: percentile(&lat, 50.0).map(us_f),

@@ -178,6 +178,7 @@ fn render(name: &str, s: &Summary, wall_s: f64, out: &Path) -> String {
     if !s.latency.is_empty() {
         let mut l = crate::cmd::table(&[
             "inference workload",
+            "class",
             "answered",
             "latency p50 us",
             "p99 us",
@@ -186,6 +187,7 @@ fn render(name: &str, s: &Summary, wall_s: f64, out: &Path) -> String {
         for w in &s.latency {
             l.add_row(vec![
                 w.workload.clone(),
+                w.class.clone(),
                 format!("{}/{}", w.answered, w.requests),
                 opt(w.p50_us, 1),
                 opt(w.p99_us, 1),
