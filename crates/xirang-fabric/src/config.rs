@@ -34,6 +34,8 @@ pub struct FabricConfig {
     pub nccl: NcclConfig,
     /// Pre-registered memory region and buffer pool.
     pub memory: MemoryPoolConfig,
+    /// GPU-to-GPU links inside a host.
+    pub intra_host: IntraHostConfig,
 }
 
 impl Default for FabricConfig {
@@ -48,6 +50,35 @@ impl Default for FabricConfig {
             transport: TransportConfig::default(),
             nccl: NcclConfig::default(),
             memory: MemoryPoolConfig::default(),
+            intra_host: IntraHostConfig::default(),
+        }
+    }
+}
+
+/// NVLink 4 (H100, "NV18" in `nvidia-smi topo -m`: 18 links,
+/// shared/fixtures/nvidia-smi-topo/h100-8gpu-8nic-nv18-topo-m.txt) at 25 GB/s per link and
+/// direction: 450 GB/s. The per-link figure is not in shared/reference: unconfirmed.
+pub const H100_NVLINK_GBPS: f64 = 18.0 * 25.0 * 8.0;
+/// Start-up time of a GPU-to-GPU copy: our estimate, unconfirmed.
+pub const NVLINK_LATENCY_US: f64 = 1.0;
+
+/// GPU-to-GPU links inside a host. Collective steps between GPUs of one host run over
+/// them instead of the network; the simulator gives each channel an equal share and does
+/// not model contention on them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct IntraHostConfig {
+    /// Bandwidth of one GPU's NVLinks in one direction, Gbit/s (0 = no NVLink: PCIe).
+    pub nvlink_gbps: f64,
+    /// Latency of one GPU-to-GPU transfer, µs.
+    pub nvlink_latency_us: f64,
+}
+
+impl Default for IntraHostConfig {
+    fn default() -> Self {
+        IntraHostConfig {
+            nvlink_gbps: H100_NVLINK_GBPS,
+            nvlink_latency_us: NVLINK_LATENCY_US,
         }
     }
 }

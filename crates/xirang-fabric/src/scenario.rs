@@ -553,6 +553,32 @@ impl Scenario {
                 check_start(x.start_us, &at.key("start_us"), d);
             }
             Workload::Collective(x) => {
+                if x.channels == 0 || x.channels > crate::config::NCCL_MAX_CHANNELS {
+                    d.error(
+                        &at.key("channels"),
+                        format!(
+                            "expected 1..{} channels, found {}",
+                            crate::config::NCCL_MAX_CHANNELS,
+                            x.channels
+                        ),
+                    );
+                }
+                if x.iterations == 0 {
+                    d.error(
+                        &at.key("iterations"),
+                        "expected at least 1 iteration, found 0".to_string(),
+                    );
+                }
+                if !(x.step_us.is_finite() && x.step_us >= 0.0) {
+                    d.error(
+                        &at.key("step_us"),
+                        format!("expected a time >= 0 µs, found {}", x.step_us),
+                    );
+                }
+                if x.bytes == 0 {
+                    d.error(&at.key("bytes"), "expected a size >= 1 byte, found 0".to_string());
+                }
+                check_distinct(&x.hosts, &at.key("hosts"), d);
                 for (i, h) in x.hosts.iter().enumerate() {
                     if fabric.host_by_name(h).is_none() {
                         d.error(
@@ -927,6 +953,17 @@ impl FabricConfig {
                 &tr.key("wr_depth"),
                 "expected a queue depth >= 1, found 0".to_string(),
             );
+        }
+        for (k, v) in [
+            ("nvlink_gbps", self.intra_host.nvlink_gbps),
+            ("nvlink_latency_us", self.intra_host.nvlink_latency_us),
+        ] {
+            if !(v.is_finite() && v >= 0.0) {
+                d.error(
+                    &at.key("intra_host").key(k),
+                    format!("expected a value >= 0, found {v}"),
+                );
+            }
         }
         let mem = &self.memory;
         let mat = at.key("memory");

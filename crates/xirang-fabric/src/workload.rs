@@ -204,6 +204,9 @@ pub struct CollectiveSpec {
     /// Back-to-back repetitions.
     #[serde(default = "one")]
     pub iterations: u32,
+    /// Reduction/kernel time before each step's send, µs.
+    #[serde(default)]
+    pub step_us: f64,
     /// Start time.
     #[serde(default)]
     pub start_us: f64,

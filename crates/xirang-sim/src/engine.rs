@@ -54,6 +54,7 @@ const EV_DCQCN_INC: u64 = 4;
 const EV_RTO: u64 = 5;
 const EV_PFC_REFRESH: u64 = 6;
 const EV_SAMPLE: u64 = 7;
+const EV_LOCAL_DONE: u64 = 8;
 
 #[inline]
 fn ev(kind: u64, a: u32, b: u32) -> u64 {
@@ -308,6 +309,8 @@ pub(crate) struct Flow {
     earliest: Ps,
     /// Delay after the last dependency arrived.
     after_delay: Ps,
+    /// A transfer inside a host (NVLink) that takes this long and uses no network port.
+    pub(crate) local: Option<Ps>,
     pub(crate) started: Option<Ps>,
     pub(crate) finish: Option<Ps>,
     pub(crate) rx_done: Option<Ps>,
@@ -637,6 +640,25 @@ impl<Q: Queue> Sim<Q> {
         let mut pair_sport: std::collections::BTreeMap<(u32, u32), u16> = Default::default();
         let n_qps = config.transport.qps_per_connection.max(1);
         for (fi, d) in defs.iter().enumerate() {
+            if let Some(dur) = d.local {
+                let at = self.qps.len() as u32;
+                self.flows.push(Flow {
+                    qps: at..at,
+                    qps_left: 0,
+                    rx_left: 0,
+                    deps_left: d.after.len() as u32,
+                    dependents: Vec::new(),
+                    earliest: d.start,
+                    after_delay: d.after_delay,
+                    local: Some(dur),
+                    started: None,
+                    finish: None,
+                    rx_done: None,
+                    ideal: dur,
+                    lower_bound: dur,
+                });
+                continue;
+            }
             let class_idx = self
                 .classes
                 .iter()
@@ -749,6 +771,7 @@ impl<Q: Queue> Sim<Q> {
                 dependents: Vec::new(),
                 earliest: d.start,
                 after_delay: d.after_delay,
+                local: None,
                 started: None,
                 finish: None,
                 rx_done: None,
@@ -906,6 +929,11 @@ impl<Q: Queue> Sim<Q> {
             EV_RTO => self.rto(a),
             EV_PFC_REFRESH => self.pfc_refresh(a, (b & 7) as usize, b >> 3),
             EV_SAMPLE => self.sample(),
+            EV_LOCAL_DONE => {
+                self.flows[a as usize].finish = Some(self.now);
+                self.flows_left -= 1;
+                self.flow_arrived(a);
+            }
             _ => unreachable!("invariant: only known event kinds are scheduled"),
         }
     }
@@ -1433,6 +1461,12 @@ impl<Q: Queue> Sim<Q> {
         if flow.rx_left > 0 {
             return;
         }
+        self.flow_arrived(f);
+    }
+
+    /// All of a flow's data arrived: start the flows waiting for it.
+    fn flow_arrived(&mut self, f: u32) {
+        let flow = &mut self.flows[f as usize];
         flow.rx_done = Some(self.now);
         let deps = std::mem::take(&mut flow.dependents);
         for d in &deps {
@@ -1590,6 +1624,10 @@ impl<Q: Queue> Sim<Q> {
         let now = self.now;
         let flow = &mut self.flows[f as usize];
         flow.started = Some(now);
+        if let Some(dur) = flow.local {
+            self.q.push(now + dur, ev(EV_LOCAL_DONE, f, 0));
+            return;
+        }
         let qps = flow.qps.clone();
         for qi in qps {
             let q = &mut self.qps[qi as usize];

@@ -113,7 +113,7 @@ fn collect<Q: queue::Queue>(loaded: &Loaded, ex: &workload::Expanded, sim: &Sim<
         .enumerate()
         .map(|(i, d)| {
             let f = &sim.flows[i];
-            let q0 = &sim.qps[f.qps.start as usize];
+            let q0 = sim.qps.get(f.qps.start as usize).filter(|_| !f.qps.is_empty());
             let start = f.started.unwrap_or(d.start);
             FlowResult {
                 id: i as u32,
@@ -123,20 +123,63 @@ fn collect<Q: queue::Queue>(loaded: &Loaded, ex: &workload::Expanded, sim: &Sim<
                 dst: workload::nic_name(fabric, d.dst),
                 src_node: sim.nics[d.src.index()].node_id,
                 dst_node: sim.nics[d.dst.index()].node_id,
-                sport: q0.sport,
-                dport: q0.dport,
+                sport: q0.map_or(0, |q| q.sport),
+                dport: q0.map_or(0, |q| q.dport),
                 bytes: d.bytes,
                 start_ps: start + d.time_offset,
                 fct_ps: f.finish.map(|t| t - start),
                 rx_done_ps: f.rx_done.map(|t| t - start),
                 ideal_ps: f.ideal,
                 lower_bound_ps: f.lower_bound,
-                bytes_received: f.qps.clone().map(|q| sim.qp_received_bytes(q)).sum(),
-                path: sim
-                    .route_of(f.qps.start)
-                    .into_iter()
-                    .map(|p| port_name(p as usize))
-                    .collect(),
+                bytes_received: if f.local.is_some() {
+                    if f.rx_done.is_some() { d.bytes } else { 0 }
+                } else {
+                    f.qps.clone().map(|q| sim.qp_received_bytes(q)).sum()
+                },
+                in_collective: false,
+                nvlink: f.local.is_some(),
+                path: if f.local.is_some() {
+                    Vec::new()
+                } else {
+                    sim.route_of(f.qps.start)
+                        .into_iter()
+                        .map(|p| port_name(p as usize))
+                        .collect()
+                },
+            }
+        })
+        .collect();
+    let mut flows = flows;
+    let collectives = ex
+        .collectives
+        .iter()
+        .map(|c| {
+            let mut finished = true;
+            let (mut first, mut last) = (time::Ps::MAX, 0);
+            for fi in c.flows.clone() {
+                let f = &mut flows[fi as usize];
+                f.in_collective = true;
+                first = first.min(f.start_ps);
+                match f.rx_done_ps {
+                    Some(rx) => last = last.max(f.start_ps + rx),
+                    None => finished = false,
+                }
+            }
+            let total = (finished && !c.flows.is_empty()).then(|| last - first);
+            let time = total.map(|t| t / time::Ps::from(c.iterations));
+            let algbw = time.map(|t| c.bytes as f64 / (t as f64 / 1e12) / 1e9);
+            output::CollectiveResult {
+                workload: ex.workloads[c.workload as usize].clone(),
+                op: serde_name(&c.op),
+                algorithm: serde_name(&c.algorithm),
+                ranks: c.ranks,
+                bytes: c.bytes,
+                iterations: c.iterations,
+                finished,
+                total_ps: total,
+                time_ps: time,
+                algbw_gbs: algbw,
+                busbw_gbs: algbw.map(|a| a * xirang_collective::schedule::bus_factor(c.op, c.ranks)),
             }
         })
         .collect();
@@ -169,6 +212,7 @@ fn collect<Q: queue::Queue>(loaded: &Loaded, ex: &workload::Expanded, sim: &Sim<
     RunResult {
         flows,
         requests,
+        collectives,
         counters,
         pfc: sim.pfc_log.clone(),
         stats,
@@ -178,4 +222,12 @@ fn collect<Q: queue::Queue>(loaded: &Loaded, ex: &workload::Expanded, sim: &Sim<
         skipped: ex.skipped.clone(),
         priorities_with_pfc: pfc_prios,
     }
+}
+
+/// A value's name as scenario files spell it (the serde name of an enum variant).
+fn serde_name<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_value(v)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
 }

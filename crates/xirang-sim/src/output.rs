@@ -47,8 +47,39 @@ pub struct FlowResult {
     pub lower_bound_ps: Ps,
     /// Bytes the receiver got in order (all of them for a finished flow).
     pub bytes_received: u64,
-    /// Egress ports of the first QP's data path, sender NIC first.
+    /// Egress ports of the first QP's data path, sender NIC first (empty over NVLink).
     pub path: Vec<String>,
+    /// A step of a collective (reported in [`RunResult::collectives`], not per class).
+    pub in_collective: bool,
+    /// Moved over NVLink inside a host, not through the network.
+    pub nvlink: bool,
+}
+
+/// A collective's outcome, as nccl-tests would report it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CollectiveResult {
+    /// Workload name.
+    pub workload: String,
+    /// Operation (`all_reduce`, ...).
+    pub op: String,
+    /// Algorithm.
+    pub algorithm: String,
+    /// Ranks.
+    pub ranks: u32,
+    /// Buffer bytes.
+    pub bytes: u64,
+    /// Repetitions.
+    pub iterations: u32,
+    /// Every transfer arrived.
+    pub finished: bool,
+    /// First transfer start to last arrival, all iterations.
+    pub total_ps: Option<Ps>,
+    /// `total_ps / iterations`.
+    pub time_ps: Option<Ps>,
+    /// Algorithm bandwidth, bytes / time, GB/s (10^9 bytes per second, as nccl-tests).
+    pub algbw_gbs: Option<f64>,
+    /// Bus bandwidth, algbw x nccl-tests' factor for the operation, GB/s.
+    pub busbw_gbs: Option<f64>,
 }
 
 impl FlowResult {
@@ -106,6 +137,8 @@ pub struct RunResult {
     pub flows: Vec<FlowResult>,
     /// Inference requests.
     pub requests: Vec<RequestResult>,
+    /// Collectives.
+    pub collectives: Vec<CollectiveResult>,
     /// Final counters of every port, named as hardware names them.
     pub counters: Vec<CounterValue>,
     /// Every PFC frame received.
@@ -178,8 +211,10 @@ pub struct LatencySummary {
 /// The closing summary of a run.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Summary {
-    /// Per class.
+    /// Per class (flows that are not collective steps).
     pub classes: Vec<ClassSummary>,
+    /// Collectives.
+    pub collectives: Vec<CollectiveResult>,
     /// Per inference workload.
     pub latency: Vec<LatencySummary>,
     /// PFC frames sent (XOFF and XON), all ports.
@@ -212,13 +247,22 @@ impl RunResult {
 
     /// The summary.
     pub fn summary(&self) -> Summary {
-        let mut class_names: Vec<&str> = self.flows.iter().map(|f| f.class.as_str()).collect();
+        let mut class_names: Vec<&str> = self
+            .flows
+            .iter()
+            .filter(|f| !f.in_collective)
+            .map(|f| f.class.as_str())
+            .collect();
         class_names.sort();
         class_names.dedup();
         let classes = class_names
             .into_iter()
             .map(|c| {
-                let fl: Vec<&FlowResult> = self.flows.iter().filter(|f| f.class == c).collect();
+                let fl: Vec<&FlowResult> = self
+                    .flows
+                    .iter()
+                    .filter(|f| f.class == c && !f.in_collective)
+                    .collect();
                 let mut fct: Vec<Ps> = fl.iter().filter_map(|f| f.fct_ps).collect();
                 fct.sort_unstable();
                 let mut sd: Vec<f64> = fl.iter().filter_map(|f| f.slowdown()).collect();
@@ -276,6 +320,7 @@ impl RunResult {
         };
         Summary {
             classes,
+            collectives: self.collectives.clone(),
             latency,
             pfc_frames: self.counter_total(is_pfc_tx),
             pfc_pause_us: self.counter_total(is_pause_dur) as f64,
@@ -289,7 +334,11 @@ impl RunResult {
     /// The HPCC simulator's FCT file: one line per finished flow, in completion order,
     /// `sip dip sport dport size start_ns fct_ns standalone_fct_ns` with IPs in hex.
     pub fn fct_hpcc(&self) -> String {
-        let mut done: Vec<&FlowResult> = self.flows.iter().filter(|f| f.fct_ps.is_some()).collect();
+        let mut done: Vec<&FlowResult> = self
+            .flows
+            .iter()
+            .filter(|f| f.fct_ps.is_some() && !f.nvlink)
+            .collect();
         done.sort_by_key(|f| (f.start_ps + f.fct_ps.unwrap_or(0), f.id));
         let mut s = String::new();
         for f in done {

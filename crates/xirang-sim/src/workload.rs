@@ -6,8 +6,9 @@
 
 use std::collections::BTreeMap;
 
+use xirang_collective::schedule::{CollectiveAlgorithm, CollectiveOp, Shape};
 use xirang_fabric::Loaded;
-use xirang_fabric::model::{Fabric, NicId, Node};
+use xirang_fabric::model::{Fabric, GpuId, NicId, Node};
 use xirang_fabric::scenario::resolve_endpoint;
 use xirang_fabric::workload::{SizeDist, Workload};
 
@@ -39,6 +40,28 @@ pub struct FlowDef {
     pub hpcc_ports: Option<(u16, u16)>,
     /// Added to start times in outputs, so HPCC flow files keep their absolute times.
     pub time_offset: Ps,
+    /// A transfer between GPUs of one host, over NVLink: it takes this long and uses no
+    /// network port (`src` and `dst` are then the hosts' NICs, for naming only).
+    pub local: Option<Ps>,
+}
+
+/// A collective workload's transfers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CollectiveRun {
+    /// Workload index.
+    pub workload: u16,
+    /// The operation.
+    pub op: CollectiveOp,
+    /// The algorithm.
+    pub algorithm: CollectiveAlgorithm,
+    /// Ranks (GPUs).
+    pub ranks: u32,
+    /// Buffer bytes.
+    pub bytes: u64,
+    /// Repetitions.
+    pub iterations: u32,
+    /// Flow ids of its transfers, iteration by iteration.
+    pub flows: std::ops::Range<u32>,
 }
 
 /// A request/response pair of an inference workload.
@@ -61,6 +84,8 @@ pub struct Expanded {
     pub flows: Vec<FlowDef>,
     /// Inference requests.
     pub requests: Vec<Request>,
+    /// Collectives.
+    pub collectives: Vec<CollectiveRun>,
     /// Workloads that were not expanded, with the reason.
     pub skipped: Vec<(String, String)>,
 }
@@ -86,6 +111,7 @@ pub fn expand(loaded: &Loaded, seed: u64) -> Expanded {
             after_delay: 0,
             hpcc_ports: None,
             time_offset: 0,
+            local: None,
         };
         match w {
             Workload::Flows(f) => {
@@ -222,14 +248,138 @@ pub fn expand(loaded: &Loaded, seed: u64) -> Expanded {
                     });
                 }
             }
-            Workload::Collective(_) => out.skipped.push((
-                name.clone(),
-                "collective schedules are not simulated yet (they come with the collectives work)"
-                    .to_string(),
-            )),
+            Workload::Collective(c) => match expand_collective(loaded, c, &base, &mut out.flows) {
+                Ok(run) => out.collectives.push(CollectiveRun {
+                    workload: widx,
+                    ..run
+                }),
+                Err(why) => out.skipped.push((name.clone(), why)),
+            },
         }
     }
     out
+}
+
+/// NCCL's Simple-protocol chunk: `NCCL_BUFFSIZE` / `NCCL_STEPS` x the AllReduce chunk
+/// steps (`STEPS/2`) = 4 MiB / 8 x 4 (shared/reference/collectives-and-nccl.md §1): steps
+/// pipeline in pieces of at most this size.
+const NCCL_SIMPLE_CHUNK_BYTES: u64 = 2 * 1024 * 1024;
+/// Chunks per piece are capped to keep the number of flows in proportion; larger pieces
+/// then move in bigger chunks.
+const MAX_CHUNKS: u32 = 8;
+
+/// Turns a collective into flows: ranks are the GPUs of the listed hosts (host by host,
+/// GPU by GPU); steps between GPUs of one host go over NVLink; steps between hosts go
+/// NIC to NIC on the channel's rail (NIC `channel mod nics` on both hosts, as NCCL keeps a
+/// channel on one rail), or, for the hierarchical algorithm, between the NICs under the
+/// two GPUs' own PCIe switches.
+fn expand_collective(
+    loaded: &Loaded,
+    c: &xirang_fabric::workload::CollectiveSpec,
+    base: &FlowDef,
+    flows: &mut Vec<FlowDef>,
+) -> Result<CollectiveRun, String> {
+    let fabric = &loaded.fabric;
+    let hosts: Vec<&xirang_fabric::model::Host> = if c.hosts.is_empty() {
+        fabric.hosts.iter().collect()
+    } else {
+        c.hosts
+            .iter()
+            .map(|h| &fabric.hosts[fabric.host_by_name(h).expect("validated").index()])
+            .collect()
+    };
+    // (host index in `hosts`, GPU) per rank; a host without GPUs is one rank on its NIC.
+    let mut ranks: Vec<(usize, Option<GpuId>)> = Vec::new();
+    for (hi, h) in hosts.iter().enumerate() {
+        if h.nics.is_empty() {
+            return Err(format!("host `{}` has no NIC", h.name));
+        }
+        if h.gpus.is_empty() {
+            ranks.push((hi, None));
+        } else {
+            ranks.extend(h.gpus.iter().map(|g| (hi, Some(*g))));
+        }
+    }
+    let per_host = hosts.iter().map(|h| h.gpus.len().max(1)).collect::<Vec<_>>();
+    if c.algorithm == CollectiveAlgorithm::Hierarchical && per_host.iter().any(|x| *x != per_host[0]) {
+        return Err("the hierarchical algorithm needs the same number of GPUs on every host".to_string());
+    }
+    let n = ranks.len() as u32;
+    // Pieces of at most one NCCL chunk, so that steps pipeline as NCCL's do.
+    let per_piece = c.bytes / u64::from(n.max(1) * c.channels.max(1));
+    let chunks = per_piece
+        .div_ceil(NCCL_SIMPLE_CHUNK_BYTES)
+        .clamp(1, u64::from(MAX_CHUNKS)) as u32;
+    let shape = Shape {
+        ranks: n,
+        bytes: c.bytes,
+        channels: c.channels,
+        chunks,
+        ranks_per_host: per_host[0] as u32,
+    };
+    let sched = xirang_collective::schedule::build(c.op, c.algorithm, shape)?;
+    let cfg = &loaded.scenario.config.intra_host;
+    let first = flows.len() as u32;
+    let step = us(c.step_us);
+    let nic_of = |rank: u32, channel: u32| -> NicId {
+        let (hi, gpu) = ranks[rank as usize];
+        let h = hosts[hi];
+        match (c.algorithm, gpu) {
+            (CollectiveAlgorithm::Hierarchical, Some(g)) => fabric.nic_for_gpu(g).expect("hosts have NICs"),
+            _ => h.nics[channel as usize % h.nics.len()],
+        }
+    };
+    let mut prev_terminals: Vec<u32> = Vec::new();
+    for _ in 0..c.iterations {
+        let offset = flows.len() as u32;
+        let mut has_dependent = vec![false; sched.transfers.len()];
+        for t in &sched.transfers {
+            for d in &t.deps {
+                has_dependent[*d as usize] = true;
+            }
+        }
+        for t in &sched.transfers {
+            let bytes = sched.transfer_bytes(t);
+            let same_host = ranks[t.src as usize].0 == ranks[t.dst as usize].0;
+            let local = same_host.then(|| {
+                // Each channel gets an equal share of the GPU's NVLink bandwidth.
+                let gbps = cfg.nvlink_gbps / f64::from(c.channels);
+                let copy = if gbps > 0.0 {
+                    bytes as f64 * 8.0 / (gbps * 1e9)
+                } else {
+                    0.0
+                };
+                us(cfg.nvlink_latency_us) + (copy * 1e12).round() as Ps
+            });
+            let mut after: Vec<u32> = t.deps.iter().map(|d| offset + d).collect();
+            if t.deps.is_empty() {
+                after.extend(&prev_terminals);
+            }
+            flows.push(FlowDef {
+                src: nic_of(t.src, t.channel),
+                dst: nic_of(t.dst, t.channel),
+                bytes,
+                start: us(c.start_us),
+                after_delay: if after.is_empty() { 0 } else { step },
+                after,
+                local,
+                ..base.clone()
+            });
+        }
+        prev_terminals = (0..sched.transfers.len())
+            .filter(|i| !has_dependent[*i])
+            .map(|i| offset + i as u32)
+            .collect();
+    }
+    Ok(CollectiveRun {
+        workload: 0,
+        op: c.op,
+        algorithm: c.algorithm,
+        ranks: n,
+        bytes: c.bytes,
+        iterations: c.iterations,
+        flows: first..flows.len() as u32,
+    })
 }
 
 fn endpoints(fabric: &Fabric, hosts: &[String], ep: &dyn Fn(&str) -> NicId) -> Vec<NicId> {

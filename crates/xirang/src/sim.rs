@@ -121,6 +121,12 @@ pub(crate) fn run(a: &SimArgs) -> Result<Outcome> {
         write_atomic(&out_dir, "counters_series.csv", &result.counter_series_csv())?;
     }
     let summary = result.summary();
+    for c in summary.collectives.iter().filter(|c| !c.finished) {
+        eprintln!(
+            "warning: collective `{}` did not finish before the run stopped; raise --until",
+            c.workload
+        );
+    }
     let wall_s = wall.as_secs_f64();
     let report = serde_json::json!({
         "scenario": loaded.scenario.name,
@@ -174,7 +180,35 @@ fn render(name: &str, s: &Summary, wall_s: f64, out: &Path) -> String {
             opt(c.goodput_gbps, 1),
         ]);
     }
-    let mut text = format!("{name}\n{t}\n");
+    // A run of collectives alone has no per-class flows to show.
+    let mut text = if s.classes.is_empty() {
+        format!("{name}\n")
+    } else {
+        format!("{name}\n{t}\n")
+    };
+    if !s.collectives.is_empty() {
+        let mut c = crate::cmd::table(&[
+            "collective",
+            "operation",
+            "ranks",
+            "bytes",
+            "time us",
+            "algbw GB/s",
+            "busbw GB/s",
+        ]);
+        for x in &s.collectives {
+            c.add_row(vec![
+                x.workload.clone(),
+                format!("{} ({})", x.op, x.algorithm),
+                x.ranks.to_string(),
+                x.bytes.to_string(),
+                opt(x.time_ps.map(|t| t as f64 / PS_PER_US as f64), 1),
+                opt(x.algbw_gbs, 2),
+                opt(x.busbw_gbs, 2),
+            ]);
+        }
+        text.push_str(&format!("{c}\n"));
+    }
     if !s.latency.is_empty() {
         let mut l = crate::cmd::table(&[
             "inference workload",

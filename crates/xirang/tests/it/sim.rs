@@ -91,7 +91,7 @@ fn sim_says_what_it_skips_and_rejects_bad_input() {
         0,
     );
     assert!(
-        err.contains("warning: workload `training` was not simulated"),
+        err.contains("warning: collective `training` did not finish"),
         "{err}"
     );
     let (_, err) = run_expect(&["sim", "scenarios/default.toml", "--until", "3pc"], 2);

@@ -1,0 +1,500 @@
+//! The collective cost model: what a collective should cost on a platform, per algorithm
+//! and protocol, and which one NCCL would pick.
+//!
+//! Structure and constants follow NCCL's own tuning model (`src/graph/tuning.cc`, as
+//! summarised in shared/reference/collectives-and-nccl.md §2): time = latency + bytes /
+//! algorithm bandwidth, latency = base + per-hop latencies (NVLink or PCIe inside a node,
+//! network between nodes), bandwidth = channels x per-channel bandwidth with the protocol's
+//! efficiency and per-channel caps, and NCCL picks the (algorithm, protocol) with the least
+//! time. One deliberate difference: NCCL's per-channel bandwidth comes from its topology
+//! search; here it comes from the bottleneck a schedule actually loads (GPU links inside a
+//! node, the node's NICs between nodes), so that predictions are bandwidths a run can
+//! reach. VALIDATION.md compares predictions with real nccl-tests runs.
+
+use serde::Serialize;
+
+use xirang_fabric::config::FabricConfig;
+use xirang_fabric::model::Fabric;
+
+/// GPU generations NCCL distinguishes in its tuning tables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GpuGen {
+    /// V100.
+    Volta,
+    /// A100 (and other SM80/SM86/SM89 parts such as L40S).
+    Ampere,
+    /// H100, H200, H800.
+    Hopper,
+    /// B100, B200, GB200.
+    Blackwell,
+}
+
+impl GpuGen {
+    /// The generation of a GPU model name (`H100`, `A100-SXM4-40GB`, `NVIDIA B200`, ...).
+    pub fn from_model(model: &str) -> GpuGen {
+        let m = model.to_ascii_uppercase();
+        if m.contains("B100") || m.contains("B200") || m.contains("GB200") {
+            GpuGen::Blackwell
+        } else if m.contains("H100") || m.contains("H200") || m.contains("H800") || m.contains("GH200") {
+            GpuGen::Hopper
+        } else if m.contains("V100") {
+            GpuGen::Volta
+        } else {
+            GpuGen::Ampere
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// Collectives the model knows, named as nccl-tests names its binaries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Coll {
+    /// `all_reduce_perf`.
+    AllReduce,
+    /// `all_gather_perf`.
+    AllGather,
+    /// `reduce_scatter_perf`.
+    ReduceScatter,
+    /// `alltoall_perf`.
+    AllToAll,
+    /// `broadcast_perf`.
+    Broadcast,
+    /// `sendrecv_perf`: every rank sends to the next and receives from the previous.
+    SendRecv,
+}
+
+impl Coll {
+    /// From an nccl-tests test name (`all_reduce_perf`, `alltoall`, ...).
+    pub fn from_test_name(name: &str) -> Option<Coll> {
+        let n = name.trim_end_matches("_perf").replace('_', "");
+        Some(match n.as_str() {
+            "allreduce" => Coll::AllReduce,
+            "allgather" => Coll::AllGather,
+            "reducescatter" => Coll::ReduceScatter,
+            "alltoall" => Coll::AllToAll,
+            "broadcast" => Coll::Broadcast,
+            "sendrecv" => Coll::SendRecv,
+            _ => return None,
+        })
+    }
+
+    /// nccl-tests' bus bandwidth factor (shared/reference/collectives-and-nccl.md §3).
+    pub fn bus_factor(self, n: u32) -> f64 {
+        let n = f64::from(n);
+        match self {
+            Coll::AllReduce => 2.0 * (n - 1.0) / n,
+            Coll::AllGather | Coll::ReduceScatter | Coll::AllToAll => (n - 1.0) / n,
+            Coll::Broadcast | Coll::SendRecv => 1.0,
+        }
+    }
+}
+
+/// NCCL algorithms the model covers. NVLS, CollNet and PAT need switch or plugin support
+/// the model does not describe; their absence is noted where it matters (VALIDATION.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Algo {
+    /// Ring.
+    Ring,
+    /// Double binary tree (AllReduce between nodes).
+    Tree,
+}
+
+/// NCCL protocols.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Proto {
+    /// LL.
+    Ll,
+    /// LL128.
+    Ll128,
+    /// Simple.
+    Simple,
+}
+
+impl Proto {
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// NCCL tuning constants, index order LL / LL128 / Simple (collectives-and-nccl.md §2.2).
+mod nccl {
+    /// Base latency, µs: [Tree, Ring].
+    pub(super) const BASE_LAT: [[f64; 3]; 2] = [[6.8, 14.0, 8.4], [6.6, 14.0, 8.4]];
+    /// Per-hop latency over NVLink, µs: [Tree, Ring].
+    pub(super) const NVLINK_LAT: [[f64; 3]; 2] = [[0.6, 1.25, 4.0], [0.6, 1.9, 3.4]];
+    /// Per-hop latency over PCIe, µs.
+    pub(super) const PCI_LAT: [[f64; 3]; 2] = [[1.0, 1.9, 4.0], [1.0, 2.5, 5.7]];
+    /// Per-hop latency over the network, µs.
+    pub(super) const NET_LAT: [[f64; 3]; 2] = [[5.0, 8.5, 14.0], [2.7, 4.0, 14.0]];
+    /// LL bandwidth cap, GB/s, by GPU generation and node count (1, 2, more).
+    pub(super) const LL_MAX_BW: [[f64; 3]; 4] = [
+        [39.0, 39.0, 20.4],
+        [87.7, 22.5, 19.0],
+        [141.0, 45.0, 35.0],
+        [282.0, 90.0, 70.0],
+    ];
+    /// Ring LL128 per-channel cap, GB/s, by generation.
+    pub(super) const RING_LL128_PER_CH: [f64; 4] = [20.0, 20.0, 36.7, 40.0];
+    /// Tree LL128 per-channel cap, GB/s, by generation and node count.
+    pub(super) const TREE_LL128_PER_CH: [[f64; 3]; 4] =
+        [[20.0; 3], [20.0; 3], [36.7, 36.7, 29.0], [55.6, 31.67, 20.0]];
+    /// Tree Simple per-channel cap, GB/s.
+    pub(super) const TREE_PER_CH: [[f64; 3]; 4] = [
+        [26.5, 18.5, 10.0],
+        [24.0, 23.6, 17.8],
+        [38.7, 41.4, 36.0],
+        [70.0, 42.8, 24.0],
+    ];
+    /// Tree Simple correction by log2(bytes / 64) from 64 B to 512 MiB (only the Simple row
+    /// is in shared/reference; LL and LL128 rows are taken as 1.0, unconfirmed).
+    pub(super) const TREE_SIMPLE_CORRECTION: [f64; 24] = [
+        0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.8, 0.7, 0.6, 0.6, 0.5, 0.5, 0.5, 0.5, 0.6, 0.7, 0.8, 0.7, 0.7,
+        0.8, 0.9, 0.9, 0.9,
+    ];
+    /// Ring LL bandwidth factor and LL128 / tree Simple efficiency.
+    pub(super) const LL_FACTOR: f64 = 0.5;
+    pub(super) const LL128_EFF: f64 = 0.92;
+    pub(super) const TREE_EFF: f64 = 0.92;
+    /// Tree LL bandwidth divisor.
+    pub(super) const TREE_LL_DIV: f64 = 3.8;
+    /// Multi-node Ring/Simple AllReduce latency penalty (Ampere and later).
+    pub(super) const RING_SIMPLE_LAT_PENALTY: f64 = 1.4;
+    /// Net post overhead, µs (Intel 1.0, AMD 2.0), times 3 for Simple.
+    pub(super) const NET_OVERHEAD_INTEL: f64 = 1.0;
+    pub(super) const NET_OVERHEAD_AMD: f64 = 2.0;
+    pub(super) const SIMPLE_OVERHEAD_MULT: f64 = 3.0;
+}
+
+/// What a collective runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Platform {
+    /// GPU generation.
+    pub generation: GpuGen,
+    /// AMD host CPUs (NCCL's network overhead and LL caps differ).
+    pub amd_cpu: bool,
+    /// Nodes.
+    pub nodes: u32,
+    /// GPUs per node.
+    pub gpus_per_node: u32,
+    /// One GPU's bandwidth to the other GPUs of its node, one direction, GB/s.
+    pub intra_gbs: f64,
+    /// The intra-node path is NVLink (else PCIe).
+    pub nvlink: bool,
+    /// A node's network bandwidth, one direction, GB/s: NICs x line rate x the share of
+    /// each frame that is payload.
+    pub node_net_gbs: f64,
+    /// NCCL channels.
+    pub channels: u32,
+}
+
+/// A prediction for one (algorithm, protocol, size).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Prediction {
+    /// Algorithm.
+    pub algo: Algo,
+    /// Protocol.
+    pub proto: Proto,
+    /// Time, µs.
+    pub time_us: f64,
+    /// Algorithm bandwidth (bytes / time), GB/s.
+    pub algbw_gbs: f64,
+    /// Bus bandwidth as nccl-tests reports it, GB/s.
+    pub busbw_gbs: f64,
+}
+
+/// Payload share of a RoCE frame at a 4096-byte MTU: 4096 / (4096 + 62)
+/// (header bytes: xirang_fabric::config::ROCEV2_HEADER_BYTES).
+pub const ROCE_PAYLOAD_SHARE: f64 = 4096.0 / (4096.0 + xirang_fabric::config::ROCEV2_HEADER_BYTES as f64);
+/// NVLink bandwidth NCCL can use: NCCL counts 20 GB/s per NVLink 4 link where the link
+/// carries 25 (NCCL `topo.h` SM90 constant as we recall it; unconfirmed in shared/reference).
+pub const NVLINK_EFFICIENCY: f64 = 0.8;
+/// PCIe Gen4 x16 usable GB/s when GPUs have no NVLink (NCCL counts Gen3 x16 as 12 GB/s,
+/// collectives-and-nccl.md §2.3; Gen4 doubles it).
+pub const PCIE_GEN4_X16_GBS: f64 = 24.0;
+
+impl Platform {
+    /// The platform of the given hosts of a fabric (all hosts when empty): GPU generation
+    /// from the first GPU's model, NVLink from the configuration, network bandwidth from
+    /// the host's NIC ports. `channels` 0 picks twice the NICs per node (at least 2), enough
+    /// that no per-channel cap binds.
+    pub fn of_fabric(
+        fabric: &Fabric,
+        config: &FabricConfig,
+        hosts: &[String],
+        channels: u32,
+    ) -> Option<Platform> {
+        let hs: Vec<&xirang_fabric::model::Host> = if hosts.is_empty() {
+            fabric.hosts.iter().collect()
+        } else {
+            hosts
+                .iter()
+                .filter_map(|h| fabric.host_by_name(h))
+                .map(|h| &fabric.hosts[h.index()])
+                .collect()
+        };
+        let first = hs.first()?;
+        let gpus = first.gpus.len().max(1) as u32;
+        let generation = first.gpus.first().map_or(GpuGen::Ampere, |g| {
+            GpuGen::from_model(&fabric.gpus[g.index()].model)
+        });
+        // A NIC's bandwidth is capped by its PCIe link as well as its port.
+        let node_net_gbs = first
+            .nics
+            .iter()
+            .map(|n| {
+                let nic = &fabric.nics[n.index()];
+                let port: f64 = nic
+                    .ports
+                    .iter()
+                    .filter_map(|p| p.link.map(|l| fabric.links[l.index()].rate_gbps))
+                    .sum();
+                port.min(nic.pcie.usable_gbps()) / 8.0 * ROCE_PAYLOAD_SHARE
+            })
+            .sum();
+        let nvlink = config.intra_host.nvlink_gbps > 0.0;
+        let intra_gbs = if nvlink {
+            config.intra_host.nvlink_gbps / 8.0 * NVLINK_EFFICIENCY
+        } else {
+            PCIE_GEN4_X16_GBS
+        };
+        let channels = if channels > 0 {
+            channels
+        } else {
+            (2 * first.nics.len() as u32).max(2)
+        };
+        Some(Platform {
+            generation,
+            amd_cpu: false,
+            nodes: hs.len() as u32,
+            gpus_per_node: gpus,
+            intra_gbs,
+            nvlink,
+            node_net_gbs,
+            channels,
+        })
+    }
+
+    fn ranks(&self) -> u32 {
+        self.nodes * self.gpus_per_node
+    }
+
+    fn node_index(&self) -> usize {
+        match self.nodes {
+            0 | 1 => 0,
+            2 => 1,
+            _ => 2,
+        }
+    }
+}
+
+/// Physical bus bandwidth a schedule of `coll` with `algo` can reach on `p` (nccl-tests
+/// units), before protocol efficiency: the load it puts on its bottleneck.
+fn bus_bandwidth(coll: Coll, algo: Algo, p: &Platform) -> Option<f64> {
+    let n = f64::from(p.ranks());
+    let g = f64::from(p.gpus_per_node);
+    let single = p.nodes <= 1;
+    match (coll, algo) {
+        // A ring moves busbw-worth of bytes over every GPU link and, between nodes, over each
+        // node's NICs once per channel ring.
+        (Coll::AllReduce | Coll::AllGather | Coll::ReduceScatter | Coll::Broadcast, Algo::Ring) => {
+            Some(if single {
+                p.intra_gbs
+            } else if p.gpus_per_node == 1 {
+                p.node_net_gbs
+            } else {
+                p.intra_gbs.min(p.node_net_gbs)
+            })
+        }
+        // Double binary trees: each tree reduces half the buffer up and broadcasts it down;
+        // the busiest node carries `tree_load` buffers per direction (1 with two nodes, 2
+        // beyond), and the chain inside a node one buffer per GPU link.
+        (Coll::AllReduce, Algo::Tree) if !single => {
+            let net = p.node_net_gbs / tree_load(p.nodes);
+            let algbw = if p.gpus_per_node == 1 {
+                net
+            } else {
+                net.min(p.intra_gbs)
+            };
+            Some(algbw * Coll::AllReduce.bus_factor(p.ranks()))
+        }
+        (Coll::AllToAll, _) => {
+            // Each rank sends (n - g)/n of its buffer off the node and (g - 1)/n over GPU
+            // links; busbw counts (n-1)/n.
+            let off = if single {
+                0.0
+            } else {
+                g * (n - g) / n / p.node_net_gbs
+            };
+            let on = (g - 1.0) / n / p.intra_gbs;
+            Some((n - 1.0) / n / off.max(on).max(f64::MIN_POSITIVE))
+        }
+        // A pair sends one buffer each way: bounded by one GPU's share of the NICs between
+        // nodes, by its GPU link inside one.
+        (Coll::SendRecv, _) => Some(if single { p.intra_gbs } else { p.node_net_gbs / g }),
+        _ => None,
+    }
+}
+
+/// Buffers per direction through the busiest node of NCCL's double binary tree over
+/// `nodes` nodes: in each tree a node with c children receives c halves and sends one
+/// half up, then receives one half and sends c halves down.
+pub fn tree_load(nodes: u32) -> f64 {
+    use crate::schedule::btree_parent;
+    let mut load = vec![0.0f64; nodes as usize];
+    for tree in 0..2u32 {
+        let map = |v: u32| if tree == 0 { v } else { (v + 1) % nodes };
+        for v in 0..nodes {
+            let children = (0..nodes).filter(|u| btree_parent(nodes, *u) == Some(v)).count() as f64;
+            let root = btree_parent(nodes, v).is_none();
+            // In and out are equal: c halves plus one half if it has a parent.
+            load[map(v) as usize] += 0.5 * children + if root { 0.0 } else { 0.5 };
+        }
+    }
+    load.into_iter().fold(0.0, f64::max).max(0.5)
+}
+
+/// Predicts one (algorithm, protocol) for `bytes` (nccl-tests' size for the test).
+pub fn predict(coll: Coll, algo: Algo, proto: Proto, bytes: u64, p: &Platform) -> Option<Prediction> {
+    if algo == Algo::Tree && !(coll == Coll::AllReduce && p.nodes > 1) {
+        return None;
+    }
+    let n = p.ranks();
+    let nch = f64::from(p.channels);
+    let generation = p.generation.index();
+    let ni = p.node_index();
+    let bus = bus_bandwidth(coll, algo, p)?;
+    // Protocol efficiency and NCCL's caps, applied to the bus bandwidth.
+    let bus = match (algo, proto) {
+        (Algo::Ring, Proto::Ll) => (bus * nccl::LL_FACTOR).min(nccl::LL_MAX_BW[generation][ni]),
+        (Algo::Ring, Proto::Ll128) => (bus * nccl::LL128_EFF).min(nch * nccl::RING_LL128_PER_CH[generation]),
+        (Algo::Ring, Proto::Simple) => bus,
+        (Algo::Tree, Proto::Ll) => (bus / nccl::TREE_LL_DIV).min(nccl::LL_MAX_BW[generation][ni]),
+        (Algo::Tree, Proto::Ll128) => {
+            let eff = if p.nodes > 1 { 120.0 / 128.0 } else { 7.0 / 9.0 };
+            (bus * eff).min(nch * nccl::TREE_LL128_PER_CH[generation][ni])
+        }
+        (Algo::Tree, Proto::Simple) => {
+            let log = ((bytes.max(64) / 64) as f64).log2().floor() as usize;
+            let corr = nccl::TREE_SIMPLE_CORRECTION[log.min(nccl::TREE_SIMPLE_CORRECTION.len() - 1)];
+            (bus * nccl::TREE_EFF).min(nch * nccl::TREE_PER_CH[generation][ni]) * corr
+        }
+    };
+    // Latency (collectives-and-nccl.md §2.4).
+    let a = match algo {
+        Algo::Tree => 0,
+        Algo::Ring => 1,
+    };
+    let pr = proto.index();
+    let intra_hop = if p.nvlink {
+        nccl::NVLINK_LAT[a][pr]
+    } else {
+        nccl::PCI_LAT[a][pr]
+    };
+    let overhead = if p.amd_cpu {
+        nccl::NET_OVERHEAD_AMD
+    } else {
+        nccl::NET_OVERHEAD_INTEL
+    } * if proto == Proto::Simple {
+        nccl::SIMPLE_OVERHEAD_MULT
+    } else {
+        1.0
+    };
+    let net_hop = if algo == Algo::Tree || p.gpus_per_node == 1 {
+        nccl::NET_LAT[0][pr]
+    } else {
+        nccl::NET_LAT[a][pr]
+    };
+    let nodes = f64::from(p.nodes);
+    let mut lat = nccl::BASE_LAT[a][pr];
+    match (coll, algo) {
+        (Coll::AllReduce | Coll::AllGather | Coll::ReduceScatter, Algo::Ring) => {
+            let nsteps = if coll == Coll::AllReduce {
+                2.0 * f64::from(n - 1)
+            } else {
+                f64::from(n - 1)
+            };
+            let ninter = if p.nodes > 1 {
+                if coll == Coll::AllReduce {
+                    2.0 * (nodes - 1.0)
+                } else {
+                    nodes - 1.0
+                }
+            } else {
+                0.0
+            };
+            let intra = intra_hop.max(if p.nodes > 1 { overhead } else { 0.0 });
+            lat += (nsteps - ninter) * intra + ninter * net_hop;
+            if coll == Coll::AllReduce
+                && proto == Proto::Simple
+                && p.nodes > 1
+                && p.generation != GpuGen::Volta
+            {
+                lat *= nccl::RING_SIMPLE_LAT_PENALTY;
+            }
+        }
+        (Coll::AllReduce, Algo::Tree) => {
+            lat += 2.0 * (f64::from(p.gpus_per_node - 1) * intra_hop + nodes.log2() * net_hop);
+        }
+        _ => {
+            // Broadcast, all-to-all and send/receive: one hop of the slowest kind.
+            lat += if p.nodes > 1 { net_hop } else { intra_hop };
+        }
+    }
+    let busbw = bus;
+    let algbw = busbw / coll.bus_factor(n);
+    let time_us = lat + bytes as f64 / (1000.0 * algbw);
+    let algbw_eff = bytes as f64 / (time_us * 1000.0);
+    Some(Prediction {
+        algo,
+        proto,
+        time_us,
+        algbw_gbs: algbw_eff,
+        busbw_gbs: algbw_eff * coll.bus_factor(n),
+    })
+}
+
+/// Every (algorithm, protocol) the model covers for `coll` on `p` at `bytes`.
+pub fn all(coll: Coll, bytes: u64, p: &Platform) -> Vec<Prediction> {
+    let mut v = Vec::new();
+    for algo in [Algo::Ring, Algo::Tree] {
+        for proto in [Proto::Ll, Proto::Ll128, Proto::Simple] {
+            if let Some(x) = predict(coll, algo, proto, bytes, p) {
+                v.push(x);
+            }
+        }
+    }
+    v
+}
+
+/// The (algorithm, protocol) NCCL would pick: the least predicted time.
+pub fn choose(coll: Coll, bytes: u64, p: &Platform) -> Option<Prediction> {
+    all(coll, bytes, p)
+        .into_iter()
+        .min_by(|a, b| a.time_us.total_cmp(&b.time_us))
+}
+
+/// The message size above which Tree beats Ring for AllReduce on `p` (Simple protocol),
+/// if they cross in 1 KiB .. 16 GiB.
+pub fn ring_tree_crossover(p: &Platform) -> Option<u64> {
+    let mut prev: Option<bool> = None;
+    for k in 10..=34 {
+        let bytes = 1u64 << k;
+        let ring = predict(Coll::AllReduce, Algo::Ring, Proto::Simple, bytes, p)?;
+        let tree = predict(Coll::AllReduce, Algo::Tree, Proto::Simple, bytes, p)?;
+        let tree_wins = tree.time_us < ring.time_us;
+        if let Some(pw) = prev
+            && pw != tree_wins
+        {
+            return Some(bytes);
+        }
+        prev = Some(tree_wins);
+    }
+    None
+}
