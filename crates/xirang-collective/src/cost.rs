@@ -50,6 +50,31 @@ impl GpuGen {
     }
 }
 
+/// One GPU's NVLink bandwidth in one direction, GB/s, for SXM parts by model name: NVLink 2
+/// (V100, 6 links), 3 (A100, 12), 4 (H100/H200, 18) at 25 GB/s per link, NVLink 5 (B200,
+/// 18 links at 50 GB/s). `None` for PCIe cards (L40S, L4, A10, `... PCIe`), whose GPUs
+/// talk over PCIe. Link counts are NVIDIA data-sheet figures, not in shared/reference:
+/// unconfirmed.
+pub fn nvlink_gbs_of_model(model: &str) -> Option<f64> {
+    const LINK_GBS: f64 = 25.0;
+    let m = model.to_ascii_uppercase();
+    // Model names are words: `A10` must not match `A100`.
+    let words: Vec<&str> = m.split(|c: char| !c.is_ascii_alphanumeric()).collect();
+    let pcie_cards = [
+        "L40", "L40S", "L4", "A10", "A10G", "A30", "A40", "T4", "A2", "A16",
+    ];
+    if m.contains("PCIE") || m.contains("RTX") || words.iter().any(|w| pcie_cards.contains(w)) {
+        return None;
+    }
+    Some(match GpuGen::from_model(model) {
+        GpuGen::Volta => 6.0 * LINK_GBS,
+        GpuGen::Ampere if m.contains("A100") || m.contains("A800") => 12.0 * LINK_GBS,
+        GpuGen::Ampere => return None,
+        GpuGen::Hopper => 18.0 * LINK_GBS,
+        GpuGen::Blackwell => 18.0 * 2.0 * LINK_GBS,
+    })
+}
+
 /// Collectives the model knows, named as nccl-tests names its binaries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -69,9 +94,12 @@ pub enum Coll {
 }
 
 impl Coll {
-    /// From an nccl-tests test name (`all_reduce_perf`, `alltoall`, ...).
+    /// From an nccl-tests test name (`all_reduce_perf`, `all_reduce_perf_mpi`, `alltoall`, ...).
     pub fn from_test_name(name: &str) -> Option<Coll> {
-        let n = name.trim_end_matches("_perf").replace('_', "");
+        let n = name
+            .trim_end_matches("_mpi")
+            .trim_end_matches("_perf")
+            .replace('_', "");
         Some(match n.as_str() {
             "allreduce" => Coll::AllReduce,
             "allgather" => Coll::AllGather,
@@ -94,8 +122,9 @@ impl Coll {
     }
 }
 
-/// NCCL algorithms the model covers. NVLS, CollNet and PAT need switch or plugin support
-/// the model does not describe; their absence is noted where it matters (VALIDATION.md).
+/// NCCL algorithms the model covers. CollNet (in-network reduction by IB SHARP switches)
+/// and PAT need switch or plugin support the model does not describe; their absence is
+/// noted where it matters (VALIDATION.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Algo {
@@ -103,6 +132,33 @@ pub enum Algo {
     Ring,
     /// Double binary tree (AllReduce between nodes).
     Tree,
+    /// NVLink SHARP inside one node (AllReduce, Hopper and later, NVSwitch).
+    Nvls,
+    /// NVLink SHARP inside each node and a double binary tree between nodes.
+    NvlsTree,
+}
+
+impl Algo {
+    /// The name `NCCL_ALGO` takes.
+    pub fn nccl_name(self) -> &'static str {
+        match self {
+            Algo::Ring => "Ring",
+            Algo::Tree => "Tree",
+            Algo::Nvls => "NVLS",
+            Algo::NvlsTree => "NVLSTree",
+        }
+    }
+}
+
+impl Proto {
+    /// The name `NCCL_PROTO` takes.
+    pub fn nccl_name(self) -> &'static str {
+        match self {
+            Proto::Ll => "LL",
+            Proto::Ll128 => "LL128",
+            Proto::Simple => "Simple",
+        }
+    }
 }
 
 /// NCCL protocols.
@@ -120,6 +176,18 @@ pub enum Proto {
 impl Proto {
     fn index(self) -> usize {
         self as usize
+    }
+
+    /// Payload bytes in one of a connection's `NCCL_STEPS` (8) slots: the protocol's
+    /// default buffer / 8, times its payload share (collectives-and-nccl.md §1: LL 512 KiB
+    /// at 50%, LL128 4 800 KiB at 120/128, Simple 4 MiB).
+    fn slot_payload_bytes(self) -> f64 {
+        const NCCL_STEPS: f64 = 8.0;
+        match self {
+            Proto::Ll => 512.0 * 1024.0 / NCCL_STEPS * 0.5,
+            Proto::Ll128 => 4_915_200.0 / NCCL_STEPS * 120.0 / 128.0,
+            Proto::Simple => 4.0 * 1024.0 * 1024.0 / NCCL_STEPS,
+        }
     }
 }
 
@@ -152,12 +220,6 @@ mod nccl {
         [38.7, 41.4, 36.0],
         [70.0, 42.8, 24.0],
     ];
-    /// Tree Simple correction by log2(bytes / 64) from 64 B to 512 MiB (only the Simple row
-    /// is in shared/reference; LL and LL128 rows are taken as 1.0, unconfirmed).
-    pub(super) const TREE_SIMPLE_CORRECTION: [f64; 24] = [
-        0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9, 0.8, 0.7, 0.6, 0.6, 0.5, 0.5, 0.5, 0.5, 0.6, 0.7, 0.8, 0.7, 0.7,
-        0.8, 0.9, 0.9, 0.9,
-    ];
     /// Ring LL bandwidth factor and LL128 / tree Simple efficiency.
     pub(super) const LL_FACTOR: f64 = 0.5;
     pub(super) const LL128_EFF: f64 = 0.92;
@@ -170,6 +232,14 @@ mod nccl {
     pub(super) const NET_OVERHEAD_INTEL: f64 = 1.0;
     pub(super) const NET_OVERHEAD_AMD: f64 = 2.0;
     pub(super) const SIMPLE_OVERHEAD_MULT: f64 = 3.0;
+    /// NVLS efficiency by generation (Hopper 0.85, Blackwell 0.74; none before).
+    pub(super) const NVLS_EFF: [f64; 4] = [0.0, 0.0, 0.85, 0.74];
+    /// NVLS / NVLSTree hop latencies (Simple only), µs: NVLink, then NVLSTree's network hop.
+    pub(super) const NVLS_NVLINK_LAT: f64 = 25.0;
+    pub(super) const NVLSTREE_NET_LAT: f64 = 20.9;
+    /// NVLSTree per-channel cap, GB/s, by generation and node count (1, 2, more).
+    pub(super) const NVLSTREE_PER_CH: [[f64; 3]; 4] =
+        [[0.0; 3], [0.0; 3], [0.0, 57.7, 45.5], [0.0, 96.0, 80.0]];
 }
 
 /// What a collective runs on.
@@ -192,6 +262,8 @@ pub struct Platform {
     pub node_net_gbs: f64,
     /// NCCL channels.
     pub channels: u32,
+    /// NVLink SHARP is available (NVSwitch, Hopper or later).
+    pub nvls: bool,
 }
 
 /// A prediction for one (algorithm, protocol, size).
@@ -207,6 +279,9 @@ pub struct Prediction {
     pub algbw_gbs: f64,
     /// Bus bandwidth as nccl-tests reports it, GB/s.
     pub busbw_gbs: f64,
+    /// Share of the time spent moving bytes at full bandwidth (the rest is latency and
+    /// pipeline fill).
+    pub bandwidth_share: f64,
 }
 
 /// Payload share of a RoCE frame at a 4096-byte MTU: 4096 / (4096 + 62)
@@ -215,6 +290,12 @@ pub const ROCE_PAYLOAD_SHARE: f64 = 4096.0 / (4096.0 + xirang_fabric::config::RO
 /// NVLink bandwidth NCCL can use: NCCL counts 20 GB/s per NVLink 4 link where the link
 /// carries 25 (NCCL `topo.h` SM90 constant as we recall it; unconfirmed in shared/reference).
 pub const NVLINK_EFFICIENCY: f64 = 0.8;
+/// What NCCL's point-to-point transport moves between two GPUs on different nodes with
+/// default settings (2 channels per network peer, 128 KiB chunks: collectives-and-nccl.md
+/// §1), GB/s. An empirical calibration, not a derivation: three independent fixtures agree
+/// (shared/fixtures/nccl-tests: a healthy H100 pair 13.5, a 400 Gbit/s RoCE pair 14.0 whose
+/// link reaches 370 Gbit/s in perftest, 80-rank sendrecv 15.2), all far below the NIC.
+pub const P2P_NET_PEER_GBS: f64 = 14.0;
 /// PCIe Gen4 x16 usable GB/s when GPUs have no NVLink (NCCL counts Gen3 x16 as 12 GB/s,
 /// collectives-and-nccl.md §2.3; Gen4 doubles it).
 pub const PCIE_GEN4_X16_GBS: f64 = 24.0;
@@ -269,7 +350,10 @@ impl Platform {
         } else {
             (2 * first.nics.len() as u32).max(2)
         };
+        let nvls =
+            nvlink && config.intra_host.nvswitch && matches!(generation, GpuGen::Hopper | GpuGen::Blackwell);
         Some(Platform {
+            nvls,
             generation,
             amd_cpu: false,
             nodes: hs.len() as u32,
@@ -324,22 +408,47 @@ fn bus_bandwidth(coll: Coll, algo: Algo, p: &Platform) -> Option<f64> {
             };
             Some(algbw * Coll::AllReduce.bus_factor(p.ranks()))
         }
-        (Coll::AllToAll, _) => {
+        (Coll::AllToAll, Algo::Ring) => {
             // Each rank sends (n - g)/n of its buffer off the node and (g - 1)/n over GPU
             // links; busbw counts (n-1)/n.
+            // Each GPU's remote peers are each bounded by NCCL's per-peer network path.
             let off = if single {
                 0.0
             } else {
-                g * (n - g) / n / p.node_net_gbs
+                g * (n - g) / n / p.node_net_gbs.min(g * (n - g) * P2P_NET_PEER_GBS)
             };
             let on = (g - 1.0) / n / p.intra_gbs;
             Some((n - 1.0) / n / off.max(on).max(f64::MIN_POSITIVE))
         }
         // A pair sends one buffer each way: bounded by one GPU's share of the NICs between
         // nodes, by its GPU link inside one.
-        (Coll::SendRecv, _) => Some(if single { p.intra_gbs } else { p.node_net_gbs / g }),
+        (Coll::SendRecv, Algo::Ring) => Some(if single {
+            p.intra_gbs
+        } else {
+            (p.node_net_gbs / g).min(P2P_NET_PEER_GBS)
+        }),
+        // NVLS: every GPU writes its buffer once into the switch and reads the reduction
+        // once, so its links carry one buffer per direction instead of the ring's 2(n-1)/n.
+        // NCCL keeps one channel of the NVLS set for synchronisation: (nCh-1)/nCh.
+        (Coll::AllReduce, Algo::Nvls) if single && p.nvls => {
+            Some(nvls_algbw(p) * Coll::AllReduce.bus_factor(p.ranks()))
+        }
+        // NVLSTree: NVLS inside each node, a double binary tree of nodes between them.
+        (Coll::AllReduce, Algo::NvlsTree) if !single && p.nvls => {
+            let inter = p.node_net_gbs / tree_load(p.nodes);
+            // NCCL's cap is on its internal bus bandwidth, twice the algorithm bandwidth.
+            let cap =
+                f64::from(p.channels) * nccl::NVLSTREE_PER_CH[p.generation.index()][p.node_index()] / 2.0;
+            Some(nvls_algbw(p).min(inter).min(cap) * Coll::AllReduce.bus_factor(p.ranks()))
+        }
         _ => None,
     }
+}
+
+/// Algorithm bandwidth NVLS reaches inside a node.
+fn nvls_algbw(p: &Platform) -> f64 {
+    let nch = f64::from(p.channels.max(2));
+    p.intra_gbs * nccl::NVLS_EFF[p.generation.index()] * (nch - 1.0) / nch
 }
 
 /// Buffers per direction through the busiest node of NCCL's double binary tree over
@@ -365,13 +474,21 @@ pub fn predict(coll: Coll, algo: Algo, proto: Proto, bytes: u64, p: &Platform) -
     if algo == Algo::Tree && !(coll == Coll::AllReduce && p.nodes > 1) {
         return None;
     }
+    if coll == Coll::SendRecv && algo != Algo::Ring {
+        return None;
+    }
     let n = p.ranks();
     let nch = f64::from(p.channels);
     let generation = p.generation.index();
     let ni = p.node_index();
     let bus = bus_bandwidth(coll, algo, p)?;
+    if matches!(algo, Algo::Nvls | Algo::NvlsTree) && proto != Proto::Simple {
+        // NVLS runs the Simple protocol only (NCCL's tables have no LL/LL128 entries).
+        return None;
+    }
     // Protocol efficiency and NCCL's caps, applied to the bus bandwidth.
     let bus = match (algo, proto) {
+        (Algo::Nvls | Algo::NvlsTree, _) => bus,
         (Algo::Ring, Proto::Ll) => (bus * nccl::LL_FACTOR).min(nccl::LL_MAX_BW[generation][ni]),
         (Algo::Ring, Proto::Ll128) => (bus * nccl::LL128_EFF).min(nch * nccl::RING_LL128_PER_CH[generation]),
         (Algo::Ring, Proto::Simple) => bus,
@@ -380,15 +497,13 @@ pub fn predict(coll: Coll, algo: Algo, proto: Proto, bytes: u64, p: &Platform) -
             let eff = if p.nodes > 1 { 120.0 / 128.0 } else { 7.0 / 9.0 };
             (bus * eff).min(nch * nccl::TREE_LL128_PER_CH[generation][ni])
         }
-        (Algo::Tree, Proto::Simple) => {
-            let log = ((bytes.max(64) / 64) as f64).log2().floor() as usize;
-            let corr = nccl::TREE_SIMPLE_CORRECTION[log.min(nccl::TREE_SIMPLE_CORRECTION.len() - 1)];
-            (bus * nccl::TREE_EFF).min(nch * nccl::TREE_PER_CH[generation][ni]) * corr
-        }
+        // NCCL also scales tree bandwidth by a size-dependent `treeCorrectionFactor`; the
+        // model gets that effect from the pipeline fill below instead (see `fill_us`).
+        (Algo::Tree, Proto::Simple) => (bus * nccl::TREE_EFF).min(nch * nccl::TREE_PER_CH[generation][ni]),
     };
     // Latency (collectives-and-nccl.md §2.4).
     let a = match algo {
-        Algo::Tree => 0,
+        Algo::Tree | Algo::Nvls | Algo::NvlsTree => 0,
         Algo::Ring => 1,
     };
     let pr = proto.index();
@@ -412,8 +527,15 @@ pub fn predict(coll: Coll, algo: Algo, proto: Proto, bytes: u64, p: &Platform) -
         nccl::NET_LAT[a][pr]
     };
     let nodes = f64::from(p.nodes);
-    let mut lat = nccl::BASE_LAT[a][pr];
+    // NVLS and NVLSTree have no base latency.
+    let mut lat = if matches!(algo, Algo::Nvls | Algo::NvlsTree) {
+        0.0
+    } else {
+        nccl::BASE_LAT[a][pr]
+    };
     match (coll, algo) {
+        (_, Algo::Nvls) => lat += nccl::NVLS_NVLINK_LAT,
+        (_, Algo::NvlsTree) => lat += nccl::NVLS_NVLINK_LAT + 2.0 * nodes.log2() * nccl::NVLSTREE_NET_LAT,
         (Coll::AllReduce | Coll::AllGather | Coll::ReduceScatter, Algo::Ring) => {
             let nsteps = if coll == Coll::AllReduce {
                 2.0 * f64::from(n - 1)
@@ -449,7 +571,31 @@ pub fn predict(coll: Coll, algo: Algo, proto: Proto, bytes: u64, p: &Platform) -
     }
     let busbw = bus;
     let algbw = busbw / coll.bus_factor(n);
-    let time_us = lat + bytes as f64 / (1000.0 * algbw);
+    // A tree pipelines slot by slot through its depth (up the chain of GPUs in a node and
+    // the nodes' tree, then down again); until the pipeline is full, part of it idles.
+    // NCCL's latency terms count the hops but not this fill; NCCL accounts for it with
+    // `treeCorrectionFactor` (0.4-1.0 by size; only its Simple row is in
+    // shared/reference). Modelling the fill instead makes the loss follow depth and
+    // channels; it reproduces the HDR fixture's mid-size curve (VALIDATION.md), where the
+    // tree loses about a third of its bandwidth at 32-256 MiB.
+    let fill_us = if matches!(algo, Algo::Tree | Algo::NvlsTree | Algo::Nvls) {
+        // NVLS is one step into the switch and one out; NVLSTree replaces the chain inside
+        // a node by those two steps.
+        let intra_depth = if algo == Algo::Tree {
+            f64::from(p.gpus_per_node - 1)
+        } else {
+            1.0
+        };
+        let depth = 2.0 * (intra_depth + nodes.log2().ceil());
+        let per_channel_gbs = algbw / nch;
+        // A message smaller than a slot per channel moves in one piece per hop.
+        let piece_bytes = proto.slot_payload_bytes().min(bytes as f64 / nch);
+        (depth - 1.0).max(0.0) * piece_bytes / (1000.0 * per_channel_gbs)
+    } else {
+        0.0
+    };
+    let transfer_us = bytes as f64 / (1000.0 * algbw);
+    let time_us = lat + fill_us + transfer_us;
     let algbw_eff = bytes as f64 / (time_us * 1000.0);
     Some(Prediction {
         algo,
@@ -457,13 +603,14 @@ pub fn predict(coll: Coll, algo: Algo, proto: Proto, bytes: u64, p: &Platform) -
         time_us,
         algbw_gbs: algbw_eff,
         busbw_gbs: algbw_eff * coll.bus_factor(n),
+        bandwidth_share: transfer_us / time_us,
     })
 }
 
 /// Every (algorithm, protocol) the model covers for `coll` on `p` at `bytes`.
 pub fn all(coll: Coll, bytes: u64, p: &Platform) -> Vec<Prediction> {
     let mut v = Vec::new();
-    for algo in [Algo::Ring, Algo::Tree] {
+    for algo in [Algo::Ring, Algo::Tree, Algo::Nvls, Algo::NvlsTree] {
         for proto in [Proto::Ll, Proto::Ll128, Proto::Simple] {
             if let Some(x) = predict(coll, algo, proto, bytes, p) {
                 v.push(x);

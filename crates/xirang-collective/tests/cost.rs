@@ -14,6 +14,7 @@ fn platform(nodes: u32, gpus: u32, nics: u32, nic_gbps: f64) -> Platform {
         nvlink: true,
         node_net_gbs: f64::from(nics) * nic_gbps / 8.0,
         channels: 2 * nics,
+        nvls: false,
     }
 }
 
@@ -85,7 +86,7 @@ fn ring_and_tree_cross_over() {
     let p = platform(4, 8, 8, 100.0);
     let x = ring_tree_crossover(&p).expect("ring and tree cross");
     assert!(x > 1 << 12 && x < 1 << 34, "crossover at {x}");
-    assert_eq!(choose(Coll::AllReduce, 1 << 16, &p).unwrap().algo, Algo::Tree);
+    assert_eq!(choose(Coll::AllReduce, 1 << 10, &p).unwrap().algo, Algo::Tree);
     assert_eq!(choose(Coll::AllReduce, 1 << 33, &p).unwrap().algo, Algo::Ring);
     // Many nodes: the ring's latency grows with every rank and the tree wins throughout.
     let many = platform(128, 8, 8, 400.0);
@@ -98,4 +99,29 @@ fn tree_load_of_small_trees() {
     assert_eq!(tree_load(2), 1.0);
     assert_eq!(tree_load(4), 2.0);
     assert_eq!(tree_load(64), 2.0);
+}
+
+#[test]
+fn nvls_beats_the_ring_inside_an_nvswitch_node() {
+    let mut p = platform(1, 8, 8, 400.0);
+    p.nvls = true;
+    let big = 1u64 << 34;
+    let best = choose(Coll::AllReduce, big, &p).unwrap();
+    assert_eq!(best.algo, Algo::Nvls);
+    // One buffer per direction on each GPU's links, with NVLS efficiency 0.85 and one
+    // channel of 16 kept back: 360 x 0.85 x 15/16 x 2 x 7/8.
+    let expect = 360.0 * 0.85 * 15.0 / 16.0 * 1.75;
+    assert!((best.busbw_gbs / expect - 1.0).abs() < 0.01, "{best:?}");
+    // Without NVSwitch (or before Hopper) there is no NVLS.
+    p.nvls = false;
+    assert_eq!(choose(Coll::AllReduce, big, &p).unwrap().algo, Algo::Ring);
+    // NVLS exists only for AllReduce.
+    p.nvls = true;
+    assert!(all(Coll::AllGather, big, &p).iter().all(|x| x.algo == Algo::Ring));
+    // Between nodes NVLS becomes NVLSTree, bounded by the tree's network load.
+    let mut m = platform(4, 8, 8, 400.0);
+    m.nvls = true;
+    let t = predict(Coll::AllReduce, Algo::NvlsTree, Proto::Simple, big, &m).unwrap();
+    assert!(t.algbw_gbs <= m.node_net_gbs / 2.0 + 1e-9, "{t:?}");
+    assert!(predict(Coll::AllReduce, Algo::Nvls, Proto::Simple, big, &m).is_none());
 }

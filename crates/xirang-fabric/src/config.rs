@@ -72,6 +72,10 @@ pub struct IntraHostConfig {
     pub nvlink_gbps: f64,
     /// Latency of one GPU-to-GPU transfer, µs.
     pub nvlink_latency_us: f64,
+    /// The GPUs' NVLinks meet in NVSwitches (HGX 8-GPU boards) rather than joining GPU to
+    /// GPU (4-GPU boards): enables NVLink SHARP (NCCL's NVLS algorithms) on Hopper and later
+    /// (shared/reference/collectives-and-nccl.md §1).
+    pub nvswitch: bool,
 }
 
 impl Default for IntraHostConfig {
@@ -79,6 +83,7 @@ impl Default for IntraHostConfig {
         IntraHostConfig {
             nvlink_gbps: H100_NVLINK_GBPS,
             nvlink_latency_us: NVLINK_LATENCY_US,
+            nvswitch: true,
         }
     }
 }

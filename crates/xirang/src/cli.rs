@@ -28,6 +28,86 @@ pub(crate) enum Command {
     /// Measure simulator speed on the reference scenarios (wall time, events/s,
     /// packet-hops/s, memory), each in a fresh process, against the plain-heap engine.
     Bench(BenchArgs),
+    /// NCCL: check nccl-tests results against the cost model; advise settings.
+    #[command(subcommand)]
+    Nccl(NcclCmd),
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum NcclCmd {
+    /// Read an nccl-tests (or rccl-tests) log and compare every size with the cost model:
+    /// flags sizes below 80% of the model and any '#wrong' > 0 (data corruption).
+    Check(NcclCheckArgs),
+}
+
+/// `xirang nccl check`.
+#[derive(Debug, Args)]
+pub(crate) struct NcclCheckArgs {
+    /// nccl-tests output (stdout of all_reduce_perf and friends; NCCL_DEBUG lines are fine).
+    pub(crate) file: PathBuf,
+    /// Scenario describing the hosts (NICs, link rates, NVLink); the log gives node and GPU
+    /// counts and the GPU model.
+    #[arg(long)]
+    pub(crate) scenario: Option<PathBuf>,
+    /// NICs per node, without --scenario.
+    #[arg(long, conflicts_with = "scenario", default_value_t = 8)]
+    pub(crate) nics: u32,
+    /// NIC line rate, Gbit/s, without --scenario.
+    #[arg(long, conflicts_with = "scenario", default_value_t = 400.0)]
+    pub(crate) nic_gbps: f64,
+    /// The collective, for logs that do not name their test.
+    #[arg(long, value_enum)]
+    pub(crate) collective: Option<CollArg>,
+    /// Compare with this algorithm (as NCCL_ALGO would force) instead of the model's pick.
+    #[arg(long, value_enum)]
+    pub(crate) algo: Option<AlgoArg>,
+    /// Protocol to go with --algo.
+    #[arg(long, value_enum, default_value = "simple", requires = "algo")]
+    pub(crate) proto: ProtoArg,
+    /// Print JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// Collectives as nccl-tests names them.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub(crate) enum CollArg {
+    /// all_reduce_perf.
+    AllReduce,
+    /// all_gather_perf.
+    AllGather,
+    /// reduce_scatter_perf.
+    ReduceScatter,
+    /// alltoall_perf.
+    Alltoall,
+    /// broadcast_perf.
+    Broadcast,
+    /// sendrecv_perf.
+    Sendrecv,
+}
+
+/// NCCL algorithms.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub(crate) enum AlgoArg {
+    /// Ring.
+    Ring,
+    /// Double binary tree.
+    Tree,
+    /// NVLink SHARP (one node).
+    Nvls,
+    /// NVLink SHARP with a tree between nodes.
+    Nvlstree,
+}
+
+/// NCCL protocols.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub(crate) enum ProtoArg {
+    /// LL.
+    Ll,
+    /// LL128.
+    Ll128,
+    /// Simple.
+    Simple,
 }
 
 /// `xirang bench`.

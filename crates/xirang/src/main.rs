@@ -4,6 +4,7 @@
 mod bench;
 mod cli;
 mod cmd;
+mod nccl;
 mod sim;
 
 use std::io::Write;

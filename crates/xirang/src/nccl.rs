@@ -1,0 +1,321 @@
+//! `xirang nccl ...`: nccl-tests results against the cost model, and NCCL advice.
+
+use anyhow::{Context, Result, bail};
+use serde::Serialize;
+use xirang_collective::check::{RunCheck, SLOW_SHARE, check as check_run, platform_of_run};
+use xirang_collective::cost::{Algo, Coll, GpuGen, Platform, Proto, ROCE_PAYLOAD_SHARE};
+use xirang_collective::nccl_tests::{self, TestRun};
+use xirang_fabric::config::FabricConfig;
+
+use crate::Outcome;
+use crate::cli::{AlgoArg, CollArg, NcclCheckArgs, ProtoArg};
+use crate::cmd::{out, table};
+
+impl From<CollArg> for Coll {
+    fn from(c: CollArg) -> Coll {
+        match c {
+            CollArg::AllReduce => Coll::AllReduce,
+            CollArg::AllGather => Coll::AllGather,
+            CollArg::ReduceScatter => Coll::ReduceScatter,
+            CollArg::Alltoall => Coll::AllToAll,
+            CollArg::Broadcast => Coll::Broadcast,
+            CollArg::Sendrecv => Coll::SendRecv,
+        }
+    }
+}
+
+impl From<AlgoArg> for Algo {
+    fn from(a: AlgoArg) -> Algo {
+        match a {
+            AlgoArg::Ring => Algo::Ring,
+            AlgoArg::Tree => Algo::Tree,
+            AlgoArg::Nvls => Algo::Nvls,
+            AlgoArg::Nvlstree => Algo::NvlsTree,
+        }
+    }
+}
+
+impl From<ProtoArg> for Proto {
+    fn from(p: ProtoArg) -> Proto {
+        match p {
+            ProtoArg::Ll => Proto::Ll,
+            ProtoArg::Ll128 => Proto::Ll128,
+            ProtoArg::Simple => Proto::Simple,
+        }
+    }
+}
+
+/// GPUs per node of the HGX boards that carry NVSwitches.
+const HGX_NVSWITCH_GPUS: u32 = 8;
+
+/// The hardware template: from a scenario's first host, or from the flags on top of the
+/// built-in defaults (H100 NVLink with NVSwitch).
+fn template(a: &NcclCheckArgs) -> Result<(Platform, String)> {
+    if let Some(s) = &a.scenario {
+        let loaded = crate::cmd::load(s)?;
+        let p = Platform::of_fabric(&loaded.fabric, &loaded.scenario.config, &[], 0)
+            .with_context(|| format!("{}: the scenario has no hosts", s.display()))?;
+        return Ok((p, format!("hosts as in {}", s.display())));
+    }
+    if a.nics == 0 || !(a.nic_gbps.is_finite() && a.nic_gbps > 0.0) {
+        bail!("--nics and --nic-gbps must be positive");
+    }
+    let cfg = FabricConfig::default();
+    let nvlink = cfg.intra_host.nvlink_gbps > 0.0;
+    let p = Platform {
+        generation: GpuGen::Hopper,
+        amd_cpu: false,
+        nodes: 1,
+        gpus_per_node: 1,
+        intra_gbs: cfg.intra_host.nvlink_gbps / 8.0 * xirang_collective::cost::NVLINK_EFFICIENCY,
+        nvlink,
+        node_net_gbs: f64::from(a.nics) * a.nic_gbps / 8.0 * ROCE_PAYLOAD_SHARE,
+        channels: 2 * a.nics,
+        nvls: nvlink && cfg.intra_host.nvswitch,
+    };
+    Ok((
+        p,
+        format!(
+            "{} NICs x {} Gbit/s per node (--nics/--nic-gbps); GPU links from the GPU model in the log",
+            a.nics, a.nic_gbps
+        ),
+    ))
+}
+
+#[derive(Serialize)]
+struct RunReport<'a> {
+    line: usize,
+    name: Option<&'a str>,
+    nccl_version: Option<&'a str>,
+    nodes: usize,
+    ranks: Option<u32>,
+    gpu: Option<&'a str>,
+    check: Option<RunCheck>,
+    not_checked: Option<String>,
+    avg_busbw_gbs: Option<f64>,
+    failures: &'a [(usize, String)],
+    slow_sizes: usize,
+    corrupt_sizes: usize,
+}
+
+#[derive(Serialize)]
+struct FileReport<'a> {
+    file: String,
+    assumed: &'a str,
+    runs: Vec<RunReport<'a>>,
+    warnings: &'a [(usize, String)],
+    findings: usize,
+}
+
+/// `xirang nccl check FILE`.
+pub(crate) fn check(a: &NcclCheckArgs) -> Result<Outcome> {
+    let text = std::fs::read_to_string(&a.file).with_context(|| format!("reading {}", a.file.display()))?;
+    let report = nccl_tests::parse(&text)
+        .map_err(|e| anyhow::anyhow!("{}:{}: {}", a.file.display(), e.line, e.message))?;
+    if report.tests.is_empty() {
+        bail!(
+            "{}: no nccl-tests output found (expected `# nThread ...` headers or result rows)",
+            a.file.display()
+        );
+    }
+    let (tmpl, assumed) = template(a)?;
+    let force = a.algo.map(|al| (Algo::from(al), Proto::from(a.proto)));
+    let mut runs = Vec::new();
+    for run in &report.tests {
+        runs.push(check_one(run, a, &tmpl, force));
+    }
+    let findings: usize = runs
+        .iter()
+        .map(|r| {
+            r.slow_sizes
+                + r.corrupt_sizes
+                + r.failures.len()
+                + usize::from(r.check.is_none() && r.failures.is_empty())
+        })
+        .sum();
+    let file = FileReport {
+        file: a.file.display().to_string(),
+        assumed: &assumed,
+        runs,
+        warnings: &report.warnings,
+        findings,
+    };
+    if a.json {
+        out(&(serde_json::to_string_pretty(&file)? + "\n"))?;
+    } else {
+        out(&render(&file, &report.tests))?;
+    }
+    Ok(if findings > 0 {
+        Outcome::Findings
+    } else {
+        Outcome::Clean
+    })
+}
+
+fn check_one<'a>(
+    run: &'a TestRun,
+    a: &NcclCheckArgs,
+    tmpl: &Platform,
+    force: Option<(Algo, Proto)>,
+) -> RunReport<'a> {
+    let coll = a.collective.map(Coll::from).or(run.collective);
+    let mut not_checked = None;
+    let platform = platform_of_run(run, tmpl, a.scenario.is_none()).map(|mut p| {
+        // Without a scenario, NVSwitch (and so NVLS) is assumed only on 8-GPU nodes: 4-GPU
+        // HGX boards join their GPUs directly.
+        if a.scenario.is_none() && p.gpus_per_node < HGX_NVSWITCH_GPUS {
+            p.nvls = false;
+        }
+        p
+    });
+    let check = match (coll, platform) {
+        _ if run.rows.is_empty() => {
+            not_checked = Some("no result rows".to_string());
+            None
+        }
+        (None, _) => {
+            not_checked = Some("the log does not name the collective; pass --collective".to_string());
+            None
+        }
+        (_, None) => {
+            not_checked = Some("ranks are not listed or do not divide evenly over the hosts".to_string());
+            None
+        }
+        (Some(c), Some(p)) => {
+            let rc = check_run(run, c, &p, force);
+            if rc.sizes.is_empty() {
+                not_checked = Some(format!("the model has no {force:?} for {c:?} on this platform"));
+                None
+            } else {
+                Some(rc)
+            }
+        }
+    };
+    let slow_sizes = check.as_ref().map_or(0, |c| c.slow().count());
+    let corrupt_sizes = check.as_ref().map_or_else(
+        || run.rows.iter().filter(|r| r.wrong() > 0).count(),
+        |c| c.corrupt().count(),
+    );
+    RunReport {
+        line: run.line,
+        name: run.name.as_deref(),
+        nccl_version: run.nccl_version.as_deref(),
+        nodes: run.hosts().len(),
+        ranks: run.nranks(),
+        gpu: run.gpu_model(),
+        check,
+        not_checked,
+        avg_busbw_gbs: run.avg_busbw_gbs,
+        failures: &run.failures,
+        slow_sizes,
+        corrupt_sizes,
+    }
+}
+
+fn size(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = bytes as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if v.fract() == 0.0 {
+        format!("{v} {}", UNITS[u])
+    } else {
+        // nccl-tests rounds sizes to a multiple of the element count times the ranks.
+        format!("~{v:.2} {}", UNITS[u])
+    }
+}
+
+fn render(f: &FileReport, tests: &[TestRun]) -> String {
+    let mut s = String::new();
+    for (r, run) in f.runs.iter().zip(tests) {
+        let name = r.name.unwrap_or(match run.collective {
+            Some(_) if run.collective_inferred => "(unnamed; AllReduce by its bandwidth ratio)",
+            _ => "(unnamed test)",
+        });
+        s.push_str(&format!(
+            "{name} (line {}): {} ranks on {} hosts{}{}\n",
+            r.line,
+            r.ranks.map_or("?".to_string(), |n| n.to_string()),
+            r.nodes,
+            r.gpu.map(|g| format!(", {g}")).unwrap_or_default(),
+            r.nccl_version.map(|v| format!(", NCCL {v}")).unwrap_or_default(),
+        ));
+        if let Some(c) = &r.check {
+            let p = &c.platform;
+            s.push_str(&format!(
+                "model: {:?}, {} x {} GPUs, GPU links {:.0} GB/s, network {:.1} GB/s per node, {} channels{} ({})\n",
+                p.generation,
+                p.nodes,
+                p.gpus_per_node,
+                p.intra_gbs,
+                p.node_net_gbs,
+                p.channels,
+                if p.nvls { ", NVLS" } else { "" },
+                f.assumed
+            ));
+            let mut t = table(&[
+                "size",
+                "busbw GB/s",
+                "model GB/s",
+                "model algorithm",
+                "measured/model",
+                "",
+            ]);
+            for x in &c.sizes {
+                let mut flag = Vec::new();
+                if x.slow {
+                    flag.push("SLOW".to_string());
+                } else if !x.judged {
+                    flag.push("(latency-bound: not judged)".to_string());
+                }
+                if x.wrong > 0 {
+                    flag.push(format!("#wrong {} (DATA CORRUPTION)", x.wrong));
+                }
+                t.add_row(vec![
+                    size(x.size_bytes),
+                    format!("{:.2}", x.measured_busbw_gbs),
+                    format!("{:.2}", x.model.busbw_gbs),
+                    format!("{}/{}", x.model.algo.nccl_name(), x.model.proto.nccl_name()),
+                    format!("{:.0}%", x.ratio * 100.0),
+                    flag.join(", "),
+                ]);
+            }
+            s.push_str(&format!("{t}\n"));
+            if r.slow_sizes > 0 {
+                s.push_str(&format!(
+                    "finding: {} of {} sizes below {:.0}% of the model\n",
+                    r.slow_sizes,
+                    c.sizes.len(),
+                    SLOW_SHARE * 100.0
+                ));
+            }
+        } else if let Some(why) = &r.not_checked {
+            s.push_str(&format!("not compared with the model: {why}\n"));
+        }
+        if r.corrupt_sizes > 0 {
+            s.push_str(&format!(
+                "finding: {} sizes report #wrong > 0: the collective returned wrong data (data corruption)\n",
+                r.corrupt_sizes
+            ));
+        }
+        for (line, msg) in r.failures {
+            s.push_str(&format!("finding: the test failed at line {line}: {msg}\n"));
+        }
+        if let Some(avg) = r.avg_busbw_gbs {
+            s.push_str(&format!("average bus bandwidth (as reported): {avg} GB/s\n"));
+        }
+        s.push('\n');
+    }
+    for (line, w) in f.warnings {
+        s.push_str(&format!("warning: line {line}: {w}\n"));
+    }
+    s.push_str(&if f.findings == 0 {
+        "no findings\n".to_string()
+    } else {
+        format!("{} findings\n", f.findings)
+    });
+    s
+}
