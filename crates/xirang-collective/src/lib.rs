@@ -15,4 +15,5 @@
 pub mod check;
 pub mod cost;
 pub mod nccl_tests;
+pub mod overlap;
 pub mod schedule;

@@ -31,6 +31,33 @@ pub(crate) enum Command {
     /// NCCL: check nccl-tests results against the cost model; advise settings.
     #[command(subcommand)]
     Nccl(NcclCmd),
+    /// Planners built on the collective cost model.
+    #[command(subcommand)]
+    Plan(PlanCmd),
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum PlanCmd {
+    /// DDP gradient buckets: iteration time and exposed communication for each bucket size,
+    /// and the best one, for a model's backward pass (see models/*.toml).
+    Overlap(OverlapArgs),
+}
+
+/// `xirang plan overlap`.
+#[derive(Debug, Args)]
+pub(crate) struct OverlapArgs {
+    /// Model file: per-layer backward time and gradient bytes (models/transformer-7b.toml).
+    pub(crate) file: PathBuf,
+    /// Scenario whose fabric runs the AllReduce (default: the built-in default scenario).
+    /// The data-parallel group is the hosts of its first collective workload, else all hosts.
+    #[arg(long)]
+    pub(crate) scenario: Option<PathBuf>,
+    /// First bucket size, MiB (PyTorch DDP: 1).
+    #[arg(long, default_value_t = 1.0)]
+    pub(crate) first_bucket_mib: f64,
+    /// Print JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 #[derive(Debug, Subcommand)]

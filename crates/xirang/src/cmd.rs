@@ -11,7 +11,7 @@ use xirang_fabric::scenario::{Scenario, ScenarioError};
 use xirang_fabric::topology::TopologySpec;
 
 use crate::Outcome;
-use crate::cli::{Cli, Command, FileArgs, NcclCmd, ScenarioCmd, TopoCmd};
+use crate::cli::{Cli, Command, FileArgs, NcclCmd, PlanCmd, ScenarioCmd, TopoCmd};
 
 pub(crate) fn run(cli: Cli) -> Result<Outcome> {
     match cli.command {
@@ -21,6 +21,7 @@ pub(crate) fn run(cli: Cli) -> Result<Outcome> {
         Command::Sim(a) => crate::sim::run(&a),
         Command::Bench(a) => crate::bench::run(&a),
         Command::Nccl(NcclCmd::Check(a)) => crate::nccl::check(&a),
+        Command::Plan(PlanCmd::Overlap(a)) => crate::plan::overlap(&a),
         Command::Topo(TopoCmd::Dot { file }) => {
             let loaded = load(&file)?;
             out(&analysis::to_dot(&loaded.fabric))?;

@@ -5,6 +5,7 @@ mod bench;
 mod cli;
 mod cmd;
 mod nccl;
+mod plan;
 mod sim;
 
 use std::io::Write;

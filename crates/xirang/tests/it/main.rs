@@ -5,6 +5,7 @@
 //!   the human-readable reports.
 
 mod nccl;
+mod plan;
 mod report;
 mod scenario;
 mod sim;
