@@ -12,6 +12,7 @@
 //! assert!(s.bytes_sent_per_rank().iter().all(|b| *b == 2 * 7 * (1 << 20) / 8));
 //! ```
 
+pub mod advise;
 pub mod check;
 pub mod cost;
 pub mod nccl_tests;

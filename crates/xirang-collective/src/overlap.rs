@@ -23,10 +23,9 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 use xirang_fabric::diag::{KeyPath, line_of_offset};
 
-/// PyTorch DDP's `bucket_cap_mb` default, 25 MiB (`torch.nn.parallel.DistributedDataParallel`).
+/// PyTorch DDP's `bucket_cap_mb` default, 25 MiB (shared/reference/collectives-and-nccl.md §6).
 pub const PYTORCH_DEFAULT_BUCKET_BYTES: u64 = 25 * 1024 * 1024;
-/// PyTorch DDP's first bucket, 1 MiB (`torch.distributed._DEFAULT_FIRST_BUCKET_BYTES`; from
-/// PyTorch's source as we recall it, not in shared/reference: unconfirmed).
+/// PyTorch DDP's first bucket, 1 MiB (`dist._DEFAULT_FIRST_BUCKET_BYTES`, same section).
 pub const PYTORCH_FIRST_BUCKET_BYTES: u64 = 1024 * 1024;
 
 /// One layer of the model, in forward order.

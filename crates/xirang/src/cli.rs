@@ -65,6 +65,22 @@ pub(crate) enum NcclCmd {
     /// Read an nccl-tests (or rccl-tests) log and compare every size with the cost model:
     /// flags sizes below 80% of the model and any '#wrong' > 0 (data corruption).
     Check(NcclCheckArgs),
+    /// Write an NCCL environment file for a scenario (each setting with its reason) and
+    /// print the model's AllReduce bus bandwidth per size and algorithm.
+    Advise(NcclAdviseArgs),
+}
+
+/// `xirang nccl advise`.
+#[derive(Debug, Args)]
+pub(crate) struct NcclAdviseArgs {
+    /// Scenario file (default: the built-in default scenario).
+    pub(crate) scenario: Option<PathBuf>,
+    /// Where to write the environment file.
+    #[arg(long, default_value = "nccl.env")]
+    pub(crate) out: PathBuf,
+    /// Print JSON instead (the file is still written).
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 /// `xirang nccl check`.

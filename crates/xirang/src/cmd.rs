@@ -21,6 +21,7 @@ pub(crate) fn run(cli: Cli) -> Result<Outcome> {
         Command::Sim(a) => crate::sim::run(&a),
         Command::Bench(a) => crate::bench::run(&a),
         Command::Nccl(NcclCmd::Check(a)) => crate::nccl::check(&a),
+        Command::Nccl(NcclCmd::Advise(a)) => crate::nccl::advise(&a),
         Command::Plan(PlanCmd::Overlap(a)) => crate::plan::overlap(&a),
         Command::Topo(TopoCmd::Dot { file }) => {
             let loaded = load(&file)?;
@@ -43,6 +44,14 @@ pub(crate) fn out(s: &str) -> Result<()> {
     let mut o = std::io::stdout().lock();
     o.write_all(s.as_bytes())?;
     o.flush()?;
+    Ok(())
+}
+
+/// Writes `text` to `dir/name` through a temporary file, so a reader never sees half a file.
+pub(crate) fn write_atomic(dir: &std::path::Path, name: &str, text: &str) -> Result<()> {
+    let tmp = dir.join(format!(".{name}.tmp"));
+    std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, dir.join(name)).with_context(|| format!("writing {}", dir.join(name).display()))?;
     Ok(())
 }
 

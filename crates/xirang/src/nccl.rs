@@ -8,7 +8,7 @@ use xirang_collective::nccl_tests::{self, TestRun};
 use xirang_fabric::config::FabricConfig;
 
 use crate::Outcome;
-use crate::cli::{AlgoArg, CollArg, NcclCheckArgs, ProtoArg};
+use crate::cli::{AlgoArg, CollArg, NcclAdviseArgs, NcclCheckArgs, ProtoArg};
 use crate::cmd::{out, table};
 
 impl From<CollArg> for Coll {
@@ -318,4 +318,62 @@ fn render(f: &FileReport, tests: &[TestRun]) -> String {
         format!("{} findings\n", f.findings)
     });
     s
+}
+
+/// `xirang nccl advise [SCENARIO]`.
+pub(crate) fn advise(a: &NcclAdviseArgs) -> Result<Outcome> {
+    let (loaded, _, _) = crate::plan::scenario_platform(a.scenario.as_deref())?;
+    let advice = xirang_collective::advise::advise(&loaded).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let env = advice.env_file(&loaded.scenario.name);
+    let dir = a
+        .out
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    let name = a
+        .out
+        .file_name()
+        .with_context(|| format!("--out {}: expected a file name", a.out.display()))?
+        .to_string_lossy()
+        .into_owned();
+    crate::cmd::write_atomic(dir, &name, &env)?;
+    if a.json {
+        out(&(serde_json::to_string_pretty(&advice)? + "\n"))?;
+        return Ok(Outcome::Clean);
+    }
+    let mut s = env.clone();
+    let algos: Vec<Algo> = advice
+        .table
+        .first()
+        .map(|r| r.algorithms.iter().map(|x| x.0).collect())
+        .unwrap_or_default();
+    let mut header: Vec<String> = vec!["AllReduce size".to_string()];
+    header.extend(algos.iter().map(|a| format!("{} GB/s", a.nccl_name())));
+    header.push("model picks".to_string());
+    let header_refs: Vec<&str> = header.iter().map(String::as_str).collect();
+    let mut t = table(&header_refs);
+    for r in &advice.table {
+        let mut row = vec![size(r.bytes)];
+        row.extend(
+            r.algorithms
+                .iter()
+                .map(|(_, p, bw)| format!("{bw:.1} ({})", p.nccl_name())),
+        );
+        row.push(r.best.nccl_name().to_string());
+        t.add_row(row);
+    }
+    let p = &advice.platform;
+    s.push_str(&format!(
+        "\npredicted AllReduce bus bandwidth (best protocol in brackets) on {} x {} GPUs, network {:.1} GB/s per node:\n{t}\nwritten to {}\n",
+        p.nodes,
+        p.gpus_per_node,
+        p.node_net_gbs,
+        a.out.display()
+    ));
+    out(&s)?;
+    Ok(if advice.warnings.is_empty() {
+        Outcome::Clean
+    } else {
+        Outcome::Findings
+    })
 }

@@ -12,6 +12,7 @@ use xirang_sim::time::{PS_PER_US, us};
 
 use crate::Outcome;
 use crate::cli::{HpccCc, SimArgs};
+use crate::cmd::write_atomic;
 
 /// The reference settings for runs on HPCC input files: the shipped reference scenarios.
 const REFERENCE_DCQCN: &str = include_str!("../../../scenarios/reference/incast16-4mb-dcqcn.toml");
@@ -46,14 +47,6 @@ fn load_hpcc(topo: &Path, flows: &Path, cc: HpccCc) -> Result<Loaded> {
         }
     );
     Ok(s.build(topo, Path::new("."), None)?)
-}
-
-/// Writes `text` to `dir/name` through a temporary file, so a reader never sees half a file.
-fn write_atomic(dir: &Path, name: &str, text: &str) -> Result<()> {
-    let tmp = dir.join(format!(".{name}.tmp"));
-    std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, dir.join(name)).with_context(|| format!("writing {}", dir.join(name).display()))?;
-    Ok(())
 }
 
 pub(crate) fn run(a: &SimArgs) -> Result<Outcome> {

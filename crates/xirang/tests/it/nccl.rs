@@ -104,3 +104,36 @@ fn bad_input_names_file_and_line() {
     let (_, err) = run_expect(&["nccl", "check", "no/such/file.txt"], 1);
     assert!(err.contains("reading no/such/file.txt"), "{err}");
 }
+
+#[test]
+fn advise_writes_an_environment_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = dir.path().join("nccl.env");
+    let (out, _) = run_expect(
+        &[
+            "nccl",
+            "advise",
+            "scenarios/default.toml",
+            "--out",
+            env.to_str().unwrap(),
+        ],
+        0,
+    );
+    assert!(out.contains("predicted AllReduce bus bandwidth"), "{out}");
+    let text = std::fs::read_to_string(&env).unwrap();
+    insta::assert_snapshot!(text);
+    // The file is shell syntax: every line is a comment or NAME=value.
+    assert!(text.lines().all(|l| l.is_empty()
+        || l.starts_with('#')
+        || l.split_once('=').is_some_and(|(k, _)| k.starts_with("NCCL_"))));
+    let v = run_json(&[
+        "nccl",
+        "advise",
+        "scenarios/rail-64gpu.toml",
+        "--out",
+        env.to_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!(v["settings"][0]["name"], "NCCL_IB_HCA");
+    assert_eq!(v["table"].as_array().unwrap().len(), 12);
+}
