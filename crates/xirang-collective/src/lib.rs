@@ -13,6 +13,7 @@
 //! ```
 
 pub mod advise;
+pub mod batching;
 pub mod check;
 pub mod cost;
 pub mod nccl_tests;

@@ -41,6 +41,28 @@ pub(crate) enum PlanCmd {
     /// DDP gradient buckets: iteration time and exposed communication for each bucket size,
     /// and the best one, for a model's backward pass (see models/*.toml).
     Overlap(OverlapArgs),
+    /// Inference batching: the batch size and window that serve the most requests within a
+    /// p99 SLO, comparing per-request, batched and sharded tensor-parallel collectives.
+    Batching(BatchingArgs),
+}
+
+/// `xirang plan batching`.
+#[derive(Debug, Args)]
+pub(crate) struct BatchingArgs {
+    /// Serving file (models/llama-70b-tp8-serving.toml).
+    pub(crate) file: PathBuf,
+    /// Scenario whose hosts run the tensor-parallel group (default: the built-in default).
+    #[arg(long)]
+    pub(crate) scenario: Option<PathBuf>,
+    /// Requests per simulated run.
+    #[arg(long, default_value_t = 20_000)]
+    pub(crate) requests: usize,
+    /// Seed of the arrival process.
+    #[arg(long, default_value_t = 1)]
+    pub(crate) seed: u64,
+    /// Print JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 /// `xirang plan overlap`.

@@ -11,7 +11,7 @@ use xirang_fabric::scenario::Scenario;
 use xirang_fabric::workload::Workload;
 
 use crate::Outcome;
-use crate::cli::OverlapArgs;
+use crate::cli::{BatchingArgs, OverlapArgs};
 use crate::cmd::{out, table};
 
 /// The built-in default scenario (scenarios/default.toml), for planners run without one.
@@ -139,4 +139,125 @@ pub(crate) fn overlap(a: &OverlapArgs) -> Result<Outcome> {
     ));
     out(&s)?;
     Ok(Outcome::Clean)
+}
+
+/// `xirang plan batching FILE`.
+pub(crate) fn batching(a: &BatchingArgs) -> Result<Outcome> {
+    use xirang_collective::batching::{self, ServingFile};
+    let f = ServingFile::load(&a.file)?;
+    if a.requests < 100 {
+        anyhow::bail!("--requests: expected at least 100 to estimate a p99");
+    }
+    let (_, template, _) = scenario_platform(a.scenario.as_deref())?;
+    // The tensor-parallel group fills hosts before spanning them.
+    let mut p = template;
+    p.gpus_per_node = f.tp_ranks.min(template.gpus_per_node.max(1));
+    p.nodes = f.tp_ranks.div_ceil(p.gpus_per_node);
+    let bar = if a.json {
+        indicatif::ProgressBar::hidden()
+    } else {
+        let b = indicatif::ProgressBar::new(batching::policy_count() as u64);
+        b.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{spinner} batching policies {pos}/{len} {bar:30} [{elapsed}]",
+            )
+            .expect("valid template"),
+        );
+        b
+    };
+    let results = batching::plan(&f, &p, a.requests, a.seed, &mut || bar.inc(1));
+    bar.finish_and_clear();
+    if a.json {
+        #[derive(Serialize)]
+        struct Report<'a> {
+            serving: &'a ServingFile,
+            platform: &'a Platform,
+            results: &'a [batching::AggregationResult],
+        }
+        out(&(serde_json::to_string_pretty(&Report {
+            serving: &f,
+            platform: &p,
+            results: &results,
+        })? + "\n"))?;
+        return Ok(if slo_met(&results, &f) {
+            Outcome::Clean
+        } else {
+            Outcome::Findings
+        });
+    }
+    let mut s = format!(
+        "{}: {} requests/s, p99 SLO {:.1} ms, {} collectives of {} B per request per step\ntensor-parallel group: {} GPUs = {} x {} ({}network {:.1} GB/s per node)\n",
+        f.name,
+        f.arrival_rate_per_s,
+        f.slo_p99_us / 1e3,
+        f.collectives_per_step,
+        f.payload_bytes,
+        f.tp_ranks,
+        p.nodes,
+        p.gpus_per_node,
+        if p.nodes == 1 {
+            "one host, GPU links only; "
+        } else {
+            ""
+        },
+        p.node_net_gbs,
+    );
+    let mut t = table(&[
+        "aggregation",
+        "step ms (1 / 256)",
+        "best batch",
+        "window us",
+        "max req/s in SLO",
+        "p50 ms",
+        "p99 ms",
+        "meets SLO",
+    ]);
+    for r in &results {
+        let b = &r.best;
+        t.add_row(vec![
+            r.aggregation.name().to_string(),
+            format!("{:.2} / {:.2}", r.step_us.0 / 1e3, r.step_us.1 / 1e3),
+            b.policy.max_batch.to_string(),
+            format!("{:.0}", b.policy.window_us),
+            format!("{:.0}", b.max_rate_per_s),
+            format!("{:.2}", b.at_rate.p50_us / 1e3),
+            format!("{:.2}", b.at_rate.p99_us / 1e3),
+            if b.at_rate.p99_us <= f.slo_p99_us {
+                "yes"
+            } else {
+                "NO"
+            }
+            .to_string(),
+        ]);
+    }
+    s.push_str(&format!(
+        "{t}\n(p50, p99 and meets SLO at {} requests/s, with each row's best policy)\n",
+        f.arrival_rate_per_s
+    ));
+    let best = results
+        .iter()
+        .max_by(|x, y| x.best.max_rate_per_s.total_cmp(&y.best.max_rate_per_s))
+        .expect("three aggregations");
+    s.push_str(&format!(
+        "best: {} collectives, batches of up to {} with a {:.0} us window: {:.0} requests/s within the SLO ({:.1}x the offered load)\n",
+        best.aggregation.name(),
+        best.best.policy.max_batch,
+        best.best.policy.window_us,
+        best.best.max_rate_per_s,
+        best.best.max_rate_per_s / f.arrival_rate_per_s
+    ));
+    out(&s)?;
+    Ok(if slo_met(&results, &f) {
+        Outcome::Clean
+    } else {
+        Outcome::Findings
+    })
+}
+
+/// Some aggregation's best policy meets the SLO at the offered load.
+fn slo_met(
+    results: &[xirang_collective::batching::AggregationResult],
+    f: &xirang_collective::batching::ServingFile,
+) -> bool {
+    results.iter().any(|r| r.best.at_rate.p99_us <= f.slo_p99_us)
 }
