@@ -272,7 +272,10 @@ const MAX_CHUNKS: u32 = 8;
 /// GPU by GPU); steps between GPUs of one host go over NVLink; steps between hosts go
 /// NIC to NIC on the channel's rail (NIC `channel mod nics` on both hosts, as NCCL keeps a
 /// channel on one rail), or, for the hierarchical algorithm, between the NICs under the
-/// two GPUs' own PCIe switches.
+/// two GPUs' own PCIe switches. NCCL also rotates each channel's ring so that the GPU at
+/// a host boundary is the one under that rail's NIC; the schedules keep one ring order for
+/// all channels, which changes nothing here because the simulator does not model the PCIe
+/// hop between a GPU and its NIC (the rail choice alone decides the network traffic).
 fn expand_collective(
     loaded: &Loaded,
     c: &xirang_fabric::workload::CollectiveSpec,
