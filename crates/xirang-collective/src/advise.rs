@@ -7,7 +7,6 @@ use serde::Serialize;
 use xirang_fabric::Loaded;
 use xirang_fabric::model::{Fabric, Host};
 use xirang_fabric::routing::Graph;
-use xirang_fabric::workload::Workload;
 
 use crate::cost::{self, Algo, Coll, Platform};
 
@@ -75,6 +74,9 @@ impl Advice {
 pub const CLEAR_WIN: f64 = 1.2;
 /// Sizes below this are latency-bound and do not decide `NCCL_ALGO`.
 pub const ALGO_FROM_BYTES: u64 = 1 << 20;
+/// The class collectives use when the scenario declares no collective workload (the
+/// workload default, `xirang_fabric::workload`).
+const DEFAULT_CLASS: &str = "training";
 /// QPs per connection on multi-path fabrics: enough UDP source ports for ECMP to spread a
 /// rank pair's traffic (our choice; NCCL's range is 1-128, default 1).
 pub const MULTIPATH_QPS: u32 = 4;
@@ -83,24 +85,11 @@ pub const MULTIPATH_QPS: u32 = 4;
 pub fn advise(loaded: &Loaded) -> Result<Advice, String> {
     let fabric = &loaded.fabric;
     let config = &loaded.scenario.config;
-    let (hosts, class_name, channels) = loaded
-        .scenario
-        .workloads
-        .values()
-        .find_map(|w| match w {
-            Workload::Collective(c) => Some((c.hosts.clone(), c.class.clone(), c.channels)),
-            _ => None,
-        })
-        .unwrap_or_else(|| (Vec::new(), "training".to_string(), 0));
-    let hs: Vec<&Host> = if hosts.is_empty() {
-        fabric.hosts.iter().collect()
-    } else {
-        hosts
-            .iter()
-            .filter_map(|h| fabric.host_by_name(h))
-            .map(|h| &fabric.hosts[h.index()])
-            .collect()
-    };
+    let (hosts, class_name, channels) = loaded.scenario.first_collective().map_or_else(
+        || (Vec::new(), DEFAULT_CLASS.to_string(), 0),
+        |(_, c)| (c.hosts.clone(), c.class.clone(), c.channels),
+    );
+    let hs = fabric.hosts_named(&hosts);
     let first = *hs.first().ok_or("the scenario has no hosts")?;
     if first.nics.is_empty() {
         return Err(format!("host `{}` has no NIC", first.name));

@@ -19,10 +19,10 @@ use std::path::Path;
 use rand_xoshiro::Xoshiro256PlusPlus;
 use rand_xoshiro::rand_core::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
-use xirang_fabric::diag::{KeyPath, line_of_offset};
+use xirang_fabric::diag::KeyPath;
 
 use crate::cost::{Coll, Platform, choose};
-use crate::overlap::ModelError;
+use crate::input::{self, InputError};
 
 /// The serving workload.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -52,26 +52,15 @@ pub struct ServingFile {
 
 impl ServingFile {
     /// Reads and checks a serving file.
-    pub fn load(path: &Path) -> Result<ServingFile, ModelError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ModelError::Io {
-            path: path.display().to_string(),
-            source,
-        })?;
-        ServingFile::parse(&text, path)
+    pub fn load(path: &Path) -> Result<ServingFile, InputError> {
+        ServingFile::parse(&input::read(path)?, path)
     }
 
     /// Parses and checks serving file text.
-    pub fn parse(text: &str, path: &Path) -> Result<ServingFile, ModelError> {
-        let invalid = |line: usize, message: String| ModelError::Invalid {
-            path: path.display().to_string(),
-            line,
-            message,
-        };
-        let f: ServingFile = toml::from_str(text).map_err(|e| {
-            let line = e.span().map_or(1, |s| line_of_offset(text, s.start));
-            invalid(line, e.message().to_string())
-        })?;
-        let line_of = |k: &str| KeyPath::root().key(k).line_in(text).unwrap_or(1);
+    pub fn parse(text: &str, path: &Path) -> Result<ServingFile, InputError> {
+        let parsed = input::parse::<ServingFile>(text, path)?;
+        let f = &parsed.value;
+        let at = |k: &str| KeyPath::root().key(k);
         let positive = [
             ("arrival_rate_per_s", f.arrival_rate_per_s),
             ("slo_p99_us", f.slo_p99_us),
@@ -79,15 +68,12 @@ impl ServingFile {
         ];
         for (k, v) in positive {
             if !(v.is_finite() && v > 0.0) {
-                return Err(invalid(
-                    line_of(k),
-                    format!("{k}: expected a positive number, found {v}"),
-                ));
+                return Err(parsed.error_at(&at(k), format!("{k}: expected a positive number, found {v}")));
             }
         }
         if !(f.compute_per_request_us.is_finite() && f.compute_per_request_us >= 0.0) {
-            return Err(invalid(
-                line_of("compute_per_request_us"),
+            return Err(parsed.error_at(
+                &at("compute_per_request_us"),
                 format!(
                     "compute_per_request_us: expected 0 or more, found {}",
                     f.compute_per_request_us
@@ -95,18 +81,18 @@ impl ServingFile {
             ));
         }
         if f.tp_ranks < 2 {
-            return Err(invalid(
-                line_of("tp_ranks"),
+            return Err(parsed.error_at(
+                &at("tp_ranks"),
                 format!("tp_ranks: expected 2 or more GPUs, found {}", f.tp_ranks),
             ));
         }
         if f.payload_bytes == 0 {
-            return Err(invalid(
-                line_of("payload_bytes"),
+            return Err(parsed.error_at(
+                &at("payload_bytes"),
                 "payload_bytes: expected at least 1 byte".to_string(),
             ));
         }
-        Ok(f)
+        Ok(parsed.value)
     }
 }
 

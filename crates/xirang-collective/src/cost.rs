@@ -311,15 +311,7 @@ impl Platform {
         hosts: &[String],
         channels: u32,
     ) -> Option<Platform> {
-        let hs: Vec<&xirang_fabric::model::Host> = if hosts.is_empty() {
-            fabric.hosts.iter().collect()
-        } else {
-            hosts
-                .iter()
-                .filter_map(|h| fabric.host_by_name(h))
-                .map(|h| &fabric.hosts[h.index()])
-                .collect()
-        };
+        let hs = fabric.hosts_named(hosts);
         let first = hs.first()?;
         let gpus = first.gpus.len().max(1) as u32;
         let generation = first.gpus.first().map_or(GpuGen::Ampere, |g| {

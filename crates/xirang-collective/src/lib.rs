@@ -16,6 +16,7 @@ pub mod advise;
 pub mod batching;
 pub mod check;
 pub mod cost;
+pub mod input;
 pub mod nccl_tests;
 pub mod overlap;
 pub mod schedule;

@@ -20,8 +20,9 @@
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
-use thiserror::Error;
-use xirang_fabric::diag::{KeyPath, line_of_offset};
+use xirang_fabric::diag::KeyPath;
+
+use crate::input::{self, InputError};
 
 /// PyTorch DDP's `bucket_cap_mb` default, 25 MiB (shared/reference/collectives-and-nccl.md §6).
 pub const PYTORCH_DEFAULT_BUCKET_BYTES: u64 = 25 * 1024 * 1024;
@@ -59,68 +60,32 @@ pub struct ModelFile {
     pub layers: Vec<Layer>,
 }
 
-/// A model file that could not be read.
-#[derive(Debug, Error)]
-pub enum ModelError {
-    /// IO.
-    #[error("reading {path}: {source}")]
-    Io {
-        /// File.
-        path: String,
-        /// Cause.
-        source: std::io::Error,
-    },
-    /// Syntax or a value out of range.
-    #[error("{path}:{line}: {message}")]
-    Invalid {
-        /// File.
-        path: String,
-        /// 1-based line.
-        line: usize,
-        /// What was expected.
-        message: String,
-    },
-}
-
 impl ModelFile {
     /// Reads and checks a model file.
-    pub fn load(path: &Path) -> Result<ModelFile, ModelError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ModelError::Io {
-            path: path.display().to_string(),
-            source,
-        })?;
-        ModelFile::parse(&text, path)
+    pub fn load(path: &Path) -> Result<ModelFile, InputError> {
+        ModelFile::parse(&input::read(path)?, path)
     }
 
     /// Parses and checks model file text.
-    pub fn parse(text: &str, path: &Path) -> Result<ModelFile, ModelError> {
-        let invalid = |line: usize, message: String| ModelError::Invalid {
-            path: path.display().to_string(),
-            line,
-            message,
-        };
-        let m: ModelFile = toml::from_str(text).map_err(|e| {
-            let line = e.span().map_or(1, |s| line_of_offset(text, s.start));
-            invalid(line, e.message().to_string())
-        })?;
-        let line_of = |k: &KeyPath| k.line_in(text).unwrap_or(1);
+    pub fn parse(text: &str, path: &Path) -> Result<ModelFile, InputError> {
+        let parsed = input::parse::<ModelFile>(text, path)?;
+        let m = &parsed.value;
         let root = KeyPath::root();
         for (key, v) in [("forward_us", m.forward_us), ("optimizer_us", m.optimizer_us)] {
             if !(v.is_finite() && v >= 0.0) {
-                return Err(invalid(
-                    line_of(&root.key(key)),
+                return Err(parsed.error_at(
+                    &root.key(key),
                     format!("{key}: expected a time of 0 or more µs, found {v}"),
                 ));
             }
         }
         if m.layers.is_empty() {
-            return Err(invalid(1, "expected at least one [[layer]]".to_string()));
+            return Err(parsed.error_at(&root.key("layer"), "expected at least one [[layer]]".to_string()));
         }
         for (i, l) in m.layers.iter().enumerate() {
-            let at = root.key("layer").index(i);
             if !(l.backward_us.is_finite() && l.backward_us > 0.0) {
-                return Err(invalid(
-                    line_of(&at.key("backward_us")),
+                return Err(parsed.error_at(
+                    &root.key("layer").index(i).key("backward_us"),
                     format!(
                         "layer[{i}].backward_us: expected a positive time in µs, found {}",
                         l.backward_us
@@ -129,12 +94,12 @@ impl ModelFile {
             }
         }
         if m.total_grad_bytes() == 0 {
-            return Err(invalid(
-                1,
+            return Err(parsed.error_at(
+                &root.key("layer"),
                 "the layers have no gradient bytes in total".to_string(),
             ));
         }
-        Ok(m)
+        Ok(parsed.value)
     }
 
     /// Gradient bytes of the whole model.

@@ -338,6 +338,20 @@ impl Fabric {
             .map(|i| HostId(i as u32))
     }
 
+    /// The named hosts in the order given, skipping unknown names; all hosts when `names`
+    /// is empty (a workload's "all hosts").
+    pub fn hosts_named(&self, names: &[String]) -> Vec<&Host> {
+        if names.is_empty() {
+            self.hosts.iter().collect()
+        } else {
+            names
+                .iter()
+                .filter_map(|n| self.host_by_name(n))
+                .map(|h| &self.hosts[h.index()])
+                .collect()
+        }
+    }
+
     /// Finds a switch by name.
     pub fn switch_by_name(&self, name: &str) -> Option<SwitchId> {
         self.switches

@@ -153,6 +153,15 @@ pub struct Loaded {
 }
 
 impl Scenario {
+    /// The first `collective` workload (in name order) with its name: the job whose hosts
+    /// and traffic class the collective tools plan for.
+    pub fn first_collective(&self) -> Option<(&str, &crate::workload::CollectiveSpec)> {
+        self.workloads.iter().find_map(|(name, w)| match w {
+            crate::workload::Workload::Collective(c) => Some((name.as_str(), c)),
+            _ => None,
+        })
+    }
+
     /// Reads, parses, validates and builds the scenario at `path`.
     pub fn load(path: &Path) -> Result<Loaded, ScenarioError> {
         let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Io {

@@ -283,14 +283,8 @@ fn expand_collective(
     flows: &mut Vec<FlowDef>,
 ) -> Result<CollectiveRun, String> {
     let fabric = &loaded.fabric;
-    let hosts: Vec<&xirang_fabric::model::Host> = if c.hosts.is_empty() {
-        fabric.hosts.iter().collect()
-    } else {
-        c.hosts
-            .iter()
-            .map(|h| &fabric.hosts[fabric.host_by_name(h).expect("validated").index()])
-            .collect()
-    };
+    // Host names were validated with the scenario.
+    let hosts = fabric.hosts_named(&c.hosts);
     // (host index in `hosts`, GPU) per rank; a host without GPUs is one rank on its NIC.
     let mut ranks: Vec<(usize, Option<GpuId>)> = Vec::new();
     for (hi, h) in hosts.iter().enumerate() {

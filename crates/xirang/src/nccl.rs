@@ -212,6 +212,20 @@ fn check_one<'a>(
     }
 }
 
+/// The platform in one line.
+fn describe(p: &Platform) -> String {
+    format!(
+        "{:?}, {} x {} GPUs, GPU links {:.0} GB/s, network {:.1} GB/s per node, {} channels{}",
+        p.generation,
+        p.nodes,
+        p.gpus_per_node,
+        p.intra_gbs,
+        p.node_net_gbs,
+        p.channels,
+        if p.nvls { ", NVLS" } else { "" }
+    )
+}
+
 fn size(bytes: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut v = bytes as f64;
@@ -244,18 +258,7 @@ fn render(f: &FileReport, tests: &[TestRun]) -> String {
             r.nccl_version.map(|v| format!(", NCCL {v}")).unwrap_or_default(),
         ));
         if let Some(c) = &r.check {
-            let p = &c.platform;
-            s.push_str(&format!(
-                "model: {:?}, {} x {} GPUs, GPU links {:.0} GB/s, network {:.1} GB/s per node, {} channels{} ({})\n",
-                p.generation,
-                p.nodes,
-                p.gpus_per_node,
-                p.intra_gbs,
-                p.node_net_gbs,
-                p.channels,
-                if p.nvls { ", NVLS" } else { "" },
-                f.assumed
-            ));
+            s.push_str(&format!("model: {} ({})\n", describe(&c.platform), f.assumed));
             let mut t = table(&[
                 "size",
                 "busbw GB/s",
@@ -362,12 +365,9 @@ pub(crate) fn advise(a: &NcclAdviseArgs) -> Result<Outcome> {
         row.push(r.best.nccl_name().to_string());
         t.add_row(row);
     }
-    let p = &advice.platform;
     s.push_str(&format!(
-        "\npredicted AllReduce bus bandwidth (best protocol in brackets) on {} x {} GPUs, network {:.1} GB/s per node:\n{t}\nwritten to {}\n",
-        p.nodes,
-        p.gpus_per_node,
-        p.node_net_gbs,
+        "\npredicted AllReduce bus bandwidth (best protocol in brackets) on {}:\n{t}\nwritten to {}\n",
+        describe(&advice.platform),
         a.out.display()
     ));
     out(&s)?;

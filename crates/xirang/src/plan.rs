@@ -8,7 +8,6 @@ use xirang_collective::cost::{Coll, Platform, choose};
 use xirang_collective::overlap::{self, ModelFile, PYTORCH_DEFAULT_BUCKET_BYTES};
 use xirang_fabric::Loaded;
 use xirang_fabric::scenario::Scenario;
-use xirang_fabric::workload::Workload;
 
 use crate::Outcome;
 use crate::cli::{BatchingArgs, OverlapArgs};
@@ -29,19 +28,16 @@ pub(crate) fn scenario_platform(path: Option<&Path>) -> Result<(Loaded, Platform
                 .context("the built-in default scenario")?
         }
     };
-    let (hosts, channels, what) = loaded
-        .scenario
-        .workloads
-        .iter()
-        .find_map(|(name, w)| match w {
-            Workload::Collective(c) => Some((
+    let (hosts, channels, what) = loaded.scenario.first_collective().map_or_else(
+        || (Vec::new(), 0, "all hosts".to_string()),
+        |(name, c)| {
+            (
                 c.hosts.clone(),
                 c.channels,
                 format!("the hosts of workload `{name}`"),
-            )),
-            _ => None,
-        })
-        .unwrap_or_else(|| (Vec::new(), 0, "all hosts".to_string()));
+            )
+        },
+    );
     let platform = Platform::of_fabric(&loaded.fabric, &loaded.scenario.config, &hosts, channels)
         .context("the scenario has no hosts to run a collective on")?;
     let desc = format!(
