@@ -36,6 +36,7 @@ pub mod model;
 pub mod routing;
 pub mod scenario;
 pub mod topology;
+pub mod tune;
 pub mod units;
 pub mod workload;
 

@@ -44,6 +44,13 @@ pub struct Scenario {
     /// Run settings.
     #[serde(default)]
     pub run: RunSettings,
+    /// How `xirang tune` searches this scenario (defaults: the built-in space).
+    #[serde(default, skip_serializing_if = "is_default_tune")]
+    pub tune: crate::tune::TuneSpec,
+}
+
+fn is_default_tune(t: &crate::tune::TuneSpec) -> bool {
+    *t == crate::tune::TuneSpec::default()
 }
 
 /// A deviation of one element from the configuration.
@@ -272,6 +279,7 @@ impl Scenario {
                     );
                 }
             }
+            self.validate_tune(&tiers, &root.key("tune"), &mut d);
             for (name, w) in &self.workloads {
                 let at = root.key("workloads").key(name).key(w.kind());
                 self.validate_workload(w, &fabric, &at, &mut d);
@@ -433,6 +441,76 @@ impl Scenario {
                         }
                     }
                 }
+            }
+        }
+    }
+
+    fn validate_tune(&self, tiers: &[Tier], at: &KeyPath, d: &mut Diagnostics) {
+        use crate::tune::{ParamKind, param_kind};
+        let t = &self.tune;
+        for (k, v) in [
+            ("budget", t.budget),
+            ("search_seeds", t.search_seeds),
+            ("held_out_seeds", t.held_out_seeds),
+        ] {
+            if v == 0 {
+                d.error(&at.key(k), "expected at least 1".to_string());
+            }
+        }
+        if !(0.0..=1.0).contains(&t.max_pause_ratio) {
+            d.error(
+                &at.key("max_pause_ratio"),
+                format!("expected a share between 0 and 1, found {}", t.max_pause_ratio),
+            );
+        }
+        for (class, w) in &t.weights {
+            if !self.config.classes.contains_key(class) {
+                d.error(
+                    &at.key("weights").key(class),
+                    unknown_name(
+                        "traffic class",
+                        class,
+                        self.config.classes.keys().map(String::as_str),
+                    ),
+                );
+            } else if !(w.is_finite() && *w >= 0.0) {
+                d.error(
+                    &at.key("weights").key(class),
+                    format!("expected a weight >= 0, found {w}"),
+                );
+            }
+        }
+        for (i, p) in t.params.iter().enumerate() {
+            let pat = at.key("param").index(i);
+            match param_kind(&self.config, tiers, &p.name) {
+                Err(e) => d.error(&pat.key("name"), e),
+                Ok(ParamKind::Algorithm) => {
+                    if p.min.is_some() || p.max.is_some() || p.log {
+                        d.error(&pat, "an algorithm takes `choices`, not min/max/log".to_string());
+                    }
+                    for c in &p.choices {
+                        if !crate::tune::SEARCHABLE_ALGORITHMS.iter().any(|a| a.as_str() == c) {
+                            d.error(&pat.key("choices"), format!("`{c}`: expected dcqcn or timely"));
+                        }
+                    }
+                }
+                Ok(_) => match (p.min, p.max) {
+                    (Some(lo), Some(hi)) if lo.is_finite() && hi.is_finite() && lo < hi => {
+                        if p.log && lo <= 0.0 {
+                            d.error(
+                                &pat.key("min"),
+                                format!("a log-scale range needs min > 0, found {lo}"),
+                            );
+                        }
+                        if !p.choices.is_empty() {
+                            d.error(
+                                &pat.key("choices"),
+                                "a numeric parameter takes min and max, not choices".to_string(),
+                            );
+                        }
+                    }
+                    _ => d.error(&pat, format!("`{}`: expected numbers min < max", p.name)),
+                },
             }
         }
     }
@@ -1036,6 +1114,7 @@ pub fn with_topology(topology: TopologySpec) -> Scenario {
         overrides: Vec::new(),
         workloads: BTreeMap::new(),
         run: RunSettings::default(),
+        tune: crate::tune::TuneSpec::default(),
     }
 }
 

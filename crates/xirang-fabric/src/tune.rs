@@ -1,0 +1,275 @@
+//! What a scenario says about tuning it: the objective's weights, the constraints, the
+//! seeds and the search space. The search itself lives in `xirang-tune`; this module owns
+//! the declarations, their checks, and how a named parameter reads and writes a
+//! [`FabricConfig`].
+//!
+//! A parameter is named by its path in the configuration as written in scenario files
+//! (`classes.training.dcqcn.rpg_ai_rate_mbps`, `ecn.leaf.kmin_bytes`,
+//! `transport.qps_per_connection`), so any numeric setting can be searched. Two names are
+//! not plain paths: `classes.<class>.cc` picks the congestion-control algorithm
+//! (`dcqcn` or `timely`), and `ecn.<tier>.kmax_ratio` sets Kmax as a multiple of Kmin so
+//! that a search cannot put Kmax below Kmin.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::{CcAlgorithm, FabricConfig};
+use crate::model::Tier;
+
+/// The `[tune]` section of a scenario.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TuneSpec {
+    /// Candidate settings to try (each first judged by a short run).
+    pub budget: u32,
+    /// Seed of the search (which candidates it proposes), independent of the run seeds.
+    pub seed: u64,
+    /// Run seeds every candidate that reaches the last round is judged on.
+    pub search_seeds: u32,
+    /// Further run seeds, never used during the search, on which the result is reported.
+    pub held_out_seeds: u32,
+    /// Weight of each traffic class in the objective; empty: 1 for every class that has
+    /// a workload. A class's metric follows its workloads: collective completion time,
+    /// inference p99/p99.9 latency, FCT slowdown for other flows.
+    pub weights: BTreeMap<String, f64>,
+    /// Largest share of the run during which PFC may hold a port paused, summed over ports
+    /// and divided by the number of ports (a constraint, not an objective).
+    pub max_pause_ratio: f64,
+    /// Include the built-in search space.
+    pub builtin_space: bool,
+    /// Parameters to add to the search space, or to narrow built-in ones of the same name.
+    #[serde(rename = "param", skip_serializing_if = "Vec::is_empty")]
+    pub params: Vec<ParamSpec>,
+}
+
+/// Candidates tried by default: enough for the default scenario to beat vendor defaults,
+/// small enough that `xirang tune` runs in about a minute on two cores (BENCHMARKS.md).
+pub const DEFAULT_BUDGET: u32 = 96;
+/// Default run seeds for the final rounds and for the report.
+pub const DEFAULT_SEARCH_SEEDS: u32 = 3;
+/// Default held-out seeds.
+pub const DEFAULT_HELD_OUT_SEEDS: u32 = 5;
+/// Default pause budget: 5% of the time of an average port.
+pub const DEFAULT_MAX_PAUSE_RATIO: f64 = 0.05;
+
+impl Default for TuneSpec {
+    fn default() -> Self {
+        TuneSpec {
+            budget: DEFAULT_BUDGET,
+            seed: 1,
+            search_seeds: DEFAULT_SEARCH_SEEDS,
+            held_out_seeds: DEFAULT_HELD_OUT_SEEDS,
+            weights: BTreeMap::new(),
+            max_pause_ratio: DEFAULT_MAX_PAUSE_RATIO,
+            builtin_space: true,
+            params: Vec::new(),
+        }
+    }
+}
+
+/// One searched parameter.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ParamSpec {
+    /// Path in the configuration (see the module documentation).
+    pub name: String,
+    /// Lower bound (numeric parameters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min: Option<f64>,
+    /// Upper bound (numeric parameters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<f64>,
+    /// Search the logarithm (for ranges spanning orders of magnitude).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub log: bool,
+    /// Values to choose from (`classes.<class>.cc`: `dcqcn`, `timely`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub choices: Vec<String>,
+}
+
+/// What kind of value a parameter takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ParamKind {
+    /// A whole number.
+    Integer,
+    /// A real number.
+    Real,
+    /// One of the congestion-control algorithms.
+    Algorithm,
+}
+
+/// A parameter's value.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ParamValue {
+    /// A number (rounded for integer parameters).
+    Number(f64),
+    /// A choice.
+    Choice(String),
+}
+
+impl std::fmt::Display for ParamValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ParamValue::Number(x) if x.fract() == 0.0 && x.abs() < 1e15 => write!(f, "{}", *x as i64),
+            ParamValue::Number(x) => write!(f, "{x}"),
+            ParamValue::Choice(c) => f.write_str(c),
+        }
+    }
+}
+
+/// Algorithms a search may choose (`none` is never a tuning result).
+pub const SEARCHABLE_ALGORITHMS: [CcAlgorithm; 2] = [CcAlgorithm::Dcqcn, CcAlgorithm::Timely];
+
+fn tier_of(name: &str) -> Option<Tier> {
+    Tier::ALL.into_iter().find(|t| t.as_str() == name)
+}
+
+/// The configuration as a TOML tree with every tier's ECN profile written out, so that
+/// `ecn.<tier>.*` paths exist.
+fn tree(config: &FabricConfig, tiers: &[Tier]) -> toml::Value {
+    let mut c = config.clone();
+    for t in tiers {
+        c.ecn.set(*t, c.ecn.profile(*t));
+    }
+    toml::Value::try_from(&c).expect("invariant: the configuration serializes to TOML")
+}
+
+fn lookup<'a>(v: &'a toml::Value, path: &str) -> Option<&'a toml::Value> {
+    path.split('.').try_fold(v, |cur, seg| cur.get(seg))
+}
+
+fn lookup_mut<'a>(v: &'a mut toml::Value, path: &str) -> Option<&'a mut toml::Value> {
+    path.split('.').try_fold(v, |cur, seg| cur.get_mut(seg))
+}
+
+/// The kind of parameter `name` is, on a fabric with switches of `tiers`, or why it is
+/// not one.
+pub fn param_kind(config: &FabricConfig, tiers: &[Tier], name: &str) -> Result<ParamKind, String> {
+    let segs: Vec<&str> = name.split('.').collect();
+    if let ["classes", class, "cc"] = segs.as_slice() {
+        return if config.classes.contains_key(*class) {
+            Ok(ParamKind::Algorithm)
+        } else {
+            Err(format!(
+                "no traffic class `{class}` (classes: {})",
+                config.classes.keys().cloned().collect::<Vec<_>>().join(", ")
+            ))
+        };
+    }
+    if let ["ecn", tier, rest] = segs.as_slice() {
+        let Some(t) = tier_of(tier) else {
+            return Err(format!("`{tier}` is not a switch tier (leaf, spine, core)"));
+        };
+        if !tiers.contains(&t) {
+            return Err(format!("this topology has no `{tier}` switches"));
+        }
+        if *rest == "kmax_ratio" {
+            return Ok(ParamKind::Real);
+        }
+    }
+    let t = tree(config, tiers);
+    match lookup(&t, name) {
+        Some(toml::Value::Integer(_)) => Ok(ParamKind::Integer),
+        Some(toml::Value::Float(_)) => Ok(ParamKind::Real),
+        Some(_) => Err(format!("`{name}` is not a number in the configuration")),
+        None => {
+            // Suggest the closest key under the deepest part of the path that exists.
+            let (parent, last) = name.rsplit_once('.').unwrap_or(("", name));
+            let keys = if parent.is_empty() {
+                Some(&t)
+            } else {
+                lookup(&t, parent)
+            }
+            .and_then(|v| v.as_table());
+            let hint = keys
+                .and_then(|k| crate::diag::closest(last, k.keys().map(String::as_str)))
+                .map(|c| {
+                    format!(
+                        "; did you mean `{}`?",
+                        if parent.is_empty() {
+                            c.to_string()
+                        } else {
+                            format!("{parent}.{c}")
+                        }
+                    )
+                })
+                .unwrap_or_default();
+            Err(format!("`{name}` names no setting of the configuration{hint}"))
+        }
+    }
+}
+
+/// Sets parameters on a copy of `config`, in order; `ecn.<tier>.kmax_ratio` after the
+/// others, so that it applies to the final Kmin.
+pub fn apply(
+    config: &FabricConfig,
+    tiers: &[Tier],
+    values: &[(String, ParamValue)],
+) -> Result<FabricConfig, String> {
+    let mut v = tree(config, tiers);
+    let mut algorithms: Vec<(&str, CcAlgorithm)> = Vec::new();
+    let mut ratios: Vec<(&str, f64)> = Vec::new();
+    for (name, value) in values {
+        let segs: Vec<&str> = name.split('.').collect();
+        match (segs.as_slice(), value) {
+            (["classes", class, "cc"], ParamValue::Choice(c)) => {
+                let a = SEARCHABLE_ALGORITHMS
+                    .into_iter()
+                    .find(|a| a.as_str() == c)
+                    .ok_or_else(|| format!("{name}: `{c}` is not dcqcn or timely"))?;
+                algorithms.push((class, a));
+            }
+            (["ecn", tier, "kmax_ratio"], ParamValue::Number(r)) => ratios.push((tier, *r)),
+            (_, ParamValue::Number(x)) => {
+                let slot = lookup_mut(&mut v, name).ok_or_else(|| format!("`{name}` names no setting"))?;
+                *slot = match slot {
+                    toml::Value::Integer(_) => toml::Value::Integer(x.round() as i64),
+                    toml::Value::Float(_) => toml::Value::Float(*x),
+                    _ => return Err(format!("`{name}` is not a number")),
+                };
+            }
+            (_, ParamValue::Choice(c)) => return Err(format!("{name}: expected a number, found `{c}`")),
+        }
+    }
+    let mut out: FabricConfig = v
+        .try_into()
+        .map_err(|e: toml::de::Error| e.message().to_string())?;
+    for (class, a) in algorithms {
+        out.classes
+            .get_mut(class)
+            .ok_or_else(|| format!("no traffic class `{class}`"))?
+            .cc = a;
+    }
+    for (tier, r) in ratios {
+        let t = tier_of(tier).ok_or_else(|| format!("`{tier}` is not a switch tier"))?;
+        let mut p = out.ecn.profile(t);
+        p.kmax_bytes = ((p.kmin_bytes as f64) * r.max(1.0)).round() as u64;
+        out.ecn.set(t, p);
+    }
+    Ok(out)
+}
+
+/// The value `config` has for parameter `name` (what a baseline or the current setting
+/// is, in the search's terms).
+pub fn value_of(config: &FabricConfig, tiers: &[Tier], name: &str) -> Option<ParamValue> {
+    let segs: Vec<&str> = name.split('.').collect();
+    match segs.as_slice() {
+        ["classes", class, "cc"] => config
+            .classes
+            .get(*class)
+            .map(|c| ParamValue::Choice(c.cc.as_str().to_string())),
+        ["ecn", tier, "kmax_ratio"] => {
+            let p = config.ecn.profile(tier_of(tier)?);
+            Some(ParamValue::Number(
+                p.kmax_bytes as f64 / p.kmin_bytes.max(1) as f64,
+            ))
+        }
+        _ => match lookup(&tree(config, tiers), name)? {
+            toml::Value::Integer(i) => Some(ParamValue::Number(*i as f64)),
+            toml::Value::Float(f) => Some(ParamValue::Number(*f)),
+            _ => None,
+        },
+    }
+}
