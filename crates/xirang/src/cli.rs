@@ -34,6 +34,34 @@ pub(crate) enum Command {
     /// Planners built on the collective cost model.
     #[command(subcommand)]
     Plan(PlanCmd),
+    /// Search congestion-control, ECN and transport settings by application metrics in
+    /// the simulator; report the gain over vendor defaults and write the configuration.
+    Tune(TuneArgs),
+}
+
+/// `xirang tune`.
+#[derive(Debug, Args)]
+pub(crate) struct TuneArgs {
+    /// Scenario file (default: the built-in default scenario).
+    pub(crate) scenario: Option<PathBuf>,
+    /// Candidate settings to try (default: the scenario's `tune.budget`, 96).
+    #[arg(long)]
+    pub(crate) budget: Option<u32>,
+    /// Output directory (default: out/tune-<scenario name>).
+    #[arg(long)]
+    pub(crate) out: Option<PathBuf>,
+    /// Continue a killed tune from the trial log in the output directory.
+    #[arg(long)]
+    pub(crate) resume: bool,
+    /// Seed of the search (default: the scenario's `tune.seed`).
+    #[arg(long)]
+    pub(crate) seed: Option<u64>,
+    /// No progress bar.
+    #[arg(long)]
+    pub(crate) quiet: bool,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 #[derive(Debug, Subcommand)]

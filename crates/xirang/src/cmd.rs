@@ -24,6 +24,7 @@ pub(crate) fn run(cli: Cli) -> Result<Outcome> {
         Command::Nccl(NcclCmd::Advise(a)) => crate::nccl::advise(&a),
         Command::Plan(PlanCmd::Overlap(a)) => crate::plan::overlap(&a),
         Command::Plan(PlanCmd::Batching(a)) => crate::plan::batching(&a),
+        Command::Tune(a) => crate::tune::run(&a),
         Command::Topo(TopoCmd::Dot { file }) => {
             let loaded = load(&file)?;
             out(&analysis::to_dot(&loaded.fabric))?;

@@ -7,6 +7,7 @@ mod cmd;
 mod nccl;
 mod plan;
 mod sim;
+mod tune;
 
 use std::io::Write;
 use std::process::ExitCode;

@@ -1,0 +1,274 @@
+//! The search space: which settings the tuner moves, over which ranges, and the baselines
+//! it always compares against.
+
+use serde::Serialize;
+use xirang_fabric::Loaded;
+use xirang_fabric::config::{
+    CcAlgorithm, DcqcnParams, EcnConfig, FabricConfig, RedProfile, TimelyParams, TransportConfig,
+};
+use xirang_fabric::model::Tier;
+use xirang_fabric::tune::{ParamKind, ParamSpec, ParamValue, param_kind};
+
+/// How a parameter is searched.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub enum Domain {
+    /// A number in `[lo, hi]`, on a log scale if `log`, rounded if `integer`.
+    Number {
+        /// Lower bound.
+        lo: f64,
+        /// Upper bound.
+        hi: f64,
+        /// Search the logarithm.
+        log: bool,
+        /// Round to whole numbers.
+        integer: bool,
+    },
+    /// One of these values.
+    Choice(Vec<String>),
+}
+
+/// One searched parameter.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Param {
+    /// Configuration path (see `xirang_fabric::tune`).
+    pub name: String,
+    /// Range.
+    pub domain: Domain,
+    /// Why this range (the reference it comes from).
+    pub source: &'static str,
+}
+
+impl Param {
+    /// Clamps and rounds a value into the domain.
+    pub fn normalize(&self, v: &ParamValue) -> ParamValue {
+        match (&self.domain, v) {
+            (Domain::Number { lo, hi, integer, .. }, ParamValue::Number(x)) => {
+                let x = x.clamp(*lo, *hi);
+                ParamValue::Number(if *integer { x.round() } else { x })
+            }
+            (Domain::Choice(c), ParamValue::Choice(s)) if c.contains(s) => v.clone(),
+            (Domain::Choice(c), _) => ParamValue::Choice(c[0].clone()),
+            (Domain::Number { lo, .. }, ParamValue::Choice(_)) => ParamValue::Number(*lo),
+        }
+    }
+}
+
+/// A named range (one line of the built-in space).
+fn num(name: String, lo: f64, hi: f64, log: bool, integer: bool, source: &'static str) -> Param {
+    Param {
+        name,
+        domain: Domain::Number { lo, hi, log, integer },
+        source,
+    }
+}
+
+/// Classes whose congestion control is worth searching: those some workload uses.
+fn active_classes(loaded: &Loaded) -> Vec<String> {
+    let mut v: Vec<String> = loaded
+        .scenario
+        .workloads
+        .values()
+        .map(|w| w.class().to_string())
+        .filter(|c| loaded.scenario.config.classes.contains_key(c))
+        .collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+/// The built-in space for a scenario: per used class the algorithm and its main knobs,
+/// per switch tier the RED/ECN profile, and QPs per connection. Ranges:
+/// shared/reference/congestion-control.md §1.4-1.5 (DCQCN: firmware defaults, paper
+/// values, the published tuning ranges), §2 (TIMELY), §5 (ECN thresholds from 5 KB to
+/// SONiC's 2 MB); collectives-and-nccl.md §5 (QPs per connection).
+pub fn builtin(loaded: &Loaded) -> Vec<Param> {
+    const DCQCN: &str = "congestion-control.md §1.4-1.5 (firmware default, DCQCN paper, published tuning)";
+    const TIMELY: &str = "congestion-control.md §2 (TIMELY paper and HPCC simulator)";
+    const ECN: &str = "congestion-control.md §5 (5 KB in the DCQCN paper to SONiC's 2 MB)";
+    let mut v = Vec::new();
+    for c in active_classes(loaded) {
+        let p = |k: &str| format!("classes.{c}.{k}");
+        v.push(Param {
+            name: p("cc"),
+            domain: Domain::Choice(vec!["dcqcn".into(), "timely".into()]),
+            source: "MISSION 2.1: DCQCN or TIMELY per traffic class",
+        });
+        v.push(num(p("dcqcn.rpg_time_reset_us"), 10.0, 300.0, true, false, DCQCN));
+        v.push(num(p("dcqcn.rpg_ai_rate_mbps"), 1.0, 200.0, true, false, DCQCN));
+        v.push(num(
+            p("dcqcn.rpg_hai_rate_mbps"),
+            10.0,
+            1000.0,
+            true,
+            false,
+            DCQCN,
+        ));
+        v.push(num(
+            p("dcqcn.rpg_min_dec_fac_pct"),
+            50.0,
+            99.0,
+            false,
+            true,
+            DCQCN,
+        ));
+        v.push(num(p("dcqcn.dce_tcp_g"), 768.0, 1023.0, false, true, DCQCN));
+        v.push(num(
+            p("dcqcn.min_time_between_cnps_us"),
+            0.5,
+            50.0,
+            true,
+            false,
+            DCQCN,
+        ));
+        v.push(num(
+            p("dcqcn.rate_reduce_monitor_period_us"),
+            1.0,
+            50.0,
+            true,
+            false,
+            DCQCN,
+        ));
+        v.push(num(p("dcqcn.rpg_threshold"), 1.0, 31.0, false, true, DCQCN));
+        v.push(num(p("timely.t_low_us"), 5.0, 50.0, true, false, TIMELY));
+        v.push(num(p("timely.t_high_us"), 50.0, 1000.0, true, false, TIMELY));
+        v.push(num(p("timely.beta"), 0.1, 0.9, false, false, TIMELY));
+        v.push(num(p("timely.add_step_mbps"), 10.0, 1000.0, true, false, TIMELY));
+    }
+    for t in loaded.fabric.tiers() {
+        let p = |k: &str| format!("ecn.{}.{k}", t.as_str());
+        v.push(num(p("kmin_bytes"), 5_000.0, 2_000_000.0, true, true, ECN));
+        v.push(num(p("kmax_ratio"), 1.5, 20.0, true, false, ECN));
+        v.push(num(p("pmax"), 0.01, 1.0, true, false, ECN));
+    }
+    v.push(num(
+        "transport.qps_per_connection".into(),
+        1.0,
+        8.0,
+        false,
+        true,
+        "collectives-and-nccl.md §5 (NCCL_IB_QPS_PER_CONNECTION)",
+    ));
+    v
+}
+
+/// The scenario's space: the built-in one (unless switched off) with the scenario's
+/// `[[tune.param]]` entries replacing built-in ones of the same name or added after them.
+pub fn space(loaded: &Loaded) -> Vec<Param> {
+    let spec = &loaded.scenario.tune;
+    let mut v = if spec.builtin_space {
+        builtin(loaded)
+    } else {
+        Vec::new()
+    };
+    let tiers = loaded.fabric.tiers();
+    for p in &spec.params {
+        let param = from_spec(&loaded.scenario.config, &tiers, p);
+        match v.iter_mut().find(|x| x.name == p.name) {
+            Some(slot) => *slot = param,
+            None => v.push(param),
+        }
+    }
+    v
+}
+
+fn from_spec(config: &FabricConfig, tiers: &[Tier], p: &ParamSpec) -> Param {
+    // The scenario was validated: the kind resolves and numeric ranges are present.
+    let kind = param_kind(config, tiers, &p.name).unwrap_or(ParamKind::Real);
+    let domain = match kind {
+        ParamKind::Algorithm => Domain::Choice(if p.choices.is_empty() {
+            vec!["dcqcn".into(), "timely".into()]
+        } else {
+            p.choices.clone()
+        }),
+        _ => Domain::Number {
+            lo: p.min.unwrap_or(0.0),
+            hi: p.max.unwrap_or(1.0),
+            log: p.log,
+            integer: kind == ParamKind::Integer,
+        },
+    };
+    Param {
+        name: p.name.clone(),
+        domain,
+        source: "the scenario's [[tune.param]]",
+    }
+}
+
+/// A named reference configuration.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Baseline {
+    /// Short name (`vendor`, `paper`, `scenario`).
+    pub name: &'static str,
+    /// What it is.
+    pub description: &'static str,
+    /// The configuration.
+    pub config: FabricConfig,
+}
+
+/// The vendor baseline: every used class on DCQCN with the mlx5 firmware defaults
+/// (congestion-control.md §1.5), TIMELY parameters at their defaults, SONiC's default
+/// WRED profile on every tier (§5), one QP per connection (NCCL's default). This is the
+/// objective's reference: it scores 1.0.
+pub fn vendor(config: &FabricConfig) -> FabricConfig {
+    let mut c = config.clone();
+    for class in c.classes.values_mut() {
+        class.cc = CcAlgorithm::Dcqcn;
+        class.dcqcn = DcqcnParams::default();
+        class.timely = TimelyParams::default();
+    }
+    c.ecn = EcnConfig::default();
+    c.transport.qps_per_connection = TransportConfig::default().qps_per_connection;
+    c
+}
+
+/// DCQCN paper (Zhu et al. 2015, congestion-control.md §1.4): g = 1/256 (G = 1020), CNP
+/// interval 50 µs, alpha and rate timers 55 µs, byte counter 10 MB, F = 5, R_AI 40 Mbit/s,
+/// RED 5 KB / 200 KB / 1% on every tier. R_HAI is unconfirmed there and keeps the firmware
+/// value.
+pub fn paper(config: &FabricConfig, tiers: &[Tier]) -> FabricConfig {
+    let mut c = vendor(config);
+    for class in c.classes.values_mut() {
+        let d = &mut class.dcqcn;
+        d.dce_tcp_g = 1020;
+        d.min_time_between_cnps_us = 50.0;
+        d.dce_tcp_rtt_us = 55.0;
+        d.rpg_time_reset_us = 55.0;
+        d.rpg_byte_reset_bytes = 10_000_000;
+        d.rpg_threshold = 5;
+        d.rpg_ai_rate_mbps = 40.0;
+    }
+    let red = RedProfile {
+        enabled: true,
+        kmin_bytes: 5_000,
+        kmax_bytes: 200_000,
+        pmax: 0.01,
+    };
+    c.ecn = EcnConfig::default();
+    for t in tiers {
+        c.ecn.set(*t, red);
+    }
+    c
+}
+
+/// The baselines every tune evaluates: vendor, paper, and the scenario as written.
+pub fn baselines(loaded: &Loaded) -> Vec<Baseline> {
+    let config = &loaded.scenario.config;
+    let tiers = loaded.fabric.tiers();
+    vec![
+        Baseline {
+            name: "vendor",
+            description: "mlx5 firmware DCQCN defaults, SONiC default WRED, 1 QP per connection",
+            config: vendor(config),
+        },
+        Baseline {
+            name: "paper",
+            description: "DCQCN paper parameters and RED thresholds (Zhu et al. 2015)",
+            config: paper(config, &tiers),
+        },
+        Baseline {
+            name: "scenario",
+            description: "the scenario's own configuration",
+            config: config.clone(),
+        },
+    ]
+}

@@ -1,0 +1,142 @@
+//! `xirang tune`: search, then write the recommendation, the renderings and the report.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use xirang_tune::eval::Evaluator;
+use xirang_tune::search::{Progress, TuneResult, tune};
+use xirang_tune::space;
+use xirang_tune::store::Store;
+
+use crate::Outcome;
+use crate::cli::TuneArgs;
+use crate::cmd::{out, table, write_atomic};
+
+/// Name of the trial log in the output directory.
+pub(crate) const TRIAL_LOG: &str = "trials.sqlite";
+
+pub(crate) fn run(a: &TuneArgs) -> Result<Outcome> {
+    let (mut loaded, _, _) = crate::plan::scenario_platform(a.scenario.as_deref())?;
+    if let Some(b) = a.budget {
+        anyhow::ensure!(b > 0, "--budget: expected at least 1 candidate");
+        loaded.scenario.tune.budget = b;
+    }
+    if let Some(s) = a.seed {
+        loaded.scenario.tune.seed = s;
+    }
+    let name = if loaded.scenario.name.is_empty() {
+        "scenario".to_string()
+    } else {
+        loaded.scenario.name.clone()
+    };
+    let dir = a
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(format!("out/tune-{name}")));
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+
+    let space = space::space(&loaded);
+    let baselines = space::baselines(&loaded);
+    let identity = [
+        ("scenario", loaded.scenario.to_toml()),
+        ("space", serde_json::to_string(&space)?),
+        ("format", "1".to_string()),
+    ];
+    let store = Store::open(&dir.join(TRIAL_LOG), a.resume, &identity)?;
+    let eval = Evaluator::new(&loaded);
+
+    let bar = if a.quiet || a.json {
+        ProgressBar::hidden()
+    } else {
+        let b = ProgressBar::new(1);
+        b.set_style(
+            ProgressStyle::with_template("{spinner} {msg} {bar:30} {pos}/{len} runs [{elapsed} < {eta}]")
+                .expect("valid template"),
+        );
+        b
+    };
+    let report = |p: Progress| {
+        bar.set_length(p.total.max(p.done));
+        bar.set_position(p.done);
+        bar.set_message(match p.best {
+            Some(b) => format!("best {:.3} of vendor", b),
+            None => "searching".to_string(),
+        });
+    };
+    let result = tune(&eval, &space, &baselines, store, &report)?;
+    bar.finish_and_clear();
+    write_atomic(
+        &dir,
+        "result.json",
+        &(serde_json::to_string_pretty(&result)? + "\n"),
+    )?;
+    if a.json {
+        out(&(serde_json::to_string_pretty(&result)? + "\n"))?;
+    } else {
+        out(&render(&result, &dir))?;
+    }
+    Ok(Outcome::Clean)
+}
+
+/// A value with four significant digits.
+fn short(v: &xirang_fabric::tune::ParamValue) -> String {
+    match v {
+        xirang_fabric::tune::ParamValue::Number(x) if x.fract() != 0.0 => format!("{x:.4}"),
+        other => other.to_string(),
+    }
+}
+
+fn render(r: &TuneResult, dir: &std::path::Path) -> String {
+    let mut s = String::new();
+    let mut t = table(&[
+        "configuration",
+        "objective (held-out mean)",
+        "spread (sd)",
+        "vs vendor",
+        "per class",
+        "violations",
+    ]);
+    for h in &r.held_out {
+        let classes: Vec<String> = h.classes.iter().map(|(c, x)| format!("{c} {:.3}", x)).collect();
+        t.add_row(vec![
+            h.name.clone(),
+            format!("{:.4}", h.mean()),
+            format!("{:.4}", h.std()),
+            format!("{:+.1}%", (1.0 - h.mean()) * 100.0),
+            classes.join(", "),
+            if h.violations.is_empty() {
+                "none".to_string()
+            } else {
+                h.violations.join("; ")
+            },
+        ]);
+    }
+    s.push_str(&format!(
+        "{} candidates, {} simulations run ({} read from the trial log) in {:.0} s\nsearch seeds {:?}, held-out seeds {:?}\n{t}\n",
+        r.candidates.len(),
+        r.runs.0,
+        r.runs.1,
+        r.wall_s,
+        r.seeds.0,
+        r.seeds.1
+    ));
+    match r.best {
+        Some(id) => {
+            s.push_str(&format!("recommendation (candidate {id}), settings that differ from the vendor's:\n"));
+            let mut t = table(&["setting", "vendor", "recommended"]);
+            for (k, v) in &r.recommendation {
+                let vendor = r.vendor_values.iter().find(|(n, _)| n == k).map(|(_, x)| x);
+                if vendor != Some(v) {
+                    t.add_row(vec![k.clone(), vendor.map_or("-".to_string(), short), short(v)]);
+                }
+            }
+            s.push_str(&format!("{t}\n"));
+        }
+        None => s.push_str(
+            "no candidate beat the vendor defaults on the search seeds by more than its standard error: the recommendation is the vendor's\n",
+        ),
+    }
+    s.push_str(&format!("artifacts in {}\n", dir.display()));
+    s
+}
