@@ -28,8 +28,13 @@ use crate::store::{EvalKey, Store, StoreError};
 /// Level of every run in the trial log (the log's key keeps a level so that a later
 /// multi-fidelity scheme can share the format).
 const FULL: u32 = 1;
-/// Candidates per bracket.
-pub const BRACKET: usize = 16;
+/// Largest bracket: candidates proposed together, then halved.
+pub const MAX_BRACKET: usize = 16;
+/// Smallest bracket.
+pub const MIN_BRACKET: usize = 4;
+/// Brackets a budget is cut into, at least: so that TPE proposes most candidates after
+/// the first bracket's spread.
+pub const MIN_BRACKETS: usize = 4;
 /// Successive-halving keep ratio between rounds.
 pub const ETA: usize = 4;
 /// Seeds of the first round.
@@ -163,6 +168,22 @@ enum Model {
     Choice(tpe::TpeOptimizer, Vec<String>),
 }
 
+/// A uniform number in [0, 1).
+fn unit(rng: &mut Xoshiro256PlusPlus) -> f64 {
+    use rand_xoshiro::rand_core::Rng;
+    (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// 0..n in a random order (Fisher-Yates).
+fn shuffled(n: usize, rng: &mut Xoshiro256PlusPlus) -> Vec<usize> {
+    let mut v: Vec<usize> = (0..n).collect();
+    for i in (1..n).rev() {
+        let j = (unit(rng) * (i + 1) as f64) as usize;
+        v.swap(i, j.min(i));
+    }
+    v
+}
+
 fn mean(xs: &[f64]) -> f64 {
     xs.iter().sum::<f64>() / xs.len().max(1) as f64
 }
@@ -269,7 +290,8 @@ pub fn tune(
         .take(search_seeds.len().div_ceil(2).max(early.len()))
         .collect();
     let budget = spec.budget.max(1) as usize;
-    let brackets = budget.div_ceil(BRACKET);
+    let bracket_size = (budget / MIN_BRACKETS).clamp(MIN_BRACKET, MAX_BRACKET);
+    let brackets = budget.div_ceil(bracket_size);
 
     let cache = Mutex::new(store.load()?);
     let read_back = cache.lock().expect("unpoisoned").len() as u64;
@@ -279,9 +301,9 @@ pub fn tune(
     let best_so_far: Mutex<Option<f64>> = Mutex::new(None);
     // Runs per bracket: two seeds for all, half the seeds for a quarter, all seeds for the
     // best.
-    let per_bracket = BRACKET * early.len()
-        + BRACKET.div_ceil(ETA) * (half.len() - early.len())
-        + BRACKET.div_ceil(ETA * ETA) * (search_seeds.len() - half.len());
+    let per_bracket = bracket_size * early.len()
+        + bracket_size.div_ceil(ETA) * (half.len() - early.len())
+        + bracket_size.div_ceil(ETA * ETA) * (search_seeds.len() - half.len());
     let total = (baselines.len() * (search_seeds.len() + held_seeds.len())
         + brackets * per_bracket
         + held_seeds.len()) as u64;
@@ -408,9 +430,18 @@ pub fn tune(
 
     let mut candidates: Vec<Candidate> = Vec::new();
     for bracket in 0..brackets {
-        let n = BRACKET.min(budget - bracket * BRACKET);
-        // Propose.
+        let n = bracket_size.min(budget - bracket * bracket_size);
+        // Propose: the first bracket spreads its candidates over the whole space (a Latin
+        // hypercube: each parameter's range cut into n strata, one candidate per stratum,
+        // strata shuffled independently per parameter), as TPE needs observations across
+        // the space before its densities mean anything; later brackets ask TPE.
         let first = candidates.len() as i64;
+        let strata: Vec<Vec<usize>> = (0..space.len())
+            .map(|j| {
+                let mut rng = Xoshiro256PlusPlus::seed_from_u64(mix(mix(spec.seed, u64::MAX), j as u64));
+                shuffled(n, &mut rng)
+            })
+            .collect();
         let mut proposed = Vec::new();
         for k in 0..n as i64 {
             let id = first + k;
@@ -420,7 +451,13 @@ pub fn tune(
                 .enumerate()
                 .map(|(j, (p, m))| {
                     let mut rng = Xoshiro256PlusPlus::seed_from_u64(mix(mix(spec.seed, id as u64), j as u64));
-                    (p.name.clone(), p.normalize(&m.ask(&mut rng)))
+                    let v = if bracket == 0 {
+                        let u = (strata[j][k as usize] as f64 + unit(&mut rng)) / n as f64;
+                        p.at(u)
+                    } else {
+                        m.ask(&mut rng)
+                    };
+                    (p.name.clone(), p.normalize(&v))
                 })
                 .collect();
             let config = config_of(id, &values)?;
@@ -528,12 +565,14 @@ pub fn tune(
         .collect();
     let (recommendation, config) = match best {
         Some(id) => {
-            let values = candidates
-                .iter()
-                .find(|c| c.id == id)
-                .expect("best exists")
-                .values
-                .clone();
+            let values = crate::space::effective(
+                &candidates
+                    .iter()
+                    .find(|c| c.id == id)
+                    .expect("best exists")
+                    .values,
+                &vendor_values,
+            );
             let config = config_of(id, &values)?;
             (values, config)
         }

@@ -39,6 +39,22 @@ pub struct Param {
 }
 
 impl Param {
+    /// The value at position `u` in [0, 1) along the domain (on its log scale if it has
+    /// one; the n-th of n choices for `u` in [n/k, (n+1)/k)).
+    pub fn at(&self, u: f64) -> ParamValue {
+        let u = u.clamp(0.0, 1.0);
+        match &self.domain {
+            Domain::Number { lo, hi, log, .. } => ParamValue::Number(if *log {
+                (lo.ln() + u * (hi.ln() - lo.ln())).exp()
+            } else {
+                lo + u * (hi - lo)
+            }),
+            Domain::Choice(c) => {
+                ParamValue::Choice(c[((u * c.len() as f64) as usize).min(c.len() - 1)].clone())
+            }
+        }
+    }
+
     /// Clamps and rounds a value into the domain.
     pub fn normalize(&self, v: &ParamValue) -> ParamValue {
         match (&self.domain, v) {
@@ -271,4 +287,32 @@ pub fn baselines(loaded: &Loaded) -> Vec<Baseline> {
             config: config.clone(),
         },
     ]
+}
+
+/// `values` with every parameter of an algorithm a class does not use set back to
+/// `vendor`'s value: a recommendation should change only what takes effect (DCQCN knobs
+/// of a class on TIMELY do nothing, and writing them to NICs would only confuse).
+pub fn effective(
+    values: &[(String, ParamValue)],
+    vendor: &[(String, ParamValue)],
+) -> Vec<(String, ParamValue)> {
+    let algorithm = |class: &str| {
+        values
+            .iter()
+            .find(|(n, _)| *n == format!("classes.{class}.cc"))
+            .map(|(_, v)| v.to_string())
+    };
+    values
+        .iter()
+        .map(|(name, v)| {
+            let segs: Vec<&str> = name.split('.').collect();
+            if let ["classes", class, algo @ ("dcqcn" | "timely"), _] = segs.as_slice()
+                && algorithm(class).is_some_and(|a| a != *algo)
+                && let Some((_, vv)) = vendor.iter().find(|(n, _)| n == name)
+            {
+                return (name.clone(), vv.clone());
+            }
+            (name.clone(), v.clone())
+        })
+        .collect()
 }

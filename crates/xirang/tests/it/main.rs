@@ -10,4 +10,5 @@ mod report;
 mod scenario;
 mod sim;
 mod topo;
+mod tune;
 mod util;
