@@ -10,6 +10,7 @@
 //! - [`store`]: the SQLite trial log that makes a killed tune resumable.
 
 pub mod eval;
+pub mod render;
 pub mod search;
 pub mod space;
 pub mod store;

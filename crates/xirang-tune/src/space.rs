@@ -109,42 +109,21 @@ pub fn builtin(loaded: &Loaded) -> Vec<Param> {
             domain: Domain::Choice(vec!["dcqcn".into(), "timely".into()]),
             source: "MISSION 2.1: DCQCN or TIMELY per traffic class",
         });
-        v.push(num(p("dcqcn.rpg_time_reset_us"), 10.0, 300.0, true, false, DCQCN));
-        v.push(num(p("dcqcn.rpg_ai_rate_mbps"), 1.0, 200.0, true, false, DCQCN));
-        v.push(num(
-            p("dcqcn.rpg_hai_rate_mbps"),
-            10.0,
-            1000.0,
-            true,
-            false,
-            DCQCN,
-        ));
-        v.push(num(
-            p("dcqcn.rpg_min_dec_fac_pct"),
-            50.0,
-            99.0,
-            false,
-            true,
-            DCQCN,
-        ));
-        v.push(num(p("dcqcn.dce_tcp_g"), 768.0, 1023.0, false, true, DCQCN));
-        v.push(num(
-            p("dcqcn.min_time_between_cnps_us"),
-            0.5,
-            50.0,
-            true,
-            false,
-            DCQCN,
-        ));
-        v.push(num(
-            p("dcqcn.rate_reduce_monitor_period_us"),
-            1.0,
-            50.0,
-            true,
-            false,
-            DCQCN,
-        ));
-        v.push(num(p("dcqcn.rpg_threshold"), 1.0, 31.0, false, true, DCQCN));
+        // The firmware takes whole numbers (µs, Mbit/s, percent): the search does too, so
+        // that what it judged is what `mlx5-congestion.sh` writes.
+        let dcqcn = [
+            ("rpg_time_reset_us", 10.0, 300.0, true),
+            ("rpg_ai_rate_mbps", 1.0, 200.0, true),
+            ("rpg_hai_rate_mbps", 10.0, 1000.0, true),
+            ("rpg_min_dec_fac_pct", 50.0, 99.0, false),
+            ("dce_tcp_g", 768.0, 1023.0, false),
+            ("min_time_between_cnps_us", 1.0, 50.0, true),
+            ("rate_reduce_monitor_period_us", 1.0, 50.0, true),
+            ("rpg_threshold", 1.0, 31.0, false),
+        ];
+        for (k, lo, hi, log) in dcqcn {
+            v.push(num(p(&format!("dcqcn.{k}")), lo, hi, log, true, DCQCN));
+        }
         v.push(num(p("timely.t_low_us"), 5.0, 50.0, true, false, TIMELY));
         v.push(num(p("timely.t_high_us"), 50.0, 1000.0, true, false, TIMELY));
         v.push(num(p("timely.beta"), 0.1, 0.9, false, false, TIMELY));

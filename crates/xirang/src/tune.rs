@@ -6,8 +6,8 @@ use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use xirang_tune::eval::Evaluator;
 use xirang_tune::search::{Progress, TuneResult, tune};
-use xirang_tune::space;
 use xirang_tune::store::Store;
+use xirang_tune::{render, space};
 
 use crate::Outcome;
 use crate::cli::TuneArgs;
@@ -71,10 +71,25 @@ pub(crate) fn run(a: &TuneArgs) -> Result<Outcome> {
         "result.json",
         &(serde_json::to_string_pretty(&result)? + "\n"),
     )?;
+    let source = a.scenario.as_ref().map_or_else(
+        || "the built-in default scenario (scenarios/default.toml)".to_string(),
+        |p| p.display().to_string(),
+    );
+    let cx = render::Context::of(&loaded, &source, &result);
+    let artifacts = render::all(&cx);
+    for art in &artifacts {
+        write_atomic(&dir, &art.name, &art.text)?;
+        if art.executable {
+            use std::os::unix::fs::PermissionsExt;
+            let path = dir.join(&art.name);
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))
+                .with_context(|| format!("making {} executable", path.display()))?;
+        }
+    }
     if a.json {
         out(&(serde_json::to_string_pretty(&result)? + "\n"))?;
     } else {
-        out(&render(&result, &dir))?;
+        out(&render(&result, &dir, &artifacts))?;
     }
     Ok(Outcome::Clean)
 }
@@ -87,7 +102,7 @@ fn short(v: &xirang_fabric::tune::ParamValue) -> String {
     }
 }
 
-fn render(r: &TuneResult, dir: &std::path::Path) -> String {
+fn render(r: &TuneResult, dir: &std::path::Path, artifacts: &[render::Artifact]) -> String {
     let mut s = String::new();
     let mut t = table(&[
         "configuration",
@@ -137,6 +152,9 @@ fn render(r: &TuneResult, dir: &std::path::Path) -> String {
             "no candidate beat the vendor defaults on the search seeds by more than its standard error: the recommendation is the vendor's\n",
         ),
     }
-    s.push_str(&format!("artifacts in {}\n", dir.display()));
+    s.push_str(&format!("artifacts in {}:\n", dir.display()));
+    for a in artifacts {
+        s.push_str(&format!("  {}\n", dir.join(&a.name).display()));
+    }
     s
 }

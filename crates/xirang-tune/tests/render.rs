@@ -1,0 +1,311 @@
+//! Golden files for every rendering of a recommendation, and the mlx5 script run against
+//! a fake sysfs tree.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use xirang_fabric::Loaded;
+use xirang_fabric::config::CcAlgorithm;
+use xirang_fabric::scenario::Scenario;
+use xirang_tune::render::{self, Context};
+
+fn loaded() -> Loaded {
+    // The default scenario: two classes, two tiers, 2 NICs per host.
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/default.toml");
+    Scenario::load(&p).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// A recommendation as a tune would make it: training's DCQCN retuned, inference on
+/// TIMELY, ECN lowered on both tiers, four QPs.
+fn context(l: &Loaded) -> Context<'_> {
+    let mut c = l.scenario.config.clone();
+    let t = c.classes.get_mut("training").unwrap();
+    t.cc = CcAlgorithm::Dcqcn;
+    t.dcqcn.rpg_time_reset_us = 30.0;
+    t.dcqcn.rpg_ai_rate_mbps = 51.0;
+    t.dcqcn.rpg_min_dec_fac_pct = 91;
+    t.dcqcn.min_time_between_cnps_us = 19.0;
+    c.classes.get_mut("inference").unwrap().cc = CcAlgorithm::Timely;
+    let mut leaf = c.ecn.profile(xirang_fabric::model::Tier::Leaf);
+    leaf.kmin_bytes = 26_978;
+    leaf.kmax_bytes = 142_637;
+    leaf.pmax = 0.1227;
+    c.ecn.set(xirang_fabric::model::Tier::Leaf, leaf);
+    c.transport.qps_per_connection = 4;
+    let config: &'static _ = Box::leak(Box::new(c));
+    Context {
+        loaded: l,
+        source: "scenarios/default.toml",
+        config,
+        changes: vec![
+            (
+                "classes.training.dcqcn.rpg_time_reset_us".into(),
+                "300".into(),
+                "30".into(),
+            ),
+            ("ecn.leaf.kmin_bytes".into(), "1048576".into(), "26978".into()),
+            ("transport.qps_per_connection".into(), "1".into(), "4".into()),
+        ],
+        verdict:
+            "candidate 7: objective 0.9400 on 16 held-out seeds (+6.0% against vendor defaults, sd 0.0900)"
+                .into(),
+    }
+}
+
+#[test]
+fn golden_renderings() {
+    let l = loaded();
+    let cx = context(&l);
+    let arts = render::all(&cx);
+    let names: Vec<&str> = arts.iter().map(|a| a.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "recommendation.toml",
+            "mlx5-congestion.sh",
+            "mlnx_qos.sh",
+            "nccl.env",
+            "sonic-leaf.patch.json",
+            "sonic-spine.patch.json",
+            "apply-sonic.sh"
+        ]
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    for a in &arts {
+        insta::assert_snapshot!(a.name.clone(), a.text);
+        std::fs::write(tmp.path().join(&a.name), &a.text).unwrap();
+        if a.executable {
+            // Every script parses as POSIX shell.
+            let o = Command::new("sh")
+                .arg("-n")
+                .arg(tmp.path().join(&a.name))
+                .output()
+                .unwrap();
+            assert!(
+                o.status.success(),
+                "{}: {}",
+                a.name,
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+    }
+    // The dry runs print what they would do and run nothing.
+    let o = Command::new("sh")
+        .arg("apply-sonic.sh")
+        .arg("leaf")
+        .current_dir(tmp.path())
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success() && out.contains("sudo config apply-patch sonic-leaf.patch.json"),
+        "{out}"
+    );
+    let o = Command::new("sh")
+        .arg("mlnx_qos.sh")
+        .arg("eth0")
+        .current_dir(tmp.path())
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success() && out.contains("mlnx_qos -i eth0 --pfc 0,0,0,1,1,0,0,0"),
+        "{out}"
+    );
+    // The recommendation loads back as a scenario with the recommended configuration.
+    let rec = &arts[0].text;
+    let back = Scenario::parse(rec, Path::new("recommendation.toml")).unwrap();
+    assert_eq!(back.config, *cx.config);
+    // The patches are JSON Patch arrays that bind every lossless queue.
+    let leaf: serde_json::Value = serde_json::from_str(&arts[4].text).unwrap();
+    let ops = leaf.as_array().unwrap();
+    assert_eq!(ops[0]["path"], "/WRED_PROFILE/XIRANG_LEAF");
+    assert_eq!(ops[0]["value"]["green_min_threshold"], "26978");
+    assert_eq!(ops[0]["value"]["green_drop_probability"], "12");
+    // Every port of a leaf (8 host NIC ports, 4 uplinks), queues 3 and 4 (lossless).
+    let leaf_ports = l
+        .fabric
+        .switches
+        .iter()
+        .find(|s| s.tier == xirang_fabric::model::Tier::Leaf)
+        .unwrap()
+        .ports
+        .len();
+    assert_eq!(leaf_ports, 12);
+    assert_eq!(ops.len(), 1 + leaf_ports * 2);
+}
+
+/// A fake `/sys/class/net/IF/ecn` tree with the firmware defaults in every knob.
+fn fake_sysfs(root: &Path, ifaces: &[&str]) {
+    for i in ifaces {
+        let ecn = root.join("class/net").join(i).join("ecn");
+        for (dir, files) in [
+            (
+                "roce_rp",
+                &[
+                    ("rpg_time_reset", "300"),
+                    ("rpg_byte_reset", "32767"),
+                    ("rpg_threshold", "1"),
+                    ("rpg_max_rate", "0"),
+                    ("rpg_ai_rate", "5"),
+                    ("rpg_hai_rate", "50"),
+                    ("rpg_gd", "11"),
+                    ("rpg_min_dec_fac", "50"),
+                    ("rpg_min_rate", "1"),
+                    ("rate_to_set_on_first_cnp", "0"),
+                    ("dce_tcp_g", "1019"),
+                    ("dce_tcp_rtt", "1"),
+                    ("rate_reduce_monitor_period", "4"),
+                    ("initial_alpha_value", "1023"),
+                    ("clamp_tgt_rate", "0"),
+                    ("clamp_tgt_rate_after_time_inc", "1"),
+                ][..],
+            ),
+            (
+                "roce_np",
+                &[
+                    ("min_time_between_cnps", "4"),
+                    ("cnp_dscp", "48"),
+                    ("cnp_802p_prio", "6"),
+                ][..],
+            ),
+        ] {
+            std::fs::create_dir_all(ecn.join(dir).join("enable")).unwrap();
+            for (f, v) in files {
+                std::fs::write(ecn.join(dir).join(f), format!("{v}\n")).unwrap();
+            }
+            for p in 0..8 {
+                std::fs::write(ecn.join(dir).join("enable").join(p.to_string()), "0\n").unwrap();
+            }
+        }
+    }
+}
+
+/// Every file under `root` with its content, sorted.
+fn snapshot(root: &Path) -> Vec<(PathBuf, String)> {
+    let mut v = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                v.push((p.clone(), std::fs::read_to_string(&p).unwrap()));
+            }
+        }
+    }
+    v.sort();
+    v
+}
+
+fn sh(script: &Path, sysfs: &Path, rollback: &Path, args: &[&str]) -> (i32, String, String) {
+    let o = Command::new("sh")
+        .arg(script)
+        .args(args)
+        .env("XIRANG_SYSFS", sysfs)
+        .env("XIRANG_ROLLBACK", rollback)
+        .output()
+        .unwrap();
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn mlx5_script_dry_run_apply_and_rollback() {
+    let l = loaded();
+    let cx = context(&l);
+    let tmp = tempfile::tempdir().unwrap();
+    let script = tmp.path().join("mlx5-congestion.sh");
+    std::fs::write(&script, render::mlx5_script(&cx).text).unwrap();
+    let sysfs = tmp.path().join("sys");
+    fake_sysfs(&sysfs, &["eth0", "eth1"]);
+    let rollback = tmp.path().join("rb");
+    let before = snapshot(&sysfs);
+
+    // Dry run: says what it would do, changes nothing, saves nothing.
+    let (code, out, err) = sh(&script, &sysfs, &rollback, &["eth0", "eth1"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("eth0 roce_rp/rpg_time_reset: 300 -> 30 (dry run)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("eth1 roce_np/min_time_between_cnps: 4 -> 19 (dry run)"),
+        "{out}"
+    );
+    assert!(out.contains("dry run: nothing written"), "{out}");
+    assert_eq!(snapshot(&sysfs), before);
+    assert!(!rollback.exists());
+
+    // Apply: writes the values, enables DCQCN on priority 3 only, saves a rollback file.
+    let (code, out, err) = sh(&script, &sysfs, &rollback, &["--apply", "eth0", "eth1"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("previous values saved"), "{out}");
+    let rp = sysfs.join("class/net/eth0/ecn/roce_rp");
+    assert_eq!(
+        std::fs::read_to_string(rp.join("rpg_time_reset")).unwrap(),
+        "30\n"
+    );
+    assert_eq!(std::fs::read_to_string(rp.join("rpg_ai_rate")).unwrap(), "51\n");
+    assert_eq!(
+        std::fs::read_to_string(rp.join("rpg_min_dec_fac")).unwrap(),
+        "91\n"
+    );
+    assert_eq!(std::fs::read_to_string(rp.join("enable/3")).unwrap(), "1\n");
+    assert_eq!(
+        std::fs::read_to_string(rp.join("enable/4")).unwrap(),
+        "0\n",
+        "TIMELY's priority is left alone"
+    );
+    let saved = std::fs::read_to_string(&rollback).unwrap();
+    assert!(
+        saved.contains(&format!("{}\t300\n", rp.join("rpg_time_reset").display())),
+        "{saved}"
+    );
+    assert_eq!(saved.lines().count(), 2 * (19 + 2));
+
+    // A second apply would overwrite the only copy of the old values: refused.
+    let (code, _, err) = sh(&script, &sysfs, &rollback, &["--apply", "eth0"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("exists; move it away first"), "{err}");
+
+    // Rollback restores every file exactly.
+    let (code, out, err) = sh(
+        &script,
+        &sysfs,
+        &rollback,
+        &["--rollback", rollback.to_str().unwrap()],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("restored"), "{out}");
+    assert_eq!(snapshot(&sysfs), before);
+}
+
+#[test]
+fn mlx5_script_refuses_hosts_without_the_knobs() {
+    let l = loaded();
+    let cx = context(&l);
+    let tmp = tempfile::tempdir().unwrap();
+    let script = tmp.path().join("mlx5-congestion.sh");
+    std::fs::write(&script, render::mlx5_script(&cx).text).unwrap();
+    let sysfs = tmp.path().join("sys");
+    fake_sysfs(&sysfs, &["eth0"]);
+    std::fs::create_dir_all(sysfs.join("class/net/eno1")).unwrap();
+    let before = snapshot(&sysfs);
+    let rollback = tmp.path().join("rb");
+    // One good and one bad interface: nothing is written to either.
+    let (code, _, err) = sh(&script, &sysfs, &rollback, &["--apply", "eth0", "eno1"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("eno1 is not an mlx5 PF under MLNX_OFED"), "{err}");
+    assert_eq!(snapshot(&sysfs), before);
+    assert!(!rollback.exists());
+    // A driver without one of the knobs is refused too.
+    std::fs::remove_file(sysfs.join("class/net/eth0/ecn/roce_rp/dce_tcp_rtt")).unwrap();
+    let (code, _, err) = sh(&script, &sysfs, &rollback, &["eth0"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("dce_tcp_rtt does not exist"), "{err}");
+}
