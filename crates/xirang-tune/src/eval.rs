@@ -47,8 +47,11 @@ pub struct RunMetrics {
 /// is better.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Score {
-    /// Weighted objective (infeasible runs score [`INFEASIBLE`] plus the violation).
+    /// What the search ranks by: the relative objective, plus [`INFEASIBLE`] and the size
+    /// of the violation when a constraint is broken.
     pub objective: f64,
+    /// The weighted metric ratio alone (what a report shows next to the violations).
+    pub relative: f64,
     /// Per class: its metric relative to the vendor's.
     pub classes: BTreeMap<String, f64>,
     /// Why the run breaks a constraint, if it does.
@@ -253,6 +256,7 @@ impl<'a> Evaluator<'a> {
         };
         Score {
             objective,
+            relative,
             classes,
             violation,
         }

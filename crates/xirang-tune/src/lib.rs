@@ -11,6 +11,7 @@
 
 pub mod eval;
 pub mod render;
+pub mod report;
 pub mod search;
 pub mod space;
 pub mod store;

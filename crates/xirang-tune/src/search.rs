@@ -79,7 +79,8 @@ pub struct BaselineResult {
 pub struct HeldOut {
     /// `tuned` or a baseline's name.
     pub name: String,
-    /// Objective per held-out seed (relative to the vendor on that seed).
+    /// Objective per held-out seed, relative to the vendor on that seed, without the
+    /// penalty of broken constraints (those are in `violations`).
     pub objectives: Vec<f64>,
     /// Each class's metric relative to the vendor's, mean over seeds.
     pub classes: BTreeMap<String, f64>,
@@ -415,7 +416,12 @@ pub fn tune(
         let id = -(i as i64) - 1;
         let got = if i == 0 { &reference } else { &base_runs };
         let (first, _) = mean_score(id, &early, got);
-        let (full, _) = mean_score(id, &search_seeds, got);
+        let full = mean(
+            &seed_scores(id, &search_seeds, got)
+                .iter()
+                .map(|s| s.relative)
+                .collect::<Vec<_>>(),
+        );
         for (p, m) in space.iter().zip(models.iter_mut()) {
             if let Some(v) = value_of(&b.config, &tiers, &p.name) {
                 m.tell(p, &v, first);
@@ -617,7 +623,7 @@ pub fn tune(
         for s in &held_seeds {
             let m = got(*s);
             let sc = score_of(m, *s);
-            objectives.push(sc.objective);
+            objectives.push(sc.relative);
             for (c, r) in &sc.classes {
                 *classes.entry(c.clone()).or_default() += r / held_seeds.len() as f64;
             }

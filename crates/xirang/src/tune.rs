@@ -13,6 +13,9 @@ use crate::Outcome;
 use crate::cli::TuneArgs;
 use crate::cmd::{out, table, write_atomic};
 
+/// Name of the HTML report in the output directory.
+pub(crate) const REPORT: &str = "report.html";
+
 /// Name of the trial log in the output directory.
 pub(crate) const TRIAL_LOG: &str = "trials.sqlite";
 
@@ -86,6 +89,10 @@ pub(crate) fn run(a: &TuneArgs) -> Result<Outcome> {
                 .with_context(|| format!("making {} executable", path.display()))?;
         }
     }
+    bar.set_message("sampling the report's runs");
+    let samples = xirang_tune::report::samples(&eval, &result, &baselines);
+    let html = xirang_tune::report::html(&cx, &result, &space, &samples);
+    write_atomic(&dir, REPORT, &html)?;
     if a.json {
         out(&(serde_json::to_string_pretty(&result)? + "\n"))?;
     } else {
@@ -152,7 +159,11 @@ fn render(r: &TuneResult, dir: &std::path::Path, artifacts: &[render::Artifact])
             "no candidate beat the vendor defaults on the search seeds by more than its standard error: the recommendation is the vendor's\n",
         ),
     }
-    s.push_str(&format!("artifacts in {}:\n", dir.display()));
+    s.push_str(&format!(
+        "artifacts in {}:\n  {}\n",
+        dir.display(),
+        dir.join(REPORT).display()
+    ));
     for a in artifacts {
         s.push_str(&format!("  {}\n", dir.join(&a.name).display()));
     }

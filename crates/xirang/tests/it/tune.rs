@@ -113,3 +113,114 @@ fn resuming_another_tune_is_refused() {
         "{err}"
     );
 }
+
+/// Every plot of the report, by name, in page order.
+const PLOTS: [&str; 8] = [
+    "objective",
+    "classes",
+    "latency",
+    "slowdown",
+    "queues",
+    "rates",
+    "pfc",
+    "sensitivity",
+];
+/// Headless window: wide enough for the 960-pixel plots, tall enough for the whole page.
+const WINDOW: (u32, u32) = (1024, 4800);
+
+fn chromium() -> std::path::PathBuf {
+    ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
+        .iter()
+        .map(std::path::PathBuf::from)
+        .find(|p| p.exists())
+        .expect("chromium is not installed: scripts/test.sh installs it (Debian package `chromium`)")
+}
+
+fn headless(html: &std::path::Path, profile: &std::path::Path, extra: &[&str]) -> std::process::Output {
+    std::process::Command::new(chromium())
+        .args(["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars"])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg(format!("--window-size={},{}", WINDOW.0, WINDOW.1))
+        .args(extra)
+        .arg(format!("file://{}", html.display()))
+        .output()
+        .unwrap()
+}
+
+/// Acceptance 5 of the tuner issue: the HTML report renders in headless Chromium and
+/// every plot draws: each has SVG shapes, and its box in the screenshot has the colours
+/// of drawn series, not only white, grey and black.
+#[test]
+fn report_renders_in_headless_chromium() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("tune");
+    run_expect(
+        &[
+            "tune",
+            "crates/xirang-tune/test_data/mini-mix.toml",
+            "--out",
+            out.to_str().unwrap(),
+            "--quiet",
+        ],
+        0,
+    );
+    let html = out.join("report.html");
+    let page = std::fs::read_to_string(&html).unwrap();
+    // Self-contained: nothing to fetch (SVG's xmlns is a name, not a download).
+    for fetch in ["src=\"http", "href=\"http", "@import", "url(http"] {
+        assert!(!page.contains(fetch), "the report loads something: {fetch}");
+    }
+    assert!(!page.contains("class=\"error\""), "a plot failed to draw");
+
+    let dom = headless(&html, &tmp.path().join("p1"), &["--dump-dom"]);
+    let dom = String::from_utf8_lossy(&dom.stdout);
+    let json = dom
+        .split("<pre id=\"plot-check\">")
+        .nth(1)
+        .and_then(|s| s.split("</pre>").next())
+        .unwrap_or_else(|| panic!("no plot check in the rendered page:\n{dom}"));
+    let plots: Vec<serde_json::Value> = serde_json::from_str(&json.replace("&quot;", "\"")).unwrap();
+    let names: Vec<&str> = plots.iter().map(|p| p["name"].as_str().unwrap()).collect();
+    assert_eq!(names, PLOTS);
+
+    let png_path = tmp.path().join("report.png");
+    let shot = headless(
+        &html,
+        &tmp.path().join("p2"),
+        &[&format!("--screenshot={}", png_path.display())],
+    );
+    assert!(png_path.exists(), "{}", String::from_utf8_lossy(&shot.stderr));
+    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&png_path).unwrap()));
+    let mut reader = decoder.read_info().unwrap();
+    let mut buf = vec![0; reader.output_buffer_size().unwrap()];
+    let info = reader.next_frame(&mut buf).unwrap();
+    let channels = info.color_type.samples();
+    let (w, h) = (info.width as usize, info.height as usize);
+    for p in &plots {
+        let name = p["name"].as_str().unwrap();
+        assert!(p["shapes"].as_u64().unwrap() > 30, "{name}: {p}");
+        let (x0, y0) = (
+            p["x"].as_f64().unwrap() as usize,
+            p["y"].as_f64().unwrap() as usize,
+        );
+        let (pw, ph) = (
+            p["w"].as_f64().unwrap() as usize,
+            p["h"].as_f64().unwrap() as usize,
+        );
+        assert!(y0 + ph <= h && x0 + pw <= w, "{name} lies outside the screenshot");
+        let mut coloured = 0;
+        for y in y0..y0 + ph {
+            for x in x0..x0 + pw {
+                let i = (y * w + x) * channels;
+                let (r, g, b) = (buf[i], buf[i + 1], buf[i + 2]);
+                if r.max(g).max(b) - r.min(g).min(b) > 80 {
+                    coloured += 1;
+                }
+            }
+        }
+        assert!(
+            coloured > 150,
+            "{name}: only {coloured} coloured pixels in its box"
+        );
+    }
+}

@@ -1,0 +1,758 @@
+//! The tune report: one self-contained HTML file (inline SVG plots drawn with `plotters`,
+//! inline CSS, no network) with the search, the result against the baselines, what the
+//! fabric did under the recommended and the vendor settings, and which settings mattered.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use plotters::prelude::*;
+use xirang_sim::RunResult;
+use xirang_sim::time::{PS_PER_US, Ps};
+
+use crate::render::Context;
+use crate::search::TuneResult;
+use crate::space::{Domain, Param};
+
+/// A sampled full run of one configuration, for the time-series plots.
+#[derive(Debug)]
+pub struct Sample {
+    /// `tuned`, `vendor`, ...
+    pub name: String,
+    /// The run (with time series).
+    pub run: RunResult,
+}
+
+/// Sampling interval of the report's time series, µs.
+pub const SAMPLE_US: f64 = 20.0;
+
+/// Runs the recommendation (when it differs from the vendor's) and the vendor and paper
+/// baselines once more, on the first held-out seed, with time series, in parallel.
+pub fn samples(
+    eval: &crate::eval::Evaluator<'_>,
+    r: &TuneResult,
+    baselines: &[crate::space::Baseline],
+) -> Vec<Sample> {
+    use rayon::prelude::*;
+    let seed = r
+        .seeds
+        .1
+        .first()
+        .copied()
+        .unwrap_or(eval.loaded().scenario.run.seed);
+    let mut configs: Vec<(String, &xirang_fabric::config::FabricConfig)> = Vec::new();
+    if r.best.is_some() {
+        configs.push(("tuned".to_string(), &r.config));
+    }
+    for b in baselines.iter().take(2) {
+        configs.push((b.name.to_string(), &b.config));
+    }
+    configs
+        .par_iter()
+        .map(|(name, c)| Sample {
+            name: name.clone(),
+            run: eval.run_full(c, seed, SAMPLE_US),
+        })
+        .collect()
+}
+
+/// Plot size in pixels.
+const W: u32 = 960;
+const H: u32 = 400;
+/// One colour per configuration, in the order tuned, vendor, paper, scenario.
+const COLORS: [RGBColor; 6] = [
+    RGBColor(0x1f, 0x77, 0xb4),
+    RGBColor(0xd6, 0x27, 0x28),
+    RGBColor(0x2c, 0xa0, 0x2c),
+    RGBColor(0x94, 0x67, 0xbd),
+    RGBColor(0xff, 0x7f, 0x0e),
+    RGBColor(0x8c, 0x56, 0x4b),
+];
+
+type DrawResult = Result<(), Box<dyn std::error::Error>>;
+
+/// Draws one plot into an SVG string; a drawing error becomes a visible message in the
+/// report instead of a missing figure.
+fn svg(
+    name: &str,
+    draw: impl FnOnce(&DrawingArea<SVGBackend<'_>, plotters::coord::Shift>) -> DrawResult,
+) -> String {
+    let mut buf = String::new();
+    let err = {
+        let root = SVGBackend::with_string(&mut buf, (W, H)).into_drawing_area();
+        let r = root.fill(&WHITE).map_err(|e| e.into()).and_then(|_| draw(&root));
+        let p = root.present();
+        r.err().map(|e| e.to_string()).or(p.err().map(|e| e.to_string()))
+    };
+    match err {
+        Some(e) => format!("<p class=\"error\">plot {name} failed: {}</p>", html_escape(&e)),
+        None => format!("<div class=\"plot\" data-name=\"{name}\">{buf}</div>"),
+    }
+}
+
+fn html_escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+fn color(i: usize) -> RGBColor {
+    COLORS[i % COLORS.len()]
+}
+
+/// Objective of every candidate's first round, and the best final-round objective so far.
+fn plot_objective(r: &TuneResult) -> String {
+    svg("objective", |root| {
+        let pts: Vec<(f64, f64)> = r
+            .candidates
+            .iter()
+            .map(|c| (c.id as f64, c.objectives[0].min(3.0)))
+            .collect();
+        let n = r.candidates.len().max(1) as f64;
+        let ymax = pts.iter().map(|p| p.1).fold(1.2, f64::max) * 1.05;
+        let ymin = pts.iter().map(|p| p.1).fold(1.0, f64::min) * 0.95;
+        let mut chart = ChartBuilder::on(root)
+            .caption(
+                "Objective per candidate (first round, 2 seeds) and best so far (all search seeds)",
+                ("sans-serif", 18),
+            )
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0.0..n, ymin..ymax)?;
+        chart
+            .configure_mesh()
+            .x_desc("candidate")
+            .y_desc("objective (vendor = 1, lower is better)")
+            .draw()?;
+        chart
+            .draw_series(pts.iter().map(|p| Circle::new(*p, 3, color(0).filled())))?
+            .label("candidate, first round")
+            .legend(|(x, y)| Circle::new((x + 10, y), 3, color(0).filled()));
+        let mut best = f64::INFINITY;
+        let mut line = Vec::new();
+        for c in &r.candidates {
+            if c.violation.is_none()
+                && let Some(o) = c.objectives.get(2)
+            {
+                best = best.min(*o);
+            }
+            if best.is_finite() {
+                line.push((c.id as f64, best));
+            }
+        }
+        chart
+            .draw_series(LineSeries::new(line, color(2).stroke_width(3)))?
+            .label("best so far, final round")
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color(2).stroke_width(3)));
+        chart
+            .draw_series(LineSeries::new(
+                vec![(0.0, 1.0), (n, 1.0)],
+                color(1).stroke_width(2),
+            ))?
+            .label("vendor defaults")
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color(1).stroke_width(2)));
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.9))
+            .border_style(BLACK)
+            .draw()?;
+        Ok(())
+    })
+}
+
+/// Held-out bars: each class's metric relative to the vendor's, per configuration, with
+/// one standard deviation over the seeds.
+fn plot_classes(r: &TuneResult) -> String {
+    svg("classes", |root| {
+        let classes: Vec<String> = r
+            .held_out
+            .first()
+            .map(|h| h.classes.keys().cloned().collect())
+            .unwrap_or_default();
+        let configs: Vec<&str> = r.held_out.iter().map(|h| h.name.as_str()).collect();
+        let groups = (classes.len() + 1) as f64;
+        let mut ymax: f64 = 1.2;
+        for h in &r.held_out {
+            for v in h.classes.values() {
+                ymax = ymax.max(v * 1.25);
+            }
+        }
+        let mut chart = ChartBuilder::on(root)
+            .caption(
+                "Held-out seeds: each class's metric and the objective, relative to vendor defaults",
+                ("sans-serif", 18),
+            )
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0.0..groups, 0.0..ymax)?;
+        let labels: Vec<String> = classes
+            .iter()
+            .map(|c| {
+                let kind = if r.held_out[0]
+                    .metrics
+                    .iter()
+                    .any(|m| m.classes.get(c).and_then(|x| x.collective_us).is_some())
+                {
+                    "collective time"
+                } else {
+                    "latency p99/p99.9"
+                };
+                format!("{c} ({kind})")
+            })
+            .chain(std::iter::once("objective".to_string()))
+            .collect();
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_labels(0)
+            .y_desc("relative to vendor (lower is better)")
+            .draw()?;
+        chart.draw_series(
+            labels
+                .iter()
+                .enumerate()
+                .map(|(g, l)| Text::new(l.clone(), (g as f64 + 0.1, ymax * 0.97), ("sans-serif", 14))),
+        )?;
+        let width = 0.8 / configs.len().max(1) as f64;
+        for (k, h) in r.held_out.iter().enumerate() {
+            let mut bars = Vec::new();
+            let mut errs = Vec::new();
+            for (g, c) in classes.iter().enumerate() {
+                let v = h.classes.get(c).copied().unwrap_or(0.0);
+                let x0 = g as f64 + 0.1 + k as f64 * width;
+                bars.push(Rectangle::new(
+                    [(x0, 0.0), (x0 + width * 0.9, v)],
+                    color(k).filled(),
+                ));
+                // Per-seed spread of this class's ratio.
+                let per_seed: Vec<f64> = h
+                    .metrics
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, _)| per_seed_ratio(r, k, i, c))
+                    .collect();
+                let sd = std_dev(&per_seed);
+                let xm = x0 + width * 0.45;
+                errs.push(PathElement::new(
+                    vec![(xm, v - sd), (xm, v + sd)],
+                    BLACK.stroke_width(2),
+                ));
+            }
+            let v = h.mean();
+            let x0 = classes.len() as f64 + 0.1 + k as f64 * width;
+            bars.push(Rectangle::new(
+                [(x0, 0.0), (x0 + width * 0.9, v)],
+                color(k).filled(),
+            ));
+            let xm = x0 + width * 0.45;
+            errs.push(PathElement::new(
+                vec![(xm, v - h.std()), (xm, v + h.std())],
+                BLACK.stroke_width(2),
+            ));
+            chart
+                .draw_series(bars)?
+                .label(h.name.clone())
+                .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 15, y + 5)], color(k).filled()));
+            chart.draw_series(errs)?;
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.9))
+            .border_style(BLACK)
+            .draw()?;
+        Ok(())
+    })
+}
+
+/// One class's metric ratio on one held-out seed for configuration `k` (the bars' spread).
+fn per_seed_ratio(r: &TuneResult, k: usize, seed: usize, class: &str) -> Option<f64> {
+    let m = r.held_out.get(k)?.metrics.get(seed)?.classes.get(class)?;
+    let v = r
+        .held_out
+        .iter()
+        .find(|h| h.name == "vendor")?
+        .metrics
+        .get(seed)?
+        .classes
+        .get(class)?;
+    match (m.collective_us, v.collective_us, m.p99_us, v.p99_us) {
+        (Some(a), Some(b), _, _) if b > 0.0 => Some(a / b),
+        (_, _, Some(a), Some(b)) if b > 0.0 => Some(a / b),
+        _ => None,
+    }
+}
+
+fn std_dev(xs: &[f64]) -> f64 {
+    if xs.len() < 2 {
+        return 0.0;
+    }
+    let m = xs.iter().sum::<f64>() / xs.len() as f64;
+    (xs.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (xs.len() - 1) as f64).sqrt()
+}
+
+/// Empirical CDFs, one per sample.
+fn plot_cdf(name: &str, title: &str, x_desc: &str, series: &[(String, Vec<f64>)]) -> String {
+    svg(name, |root| {
+        let xmax = series
+            .iter()
+            .flat_map(|s| s.1.iter().copied())
+            .fold(1.0, f64::max)
+            * 1.05;
+        let mut chart = ChartBuilder::on(root)
+            .caption(title, ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0.0..xmax, 0.0..1.0)?;
+        chart.configure_mesh().x_desc(x_desc).y_desc("fraction").draw()?;
+        if series.iter().all(|s| s.1.is_empty()) {
+            chart.draw_series(std::iter::once(Text::new(
+                "no values in these runs",
+                (0.0, 0.5),
+                ("sans-serif", 20),
+            )))?;
+        }
+        for (k, (label, values)) in series.iter().enumerate() {
+            let mut v = values.clone();
+            v.sort_by(f64::total_cmp);
+            let n = v.len().max(1) as f64;
+            let pts: Vec<(f64, f64)> = v
+                .iter()
+                .enumerate()
+                .map(|(i, x)| (*x, (i + 1) as f64 / n))
+                .collect();
+            chart
+                .draw_series(LineSeries::new(pts, color(k).stroke_width(2)))?
+                .label(format!("{label} ({} values)", values.len()))
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color(k).stroke_width(2)));
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::LowerRight)
+            .background_style(WHITE.mix(0.9))
+            .border_style(BLACK)
+            .draw()?;
+        Ok(())
+    })
+}
+
+fn us(t: Ps) -> f64 {
+    t as f64 / PS_PER_US as f64
+}
+
+/// Queue depth over time at the queue that grew deepest in the vendor run, in every sample.
+fn plot_queues(samples: &[Sample]) -> String {
+    // The deepest queue of the first sample that has one.
+    let mut peak: BTreeMap<(String, u8), u64> = BTreeMap::new();
+    if let Some(s) = samples.iter().find(|s| s.name == "vendor").or(samples.first()) {
+        for (_, port, prio, bytes) in &s.run.queue_series {
+            let e = peak.entry((port.clone(), *prio)).or_default();
+            *e = (*e).max(*bytes);
+        }
+    }
+    let target = peak.iter().max_by_key(|(_, v)| **v).map(|(k, _)| k.clone());
+    svg("queues", |root| {
+        let series: Vec<(String, Vec<(f64, f64)>)> = samples
+            .iter()
+            .map(|s| {
+                let pts = s
+                    .run
+                    .queue_series
+                    .iter()
+                    .filter(|(_, port, prio, _)| target.as_ref().is_some_and(|(p, q)| p == port && q == prio))
+                    .map(|(t, _, _, b)| (us(*t), *b as f64 / 1e3))
+                    .collect();
+                (s.name.clone(), pts)
+            })
+            .collect();
+        let xmax = series
+            .iter()
+            .flat_map(|s| s.1.iter().map(|p| p.0))
+            .fold(1.0, f64::max);
+        let ymax = series
+            .iter()
+            .flat_map(|s| s.1.iter().map(|p| p.1))
+            .fold(1.0, f64::max)
+            * 1.1;
+        let title = match &target {
+            Some((p, q)) => format!("Queue depth at {p} priority {q} (deepest under vendor defaults)"),
+            None => "Queue depth (no queue built up)".to_string(),
+        };
+        let mut chart = ChartBuilder::on(root)
+            .caption(title, ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0.0..xmax, 0.0..ymax)?;
+        chart
+            .configure_mesh()
+            .x_desc("time (µs)")
+            .y_desc("queue (KB)")
+            .draw()?;
+        for (k, (label, pts)) in series.into_iter().enumerate() {
+            chart
+                .draw_series(LineSeries::new(pts, color(k).stroke_width(2)))?
+                .label(label)
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color(k).stroke_width(2)));
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.9))
+            .border_style(BLACK)
+            .draw()?;
+        Ok(())
+    })
+}
+
+/// Sending rate over time of the four QPs with the most rate samples in the tuned run.
+fn plot_rates(samples: &[Sample]) -> String {
+    svg("rates", |root| {
+        let Some(s) = samples.first() else {
+            return Ok(());
+        };
+        let mut count: BTreeMap<u32, usize> = BTreeMap::new();
+        for (_, _, qp, _) in &s.run.rate_series {
+            *count.entry(*qp).or_default() += 1;
+        }
+        let mut qps: Vec<(u32, usize)> = count.into_iter().collect();
+        qps.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        let chosen: Vec<u32> = qps.iter().take(4).map(|x| x.0).collect();
+        let xmax = s.run.rate_series.iter().map(|r| us(r.0)).fold(1.0, f64::max);
+        // Rates are kept in bit/s.
+        let ymax = s.run.rate_series.iter().map(|r| r.3 / 1e9).fold(1.0, f64::max) * 1.1;
+        let mut chart = ChartBuilder::on(root)
+            .caption(
+                format!("Sending rate of four QPs over time ({} settings)", s.name),
+                ("sans-serif", 18),
+            )
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0.0..xmax, 0.0..ymax)?;
+        chart
+            .configure_mesh()
+            .x_desc("time (µs)")
+            .y_desc("rate (Gbit/s)")
+            .draw()?;
+        for (k, qp) in chosen.iter().enumerate() {
+            let pts: Vec<(f64, f64)> = s
+                .run
+                .rate_series
+                .iter()
+                .filter(|r| r.2 == *qp)
+                .map(|r| (us(r.0), r.3 / 1e9))
+                .collect();
+            chart
+                .draw_series(LineSeries::new(pts, color(k).stroke_width(2)))?
+                .label(format!("QP {qp}"))
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color(k).stroke_width(2)));
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.9))
+            .border_style(BLACK)
+            .draw()?;
+        Ok(())
+    })
+}
+
+/// PFC pause frames over time, one row per port that sent any, per sample.
+fn plot_pfc(samples: &[Sample]) -> String {
+    svg("pfc", |root| {
+        let mut ports: Vec<(u32, bool, u16)> = samples
+            .iter()
+            .flat_map(|s| {
+                s.run
+                    .pfc
+                    .iter()
+                    .filter(|e| e.pause)
+                    .map(|e| (e.node_id, e.at_switch, e.ifindex))
+            })
+            .collect();
+        ports.sort();
+        ports.dedup();
+        let xmax = samples
+            .iter()
+            .map(|s| us(s.run.stats.sim_time_ps))
+            .fold(1.0, f64::max);
+        let total: usize = samples
+            .iter()
+            .map(|s| s.run.pfc.iter().filter(|e| e.pause).count())
+            .sum();
+        let title = if total == 0 {
+            "PFC pause frames over time: none in these runs".to_string()
+        } else {
+            format!(
+                "PFC pause frames over time ({total} XOFF frames, {} ports)",
+                ports.len()
+            )
+        };
+        let rows = ports.len().max(1) as f64;
+        let mut chart = ChartBuilder::on(root)
+            .caption(title, ("sans-serif", 18))
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0.0..xmax, -0.5..rows)?;
+        chart
+            .configure_mesh()
+            .x_desc("time (µs)")
+            .y_desc("port (row)")
+            .draw()?;
+        for (k, s) in samples.iter().enumerate() {
+            let offset = k as f64 / (samples.len() as f64 + 1.0) * 0.6;
+            let pts: Vec<(f64, f64)> = s
+                .run
+                .pfc
+                .iter()
+                .filter(|e| e.pause)
+                .filter_map(|e| {
+                    ports
+                        .iter()
+                        .position(|p| *p == (e.node_id, e.at_switch, e.ifindex))
+                        .map(|i| (us(e.time), i as f64 + offset))
+                })
+                .collect();
+            chart
+                .draw_series(pts.into_iter().map(|p| Circle::new(p, 3, color(k).filled())))?
+                .label(s.name.clone())
+                .legend(move |(x, y)| Circle::new((x + 10, y), 3, color(k).filled()));
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.9))
+            .border_style(BLACK)
+            .draw()?;
+        Ok(())
+    })
+}
+
+/// |Spearman rank correlation| between each parameter and the first-round objective over
+/// the feasible candidates: which settings the objective moved with.
+pub fn sensitivity(r: &TuneResult, space: &[Param]) -> Vec<(String, f64)> {
+    let feasible: Vec<_> = r.candidates.iter().filter(|c| c.violation.is_none()).collect();
+    let objective: Vec<f64> = feasible.iter().map(|c| c.objectives[0]).collect();
+    let ro = ranks(&objective);
+    let mut v: Vec<(String, f64)> = space
+        .iter()
+        .filter_map(|p| {
+            let xs: Vec<f64> = feasible
+                .iter()
+                .map(|c| {
+                    let val = c.values.iter().find(|(n, _)| *n == p.name).map(|(_, v)| v);
+                    match (&p.domain, val) {
+                        (_, Some(xirang_fabric::tune::ParamValue::Number(x))) => *x,
+                        (Domain::Choice(ch), Some(xirang_fabric::tune::ParamValue::Choice(s))) => {
+                            ch.iter().position(|c| c == s).unwrap_or(0) as f64
+                        }
+                        _ => 0.0,
+                    }
+                })
+                .collect();
+            let rx = ranks(&xs);
+            let c = pearson(&rx, &ro)?;
+            Some((p.name.clone(), c.abs()))
+        })
+        .collect();
+    v.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    v
+}
+
+/// Ranks with ties averaged.
+fn ranks(xs: &[f64]) -> Vec<f64> {
+    let mut idx: Vec<usize> = (0..xs.len()).collect();
+    idx.sort_by(|a, b| xs[*a].total_cmp(&xs[*b]));
+    let mut r = vec![0.0; xs.len()];
+    let mut i = 0;
+    while i < idx.len() {
+        let mut j = i;
+        while j + 1 < idx.len() && xs[idx[j + 1]] == xs[idx[i]] {
+            j += 1;
+        }
+        let avg = (i + j) as f64 / 2.0;
+        for k in &idx[i..=j] {
+            r[*k] = avg;
+        }
+        i = j + 1;
+    }
+    r
+}
+
+fn pearson(a: &[f64], b: &[f64]) -> Option<f64> {
+    let n = a.len() as f64;
+    if a.len() < 3 {
+        return None;
+    }
+    let (ma, mb) = (a.iter().sum::<f64>() / n, b.iter().sum::<f64>() / n);
+    let cov: f64 = a.iter().zip(b).map(|(x, y)| (x - ma) * (y - mb)).sum();
+    let va: f64 = a.iter().map(|x| (x - ma).powi(2)).sum();
+    let vb: f64 = b.iter().map(|y| (y - mb).powi(2)).sum();
+    (va > 0.0 && vb > 0.0).then(|| cov / (va * vb).sqrt())
+}
+
+fn plot_sensitivity(sens: &[(String, f64)]) -> String {
+    svg("sensitivity", |root| {
+        let top: Vec<&(String, f64)> = sens.iter().take(12).collect();
+        let n = top.len().max(1) as f64;
+        let mut chart = ChartBuilder::on(root)
+            .caption(
+                "Parameter sensitivity: |rank correlation| with the first-round objective",
+                ("sans-serif", 18),
+            )
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(330)
+            .build_cartesian_2d(0.0..1.0, 0.0..n)?;
+        let names: Vec<String> = top.iter().map(|x| x.0.clone()).collect();
+        chart
+            .configure_mesh()
+            .disable_y_mesh()
+            .y_labels(names.len() * 2 + 1)
+            .y_label_formatter(&|y| {
+                let i = y.floor() as usize;
+                if (y - y.floor() - 0.5).abs() < 0.01 {
+                    names
+                        .get(names.len().saturating_sub(i + 1))
+                        .cloned()
+                        .unwrap_or_default()
+                } else {
+                    String::new()
+                }
+            })
+            .x_desc("|Spearman ρ|")
+            .draw()?;
+        chart.draw_series(top.iter().enumerate().map(|(i, (_, v))| {
+            let y = n - 1.0 - i as f64;
+            Rectangle::new([(0.0, y + 0.15), (*v, y + 0.85)], color(0).filled())
+        }))?;
+        Ok(())
+    })
+}
+
+/// The whole report.
+pub fn html(cx: &Context<'_>, r: &TuneResult, space: &[Param], samples: &[Sample]) -> String {
+    let mut s = String::new();
+    let name = html_escape(&cx.loaded.scenario.name);
+    let _ = write!(
+        s,
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>Xirang tune: {name}</title>\n<style>{CSS}</style></head><body>\n<h1>Xirang tune: <code>{name}</code></h1>\n<p>{}</p>\n",
+        html_escape(&cx.verdict)
+    );
+    let _ = writeln!(
+        s,
+        "<p>{} candidates, {} simulations run, {} read back from the trial log, {:.0} s. Search seeds {:?}; held-out seeds {:?} (never used during the search).</p>",
+        r.candidates.len(),
+        r.runs.0,
+        r.runs.1,
+        r.wall_s,
+        r.seeds.0,
+        r.seeds.1
+    );
+    s.push_str("<h2>Result on held-out seeds</h2>\n<table><tr><th>configuration</th><th>objective (mean)</th><th>sd</th><th>vs vendor</th><th>per class (relative to vendor)</th><th>violations</th></tr>\n");
+    for h in &r.held_out {
+        let classes: Vec<String> = h.classes.iter().map(|(c, x)| format!("{c} {x:.3}")).collect();
+        let _ = writeln!(
+            s,
+            "<tr><td>{}</td><td>{:.4}</td><td>{:.4}</td><td>{:+.1}%</td><td>{}</td><td>{}</td></tr>",
+            html_escape(&h.name),
+            h.mean(),
+            h.std(),
+            (1.0 - h.mean()) * 100.0,
+            html_escape(&classes.join(", ")),
+            if h.violations.is_empty() {
+                "none".to_string()
+            } else {
+                html_escape(&h.violations.join("; "))
+            }
+        );
+    }
+    s.push_str("</table>\n<h2>Recommended changes</h2>\n<table><tr><th>setting</th><th>vendor</th><th>recommended</th></tr>\n");
+    if cx.changes.is_empty() {
+        s.push_str("<tr><td colspan=\"3\">none: the vendor defaults stand</td></tr>\n");
+    }
+    for (n, a, b) in &cx.changes {
+        let _ = writeln!(
+            s,
+            "<tr><td><code>{}</code></td><td>{}</td><td>{}</td></tr>",
+            html_escape(n),
+            html_escape(a),
+            html_escape(b)
+        );
+    }
+    s.push_str("</table>\n<h2>Search</h2>\n");
+    s.push_str(&plot_objective(r));
+    s.push_str("\n<h2>Against the baselines</h2>\n");
+    s.push_str(&plot_classes(r));
+    let latency: Vec<(String, Vec<f64>)> = samples
+        .iter()
+        .map(|x| {
+            (
+                x.name.clone(),
+                x.run
+                    .requests
+                    .iter()
+                    .filter_map(|q| q.latency_ps.map(us))
+                    .collect(),
+            )
+        })
+        .collect();
+    s.push_str(&plot_cdf(
+        "latency",
+        "Request latency CDF (one held-out seed)",
+        "latency (µs)",
+        &latency,
+    ));
+    let slowdown: Vec<(String, Vec<f64>)> = samples
+        .iter()
+        .map(|x| {
+            (
+                x.name.clone(),
+                x.run
+                    .flows
+                    .iter()
+                    .filter(|f| !f.in_collective)
+                    .filter_map(|f| f.slowdown())
+                    .collect(),
+            )
+        })
+        .collect();
+    s.push_str(&plot_cdf(
+        "slowdown",
+        "FCT slowdown CDF of flows outside collectives (one held-out seed)",
+        "slowdown (FCT / ideal)",
+        &slowdown,
+    ));
+    s.push_str("\n<h2>What the fabric did</h2>\n");
+    s.push_str(&plot_queues(samples));
+    s.push_str(&plot_rates(samples));
+    s.push_str(&plot_pfc(samples));
+    s.push_str("\n<h2>Which settings mattered</h2>\n");
+    s.push_str(&plot_sensitivity(&sensitivity(r, space)));
+    s.push_str("\n<pre id=\"plot-check\"></pre>\n<script>");
+    s.push_str(CHECK_JS);
+    s.push_str("</script>\n</body></html>\n");
+    s
+}
+
+const CSS: &str = "#plot-check{display:none}body{font-family:sans-serif;max-width:1000px;margin:20px auto;color:#222}table{border-collapse:collapse;margin:10px 0}td,th{border:1px solid #bbb;padding:4px 8px;text-align:left}.plot{margin:16px 0;width:960px;height:400px}.error{color:#b00}code{font-size:90%}";
+
+/// After load, records for every plot how many drawn shapes it has and where it is on the
+/// page, so that a headless browser run can check that every plot drew (the test reads
+/// this with `--dump-dom` and checks the pixels of each plot's box in a screenshot).
+const CHECK_JS: &str = r#"
+window.addEventListener('load', function () {
+  var out = [];
+  document.querySelectorAll('div.plot').forEach(function (d) {
+    var shapes = 0;
+    d.querySelectorAll('path, polyline, line, rect, circle').forEach(function (e) {
+      var b = e.getBBox();
+      if (b.width > 0 || b.height > 0) { shapes += 1; }
+    });
+    var r = d.getBoundingClientRect();
+    out.push({ name: d.dataset.name, shapes: shapes, x: r.left + window.scrollX, y: r.top + window.scrollY, w: r.width, h: r.height });
+  });
+  document.getElementById('plot-check').textContent = JSON.stringify(out);
+});
+"#;
