@@ -37,6 +37,75 @@ pub(crate) enum Command {
     /// Search congestion-control, ECN and transport settings by application metrics in
     /// the simulator; report the gain over vendor defaults and write the configuration.
     Tune(TuneArgs),
+    /// Read a host: its RDMA devices, netdevs, PCIe placement and congestion knobs, live or
+    /// from a snapshot; capture a snapshot for offline audits.
+    #[command(subcommand)]
+    Host(HostCmd),
+    /// Audit hosts, switches and their cabling layer by layer (physical, network,
+    /// transport, application); exit status 1 when any finding is an error.
+    Audit(AuditArgs),
+}
+
+/// `xirang audit`.
+#[derive(Debug, Args)]
+pub(crate) struct AuditArgs {
+    /// Directory of hosts: each subdirectory a host tree (`/` copy), each .tar.gz a snapshot.
+    #[arg(long)]
+    pub(crate) hosts: Option<PathBuf>,
+    /// Directory of SONiC switch configurations: `<switch>.json` or `<switch>/config_db.json`.
+    #[arg(long)]
+    pub(crate) switches: Option<PathBuf>,
+    /// Cabling file (TOML): which NIC plugs into which switch port, switch tiers.
+    #[arg(long)]
+    pub(crate) topology: Option<PathBuf>,
+    /// Policy file (TOML): RoCE priority and DSCP, MTU, allowed firmware.
+    #[arg(long)]
+    pub(crate) policy: Option<PathBuf>,
+    /// Print findings as JSON.
+    #[arg(long, conflicts_with = "sarif")]
+    pub(crate) json: bool,
+    /// Print findings as SARIF 2.1.0.
+    #[arg(long)]
+    pub(crate) sarif: bool,
+    /// Also write the audited fabric as a scenario file (explicit topology).
+    #[arg(long)]
+    pub(crate) emit_scenario: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum HostCmd {
+    /// Print the inventory of a host (default: this machine's `/`).
+    Show(HostShowArgs),
+    /// Capture every file and tool output the audit needs into one .tar.gz archive.
+    Snapshot(HostSnapshotArgs),
+}
+
+/// `xirang host show`.
+#[derive(Debug, Args)]
+pub(crate) struct HostShowArgs {
+    /// Read the host rooted at this directory (a copied or fixture tree) instead of `/`.
+    #[arg(long, conflicts_with = "snapshot")]
+    pub(crate) root: Option<PathBuf>,
+    /// Read a snapshot archive written by `xirang host snapshot`.
+    #[arg(long)]
+    pub(crate) snapshot: Option<PathBuf>,
+    /// Print the inventory as JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// `xirang host snapshot`.
+#[derive(Debug, Args)]
+pub(crate) struct HostSnapshotArgs {
+    /// Archive to write (`.tar.gz`); written atomically.
+    #[arg(long)]
+    pub(crate) out: PathBuf,
+    /// Capture the host rooted at this directory instead of `/`.
+    #[arg(long)]
+    pub(crate) root: Option<PathBuf>,
+    /// Do not run the tools (ethtool, ibv_devinfo, nvidia-smi, mlnx_qos, lspci).
+    #[arg(long)]
+    pub(crate) no_commands: bool,
 }
 
 /// `xirang tune`.

@@ -11,7 +11,7 @@ use xirang_fabric::scenario::{Scenario, ScenarioError};
 use xirang_fabric::topology::TopologySpec;
 
 use crate::Outcome;
-use crate::cli::{Cli, Command, FileArgs, NcclCmd, PlanCmd, ScenarioCmd, TopoCmd};
+use crate::cli::{Cli, Command, FileArgs, HostCmd, NcclCmd, PlanCmd, ScenarioCmd, TopoCmd};
 
 pub(crate) fn run(cli: Cli) -> Result<Outcome> {
     match cli.command {
@@ -25,6 +25,9 @@ pub(crate) fn run(cli: Cli) -> Result<Outcome> {
         Command::Plan(PlanCmd::Overlap(a)) => crate::plan::overlap(&a),
         Command::Plan(PlanCmd::Batching(a)) => crate::plan::batching(&a),
         Command::Tune(a) => crate::tune::run(&a),
+        Command::Host(HostCmd::Show(a)) => crate::host::show(&a),
+        Command::Audit(a) => crate::audit::run(&a),
+        Command::Host(HostCmd::Snapshot(a)) => crate::host::snapshot(&a),
         Command::Topo(TopoCmd::Dot { file }) => {
             let loaded = load(&file)?;
             out(&analysis::to_dot(&loaded.fabric))?;

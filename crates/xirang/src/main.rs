@@ -1,9 +1,11 @@
 //! `xirang`: a thin command line over the Xirang crates. Parsing, glue, printing and exit
 //! codes live here; everything testable lives in the libraries.
 
+mod audit;
 mod bench;
 mod cli;
 mod cmd;
+mod host;
 mod nccl;
 mod plan;
 mod sim;

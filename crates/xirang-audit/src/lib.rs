@@ -1,0 +1,18 @@
+//! Xirang's audit: rules over what hosts and switches really are, grouped by layer
+//! (physical, network, transport, application), each finding with the evidence read and
+//! the fix; and the conversion of the audited inventory into the fabric model, so a real
+//! cluster can be simulated and tuned.
+//!
+//! - [`cluster`]: loading hosts (directories or snapshots), SONiC switch configs, the
+//!   cabling and the policy;
+//! - [`rules`]: the rules and their findings;
+//! - [`report`]: table, JSON and SARIF renderings;
+//! - [`model`]: inventory → explicit topology scenario.
+
+pub mod cluster;
+pub mod model;
+pub mod report;
+pub mod rules;
+
+pub use cluster::{AuditError, Cluster};
+pub use rules::{Finding, Layer, Severity, audit};

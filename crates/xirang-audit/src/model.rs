@@ -1,0 +1,212 @@
+//! The audited inventory as the fabric model: an explicit-topology scenario that
+//! `xirang scenario check`, `xirang sim` and `xirang tune` load, so a real cluster can be
+//! simulated and tuned.
+//!
+//! What is read, not assumed: hosts, their GPUs and NICs with PCIe links and firmware,
+//! PCIe switches (the bridge each device hangs under, with its NUMA node as socket), NIC
+//! port speeds, switch ports, the cabling, and MTUs (as overrides). What the inventory
+//! cannot tell (GPU model names, cable lengths) is filled with the PCI id and the
+//! scenario default delay.
+
+use std::collections::BTreeMap;
+
+use xirang_fabric::model::{PcieLink, Tier};
+use xirang_fabric::topology::{
+    ExplicitTopology, GpuSpec, HostSpec, LinkSpec, NicSpec, PcieSwitchSpec, SwitchSpec,
+};
+use xirang_host::inventory::{PciFunction, PciRole};
+
+use crate::cluster::Cluster;
+
+/// Delay of a cable whose length is unknown: the scenario default (1 µs, a few metres of
+/// fibre plus the switch's pipeline) is set by leaving `delay_ns` at its default.
+fn pcie(f: &PciFunction) -> Option<PcieLink> {
+    f.link.map(|l| PcieLink {
+        cur_speed_gts: l.cur_speed_gts,
+        cur_width: l.cur_width,
+        max_speed_gts: l.max_speed_gts,
+        max_width: l.max_width,
+    })
+}
+
+/// The PCIe switch a function sits under: the outermost bridge below its root port
+/// (the switch's upstream port), or the root port itself when it hangs off the CPU.
+fn pcie_switch_of(f: &PciFunction) -> String {
+    f.upstream
+        .get(1)
+        .or_else(|| f.upstream.first())
+        .cloned()
+        .unwrap_or_else(|| f.root.clone())
+}
+
+/// Builds the explicit topology and the TOML of a scenario holding it.
+pub fn to_scenario(c: &Cluster, name: &str) -> (ExplicitTopology, String) {
+    let mut topo = ExplicitTopology::default();
+    let mut overrides: Vec<(String, u32)> = Vec::new();
+    for h in &c.hosts {
+        let mut switches: BTreeMap<String, u8> = BTreeMap::new();
+        let mut spec = HostSpec {
+            name: h.hostname.clone(),
+            sockets: 1,
+            pcie_switches: Vec::new(),
+            gpus: Vec::new(),
+            nics: Vec::new(),
+        };
+        let mut add_switch = |f: &PciFunction| {
+            let key = pcie_switch_of(f);
+            let socket = f.numa_node.map_or(0, |n| u8::try_from(n).unwrap_or(u8::MAX));
+            switches.entry(key.clone()).or_insert(socket);
+            key
+        };
+        for (i, g) in h.pci.iter().filter(|f| f.role == PciRole::Gpu).enumerate() {
+            let Some(link) = pcie(g) else { continue };
+            spec.gpus.push(GpuSpec {
+                name: format!("GPU{i}"),
+                model: format!("{:04x}:{:04x}", g.vendor.unwrap_or(0), g.device.unwrap_or(0)),
+                pcie_switch: add_switch(g),
+                pcie: link,
+            });
+        }
+        for d in &h.rdma {
+            let Some(f) = d.pci.as_ref().and_then(|b| h.pci(b)) else {
+                continue;
+            };
+            let Some(link) = pcie(f) else { continue };
+            let speed = d.ports.iter().filter_map(|p| p.rate_gbps).fold(0.0_f64, f64::max);
+            spec.nics.push(NicSpec {
+                name: d.name.clone(),
+                model: d.hca_type.clone().unwrap_or_else(|| "unknown".into()),
+                firmware: d.fw_ver.clone().unwrap_or_default(),
+                pcie_switch: add_switch(f),
+                pcie: link,
+                ports: u16::try_from(d.ports.len().max(1)).unwrap_or(1),
+                speed_gbps: if speed > 0.0 { speed } else { 100.0 },
+            });
+            if let Some(m) = h.netdev_of(d).and_then(|n| n.mtu_bytes) {
+                overrides.push((format!("{}/{}", h.hostname, d.name), m));
+            }
+        }
+        spec.sockets = switches
+            .values()
+            .copied()
+            .max()
+            .map_or(1, |m| m.saturating_add(1));
+        spec.pcie_switches = switches
+            .into_iter()
+            .map(|(name, socket)| PcieSwitchSpec { name, socket })
+            .collect();
+        topo.hosts.push(spec);
+    }
+    // Switch ports: EthernetN in index order, so port numbers follow the front panel.
+    let mut port_index: BTreeMap<(String, String), u16> = BTreeMap::new();
+    for sw in &c.switches {
+        let mut names: Vec<&String> = sw.db.ports.keys().collect();
+        names.sort_by_key(|n| {
+            (
+                n.trim_start_matches(|ch: char| !ch.is_ascii_digit())
+                    .parse::<u64>()
+                    .unwrap_or(u64::MAX),
+                (*n).clone(),
+            )
+        });
+        for (i, n) in names.iter().enumerate() {
+            port_index.insert(
+                (sw.name.clone(), (*n).clone()),
+                u16::try_from(i).unwrap_or(u16::MAX),
+            );
+            if let Some(m) = sw.db.port_mtu(n) {
+                overrides.push((format!("{}:{i}", sw.name), m));
+            }
+        }
+        let tier = c
+            .cabling
+            .as_ref()
+            .and_then(|cb| cb.switches.get(&sw.name))
+            .copied()
+            .unwrap_or(Tier::Leaf);
+        topo.switches.push(SwitchSpec {
+            name: sw.name.clone(),
+            tier,
+            model: sw
+                .db
+                .device_metadata
+                .as_ref()
+                .and_then(|m| m.hwsku.clone())
+                .unwrap_or_default(),
+            ports: u16::try_from(names.len().max(1)).unwrap_or(u16::MAX),
+        });
+    }
+    if let Some(cab) = &c.cabling {
+        for cable in &cab.links {
+            let Some(&p) = port_index.get(&(cable.switch.clone(), cable.port.clone())) else {
+                continue;
+            };
+            let sw_end = format!("{}:{p}", cable.switch);
+            let sw_speed = c
+                .switch(&cable.switch)
+                .and_then(|s| s.db.ports.get(&cable.port))
+                .and_then(|p| p.speed_mbps)
+                .map(|m| m as f64 / 1000.0);
+            if let (Some(host), Some(nic)) = (&cable.host, &cable.nic) {
+                let h = c.hosts.iter().find(|x| &x.hostname == host);
+                let dev = h.and_then(|h| h.rdma.iter().find(|d| &d.name == nic || d.netdevs.contains(nic)));
+                let Some(dev) = dev else { continue };
+                let rate = dev
+                    .ports
+                    .iter()
+                    .filter_map(|p| p.rate_gbps)
+                    .fold(0.0_f64, f64::max);
+                topo.links.push(LinkSpec {
+                    a: format!("{host}/{}", dev.name),
+                    b: sw_end,
+                    rate_gbps: if rate > 0.0 {
+                        rate
+                    } else {
+                        sw_speed.unwrap_or(100.0)
+                    },
+                    delay_ns: default_delay(),
+                });
+            } else if let (Some(ps), Some(pp)) = (&cable.peer_switch, &cable.peer_port) {
+                let Some(&q) = port_index.get(&(ps.clone(), pp.clone())) else {
+                    continue;
+                };
+                topo.links.push(LinkSpec {
+                    a: sw_end,
+                    b: format!("{ps}:{q}"),
+                    rate_gbps: sw_speed.unwrap_or(100.0),
+                    delay_ns: default_delay(),
+                });
+            }
+        }
+    }
+    let mut text = format!(
+        "# The fabric read by `xirang audit` ({} hosts, {} switches): the explicit topology and\n# the MTUs it found. Load it with `xirang scenario check`; add workloads to simulate it.\nname = {}\n\n",
+        c.hosts.len(),
+        c.switches.len(),
+        toml_str(name)
+    );
+    let mut doc = toml::Table::new();
+    let mut t = toml::Table::new();
+    t.insert(
+        "explicit".into(),
+        toml::Value::try_from(&topo).unwrap_or(toml::Value::Table(toml::Table::new())),
+    );
+    doc.insert("topology".into(), toml::Value::Table(t));
+    text.push_str(&toml::to_string(&doc).unwrap_or_default());
+    for (target, mtu) in overrides {
+        text.push_str(&format!(
+            "\n[[overrides]]\ntarget = {}\nmtu_bytes = {mtu}\n",
+            toml_str(&target)
+        ));
+    }
+    (topo, text)
+}
+
+fn toml_str(s: &str) -> String {
+    toml::Value::String(s.to_string()).to_string()
+}
+
+/// The scenario's default link delay (`topology::LinkSpec` default).
+fn default_delay() -> u64 {
+    xirang_fabric::topology::DEFAULT_LINK_DELAY_NS
+}

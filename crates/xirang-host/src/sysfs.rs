@@ -1,0 +1,645 @@
+//! Reads a host's inventory from a [`Tree`]: `/sys/class/infiniband`, `/sys/class/net`,
+//! `/sys/bus/pci/devices`, and the tool outputs under `commands/` (linux-rdma-sysfs.md).
+//!
+//! Nothing here fails on a bad value: an unreadable or malformed attribute becomes a
+//! [`ReadProblem`] with its path and the field stays `None`, so one broken file never
+//! hides the rest of the host.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::inventory::*;
+use crate::parse;
+use crate::snapshot::{COMMANDS_DIR, MANIFEST, Manifest};
+use crate::tree::{Tree, TreeError, base_name, join};
+
+/// PCI vendor ids (linux-rdma-sysfs.md §3).
+const VENDOR_NVIDIA: u16 = 0x10de;
+const VENDOR_AMD: u16 = 0x1002;
+/// PCI class codes, top 16 bits (base class + subclass).
+const CLASS_VGA: u32 = 0x0300;
+const CLASS_3D: u32 = 0x0302;
+const CLASS_DISPLAY_OTHER: u32 = 0x0380;
+const CLASS_NET_BASE: u32 = 0x02;
+const CLASS_BRIDGE_PCI: u32 = 0x0604;
+
+/// Reads everything the audit needs from `tree`.
+pub fn read_host(tree: &dyn Tree) -> HostInventory {
+    let mut r = Reader {
+        tree,
+        problems: Vec::new(),
+    };
+    let mut inv = HostInventory {
+        hostname: r.hostname(),
+        source: tree.describe(),
+        ..HostInventory::default()
+    };
+    inv.netdevs = r.netdevs();
+    inv.rdma = r.rdma_devices();
+    // Netdev <-> RDMA device pairs share a PCI function (how ibdev2netdev maps them).
+    for dev in &mut inv.rdma {
+        if let Some(pci) = &dev.pci {
+            dev.netdevs = inv
+                .netdevs
+                .iter()
+                .filter(|n| n.pci.as_ref() == Some(pci))
+                .map(|n| n.name.clone())
+                .collect();
+        }
+        // GID ndevs name the netdev even when the tree has no `device` links.
+        if dev.netdevs.is_empty() {
+            let from_gids: BTreeSet<String> = dev
+                .ports
+                .iter()
+                .flat_map(|p| p.gids.iter().filter_map(|g| g.ndev.clone()))
+                .collect();
+            dev.netdevs = from_gids
+                .into_iter()
+                .filter(|n| inv.netdevs.iter().any(|d| &d.name == n))
+                .collect();
+        }
+        for n in &dev.netdevs {
+            if let Some(nd) = inv.netdevs.iter_mut().find(|d| &d.name == n) {
+                nd.rdma = Some(dev.name.clone());
+            }
+        }
+    }
+    inv.pci = r.pci_functions(&inv);
+    inv.tools = r.tools();
+    inv.problems = r.problems;
+    inv
+}
+
+struct Reader<'a> {
+    tree: &'a dyn Tree,
+    problems: Vec<ReadProblem>,
+}
+
+impl Reader<'_> {
+    fn problem(&mut self, path: &str, message: impl Into<String>) {
+        self.problems.push(ReadProblem {
+            path: path.to_string(),
+            message: message.into(),
+        });
+    }
+
+    fn tree_problem(&mut self, e: TreeError) {
+        let (path, message) = match &e {
+            TreeError::NotFound { path } => (path.clone(), "not found".to_string()),
+            TreeError::Unreadable { path, reason } | TreeError::BadLink { path, reason } => {
+                (path.clone(), reason.clone())
+            }
+        };
+        self.problem(&path, message);
+    }
+
+    /// An optional attribute: absent is fine, unreadable is a problem.
+    fn text(&mut self, path: &str) -> Option<String> {
+        match self.tree.read_text(path) {
+            Ok(t) => Some(t),
+            Err(TreeError::NotFound { .. }) => None,
+            Err(e) => {
+                self.tree_problem(e);
+                None
+            }
+        }
+    }
+
+    fn parsed<T>(&mut self, path: &str, expected: &str, f: impl FnOnce(&str) -> Option<T>) -> Option<T> {
+        let t = self.text(path)?;
+        match f(&t) {
+            Some(v) => Some(v),
+            None => {
+                let shown: String = t.chars().take(60).collect();
+                self.problem(path, format!("expected {expected}, found `{shown}`"));
+                None
+            }
+        }
+    }
+
+    fn list(&mut self, path: &str) -> Vec<String> {
+        match self.tree.list(path) {
+            Ok(v) => v,
+            Err(TreeError::NotFound { .. }) => Vec::new(),
+            Err(e) => {
+                self.tree_problem(e);
+                Vec::new()
+            }
+        }
+    }
+
+    fn hostname(&mut self) -> String {
+        for p in ["etc/hostname", "proc/sys/kernel/hostname"] {
+            if let Some(h) = self.text(p).filter(|h| !h.is_empty()) {
+                return h.lines().next().unwrap_or_default().trim().to_string();
+            }
+        }
+        if let Ok(bytes) = self.tree.read(MANIFEST)
+            && let Ok(m) = serde_json::from_slice::<Manifest>(&bytes)
+        {
+            return m.hostname;
+        }
+        let d = self.tree.describe();
+        base_name(d.trim_end_matches(".tar.gz")).to_string()
+    }
+
+    /// The PCI address a `device` link points at, when it is a PCI function.
+    fn pci_of(&mut self, device_link: &str) -> Option<String> {
+        match self.tree.link_target(device_link) {
+            // A virtio or auxiliary device sits below its PCI function: take the
+            // nearest PCI address on the path.
+            Ok(target) => target.split('/').rev().find(|c| is_bdf(c)).map(str::to_string),
+            Err(TreeError::NotFound { .. }) => None,
+            Err(e) => {
+                self.tree_problem(e);
+                None
+            }
+        }
+    }
+
+    fn netdevs(&mut self) -> Vec<Netdev> {
+        let mut out = Vec::new();
+        for name in self.list("sys/class/net") {
+            if name == "lo" {
+                continue;
+            }
+            let d = join("sys/class/net", &name);
+            let ecn = self.roce_ecn(&join(&d, "ecn"));
+            let nd = Netdev {
+                mtu_bytes: self.parsed(&join(&d, "mtu"), "an MTU in bytes", |t| t.parse().ok()),
+                // `speed` reads -1 (or fails with EINVAL) while the link is down.
+                speed_mbps: match self.tree.read_text(&join(&d, "speed")) {
+                    Ok(t) => match t.parse::<i64>() {
+                        Ok(v) if v >= 0 => Some(v as u64),
+                        Ok(_) => None,
+                        Err(_) => {
+                            self.problem(
+                                &join(&d, "speed"),
+                                format!("expected a speed in Mb/s, found `{t}`"),
+                            );
+                            None
+                        }
+                    },
+                    Err(_) => None,
+                },
+                operstate: self.text(&join(&d, "operstate")),
+                address: self.text(&join(&d, "address")),
+                pci: self.pci_of(&join(&d, "device")),
+                rdma: None,
+                ecn,
+                name,
+            };
+            out.push(nd);
+        }
+        out
+    }
+
+    fn roce_ecn(&mut self, dir: &str) -> Option<RoceEcn> {
+        let rp_dir = join(dir, "roce_rp");
+        let np_dir = join(dir, "roce_np");
+        if !self.tree.exists(&rp_dir) && !self.tree.exists(&np_dir) {
+            return None;
+        }
+        let mut ecn = RoceEcn::default();
+        for (side, dir) in [("rp", &rp_dir), ("np", &np_dir)] {
+            for name in self.list(dir) {
+                let path = join(dir, &name);
+                if name == "enable" {
+                    let mut en = [None; 8];
+                    for (p, slot) in en.iter_mut().enumerate() {
+                        *slot = self.parsed(&join(&path, &p.to_string()), "0 or 1", |t| match t {
+                            "0" => Some(false),
+                            "1" => Some(true),
+                            _ => None,
+                        });
+                    }
+                    if side == "rp" {
+                        ecn.rp_enable = en;
+                    } else {
+                        ecn.np_enable = en;
+                    }
+                } else if let Some(v) = self.parsed(&path, "an unsigned integer", |t| t.parse::<u64>().ok()) {
+                    if side == "rp" {
+                        ecn.rp.insert(name, v);
+                    } else {
+                        ecn.np.insert(name, v);
+                    }
+                }
+            }
+        }
+        Some(ecn)
+    }
+
+    fn counters(&mut self, dir: &str) -> BTreeMap<String, u64> {
+        let mut out = BTreeMap::new();
+        for name in self.list(dir) {
+            let path = join(dir, &name);
+            // Old kernels print "N/A (no PMA)" for counters a RoCE port lacks: absent.
+            if let Some(t) = self.text(&path) {
+                if t.starts_with("N/A") {
+                    continue;
+                }
+                match t.parse::<u64>() {
+                    Ok(v) => {
+                        out.insert(name, v);
+                    }
+                    Err(_) => {
+                        let shown: String = t.chars().take(60).collect();
+                        self.problem(
+                            &path,
+                            format!("expected an unsigned counter value, found `{shown}`"),
+                        );
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn rdma_devices(&mut self) -> Vec<RdmaDevice> {
+        let mut out = Vec::new();
+        for name in self.list("sys/class/infiniband") {
+            let d = join("sys/class/infiniband", &name);
+            let mut dev = RdmaDevice {
+                fw_ver: self.text(&join(&d, "fw_ver")),
+                board_id: self.text(&join(&d, "board_id")),
+                hca_type: self.text(&join(&d, "hca_type")),
+                node_guid: self.text(&join(&d, "node_guid")),
+                node_type: self.text(&join(&d, "node_type")),
+                pci: self.pci_of(&join(&d, "device")),
+                traffic_class: self.parsed(
+                    &join(&d, "tc/1/traffic_class"),
+                    "`Global tclass=<TOS>` or a TOS value",
+                    |t| t.rsplit('=').next()?.trim().parse::<u8>().ok(),
+                ),
+                hw_counters: self.counters(&join(&d, "hw_counters")),
+                name,
+                ..RdmaDevice::default()
+            };
+            let ports_dir = join(&d, "ports");
+            let mut ports: Vec<RdmaPort> = Vec::new();
+            for p in self.list(&ports_dir) {
+                let Ok(port) = p.parse::<u8>() else {
+                    self.problem(&join(&ports_dir, &p), "expected a port number");
+                    continue;
+                };
+                ports.push(self.rdma_port(&join(&ports_dir, &p), port));
+            }
+            ports.sort_by_key(|p| p.port);
+            dev.ports = ports;
+            out.push(dev);
+        }
+        out
+    }
+
+    fn rdma_port(&mut self, dir: &str, port: u8) -> RdmaPort {
+        let rate_text = self.text(&join(dir, "rate"));
+        let rate_gbps = match &rate_text {
+            Some(t) => {
+                let v = parse_rate_gbps(t);
+                if v.is_none() {
+                    self.problem(
+                        &join(dir, "rate"),
+                        format!("expected `<Gb/s> Gb/sec (...)`, found `{t}`"),
+                    );
+                }
+                v
+            }
+            None => None,
+        };
+        let mut gids = Vec::new();
+        let gid_dir = join(dir, "gids");
+        for idx in self.list(&gid_dir) {
+            let Ok(index) = idx.parse::<u16>() else { continue };
+            // Unused entries read as all zeros; their attributes fail with EINVAL.
+            let Ok(gid) = self.tree.read_text(&join(&gid_dir, &idx)) else {
+                continue;
+            };
+            if gid.is_empty() || gid.chars().all(|c| c == '0' || c == ':') {
+                continue;
+            }
+            let kind = self
+                .tree
+                .read_text(&join(dir, &format!("gid_attrs/types/{idx}")))
+                .ok()
+                .filter(|s| !s.is_empty());
+            let ndev = self
+                .tree
+                .read_text(&join(dir, &format!("gid_attrs/ndevs/{idx}")))
+                .ok()
+                .filter(|s| !s.is_empty());
+            gids.push(Gid {
+                index,
+                gid,
+                kind,
+                ndev,
+            });
+        }
+        gids.sort_by_key(|g| g.index);
+        RdmaPort {
+            port,
+            state: self.coded(&join(dir, "state")),
+            phys_state: self.coded(&join(dir, "phys_state")),
+            rate_gbps,
+            rate_text,
+            link_layer: self.text(&join(dir, "link_layer")),
+            gids,
+            counters: self.counters(&join(dir, "counters")),
+            hw_counters: self.counters(&join(dir, "hw_counters")),
+        }
+    }
+
+    fn coded(&mut self, path: &str) -> Option<CodedState> {
+        self.parsed(path, "`<number>: <NAME>`", |t| {
+            let (n, name) = t.split_once(':')?;
+            Some(CodedState {
+                code: n.trim().parse().ok()?,
+                name: name.trim().to_string(),
+            })
+        })
+    }
+
+    fn pci_functions(&mut self, inv: &HostInventory) -> Vec<PciFunction> {
+        let base = "sys/bus/pci/devices";
+        let mut by_bdf: BTreeMap<String, PciFunction> = BTreeMap::new();
+        let mut wanted: Vec<String> = Vec::new();
+        for bdf in self.list(base) {
+            let path = match self.tree.link_target(&join(base, &bdf)) {
+                Ok(p) => p,
+                Err(e) => {
+                    self.tree_problem(e);
+                    continue;
+                }
+            };
+            let f = self.pci_function(&path);
+            if matches!(f.role, PciRole::Gpu | PciRole::Nic) {
+                wanted.push(f.bdf.clone());
+            }
+            by_bdf.insert(f.bdf.clone(), f);
+        }
+        // Functions reached through a netdev or RDMA device even if bus/pci is missing.
+        let links: Vec<(String, String)> = inv
+            .netdevs
+            .iter()
+            .filter_map(|n| {
+                n.pci
+                    .clone()
+                    .map(|b| (b, format!("sys/class/net/{}/device", n.name)))
+            })
+            .chain(inv.rdma.iter().filter_map(|d| {
+                d.pci
+                    .clone()
+                    .map(|b| (b, format!("sys/class/infiniband/{}/device", d.name)))
+            }))
+            .collect();
+        for (bdf, link) in links {
+            if !by_bdf.contains_key(&bdf)
+                && let Ok(path) = self.tree.link_target(&link)
+            {
+                let f = self.pci_function(&path);
+                by_bdf.insert(f.bdf.clone(), f);
+            }
+            if !wanted.contains(&bdf) {
+                wanted.push(bdf);
+            }
+        }
+        // Keep the NICs and GPUs and every bridge above them; other devices are noise.
+        let mut keep: BTreeSet<String> = BTreeSet::new();
+        for w in &wanted {
+            if let Some(f) = by_bdf.get(w) {
+                keep.insert(f.bdf.clone());
+                keep.extend(f.upstream.iter().cloned());
+            }
+        }
+        // Bridges above the kept functions may be missing from bus/pci/devices in a
+        // partial tree; read them from their device directories.
+        let mut bridge_dirs: Vec<(String, String)> = Vec::new();
+        for f in by_bdf.values().filter(|f| keep.contains(&f.bdf)) {
+            let mut d = format!("sys/devices/{}", f.root);
+            for b in &f.upstream {
+                d = join(&d, b);
+                if !by_bdf.contains_key(b) {
+                    bridge_dirs.push((b.clone(), d.clone()));
+                }
+            }
+        }
+        for (b, d) in bridge_dirs {
+            if !by_bdf.contains_key(&b) && self.tree.exists(&d) {
+                let f = self.pci_function(&d);
+                by_bdf.insert(b, f);
+            }
+        }
+        by_bdf.into_values().filter(|f| keep.contains(&f.bdf)).collect()
+    }
+
+    fn pci_function(&mut self, path: &str) -> PciFunction {
+        let comps: Vec<&str> = path.split('/').collect();
+        // sys/devices/pci0000:16/0000:16:01.0/.../<bdf>
+        let root_at = comps.iter().position(|c| c.starts_with("pci") && c.contains(':'));
+        let (root, upstream) = match root_at {
+            Some(i) => (
+                comps[i].to_string(),
+                comps[i + 1..comps.len().saturating_sub(1)]
+                    .iter()
+                    .filter(|c| is_bdf(c))
+                    .map(|c| c.to_string())
+                    .collect(),
+            ),
+            None => (String::new(), Vec::new()),
+        };
+        let bdf = base_name(path).to_string();
+        let hex = |t: &str| u32::from_str_radix(t.trim_start_matches("0x"), 16).ok();
+        let class = self.parsed(&join(path, "class"), "a hex class code like 0x020000", hex);
+        let vendor = self.parsed(&join(path, "vendor"), "a hex vendor id", |t| {
+            hex(t).and_then(|v| u16::try_from(v).ok())
+        });
+        let device = self.parsed(&join(path, "device"), "a hex device id", |t| {
+            hex(t).and_then(|v| u16::try_from(v).ok())
+        });
+        let numa_node = self
+            .parsed(&join(path, "numa_node"), "a NUMA node number or -1", |t| {
+                t.parse::<i64>().ok()
+            })
+            .and_then(|n| u32::try_from(n).ok());
+        let cur_speed = self.parsed(
+            &join(path, "current_link_speed"),
+            "a speed like `16.0 GT/s PCIe`",
+            parse_gts,
+        );
+        let max_speed = self.parsed(
+            &join(path, "max_link_speed"),
+            "a speed like `16.0 GT/s PCIe`",
+            parse_gts,
+        );
+        let cur_width = self.parsed(&join(path, "current_link_width"), "a lane count", |t| {
+            t.parse::<u8>().ok()
+        });
+        let max_width = self.parsed(&join(path, "max_link_width"), "a lane count", |t| {
+            t.parse::<u8>().ok()
+        });
+        let link = match (cur_speed, cur_width, max_speed, max_width) {
+            (Some(cs), Some(cw), Some(ms), Some(mw)) => Some(PcieLinkState {
+                cur_speed_gts: cs,
+                cur_width: cw,
+                max_speed_gts: ms,
+                max_width: mw,
+            }),
+            _ => None,
+        };
+        let sriov = match (
+            self.parsed(&join(path, "sriov_totalvfs"), "a VF count", |t| {
+                t.parse::<u32>().ok()
+            }),
+            self.parsed(&join(path, "sriov_numvfs"), "a VF count", |t| {
+                t.parse::<u32>().ok()
+            }),
+        ) {
+            (Some(t), Some(n)) => Some((t, n)),
+            _ => None,
+        };
+        let mut aer = Aer::default();
+        let mut any_aer = false;
+        for (f, map) in [
+            ("aer_dev_correctable", &mut aer.correctable),
+            ("aer_dev_nonfatal", &mut aer.nonfatal),
+            ("aer_dev_fatal", &mut aer.fatal),
+        ] {
+            let path = join(path, f);
+            if let Some(t) = self.text(&path) {
+                any_aer = true;
+                match parse_aer(&t) {
+                    Some(m) => *map = m,
+                    None => self.problem(&path, "expected lines of `<name> <count>`"),
+                }
+            }
+        }
+        PciFunction {
+            role: role_of(class, vendor),
+            bdf,
+            class,
+            vendor,
+            device,
+            numa_node,
+            local_cpulist: self.text(&join(path, "local_cpulist")),
+            link,
+            root,
+            upstream,
+            sriov,
+            aer: any_aer.then_some(aer),
+        }
+    }
+
+    fn tools(&mut self) -> ToolOutputs {
+        let mut tools = ToolOutputs::default();
+        if let Ok(bytes) = self.tree.read(MANIFEST) {
+            match serde_json::from_slice::<Manifest>(&bytes) {
+                Ok(m) => {
+                    tools.missing = m
+                        .commands
+                        .iter()
+                        .filter(|c| c.status != "ok")
+                        .map(|c| (c.name.clone(), c.status.clone()))
+                        .collect();
+                }
+                Err(e) => self.problem(MANIFEST, format!("expected the snapshot manifest (JSON): {e}")),
+            }
+        }
+        for file in self.list(COMMANDS_DIR) {
+            let path = join(COMMANDS_DIR, &file);
+            let Some(text) = self.text_lossy(&path) else {
+                continue;
+            };
+            let Some(stem) = file.strip_suffix(".txt") else {
+                continue;
+            };
+            let res: Result<(), parse::ParseError> = (|| {
+                if let Some(ifname) = stem.strip_prefix("ethtool-S-") {
+                    tools
+                        .ethtool
+                        .insert(ifname.to_string(), parse::ethtool::parse(&text)?);
+                } else if let Some(ifname) = stem.strip_prefix("mlnx_qos-i-") {
+                    tools
+                        .mlnx_qos
+                        .insert(ifname.to_string(), parse::mlnx_qos::parse(&text)?);
+                } else if stem == "ibv_devinfo-v" {
+                    tools.ibv_devinfo = Some(parse::ibv_devinfo::parse(&text)?);
+                } else if stem == "nvidia-smi-topo-m" {
+                    tools.nvidia_topo = Some(parse::nvidia_topo::parse(&text)?);
+                } else if stem == "lspci-vvv" {
+                    tools.lspci = Some(parse::lspci::parse_vvv(&text)?);
+                }
+                Ok(())
+            })();
+            if let Err(e) = res {
+                self.problem(&path, e.to_string());
+            }
+        }
+        tools
+    }
+
+    fn text_lossy(&mut self, path: &str) -> Option<String> {
+        match self.tree.read(path) {
+            Ok(b) => Some(String::from_utf8_lossy(&b).into_owned()),
+            Err(e) => {
+                self.tree_problem(e);
+                None
+            }
+        }
+    }
+}
+
+fn role_of(class: Option<u32>, vendor: Option<u16>) -> PciRole {
+    let Some(class) = class else { return PciRole::Other };
+    let sub = class >> 8;
+    if sub == CLASS_BRIDGE_PCI {
+        PciRole::Bridge
+    } else if class >> 16 == CLASS_NET_BASE {
+        PciRole::Nic
+    } else if matches!(sub, CLASS_VGA | CLASS_3D | CLASS_DISPLAY_OTHER)
+        && matches!(vendor, Some(VENDOR_NVIDIA | VENDOR_AMD))
+    {
+        PciRole::Gpu
+    } else {
+        PciRole::Other
+    }
+}
+
+/// True for `dddd:bb:dd.f`.
+pub fn is_bdf(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() == 12
+        && b[4] == b':'
+        && b[7] == b':'
+        && b[10] == b'.'
+        && b.iter()
+            .enumerate()
+            .all(|(i, c)| matches!(i, 4 | 7 | 10) || c.is_ascii_hexdigit())
+}
+
+/// The first number of an IB `rate` file, in Gbit/s (`100 Gb/sec (4X EDR)` → 100;
+/// `0 GB/sec` → 0), as prometheus/procfs parses it.
+pub fn parse_rate_gbps(text: &str) -> Option<f64> {
+    let first = text.split_whitespace().next()?;
+    let v: f64 = first.parse().ok()?;
+    (v.is_finite() && v >= 0.0).then_some(v)
+}
+
+/// A PCIe speed: `16.0 GT/s PCIe`, or `16 GT/s` from kernels up to 5.6
+/// (linux-rdma-sysfs.md §3). `Unknown` (a link that is down) is `None`.
+pub fn parse_gts(text: &str) -> Option<f64> {
+    let (num, _) = text.split_once("GT/s")?;
+    let v: f64 = num.trim().parse().ok()?;
+    (v.is_finite() && v > 0.0).then_some(v)
+}
+
+/// An `aer_dev_*` file: lines of `<name> <count>`.
+fn parse_aer(text: &str) -> Option<BTreeMap<String, u64>> {
+    let mut out = BTreeMap::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let mut it = line.split_whitespace();
+        let (Some(name), Some(v), None) = (it.next(), it.next(), it.next()) else {
+            return None;
+        };
+        out.insert(name.to_string(), v.parse().ok()?);
+    }
+    Some(out)
+}

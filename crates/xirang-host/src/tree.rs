@@ -1,0 +1,519 @@
+//! A read-only file tree that the host reader walks: a directory on disk (a live `/` or a
+//! fixture tree) or the contents of a snapshot archive held in memory.
+//!
+//! Paths are relative to the tree's root and use `/`. Symbolic links are resolved by the
+//! tree itself, component by component, and never outside the root: sysfs is full of
+//! relative links (`class/net/IF/device -> ../../../devices/pci0000:00/...`), and a
+//! captured tree may hold links that climb above it (shared/fixtures/sysfs/SOURCE.md).
+//!
+//! Some copies of sysfs trees flatten symlinks into small regular files that hold the
+//! link text (the fixture copy in shared/fixtures/sysfs does). Where the reader expects a
+//! link (`device`, `bus/pci/devices/*`), [`Tree::link_target`] accepts such a file too.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+/// Largest file the reader accepts. sysfs attributes are one page at most; captured
+/// command outputs (an `lspci -vvv` of a large server) stay well under this.
+pub const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
+
+/// Most symlinks followed while resolving one path (the kernel's own limit is 40).
+const MAX_LINK_HOPS: usize = 40;
+
+/// Why a path could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TreeError {
+    /// Nothing at that path.
+    #[error("{path}: not found")]
+    NotFound {
+        /// The path, as the tree names it.
+        path: String,
+    },
+    /// The path exists but could not be read (permissions, an I/O error, a directory
+    /// where a file was expected, a file larger than [`MAX_FILE_BYTES`]).
+    #[error("{path}: {reason}")]
+    Unreadable {
+        /// The path.
+        path: String,
+        /// What went wrong.
+        reason: String,
+    },
+    /// A symlink on the way points outside the tree or loops.
+    #[error("{path}: {reason}")]
+    BadLink {
+        /// The path.
+        path: String,
+        /// What is wrong with the link.
+        reason: String,
+    },
+}
+
+/// What is at a path, without following a final symlink.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Kind {
+    /// A regular file.
+    File,
+    /// A directory.
+    Dir,
+    /// A symlink, with its text.
+    Link(String),
+}
+
+/// A read-only tree of files, directories and symlinks.
+pub trait Tree {
+    /// What is at `path` (already resolved: no symlink among its parents), not following
+    /// a final link. `None` when nothing is there.
+    fn lstat(&self, path: &str) -> Option<Kind>;
+    /// The bytes of the regular file at `path` (already resolved).
+    fn read_raw(&self, path: &str) -> Result<Vec<u8>, TreeError>;
+    /// The entries of the directory at `path` (already resolved), sorted.
+    fn list_raw(&self, path: &str) -> Result<Vec<String>, TreeError>;
+    /// How the tree names itself in messages (`/`, `fixtures/h1`, `h1.tar.gz`).
+    fn describe(&self) -> String;
+
+    /// Resolves every symlink in `path`, staying inside the tree.
+    fn resolve(&self, path: &str) -> Result<String, TreeError> {
+        resolve(self, path)
+    }
+
+    /// Reads a file, following links.
+    fn read(&self, path: &str) -> Result<Vec<u8>, TreeError> {
+        let real = self.resolve(path)?;
+        match self.lstat(&real) {
+            None => Err(TreeError::NotFound {
+                path: path.to_string(),
+            }),
+            Some(Kind::Dir) => Err(TreeError::Unreadable {
+                path: path.to_string(),
+                reason: "is a directory, expected a file".into(),
+            }),
+            Some(_) => self.read_raw(&real).map_err(|e| rename(e, path)),
+        }
+    }
+
+    /// Reads a file as text, trimmed of surrounding whitespace. Invalid UTF-8 is an
+    /// error that names the path: sysfs attributes are ASCII.
+    fn read_text(&self, path: &str) -> Result<String, TreeError> {
+        let bytes = self.read(path)?;
+        String::from_utf8(bytes)
+            .map(|s| s.trim().to_string())
+            .map_err(|_| TreeError::Unreadable {
+                path: path.to_string(),
+                reason: "not valid UTF-8 text (binary data?)".into(),
+            })
+    }
+
+    /// Lists a directory, following links; sorted.
+    fn list(&self, path: &str) -> Result<Vec<String>, TreeError> {
+        let real = self.resolve(path)?;
+        match self.lstat(&real) {
+            None => Err(TreeError::NotFound {
+                path: path.to_string(),
+            }),
+            Some(Kind::Dir) => self.list_raw(&real).map_err(|e| rename(e, path)),
+            Some(_) => Err(TreeError::Unreadable {
+                path: path.to_string(),
+                reason: "is a file, expected a directory".into(),
+            }),
+        }
+    }
+
+    /// True when something (file, directory or resolvable link) is at `path`.
+    fn exists(&self, path: &str) -> bool {
+        self.resolve(path).is_ok_and(|p| self.lstat(&p).is_some())
+    }
+
+    /// Where the link at `path` points, as a resolved path inside the tree: a real
+    /// symlink, or a flattened one (a small file holding a relative link text).
+    fn link_target(&self, path: &str) -> Result<String, TreeError> {
+        let parent = parent_of(path);
+        let parent_real = self.resolve(parent)?;
+        let name = &path[parent.len()..].trim_start_matches('/');
+        let at = join(&parent_real, name);
+        match self.lstat(&at) {
+            None => Err(TreeError::NotFound {
+                path: path.to_string(),
+            }),
+            Some(Kind::Link(_)) => self.resolve(&at),
+            Some(Kind::Dir) => Ok(at),
+            Some(Kind::File) => {
+                let text = self.read_text(&at)?;
+                if text.starts_with("../") && !text.contains('\n') {
+                    let target = normalize(&parent_real, &text).ok_or_else(|| TreeError::BadLink {
+                        path: path.to_string(),
+                        reason: format!("link `{text}` points outside the tree"),
+                    })?;
+                    self.resolve(&target)
+                } else {
+                    Err(TreeError::Unreadable {
+                        path: path.to_string(),
+                        reason: "expected a symlink".into(),
+                    })
+                }
+            }
+        }
+    }
+}
+
+fn rename(e: TreeError, path: &str) -> TreeError {
+    match e {
+        TreeError::NotFound { .. } => TreeError::NotFound {
+            path: path.to_string(),
+        },
+        TreeError::Unreadable { reason, .. } => TreeError::Unreadable {
+            path: path.to_string(),
+            reason,
+        },
+        TreeError::BadLink { reason, .. } => TreeError::BadLink {
+            path: path.to_string(),
+            reason,
+        },
+    }
+}
+
+/// The parent of a relative path (`""` for a top-level name).
+pub fn parent_of(path: &str) -> &str {
+    let path = path.trim_end_matches('/');
+    match path.rfind('/') {
+        Some(i) => &path[..i],
+        None => "",
+    }
+}
+
+/// The last component of a path.
+pub fn base_name(path: &str) -> &str {
+    let path = path.trim_end_matches('/');
+    match path.rfind('/') {
+        Some(i) => &path[i + 1..],
+        None => path,
+    }
+}
+
+/// `dir/name`, or `name` at the root.
+pub fn join(dir: &str, name: &str) -> String {
+    if dir.is_empty() {
+        name.to_string()
+    } else {
+        format!("{dir}/{name}")
+    }
+}
+
+/// `rel` taken from directory `dir`, with `.` and `..` folded. `None` when it climbs
+/// above the root. An absolute `rel` is taken from the root of the tree: a tree is a
+/// captured `/`.
+fn normalize(dir: &str, rel: &str) -> Option<String> {
+    let mut parts: Vec<&str> = if rel.starts_with('/') {
+        Vec::new()
+    } else {
+        dir.split('/').filter(|c| !c.is_empty()).collect()
+    };
+    for c in rel.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => {
+                parts.pop()?;
+            }
+            c => parts.push(c),
+        }
+    }
+    Some(parts.join("/"))
+}
+
+fn resolve<T: Tree + ?Sized>(tree: &T, path: &str) -> Result<String, TreeError> {
+    let mut hops = 0;
+    let mut done: Vec<String> = Vec::new();
+    let mut todo: Vec<String> = path
+        .split('/')
+        .filter(|c| !c.is_empty())
+        .rev()
+        .map(String::from)
+        .collect();
+    while let Some(c) = todo.pop() {
+        match c.as_str() {
+            "." => continue,
+            ".." => {
+                if done.pop().is_none() {
+                    return Err(TreeError::BadLink {
+                        path: path.to_string(),
+                        reason: "climbs above the root".into(),
+                    });
+                }
+                continue;
+            }
+            _ => {}
+        }
+        let here = join(&done.join("/"), &c);
+        match tree.lstat(&here) {
+            Some(Kind::Link(text)) => {
+                hops += 1;
+                if hops > MAX_LINK_HOPS {
+                    return Err(TreeError::BadLink {
+                        path: path.to_string(),
+                        reason: "too many levels of symbolic links".into(),
+                    });
+                }
+                if text.starts_with('/') {
+                    done.clear();
+                }
+                // A link's text replaces its own component, resolved from its directory.
+                for part in text.split('/').filter(|p| !p.is_empty()).rev() {
+                    todo.push(part.to_string());
+                }
+            }
+            _ => done.push(c),
+        }
+    }
+    Ok(done.join("/"))
+}
+
+/// A directory on disk as a tree. Nothing outside it is ever read.
+#[derive(Debug, Clone)]
+pub struct DirTree {
+    root: PathBuf,
+}
+
+impl DirTree {
+    /// The tree rooted at `root` (`/` for the live host).
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        DirTree { root: root.into() }
+    }
+
+    /// The root directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn path(&self, rel: &str) -> PathBuf {
+        if rel.is_empty() {
+            self.root.clone()
+        } else {
+            self.root.join(rel)
+        }
+    }
+}
+
+impl Tree for DirTree {
+    fn lstat(&self, path: &str) -> Option<Kind> {
+        let p = self.path(path);
+        let meta = std::fs::symlink_metadata(&p).ok()?;
+        if meta.file_type().is_symlink() {
+            let text = std::fs::read_link(&p).ok()?;
+            Some(Kind::Link(text.to_string_lossy().into_owned()))
+        } else if meta.is_dir() {
+            Some(Kind::Dir)
+        } else {
+            Some(Kind::File)
+        }
+    }
+
+    fn read_raw(&self, path: &str) -> Result<Vec<u8>, TreeError> {
+        let err = |reason: String| TreeError::Unreadable {
+            path: path.to_string(),
+            reason,
+        };
+        let file = std::fs::File::open(self.path(path)).map_err(|e| err(e.to_string()))?;
+        let mut bytes = Vec::new();
+        // sysfs reports a size of 4096 for every attribute, so the limit is enforced
+        // while reading rather than from the metadata.
+        file.take(MAX_FILE_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| err(e.to_string()))?;
+        if bytes.len() as u64 > MAX_FILE_BYTES {
+            return Err(err(format!("larger than {MAX_FILE_BYTES} bytes")));
+        }
+        Ok(bytes)
+    }
+
+    fn list_raw(&self, path: &str) -> Result<Vec<String>, TreeError> {
+        let rd = std::fs::read_dir(self.path(path)).map_err(|e| TreeError::Unreadable {
+            path: path.to_string(),
+            reason: e.to_string(),
+        })?;
+        let mut names: Vec<String> = rd
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
+    fn describe(&self) -> String {
+        self.root.display().to_string()
+    }
+}
+
+/// A tree held in memory: the contents of a snapshot archive.
+#[derive(Debug, Clone, Default)]
+pub struct MemTree {
+    name: String,
+    entries: BTreeMap<String, MemEntry>,
+}
+
+#[derive(Debug, Clone)]
+enum MemEntry {
+    File(Vec<u8>),
+    Dir,
+    Link(String),
+}
+
+impl MemTree {
+    /// An empty tree named `name` in messages.
+    pub fn new(name: impl Into<String>) -> Self {
+        MemTree {
+            name: name.into(),
+            entries: BTreeMap::new(),
+        }
+    }
+
+    fn add_parents(&mut self, path: &str) {
+        let mut p = parent_of(path);
+        while !p.is_empty() {
+            self.entries.entry(p.to_string()).or_insert(MemEntry::Dir);
+            p = parent_of(p);
+        }
+    }
+
+    /// Adds a file (and its parent directories).
+    pub fn add_file(&mut self, path: &str, bytes: Vec<u8>) {
+        let path = path.trim_matches('/').to_string();
+        self.add_parents(&path);
+        self.entries.insert(path, MemEntry::File(bytes));
+    }
+
+    /// Adds a symlink with its text.
+    pub fn add_link(&mut self, path: &str, text: &str) {
+        let path = path.trim_matches('/').to_string();
+        self.add_parents(&path);
+        self.entries.insert(path, MemEntry::Link(text.to_string()));
+    }
+
+    /// Adds an (empty) directory.
+    pub fn add_dir(&mut self, path: &str) {
+        let path = path.trim_matches('/').to_string();
+        if path.is_empty() {
+            return;
+        }
+        self.add_parents(&path);
+        self.entries.entry(path).or_insert(MemEntry::Dir);
+    }
+
+    /// Every entry with its kind, sorted by path (parents before children).
+    pub fn entries(&self) -> Vec<(String, Kind)> {
+        self.entries
+            .iter()
+            .map(|(p, e)| {
+                let k = match e {
+                    MemEntry::File(_) => Kind::File,
+                    MemEntry::Dir => Kind::Dir,
+                    MemEntry::Link(t) => Kind::Link(t.clone()),
+                };
+                (p.clone(), k)
+            })
+            .collect()
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// True when the tree holds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+impl Tree for MemTree {
+    fn lstat(&self, path: &str) -> Option<Kind> {
+        if path.is_empty() {
+            return Some(Kind::Dir);
+        }
+        match self.entries.get(path)? {
+            MemEntry::File(_) => Some(Kind::File),
+            MemEntry::Dir => Some(Kind::Dir),
+            MemEntry::Link(t) => Some(Kind::Link(t.clone())),
+        }
+    }
+
+    fn read_raw(&self, path: &str) -> Result<Vec<u8>, TreeError> {
+        match self.entries.get(path) {
+            Some(MemEntry::File(b)) => Ok(b.clone()),
+            Some(_) => Err(TreeError::Unreadable {
+                path: path.to_string(),
+                reason: "not a regular file".into(),
+            }),
+            None => Err(TreeError::NotFound {
+                path: path.to_string(),
+            }),
+        }
+    }
+
+    fn list_raw(&self, path: &str) -> Result<Vec<String>, TreeError> {
+        let prefix = if path.is_empty() {
+            String::new()
+        } else {
+            format!("{path}/")
+        };
+        Ok(self
+            .entries
+            .range(prefix.clone()..)
+            .take_while(|(k, _)| k.starts_with(&prefix))
+            .filter(|(k, _)| !k[prefix.len()..].contains('/'))
+            .map(|(k, _)| k[prefix.len()..].to_string())
+            .collect())
+    }
+
+    fn describe(&self) -> String {
+        self.name.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn links_resolve_inside_and_never_escape() {
+        let mut t = MemTree::new("t");
+        t.add_file(
+            "sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/mtu",
+            b"9000\n".to_vec(),
+        );
+        t.add_link(
+            "sys/bus/pci/devices/0000:01:00.0",
+            "../../../devices/pci0000:00/0000:00:01.0/0000:01:00.0",
+        );
+        t.add_link(
+            "sys/class/net/eth0",
+            "../../devices/pci0000:00/0000:00:01.0/0000:01:00.0",
+        );
+        t.add_link("sys/escape", "../../../etc");
+        t.add_link("sys/loop", "loop");
+        assert_eq!(t.read_text("sys/class/net/eth0/mtu").unwrap(), "9000");
+        assert_eq!(
+            t.link_target("sys/bus/pci/devices/0000:01:00.0").unwrap(),
+            "sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0"
+        );
+        assert!(matches!(
+            t.resolve("sys/escape/passwd"),
+            Err(TreeError::BadLink { .. })
+        ));
+        assert!(matches!(t.read("sys/loop"), Err(TreeError::BadLink { .. })));
+        assert_eq!(t.list("sys/class/net").unwrap(), vec!["eth0".to_string()]);
+    }
+
+    #[test]
+    fn flattened_links_are_followed() {
+        let mut t = MemTree::new("t");
+        t.add_file("sys/devices/pci0000:00/0000:00:1f.6/numa_node", b"-1\n".to_vec());
+        t.add_file(
+            "sys/class/net/eth0/device",
+            b"../../../devices/pci0000:00/0000:00:1f.6".to_vec(),
+        );
+        assert_eq!(
+            t.link_target("sys/class/net/eth0/device").unwrap(),
+            "sys/devices/pci0000:00/0000:00:1f.6"
+        );
+    }
+}

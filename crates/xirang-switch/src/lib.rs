@@ -1,0 +1,3 @@
+//! Xirang's switch reader: SONiC `config_db.json`.
+
+pub mod sonic;

@@ -1,0 +1,46 @@
+//! `xirang audit`: rules over hosts, switches and cabling; exit 1 on any error finding.
+
+use anyhow::{Context, Result};
+use xirang_audit::{Cluster, Severity, audit, model, report};
+
+use crate::Outcome;
+use crate::cli::AuditArgs;
+use crate::cmd::out;
+
+pub(crate) fn run(a: &AuditArgs) -> Result<Outcome> {
+    anyhow::ensure!(
+        a.hosts.is_some() || a.switches.is_some(),
+        "nothing to audit: give --hosts DIR and/or --switches DIR"
+    );
+    let cluster = Cluster::load(
+        a.hosts.as_deref(),
+        a.switches.as_deref(),
+        a.topology.as_deref(),
+        a.policy.as_deref(),
+    )?;
+    let findings = audit(&cluster);
+    if let Some(path) = &a.emit_scenario {
+        let name = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "audited".into());
+        let (_, text) = model::to_scenario(&cluster, &name);
+        let tmp = path.with_extension("toml.tmp");
+        std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
+        std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("fabric model written to {}", path.display());
+    }
+    let (h, s) = (cluster.hosts.len(), cluster.switches.len());
+    if a.sarif {
+        out(&(serde_json::to_string_pretty(&report::sarif(&findings))? + "\n"))?;
+    } else if a.json {
+        out(&(serde_json::to_string_pretty(&report::json(&findings, h, s))? + "\n"))?;
+    } else {
+        out(&report::text(&findings, h, s))?;
+    }
+    Ok(if findings.iter().any(|f| f.severity == Severity::Error) {
+        Outcome::Findings
+    } else {
+        Outcome::Clean
+    })
+}
