@@ -36,7 +36,7 @@ fn layer_title(l: Layer) -> &'static str {
     match l {
         Layer::Physical => "Physical layer (links, firmware, PCIe)",
         Layer::Network => "Network layer (MTU, PFC, ECN, congestion control)",
-        Layer::Transport => "Transport layer (RoCE GIDs)",
+        Layer::Transport => "Transport layer (RoCE GIDs, retransmissions)",
         Layer::Application => "Application layer (defaults applications inherit)",
         Layer::Inputs => "Inputs (what could not be read)",
     }

@@ -191,6 +191,17 @@ const LINK_ERROR_COUNTERS: &[&str] = &[
     "local_link_integrity_errors",
     "excessive_buffer_overrun_errors",
 ];
+/// mlx5 `hw_counters` that count transport-level loss and retries
+/// (linux-rdma-sysfs.md §1.3: out_of_seq and retrans groups).
+const RETRANS_COUNTERS: &[&str] = &[
+    "out_of_sequence",
+    "packet_seq_err",
+    "implied_nak_seq_err",
+    "local_ack_timeout_err",
+    "rnr_nak_retry_err",
+    "req_transport_retries_exceeded",
+    "req_rnr_retries_exceeded",
+];
 /// Counters that count discards (linux-rdma-sysfs.md §1.2 and §1.3).
 const DISCARD_COUNTERS: &[&str] = &["port_xmit_discards", "out_of_buffer"];
 
@@ -209,6 +220,7 @@ pub fn audit(c: &Cluster) -> Vec<Finding> {
     pcie(c, &mut f);
     ports(c, &mut f);
     counters(c, &mut f);
+    ethtool_counters(c, &mut f);
     mtu(c, &mut f);
     pfc(c, &mut f);
     ecn_host(c, &mut f);
@@ -513,7 +525,7 @@ fn ports(c: &Cluster, out: &mut Vec<Finding>) {
                 message: match phys {
                     Some(PHYS_POLLING) => "port is polling: no link partner (cable unplugged, bad cable or transceiver, switch port down)".into(),
                     Some(PHYS_DISABLED) => "port is disabled".into(),
-                    _ => format!("port is {state} / {phys_s}"),
+                    _ => format!("port state {state}, physical state {phys_s} (a working port reads 4: ACTIVE and 5: LinkUp)"),
                 },
                 evidence: vec![ev(h, &format!("{dir}/state"), state), ev(h, &format!("{dir}/phys_state"), phys_s)],
                 fix: "check the cable, the transceiver and the switch port (admin up, same speed and FEC); `ip link set <if> up` if disabled".into(),
@@ -541,6 +553,24 @@ fn counters(c: &Cluster, out: &mut Vec<Finding>) {
                     fix: "watch whether they rise (`xirang monitor`); rising symbol errors or link_downed mean a bad cable or transceiver: clean or replace it".into(),
                 });
             }
+            let retrans: Vec<(&str, u64)> = RETRANS_COUNTERS
+                .iter()
+                .filter_map(|n| p.hw_counters.get(*n).filter(|v| **v > 0).map(|v| (*n, *v)))
+                .collect();
+            if !retrans.is_empty() {
+                out.push(Finding {
+                    rule: "TRN-RETRANS",
+                    severity: Severity::Warning,
+                    layer: Layer::Transport,
+                    entity: port_name(h, d, p),
+                    message: format!(
+                        "the RoCE transport has already lost packets or timed out: {} (on a lossless fabric these stay at zero)",
+                        retrans.iter().map(|(n, v)| format!("{n}={v}")).collect::<Vec<_>>().join(", ")
+                    ),
+                    evidence: retrans.iter().map(|(n, v)| ev(h, &format!("{dir}/hw_counters/{n}"), v)).collect(),
+                    fix: "check PFC on the RoCE priority end to end (NET-PFC-MISMATCH), switch discards and link errors on the path; rnr_* means receivers run out of posted buffers".into(),
+                });
+            }
             let mut disc: Vec<(String, &str, u64)> = DISCARD_COUNTERS
                 .iter()
                 .filter_map(|n| {
@@ -565,6 +595,62 @@ fn counters(c: &Cluster, out: &mut Vec<Finding>) {
                     message: format!("discards are non-zero: {}", disc.iter().map(|(_, n, v)| format!("{n}={v}")).collect::<Vec<_>>().join(", ")),
                     evidence: disc.iter().map(|(path, _, v)| ev(h, path, v)).collect(),
                     fix: "out_of_buffer: the application posts receive buffers too slowly (raise the receive queue depth); port_xmit_discards: congestion or a down link, check PFC on the RoCE priority".into(),
+                });
+            }
+        }
+    }
+}
+
+/// `ethtool -S` counters, when captured: physical errors and discards per interface
+/// (linux-rdma-sysfs.md §2.1).
+fn ethtool_counters(c: &Cluster, out: &mut Vec<Finding>) {
+    for h in &c.hosts {
+        for (ifname, stats) in &h.tools.ethtool {
+            let e = stats.phy_errors();
+            let path = format!("commands/ethtool-S-{ifname}.txt");
+            let pick = |v: &[(&'static str, Option<u64>)]| -> Vec<(&'static str, u64)> {
+                v.iter()
+                    .filter_map(|(n, x)| x.filter(|x| *x > 0).map(|x| (*n, x)))
+                    .collect()
+            };
+            let phy = pick(&[
+                ("rx_crc_errors_phy", e.rx_crc_errors_phy),
+                ("rx_symbol_err_phy", e.rx_symbol_err_phy),
+                ("rx_pcs_symbol_err_phy", e.rx_pcs_symbol_err_phy),
+                ("link_down_events_phy", e.link_down_events_phy),
+                ("rx_oversize_pkts_phy", e.rx_oversize_pkts_phy),
+                ("tx_pause_storm_error_events", e.tx_pause_storm_error_events),
+            ]);
+            if !phy.is_empty() {
+                let oversize = phy.iter().any(|(n, _)| *n == "rx_oversize_pkts_phy");
+                out.push(Finding {
+                    rule: "PHY-COUNTER-ERRORS",
+                    severity: Severity::Warning,
+                    layer: Layer::Physical,
+                    entity: format!("{}/{ifname}", h.hostname),
+                    message: format!(
+                        "NIC error counters are non-zero: {}{}",
+                        phy.iter().map(|(n, v)| format!("{n}={v}")).collect::<Vec<_>>().join(", "),
+                        if oversize { " (oversize frames: the peer sends a larger MTU than this port accepts)" } else { "" }
+                    ),
+                    evidence: phy.iter().map(|(n, v)| ev(h, &format!("{path} {n}"), v)).collect(),
+                    fix: "watch whether they rise (`xirang monitor`); CRC/symbol errors and link-down events point at the cable or transceiver, oversize frames at an MTU mismatch".into(),
+                });
+            }
+            let disc = pick(&[
+                ("rx_discards_phy", e.rx_discards_phy),
+                ("tx_discards_phy", e.tx_discards_phy),
+                ("rx_out_of_buffer", e.rx_out_of_buffer),
+            ]);
+            if !disc.is_empty() {
+                out.push(Finding {
+                    rule: "NET-DISCARDS",
+                    severity: Severity::Warning,
+                    layer: Layer::Network,
+                    entity: format!("{}/{ifname}", h.hostname),
+                    message: format!("NIC discard counters are non-zero: {}", disc.iter().map(|(n, v)| format!("{n}={v}")).collect::<Vec<_>>().join(", ")),
+                    evidence: disc.iter().map(|(n, v)| ev(h, &format!("{path} {n}"), v)).collect(),
+                    fix: "rx_discards_phy: the NIC ran out of receive buffer (is PFC on for this traffic?); rx_out_of_buffer: the host posts receive buffers too slowly".into(),
                 });
             }
         }

@@ -4,8 +4,9 @@ of real captures (run from anywhere; writes next to this script):
 
 - host trees: the sysfs layout of shared/fixtures/sysfs (prometheus/procfs), with the
   mlx5 DCQCN knobs and hw_counter names of its eth0/mlx5_0 (real mlx5 defaults), the
-  `mlnx_qos -i` output of shared/fixtures/rdma-misc (trust dscp, PFC on priority 3) as the
-  captured command output, and a GID table laid out like the show_gids fixture
+  `mlnx_qos -i` output of shared/fixtures/rdma-misc (trust dscp, PFC on priority 3) and
+  the ConnectX-4 Lx `ethtool -S` of shared/fixtures/ethtool (no errors) as the captured
+  command outputs, and a GID table laid out like the show_gids fixture
   (link-local v1/v2, then IPv4-mapped v1/v2);
 - switch configs: SONiC's Mellanox SN4600C QoS and buffer tables from
   shared/fixtures/sonic, merged, with two changes a RoCE deployment makes (DSCP 26, RoCE
@@ -80,6 +81,8 @@ def host(h):
     counters_src = os.path.join(PROCFS, "class/infiniband/hfi1_0/ports/1/counters")
     hw_src = os.path.join(PROCFS, "class/infiniband/mlx5_0/ports/1/hw_counters")
     qos = read(os.path.join(HOST_DATA, "mlnx_qos", "mlnx_qos-trust-dscp-pfc-prio3.txt"))
+    # A real mlx5 `ethtool -S` whose error and discard counters are all zero.
+    ethtool = read(os.path.join(HOST_DATA, "ethtool", "mlx5-cx4lx-fw14.23-ubuntu18.04-ethtool-S.txt"))
     for i, s in enumerate(SOCKETS):
         rootc = f"pci0000:{s['root']:02x}"
         rp = f"0000:{s['root']:02x}:01.0"
@@ -144,6 +147,7 @@ def host(h):
                 else:
                     write(f"{nd}/ecn/{side}/{f}", read(src).strip() + "\n")
         write(f"{root}/commands/mlnx_qos-i-{ifname}.txt", qos)
+        write(f"{root}/commands/ethtool-S-{ifname}.txt", ethtool)
 
 
 def switch(n):

@@ -27,6 +27,8 @@ struct Case {
     #[serde(default)]
     json_remove: Vec<(String, String)>,
     #[serde(default)]
+    replace: Vec<(String, String, String)>,
+    #[serde(default)]
     policy: Option<String>,
     expect: Vec<(String, String)>,
     #[serde(default)]
@@ -71,6 +73,17 @@ fn apply(root: &Path, case: &Case) {
         );
         std::fs::remove_file(&p).unwrap();
         std::fs::write(p, text).unwrap();
+    }
+    for (path, from, to) in &case.replace {
+        let p = root.join(path);
+        let text = std::fs::read_to_string(&p).unwrap();
+        assert!(
+            text.contains(from.as_str()),
+            "case `{}`: `{from}` not in {path}",
+            case.name
+        );
+        std::fs::remove_file(&p).unwrap();
+        std::fs::write(&p, text.replacen(from.as_str(), to, 1)).unwrap();
     }
     for path in &case.remove {
         let p = root.join(path);

@@ -168,6 +168,10 @@ pub fn capture(root: &Path, run_commands: bool) -> (MemTree, Manifest) {
             (n, has_rdma)
         })
         .collect();
+    // A host directory captured earlier keeps its tool outputs.
+    for name in live.list(COMMANDS_DIR).unwrap_or_default() {
+        c.copy_file(&join(COMMANDS_DIR, &name));
+    }
     let mut commands = Vec::new();
     if run_commands {
         let mut run = |name: String, argv: Vec<&str>| {

@@ -398,6 +398,13 @@ impl MemTree {
         self.entries.entry(path).or_insert(MemEntry::Dir);
     }
 
+    /// Removes an entry and everything below it.
+    pub fn remove(&mut self, path: &str) {
+        let path = path.trim_matches('/');
+        let prefix = format!("{path}/");
+        self.entries.retain(|k, _| k != path && !k.starts_with(&prefix));
+    }
+
     /// Every entry with its kind, sorted by path (parents before children).
     pub fn entries(&self) -> Vec<(String, Kind)> {
         self.entries

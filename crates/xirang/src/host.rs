@@ -197,6 +197,15 @@ pub(crate) fn render(inv: &HostInventory) -> String {
             tools.ethtool.keys().cloned().collect::<Vec<_>>().join(", ")
         ));
     }
+    if !tools.mlnx_qos.is_empty() {
+        captured.push(format!(
+            "mlnx_qos -i ({})",
+            tools.mlnx_qos.keys().cloned().collect::<Vec<_>>().join(", ")
+        ));
+    }
+    if tools.lspci.is_some() {
+        captured.push("lspci -vvv".into());
+    }
     if tools.ibv_devinfo.is_some() {
         captured.push("ibv_devinfo -v".into());
     }

@@ -4,6 +4,7 @@
 //! - `topo`, `scenario`, `sim`: one module per command family; `report`: snapshots of
 //!   the human-readable reports.
 
+mod host;
 mod nccl;
 mod plan;
 mod report;

@@ -29,3 +29,37 @@ fn sim_summary_table() {
         .collect();
     insta::assert_snapshot!(stable.join("\n"));
 }
+
+#[test]
+fn host_show_tables_of_a_fixture_host() {
+    let (out, _) = run_expect(
+        &[
+            "host",
+            "show",
+            "--root",
+            "crates/xirang-audit/test_data/cluster/hosts/h1",
+        ],
+        0,
+    );
+    insta::assert_snapshot!(out);
+}
+
+#[test]
+fn audit_report_of_the_procfs_fixture_host() {
+    // The procfs capture as a one-host cluster: what an operator sees for a real tree
+    // (its ports, counters and knobs as upstream captured them).
+    let dir = tempfile::tempdir().unwrap();
+    let hosts = dir.path().join("hosts");
+    std::fs::create_dir_all(&hosts).unwrap();
+    std::os::unix::fs::symlink(
+        crate::util::root().join("crates/xirang-host/test_data/sysfs/procfs"),
+        hosts.join("procfs"),
+    )
+    .unwrap();
+    // Exit 1: its mlx5_0 port reads `4: ACTIVE` as phys_state (a quirk of the capture).
+    let (out, _) = run_expect(&["audit", "--hosts", hosts.to_str().unwrap()], 1);
+    insta::assert_snapshot!(
+        out.replace(&crate::util::root().join("").display().to_string(), "<root>/")
+            .replace(hosts.to_str().unwrap(), "<hosts>")
+    );
+}
