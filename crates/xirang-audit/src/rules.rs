@@ -202,6 +202,8 @@ const RETRANS_COUNTERS: &[&str] = &[
     "req_transport_retries_exceeded",
     "req_rnr_retries_exceeded",
 ];
+/// DSCP of CNPs: mlx5's `roce_np/cnp_dscp` default (switch-config.md §2).
+const CNP_DSCP: u8 = 48;
 /// Counters that count discards (linux-rdma-sysfs.md §1.2 and §1.3).
 const DISCARD_COUNTERS: &[&str] = &["port_xmit_discards", "out_of_buffer"];
 
@@ -686,6 +688,36 @@ fn mtu(c: &Cluster, out: &mut Vec<Finding>) {
                 });
             }
         }
+        // RoCE active MTU as ibv_devinfo reports it, where the netdev MTU is fine: the
+        // port negotiated less than the netdev allows (linux-rdma-sysfs.md §4).
+        for (h, d, m) in &nics {
+            if *m != want {
+                continue;
+            }
+            let Some(p) = d.ports.iter().find(|p| p.is_roce()) else {
+                continue;
+            };
+            let reported = h
+                .tools
+                .ibv_devinfo
+                .as_ref()
+                .and_then(|devs| devs.iter().find(|x| x.hca_id == d.name))
+                .and_then(|x| x.ports.iter().find(|q| q.port == p.port))
+                .and_then(|q| q.active_mtu_bytes);
+            if let Some(active) = reported
+                && active != roce_active_mtu(want)
+            {
+                out.push(Finding {
+                    rule: "NET-MTU-PATH",
+                    severity: Severity::Error,
+                    layer: Layer::Network,
+                    entity: port_name(h, d, p),
+                    message: format!("RoCE active MTU {active} where netdev MTU {want} gives {} on the other hosts", roce_active_mtu(want)),
+                    evidence: vec![ev(h, "commands/ibv_devinfo-v.txt", format!("{} port {} active_mtu {active}", d.name, p.port))],
+                    fix: format!("check the MTU of the netdev the GID uses (a VLAN or bond above {} may have a smaller MTU) and re-create the QPs", d.netdevs.first().map(String::as_str).unwrap_or("the port")),
+                });
+            }
+        }
         // Cluster-wide: jumbo frames at all?
         if roce_active_mtu(want) < ROCE_JUMBO_MTU_BYTES && !nics.is_empty() {
             out.push(Finding {
@@ -785,6 +817,25 @@ fn pfc(c: &Cluster, out: &mut Vec<Finding>) {
                 v.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(",")
             }
         };
+        if let Some(cable) = c.cable_of(&h.hostname, &d.name, Some(&nd.name))
+            && let Some(sw) = c.switch(&cable.switch)
+            && let Some(q) = h.tools.mlnx_qos.get(&nd.name)
+            && q.trust == Some(xirang_host::parse::mlnx_qos::Trust::Pcp)
+            && sw.db.dscp_to_tc(&cable.port, c.policy.roce_dscp).is_some()
+        {
+            out.push(Finding {
+                rule: "NET-TRUST",
+                severity: Severity::Error,
+                layer: Layer::Network,
+                entity: format!("{}/{} - {}:{}", h.hostname, nd.name, cable.switch, cable.port),
+                message: "the NIC trusts PCP (VLAN priority) but the switch classifies by DSCP: without a VLAN tag RoCE leaves on priority 0, outside the lossless class (switch-config.md, check 1)".into(),
+                evidence: vec![
+                    ev(h, &qos_path, "Priority trust state: pcp"),
+                    Evidence { source: format!("{}: PORT_QOS_MAP|{}.dscp_to_tc_map", sw.source, cable.port), value: format!("DSCP {} -> TC {}", c.policy.roce_dscp, sw.db.dscp_to_tc(&cable.port, c.policy.roce_dscp).unwrap_or_default()) },
+                ],
+                fix: format!("mlnx_qos -i {} --trust dscp", nd.name),
+            });
+        }
         if let Some(cable) = c.cable_of(&h.hostname, &d.name, Some(&nd.name))
             && let Some(sw) = c.switch(&cable.switch)
         {
@@ -959,6 +1010,51 @@ fn switch_queues(c: &Cluster, out: &mut Vec<Finding>) {
                 message: format!("RoCE (DSCP {dscp}) gets no ECN marking: {why}; DCQCN never sees congestion and PFC does all the work"),
                 evidence: vec![Evidence { source: format!("{}: QUEUE|{port}|{q}.wred_profile", sw.source), value: wred_name.unwrap_or_else(|| "absent".into()) }],
                 fix: format!("bind a WRED profile with ecn ecn_all and wred_green_enable true to QUEUE|{port}|{q} (e.g. AZURE_LOSSLESS)"),
+            });
+        }
+        if db.pfc_enabled(&port).contains(&prio) {
+            // The PG that the RoCE priority lands in must hold PFC headroom (xoff), or
+            // in-flight data after a pause is dropped (switch-config.md, check 2).
+            let pg = tc.and_then(|tc| db.pg_of_tc(&port, tc));
+            let lossless = pg
+                .and_then(|pg| db.pg_profile(&port, pg))
+                .is_some_and(|p| p.is_lossless());
+            let dynamic = pg
+                .and_then(|pg| db.buffer_pgs.get(&port).and_then(|m| m.get(&pg)))
+                .is_some_and(|b| b.dynamic);
+            if !lossless && !dynamic {
+                let name = pg
+                    .and_then(|pg| db.buffer_pgs.get(&port).and_then(|m| m.get(&pg)))
+                    .and_then(|b| b.profile.clone());
+                out.push(Finding {
+                    rule: "NET-LOSSLESS-PG",
+                    severity: Severity::Error,
+                    layer: Layer::Network,
+                    entity: entity.clone(),
+                    message: format!(
+                        "PFC is on for priority {prio}, but its priority group {} has {}: data in flight after a pause has nowhere to go and is dropped",
+                        pg.map_or("(none: no tc_to_pg_map entry)".into(), |p| p.to_string()),
+                        name.as_deref().map_or("no BUFFER_PG profile".to_string(), |n| format!("profile `{n}` without xoff headroom"))
+                    ),
+                    evidence: vec![Evidence { source: format!("{}: BUFFER_PG|{port}|{}", sw.source, pg.unwrap_or(prio)), value: name.unwrap_or_else(|| "absent".into()) }],
+                    fix: format!("bind a lossless profile (pg_lossless_<speed>_<cable>_profile, with xoff and xon) to BUFFER_PG|{port}|{}", pg.unwrap_or(prio)),
+                });
+            }
+        }
+        // CNPs (DSCP 48 by default, roce_np/cnp_dscp) must not queue behind the data they
+        // are meant to slow down (switch-config.md, check 3).
+        let cnp_queue = db
+            .dscp_to_tc(&port, CNP_DSCP)
+            .and_then(|tc| db.queue_of_tc(&port, tc));
+        if cnp_queue.is_some() && cnp_queue == queue {
+            out.push(Finding {
+                rule: "NET-CNP-QUEUE",
+                severity: Severity::Warning,
+                layer: Layer::Network,
+                entity: entity.clone(),
+                message: format!("CNPs (DSCP {CNP_DSCP}) go to queue {}, the RoCE data queue: congestion notifications wait behind the congestion", cnp_queue.unwrap_or_default()),
+                evidence: vec![Evidence { source: format!("{}: DSCP_TO_TC_MAP", sw.source), value: format!("DSCP {CNP_DSCP} and DSCP {dscp} -> queue {}", cnp_queue.unwrap_or_default()) }],
+                fix: format!("map DSCP {CNP_DSCP} to its own traffic class and a strict-priority queue (e.g. TC 6, SCHEDULER type STRICT)"),
             });
         }
         if db.pfc_enabled(&port).contains(&prio) && !db.pfc_wd_on(&port) {

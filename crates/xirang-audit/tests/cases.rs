@@ -29,6 +29,8 @@ struct Case {
     #[serde(default)]
     replace: Vec<(String, String, String)>,
     #[serde(default)]
+    create: std::collections::BTreeMap<String, String>,
+    #[serde(default)]
     policy: Option<String>,
     expect: Vec<(String, String)>,
     #[serde(default)]
@@ -72,6 +74,15 @@ fn apply(root: &Path, case: &Case) {
             case.name
         );
         std::fs::remove_file(&p).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+    for (path, text) in &case.create {
+        let p = root.join(path);
+        assert!(
+            !p.exists(),
+            "case `{}` creates {path}, which already exists",
+            case.name
+        );
         std::fs::write(p, text).unwrap();
     }
     for (path, from, to) in &case.replace {
