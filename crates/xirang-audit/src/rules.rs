@@ -160,6 +160,26 @@ pub const RULES: &[RuleInfo] = &[
         title: "discard counters already non-zero",
     },
     RuleInfo {
+        id: "NET-TRUST",
+        layer: Layer::Network,
+        title: "host NIC trusts PCP while the switch classifies RoCE by DSCP",
+    },
+    RuleInfo {
+        id: "NET-LOSSLESS-PG",
+        layer: Layer::Network,
+        title: "the RoCE priority's priority group has no lossless (headroom) buffer profile",
+    },
+    RuleInfo {
+        id: "NET-CNP-QUEUE",
+        layer: Layer::Network,
+        title: "CNPs share the RoCE data queue on a switch port",
+    },
+    RuleInfo {
+        id: "TRN-RETRANS",
+        layer: Layer::Transport,
+        title: "RoCE transport retransmissions or retry failures already counted",
+    },
+    RuleInfo {
         id: "TRN-GID-V2",
         layer: Layer::Transport,
         title: "RoCE v2 GID missing, or at a different index than on the other hosts",

@@ -202,6 +202,11 @@ fn every_case_gives_exactly_its_findings() {
     let all: std::collections::BTreeSet<&str> = xirang_audit::rules::RULES.iter().map(|r| r.id).collect();
     let missing: Vec<_> = all.difference(&rules_hit).collect();
     assert!(missing.is_empty(), "rules without a positive case: {missing:?}");
+    let unlisted: Vec<_> = rules_hit.difference(&all).collect();
+    assert!(
+        unlisted.is_empty(),
+        "findings of rules missing from RULES: {unlisted:?}"
+    );
 }
 
 #[test]
