@@ -27,6 +27,7 @@ pub fn read_host(tree: &dyn Tree) -> HostInventory {
     let mut r = Reader {
         tree,
         problems: Vec::new(),
+        gids: true,
     };
     let mut inv = HostInventory {
         hostname: r.hostname(),
@@ -69,9 +70,96 @@ pub fn read_host(tree: &dyn Tree) -> HostInventory {
     inv
 }
 
+/// What a monitoring round samples: every RDMA device with its ports' state, rate,
+/// `counters/` and `hw_counters/` (no GID tables, no static attributes beyond identity),
+/// each netdev's `statistics/` and operational state, and the PCIe link of every NIC.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct CounterRead {
+    /// RDMA devices (ports without GIDs).
+    pub rdma: Vec<RdmaDevice>,
+    /// Netdevs: name, `operstate`, `carrier_changes`, and `statistics/*`.
+    pub netdevs: Vec<NetdevCounters>,
+    /// PCIe functions behind the netdevs and RDMA devices, with their link state.
+    pub pci: Vec<PciFunction>,
+    /// What could not be read.
+    pub problems: Vec<ReadProblem>,
+}
+
+/// A netdev's counters.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct NetdevCounters {
+    /// Interface name.
+    pub name: String,
+    /// `operstate`.
+    pub operstate: Option<String>,
+    /// `carrier_changes`: link flaps seen by the kernel.
+    pub carrier_changes: Option<u64>,
+    /// `statistics/*`.
+    pub statistics: BTreeMap<String, u64>,
+}
+
+/// Reads the counters a monitoring round needs, with the same reader (and the same
+/// handling of bad files) as [`read_host`].
+pub fn read_counters(tree: &dyn Tree) -> CounterRead {
+    let mut r = Reader {
+        tree,
+        problems: Vec::new(),
+        gids: false,
+    };
+    let rdma = r.rdma_devices();
+    let mut netdevs = Vec::new();
+    let mut functions: BTreeMap<String, PciFunction> = BTreeMap::new();
+    for name in r.list("sys/class/net") {
+        if name == "lo" {
+            continue;
+        }
+        let d = join("sys/class/net", &name);
+        if let Ok(target) = tree.link_target(&join(&d, "device"))
+            && let Some(bdf) = target.split('/').rev().find(|c| is_bdf(c))
+            && !functions.contains_key(bdf)
+        {
+            let at = target
+                .find(bdf)
+                .map_or(target.as_str(), |i| &target[..i + bdf.len()])
+                .to_string();
+            let f = r.pci_function(&at);
+            functions.insert(f.bdf.clone(), f);
+        }
+        netdevs.push(NetdevCounters {
+            operstate: r.text(&join(&d, "operstate")),
+            carrier_changes: r.parsed(&join(&d, "carrier_changes"), "a count", |t| t.parse().ok()),
+            statistics: r.counters(&join(&d, "statistics")),
+            name,
+        });
+    }
+    for dev in &rdma {
+        let link = format!("sys/class/infiniband/{}/device", dev.name);
+        if let Ok(target) = tree.link_target(&link)
+            && let Some(bdf) = target.split('/').rev().find(|c| is_bdf(c))
+            && !functions.contains_key(bdf)
+        {
+            let at = target
+                .find(bdf)
+                .map_or(target.as_str(), |i| &target[..i + bdf.len()])
+                .to_string();
+            let f = r.pci_function(&at);
+            functions.insert(f.bdf.clone(), f);
+        }
+    }
+    CounterRead {
+        rdma,
+        netdevs,
+        pci: functions.into_values().collect(),
+        problems: r.problems,
+    }
+}
+
 struct Reader<'a> {
     tree: &'a dyn Tree,
     problems: Vec<ReadProblem>,
+    /// GID tables are large (256 entries per port on mlx5) and static: the counter
+    /// sampler skips them.
+    gids: bool,
 }
 
 impl Reader<'_> {
@@ -308,7 +396,12 @@ impl Reader<'_> {
         };
         let mut gids = Vec::new();
         let gid_dir = join(dir, "gids");
-        for idx in self.list(&gid_dir) {
+        let gid_entries = if self.gids {
+            self.list(&gid_dir)
+        } else {
+            Vec::new()
+        };
+        for idx in gid_entries {
             let Ok(index) = idx.parse::<u16>() else { continue };
             // Unused entries read as all zeros; their attributes fail with EINVAL.
             let Ok(gid) = self.tree.read_text(&join(&gid_dir, &idx)) else {

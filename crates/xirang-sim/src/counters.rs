@@ -9,8 +9,6 @@
 //!   `SAI_PORT_STAT_PFC_3_RX_PKTS`, `SAI_QUEUE_STAT_WRED_ECN_MARKED_PACKETS`, ...). The SAI
 //!   names are the standard `sai_port_stat_t` / `sai_queue_stat_t` enumerators.
 
-use serde::Serialize;
-
 use crate::time::{PS_PER_US, Ps};
 
 /// Priorities per port.
@@ -75,16 +73,9 @@ pub struct PortCounters {
     pub q_watermark: [u64; N_PRIO],
 }
 
-/// One named counter value of one entity.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct CounterValue {
-    /// `h3/mlx5_0/1`, `leaf0:5`, `leaf0:5/q3`.
-    pub entity: String,
-    /// The hardware's name.
-    pub name: String,
-    /// Value in the hardware's unit.
-    pub value: u64,
-}
+/// One named counter value of one entity: the schema the monitoring agent uses for real
+/// hosts (`xirang-telemetry`), so the same metrics, rules and dashboards read both.
+pub use xirang_telemetry::CounterValue;
 
 fn push(out: &mut Vec<CounterValue>, entity: &str, name: String, value: u64) {
     out.push(CounterValue {

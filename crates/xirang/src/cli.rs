@@ -44,6 +44,93 @@ pub(crate) enum Command {
     /// Audit hosts, switches and their cabling layer by layer (physical, network,
     /// transport, application); exit status 1 when any finding is an error.
     Audit(AuditArgs),
+    /// Monitoring agent: sample RDMA counters every interval, derive health signals,
+    /// serve them to Prometheus on /metrics, keep local history, evaluate alert rules.
+    Monitor(MonitorArgs),
+}
+
+/// `xirang monitor`.
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub(crate) struct MonitorArgs {
+    #[command(subcommand)]
+    pub(crate) command: Option<MonitorCmd>,
+    /// Read the host rooted here instead of `/` (a fixture or copied tree).
+    #[arg(long)]
+    pub(crate) root: Option<PathBuf>,
+    /// Address to serve /metrics and /healthz on (loopback by default).
+    #[arg(long, default_value = "127.0.0.1:9316")]
+    pub(crate) listen: std::net::SocketAddr,
+    /// Sampling interval (e.g. 10s, 500ms, 1m).
+    #[arg(long, default_value = "10s")]
+    pub(crate) interval: String,
+    /// Keep history in this SQLite file.
+    #[arg(long)]
+    pub(crate) history: Option<PathBuf>,
+    /// Keep raw samples this long (e.g. 1d).
+    #[arg(long, default_value = "1d")]
+    pub(crate) raw_retention: String,
+    /// Keep 1-minute roll-ups this long (e.g. 30d).
+    #[arg(long, default_value = "30d")]
+    pub(crate) minute_retention: String,
+    /// Bound on the history file, in MiB.
+    #[arg(long, default_value_t = 256)]
+    pub(crate) history_max_mib: u64,
+    /// Alert rules file (default: the shipped monitoring/alert-rules.toml).
+    #[arg(long)]
+    pub(crate) alerts: Option<PathBuf>,
+    /// Do not run `ethtool -S` (captured `commands/ethtool-S-IF.txt` files are still read).
+    #[arg(long)]
+    pub(crate) no_ethtool: bool,
+    /// Sample twice (one interval apart, so rates exist), print the metrics and exit.
+    #[arg(long)]
+    pub(crate) once: bool,
+    /// Replay a `xirang sim --out` directory instead of sampling a host.
+    #[arg(long, conflicts_with_all = ["root", "once"])]
+    pub(crate) replay: Option<PathBuf>,
+    /// With --once or --replay: print JSON instead of the exposition text.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum MonitorCmd {
+    /// Print recent history windows.
+    Query(MonitorQueryArgs),
+    /// Time a sampling round and a render over a synthetic 8-NIC host, the agent's memory,
+    /// and its scrape time against prometheus-node-exporter on the same tree.
+    Bench(MonitorBenchArgs),
+}
+
+/// `xirang monitor bench`.
+#[derive(Debug, Args)]
+pub(crate) struct MonitorBenchArgs {
+    /// NICs in the synthetic host.
+    #[arg(long, default_value_t = 8)]
+    pub(crate) nics: usize,
+    /// Rounds and renders timed in-process.
+    #[arg(long, default_value_t = 200)]
+    pub(crate) rounds: usize,
+    /// HTTP scrapes of each exporter.
+    #[arg(long, default_value_t = 100)]
+    pub(crate) scrapes: usize,
+}
+
+/// `xirang monitor query`.
+#[derive(Debug, Args)]
+pub(crate) struct MonitorQueryArgs {
+    /// History file written by the agent.
+    #[arg(long)]
+    pub(crate) history: PathBuf,
+    /// How far back (e.g. 10m, 2h, 1d).
+    #[arg(long, default_value = "10m")]
+    pub(crate) since: String,
+    /// Metric name, or a prefix ending in `*`.
+    #[arg(long)]
+    pub(crate) counter: Option<String>,
+    /// Print JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 /// `xirang audit`.

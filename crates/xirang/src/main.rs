@@ -6,6 +6,8 @@ mod bench;
 mod cli;
 mod cmd;
 mod host;
+mod monitor;
+mod monitor_bench;
 mod nccl;
 mod plan;
 mod sim;

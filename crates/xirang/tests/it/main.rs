@@ -5,6 +5,7 @@
 //!   the human-readable reports.
 
 mod host;
+mod monitor;
 mod nccl;
 mod plan;
 mod report;

@@ -1,0 +1,537 @@
+//! One sampling round: read every counter through the host reader (or take them from a
+//! replayed simulation), turn raw values into monotonic metric values (wraps and resets
+//! folded in by `xirang_telemetry::RateTracker`), and derive the health signals.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::Serialize;
+use xirang_host::parse::ethtool::EthtoolStats;
+use xirang_host::sysfs::{CounterRead, read_counters};
+use xirang_host::tree::Tree;
+use xirang_telemetry::metric::{Metric, metric_for};
+use xirang_telemetry::spec::{Kind, spec};
+use xirang_telemetry::{Change, CounterValue, Entity, RateTracker};
+
+/// One exported value.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Point {
+    /// Name, labels, type and help.
+    pub metric: Metric,
+    /// Value in the metric's unit.
+    pub value: f64,
+}
+
+/// What one round produced.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Round {
+    /// Sample time, ns since the Unix epoch (or since the start of a replayed run).
+    pub ts_ns: u64,
+    /// Counters, gauges and derived signals.
+    pub points: Vec<Point>,
+    /// Problems met in this round (unreadable or garbled files), with their paths.
+    pub problems: Vec<String>,
+    /// Counters that vanished since the previous round.
+    pub vanished: Vec<String>,
+    /// Counters that went down without wrapping (device or driver reset).
+    pub resets: Vec<String>,
+    /// Seconds the round took.
+    pub duration_s: f64,
+}
+
+impl Round {
+    /// The value of the point with this name whose labels include all of `labels`.
+    pub fn get(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+        self.points
+            .iter()
+            .find(|p| {
+                p.metric.name == name
+                    && labels
+                        .iter()
+                        .all(|(k, v)| p.metric.labels.iter().any(|(pk, pv)| pk == k && pv == v))
+            })
+            .map(|p| p.value)
+    }
+}
+
+/// Where counters come from.
+pub enum Source {
+    /// A host tree (a live `/` or a fixture), read with the host reader; `ethtool -S`
+    /// from `commands/ethtool-S-IF.txt` when the tree has it, else by running `ethtool`
+    /// when `run_ethtool` is set (live hosts).
+    Host {
+        /// The tree.
+        tree: Box<dyn Tree + Send + Sync>,
+        /// Run `ethtool -S` for interfaces with no captured output.
+        run_ethtool: bool,
+    },
+    /// Values are handed in by the caller ([`Collector::fold`]), as a replay does.
+    External,
+}
+
+/// Accumulated state across rounds.
+pub struct Collector {
+    source: Source,
+    host_label: Option<String>,
+    tracker: RateTracker<(String, String)>,
+    totals: HashMap<(String, String), u64>,
+    /// Problems met since start (`xirang_collector_errors_total`).
+    pub errors_total: u64,
+    /// Rounds done.
+    pub rounds: u64,
+}
+
+/// Counters whose increase counts as link errors (linux-rdma-sysfs.md §1.2).
+const LINK_ERRORS: &[&str] = &[
+    "symbol_error",
+    "port_rcv_errors",
+    "link_error_recovery",
+    "local_link_integrity_errors",
+];
+/// Transport retransmission and timeout counters (linux-rdma-sysfs.md §1.3).
+const RETRANS: &[&str] = &[
+    "out_of_sequence",
+    "packet_seq_err",
+    "implied_nak_seq_err",
+    "local_ack_timeout_err",
+    "rnr_nak_retry_err",
+];
+/// Discard counters (NIC port and receive queues).
+const DISCARDS: &[&str] = &["port_xmit_discards", "out_of_buffer"];
+/// ethtool physical error counters (linux-rdma-sysfs.md §2.1).
+const PHY_ERRORS: &[&str] = &["rx_crc_errors_phy", "rx_symbol_err_phy", "rx_pcs_symbol_err_phy"];
+
+/// Per-entity increases in one round, for the derived signals.
+#[derive(Default)]
+struct Deltas {
+    by: BTreeMap<String, BTreeMap<String, u64>>,
+    dt_s: BTreeMap<String, f64>,
+}
+
+impl Deltas {
+    fn add(&mut self, entity: &str, name: &str, c: &Change) {
+        if let Change::Delta { dt_s, .. } | Change::Reset { dt_s, .. } = c {
+            *self
+                .by
+                .entry(entity.to_string())
+                .or_default()
+                .entry(name.to_string())
+                .or_default() += c.increase();
+            self.dt_s.insert(entity.to_string(), *dt_s);
+        }
+    }
+
+    fn sum(&self, entity: &str, names: &[&str]) -> Option<u64> {
+        let m = self.by.get(entity)?;
+        let v: Vec<u64> = names.iter().filter_map(|n| m.get(*n).copied()).collect();
+        (!v.is_empty()).then(|| v.iter().sum())
+    }
+}
+
+impl Collector {
+    /// A collector over `source`. `host_label` adds a `host` label to every host metric
+    /// (for replays of many hosts).
+    pub fn new(source: Source, host_label: Option<String>) -> Self {
+        Collector {
+            source,
+            host_label,
+            tracker: RateTracker::new(),
+            totals: HashMap::new(),
+            errors_total: 0,
+            rounds: 0,
+        }
+    }
+
+    /// Samples the source at `ts_ns`.
+    pub fn round(&mut self, ts_ns: u64) -> Round {
+        let started = std::time::Instant::now();
+        let (values, gauges, problems) = match &self.source {
+            Source::Host { tree, run_ethtool } => host_values(
+                tree.as_ref(),
+                *run_ethtool,
+                self.host_label.as_deref().unwrap_or("local"),
+            ),
+            Source::External => (Vec::new(), Vec::new(), Vec::new()),
+        };
+        let mut round = self.fold(ts_ns, &values, gauges, problems);
+        round.duration_s = started.elapsed().as_secs_f64();
+        round
+    }
+
+    /// Folds one set of raw counter values (and ready gauges) into a round: used by live
+    /// sampling and by replays of simulated counters.
+    pub fn fold(
+        &mut self,
+        ts_ns: u64,
+        values: &[CounterValue],
+        mut gauges: Vec<Point>,
+        problems: Vec<String>,
+    ) -> Round {
+        self.rounds += 1;
+        self.errors_total += problems.len() as u64;
+        self.tracker.begin_round();
+        let mut round = Round {
+            ts_ns,
+            problems,
+            ..Round::default()
+        };
+        let mut deltas = Deltas::default();
+        let with_host = self.host_label.is_some();
+        for cv in values {
+            let Ok(entity) = cv.entity.parse::<Entity>() else {
+                self.errors_total += 1;
+                round.problems.push(format!("{}: {}", cv.entity, "not an entity"));
+                continue;
+            };
+            let sp = spec(&cv.name);
+            let metric = metric_for(&entity, &cv.name, with_host);
+            if sp.kind == Kind::Gauge {
+                round.points.push(Point {
+                    value: cv.value as f64 * metric.scale,
+                    metric,
+                });
+                continue;
+            }
+            let key = (cv.entity.clone(), cv.name.clone());
+            let change = self.tracker.observe(&key, ts_ns, cv.value, sp.width);
+            // The exported counter is the sum of increases since the agent started (the
+            // first raw value included), so it never goes down across wraps and resets.
+            let total = self.totals.entry(key.clone()).or_insert(0);
+            match change {
+                Change::First => *total = cv.value,
+                Change::Reset { .. } => {
+                    round.resets.push(format!("{} {}", cv.entity, cv.name));
+                    *total = total.saturating_add(change.increase());
+                }
+                _ => *total = total.saturating_add(change.increase()),
+            }
+            deltas.add(&cv.entity, &cv.name, &change);
+            round.points.push(Point {
+                value: *total as f64 * metric.scale,
+                metric,
+            });
+        }
+        for (entity, name) in self.tracker.end_round() {
+            self.totals.remove(&(entity.clone(), name.clone()));
+            round.vanished.push(format!("{entity} {name}"));
+        }
+        round.points.append(&mut gauges);
+        signals(&deltas, with_host, &mut round.points);
+        round.points.push(Point {
+            metric: Metric {
+                name: "xirang_collector_errors_total".into(),
+                labels: vec![],
+                kind: Kind::Counter,
+                scale: 1.0,
+                help: "Files the collector could not read or understand, since it started.",
+            },
+            value: self.errors_total as f64,
+        });
+        round
+    }
+}
+
+fn gauge(name: &str, labels: Vec<(&'static str, String)>, value: f64, help: &'static str) -> Point {
+    Point {
+        metric: Metric {
+            name: name.to_string(),
+            labels,
+            kind: Kind::Gauge,
+            scale: 1.0,
+            help,
+        },
+        value,
+    }
+}
+
+/// Reads a host: raw counters as `CounterValue`s and state gauges as points.
+fn host_values(
+    tree: &dyn Tree,
+    run_ethtool: bool,
+    host: &str,
+) -> (Vec<CounterValue>, Vec<Point>, Vec<String>) {
+    let read: CounterRead = read_counters(tree);
+    let mut values = Vec::new();
+    let mut gauges = Vec::new();
+    let mut problems: Vec<String> = read
+        .problems
+        .iter()
+        .map(|p| format!("{}: {}", p.path, p.message))
+        .collect();
+    for d in &read.rdma {
+        gauges.push(gauge(
+            "node_infiniband_info",
+            vec![
+                ("device", d.name.clone()),
+                ("board_id", d.board_id.clone().unwrap_or_default()),
+                ("firmware_version", d.fw_ver.clone().unwrap_or_default()),
+                ("hca_type", d.hca_type.clone().unwrap_or_default()),
+            ],
+            1.0,
+            "Non-numeric data from /sys/class/infiniband/<device>, value is always 1.",
+        ));
+        for p in &d.ports {
+            let entity = format!("{host}/{}/{}", d.name, p.port);
+            let labels = vec![("device", d.name.clone()), ("port", p.port.to_string())];
+            if let Some(s) = &p.state {
+                gauges.push(gauge("node_infiniband_state_id", labels.clone(), f64::from(s.code), "State of the InfiniBand port (0: no change, 1: down, 2: init, 3: armed, 4: active, 5: act defer)"));
+            }
+            if let Some(s) = &p.phys_state {
+                gauges.push(gauge("node_infiniband_physical_state_id", labels.clone(), f64::from(s.code), "Physical state of the InfiniBand port (0: no change, 1: sleep, 2: polling, 3: disable, 4: shift, 5: link up, 6: link error recover, 7: phytest)"));
+            }
+            if let Some(r) = p.rate_gbps {
+                // Gb/s to bytes/s as node_exporter does (rate x 125 000 000).
+                gauges.push(gauge(
+                    "node_infiniband_rate_bytes_per_second",
+                    labels.clone(),
+                    r * 125_000_000.0,
+                    "Maximum signal transfer rate",
+                ));
+            }
+            for (n, v) in p.counters.iter().chain(&p.hw_counters) {
+                values.push(CounterValue {
+                    entity: entity.clone(),
+                    name: n.clone(),
+                    value: *v,
+                });
+            }
+        }
+    }
+    for n in &read.netdevs {
+        let entity = format!("{host}/{}", n.name);
+        if let Some(c) = n.carrier_changes {
+            values.push(CounterValue {
+                entity: entity.clone(),
+                name: "carrier_changes".into(),
+                value: c,
+            });
+        }
+        let captured = format!("commands/ethtool-S-{}.txt", n.name);
+        let stats = match tree.read(&captured) {
+            Ok(bytes) => match EthtoolStats::parse(&String::from_utf8_lossy(&bytes)) {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    problems.push(format!("{captured}: {e}"));
+                    None
+                }
+            },
+            Err(_) if run_ethtool => run_ethtool_s(&n.name).and_then(|t| EthtoolStats::parse(&t).ok()),
+            Err(_) => None,
+        };
+        if let Some(stats) = stats {
+            for (name, v) in &stats.counters {
+                values.push(CounterValue {
+                    entity: entity.clone(),
+                    name: name.clone(),
+                    value: *v,
+                });
+            }
+        }
+    }
+    for f in &read.pci {
+        if let Some(l) = f.link {
+            let labels = vec![("pci", f.bdf.clone())];
+            gauges.push(gauge(
+                "xirang_pcie_link_downgraded",
+                labels.clone(),
+                if l.is_downgraded() { 1.0 } else { 0.0 },
+                "1 when the PCIe link trained below its maximum speed or width.",
+            ));
+            gauges.push(gauge(
+                "xirang_pcie_link_width",
+                [labels.clone(), vec![("which", "current".into())]].concat(),
+                f64::from(l.cur_width),
+                "PCIe link width in lanes.",
+            ));
+            gauges.push(gauge(
+                "xirang_pcie_link_width",
+                [labels.clone(), vec![("which", "max".into())]].concat(),
+                f64::from(l.max_width),
+                "PCIe link width in lanes.",
+            ));
+            gauges.push(gauge(
+                "xirang_pcie_link_speed_gts",
+                [labels.clone(), vec![("which", "current".into())]].concat(),
+                l.cur_speed_gts,
+                "PCIe link speed in GT/s.",
+            ));
+            gauges.push(gauge(
+                "xirang_pcie_link_speed_gts",
+                [labels, vec![("which", "max".into())]].concat(),
+                l.max_speed_gts,
+                "PCIe link speed in GT/s.",
+            ));
+        }
+    }
+    (values, gauges, problems)
+}
+
+fn run_ethtool_s(ifname: &str) -> Option<String> {
+    let out = std::process::Command::new("ethtool")
+        .args(["-S", ifname])
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Labels of an entity for derived signals.
+fn labels_of(entity: &Entity, with_host: bool) -> Vec<(&'static str, String)> {
+    let mut l = match entity {
+        Entity::NicPort { device, port, .. } => vec![("device", device.clone()), ("port", port.to_string())],
+        Entity::Netdev { ifname, .. } => vec![("device", ifname.clone())],
+        Entity::SwitchPort { switch, port } => vec![("switch", switch.clone()), ("port", port.clone())],
+        Entity::Queue { switch, port, queue } => vec![
+            ("switch", switch.clone()),
+            ("port", port.clone()),
+            ("queue", queue.to_string()),
+        ],
+    };
+    if with_host && let Entity::NicPort { host, .. } | Entity::Netdev { host, .. } = entity {
+        l.insert(0, ("host", host.clone()));
+    }
+    l
+}
+
+/// `rx_prio3_pause_duration` (µs) increases as the share of the interval paused.
+fn pause_ratios(
+    counters: &BTreeMap<String, u64>,
+    labels: &[(&'static str, String)],
+    dt: f64,
+    out: &mut Vec<Point>,
+) {
+    for (name, v) in counters {
+        if let Some(rest) = name.strip_suffix("_pause_duration")
+            && let Some((dir, p)) = rest.split_once("_prio")
+        {
+            let mut l = labels.to_vec();
+            l.push(("direction", dir.to_string()));
+            l.push(("priority", p.to_string()));
+            out.push(gauge("xirang_pfc_pause_ratio", l, (*v as f64 * 1e-6 / dt).min(1.0), "Share of the last interval the priority was paused by PFC (rx: by the switch, tx: the NIC pausing the switch)."));
+        }
+    }
+}
+
+/// The derived health signals of a round (MISSION 5.1 and 5.2).
+fn signals(d: &Deltas, with_host: bool, out: &mut Vec<Point>) {
+    for (entity_s, counters) in &d.by {
+        let Ok(entity) = entity_s.parse::<Entity>() else {
+            continue;
+        };
+        let Some(&dt) = d.dt_s.get(entity_s) else { continue };
+        let labels = labels_of(&entity, with_host);
+        let per_s = |v: u64| v as f64 / dt;
+        match &entity {
+            Entity::NicPort { .. } => {
+                // The simulator reports the mlx5 per-priority counters on the port.
+                pause_ratios(counters, &labels, dt, out);
+                if let (Some(marked), Some(rcv)) = (
+                    counters.get("np_ecn_marked_roce_packets"),
+                    counters.get("port_rcv_packets"),
+                ) && *rcv > 0
+                {
+                    out.push(gauge(
+                        "xirang_ecn_marked_ratio",
+                        labels.clone(),
+                        *marked as f64 / *rcv as f64,
+                        "Share of received packets marked CE by the network in the last interval.",
+                    ));
+                }
+                if let Some(v) = counters.get("np_cnp_sent") {
+                    out.push(gauge(
+                        "xirang_cnp_sent_per_second",
+                        labels.clone(),
+                        per_s(*v),
+                        "CNPs sent by this port (notification point) per second.",
+                    ));
+                }
+                if let Some(v) = counters.get("rp_cnp_handled") {
+                    out.push(gauge(
+                        "xirang_cnp_handled_per_second",
+                        labels.clone(),
+                        per_s(*v),
+                        "CNPs acted on by this port (reaction point) per second.",
+                    ));
+                }
+                if let Some(v) = d.sum(entity_s, LINK_ERRORS) {
+                    out.push(gauge(
+                        "xirang_link_errors_per_second",
+                        labels.clone(),
+                        per_s(v),
+                        "Symbol, receive, recovery and integrity errors per second.",
+                    ));
+                }
+                if let Some(v) = counters.get("link_downed") {
+                    out.push(gauge(
+                        "xirang_link_flaps",
+                        labels.clone(),
+                        *v as f64,
+                        "Times the link went down in the last interval.",
+                    ));
+                }
+                if let Some(v) = d.sum(entity_s, RETRANS) {
+                    out.push(gauge(
+                        "xirang_retransmissions_per_second",
+                        labels.clone(),
+                        per_s(v),
+                        "Transport sequence errors, timeouts and RNR retries per second.",
+                    ));
+                }
+                if let Some(v) = d.sum(entity_s, DISCARDS) {
+                    out.push(gauge(
+                        "xirang_discards_per_second",
+                        labels.clone(),
+                        per_s(v),
+                        "Transmit discards and receive-queue drops (out_of_buffer) per second.",
+                    ));
+                }
+            }
+            Entity::Netdev { .. } => {
+                pause_ratios(counters, &labels, dt, out);
+                if let Some(v) = d.sum(entity_s, PHY_ERRORS) {
+                    out.push(gauge(
+                        "xirang_phy_errors_per_second",
+                        labels.clone(),
+                        per_s(v),
+                        "FCS, symbol and uncorrected FEC errors per second (ethtool -S).",
+                    ));
+                }
+                if let Some(v) = counters
+                    .get("carrier_changes")
+                    .or(counters.get("link_down_events_phy"))
+                {
+                    out.push(gauge(
+                        "xirang_link_flaps",
+                        labels.clone(),
+                        *v as f64,
+                        "Times the link went down in the last interval.",
+                    ));
+                }
+                if let Some(v) = d.sum(
+                    entity_s,
+                    &["rx_discards_phy", "tx_discards_phy", "rx_out_of_buffer"],
+                ) {
+                    out.push(gauge(
+                        "xirang_discards_per_second",
+                        labels.clone(),
+                        per_s(v),
+                        "NIC discards per second (ethtool -S).",
+                    ));
+                }
+            }
+            Entity::SwitchPort { .. } | Entity::Queue { .. } => {
+                for (name, v) in counters {
+                    if let Some(rest) = name.strip_prefix("SAI_PORT_STAT_PFC_")
+                        && let Some(p) = rest.strip_suffix("_RX_PAUSE_DURATION_US")
+                    {
+                        let mut l = labels.clone();
+                        l.push(("direction", "rx".into()));
+                        l.push(("priority", p.to_string()));
+                        out.push(gauge("xirang_pfc_pause_ratio", l, (*v as f64 * 1e-6 / dt).min(1.0), "Share of the last interval the priority was paused by PFC (rx: by the switch, tx: the NIC pausing the switch)."));
+                    }
+                }
+            }
+        }
+    }
+}

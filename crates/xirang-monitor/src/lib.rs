@@ -1,0 +1,17 @@
+//! Xirang's monitoring agent: samples RDMA counters through the host reader, derives
+//! health signals, exports them to Prometheus, keeps local history and evaluates alert
+//! rules; replays simulator output through the same pipeline.
+//!
+//! - [`collect`]: one sampling round (counters → monotonic metrics, derived signals);
+//! - [`expose`]: Prometheus text and OpenMetrics rendering;
+//! - [`alerts`]: threshold rules over the signals;
+//! - [`history`]: the local SQLite history (raw samples, 1-minute roll-ups, retention,
+//!   bounded size, crash-safe);
+//! - [`replay`]: a simulator output directory as a series of rounds.
+
+pub mod alerts;
+pub mod collect;
+pub mod expose;
+pub mod history;
+pub mod replay;
+pub mod serve;

@@ -1,0 +1,538 @@
+//! Prometheus metric names and labels for counters.
+//!
+//! Where node_exporter's infiniband collector exports a counter, the metric is its
+//! `node_infiniband_*` name with its `device` and `port` labels and its scaling (data
+//! counters in bytes, `lifespan` in seconds), so dashboards built for node_exporter work
+//! unchanged (names as in prometheus/node_exporter `collector/infiniband_linux.go`).
+//! Everything else is `xirang_*`: per-priority NIC counters carry a `priority` and a
+//! `direction` label, switch counters `switch`/`port`(/`queue`).
+
+use serde::Serialize;
+
+use crate::Entity;
+use crate::spec::{Kind, spec};
+
+/// A metric sample's identity and how to get its value from the raw counter.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Metric {
+    /// Full metric name, with `_total` for counters.
+    pub name: String,
+    /// Label pairs, in exposition order.
+    pub labels: Vec<(&'static str, String)>,
+    /// Counter or gauge.
+    pub kind: Kind,
+    /// Multiply the raw value by this.
+    pub scale: f64,
+    /// HELP text.
+    pub help: &'static str,
+}
+
+/// sysfs PMA `counters/` names → node_exporter metric suffix and help.
+const PMA: &[(&str, &str, &str)] = &[
+    (
+        "excessive_buffer_overrun_errors",
+        "excessive_buffer_overrun_errors_total",
+        "Number of times that OverrunErrors consecutive flow control update periods occurred, each having at least one overrun error.",
+    ),
+    (
+        "link_downed",
+        "link_downed_total",
+        "Number of times the link failed to recover from an error state and went down",
+    ),
+    (
+        "link_error_recovery",
+        "link_error_recovery_total",
+        "Number of times the link successfully recovered from an error state",
+    ),
+    (
+        "local_link_integrity_errors",
+        "local_link_integrity_errors_total",
+        "Number of times that the count of local physical errors exceeded the threshold specified by LocalPhyErrors.",
+    ),
+    (
+        "multicast_rcv_packets",
+        "multicast_packets_received_total",
+        "Number of multicast packets received (including errors)",
+    ),
+    (
+        "multicast_xmit_packets",
+        "multicast_packets_transmitted_total",
+        "Number of multicast packets transmitted (including errors)",
+    ),
+    (
+        "port_rcv_constraint_errors",
+        "port_constraint_errors_received_total",
+        "Number of packets received on the switch physical port that are discarded",
+    ),
+    (
+        "port_xmit_constraint_errors",
+        "port_constraint_errors_transmitted_total",
+        "Number of packets not transmitted from the switch physical port",
+    ),
+    (
+        "port_rcv_data",
+        "port_data_received_bytes_total",
+        "Number of data octets received on all links",
+    ),
+    (
+        "port_xmit_data",
+        "port_data_transmitted_bytes_total",
+        "Number of data octets transmitted on all links",
+    ),
+    (
+        "port_rcv_discards",
+        "port_discards_received_total",
+        "Number of inbound packets discarded by the port because the port is down or congested",
+    ),
+    (
+        "port_xmit_discards",
+        "port_discards_transmitted_total",
+        "Number of outbound packets discarded by the port because the port is down or congested",
+    ),
+    (
+        "port_rcv_errors",
+        "port_errors_received_total",
+        "Number of packets containing an error that were received on this port",
+    ),
+    (
+        "port_rcv_packets",
+        "port_packets_received_total",
+        "Number of packets received on all VLs by this port (including errors)",
+    ),
+    (
+        "port_xmit_packets",
+        "port_packets_transmitted_total",
+        "Number of packets transmitted on all VLs from this port (including errors)",
+    ),
+    (
+        "port_xmit_wait",
+        "port_transmit_wait_total",
+        "Number of ticks during which the port had data to transmit but no data was sent during the entire tick",
+    ),
+    (
+        "unicast_rcv_packets",
+        "unicast_packets_received_total",
+        "Number of unicast packets received (including errors)",
+    ),
+    (
+        "unicast_xmit_packets",
+        "unicast_packets_transmitted_total",
+        "Number of unicast packets transmitted (including errors)",
+    ),
+    (
+        "port_rcv_remote_physical_errors",
+        "port_receive_remote_physical_errors_total",
+        "Number of packets marked with the EBP (End of Bad Packet) delimiter received on the port.",
+    ),
+    (
+        "port_rcv_switch_relay_errors",
+        "port_receive_switch_relay_errors_total",
+        "Number of packets that could not be forwarded by the switch.",
+    ),
+    (
+        "symbol_error",
+        "symbol_error_total",
+        "Number of minor link errors detected on one or more physical lanes.",
+    ),
+    (
+        "VL15_dropped",
+        "vl15_dropped_total",
+        "Number of incoming VL15 packets dropped due to resource limitations.",
+    ),
+];
+
+/// mlx5 `hw_counters/` names → node_exporter metric suffix and help.
+const HW: &[(&str, &str, &str)] = &[
+    (
+        "duplicate_request",
+        "duplicate_requests_packets_total",
+        "The number of received packets. A duplicate request is a request that had been previously executed.",
+    ),
+    (
+        "implied_nak_seq_err",
+        "implied_nak_seq_errors_total",
+        "The number of times the requester decided an ACK with a PSN larger than the expected PSN for an RDMA read or response.",
+    ),
+    (
+        "local_ack_timeout_err",
+        "local_ack_timeout_errors_total",
+        "The number of times QP's ack timer expired for RC, XRC, DCT QPs at the sender side.",
+    ),
+    (
+        "np_cnp_sent",
+        "np_cnp_packets_sent_total",
+        "The number of CNP packets sent by the Notification Point when it noticed congestion experienced in the RoCEv2 IP header (ECN bits).",
+    ),
+    (
+        "np_ecn_marked_roce_packets",
+        "np_ecn_marked_roce_packets_received_total",
+        "The number of RoCEv2 packets received by the notification point which were marked for experiencing the congestion.",
+    ),
+    (
+        "out_of_buffer",
+        "out_of_buffer_drops_total",
+        "The number of drops occurred due to lack of WQE for the associated QPs.",
+    ),
+    (
+        "out_of_sequence",
+        "out_of_sequence_packets_received_total",
+        "The number of out of sequence packets received.",
+    ),
+    (
+        "packet_seq_err",
+        "packet_sequence_errors_total",
+        "The number of received NAK sequence error packets.",
+    ),
+    (
+        "req_cqe_error",
+        "req_cqes_errors_total",
+        "The number of times requester detected CQEs completed with errors.",
+    ),
+    (
+        "req_cqe_flush_error",
+        "req_cqes_flush_errors_total",
+        "The number of times requester detected CQEs completed with flushed errors.",
+    ),
+    (
+        "req_remote_access_errors",
+        "req_remote_access_errors_total",
+        "The number of times requester detected remote access errors.",
+    ),
+    (
+        "req_remote_invalid_request",
+        "req_remote_invalid_request_errors_total",
+        "The number of times requester detected remote invalid request errors.",
+    ),
+    (
+        "resp_cqe_error",
+        "resp_cqes_errors_total",
+        "The number of times responder detected CQEs completed with errors.",
+    ),
+    (
+        "resp_cqe_flush_error",
+        "resp_cqes_flush_errors_total",
+        "The number of times responder detected CQEs completed with flushed errors.",
+    ),
+    (
+        "resp_local_length_error",
+        "resp_local_length_errors_total",
+        "The number of times responder detected local length errors.",
+    ),
+    (
+        "resp_remote_access_errors",
+        "resp_remote_access_errors_total",
+        "The number of times responder detected remote access errors.",
+    ),
+    (
+        "rnr_nak_retry_err",
+        "rnr_nak_retry_packets_received_total",
+        "The number of received RNR NAK packets.",
+    ),
+    (
+        "roce_adp_retrans",
+        "roce_adp_retransmits_total",
+        "The number of adaptive retransmissions for RoCE traffic.",
+    ),
+    (
+        "roce_adp_retrans_to",
+        "roce_adp_retransmits_timeout_total",
+        "The number of times RoCE traffic reached timeout due to adaptive retransmission.",
+    ),
+    (
+        "roce_slow_restart",
+        "roce_slow_restart_used_total",
+        "The number of times RoCE slow restart was used.",
+    ),
+    (
+        "roce_slow_restart_cnps",
+        "roce_slow_restart_cnps_total",
+        "The number of times RoCE slow restart generated CNP packets.",
+    ),
+    (
+        "roce_slow_restart_trans",
+        "roce_slow_restart_total",
+        "The number of times RoCE slow restart changed state to slow restart.",
+    ),
+    (
+        "rp_cnp_handled",
+        "rp_cnp_packets_handled_total",
+        "The number of CNP packets handled by the Reaction Point HCA to throttle the transmission rate.",
+    ),
+    (
+        "rp_cnp_ignored",
+        "rp_cnp_ignored_packets_received_total",
+        "The number of CNP packets received and ignored by the Reaction Point HCA.",
+    ),
+    (
+        "rx_atomic_requests",
+        "rx_atomic_requests_total",
+        "The number of received ATOMIC request for the associated QPs.",
+    ),
+    (
+        "rx_dct_connect",
+        "rx_dct_connect_requests_total",
+        "The number of received connection requests for the associated DCTs.",
+    ),
+    (
+        "rx_read_requests",
+        "rx_read_requests_total",
+        "The number of received READ requests for the associated QPs.",
+    ),
+    (
+        "rx_write_requests",
+        "rx_write_requests_total",
+        "The number of received WRITE requests for the associated QPs.",
+    ),
+    (
+        "rx_icrc_encapsulated",
+        "rx_icrc_encapsulated_errors_total",
+        "The number of RoCE packets with ICRC errors.",
+    ),
+];
+
+const GENERIC_HELP: &str = "Counter as the hardware names it (see the counter label).";
+
+/// node_exporter's help for its `lifespan_seconds` gauge.
+const LIFESPAN_HELP: &str = "The maximum period in ms which defines the aging of the counter reads. Two consecutive reads within this period might return the same values.";
+
+fn sanitize(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// `rx_prio3_pause_duration` → (`rx`, 3, `pause_duration`).
+fn prio_counter(name: &str) -> Option<(&str, u8, &str)> {
+    let (dir, rest) = name.split_once("_prio")?;
+    if dir != "rx" && dir != "tx" {
+        return None;
+    }
+    let digits = rest.chars().take_while(|c| c.is_ascii_digit()).count();
+    let prio: u8 = rest.get(..digits)?.parse().ok()?;
+    let what = rest.get(digits..)?.strip_prefix('_')?;
+    Some((dir, prio, what))
+}
+
+/// The metric for counter `name` of `entity`. With `host_label`, a `host` label is added
+/// to host entities (for a replay of many simulated hosts; a live agent leaves the host
+/// to Prometheus's `instance` label, as node_exporter does).
+pub fn metric_for(entity: &Entity, name: &str, host_label: bool) -> Metric {
+    let sp = spec(name);
+    let host = |labels: &mut Vec<(&'static str, String)>, h: &str| {
+        if host_label {
+            labels.insert(0, ("host", h.to_string()));
+        }
+    };
+    match entity {
+        Entity::NicPort {
+            host: h,
+            device,
+            port,
+        } => {
+            let mut labels = vec![("device", device.clone()), ("port", port.to_string())];
+            host(&mut labels, h);
+            if name == "lifespan" {
+                return Metric {
+                    name: "node_infiniband_lifespan_seconds".into(),
+                    labels,
+                    kind: Kind::Gauge,
+                    scale: sp.scale,
+                    help: LIFESPAN_HELP,
+                };
+            }
+            if let Some((_, suffix, help)) = PMA.iter().chain(HW).find(|(n, _, _)| *n == name) {
+                return Metric {
+                    name: format!("node_infiniband_{suffix}"),
+                    labels,
+                    kind: Kind::Counter,
+                    scale: sp.scale,
+                    help,
+                };
+            }
+            // Per-priority counters the simulator attaches to NIC ports (mlx5 ethtool names).
+            if let Some(m) = prio_metric(name, labels.clone(), sp.scale) {
+                return m;
+            }
+            Metric {
+                name: format!("xirang_infiniband_{}_total", sanitize(name)),
+                labels,
+                kind: sp.kind,
+                scale: sp.scale,
+                help: GENERIC_HELP,
+            }
+        }
+        Entity::Netdev { host: h, ifname } => {
+            let mut labels = vec![("device", ifname.clone())];
+            host(&mut labels, h);
+            prio_metric(name, labels.clone(), sp.scale).unwrap_or(Metric {
+                name: format!("xirang_ethtool_{}_total", sanitize(name)),
+                labels,
+                kind: sp.kind,
+                scale: sp.scale,
+                help: "mlx5 ethtool -S counter (kernel mlx5/counters.rst).",
+            })
+        }
+        Entity::SwitchPort { switch, port } => {
+            let labels = vec![("switch", switch.clone()), ("port", port.clone())];
+            // SAI_PORT_STAT_PFC_3_RX_PKTS, SAI_PORT_STAT_PFC_3_RX_PAUSE_DURATION_US
+            if let Some(rest) = name.strip_prefix("SAI_PORT_STAT_PFC_")
+                && let Some((p, what)) = rest.split_once('_')
+                && let Ok(prio) = p.parse::<u8>()
+            {
+                let (dir, what) = what.split_once('_').unwrap_or((what, ""));
+                let mut labels = labels;
+                labels.push(("direction", dir.to_ascii_lowercase()));
+                labels.push(("priority", prio.to_string()));
+                let (metric, help) = if what == "PAUSE_DURATION_US" {
+                    (
+                        "xirang_switch_pfc_pause_seconds_total",
+                        "Time paused by PFC on the priority.",
+                    )
+                } else {
+                    ("xirang_switch_pfc_frames_total", "PFC frames on the priority.")
+                };
+                return Metric {
+                    name: metric.into(),
+                    labels,
+                    kind: Kind::Counter,
+                    scale: sp.scale,
+                    help,
+                };
+            }
+            Metric {
+                name: format!(
+                    "xirang_switch_port_{}_total",
+                    sanitize(name.trim_start_matches("SAI_PORT_STAT_"))
+                ),
+                labels,
+                kind: sp.kind,
+                scale: sp.scale,
+                help: "SAI port statistic.",
+            }
+        }
+        Entity::Queue { switch, port, queue } => {
+            let suffix = sanitize(name.trim_start_matches("SAI_QUEUE_STAT_"));
+            Metric {
+                name: if sp.kind == Kind::Gauge {
+                    format!("xirang_switch_queue_{suffix}_bytes")
+                } else {
+                    format!("xirang_switch_queue_{suffix}_total")
+                },
+                labels: vec![
+                    ("switch", switch.clone()),
+                    ("port", port.clone()),
+                    ("queue", queue.to_string()),
+                ],
+                kind: sp.kind,
+                scale: sp.scale,
+                help: "SAI queue statistic.",
+            }
+        }
+    }
+}
+
+fn prio_metric(name: &str, mut labels: Vec<(&'static str, String)>, scale: f64) -> Option<Metric> {
+    let (dir, prio, what) = prio_counter(name)?;
+    labels.push(("direction", dir.to_string()));
+    labels.push(("priority", prio.to_string()));
+    let (metric, help) = match what {
+        "pause" => (
+            "xirang_pfc_pause_frames_total",
+            "PFC pause frames (rx: received from the switch, tx: sent by the NIC).",
+        ),
+        "pause_duration" => (
+            "xirang_pfc_pause_seconds_total",
+            "Time paused by PFC on the priority (mlx5 *_pause_duration, µs, as seconds).",
+        ),
+        "pause_transition" => (
+            "xirang_pfc_pause_transitions_total",
+            "XOFF to XON transitions on the priority.",
+        ),
+        "bytes" => ("xirang_priority_bytes_total", "Bytes on the priority."),
+        "packets" => ("xirang_priority_packets_total", "Packets on the priority."),
+        "discards" | "buf_discard" | "cong_discard" => (
+            "xirang_priority_discards_total",
+            "Drops on the priority for lack of receive buffer or congestion.",
+        ),
+        "marked" => (
+            "xirang_priority_ecn_marked_packets_total",
+            "Packets the device marked with ECN on the priority.",
+        ),
+        _ => return None,
+    };
+    if matches!(what, "buf_discard" | "cong_discard") {
+        labels.push(("reason", what.to_string()));
+    }
+    Some(Metric {
+        name: metric.into(),
+        labels,
+        kind: Kind::Counter,
+        scale,
+        help,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nic() -> Entity {
+        "h1/mlx5_0/1".parse().unwrap()
+    }
+
+    #[test]
+    fn node_exporter_names() {
+        let m = metric_for(&nic(), "port_xmit_data", false);
+        assert_eq!(m.name, "node_infiniband_port_data_transmitted_bytes_total");
+        assert_eq!(
+            m.labels,
+            vec![("device", "mlx5_0".to_string()), ("port", "1".to_string())]
+        );
+        assert_eq!(m.scale, 4.0);
+        assert_eq!(
+            metric_for(&nic(), "np_cnp_sent", false).name,
+            "node_infiniband_np_cnp_packets_sent_total"
+        );
+        assert_eq!(
+            metric_for(&nic(), "VL15_dropped", false).name,
+            "node_infiniband_vl15_dropped_total"
+        );
+        assert_eq!(
+            metric_for(&nic(), "lifespan", true).labels[0],
+            ("host", "h1".to_string())
+        );
+    }
+
+    #[test]
+    fn xirang_names() {
+        let m = metric_for(&"h1/ens1np0".parse().unwrap(), "rx_prio3_pause_duration", false);
+        assert_eq!(m.name, "xirang_pfc_pause_seconds_total");
+        assert_eq!(m.scale, 1e-6);
+        assert!(
+            m.labels.contains(&("priority", "3".into())) && m.labels.contains(&("direction", "rx".into()))
+        );
+        assert_eq!(
+            metric_for(&"h1/ens1np0".parse().unwrap(), "rx_crc_errors_phy", false).name,
+            "xirang_ethtool_rx_crc_errors_phy_total"
+        );
+        let s = metric_for(
+            &"leaf0:5".parse().unwrap(),
+            "SAI_PORT_STAT_PFC_3_RX_PAUSE_DURATION_US",
+            false,
+        );
+        assert_eq!(s.name, "xirang_switch_pfc_pause_seconds_total");
+        assert!(s.labels.contains(&("direction", "rx".into())));
+        let q = metric_for(
+            &"leaf0:5/q3".parse().unwrap(),
+            "SAI_QUEUE_STAT_WRED_ECN_MARKED_PACKETS",
+            false,
+        );
+        assert_eq!(q.name, "xirang_switch_queue_wred_ecn_marked_packets_total");
+    }
+}

@@ -1,0 +1,248 @@
+//! `xirang monitor` and `xirang monitor query`.
+
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result, bail};
+use xirang_host::tree::DirTree;
+use xirang_monitor::alerts::{self, Evaluator, Rule};
+use xirang_monitor::collect::{Collector, Source};
+use xirang_monitor::history::{History, Retention};
+use xirang_monitor::serve::{self, AgentConfig};
+use xirang_monitor::{expose, replay};
+
+use crate::Outcome;
+use crate::cli::{MonitorArgs, MonitorCmd, MonitorQueryArgs};
+use crate::cmd::{out, table};
+
+/// Parses `500ms`, `10s`, `5m`, `2h`, `30d`.
+pub(crate) fn parse_duration(s: &str) -> Result<Duration> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let v: f64 = num
+        .parse()
+        .with_context(|| format!("`{s}`: expected a duration like 500ms, 10s, 5m, 2h or 30d"))?;
+    let secs = match unit {
+        "ms" => v / 1000.0,
+        "s" | "" => v,
+        "m" => v * 60.0,
+        "h" => v * 3600.0,
+        "d" => v * 86400.0,
+        _ => bail!("`{s}`: expected a duration like 500ms, 10s, 5m, 2h or 30d (unit ms, s, m, h or d)"),
+    };
+    anyhow::ensure!(
+        secs.is_finite() && secs > 0.0,
+        "`{s}`: expected a positive duration"
+    );
+    Ok(Duration::from_secs_f64(secs))
+}
+
+fn rules(a: &MonitorArgs) -> Result<Vec<Rule>> {
+    Ok(match &a.alerts {
+        Some(p) => alerts::load_rules(p)?,
+        None => alerts::parse_rules(alerts::DEFAULT_RULES, "monitoring/alert-rules.toml")?,
+    })
+}
+
+fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+pub(crate) fn run(a: &MonitorArgs) -> Result<Outcome> {
+    match &a.command {
+        Some(MonitorCmd::Query(q)) => return query(q),
+        Some(MonitorCmd::Bench(b)) => return crate::monitor_bench::run(b),
+        None => {}
+    }
+    let interval = parse_duration(&a.interval).context("--interval")?;
+    let retention = Retention {
+        raw_s: parse_duration(&a.raw_retention)
+            .context("--raw-retention")?
+            .as_secs(),
+        minute_s: parse_duration(&a.minute_retention)
+            .context("--minute-retention")?
+            .as_secs(),
+        max_bytes: a.history_max_mib.saturating_mul(1024 * 1024),
+    };
+    let rules = rules(a)?;
+    if let Some(dir) = &a.replay {
+        return replay_dir(dir, a, rules, retention);
+    }
+    let root = a.root.clone().unwrap_or_else(|| PathBuf::from("/"));
+    anyhow::ensure!(root.is_dir(), "--root {}: expected a directory", root.display());
+    let live = a.root.is_none();
+    let collector = Collector::new(
+        Source::Host {
+            tree: Box::new(DirTree::new(&root)),
+            run_ethtool: live && !a.no_ethtool,
+        },
+        None,
+    );
+    if a.once {
+        return once(collector, interval, rules, a.json);
+    }
+    eprintln!(
+        "xirang monitor: sampling {} every {:?}, serving http://{}/metrics",
+        root.display(),
+        interval,
+        a.listen
+    );
+    let cfg = AgentConfig {
+        listen: a.listen,
+        interval,
+        history: a.history.clone(),
+        retention,
+        rules,
+    };
+    serve::run(collector, cfg, |problems| {
+        for p in problems {
+            eprintln!("xirang monitor: {p}");
+        }
+    })?;
+    Ok(Outcome::Clean)
+}
+
+fn once(mut collector: Collector, interval: Duration, rules: Vec<Rule>, json: bool) -> Result<Outcome> {
+    let mut ev = Evaluator::new(rules);
+    let first = collector.round(now_ns());
+    ev.eval(&first);
+    std::thread::sleep(interval.min(Duration::from_secs(10)));
+    let round = collector.round(now_ns());
+    let firing = ev.eval(&round);
+    if json {
+        out(&(serde_json::to_string_pretty(&serde_json::json!({"round": round, "alerts": firing}))? + "\n"))?;
+    } else {
+        out(&expose::render_round(
+            &round,
+            &alerts::alert_points(&firing),
+            false,
+        ))?;
+    }
+    for p in &round.problems {
+        eprintln!("xirang monitor: {p}");
+    }
+    Ok(Outcome::Clean)
+}
+
+fn replay_dir(
+    dir: &std::path::Path,
+    a: &MonitorArgs,
+    rules: Vec<Rule>,
+    retention: Retention,
+) -> Result<Outcome> {
+    let r = replay::load(dir)?;
+    let mut collector = Collector::new(Source::External, Some("replay".into()));
+    let mut ev = Evaluator::new(rules);
+    let mut history = match &a.history {
+        Some(p) => Some(History::open(p, retention)?),
+        None => None,
+    };
+    // Anchor the run so that it ends now: history queries by `--since` then find it.
+    let end = r.rounds.last().map_or(0, |x| x.0);
+    let base_ms = (now_ns() / 1_000_000) as i64 - (end / 1_000_000) as i64;
+    let mut fired: Vec<(u64, xirang_monitor::alerts::Firing)> = Vec::new();
+    let mut last = None;
+    for (t, values) in &r.rounds {
+        let round = collector.fold(*t, values, Vec::new(), Vec::new());
+        for f in ev.eval(&round) {
+            if !fired
+                .iter()
+                .any(|(_, g)| g.rule == f.rule && g.entity == f.entity)
+            {
+                fired.push((*t, f));
+            }
+        }
+        if let Some(h) = history.as_mut() {
+            h.append(base_ms + (*t / 1_000_000) as i64, &serve::history_rows(&round))?;
+        }
+        last = Some(round);
+    }
+    let Some(last) = last else {
+        bail!("{}: no counter samples to replay", dir.display())
+    };
+    if a.json {
+        let alerts: Vec<_> = fired
+            .iter()
+            .map(|(t, f)| serde_json::json!({"first_at_us": t / 1000, "alert": f}))
+            .collect();
+        out(&(serde_json::to_string_pretty(
+            &serde_json::json!({"rounds": r.rounds.len(), "alerts": alerts, "final": last}),
+        )? + "\n"))?;
+    } else {
+        let mut t = table(&["first at (µs)", "rule", "entity", "severity", "value"]);
+        for (ts, f) in &fired {
+            t.add_row(vec![
+                format!("{:.1}", *ts as f64 / 1000.0),
+                f.rule.clone(),
+                f.entity.clone(),
+                f.severity.clone(),
+                format!("{:.4}", f.value),
+            ]);
+        }
+        out(&format!(
+            "replayed {} rounds from {}; {} alerts fired\n{t}\n",
+            r.rounds.len(),
+            dir.display(),
+            fired.len()
+        ))?;
+    }
+    Ok(Outcome::Clean)
+}
+
+fn query(q: &MonitorQueryArgs) -> Result<Outcome> {
+    let since = parse_duration(&q.since).context("--since")?;
+    anyhow::ensure!(
+        q.history.is_file(),
+        "--history {}: no such file",
+        q.history.display()
+    );
+    let h = History::open(&q.history, Retention::default())?;
+    let now = (now_ns() / 1_000_000) as i64;
+    let from = now - since.as_millis() as i64;
+    let windows = h.query(from, now, q.counter.as_deref())?;
+    if q.json {
+        out(&(serde_json::to_string_pretty(&windows)? + "\n"))?;
+        return Ok(Outcome::Clean);
+    }
+    let mut t = table(&["series", "resolution", "points", "first", "last", "min", "max"]);
+    for w in &windows {
+        let vals: Vec<f64> = w.points.iter().map(|p| p.value).collect();
+        let (Some(first), Some(last)) = (vals.first(), vals.last()) else {
+            continue;
+        };
+        let min = vals.iter().copied().fold(f64::INFINITY, f64::min);
+        let max = vals.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let labels = w
+            .key
+            .labels
+            .iter()
+            .map(|(k, v)| format!("{k}=\"{v}\""))
+            .collect::<Vec<_>>()
+            .join(",");
+        t.add_row(vec![
+            if labels.is_empty() {
+                w.key.name.clone()
+            } else {
+                format!("{}{{{labels}}}", w.key.name)
+            },
+            format!("{:?}", w.resolution).to_lowercase(),
+            vals.len().to_string(),
+            first.to_string(),
+            last.to_string(),
+            min.to_string(),
+            max.to_string(),
+        ]);
+    }
+    out(&format!(
+        "{} series in the last {}\n{t}\n",
+        windows.len(),
+        q.since
+    ))?;
+    Ok(Outcome::Clean)
+}

@@ -1,0 +1,294 @@
+//! `xirang monitor` through the real binary, scraped by a real Prometheus server
+//! (Debian's `prometheus`, installed by scripts/test.sh).
+
+use std::io::Write as _;
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::util::{root, run_expect};
+
+/// Kills a child process when dropped, so a failing test leaves nothing running.
+struct Guard(Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn write(root: &Path, rel: &str, text: &str) {
+    let p = root.join(rel);
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    // Write beside and rename: the agent never reads a half-written file.
+    let tmp = p.with_extension("tmp");
+    std::fs::File::create(&tmp)
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    std::fs::rename(tmp, p).unwrap();
+}
+
+fn get(url: &str) -> Option<String> {
+    ureq::get(url).call().ok()?.body_mut().read_to_string().ok()
+}
+
+fn wait_for(url: &str, what: &str) -> String {
+    let t0 = Instant::now();
+    loop {
+        if let Some(body) = get(url) {
+            return body;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "{what} did not answer at {url}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Injected rates: 3 125 000 000 bytes/s of data (25 Gb/s, as 4-byte words) and
+/// 250 ms of pause per second on priority 3.
+const WORDS_PER_S: f64 = 781_250_000.0;
+const PAUSE_US_PER_S: f64 = 250_000.0;
+
+fn write_counters(root: &Path, elapsed_s: f64) {
+    let p = "sys/class/infiniband/mlx5_0/ports/1";
+    write(
+        root,
+        &format!("{p}/counters/port_xmit_data"),
+        &format!("{}\n", (WORDS_PER_S * elapsed_s) as u64),
+    );
+    write(
+        root,
+        "commands/ethtool-S-ens1np0.txt",
+        &format!(
+            "NIC statistics:\n     rx_prio3_pause: {}\n     rx_prio3_pause_duration: {}\n",
+            (elapsed_s * 10.0) as u64,
+            (PAUSE_US_PER_S * elapsed_s) as u64
+        ),
+    );
+}
+
+#[test]
+fn prometheus_scrapes_the_agent_and_rates_match_the_injected_deltas() {
+    let prometheus = ["/usr/bin/prometheus", "/usr/local/bin/prometheus"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .expect("prometheus is not installed: scripts/test.sh installs it (Debian package `prometheus`)");
+    let dir = tempfile::tempdir().unwrap();
+    let host = dir.path().join("host");
+    let p = "sys/class/infiniband/mlx5_0/ports/1";
+    write(&host, &format!("{p}/state"), "4: ACTIVE\n");
+    write(&host, &format!("{p}/phys_state"), "5: LinkUp\n");
+    write(&host, &format!("{p}/rate"), "25 Gb/sec (1X EDR)\n");
+    write(&host, &format!("{p}/link_layer"), "Ethernet\n");
+    write(&host, "sys/class/net/ens1np0/operstate", "up\n");
+    write_counters(&host, 0.0);
+
+    let agent_port = free_port();
+    let agent = Guard(
+        Command::new(env!("CARGO_BIN_EXE_xirang"))
+            .args([
+                "monitor",
+                "--root",
+                host.to_str().unwrap(),
+                "--interval",
+                "1s",
+                "--listen",
+                &format!("127.0.0.1:{agent_port}"),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let body = wait_for(&format!("http://127.0.0.1:{agent_port}/metrics"), "the agent");
+    assert!(
+        body.contains("node_infiniband_port_data_transmitted_bytes_total"),
+        "{body}"
+    );
+    assert_eq!(
+        get(&format!("http://127.0.0.1:{agent_port}/healthz")).as_deref(),
+        Some("ok\n")
+    );
+
+    let prom_port = free_port();
+    let config = dir.path().join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: xirang\n    static_configs:\n      - targets: ['127.0.0.1:{agent_port}']\n"),
+    )
+    .unwrap();
+    let _prom = Guard(
+        Command::new(prometheus)
+            .args([
+                &format!("--config.file={}", config.display()),
+                &format!("--storage.tsdb.path={}", dir.path().join("tsdb").display()),
+                &format!("--web.listen-address=127.0.0.1:{prom_port}"),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for(&format!("http://127.0.0.1:{prom_port}/-/ready"), "prometheus");
+
+    // The counters grow linearly with wall time, rewritten every 20 ms for 26 s.
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(26) {
+        write_counters(&host, t0.elapsed().as_secs_f64());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let api = |path: &str, q: &str, extra: &str| -> serde_json::Value {
+        let enc = q
+            .replace('[', "%5B")
+            .replace(']', "%5D")
+            .replace('{', "%7B")
+            .replace('}', "%7D")
+            .replace('"', "%22")
+            .replace('=', "%3D")
+            .replace(' ', "%20");
+        let url = format!("http://127.0.0.1:{prom_port}/api/v1/{path}?query={enc}{extra}");
+        let body = get(&url).unwrap_or_else(|| panic!("query failed: {q}"));
+        serde_json::from_str(&body).unwrap()
+    };
+    // rate() over a window that starts just before a stored sample and ends on the last
+    // one: Prometheus then extrapolates by at most the 50 ms margin, so the result is the
+    // slope between real samples, over about 20 s (writer lag under a loaded machine is
+    // tens of ms: well under 1 % of the span).
+    let rate_of = |series: &str| -> f64 {
+        let v = api("query", &format!("{series}[40s]"), "");
+        let values = v["data"]["result"][0]["values"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no samples of {series}: {v}"));
+        let ts: Vec<f64> = values.iter().map(|x| x[0].as_f64().unwrap()).collect();
+        let last = *ts.last().unwrap();
+        let first = *ts.iter().find(|t| **t >= last - 20.0).unwrap();
+        assert!(last - first >= 15.0, "too few samples of {series}: {ts:?}");
+        let window_ms = ((last - first) * 1000.0).round() as u64 + 50;
+        let r = api(
+            "query",
+            &format!("rate({series}[{window_ms}ms])"),
+            &format!("&time={last:.3}"),
+        );
+        r["data"]["result"][0]["value"][1]
+            .as_str()
+            .unwrap_or_else(|| panic!("no rate of {series}: {r}"))
+            .parse()
+            .unwrap()
+    };
+    let bytes = rate_of("node_infiniband_port_data_transmitted_bytes_total{device=\"mlx5_0\",port=\"1\"}");
+    let want = WORDS_PER_S * 4.0;
+    eprintln!("byte rate {bytes} vs injected {want}");
+    assert!(
+        (bytes / want - 1.0).abs() < 0.01,
+        "byte rate {bytes} vs injected {want}"
+    );
+    let pause = rate_of("xirang_pfc_pause_seconds_total{device=\"ens1np0\",priority=\"3\"}");
+    let want = PAUSE_US_PER_S * 1e-6;
+    eprintln!("pause rate {pause} vs injected {want}");
+    assert!(
+        (pause / want - 1.0).abs() < 0.01,
+        "pause rate {pause} vs injected {want}"
+    );
+    let query = |q: &str| -> f64 {
+        api("query", q, "")["data"]["result"][0]["value"][1]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    // The agent's own health is scraped too.
+    assert_eq!(query("xirang_collector_errors_total"), 0.0);
+    drop(agent);
+}
+
+#[test]
+fn monitor_once_and_query_through_the_binary() {
+    let procfs = root().join("crates/xirang-host/test_data/sysfs/procfs");
+    let (out, _) = run_expect(
+        &[
+            "monitor",
+            "--root",
+            procfs.to_str().unwrap(),
+            "--once",
+            "--interval",
+            "50ms",
+        ],
+        0,
+    );
+    assert!(
+        out.contains(
+            "node_infiniband_port_data_transmitted_bytes_total{device=\"mlx5_0\",port=\"1\"} 11523046035392"
+        ),
+        "{out}"
+    );
+    let (_, err) = run_expect(&["monitor", "--interval", "ten"], 1);
+    assert!(
+        err.contains("--interval") && err.contains("expected a duration"),
+        "{err}"
+    );
+    let (_, err) = run_expect(&["monitor", "query", "--history", "/no/such.sqlite"], 1);
+    assert!(err.contains("/no/such.sqlite"), "{err}");
+}
+
+#[test]
+fn a_simulated_run_replays_through_the_same_metrics_and_rules() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().to_str().unwrap();
+    run_expect(
+        &[
+            "sim",
+            "scenarios/incast-16to1.toml",
+            "--out",
+            out,
+            "--sample",
+            "20us",
+            "--quiet",
+        ],
+        0,
+    );
+    let (json, _) = run_expect(&["monitor", "--replay", out, "--json"], 0);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert!(v["rounds"].as_u64().unwrap() > 100, "{}", v["rounds"]);
+    // The incast pauses the fabric: the PFC storm rule fires somewhere on priority 3.
+    let alerts = v["alerts"].as_array().unwrap();
+    assert!(
+        alerts.iter().any(|a| a["alert"]["rule"] == "pfc_pause_storm"
+            && a["alert"]["entity"].as_str().unwrap().contains("priority=3")),
+        "{alerts:?}"
+    );
+    // The last exported byte counter of a host port is 4 x the simulator's last sampled
+    // port_xmit_data (words), under node_exporter's name with a host label.
+    let series = std::fs::read_to_string(dir.path().join("counters_series.csv")).unwrap();
+    let words: f64 = series
+        .lines()
+        .rfind(|l| l.contains(",h0/mlx5_0/1,port_xmit_data,"))
+        .unwrap()
+        .rsplit(',')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let point = v["final"]["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| {
+            p["metric"]["name"] == "node_infiniband_port_data_transmitted_bytes_total"
+                && p["metric"]["labels"][0] == serde_json::json!(["host", "h0"])
+        })
+        .expect("h0's byte counter");
+    assert_eq!(point["value"].as_f64().unwrap(), words * 4.0);
+}
