@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::inventory::*;
 use crate::parse;
 use crate::snapshot::{COMMANDS_DIR, MANIFEST, Manifest};
-use crate::tree::{Tree, TreeError, base_name, join};
+use crate::tree::{Kind, Tree, TreeError, base_name, join};
 
 /// PCI vendor ids (linux-rdma-sysfs.md §3).
 const VENDOR_NVIDIA: u16 = 0x10de;
@@ -28,6 +28,10 @@ pub fn read_host(tree: &dyn Tree) -> HostInventory {
         tree,
         problems: Vec::new(),
         gids: true,
+        light: false,
+        dirs: Default::default(),
+        lists: None,
+        stale: false,
     };
     let mut inv = HostInventory {
         hostname: r.hostname(),
@@ -101,11 +105,78 @@ pub struct NetdevCounters {
 /// Reads the counters a monitoring round needs, with the same reader (and the same
 /// handling of bad files) as [`read_host`].
 pub fn read_counters(tree: &dyn Tree) -> CounterRead {
+    read_counters_with(tree, &mut ReadCache::off())
+}
+
+/// What a sampler keeps between rounds: resolved directories and directory listings,
+/// so a round is only the reads of the files themselves. Rebuilt every
+/// [`ReadCache::REFRESH_ROUNDS`] rounds, and at once after a round in which something
+/// listed was missing (a device went away), so new and vanished devices are seen.
+#[derive(Debug, Default)]
+pub struct ReadCache {
+    on: bool,
+    dirs: std::collections::HashMap<String, Option<String>>,
+    lists: std::collections::HashMap<String, Vec<String>>,
+    rounds_left: u32,
+}
+
+impl ReadCache {
+    /// Rounds a structure is reused before it is read again.
+    pub const REFRESH_ROUNDS: u32 = 10;
+
+    /// A cache that keeps the structure between rounds.
+    pub fn new() -> Self {
+        ReadCache {
+            on: true,
+            ..ReadCache::default()
+        }
+    }
+
+    /// No caching: every round reads the structure (what [`read_counters`] does).
+    pub fn off() -> Self {
+        ReadCache::default()
+    }
+
+    /// Forgets the structure; the next round reads it again.
+    pub fn invalidate(&mut self) {
+        self.dirs.clear();
+        self.lists.clear();
+        self.rounds_left = 0;
+    }
+}
+
+/// [`read_counters`], reusing what `cache` remembers of the tree's structure.
+pub fn read_counters_with(tree: &dyn Tree, cache: &mut ReadCache) -> CounterRead {
+    if cache.on && cache.rounds_left == 0 {
+        cache.invalidate();
+        cache.rounds_left = ReadCache::REFRESH_ROUNDS;
+    }
     let mut r = Reader {
         tree,
         problems: Vec::new(),
         gids: false,
+        light: true,
+        dirs: if cache.on {
+            std::mem::take(&mut cache.dirs)
+        } else {
+            Default::default()
+        },
+        lists: cache.on.then(|| std::mem::take(&mut cache.lists)),
+        stale: false,
     };
+    let read = read_counters_inner(&mut r);
+    if cache.on {
+        cache.dirs = std::mem::take(&mut r.dirs);
+        cache.lists = r.lists.take().unwrap_or_default();
+        cache.rounds_left -= 1;
+        if r.stale {
+            cache.rounds_left = 0;
+        }
+    }
+    read
+}
+
+fn read_counters_inner(r: &mut Reader<'_>) -> CounterRead {
     let rdma = r.rdma_devices();
     let mut netdevs = Vec::new();
     let mut functions: BTreeMap<String, PciFunction> = BTreeMap::new();
@@ -114,7 +185,7 @@ pub fn read_counters(tree: &dyn Tree) -> CounterRead {
             continue;
         }
         let d = join("sys/class/net", &name);
-        if let Ok(target) = tree.link_target(&join(&d, "device"))
+        if let Ok(target) = r.link_target(&join(&d, "device"))
             && let Some(bdf) = target.split('/').rev().find(|c| is_bdf(c))
             && !functions.contains_key(bdf)
         {
@@ -134,7 +205,7 @@ pub fn read_counters(tree: &dyn Tree) -> CounterRead {
     }
     for dev in &rdma {
         let link = format!("sys/class/infiniband/{}/device", dev.name);
-        if let Ok(target) = tree.link_target(&link)
+        if let Ok(target) = r.link_target(&link)
             && let Some(bdf) = target.split('/').rev().find(|c| is_bdf(c))
             && !functions.contains_key(bdf)
         {
@@ -150,7 +221,7 @@ pub fn read_counters(tree: &dyn Tree) -> CounterRead {
         rdma,
         netdevs,
         pci: functions.into_values().collect(),
-        problems: r.problems,
+        problems: std::mem::take(&mut r.problems),
     }
 }
 
@@ -160,6 +231,17 @@ struct Reader<'a> {
     /// GID tables are large (256 entries per port on mlx5) and static: the counter
     /// sampler skips them.
     gids: bool,
+    /// Counter sampling: read only what changes (states, rates, counters, PCIe link), not
+    /// the static attributes (GUIDs, traffic class, NUMA, SR-IOV, AER) a round repeats.
+    light: bool,
+    /// Directories resolved so far (logical path → path with no symlinks, or `None` when
+    /// it does not resolve), so each is resolved once per read rather than once per file.
+    dirs: std::collections::HashMap<String, Option<String>>,
+    /// Directory listings, when kept across rounds (see [`ReadCache`]); `None`: list
+    /// every time.
+    lists: Option<std::collections::HashMap<String, Vec<String>>>,
+    /// Something listed or resolved was not there: the structure changed.
+    stale: bool,
 }
 
 impl Reader<'_> {
@@ -180,9 +262,89 @@ impl Reader<'_> {
         self.problem(&path, message);
     }
 
+    /// `path` with every symlink resolved, one component at a time on top of its parent's
+    /// cached resolution (one `lstat` per new directory rather than one per component of
+    /// every path); `None` when it does not resolve.
+    fn resolved(&mut self, path: &str) -> Option<String> {
+        if path.is_empty() {
+            return Some(String::new());
+        }
+        if let Some(r) = self.dirs.get(path) {
+            return r.clone();
+        }
+        let parent = self.resolved(crate::tree::parent_of(path));
+        let r = parent.and_then(|p| {
+            let here = join(&p, base_name(path));
+            match self.tree.lstat(&here) {
+                // A link (or `..`, `.`) needs the general resolution, bounded and confined.
+                Some(Kind::Link(_)) => self.tree.resolve(path).ok(),
+                _ if matches!(base_name(path), ".." | ".") => self.tree.resolve(path).ok(),
+                Some(_) => Some(here),
+                None => None,
+            }
+        });
+        self.dirs.insert(path.to_string(), r.clone());
+        r
+    }
+
+    /// Where the link at `path` points, resolved through the cache; flattened links and
+    /// anything unusual take the tree's general (confined) resolution.
+    fn link_target(&mut self, path: &str) -> Result<String, TreeError> {
+        if let Some(parent) = self.resolved(crate::tree::parent_of(path)) {
+            let here = join(&parent, base_name(path));
+            if let Some(Kind::Link(text)) = self.tree.lstat(&here)
+                && !text.starts_with('/')
+                && let Some(target) = crate::tree::normalize(&parent, &text)
+                && let Some(real) = self.resolved(&target)
+            {
+                return Ok(real);
+            }
+        }
+        self.tree.link_target(path)
+    }
+
+    /// `path` with its directories resolved (cached), or `None` when they do not resolve.
+    fn real(&mut self, path: &str) -> Option<String> {
+        let dir = self.resolved(crate::tree::parent_of(path))?;
+        Some(join(&dir, base_name(path)))
+    }
+
+    /// Reads a file: through the resolved-directory cache, falling back to a full
+    /// resolution when the file itself is a link.
+    fn read(&mut self, path: &str) -> Result<Vec<u8>, TreeError> {
+        let fast = self.real(path).map(|real| self.tree.read_nofollow(&real));
+        if self.lists.is_some() && matches!(fast, None | Some(Err(TreeError::NotFound { .. }))) {
+            self.stale = true;
+        }
+        match fast {
+            Some(Err(TreeError::BadLink { .. })) | None => self.tree.read(path),
+            Some(r) => r.map_err(|e| match e {
+                TreeError::NotFound { .. } => TreeError::NotFound {
+                    path: path.to_string(),
+                },
+                TreeError::Unreadable { reason, .. } => TreeError::Unreadable {
+                    path: path.to_string(),
+                    reason,
+                },
+                TreeError::BadLink { reason, .. } => TreeError::BadLink {
+                    path: path.to_string(),
+                    reason,
+                },
+            }),
+        }
+    }
+
     /// An optional attribute: absent is fine, unreadable is a problem.
     fn text(&mut self, path: &str) -> Option<String> {
-        match self.tree.read_text(path) {
+        let res = self.read(path).and_then(|bytes| {
+            String::from_utf8(bytes)
+                .map(|s| s.trim().to_string())
+                .map_err(|_| TreeError::Unreadable {
+                    path: path.to_string(),
+                    reason: "not valid UTF-8 text (binary data?)".into(),
+                })
+        });
+        match res {
             Ok(t) => Some(t),
             Err(TreeError::NotFound { .. }) => None,
             Err(e) => {
@@ -205,7 +367,32 @@ impl Reader<'_> {
     }
 
     fn list(&mut self, path: &str) -> Vec<String> {
-        match self.tree.list(path) {
+        if let Some(v) = self.lists.as_ref().and_then(|l| l.get(path)) {
+            return v.clone();
+        }
+        let listed = self.list_uncached(path);
+        if let Some(l) = self.lists.as_mut() {
+            l.insert(path.to_string(), listed.clone());
+        }
+        listed
+    }
+
+    fn list_uncached(&mut self, path: &str) -> Vec<String> {
+        let real = self.resolved(path);
+        let res = match real {
+            Some(real) => match self.tree.lstat(&real) {
+                Some(Kind::Dir) => self.tree.list_raw(&real),
+                Some(_) => Err(TreeError::Unreadable {
+                    path: path.to_string(),
+                    reason: "is a file, expected a directory".into(),
+                }),
+                None => Err(TreeError::NotFound {
+                    path: path.to_string(),
+                }),
+            },
+            None => self.tree.list(path),
+        };
+        match res {
             Ok(v) => v,
             Err(TreeError::NotFound { .. }) => Vec::new(),
             Err(e) => {
@@ -232,7 +419,7 @@ impl Reader<'_> {
 
     /// The PCI address a `device` link points at, when it is a PCI function.
     fn pci_of(&mut self, device_link: &str) -> Option<String> {
-        match self.tree.link_target(device_link) {
+        match self.link_target(device_link) {
             // A virtio or auxiliary device sits below its PCI function: take the
             // nearest PCI address on the path.
             Ok(target) => target.split('/').rev().find(|c| is_bdf(c)).map(str::to_string),
@@ -321,22 +508,30 @@ impl Reader<'_> {
         let mut out = BTreeMap::new();
         for name in self.list(dir) {
             let path = join(dir, &name);
-            // Old kernels print "N/A (no PMA)" for counters a RoCE port lacks: absent.
-            if let Some(t) = self.text(&path) {
-                if t.starts_with("N/A") {
+            let bytes = match self.read(&path) {
+                Ok(b) => b,
+                Err(TreeError::NotFound { .. }) => continue,
+                Err(e) => {
+                    self.tree_problem(e);
                     continue;
                 }
-                match t.parse::<u64>() {
-                    Ok(v) => {
-                        out.insert(name, v);
-                    }
-                    Err(_) => {
-                        let shown: String = t.chars().take(60).collect();
-                        self.problem(
-                            &path,
-                            format!("expected an unsigned counter value, found `{shown}`"),
-                        );
-                    }
+            };
+            // Parsed from the bytes: a round reads about a thousand of these.
+            let t = bytes.trim_ascii();
+            // Old kernels print "N/A (no PMA)" for counters a RoCE port lacks: absent.
+            if t.starts_with(b"N/A") {
+                continue;
+            }
+            match std::str::from_utf8(t).ok().and_then(|t| t.parse::<u64>().ok()) {
+                Some(v) => {
+                    out.insert(name, v);
+                }
+                None => {
+                    let shown: String = String::from_utf8_lossy(t).chars().take(60).collect();
+                    self.problem(
+                        &path,
+                        format!("expected an unsigned counter value, found `{shown}`"),
+                    );
                 }
             }
         }
@@ -351,14 +546,26 @@ impl Reader<'_> {
                 fw_ver: self.text(&join(&d, "fw_ver")),
                 board_id: self.text(&join(&d, "board_id")),
                 hca_type: self.text(&join(&d, "hca_type")),
-                node_guid: self.text(&join(&d, "node_guid")),
-                node_type: self.text(&join(&d, "node_type")),
+                node_guid: if self.light {
+                    None
+                } else {
+                    self.text(&join(&d, "node_guid"))
+                },
+                node_type: if self.light {
+                    None
+                } else {
+                    self.text(&join(&d, "node_type"))
+                },
                 pci: self.pci_of(&join(&d, "device")),
-                traffic_class: self.parsed(
-                    &join(&d, "tc/1/traffic_class"),
-                    "`Global tclass=<TOS>` or a TOS value",
-                    |t| t.rsplit('=').next()?.trim().parse::<u8>().ok(),
-                ),
+                traffic_class: if self.light {
+                    None
+                } else {
+                    self.parsed(
+                        &join(&d, "tc/1/traffic_class"),
+                        "`Global tclass=<TOS>` or a TOS value",
+                        |t| t.rsplit('=').next()?.trim().parse::<u8>().ok(),
+                    )
+                },
                 hw_counters: self.counters(&join(&d, "hw_counters")),
                 name,
                 ..RdmaDevice::default()
@@ -541,18 +748,35 @@ impl Reader<'_> {
         };
         let bdf = base_name(path).to_string();
         let hex = |t: &str| u32::from_str_radix(t.trim_start_matches("0x"), 16).ok();
-        let class = self.parsed(&join(path, "class"), "a hex class code like 0x020000", hex);
-        let vendor = self.parsed(&join(path, "vendor"), "a hex vendor id", |t| {
-            hex(t).and_then(|v| u16::try_from(v).ok())
-        });
-        let device = self.parsed(&join(path, "device"), "a hex device id", |t| {
-            hex(t).and_then(|v| u16::try_from(v).ok())
-        });
-        let numa_node = self
-            .parsed(&join(path, "numa_node"), "a NUMA node number or -1", |t| {
+        // Counter sampling reads only the link state; the rest does not change.
+        let full = !self.light;
+        let class = if full {
+            self.parsed(&join(path, "class"), "a hex class code like 0x020000", hex)
+        } else {
+            None
+        };
+        let vendor = if full {
+            self.parsed(&join(path, "vendor"), "a hex vendor id", |t| {
+                hex(t).and_then(|v| u16::try_from(v).ok())
+            })
+        } else {
+            None
+        };
+        let device = if full {
+            self.parsed(&join(path, "device"), "a hex device id", |t| {
+                hex(t).and_then(|v| u16::try_from(v).ok())
+            })
+        } else {
+            None
+        };
+        let numa_node = if full {
+            self.parsed(&join(path, "numa_node"), "a NUMA node number or -1", |t| {
                 t.parse::<i64>().ok()
             })
-            .and_then(|n| u32::try_from(n).ok());
+            .and_then(|n| u32::try_from(n).ok())
+        } else {
+            None
+        };
         let cur_speed = self.parsed(
             &join(path, "current_link_speed"),
             "a speed like `16.0 GT/s PCIe`",
@@ -578,14 +802,18 @@ impl Reader<'_> {
             }),
             _ => None,
         };
-        let sriov = match (
-            self.parsed(&join(path, "sriov_totalvfs"), "a VF count", |t| {
-                t.parse::<u32>().ok()
-            }),
-            self.parsed(&join(path, "sriov_numvfs"), "a VF count", |t| {
-                t.parse::<u32>().ok()
-            }),
-        ) {
+        let sriov = match if !full {
+            (None, None)
+        } else {
+            (
+                self.parsed(&join(path, "sriov_totalvfs"), "a VF count", |t| {
+                    t.parse::<u32>().ok()
+                }),
+                self.parsed(&join(path, "sriov_numvfs"), "a VF count", |t| {
+                    t.parse::<u32>().ok()
+                }),
+            )
+        } {
             (Some(t), Some(n)) => Some((t, n)),
             _ => None,
         };
@@ -596,6 +824,9 @@ impl Reader<'_> {
             ("aer_dev_nonfatal", &mut aer.nonfatal),
             ("aer_dev_fatal", &mut aer.fatal),
         ] {
+            if !full {
+                break;
+            }
             let path = join(path, f);
             if let Some(t) = self.text(&path) {
                 any_aer = true;
@@ -612,7 +843,11 @@ impl Reader<'_> {
             vendor,
             device,
             numa_node,
-            local_cpulist: self.text(&join(path, "local_cpulist")),
+            local_cpulist: if full {
+                self.text(&join(path, "local_cpulist"))
+            } else {
+                None
+            },
             link,
             root,
             upstream,

@@ -18,6 +18,9 @@ use std::path::{Path, PathBuf};
 /// command outputs (an `lspci -vvv` of a large server) stay well under this.
 pub const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
 
+/// Buffer of the first read of a file: a sysfs attribute is at most one page.
+const SMALL_READ_BYTES: usize = 4096;
+
 /// Most symlinks followed while resolving one path (the kernel's own limit is 40).
 const MAX_LINK_HOPS: usize = 40;
 
@@ -71,6 +74,27 @@ pub trait Tree {
     fn list_raw(&self, path: &str) -> Result<Vec<String>, TreeError>;
     /// How the tree names itself in messages (`/`, `fixtures/h1`, `h1.tar.gz`).
     fn describe(&self) -> String;
+
+    /// Reads the regular file at `path`, whose directories are already resolved, without
+    /// following a final symlink: a link there is `BadLink`, and the caller falls back to
+    /// [`read`](Tree::read). Saves resolving the path component by component, which a
+    /// monitoring round would otherwise do for every one of a thousand counters.
+    fn read_nofollow(&self, path: &str) -> Result<Vec<u8>, TreeError> {
+        match self.lstat(path) {
+            None => Err(TreeError::NotFound {
+                path: path.to_string(),
+            }),
+            Some(Kind::Link(_)) => Err(TreeError::BadLink {
+                path: path.to_string(),
+                reason: "is a symlink".into(),
+            }),
+            Some(Kind::Dir) => Err(TreeError::Unreadable {
+                path: path.to_string(),
+                reason: "is a directory, expected a file".into(),
+            }),
+            Some(Kind::File) => self.read_raw(path),
+        }
+    }
 
     /// Resolves every symlink in `path`, staying inside the tree.
     fn resolve(&self, path: &str) -> Result<String, TreeError> {
@@ -202,7 +226,7 @@ pub fn join(dir: &str, name: &str) -> String {
 /// `rel` taken from directory `dir`, with `.` and `..` folded. `None` when it climbs
 /// above the root. An absolute `rel` is taken from the root of the tree: a tree is a
 /// captured `/`.
-fn normalize(dir: &str, rel: &str) -> Option<String> {
+pub(crate) fn normalize(dir: &str, rel: &str) -> Option<String> {
     let mut parts: Vec<&str> = if rel.starts_with('/') {
         Vec::new()
     } else {
@@ -268,15 +292,57 @@ fn resolve<T: Tree + ?Sized>(tree: &T, path: &str) -> Result<String, TreeError> 
 }
 
 /// A directory on disk as a tree. Nothing outside it is ever read.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct DirTree {
     root: PathBuf,
+    /// Files kept open between reads (see [`DirTree::keeping_files_open`]).
+    open: Option<std::sync::Mutex<std::collections::HashMap<String, std::fs::File>>>,
+    open_cap: usize,
 }
+
+impl Clone for DirTree {
+    fn clone(&self) -> Self {
+        DirTree::new(self.root.clone())
+    }
+}
+
+/// Descriptors left free for everything else when files are kept open.
+const FD_HEADROOM: usize = 256;
 
 impl DirTree {
     /// The tree rooted at `root` (`/` for the live host).
     pub fn new(root: impl Into<PathBuf>) -> Self {
-        DirTree { root: root.into() }
+        DirTree {
+            root: root.into(),
+            open: None,
+            open_cap: 0,
+        }
+    }
+
+    /// A tree that keeps the files it reads open and re-reads them from offset 0: one
+    /// system call per counter per round instead of three. Only right where a file's
+    /// contents change in place and a replaced file gets a new path or goes away, as
+    /// in sysfs: a regular file replaced by a rename would keep being read from its old
+    /// copy. [`DirTree::for_sampling`] turns it on only for a sysfs mount.
+    pub fn keeping_files_open(root: impl Into<PathBuf>) -> Self {
+        // Keep well below the process's descriptor limit.
+        let soft = soft_fd_limit().unwrap_or(1024);
+        DirTree {
+            root: root.into(),
+            open: Some(std::sync::Mutex::new(std::collections::HashMap::new())),
+            open_cap: soft.saturating_sub(FD_HEADROOM),
+        }
+    }
+
+    /// The tree a sampler should use: files kept open when `root/sys` is a sysfs mount
+    /// (a live host), plain reads otherwise (fixture and copied trees).
+    pub fn for_sampling(root: impl Into<PathBuf>) -> Self {
+        let root = root.into();
+        if is_sysfs(&root.join("sys")) {
+            DirTree::keeping_files_open(root)
+        } else {
+            DirTree::new(root)
+        }
     }
 
     /// The root directory.
@@ -289,6 +355,66 @@ impl DirTree {
             self.root.clone()
         } else {
             self.root.join(rel)
+        }
+    }
+}
+
+/// The soft limit on open files, from `/proc/self/limits` ("Max open files  1024  ...").
+fn soft_fd_limit() -> Option<usize> {
+    let text = std::fs::read_to_string("/proc/self/limits").ok()?;
+    let line = text.lines().find(|l| l.starts_with("Max open files"))?;
+    line["Max open files".len()..]
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// True when `p` is a sysfs mount point (`/proc/self/mounts`: device, mount point, type).
+fn is_sysfs(p: &Path) -> bool {
+    let Ok(real) = std::fs::canonicalize(p) else {
+        return false;
+    };
+    let Ok(mounts) = std::fs::read_to_string("/proc/self/mounts") else {
+        return false;
+    };
+    mounts.lines().any(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        f.len() >= 3 && f[2] == "sysfs" && Path::new(f[1]) == real
+    })
+}
+
+impl DirTree {
+    /// Reads through a kept-open descriptor; `None` when the cache is off or full.
+    fn read_kept(&self, path: &str) -> Option<Result<Vec<u8>, TreeError>> {
+        use std::os::unix::fs::FileExt;
+        let cache = self.open.as_ref()?;
+        let mut map = cache.lock().unwrap_or_else(|e| e.into_inner());
+        let mut page = [0u8; SMALL_READ_BYTES];
+        if let Some(f) = map.get(path) {
+            match f.read_at(&mut page, 0) {
+                Ok(n) if n < page.len() => return Some(Ok(page[..n].to_vec())),
+                // Gone (ENODEV on sysfs when the device left) or large: reopen below.
+                _ => {
+                    map.remove(path);
+                }
+            }
+        }
+        if map.len() >= self.open_cap {
+            return None;
+        }
+        use std::os::unix::fs::OpenOptionsExt;
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(self.path(path))
+            .ok()?;
+        match f.read_at(&mut page, 0) {
+            Ok(n) if n < page.len() => {
+                map.insert(path.to_string(), f);
+                Some(Ok(page[..n].to_vec()))
+            }
+            _ => None,
         }
     }
 }
@@ -319,6 +445,59 @@ impl Tree for DirTree {
         file.take(MAX_FILE_BYTES + 1)
             .read_to_end(&mut bytes)
             .map_err(|e| err(e.to_string()))?;
+        if bytes.len() as u64 > MAX_FILE_BYTES {
+            return Err(err(format!("larger than {MAX_FILE_BYTES} bytes")));
+        }
+        Ok(bytes)
+    }
+
+    fn read_nofollow(&self, path: &str) -> Result<Vec<u8>, TreeError> {
+        if let Some(r) = self.read_kept(path) {
+            return r;
+        }
+        use std::os::unix::fs::OpenOptionsExt;
+        let err = |reason: String| TreeError::Unreadable {
+            path: path.to_string(),
+            reason,
+        };
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(self.path(path));
+        let file = match file {
+            Ok(f) => f,
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+                return Err(TreeError::BadLink {
+                    path: path.to_string(),
+                    reason: "is a symlink".into(),
+                });
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(TreeError::NotFound {
+                    path: path.to_string(),
+                });
+            }
+            Err(e) => return Err(err(e.to_string())),
+        };
+        // One read of a page-sized buffer takes a whole sysfs attribute; a short read of a
+        // regular file means its end. Only longer files take the general path, which
+        // also saves the size query `read_to_end` makes first.
+        let mut page = [0u8; SMALL_READ_BYTES];
+        let mut file = file;
+        let n = match file.read(&mut page) {
+            Ok(n) => n,
+            Err(e) if e.raw_os_error() == Some(libc::EISDIR) => {
+                return Err(err("is a directory, expected a file".into()));
+            }
+            Err(e) => return Err(err(e.to_string())),
+        };
+        if n < page.len() {
+            return Ok(page[..n].to_vec());
+        }
+        let mut bytes = page.to_vec();
+        if let Err(e) = file.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes) {
+            return Err(err(e.to_string()));
+        }
         if bytes.len() as u64 > MAX_FILE_BYTES {
             return Err(err(format!("larger than {MAX_FILE_BYTES} bytes")));
         }

@@ -159,7 +159,7 @@ pub fn alert_points(firing: &[Firing]) -> Vec<Point> {
     firing
         .iter()
         .map(|f| Point {
-            metric: Metric {
+            metric: std::sync::Arc::new(Metric {
                 name: "xirang_alert".into(),
                 labels: vec![
                     ("rule", f.rule.clone()),
@@ -170,7 +170,7 @@ pub fn alert_points(firing: &[Firing]) -> Vec<Point> {
                 kind: Kind::Gauge,
                 scale: 1.0,
                 help: "1 while an alert rule fires for an entity (monitoring/alert-rules.toml).",
-            },
+            }),
             value: 1.0,
         })
         .collect()

@@ -6,17 +6,19 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 use xirang_host::parse::ethtool::EthtoolStats;
-use xirang_host::sysfs::{CounterRead, read_counters};
+use xirang_host::sysfs::{CounterRead, ReadCache, read_counters_with};
 use xirang_host::tree::Tree;
 use xirang_telemetry::metric::{Metric, metric_for};
-use xirang_telemetry::spec::{Kind, spec};
-use xirang_telemetry::{Change, CounterValue, Entity, RateTracker};
+use xirang_telemetry::rate::increase;
+use xirang_telemetry::spec::{CounterSpec, Kind, spec};
+use xirang_telemetry::{Change, CounterValue, Entity};
 
 /// One exported value.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Point {
-    /// Name, labels, type and help.
-    pub metric: Metric,
+    /// Name, labels, type and help; shared, since the same counter's metric is exported
+    /// every round.
+    pub metric: std::sync::Arc<Metric>,
     /// Value in the metric's unit.
     pub value: f64,
 }
@@ -68,12 +70,46 @@ pub enum Source {
     External,
 }
 
+/// What the collector remembers of one counter.
+struct Slot {
+    metric: std::sync::Arc<Metric>,
+    spec: CounterSpec,
+    last: Option<(u64, u64)>,
+    total: u64,
+    round: u64,
+}
+
+/// Counters the derived signals read.
+fn is_signal_input(name: &str) -> bool {
+    LINK_ERRORS.contains(&name)
+        || RETRANS.contains(&name)
+        || DISCARDS.contains(&name)
+        || PHY_ERRORS.contains(&name)
+        || matches!(
+            name,
+            "np_ecn_marked_roce_packets"
+                | "port_rcv_packets"
+                | "np_cnp_sent"
+                | "rp_cnp_handled"
+                | "link_downed"
+                | "carrier_changes"
+                | "link_down_events_phy"
+                | "rx_discards_phy"
+                | "tx_discards_phy"
+                | "rx_out_of_buffer"
+        )
+        || name.ends_with("_pause_duration")
+        || (name.starts_with("SAI_PORT_STAT_PFC_") && name.ends_with("_RX_PAUSE_DURATION_US"))
+}
+
 /// Accumulated state across rounds.
 pub struct Collector {
     source: Source,
     host_label: Option<String>,
-    tracker: RateTracker<(String, String)>,
-    totals: HashMap<(String, String), u64>,
+    /// Per entity and counter: its metric, spec, last sample and exported total.
+    slots: HashMap<String, HashMap<String, Slot>>,
+    /// The host tree's structure, kept between rounds.
+    cache: ReadCache,
     /// Problems met since start (`xirang_collector_errors_total`).
     pub errors_total: u64,
     /// Rounds done.
@@ -134,8 +170,8 @@ impl Collector {
         Collector {
             source,
             host_label,
-            tracker: RateTracker::new(),
-            totals: HashMap::new(),
+            slots: HashMap::new(),
+            cache: ReadCache::new(),
             errors_total: 0,
             rounds: 0,
         }
@@ -147,6 +183,7 @@ impl Collector {
         let (values, gauges, problems) = match &self.source {
             Source::Host { tree, run_ethtool } => host_values(
                 tree.as_ref(),
+                &mut self.cache,
                 *run_ethtool,
                 self.host_label.as_deref().unwrap_or("local"),
             ),
@@ -168,7 +205,6 @@ impl Collector {
     ) -> Round {
         self.rounds += 1;
         self.errors_total += problems.len() as u64;
-        self.tracker.begin_round();
         let mut round = Round {
             ts_ns,
             problems,
@@ -176,54 +212,98 @@ impl Collector {
         };
         let mut deltas = Deltas::default();
         let with_host = self.host_label.is_some();
+        let round_no = self.rounds;
         for cv in values {
-            let Ok(entity) = cv.entity.parse::<Entity>() else {
-                self.errors_total += 1;
-                round.problems.push(format!("{}: {}", cv.entity, "not an entity"));
+            // Parsing the entity and naming the metric happen once per counter, not once
+            // per round: a round touches about a thousand counters.
+            if !self.slots.contains_key(cv.entity.as_str()) {
+                self.slots.insert(cv.entity.clone(), HashMap::new());
+            }
+            let Some(by_name) = self.slots.get_mut(cv.entity.as_str()) else {
                 continue;
             };
-            let sp = spec(&cv.name);
-            let metric = metric_for(&entity, &cv.name, with_host);
-            if sp.kind == Kind::Gauge {
+            let slot = match by_name.get_mut(cv.name.as_str()) {
+                Some(s) => s,
+                None => {
+                    let Ok(entity) = cv.entity.parse::<Entity>() else {
+                        self.errors_total += 1;
+                        round.problems.push(format!("{}: not an entity", cv.entity));
+                        continue;
+                    };
+                    by_name.entry(cv.name.clone()).or_insert(Slot {
+                        metric: std::sync::Arc::new(metric_for(&entity, &cv.name, with_host)),
+                        spec: spec(&cv.name),
+                        last: None,
+                        total: 0,
+                        round: round_no,
+                    })
+                }
+            };
+            slot.round = round_no;
+            if slot.spec.kind == Kind::Gauge {
                 round.points.push(Point {
-                    value: cv.value as f64 * metric.scale,
-                    metric,
+                    value: cv.value as f64 * slot.metric.scale,
+                    metric: slot.metric.clone(),
                 });
                 continue;
             }
-            let key = (cv.entity.clone(), cv.name.clone());
-            let change = self.tracker.observe(&key, ts_ns, cv.value, sp.width);
+            let change = match slot.last {
+                None => Change::First,
+                Some((t, _)) if ts_ns <= t => Change::Stale,
+                Some((t, prev)) => {
+                    let dt_s = (ts_ns - t) as f64 / 1e9;
+                    match increase(prev, cv.value, slot.spec.width) {
+                        Some((delta, wrapped)) => Change::Delta { delta, dt_s, wrapped },
+                        None => Change::Reset {
+                            since_reset: cv.value,
+                            dt_s,
+                        },
+                    }
+                }
+            };
+            if change != Change::Stale {
+                slot.last = Some((ts_ns, cv.value));
+            }
             // The exported counter is the sum of increases since the agent started (the
             // first raw value included), so it never goes down across wraps and resets.
-            let total = self.totals.entry(key.clone()).or_insert(0);
             match change {
-                Change::First => *total = cv.value,
+                Change::First => slot.total = cv.value,
                 Change::Reset { .. } => {
                     round.resets.push(format!("{} {}", cv.entity, cv.name));
-                    *total = total.saturating_add(change.increase());
+                    slot.total = slot.total.saturating_add(change.increase());
                 }
-                _ => *total = total.saturating_add(change.increase()),
+                _ => slot.total = slot.total.saturating_add(change.increase()),
             }
-            deltas.add(&cv.entity, &cv.name, &change);
+            if is_signal_input(&cv.name) {
+                deltas.add(&cv.entity, &cv.name, &change);
+            }
             round.points.push(Point {
-                value: *total as f64 * metric.scale,
-                metric,
+                value: slot.total as f64 * slot.metric.scale,
+                metric: slot.metric.clone(),
             });
         }
-        for (entity, name) in self.tracker.end_round() {
-            self.totals.remove(&(entity.clone(), name.clone()));
-            round.vanished.push(format!("{entity} {name}"));
+        // Counters not seen this round vanish: no stale values, no rate across a gap.
+        for (entity, by_name) in self.slots.iter_mut() {
+            by_name.retain(|name, slot| {
+                let keep = slot.round == round_no;
+                if !keep {
+                    round.vanished.push(format!("{entity} {name}"));
+                }
+                keep
+            });
         }
+        self.slots.retain(|_, m| !m.is_empty());
+        round.vanished.sort();
         round.points.append(&mut gauges);
         signals(&deltas, with_host, &mut round.points);
         round.points.push(Point {
-            metric: Metric {
+            metric: std::sync::Arc::new(Metric {
                 name: "xirang_collector_errors_total".into(),
                 labels: vec![],
                 kind: Kind::Counter,
                 scale: 1.0,
                 help: "Files the collector could not read or understand, since it started.",
-            },
+            }),
             value: self.errors_total as f64,
         });
         round
@@ -232,13 +312,13 @@ impl Collector {
 
 fn gauge(name: &str, labels: Vec<(&'static str, String)>, value: f64, help: &'static str) -> Point {
     Point {
-        metric: Metric {
+        metric: std::sync::Arc::new(Metric {
             name: name.to_string(),
             labels,
             kind: Kind::Gauge,
             scale: 1.0,
             help,
-        },
+        }),
         value,
     }
 }
@@ -246,10 +326,11 @@ fn gauge(name: &str, labels: Vec<(&'static str, String)>, value: f64, help: &'st
 /// Reads a host: raw counters as `CounterValue`s and state gauges as points.
 fn host_values(
     tree: &dyn Tree,
+    cache: &mut ReadCache,
     run_ethtool: bool,
     host: &str,
 ) -> (Vec<CounterValue>, Vec<Point>, Vec<String>) {
-    let read: CounterRead = read_counters(tree);
+    let read: CounterRead = read_counters_with(tree, cache);
     let mut values = Vec::new();
     let mut gauges = Vec::new();
     let mut problems: Vec<String> = read

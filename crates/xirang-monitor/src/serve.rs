@@ -59,13 +59,13 @@ fn now_ns() -> u64 {
 
 fn self_gauge(name: &str, value: f64, help: &'static str, kind: Kind) -> Point {
     Point {
-        metric: Metric {
+        metric: std::sync::Arc::new(Metric {
             name: name.to_string(),
             labels: vec![],
             kind,
             scale: 1.0,
             help,
-        },
+        }),
         value,
     }
 }

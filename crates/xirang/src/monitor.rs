@@ -79,7 +79,7 @@ pub(crate) fn run(a: &MonitorArgs) -> Result<Outcome> {
     let live = a.root.is_none();
     let collector = Collector::new(
         Source::Host {
-            tree: Box::new(DirTree::new(&root)),
+            tree: Box::new(DirTree::for_sampling(&root)),
             run_ethtool: live && !a.no_ethtool,
         },
         None,

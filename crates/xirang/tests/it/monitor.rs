@@ -292,3 +292,76 @@ fn a_simulated_run_replays_through_the_same_metrics_and_rules() {
         .expect("h0's byte counter");
     assert_eq!(point["value"].as_f64().unwrap(), words * 4.0);
 }
+
+#[test]
+fn history_survives_kill_9_of_the_agent() {
+    let dir = tempfile::tempdir().unwrap();
+    let history = dir.path().join("history.sqlite");
+    let procfs = root().join("crates/xirang-host/test_data/sysfs/procfs");
+    for attempt in 0..3u64 {
+        let port = free_port();
+        let mut agent = Guard(
+            Command::new(env!("CARGO_BIN_EXE_xirang"))
+                .args([
+                    "monitor",
+                    "--root",
+                    procfs.to_str().unwrap(),
+                    "--interval",
+                    "100ms",
+                ])
+                .args([
+                    "--listen",
+                    &format!("127.0.0.1:{port}"),
+                    "--history",
+                    history.to_str().unwrap(),
+                ])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        wait_for(&format!("http://127.0.0.1:{port}/metrics"), "the agent");
+        std::thread::sleep(Duration::from_millis(700 + 300 * attempt));
+        // A round visible on /metrics was committed to history before it was published.
+        let body = get(&format!("http://127.0.0.1:{port}/metrics")).unwrap();
+        let line = body
+            .lines()
+            .find(|l| l.starts_with("node_infiniband_port_data_transmitted_bytes_total{device=\"mlx5_0\""))
+            .unwrap();
+        let published_ms: i64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+        agent.0.kill().unwrap();
+        agent.0.wait().unwrap();
+        let (json, _) = run_expect(
+            &[
+                "monitor",
+                "query",
+                "--history",
+                history.to_str().unwrap(),
+                "--since",
+                "1h",
+                "--counter",
+                "node_infiniband_port_data_transmitted_bytes_total",
+                "--json",
+            ],
+            0,
+        );
+        let windows: serde_json::Value = serde_json::from_str(&json).unwrap();
+        let w = windows
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|w| w["key"]["labels"].to_string().contains("mlx5_0"))
+            .expect("mlx5_0's series");
+        let last_ms = w["points"].as_array().unwrap().last().unwrap()["ts_ms"]
+            .as_i64()
+            .unwrap();
+        assert!(
+            last_ms >= published_ms,
+            "attempt {attempt}: history ends at {last_ms}, /metrics showed {published_ms}"
+        );
+        assert_eq!(
+            w["points"].as_array().unwrap().last().unwrap()["value"].as_f64(),
+            Some(11523046035392.0)
+        );
+    }
+}
