@@ -115,8 +115,8 @@ pub fn read_counters(tree: &dyn Tree) -> CounterRead {
 #[derive(Debug, Default)]
 pub struct ReadCache {
     on: bool,
-    dirs: std::collections::HashMap<String, Option<String>>,
-    lists: std::collections::HashMap<String, Vec<String>>,
+    dirs: crate::tree::FnvMap<String, Option<String>>,
+    lists: crate::tree::FnvMap<String, std::sync::Arc<Vec<String>>>,
     rounds_left: u32,
 }
 
@@ -236,10 +236,10 @@ struct Reader<'a> {
     light: bool,
     /// Directories resolved so far (logical path → path with no symlinks, or `None` when
     /// it does not resolve), so each is resolved once per read rather than once per file.
-    dirs: std::collections::HashMap<String, Option<String>>,
+    dirs: crate::tree::FnvMap<String, Option<String>>,
     /// Directory listings, when kept across rounds (see [`ReadCache`]); `None`: list
     /// every time.
-    lists: Option<std::collections::HashMap<String, Vec<String>>>,
+    lists: Option<crate::tree::FnvMap<String, std::sync::Arc<Vec<String>>>>,
     /// Something listed or resolved was not there: the structure changed.
     stale: bool,
 }
@@ -367,10 +367,15 @@ impl Reader<'_> {
     }
 
     fn list(&mut self, path: &str) -> Vec<String> {
+        self.list_shared(path).as_ref().clone()
+    }
+
+    /// A listing, shared with the cache (no copy of the names).
+    fn list_shared(&mut self, path: &str) -> std::sync::Arc<Vec<String>> {
         if let Some(v) = self.lists.as_ref().and_then(|l| l.get(path)) {
             return v.clone();
         }
-        let listed = self.list_uncached(path);
+        let listed = std::sync::Arc::new(self.list_uncached(path));
         if let Some(l) = self.lists.as_mut() {
             l.insert(path.to_string(), listed.clone());
         }
@@ -506,8 +511,9 @@ impl Reader<'_> {
 
     fn counters(&mut self, dir: &str) -> BTreeMap<String, u64> {
         let mut out = BTreeMap::new();
-        for name in self.list(dir) {
-            let path = join(dir, &name);
+        let names = self.list_shared(dir);
+        for name in names.iter() {
+            let path = join(dir, name);
             let bytes = match self.read(&path) {
                 Ok(b) => b,
                 Err(TreeError::NotFound { .. }) => continue,
@@ -524,7 +530,7 @@ impl Reader<'_> {
             }
             match std::str::from_utf8(t).ok().and_then(|t| t.parse::<u64>().ok()) {
                 Some(v) => {
-                    out.insert(name, v);
+                    out.insert(name.clone(), v);
                 }
                 None => {
                     let shown: String = String::from_utf8_lossy(t).chars().take(60).collect();

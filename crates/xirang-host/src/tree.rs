@@ -217,11 +217,45 @@ pub fn base_name(path: &str) -> &str {
 /// `dir/name`, or `name` at the root.
 pub fn join(dir: &str, name: &str) -> String {
     if dir.is_empty() {
-        name.to_string()
-    } else {
-        format!("{dir}/{name}")
+        return name.to_string();
+    }
+    // Built directly: a sampling round joins a few thousand paths, and `format!` costs
+    // several times more.
+    let mut s = String::with_capacity(dir.len() + 1 + name.len());
+    s.push_str(dir);
+    s.push('/');
+    s.push_str(name);
+    s
+}
+
+/// FNV-1a: a fast hash for the short path and name keys of the sampling maps (the
+/// standard SipHash is built to resist adversarial keys, which these are not).
+#[derive(Debug, Clone, Copy)]
+pub struct Fnv(u64);
+
+impl Default for Fnv {
+    fn default() -> Self {
+        // FNV-1a 64-bit offset basis.
+        Fnv(0xcbf2_9ce4_8422_2325)
     }
 }
+
+impl std::hash::Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // FNV-1a 64-bit prime.
+        const PRIME: u64 = 0x0100_0000_01b3;
+        for b in bytes {
+            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(PRIME);
+        }
+    }
+}
+
+/// A `HashMap` keyed with [`Fnv`].
+pub type FnvMap<K, V> = std::collections::HashMap<K, V, std::hash::BuildHasherDefault<Fnv>>;
 
 /// `rel` taken from directory `dir`, with `.` and `..` folded. `None` when it climbs
 /// above the root. An absolute `rel` is taken from the root of the tree: a tree is a
@@ -296,8 +330,16 @@ fn resolve<T: Tree + ?Sized>(tree: &T, path: &str) -> Result<String, TreeError> 
 pub struct DirTree {
     root: PathBuf,
     /// Files kept open between reads (see [`DirTree::keeping_files_open`]).
-    open: Option<std::sync::Mutex<std::collections::HashMap<String, std::fs::File>>>,
+    open: Option<std::sync::Mutex<KeptFiles>>,
     open_cap: usize,
+}
+
+/// Files kept open, and one read buffer reused for all of them (a zeroed page per read
+/// costs as much as the read).
+#[derive(Debug, Default)]
+struct KeptFiles {
+    files: FnvMap<String, std::fs::File>,
+    buf: Vec<u8>,
 }
 
 impl Clone for DirTree {
@@ -329,7 +371,10 @@ impl DirTree {
         let soft = soft_fd_limit().unwrap_or(1024);
         DirTree {
             root: root.into(),
-            open: Some(std::sync::Mutex::new(std::collections::HashMap::new())),
+            open: Some(std::sync::Mutex::new(KeptFiles {
+                files: FnvMap::default(),
+                buf: vec![0; SMALL_READ_BYTES],
+            })),
             open_cap: soft.saturating_sub(FD_HEADROOM),
         }
     }
@@ -389,18 +434,18 @@ impl DirTree {
     fn read_kept(&self, path: &str) -> Option<Result<Vec<u8>, TreeError>> {
         use std::os::unix::fs::FileExt;
         let cache = self.open.as_ref()?;
-        let mut map = cache.lock().unwrap_or_else(|e| e.into_inner());
-        let mut page = [0u8; SMALL_READ_BYTES];
-        if let Some(f) = map.get(path) {
-            match f.read_at(&mut page, 0) {
-                Ok(n) if n < page.len() => return Some(Ok(page[..n].to_vec())),
+        let mut kept = cache.lock().unwrap_or_else(|e| e.into_inner());
+        let KeptFiles { files, buf } = &mut *kept;
+        if let Some(f) = files.get(path) {
+            match f.read_at(buf, 0) {
+                Ok(n) if n < buf.len() => return Some(Ok(buf[..n].to_vec())),
                 // Gone (ENODEV on sysfs when the device left) or large: reopen below.
                 _ => {
-                    map.remove(path);
+                    files.remove(path);
                 }
             }
         }
-        if map.len() >= self.open_cap {
+        if files.len() >= self.open_cap {
             return None;
         }
         use std::os::unix::fs::OpenOptionsExt;
@@ -409,10 +454,11 @@ impl DirTree {
             .custom_flags(libc::O_NOFOLLOW)
             .open(self.path(path))
             .ok()?;
-        match f.read_at(&mut page, 0) {
-            Ok(n) if n < page.len() => {
-                map.insert(path.to_string(), f);
-                Some(Ok(page[..n].to_vec()))
+        match f.read_at(buf, 0) {
+            Ok(n) if n < buf.len() => {
+                let out = buf[..n].to_vec();
+                files.insert(path.to_string(), f);
+                Some(Ok(out))
             }
             _ => None,
         }

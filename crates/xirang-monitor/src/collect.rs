@@ -2,12 +2,12 @@
 //! replayed simulation), turn raw values into monotonic metric values (wraps and resets
 //! folded in by `xirang_telemetry::RateTracker`), and derive the health signals.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use serde::Serialize;
 use xirang_host::parse::ethtool::EthtoolStats;
 use xirang_host::sysfs::{CounterRead, ReadCache, read_counters_with};
-use xirang_host::tree::Tree;
+use xirang_host::tree::{FnvMap, Tree};
 use xirang_telemetry::metric::{Metric, metric_for};
 use xirang_telemetry::rate::increase;
 use xirang_telemetry::spec::{CounterSpec, Kind, spec};
@@ -74,6 +74,8 @@ pub enum Source {
 struct Slot {
     metric: std::sync::Arc<Metric>,
     spec: CounterSpec,
+    /// A derived signal reads this counter's increases.
+    signal: bool,
     last: Option<(u64, u64)>,
     total: u64,
     round: u64,
@@ -107,7 +109,7 @@ pub struct Collector {
     source: Source,
     host_label: Option<String>,
     /// Per entity and counter: its metric, spec, last sample and exported total.
-    slots: HashMap<String, HashMap<String, Slot>>,
+    slots: FnvMap<String, FnvMap<String, Slot>>,
     /// The host tree's structure, kept between rounds.
     cache: ReadCache,
     /// Problems met since start (`xirang_collector_errors_total`).
@@ -170,7 +172,7 @@ impl Collector {
         Collector {
             source,
             host_label,
-            slots: HashMap::new(),
+            slots: FnvMap::default(),
             cache: ReadCache::new(),
             errors_total: 0,
             rounds: 0,
@@ -217,7 +219,7 @@ impl Collector {
             // Parsing the entity and naming the metric happen once per counter, not once
             // per round: a round touches about a thousand counters.
             if !self.slots.contains_key(cv.entity.as_str()) {
-                self.slots.insert(cv.entity.clone(), HashMap::new());
+                self.slots.insert(cv.entity.clone(), FnvMap::default());
             }
             let Some(by_name) = self.slots.get_mut(cv.entity.as_str()) else {
                 continue;
@@ -233,6 +235,7 @@ impl Collector {
                     by_name.entry(cv.name.clone()).or_insert(Slot {
                         metric: std::sync::Arc::new(metric_for(&entity, &cv.name, with_host)),
                         spec: spec(&cv.name),
+                        signal: is_signal_input(&cv.name),
                         last: None,
                         total: 0,
                         round: round_no,
@@ -274,7 +277,7 @@ impl Collector {
                 }
                 _ => slot.total = slot.total.saturating_add(change.increase()),
             }
-            if is_signal_input(&cv.name) {
+            if slot.signal {
                 deltas.add(&cv.entity, &cv.name, &change);
             }
             round.points.push(Point {
@@ -330,7 +333,7 @@ fn host_values(
     run_ethtool: bool,
     host: &str,
 ) -> (Vec<CounterValue>, Vec<Point>, Vec<String>) {
-    let read: CounterRead = read_counters_with(tree, cache);
+    let mut read: CounterRead = read_counters_with(tree, cache);
     let mut values = Vec::new();
     let mut gauges = Vec::new();
     let mut problems: Vec<String> = read
@@ -338,7 +341,7 @@ fn host_values(
         .iter()
         .map(|p| format!("{}: {}", p.path, p.message))
         .collect();
-    for d in &read.rdma {
+    for d in &mut read.rdma {
         gauges.push(gauge(
             "node_infiniband_info",
             vec![
@@ -350,7 +353,7 @@ fn host_values(
             1.0,
             "Non-numeric data from /sys/class/infiniband/<device>, value is always 1.",
         ));
-        for p in &d.ports {
+        for p in &mut d.ports {
             let entity = format!("{host}/{}/{}", d.name, p.port);
             let labels = vec![("device", d.name.clone()), ("port", p.port.to_string())];
             if let Some(s) = &p.state {
@@ -368,11 +371,15 @@ fn host_values(
                     "Maximum signal transfer rate",
                 ));
             }
-            for (n, v) in p.counters.iter().chain(&p.hw_counters) {
+            // The names move out of the read: a round has about a thousand of them.
+            for (n, v) in std::mem::take(&mut p.counters)
+                .into_iter()
+                .chain(std::mem::take(&mut p.hw_counters))
+            {
                 values.push(CounterValue {
                     entity: entity.clone(),
-                    name: n.clone(),
-                    value: *v,
+                    name: n,
+                    value: v,
                 });
             }
         }
@@ -387,7 +394,13 @@ fn host_values(
             });
         }
         let captured = format!("commands/ethtool-S-{}.txt", n.name);
-        let stats = match tree.read(&captured) {
+        // The captured file sits in a plain directory: read it without walking its path,
+        // falling back to the full resolution when it is a link.
+        let bytes = match tree.read_nofollow(&captured) {
+            Err(xirang_host::tree::TreeError::BadLink { .. }) => tree.read(&captured),
+            r => r,
+        };
+        let stats = match bytes {
             Ok(bytes) => match EthtoolStats::parse(&String::from_utf8_lossy(&bytes)) {
                 Ok(s) => Some(s),
                 Err(e) => {
@@ -399,11 +412,11 @@ fn host_values(
             Err(_) => None,
         };
         if let Some(stats) = stats {
-            for (name, v) in &stats.counters {
+            for (name, value) in stats.counters {
                 values.push(CounterValue {
                     entity: entity.clone(),
-                    name: name.clone(),
-                    value: *v,
+                    name,
+                    value,
                 });
             }
         }
