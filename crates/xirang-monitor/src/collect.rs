@@ -70,6 +70,9 @@ pub enum Source {
     External,
 }
 
+/// Prefix of netdev `statistics/` counters in the counter schema.
+pub use xirang_telemetry::metric::NETDEV_STAT_PREFIX;
+
 /// What the collector remembers of one counter.
 struct Slot {
     metric: std::sync::Arc<Metric>,
@@ -177,6 +180,22 @@ impl Collector {
             errors_total: 0,
             rounds: 0,
         }
+    }
+
+    /// Samples a tree other than the collector's own at `ts_ns` (one snapshot of a
+    /// recorded series), with the same reading and folding as a live round.
+    pub fn round_from(&mut self, tree: &dyn Tree, ts_ns: u64) -> Round {
+        let started = std::time::Instant::now();
+        let mut cache = ReadCache::off();
+        let (values, gauges, problems) = host_values(
+            tree,
+            &mut cache,
+            false,
+            self.host_label.as_deref().unwrap_or("local"),
+        );
+        let mut round = self.fold(ts_ns, &values, gauges, problems);
+        round.duration_s = started.elapsed().as_secs_f64();
+        round
     }
 
     /// Samples the source at `ts_ns`.
@@ -384,13 +403,22 @@ fn host_values(
             }
         }
     }
-    for n in &read.netdevs {
+    for n in &mut read.netdevs {
         let entity = format!("{host}/{}", n.name);
         if let Some(c) = n.carrier_changes {
             values.push(CounterValue {
                 entity: entity.clone(),
                 name: "carrier_changes".into(),
                 value: c,
+            });
+        }
+        // The kernel's generic interface statistics (`statistics/rx_bytes`, ...), named
+        // apart from the driver's `ethtool -S` counters of the same interface.
+        for (stat, value) in std::mem::take(&mut n.statistics) {
+            values.push(CounterValue {
+                entity: entity.clone(),
+                name: format!("{NETDEV_STAT_PREFIX}{stat}"),
+                value,
             });
         }
         let captured = format!("commands/ethtool-S-{}.txt", n.name);

@@ -126,3 +126,41 @@ impl Replay {
             .collect()
     }
 }
+
+/// A recorded series of host snapshots (`xirang host snapshot` archives in one
+/// directory), in capture order: each becomes a round at its capture time.
+pub fn load_snapshots(dir: &Path) -> Result<Vec<(u64, xirang_host::tree::MemTree)>, ReplayError> {
+    let err = |path: &Path, message: String| ReplayError {
+        path: path.display().to_string(),
+        message,
+    };
+    let rd = std::fs::read_dir(dir).map_err(|e| err(dir, e.to_string()))?;
+    let mut files: Vec<std::path::PathBuf> = rd
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.to_string_lossy().ends_with(".tar.gz") || p.to_string_lossy().ends_with(".tgz"))
+        .collect();
+    files.sort();
+    let mut out = Vec::new();
+    for f in files {
+        let tree = xirang_host::snapshot::load(&f).map_err(|e| err(&f, e.to_string()))?;
+        let manifest: xirang_host::snapshot::Manifest =
+            xirang_host::tree::Tree::read(&tree, xirang_host::snapshot::MANIFEST)
+                .ok()
+                .and_then(|b| serde_json::from_slice(&b).ok())
+                .ok_or_else(|| err(&f, "expected a snapshot manifest with its capture time".into()))?;
+        out.push((manifest.captured_unix_s.saturating_mul(1_000_000_000), tree));
+    }
+    if out.is_empty() {
+        return Err(err(
+            dir,
+            "expected snapshot archives (*.tar.gz written by `xirang host snapshot`)".into(),
+        ));
+    }
+    out.sort_by_key(|(t, _)| *t);
+    Ok(out)
+}
+
+/// True when `dir` holds simulator output rather than a snapshot series.
+pub fn is_sim_output(dir: &Path) -> bool {
+    dir.join("counters_series.csv").is_file() || dir.join("counters.csv").is_file()
+}

@@ -290,6 +290,10 @@ const HW: &[(&str, &str, &str)] = &[
     ),
 ];
 
+/// Counters of a netdev's `/sys/class/net/IF/statistics/` carry this prefix in their
+/// name, so they do not collide with the driver's `ethtool -S` counters.
+pub const NETDEV_STAT_PREFIX: &str = "statistics/";
+
 const GENERIC_HELP: &str = "Counter as the hardware names it (see the counter label).";
 
 /// node_exporter's help for its `lifespan_seconds` gauge.
@@ -370,6 +374,24 @@ pub fn metric_for(entity: &Entity, name: &str, host_label: bool) -> Metric {
         Entity::Netdev { host: h, ifname } => {
             let mut labels = vec![("device", ifname.clone())];
             host(&mut labels, h);
+            if let Some(stat) = name.strip_prefix(NETDEV_STAT_PREFIX) {
+                return Metric {
+                    name: format!("xirang_netdev_{}_total", sanitize(stat)),
+                    labels,
+                    kind: Kind::Counter,
+                    scale: 1.0,
+                    help: "Linux interface statistic (/sys/class/net/IF/statistics).",
+                };
+            }
+            if name == "carrier_changes" {
+                return Metric {
+                    name: "xirang_netdev_carrier_changes_total".into(),
+                    labels,
+                    kind: Kind::Counter,
+                    scale: 1.0,
+                    help: "Times the interface's carrier changed (/sys/class/net/IF/carrier_changes).",
+                };
+            }
             prio_metric(name, labels.clone(), sp.scale).unwrap_or(Metric {
                 name: format!("xirang_ethtool_{}_total", sanitize(name)),
                 labels,

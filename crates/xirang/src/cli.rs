@@ -85,7 +85,8 @@ pub(crate) struct MonitorArgs {
     /// Sample twice (one interval apart, so rates exist), print the metrics and exit.
     #[arg(long)]
     pub(crate) once: bool,
-    /// Replay a `xirang sim --out` directory instead of sampling a host.
+    /// Replay a `xirang sim --out` directory, or a directory of host snapshots taken over
+    /// time, instead of sampling a host.
     #[arg(long, conflicts_with_all = ["root", "once"])]
     pub(crate) replay: Option<PathBuf>,
     /// With --once or --replay: print JSON instead of the exposition text.

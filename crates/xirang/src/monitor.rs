@@ -136,8 +136,11 @@ fn replay_dir(
     rules: Vec<Rule>,
     retention: Retention,
 ) -> Result<Outcome> {
-    let r = replay::load(dir)?;
     let mut collector = Collector::new(Source::External, Some("replay".into()));
+    if !replay::is_sim_output(dir) {
+        return replay_snapshots(dir, collector, rules, a.json);
+    }
+    let r = replay::load(dir)?;
     let mut ev = Evaluator::new(rules);
     let mut history = match &a.history {
         Some(p) => Some(History::open(p, retention)?),
@@ -188,6 +191,59 @@ fn replay_dir(
         out(&format!(
             "replayed {} rounds from {}; {} alerts fired\n{t}\n",
             r.rounds.len(),
+            dir.display(),
+            fired.len()
+        ))?;
+    }
+    Ok(Outcome::Clean)
+}
+
+/// A directory of host snapshots taken over time, replayed as rounds at their capture times.
+fn replay_snapshots(
+    dir: &std::path::Path,
+    mut collector: Collector,
+    rules: Vec<Rule>,
+    json: bool,
+) -> Result<Outcome> {
+    let series = replay::load_snapshots(dir)?;
+    let mut ev = Evaluator::new(rules);
+    let mut fired = Vec::new();
+    let mut last = None;
+    for (t, tree) in &series {
+        let round = collector.round_from(tree, *t);
+        for f in ev.eval(&round) {
+            fired.push((*t, f));
+        }
+        for p in &round.problems {
+            eprintln!("xirang monitor: {p}");
+        }
+        last = Some(round);
+    }
+    let Some(last) = last else {
+        bail!("{}: no snapshots", dir.display())
+    };
+    if json {
+        let alerts: Vec<_> = fired
+            .iter()
+            .map(|(t, f)| serde_json::json!({"at_unix_s": t / 1_000_000_000, "alert": f}))
+            .collect();
+        out(&(serde_json::to_string_pretty(
+            &serde_json::json!({"rounds": series.len(), "alerts": alerts, "final": last}),
+        )? + "\n"))?;
+    } else {
+        let mut t = table(&["at (unix s)", "rule", "entity", "severity", "value"]);
+        for (ts, f) in &fired {
+            t.add_row(vec![
+                (ts / 1_000_000_000).to_string(),
+                f.rule.clone(),
+                f.entity.clone(),
+                f.severity.clone(),
+                format!("{:.4}", f.value),
+            ]);
+        }
+        out(&format!(
+            "replayed {} snapshots from {}; {} alerts fired\n{t}\n",
+            series.len(),
             dir.display(),
             fired.len()
         ))?;

@@ -365,3 +365,58 @@ fn history_survives_kill_9_of_the_agent() {
         );
     }
 }
+
+#[test]
+fn a_recorded_snapshot_series_replays_as_rounds() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = dir.path().join("host");
+    let snaps = dir.path().join("snaps");
+    let p = "sys/class/infiniband/mlx5_0/ports/1";
+    write(&host, &format!("{p}/state"), "4: ACTIVE\n");
+    write(&host, &format!("{p}/phys_state"), "5: LinkUp\n");
+    for (i, symbol_errors) in [0u64, 40, 90].iter().enumerate() {
+        write(
+            &host,
+            &format!("{p}/counters/symbol_error"),
+            &format!("{symbol_errors}\n"),
+        );
+        write(
+            &host,
+            &format!("{p}/counters/port_xmit_data"),
+            &format!("{}\n", 1000 * i),
+        );
+        let out = snaps.join(format!("h1-{i}.tar.gz"));
+        run_expect(
+            &[
+                "host",
+                "snapshot",
+                "--root",
+                host.to_str().unwrap(),
+                "--no-commands",
+                "--out",
+                out.to_str().unwrap(),
+            ],
+            0,
+        );
+        if i < 2 {
+            // Manifests record capture time in whole seconds.
+            std::thread::sleep(Duration::from_millis(1100));
+        }
+    }
+    let (json, _) = run_expect(&["monitor", "--replay", snaps.to_str().unwrap(), "--json"], 0);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["rounds"], 3);
+    let alerts = v["alerts"].as_array().unwrap();
+    assert!(
+        alerts.iter().any(|a| a["alert"]["rule"] == "link_errors_rising"),
+        "{alerts:?}"
+    );
+    let total = v["final"]["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["metric"]["name"] == "node_infiniband_symbol_error_total")
+        .unwrap()["value"]
+        .as_f64();
+    assert_eq!(total, Some(90.0));
+}
