@@ -222,6 +222,9 @@ const RETRANS_COUNTERS: &[&str] = &[
     "req_transport_retries_exceeded",
     "req_rnr_retries_exceeded",
 ];
+/// SONiC's port MTU when `PORT|<port>` has no `mtu` field (switch-config.md §1, PORT).
+const SONIC_DEFAULT_MTU_BYTES: u32 = 9100;
+
 /// DSCP of CNPs: mlx5's `roce_np/cnp_dscp` default (switch-config.md §2).
 const CNP_DSCP: u8 = 48;
 /// Counters that count discards (linux-rdma-sysfs.md §1.2 and §1.3).
@@ -393,26 +396,38 @@ fn link_rate(c: &Cluster, out: &mut Vec<Finding>) {
 
 fn pcie(c: &Cluster, out: &mut Vec<Finding>) {
     for h in &c.hosts {
-        // Endpoints and the bridges above them: a narrow upstream port caps the endpoint.
+        // Every link from the root down to each NIC and GPU, judged by its two ends: it
+        // can train no faster than the slower end allows, min(device max, upstream port
+        // max), as NCCL computes it (linux-rdma-sysfs.md §3). The child's attributes
+        // describe the link to its parent, so each link is judged once, at the child.
         let mut seen = std::collections::BTreeSet::new();
         for f in h
             .pci
             .iter()
             .filter(|f| matches!(f.role, PciRole::Nic | PciRole::Gpu))
         {
-            for bdf in f.upstream.iter().chain(std::iter::once(&f.bdf)) {
+            let chain: Vec<&String> = f.upstream.iter().chain(std::iter::once(&f.bdf)).collect();
+            for pair in chain.windows(2) {
+                let (parent_bdf, bdf) = (pair[0], pair[1]);
                 if !seen.insert(bdf.clone()) {
                     continue;
                 }
-                let Some(g) = h.pci(bdf) else { continue };
-                let Some(l) = g.link else { continue };
-                if !l.is_downgraded() {
+                let (Some(g), Some(p)) = (h.pci(bdf), h.pci(parent_bdf)) else {
+                    continue;
+                };
+                let (Some(l), Some(pl)) = (g.link, p.link) else {
+                    continue;
+                };
+                let want_speed = l.max_speed_gts.min(pl.max_speed_gts);
+                let want_width = l.max_width.min(pl.max_width);
+                let slow = l.cur_speed_gts < want_speed;
+                let narrow = l.cur_width < want_width;
+                if !slow && !narrow {
                     continue;
                 }
-                let width = l.cur_width < l.max_width;
                 // GPUs lower their link speed when idle to save power
-                // (linux-rdma-sysfs.md §3): a speed-only drop on a GPU is a warning.
-                let severity = if g.role == PciRole::Gpu && !width {
+                // (linux-rdma-sysfs.md §3): a speed-only drop on a GPU link is a warning.
+                let severity = if g.role == PciRole::Gpu && !narrow {
                     Severity::Warning
                 } else {
                     Severity::Error
@@ -430,18 +445,20 @@ fn pcie(c: &Cluster, out: &mut Vec<Finding>) {
                     layer: Layer::Physical,
                     entity: format!("{}/{bdf}", h.hostname),
                     message: format!(
-                        "{what} link trained at {} GT/s x{} of {} GT/s x{} ({:.0}% of its bandwidth)",
+                        "{what} link trained at {} GT/s x{} where it and its upstream port {parent_bdf} allow {} GT/s x{} ({:.0}% of the bandwidth)",
                         l.cur_speed_gts,
                         l.cur_width,
-                        l.max_speed_gts,
-                        l.max_width,
-                        100.0 * l.cur_speed_gts * f64::from(l.cur_width) / (l.max_speed_gts * f64::from(l.max_width))
+                        want_speed,
+                        want_width,
+                        100.0 * l.cur_speed_gts * f64::from(l.cur_width) / (want_speed * f64::from(want_width))
                     ),
                     evidence: vec![
                         ev(h, &format!("{base}/current_link_speed"), format!("{} GT/s", l.cur_speed_gts)),
                         ev(h, &format!("{base}/current_link_width"), l.cur_width),
                         ev(h, &format!("{base}/max_link_speed"), format!("{} GT/s", l.max_speed_gts)),
                         ev(h, &format!("{base}/max_link_width"), l.max_width),
+                        ev(h, &format!("sys/bus/pci/devices/{parent_bdf}/max_link_speed"), format!("{} GT/s", pl.max_speed_gts)),
+                        ev(h, &format!("sys/bus/pci/devices/{parent_bdf}/max_link_width"), pl.max_width),
                     ],
                     fix: if severity == Severity::Warning {
                         format!("re-check under load (`lspci -vvv -s {bdf}` LnkSta); idle GPUs train down to save power")
@@ -757,10 +774,10 @@ fn mtu(c: &Cluster, out: &mut Vec<Finding>) {
         let Some(sw) = c.switch(&cable.switch) else {
             continue;
         };
-        let sw_mtu = sw.db.port_mtu(&cable.port);
+        let sw_mtu = effective_mtu(&sw.db, &cable.port);
         let sw_ev = Evidence {
             source: format!("{}: PORT|{}.mtu", sw.source, cable.port),
-            value: sw_mtu.map_or("absent".into(), |m| m.to_string()),
+            value: mtu_text(&sw.db, &cable.port),
         };
         if let (Some(host), Some(nic)) = (&cable.host, &cable.nic) {
             let Some(h) = c.hosts.iter().find(|x| &x.hostname == host) else {
@@ -783,7 +800,7 @@ fn mtu(c: &Cluster, out: &mut Vec<Finding>) {
                     entity: format!("{}:{}", cable.switch, cable.port),
                     message: format!(
                         "switch port MTU {} is below the MTU {m} of {host}/{} behind it: full-size RoCE frames are dropped (rx_oversize_pkts_phy)",
-                        sw_mtu.map_or("(absent)".into(), |s| s.to_string()),
+                        sw_mtu.map_or("(no PORT entry)".into(), |s| s.to_string()),
                         nd.name
                     ),
                     evidence: vec![sw_ev.clone(), ev(h, &format!("sys/class/net/{}/mtu", nd.name), m)],
@@ -792,7 +809,7 @@ fn mtu(c: &Cluster, out: &mut Vec<Finding>) {
             }
         } else if let (Some(ps), Some(pp)) = (&cable.peer_switch, &cable.peer_port) {
             let Some(peer) = c.switch(ps) else { continue };
-            let peer_mtu = peer.db.port_mtu(pp);
+            let peer_mtu = effective_mtu(&peer.db, pp);
             if sw_mtu != peer_mtu {
                 out.push(Finding {
                     rule: "NET-MTU-PATH",
@@ -801,20 +818,39 @@ fn mtu(c: &Cluster, out: &mut Vec<Finding>) {
                     entity: format!("{}:{} - {ps}:{pp}", cable.switch, cable.port),
                     message: format!(
                         "the two ends of a switch link disagree on MTU ({} vs {})",
-                        sw_mtu.map_or("absent".into(), |m| m.to_string()),
-                        peer_mtu.map_or("absent".into(), |m| m.to_string())
+                        sw_mtu.map_or("no PORT entry".into(), |m| m.to_string()),
+                        peer_mtu.map_or("no PORT entry".into(), |m| m.to_string())
                     ),
                     evidence: vec![
                         sw_ev,
                         Evidence {
                             source: format!("{}: PORT|{pp}.mtu", peer.source),
-                            value: peer_mtu.map_or("absent".into(), |m| m.to_string()),
+                            value: mtu_text(&peer.db, pp),
                         },
                     ],
                     fix: "set the same MTU (9100) on both ends: config interface mtu <port> 9100".into(),
                 });
             }
         }
+    }
+}
+
+/// A port's MTU: its `mtu` field, SONiC's default when the field is absent, `None` when
+/// the port has no PORT entry at all.
+fn effective_mtu(db: &xirang_switch::sonic::ConfigDb, port: &str) -> Option<u32> {
+    db.ports
+        .get(port)
+        .map(|p| p.mtu_bytes.unwrap_or(SONIC_DEFAULT_MTU_BYTES))
+}
+
+fn mtu_text(db: &xirang_switch::sonic::ConfigDb, port: &str) -> String {
+    match db.ports.get(port) {
+        None => "no PORT entry".into(),
+        Some(p) => p
+            .mtu_bytes
+            .map_or(format!("absent (SONiC default {SONIC_DEFAULT_MTU_BYTES})"), |m| {
+                m.to_string()
+            }),
     }
 }
 

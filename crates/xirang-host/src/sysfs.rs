@@ -85,6 +85,9 @@ pub struct CounterRead {
     pub netdevs: Vec<NetdevCounters>,
     /// PCIe functions behind the netdevs and RDMA devices, with their link state.
     pub pci: Vec<PciFunction>,
+    /// The most each function's upstream port allows (max speed GT/s, max width), by
+    /// address: a link trains no faster than its slower end (linux-rdma-sysfs.md §3).
+    pub upstream_max: BTreeMap<String, (f64, u8)>,
     /// What could not be read.
     pub problems: Vec<ReadProblem>,
 }
@@ -180,6 +183,7 @@ fn read_counters_inner(r: &mut Reader<'_>) -> CounterRead {
     let rdma = r.rdma_devices();
     let mut netdevs = Vec::new();
     let mut functions: BTreeMap<String, PciFunction> = BTreeMap::new();
+    let mut upstream_max: BTreeMap<String, (f64, u8)> = BTreeMap::new();
     for name in r.list("sys/class/net") {
         if name == "lo" {
             continue;
@@ -194,6 +198,9 @@ fn read_counters_inner(r: &mut Reader<'_>) -> CounterRead {
                 .map_or(target.as_str(), |i| &target[..i + bdf.len()])
                 .to_string();
             let f = r.pci_function(&at);
+            if let Some(m) = r.upstream_max(&at) {
+                upstream_max.insert(f.bdf.clone(), m);
+            }
             functions.insert(f.bdf.clone(), f);
         }
         netdevs.push(NetdevCounters {
@@ -214,6 +221,9 @@ fn read_counters_inner(r: &mut Reader<'_>) -> CounterRead {
                 .map_or(target.as_str(), |i| &target[..i + bdf.len()])
                 .to_string();
             let f = r.pci_function(&at);
+            if let Some(m) = r.upstream_max(&at) {
+                upstream_max.insert(f.bdf.clone(), m);
+            }
             functions.insert(f.bdf.clone(), f);
         }
     }
@@ -221,6 +231,7 @@ fn read_counters_inner(r: &mut Reader<'_>) -> CounterRead {
         rdma,
         netdevs,
         pci: functions.into_values().collect(),
+        upstream_max,
         problems: std::mem::take(&mut r.problems),
     }
 }
@@ -313,7 +324,8 @@ impl Reader<'_> {
     /// resolution when the file itself is a link.
     fn read(&mut self, path: &str) -> Result<Vec<u8>, TreeError> {
         let fast = self.real(path).map(|real| self.tree.read_nofollow(&real));
-        if self.lists.is_some() && matches!(fast, None | Some(Err(TreeError::NotFound { .. }))) {
+        // A directory that no longer resolves means the structure changed.
+        if self.lists.is_some() && fast.is_none() {
             self.stale = true;
         }
         match fast {
@@ -516,7 +528,12 @@ impl Reader<'_> {
             let path = join(dir, name);
             let bytes = match self.read(&path) {
                 Ok(b) => b,
-                Err(TreeError::NotFound { .. }) => continue,
+                // A listed counter that is gone: the device changed (optional attributes
+                // that are simply absent do not count).
+                Err(TreeError::NotFound { .. }) => {
+                    self.stale = true;
+                    continue;
+                }
                 Err(e) => {
                     self.tree_problem(e);
                     continue;
@@ -735,6 +752,23 @@ impl Reader<'_> {
             }
         }
         by_bdf.into_values().filter(|f| keep.contains(&f.bdf)).collect()
+    }
+
+    /// Max speed and width of the bridge above the function at `path`, when there is one.
+    fn upstream_max(&mut self, path: &str) -> Option<(f64, u8)> {
+        let parent = crate::tree::parent_of(path);
+        if !is_bdf(base_name(parent)) {
+            return None;
+        }
+        let speed = self.parsed(
+            &join(parent, "max_link_speed"),
+            "a speed like `16.0 GT/s PCIe`",
+            parse_gts,
+        )?;
+        let width = self.parsed(&join(parent, "max_link_width"), "a lane count", |t| {
+            t.parse::<u8>().ok()
+        })?;
+        Some((speed, width))
     }
 
     fn pci_function(&mut self, path: &str) -> PciFunction {

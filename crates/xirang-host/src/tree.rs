@@ -75,7 +75,8 @@ pub trait Tree {
     /// How the tree names itself in messages (`/`, `fixtures/h1`, `h1.tar.gz`).
     fn describe(&self) -> String;
 
-    /// Reads the regular file at `path`, whose directories are already resolved, without
+    /// Reads the regular file at `path`, whose directories must already be resolved (a
+    /// link among them would be followed by the operating system), without
     /// following a final symlink: a link there is `BadLink`, and the caller falls back to
     /// [`read`](Tree::read). Saves resolving the path component by component, which a
     /// monitoring round would otherwise do for every one of a thousand counters.
@@ -95,6 +96,10 @@ pub trait Tree {
             Some(Kind::File) => self.read_raw(path),
         }
     }
+
+    /// Marks the end of a sampling round: a tree that keeps files open closes those not
+    /// read since the previous call (devices that went away, renamed interfaces).
+    fn end_round(&self) {}
 
     /// Resolves every symlink in `path`, staying inside the tree.
     fn resolve(&self, path: &str) -> Result<String, TreeError> {
@@ -338,7 +343,8 @@ pub struct DirTree {
 /// costs as much as the read).
 #[derive(Debug, Default)]
 struct KeptFiles {
-    files: FnvMap<String, std::fs::File>,
+    /// Open files, each with whether it was read since the last [`Tree::end_round`].
+    files: FnvMap<String, (std::fs::File, bool)>,
     buf: Vec<u8>,
 }
 
@@ -436,9 +442,16 @@ impl DirTree {
         let cache = self.open.as_ref()?;
         let mut kept = cache.lock().unwrap_or_else(|e| e.into_inner());
         let KeptFiles { files, buf } = &mut *kept;
-        if let Some(f) = files.get(path) {
+        // Only sysfs attributes change in place; anything else may be replaced by a rename.
+        if !path.starts_with("sys/") {
+            return None;
+        }
+        if let Some((f, used)) = files.get_mut(path) {
             match f.read_at(buf, 0) {
-                Ok(n) if n < buf.len() => return Some(Ok(buf[..n].to_vec())),
+                Ok(n) if n < buf.len() => {
+                    *used = true;
+                    return Some(Ok(buf[..n].to_vec()));
+                }
                 // Gone (ENODEV on sysfs when the device left) or large: reopen below.
                 _ => {
                     files.remove(path);
@@ -457,7 +470,7 @@ impl DirTree {
         match f.read_at(buf, 0) {
             Ok(n) if n < buf.len() => {
                 let out = buf[..n].to_vec();
-                files.insert(path.to_string(), f);
+                files.insert(path.to_string(), (f, true));
                 Some(Ok(out))
             }
             _ => None,
@@ -466,6 +479,13 @@ impl DirTree {
 }
 
 impl Tree for DirTree {
+    fn end_round(&self) {
+        if let Some(cache) = &self.open {
+            let mut kept = cache.lock().unwrap_or_else(|e| e.into_inner());
+            kept.files.retain(|_, (_, used)| std::mem::take(used));
+        }
+    }
+
     fn lstat(&self, path: &str) -> Option<Kind> {
         let p = self.path(path);
         let meta = std::fs::symlink_metadata(&p).ok()?;

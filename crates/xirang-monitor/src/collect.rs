@@ -73,6 +73,9 @@ pub enum Source {
 /// Prefix of netdev `statistics/` counters in the counter schema.
 pub use xirang_telemetry::metric::NETDEV_STAT_PREFIX;
 
+/// Rounds a vanished counter's state is kept, in case it comes back.
+const TOMBSTONE_ROUNDS: u64 = 10;
+
 /// What the collector remembers of one counter.
 struct Slot {
     metric: std::sync::Arc<Metric>,
@@ -202,12 +205,16 @@ impl Collector {
     pub fn round(&mut self, ts_ns: u64) -> Round {
         let started = std::time::Instant::now();
         let (values, gauges, problems) = match &self.source {
-            Source::Host { tree, run_ethtool } => host_values(
-                tree.as_ref(),
-                &mut self.cache,
-                *run_ethtool,
-                self.host_label.as_deref().unwrap_or("local"),
-            ),
+            Source::Host { tree, run_ethtool } => {
+                let v = host_values(
+                    tree.as_ref(),
+                    &mut self.cache,
+                    *run_ethtool,
+                    self.host_label.as_deref().unwrap_or("local"),
+                );
+                tree.end_round();
+                v
+            }
             Source::External => (Vec::new(), Vec::new(), Vec::new()),
         };
         let mut round = self.fold(ts_ns, &values, gauges, problems);
@@ -304,14 +311,16 @@ impl Collector {
                 metric: slot.metric.clone(),
             });
         }
-        // Counters not seen this round vanish: no stale values, no rate across a gap.
+        // Counters not seen this round vanish from the output (no stale values). Their
+        // last raw value and total are kept for a while, so a counter that misses a
+        // round (a transient read error, a firmware reset) continues its total instead
+        // of restarting from its raw value, which after a wrap would go backwards.
         for (entity, by_name) in self.slots.iter_mut() {
             by_name.retain(|name, slot| {
-                let keep = slot.round == round_no;
-                if !keep {
+                if slot.round + 1 == round_no {
                     round.vanished.push(format!("{entity} {name}"));
                 }
-                keep
+                round_no.saturating_sub(slot.round) <= TOMBSTONE_ROUNDS
             });
         }
         self.slots.retain(|_, m| !m.is_empty());
@@ -422,12 +431,9 @@ fn host_values(
             });
         }
         let captured = format!("commands/ethtool-S-{}.txt", n.name);
-        // The captured file sits in a plain directory: read it without walking its path,
-        // falling back to the full resolution when it is a link.
-        let bytes = match tree.read_nofollow(&captured) {
-            Err(xirang_host::tree::TreeError::BadLink { .. }) => tree.read(&captured),
-            r => r,
-        };
+        // Read with the tree's confined resolution: `commands` itself may be a link in a
+        // captured tree, and must not lead outside the root.
+        let bytes = tree.read(&captured);
         let stats = match bytes {
             Ok(bytes) => match EthtoolStats::parse(&String::from_utf8_lossy(&bytes)) {
                 Ok(s) => Some(s),
@@ -455,8 +461,18 @@ fn host_values(
             gauges.push(gauge(
                 "xirang_pcie_link_downgraded",
                 labels.clone(),
-                if l.is_downgraded() { 1.0 } else { 0.0 },
-                "1 when the PCIe link trained below its maximum speed or width.",
+                {
+                    // Judged by both ends: a Gen4 card in a Gen3 slot is not degraded.
+                    let (up_speed, up_width) = read
+                        .upstream_max
+                        .get(&f.bdf)
+                        .copied()
+                        .unwrap_or((l.max_speed_gts, l.max_width));
+                    let degraded = l.cur_speed_gts < l.max_speed_gts.min(up_speed)
+                        || l.cur_width < l.max_width.min(up_width);
+                    if degraded { 1.0 } else { 0.0 }
+                },
+                "1 when the PCIe link trained below what both its ends allow (speed or width).",
             ));
             gauges.push(gauge(
                 "xirang_pcie_link_width",
@@ -619,14 +635,17 @@ fn signals(d: &Deltas, with_host: bool, out: &mut Vec<Point>) {
                         "FCS, symbol and uncorrected FEC errors per second (ethtool -S).",
                     ));
                 }
-                if let Some(v) = counters
-                    .get("carrier_changes")
-                    .or(counters.get("link_down_events_phy"))
-                {
+                // mlx5's link_down_events_phy counts link downs; carrier_changes counts
+                // both transitions (and administrative ones), so it is halved.
+                let flaps = counters
+                    .get("link_down_events_phy")
+                    .copied()
+                    .or(counters.get("carrier_changes").map(|c| c.div_ceil(2)));
+                if let Some(v) = flaps {
                     out.push(gauge(
                         "xirang_link_flaps",
                         labels.clone(),
-                        *v as f64,
+                        v as f64,
                         "Times the link went down in the last interval.",
                     ));
                 }

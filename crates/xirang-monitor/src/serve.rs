@@ -248,13 +248,21 @@ pub fn run(
         let mut next = Instant::now();
         let mut last_maintain = Instant::now();
         loop {
-            let problems = step(
-                &mut collector,
-                &mut evaluator,
-                history.as_mut(),
-                &sampler_shared,
-                now_ns(),
-            );
+            // A panic here would leave /metrics serving the last round forever: stop the
+            // agent instead, so its supervisor restarts it and Prometheus sees it down.
+            let stepped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                step(
+                    &mut collector,
+                    &mut evaluator,
+                    history.as_mut(),
+                    &sampler_shared,
+                    now_ns(),
+                )
+            }));
+            let Ok(problems) = stepped else {
+                eprintln!("xirang monitor: the sampling thread panicked; exiting");
+                std::process::exit(1);
+            };
             on_round(&problems);
             if let Some(h) = history.as_mut()
                 && last_maintain.elapsed() >= MAINTAIN_EVERY

@@ -211,3 +211,20 @@ fn pause_ratio_and_ecn_signals_from_fixture_counters() {
     assert_eq!(r.get("xirang_pfc_pause_seconds_total", &pl), Some(6.0));
     assert_eq!(r.get("xirang_pfc_pause_frames_total", &pl), Some(120.0));
 }
+
+#[test]
+fn a_counter_missing_for_a_round_continues_its_total() {
+    let (_d, root) = rxe_tree();
+    let mut c = collector(&root);
+    let p = "sys/class/infiniband/rxe0/ports/1/hw_counters";
+    let l = [("device", "rxe0"), ("port", "1")];
+    let name = "node_infiniband_out_of_sequence_packets_received_total";
+    c.round(S);
+    write(&root, &format!("{p}/out_of_sequence"), "104\n"); // wrapped: total 4294967400
+    assert_eq!(c.round(2 * S).get(name, &l), Some(4294967400.0));
+    write(&root, &format!("{p}/out_of_sequence"), "garbage");
+    assert_eq!(c.round(3 * S).get(name, &l), None);
+    write(&root, &format!("{p}/out_of_sequence"), "110\n");
+    // Continues from the total it had, rather than restarting at the raw 110.
+    assert_eq!(c.round(4 * S).get(name, &l), Some(4294967406.0));
+}

@@ -442,7 +442,12 @@ pub fn metric_for(entity: &Entity, name: &str, host_label: bool) -> Metric {
             let suffix = sanitize(name.trim_start_matches("SAI_QUEUE_STAT_"));
             Metric {
                 name: if sp.kind == Kind::Gauge {
-                    format!("xirang_switch_queue_{suffix}_bytes")
+                    // SAI_QUEUE_STAT_WATERMARK_BYTES already says its unit.
+                    if suffix.ends_with("_bytes") {
+                        format!("xirang_switch_queue_{suffix}")
+                    } else {
+                        format!("xirang_switch_queue_{suffix}_bytes")
+                    }
                 } else {
                     format!("xirang_switch_queue_{suffix}_total")
                 },
