@@ -412,6 +412,10 @@ fn host_values(
             }
         }
     }
+    let commands = tree
+        .resolve(xirang_host::snapshot::COMMANDS_DIR)
+        .ok()
+        .filter(|d| matches!(tree.lstat(d), Some(xirang_host::tree::Kind::Dir)));
     for n in &mut read.netdevs {
         let entity = format!("{host}/{}", n.name);
         if let Some(c) = n.carrier_changes {
@@ -431,9 +435,19 @@ fn host_values(
             });
         }
         let captured = format!("commands/ethtool-S-{}.txt", n.name);
-        // Read with the tree's confined resolution: `commands` itself may be a link in a
-        // captured tree, and must not lead outside the root.
-        let bytes = tree.read(&captured);
+        // `commands` is resolved once per round with the tree's confined resolution (in a
+        // captured tree it may be a link, which must not lead outside the root); the file
+        // itself is read without walking its path again.
+        let bytes = match &commands {
+            Some(dir) => match tree.read_nofollow(&xirang_host::tree::join(
+                dir,
+                &format!("ethtool-S-{}.txt", n.name),
+            )) {
+                Err(xirang_host::tree::TreeError::BadLink { .. }) => tree.read(&captured),
+                r => r,
+            },
+            None => tree.read(&captured),
+        };
         let stats = match bytes {
             Ok(bytes) => match EthtoolStats::parse(&String::from_utf8_lossy(&bytes)) {
                 Ok(s) => Some(s),

@@ -228,3 +228,35 @@ fn a_counter_missing_for_a_round_continues_its_total() {
     // Continues from the total it had, rather than restarting at the raw 110.
     assert_eq!(c.round(4 * S).get(name, &l), Some(4294967406.0));
 }
+
+#[test]
+fn a_commands_link_out_of_the_root_is_not_followed() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    write(&root, "sys/class/net/ens1np0/operstate", "up\n");
+    let outside = dir.path().join("outside");
+    write(
+        &outside,
+        "ethtool-S-ens1np0.txt",
+        "NIC statistics:\n     rx_prio3_pause: 7\n",
+    );
+    std::os::unix::fs::symlink("../outside", root.join("commands")).unwrap();
+    let r = collector(&root).round(S);
+    assert!(
+        r.points.iter().all(|p| !p.metric.name.starts_with("xirang_pfc")),
+        "read through a link out of the root"
+    );
+    // Inside the root, a linked commands directory is fine.
+    std::fs::remove_file(root.join("commands")).unwrap();
+    write(
+        &root,
+        "captured/ethtool-S-ens1np0.txt",
+        "NIC statistics:\n     rx_prio3_pause: 7\n",
+    );
+    std::os::unix::fs::symlink("captured", root.join("commands")).unwrap();
+    let r = collector(&root).round(S);
+    assert_eq!(
+        r.get("xirang_pfc_pause_frames_total", &[("device", "ens1np0")]),
+        Some(7.0)
+    );
+}
