@@ -32,6 +32,7 @@ pub fn read_host(tree: &dyn Tree) -> HostInventory {
         dirs: Default::default(),
         lists: None,
         stale: false,
+        statics: None,
     };
     let mut inv = HostInventory {
         hostname: r.hostname(),
@@ -120,6 +121,7 @@ pub struct ReadCache {
     on: bool,
     dirs: crate::tree::FnvMap<String, Option<String>>,
     lists: crate::tree::FnvMap<String, std::sync::Arc<Vec<String>>>,
+    statics: crate::tree::FnvMap<String, Option<String>>,
     rounds_left: u32,
 }
 
@@ -144,6 +146,7 @@ impl ReadCache {
     pub fn invalidate(&mut self) {
         self.dirs.clear();
         self.lists.clear();
+        self.statics.clear();
         self.rounds_left = 0;
     }
 }
@@ -166,11 +169,13 @@ pub fn read_counters_with(tree: &dyn Tree, cache: &mut ReadCache) -> CounterRead
         },
         lists: cache.on.then(|| std::mem::take(&mut cache.lists)),
         stale: false,
+        statics: cache.on.then(|| std::mem::take(&mut cache.statics)),
     };
     let read = read_counters_inner(&mut r);
     if cache.on {
         cache.dirs = std::mem::take(&mut r.dirs);
         cache.lists = r.lists.take().unwrap_or_default();
+        cache.statics = r.statics.take().unwrap_or_default();
         cache.rounds_left -= 1;
         if r.stale {
             cache.rounds_left = 0;
@@ -253,6 +258,9 @@ struct Reader<'a> {
     lists: Option<crate::tree::FnvMap<String, std::sync::Arc<Vec<String>>>>,
     /// Something listed or resolved was not there: the structure changed.
     stale: bool,
+    /// Attributes that change only with the device (firmware, board, link layer, the
+    /// upstream port's maximum), kept with the structure.
+    statics: Option<crate::tree::FnvMap<String, Option<String>>>,
 }
 
 impl Reader<'_> {
@@ -344,6 +352,18 @@ impl Reader<'_> {
                 },
             }),
         }
+    }
+
+    /// An attribute that changes only with the device: read once per structure.
+    fn text_static(&mut self, path: &str) -> Option<String> {
+        if let Some(v) = self.statics.as_ref().and_then(|m| m.get(path)) {
+            return v.clone();
+        }
+        let v = self.text(path);
+        if let Some(m) = self.statics.as_mut() {
+            m.insert(path.to_string(), v.clone());
+        }
+        v
     }
 
     /// An optional attribute: absent is fine, unreadable is a problem.
@@ -566,9 +586,9 @@ impl Reader<'_> {
         for name in self.list("sys/class/infiniband") {
             let d = join("sys/class/infiniband", &name);
             let mut dev = RdmaDevice {
-                fw_ver: self.text(&join(&d, "fw_ver")),
-                board_id: self.text(&join(&d, "board_id")),
-                hca_type: self.text(&join(&d, "hca_type")),
+                fw_ver: self.text_static(&join(&d, "fw_ver")),
+                board_id: self.text_static(&join(&d, "board_id")),
+                hca_type: self.text_static(&join(&d, "hca_type")),
                 node_guid: if self.light {
                     None
                 } else {
@@ -664,7 +684,7 @@ impl Reader<'_> {
             phys_state: self.coded(&join(dir, "phys_state")),
             rate_gbps,
             rate_text,
-            link_layer: self.text(&join(dir, "link_layer")),
+            link_layer: self.text_static(&join(dir, "link_layer")),
             gids,
             counters: self.counters(&join(dir, "counters")),
             hw_counters: self.counters(&join(dir, "hw_counters")),
@@ -760,14 +780,9 @@ impl Reader<'_> {
         if !is_bdf(base_name(parent)) {
             return None;
         }
-        let speed = self.parsed(
-            &join(parent, "max_link_speed"),
-            "a speed like `16.0 GT/s PCIe`",
-            parse_gts,
-        )?;
-        let width = self.parsed(&join(parent, "max_link_width"), "a lane count", |t| {
-            t.parse::<u8>().ok()
-        })?;
+        // A port's maximum changes only with the hardware: read once per structure.
+        let speed = parse_gts(&self.text_static(&join(parent, "max_link_speed"))?)?;
+        let width = self.text_static(&join(parent, "max_link_width"))?.parse::<u8>().ok()?;
         Some((speed, width))
     }
 
