@@ -782,7 +782,10 @@ impl Reader<'_> {
         }
         // A port's maximum changes only with the hardware: read once per structure.
         let speed = parse_gts(&self.text_static(&join(parent, "max_link_speed"))?)?;
-        let width = self.text_static(&join(parent, "max_link_width"))?.parse::<u8>().ok()?;
+        let width = self
+            .text_static(&join(parent, "max_link_width"))?
+            .parse::<u8>()
+            .ok()?;
         Some((speed, width))
     }
 

@@ -73,6 +73,9 @@ pub enum Source {
 /// Prefix of netdev `statistics/` counters in the counter schema.
 pub use xirang_telemetry::metric::NETDEV_STAT_PREFIX;
 
+/// Counter values grouped by entity: (entity, [(counter name, raw value)]).
+pub type Groups = Vec<(String, Vec<(String, u64)>)>;
+
 /// Rounds a vanished counter's state is kept, in case it comes back.
 const TOMBSTONE_ROUNDS: u64 = 10;
 
@@ -196,7 +199,7 @@ impl Collector {
             false,
             self.host_label.as_deref().unwrap_or("local"),
         );
-        let mut round = self.fold(ts_ns, &values, gauges, problems);
+        let mut round = self.fold_groups(ts_ns, &values, gauges, problems);
         round.duration_s = started.elapsed().as_secs_f64();
         round
     }
@@ -217,17 +220,38 @@ impl Collector {
             }
             Source::External => (Vec::new(), Vec::new(), Vec::new()),
         };
-        let mut round = self.fold(ts_ns, &values, gauges, problems);
+        let mut round = self.fold_groups(ts_ns, &values, gauges, problems);
         round.duration_s = started.elapsed().as_secs_f64();
         round
     }
 
-    /// Folds one set of raw counter values (and ready gauges) into a round: used by live
-    /// sampling and by replays of simulated counters.
+    /// Folds one set of raw counter values (and ready gauges) into a round: used by
+    /// replays of simulated counters.
     pub fn fold(
         &mut self,
         ts_ns: u64,
         values: &[CounterValue],
+        gauges: Vec<Point>,
+        problems: Vec<String>,
+    ) -> Round {
+        let mut groups: Vec<(String, Vec<(String, u64)>)> = Vec::new();
+        let mut at: FnvMap<&str, usize> = FnvMap::default();
+        for cv in values {
+            let i = *at.entry(cv.entity.as_str()).or_insert_with(|| {
+                groups.push((cv.entity.clone(), Vec::new()));
+                groups.len() - 1
+            });
+            groups[i].1.push((cv.name.clone(), cv.value));
+        }
+        self.fold_groups(ts_ns, &groups, gauges, problems)
+    }
+
+    /// Folds counter values grouped by entity (the entity written once per group, not
+    /// once per counter) into a round.
+    pub fn fold_groups(
+        &mut self,
+        ts_ns: u64,
+        groups: &[(String, Vec<(String, u64)>)],
         mut gauges: Vec<Point>,
         problems: Vec<String>,
     ) -> Round {
@@ -241,75 +265,78 @@ impl Collector {
         let mut deltas = Deltas::default();
         let with_host = self.host_label.is_some();
         let round_no = self.rounds;
-        for cv in values {
+        for (entity_s, counters) in groups {
             // Parsing the entity and naming the metric happen once per counter, not once
             // per round: a round touches about a thousand counters.
-            if !self.slots.contains_key(cv.entity.as_str()) {
-                self.slots.insert(cv.entity.clone(), FnvMap::default());
+            if !self.slots.contains_key(entity_s.as_str()) {
+                self.slots.insert(entity_s.clone(), FnvMap::default());
             }
-            let Some(by_name) = self.slots.get_mut(cv.entity.as_str()) else {
+            let Some(by_name) = self.slots.get_mut(entity_s.as_str()) else {
                 continue;
             };
-            let slot = match by_name.get_mut(cv.name.as_str()) {
-                Some(s) => s,
-                None => {
-                    let Ok(entity) = cv.entity.parse::<Entity>() else {
-                        self.errors_total += 1;
-                        round.problems.push(format!("{}: not an entity", cv.entity));
-                        continue;
-                    };
-                    by_name.entry(cv.name.clone()).or_insert(Slot {
-                        metric: std::sync::Arc::new(metric_for(&entity, &cv.name, with_host)),
-                        spec: spec(&cv.name),
-                        signal: is_signal_input(&cv.name),
-                        last: None,
-                        total: 0,
-                        round: round_no,
-                    })
+            for (name, value) in counters {
+                let value = *value;
+                let slot = match by_name.get_mut(name.as_str()) {
+                    Some(s) => s,
+                    None => {
+                        let Ok(entity) = entity_s.parse::<Entity>() else {
+                            self.errors_total += 1;
+                            round.problems.push(format!("{}: not an entity", entity_s));
+                            continue;
+                        };
+                        by_name.entry(name.clone()).or_insert(Slot {
+                            metric: std::sync::Arc::new(metric_for(&entity, name, with_host)),
+                            spec: spec(name),
+                            signal: is_signal_input(name),
+                            last: None,
+                            total: 0,
+                            round: round_no,
+                        })
+                    }
+                };
+                slot.round = round_no;
+                if slot.spec.kind == Kind::Gauge {
+                    round.points.push(Point {
+                        value: value as f64 * slot.metric.scale,
+                        metric: slot.metric.clone(),
+                    });
+                    continue;
                 }
-            };
-            slot.round = round_no;
-            if slot.spec.kind == Kind::Gauge {
+                let change = match slot.last {
+                    None => Change::First,
+                    Some((t, _)) if ts_ns <= t => Change::Stale,
+                    Some((t, prev)) => {
+                        let dt_s = (ts_ns - t) as f64 / 1e9;
+                        match increase(prev, value, slot.spec.width) {
+                            Some((delta, wrapped)) => Change::Delta { delta, dt_s, wrapped },
+                            None => Change::Reset {
+                                since_reset: value,
+                                dt_s,
+                            },
+                        }
+                    }
+                };
+                if change != Change::Stale {
+                    slot.last = Some((ts_ns, value));
+                }
+                // The exported counter is the sum of increases since the agent started (the
+                // first raw value included), so it never goes down across wraps and resets.
+                match change {
+                    Change::First => slot.total = value,
+                    Change::Reset { .. } => {
+                        round.resets.push(format!("{} {}", entity_s, name));
+                        slot.total = slot.total.saturating_add(change.increase());
+                    }
+                    _ => slot.total = slot.total.saturating_add(change.increase()),
+                }
+                if slot.signal {
+                    deltas.add(entity_s, name, &change);
+                }
                 round.points.push(Point {
-                    value: cv.value as f64 * slot.metric.scale,
+                    value: slot.total as f64 * slot.metric.scale,
                     metric: slot.metric.clone(),
                 });
-                continue;
             }
-            let change = match slot.last {
-                None => Change::First,
-                Some((t, _)) if ts_ns <= t => Change::Stale,
-                Some((t, prev)) => {
-                    let dt_s = (ts_ns - t) as f64 / 1e9;
-                    match increase(prev, cv.value, slot.spec.width) {
-                        Some((delta, wrapped)) => Change::Delta { delta, dt_s, wrapped },
-                        None => Change::Reset {
-                            since_reset: cv.value,
-                            dt_s,
-                        },
-                    }
-                }
-            };
-            if change != Change::Stale {
-                slot.last = Some((ts_ns, cv.value));
-            }
-            // The exported counter is the sum of increases since the agent started (the
-            // first raw value included), so it never goes down across wraps and resets.
-            match change {
-                Change::First => slot.total = cv.value,
-                Change::Reset { .. } => {
-                    round.resets.push(format!("{} {}", cv.entity, cv.name));
-                    slot.total = slot.total.saturating_add(change.increase());
-                }
-                _ => slot.total = slot.total.saturating_add(change.increase()),
-            }
-            if slot.signal {
-                deltas.add(&cv.entity, &cv.name, &change);
-            }
-            round.points.push(Point {
-                value: slot.total as f64 * slot.metric.scale,
-                metric: slot.metric.clone(),
-            });
         }
         // Counters not seen this round vanish from the output (no stale values). Their
         // last raw value and total are kept for a while, so a counter that misses a
@@ -360,7 +387,7 @@ fn host_values(
     cache: &mut ReadCache,
     run_ethtool: bool,
     host: &str,
-) -> (Vec<CounterValue>, Vec<Point>, Vec<String>) {
+) -> (Groups, Vec<Point>, Vec<String>) {
     let mut read: CounterRead = read_counters_with(tree, cache);
     let mut values = Vec::new();
     let mut gauges = Vec::new();
@@ -400,16 +427,11 @@ fn host_values(
                 ));
             }
             // The names move out of the read: a round has about a thousand of them.
-            for (n, v) in std::mem::take(&mut p.counters)
+            let counters: Vec<(String, u64)> = std::mem::take(&mut p.counters)
                 .into_iter()
                 .chain(std::mem::take(&mut p.hw_counters))
-            {
-                values.push(CounterValue {
-                    entity: entity.clone(),
-                    name: n,
-                    value: v,
-                });
-            }
+                .collect();
+            values.push((entity, counters));
         }
     }
     let commands = tree
@@ -418,21 +440,14 @@ fn host_values(
         .filter(|d| matches!(tree.lstat(d), Some(xirang_host::tree::Kind::Dir)));
     for n in &mut read.netdevs {
         let entity = format!("{host}/{}", n.name);
+        let mut group: Vec<(String, u64)> = Vec::new();
         if let Some(c) = n.carrier_changes {
-            values.push(CounterValue {
-                entity: entity.clone(),
-                name: "carrier_changes".into(),
-                value: c,
-            });
+            group.push(("carrier_changes".into(), c));
         }
         // The kernel's generic interface statistics (`statistics/rx_bytes`, ...), named
         // apart from the driver's `ethtool -S` counters of the same interface.
         for (stat, value) in std::mem::take(&mut n.statistics) {
-            values.push(CounterValue {
-                entity: entity.clone(),
-                name: format!("{NETDEV_STAT_PREFIX}{stat}"),
-                value,
-            });
+            group.push((format!("{NETDEV_STAT_PREFIX}{stat}"), value));
         }
         let captured = format!("commands/ethtool-S-{}.txt", n.name);
         // `commands` is resolved once per round with the tree's confined resolution (in a
@@ -460,14 +475,9 @@ fn host_values(
             Err(_) => None,
         };
         if let Some(stats) = stats {
-            for (name, value) in stats.counters {
-                values.push(CounterValue {
-                    entity: entity.clone(),
-                    name,
-                    value,
-                });
-            }
+            group.extend(stats.counters);
         }
+        values.push((entity, group));
     }
     for f in &read.pci {
         if let Some(l) = f.link {
