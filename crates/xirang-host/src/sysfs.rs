@@ -184,6 +184,32 @@ pub fn read_counters_with(tree: &dyn Tree, cache: &mut ReadCache) -> CounterRead
     read
 }
 
+/// Reads the PCI function a `device` link leads to (once), with its upstream maximum.
+fn add_function(
+    r: &mut Reader<'_>,
+    link: &str,
+    functions: &mut BTreeMap<String, PciFunction>,
+    upstream_max: &mut BTreeMap<String, (f64, u8)>,
+) {
+    let Ok(target) = r.link_target(link) else { return };
+    let Some(bdf) = target.split('/').rev().find(|c| is_bdf(c)) else {
+        return;
+    };
+    if functions.contains_key(bdf) {
+        return;
+    }
+    // A virtio or auxiliary device sits below its function: cut the path there.
+    let at = target
+        .find(bdf)
+        .map_or(target.as_str(), |i| &target[..i + bdf.len()])
+        .to_string();
+    let f = r.pci_function(&at);
+    if let Some(m) = r.upstream_max(&at) {
+        upstream_max.insert(f.bdf.clone(), m);
+    }
+    functions.insert(f.bdf.clone(), f);
+}
+
 fn read_counters_inner(r: &mut Reader<'_>) -> CounterRead {
     let rdma = r.rdma_devices();
     let mut netdevs = Vec::new();
@@ -194,20 +220,7 @@ fn read_counters_inner(r: &mut Reader<'_>) -> CounterRead {
             continue;
         }
         let d = join("sys/class/net", &name);
-        if let Ok(target) = r.link_target(&join(&d, "device"))
-            && let Some(bdf) = target.split('/').rev().find(|c| is_bdf(c))
-            && !functions.contains_key(bdf)
-        {
-            let at = target
-                .find(bdf)
-                .map_or(target.as_str(), |i| &target[..i + bdf.len()])
-                .to_string();
-            let f = r.pci_function(&at);
-            if let Some(m) = r.upstream_max(&at) {
-                upstream_max.insert(f.bdf.clone(), m);
-            }
-            functions.insert(f.bdf.clone(), f);
-        }
+        add_function(r, &join(&d, "device"), &mut functions, &mut upstream_max);
         netdevs.push(NetdevCounters {
             operstate: r.text(&join(&d, "operstate")),
             carrier_changes: r.parsed(&join(&d, "carrier_changes"), "a count", |t| t.parse().ok()),
@@ -216,21 +229,12 @@ fn read_counters_inner(r: &mut Reader<'_>) -> CounterRead {
         });
     }
     for dev in &rdma {
-        let link = format!("sys/class/infiniband/{}/device", dev.name);
-        if let Ok(target) = r.link_target(&link)
-            && let Some(bdf) = target.split('/').rev().find(|c| is_bdf(c))
-            && !functions.contains_key(bdf)
-        {
-            let at = target
-                .find(bdf)
-                .map_or(target.as_str(), |i| &target[..i + bdf.len()])
-                .to_string();
-            let f = r.pci_function(&at);
-            if let Some(m) = r.upstream_max(&at) {
-                upstream_max.insert(f.bdf.clone(), m);
-            }
-            functions.insert(f.bdf.clone(), f);
-        }
+        add_function(
+            r,
+            &format!("sys/class/infiniband/{}/device", dev.name),
+            &mut functions,
+            &mut upstream_max,
+        );
     }
     CounterRead {
         rdma,
@@ -338,19 +342,7 @@ impl Reader<'_> {
         }
         match fast {
             Some(Err(TreeError::BadLink { .. })) | None => self.tree.read(path),
-            Some(r) => r.map_err(|e| match e {
-                TreeError::NotFound { .. } => TreeError::NotFound {
-                    path: path.to_string(),
-                },
-                TreeError::Unreadable { reason, .. } => TreeError::Unreadable {
-                    path: path.to_string(),
-                    reason,
-                },
-                TreeError::BadLink { reason, .. } => TreeError::BadLink {
-                    path: path.to_string(),
-                    reason,
-                },
-            }),
+            Some(r) => r.map_err(|e| crate::tree::rename(e, path)),
         }
     }
 

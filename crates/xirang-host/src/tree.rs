@@ -185,7 +185,8 @@ pub trait Tree {
     }
 }
 
-fn rename(e: TreeError, path: &str) -> TreeError {
+/// The same error, naming `path` (the path as the caller asked for it).
+pub(crate) fn rename(e: TreeError, path: &str) -> TreeError {
     match e {
         TreeError::NotFound { .. } => TreeError::NotFound {
             path: path.to_string(),
