@@ -734,13 +734,9 @@ fn mtu(c: &Cluster, out: &mut Vec<Finding>) {
             let Some(p) = d.ports.iter().find(|p| p.is_roce()) else {
                 continue;
             };
-            let reported = h
-                .tools
-                .ibv_devinfo
-                .as_ref()
-                .and_then(|devs| devs.iter().find(|x| x.hca_id == d.name))
-                .and_then(|x| x.ports.iter().find(|q| q.port == p.port))
-                .and_then(|q| q.active_mtu_bytes);
+            // Reported by ibv_devinfo when captured; otherwise derived from the netdev MTU,
+            // which is `want` here, so only a captured value can differ.
+            let reported = h.active_mtu_bytes(d, p.port);
             if let Some(active) = reported
                 && active != roce_active_mtu(want)
             {

@@ -1,6 +1,6 @@
 //! One sampling round: read every counter through the host reader (or take them from a
 //! replayed simulation), turn raw values into monotonic metric values (wraps and resets
-//! folded in by `xirang_telemetry::RateTracker`), and derive the health signals.
+//! folded in by `xirang_telemetry::rate::change_since`), and derive the health signals.
 
 use std::collections::BTreeMap;
 
@@ -9,7 +9,7 @@ use xirang_host::parse::ethtool::EthtoolStats;
 use xirang_host::sysfs::{CounterRead, ReadCache, read_counters_with};
 use xirang_host::tree::{FnvMap, Tree};
 use xirang_telemetry::metric::{Metric, metric_for};
-use xirang_telemetry::rate::increase;
+use xirang_telemetry::rate::change_since;
 use xirang_telemetry::spec::{CounterSpec, Kind, spec};
 use xirang_telemetry::{Change, CounterValue, Entity};
 
@@ -302,20 +302,7 @@ impl Collector {
                     });
                     continue;
                 }
-                let change = match slot.last {
-                    None => Change::First,
-                    Some((t, _)) if ts_ns <= t => Change::Stale,
-                    Some((t, prev)) => {
-                        let dt_s = (ts_ns - t) as f64 / 1e9;
-                        match increase(prev, value, slot.spec.width) {
-                            Some((delta, wrapped)) => Change::Delta { delta, dt_s, wrapped },
-                            None => Change::Reset {
-                                since_reset: value,
-                                dt_s,
-                            },
-                        }
-                    }
-                };
+                let change = change_since(slot.last, ts_ns, value, slot.spec.width);
                 if change != Change::Stale {
                     slot.last = Some((ts_ns, value));
                 }

@@ -76,6 +76,26 @@ pub fn increase(prev: u64, cur: u64, width: Width) -> Option<(u64, bool)> {
     }
 }
 
+/// What a sample `raw` at `ts_ns` means after the previous sample `last` (time, raw):
+/// the one rule every consumer of counters uses (the tracker below, the monitor's
+/// collector).
+pub fn change_since(last: Option<(u64, u64)>, ts_ns: u64, raw: u64, width: Width) -> Change {
+    let Some((t, prev)) = last else {
+        return Change::First;
+    };
+    if ts_ns <= t {
+        return Change::Stale;
+    }
+    let dt_s = (ts_ns - t) as f64 / 1e9;
+    match increase(prev, raw, width) {
+        Some((delta, wrapped)) => Change::Delta { delta, dt_s, wrapped },
+        None => Change::Reset {
+            since_reset: raw,
+            dt_s,
+        },
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
 struct Last {
     ts_ns: u64,
@@ -118,19 +138,12 @@ impl<K: Eq + Hash + Clone> RateTracker<K> {
             self.last.insert(key.clone(), Last { ts_ns, raw, round });
             return Change::First;
         };
-        if ts_ns <= last.ts_ns {
+        let change = change_since(Some((last.ts_ns, last.raw)), ts_ns, raw, width);
+        if change == Change::Stale {
             last.round = round;
-            return Change::Stale;
+        } else {
+            *last = Last { ts_ns, raw, round };
         }
-        let dt_s = (ts_ns - last.ts_ns) as f64 / 1e9;
-        let change = match increase(last.raw, raw, width) {
-            Some((delta, wrapped)) => Change::Delta { delta, dt_s, wrapped },
-            None => Change::Reset {
-                since_reset: raw,
-                dt_s,
-            },
-        };
-        *last = Last { ts_ns, raw, round };
         change
     }
 

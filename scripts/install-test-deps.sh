@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs what the tests need that Cargo does not: Debian's chromium (renders the tune
+# report in a headless test) and prometheus (scrapes the monitoring agent in an
+# integration test). Skips what is already there; never removes anything.
+set -euo pipefail
+missing=()
+command -v chromium > /dev/null 2>&1 || missing+=(chromium)
+command -v prometheus > /dev/null 2>&1 || missing+=(prometheus)
+[ "${#missing[@]}" -eq 0 ] && exit 0
+SUDO=""
+if [ "$(id -u)" != 0 ]; then
+    command -v sudo > /dev/null 2>&1 || { echo "error: ${missing[*]} missing and installing needs root (apt-get install -y ${missing[*]})" >&2; exit 1; }
+    SUDO=sudo
+fi
+echo "installing ${missing[*]} (Debian packages) for the tests..."
+$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}" > /dev/null || {
+    $SUDO apt-get update > /dev/null
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}" > /dev/null
+}
