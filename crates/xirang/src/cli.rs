@@ -47,6 +47,152 @@ pub(crate) enum Command {
     /// Monitoring agent: sample RDMA counters every interval, derive health signals,
     /// serve them to Prometheus on /metrics, keep local history, evaluate alert rules.
     Monitor(MonitorArgs),
+    /// NIC firmware rollout: plan canary and waves over the inventory, run them with
+    /// validation gates (dry run unless --execute), state and audit log in SQLite.
+    #[command(subcommand)]
+    Rollout(RolloutCmd),
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum RolloutCmd {
+    /// Plan the waves: canaries covering every model/firmware combination, then stages
+    /// under the failure-domain limits; every node once, with the reason.
+    Plan(RolloutPlanArgs),
+    /// Record a new rollout (the plan and policy) in the state file.
+    Start(RolloutStartArgs),
+    /// Where the rollout stands: waves, halts, failed gates with evidence.
+    Status(RolloutStateArgs),
+    /// Run the next wave: flash, then gates; halts at the first failed gate.
+    Advance(RolloutRunArgs),
+    /// Halt the rollout (recorded; `resume` lifts it).
+    Halt(RolloutHaltArgs),
+    /// Continue after a halt or an interruption (kill -9, reboot).
+    Resume(RolloutResumeArgs),
+    /// Put flashed NICs back on their previous firmware, latest wave first.
+    Rollback(RolloutRollbackArgs),
+    /// Print the append-only audit log.
+    Log(RolloutStateArgs),
+    /// Run a plan on a synthetic fleet where some upgraded nodes degrade: where does
+    /// the rollout halt, and how many nodes were exposed?
+    Simulate(RolloutSimArgs),
+}
+
+/// Inventory and policy.
+#[derive(Debug, Args)]
+pub(crate) struct RolloutPlanArgs {
+    /// Inventory directory: hosts/ (trees or snapshots), and optionally switches/,
+    /// topology.toml (cabling), policy.toml (audit policy), fleet.toml (racks, jobs).
+    #[arg(long)]
+    pub(crate) inventory: PathBuf,
+    /// Rollout policy (TOML): targets, stages, limits, gates, commands.
+    #[arg(long)]
+    pub(crate) policy: PathBuf,
+    /// Print JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// `xirang rollout start`.
+#[derive(Debug, Args)]
+pub(crate) struct RolloutStartArgs {
+    #[command(flatten)]
+    pub(crate) plan: RolloutPlanArgs,
+    /// State file (SQLite) to create.
+    #[arg(long, default_value = "rollout.sqlite")]
+    pub(crate) state: PathBuf,
+}
+
+/// A state file.
+#[derive(Debug, Args)]
+pub(crate) struct RolloutStateArgs {
+    /// State file (SQLite).
+    #[arg(long, default_value = "rollout.sqlite")]
+    pub(crate) state: PathBuf,
+    /// Print JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// Commands that run things.
+#[derive(Debug, Args)]
+pub(crate) struct RolloutRunArgs {
+    /// State file (SQLite).
+    #[arg(long, default_value = "rollout.sqlite")]
+    pub(crate) state: PathBuf,
+    /// Really run the commands (without it: print what would run, change nothing).
+    #[arg(long)]
+    pub(crate) execute: bool,
+    /// Seconds a command may run before it is killed (and counted as failed).
+    #[arg(long, default_value_t = 3600)]
+    pub(crate) command_timeout_s: u64,
+    /// Seconds to wait for another executor (or its still-running command) holding the state.
+    #[arg(long, default_value_t = 600)]
+    pub(crate) lock_wait_s: u64,
+}
+
+/// `xirang rollout halt`.
+#[derive(Debug, Args)]
+pub(crate) struct RolloutHaltArgs {
+    /// State file (SQLite).
+    #[arg(long, default_value = "rollout.sqlite")]
+    pub(crate) state: PathBuf,
+    /// Why (recorded in the log).
+    #[arg(long)]
+    pub(crate) reason: String,
+}
+
+/// `xirang rollout resume`.
+#[derive(Debug, Args)]
+pub(crate) struct RolloutResumeArgs {
+    #[command(flatten)]
+    pub(crate) run: RolloutRunArgs,
+    /// After a failed gate or flash: read the nodes again and re-evaluate.
+    #[arg(long)]
+    pub(crate) recheck: bool,
+    /// Allow one more flash of this node's failed or interrupted NICs (repeatable).
+    #[arg(long)]
+    pub(crate) reflash: Vec<String>,
+}
+
+/// `xirang rollout rollback`.
+#[derive(Debug, Args)]
+pub(crate) struct RolloutRollbackArgs {
+    #[command(flatten)]
+    pub(crate) run: RolloutRunArgs,
+    /// Only these nodes (repeatable); default every flashed NIC.
+    #[arg(long)]
+    pub(crate) node: Vec<String>,
+}
+
+/// `xirang rollout simulate`.
+#[derive(Debug, Args)]
+pub(crate) struct RolloutSimArgs {
+    /// Nodes in the synthetic fleet.
+    #[arg(long, default_value_t = 512)]
+    pub(crate) nodes: usize,
+    /// Nodes per rack.
+    #[arg(long, default_value_t = 16)]
+    pub(crate) rack_size: usize,
+    /// Seed (fleet, bad nodes, benchmark noise).
+    #[arg(long, default_value_t = 1)]
+    pub(crate) seed: u64,
+    /// Share of nodes that degrade once upgraded.
+    #[arg(long, default_value_t = 0.02)]
+    pub(crate) degrade_share: f64,
+    /// Make this node degrade (repeatable; names are n0001, n0002, ...).
+    #[arg(long)]
+    pub(crate) degraded: Vec<String>,
+    /// How bad nodes degrade: bandwidth (benchmark at 70 %), errors (symbol errors
+    /// rising), stays-old (the new firmware does not stick).
+    #[arg(long, default_value = "bandwidth")]
+    pub(crate) degradation: String,
+    /// Rollout policy (TOML) instead of the built-in one (its targets must name
+    /// MT4125/MT4129 NICs to match the synthetic fleet).
+    #[arg(long)]
+    pub(crate) policy: Option<PathBuf>,
+    /// Print JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 /// `xirang monitor`.

@@ -28,6 +28,7 @@ pub(crate) fn run(cli: Cli) -> Result<Outcome> {
         Command::Host(HostCmd::Show(a)) => crate::host::show(&a),
         Command::Audit(a) => crate::audit::run(&a),
         Command::Monitor(a) => crate::monitor::run(&a),
+        Command::Rollout(a) => crate::rollout::run(a),
         Command::Host(HostCmd::Snapshot(a)) => crate::host::snapshot(&a),
         Command::Topo(TopoCmd::Dot { file }) => {
             let loaded = load(&file)?;

@@ -10,6 +10,7 @@ mod monitor;
 mod monitor_bench;
 mod nccl;
 mod plan;
+mod rollout;
 mod sim;
 mod tune;
 

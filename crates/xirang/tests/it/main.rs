@@ -9,6 +9,7 @@ mod monitor;
 mod nccl;
 mod plan;
 mod report;
+mod rollout;
 mod scenario;
 mod sim;
 mod topo;

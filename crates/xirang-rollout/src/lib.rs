@@ -1,0 +1,85 @@
+//! Xirang rollout: NIC firmware validation gates and staged (canary, then waves of
+//! growing size) rollouts, with state and an append-only audit log in SQLite.
+//!
+//! The flashing itself is the vendor's tool: Xirang plans ([`plan`]), gates
+//! ([`gates`]), sequences and records ([`exec`], [`store`]) and stops. The same
+//! executor runs a synthetic fleet in [`simulate`].
+
+pub mod command;
+pub mod exec;
+pub mod fleet;
+pub mod gates;
+pub mod perftest;
+pub mod plan;
+pub mod policy;
+pub mod simulate;
+pub mod store;
+
+use std::path::{Path, PathBuf};
+
+use thiserror::Error;
+
+pub use fleet::{Domain, DomainKind, Fleet, FleetFile, Nic, Node};
+pub use plan::{Plan, plan};
+pub use policy::Policy;
+
+/// Everything that can go wrong in this crate.
+#[derive(Debug, Error)]
+pub enum RolloutError {
+    /// A file could not be read or written.
+    #[error("{path}: {reason}")]
+    Io {
+        /// File.
+        path: PathBuf,
+        /// Cause.
+        reason: String,
+    },
+    /// A TOML file does not parse.
+    #[error("{path}:{line}: {message}")]
+    Toml {
+        /// File.
+        path: PathBuf,
+        /// 1-based line.
+        line: usize,
+        /// What was expected.
+        message: String,
+    },
+    /// The policy is inconsistent.
+    #[error("policy {0}")]
+    Policy(String),
+    /// The inventory is inconsistent.
+    #[error("inventory: {0}")]
+    Inventory(String),
+    /// The state file.
+    #[error("state {path}: {message}")]
+    State {
+        /// File.
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// An operation the rollout's state does not allow now.
+    #[error("{0}")]
+    Refused(String),
+}
+
+impl RolloutError {
+    pub(crate) fn io(path: &Path, e: impl ToString) -> RolloutError {
+        RolloutError::Io {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        }
+    }
+
+    pub(crate) fn toml(path: &Path, text: &str, e: &toml::de::Error) -> RolloutError {
+        let line = e
+            .span()
+            .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1)
+            .unwrap_or(1);
+        RolloutError::Toml {
+            path: path.to_path_buf(),
+            line,
+            message: e.message().to_string(),
+        }
+    }
+}

@@ -1,0 +1,546 @@
+//! The planner: which nodes go in which wave, and why.
+//!
+//! 1. Each node is classified: upgradable (every NIC a target covers runs a version in
+//!    its `allowed_from`, at least one is not yet on target), or skipped with the
+//!    reason (already on target, no target for its NICs, or a NIC on a version the
+//!    upgrade was not qualified from).
+//! 2. Canaries cover every (model, current firmware) combination among upgradable NICs
+//!    (greedy set cover, spreading over racks), then fill up to the first stage's share.
+//! 3. The other stages take nodes in an order interleaved across racks (or switches), up
+//!    to each stage's cumulative share.
+//! 4. Each stage is packed into waves, first fit, so that no wave holds more than the
+//!    limit's share of any rack, switch, rail or job; a stage that cannot fit in one
+//!    wave becomes several, and the plan says which limit split it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+
+use serde::{Deserialize, Serialize};
+
+use crate::fleet::{Domain, DomainKind, Fleet, Node};
+use crate::policy::Policy;
+
+/// One NIC to flash.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NicUpgrade {
+    /// RDMA device (`mlx5_0`).
+    pub nic: String,
+    /// Model as printed (`MT4125/MT_0000000359`).
+    pub model: String,
+    /// HCA type, for templates.
+    pub hca_type: Option<String>,
+    /// Board id, for templates.
+    pub board_id: Option<String>,
+    /// PCI address, for templates.
+    pub pci: Option<String>,
+    /// Current version.
+    pub from: String,
+    /// Target version.
+    pub to: String,
+    /// Image file.
+    pub image: String,
+}
+
+/// A node in a wave.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlannedNode {
+    /// Host name.
+    pub name: String,
+    /// Why it is in this wave.
+    pub reason: String,
+    /// NICs to flash.
+    pub nics: Vec<NicUpgrade>,
+}
+
+/// One wave: flashed together, then gated together.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Wave {
+    /// 1-based number.
+    pub number: usize,
+    /// Stage label: `canary`, or the cumulative share (`5%`, `100%`).
+    pub stage: String,
+    /// Nodes.
+    pub nodes: Vec<PlannedNode>,
+    /// Why the stage was split, when it was.
+    pub note: Option<String>,
+}
+
+/// A node that is not upgraded, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Skipped {
+    /// Host name.
+    pub name: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// A (model, current firmware) combination and the canary that covers it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Combination {
+    /// Model.
+    pub model: String,
+    /// Current version.
+    pub from: String,
+    /// Target.
+    pub to: String,
+    /// Upgradable nodes with it.
+    pub nodes: usize,
+    /// First canary node that has it.
+    pub canary: String,
+}
+
+/// A rollout plan.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    /// Nodes in the inventory.
+    pub total_nodes: usize,
+    /// Waves in order.
+    pub waves: Vec<Wave>,
+    /// Nodes not upgraded.
+    pub skipped: Vec<Skipped>,
+    /// Combinations and their canaries.
+    pub combinations: Vec<Combination>,
+    /// Per-wave caps: domain, its size, most nodes per wave.
+    pub caps: Vec<(String, usize, usize)>,
+    /// Things the operator should know (limits that could not apply, floors of one).
+    pub notes: Vec<String>,
+}
+
+type Combo = (String, String);
+
+struct Candidate<'a> {
+    node: &'a Node,
+    nics: Vec<NicUpgrade>,
+    combos: BTreeSet<Combo>,
+    group: String,
+}
+
+fn classify<'a>(node: &'a Node, policy: &Policy) -> Result<Candidate<'a>, String> {
+    let mut nics = Vec::new();
+    let mut on_target = 0;
+    let mut blocked = Vec::new();
+    let mut uncovered = 0;
+    for nic in &node.nics {
+        let Some(t) = policy.target_for(nic) else {
+            uncovered += 1;
+            continue;
+        };
+        match nic.fw.as_deref() {
+            Some(v) if v == t.target => on_target += 1,
+            Some(v) if t.allowed_from.iter().any(|a| a == v) => nics.push(NicUpgrade {
+                nic: nic.name.clone(),
+                model: nic.model(),
+                hca_type: nic.hca_type.clone(),
+                board_id: nic.board_id.clone(),
+                pci: nic.pci.clone(),
+                from: v.to_string(),
+                to: t.target.clone(),
+                image: t.image.clone(),
+            }),
+            Some(v) => blocked.push(format!(
+                "{} ({}) runs {v}, which is not in allowed_from ({}) for target {}",
+                nic.name,
+                nic.model(),
+                t.allowed_from.join(", "),
+                t.target
+            )),
+            None => blocked.push(format!(
+                "{} ({}): firmware version unknown (fw_ver unreadable)",
+                nic.name,
+                nic.model()
+            )),
+        }
+    }
+    if !blocked.is_empty() {
+        return Err(format!("blocked: {}", blocked.join("; ")));
+    }
+    if nics.is_empty() {
+        return Err(if on_target > 0 {
+            format!("already on target ({on_target} NIC(s))")
+        } else if uncovered > 0 {
+            format!("no target in the policy for its NIC model(s) ({uncovered} NIC(s))")
+        } else {
+            "no RDMA NIC".into()
+        });
+    }
+    let combos = nics.iter().map(|n| (n.model.clone(), n.from.clone())).collect();
+    let group = primary_group(node);
+    Ok(Candidate {
+        node,
+        nics,
+        combos,
+        group,
+    })
+}
+
+/// The domain nodes are spread over: the rack when known, else the first switch.
+fn primary_group(node: &Node) -> String {
+    node.domains
+        .iter()
+        .find(|d| d.kind == DomainKind::Rack)
+        .or_else(|| node.domains.iter().find(|d| d.kind == DomainKind::Switch))
+        .map(|d| d.to_string())
+        .unwrap_or_default()
+}
+
+/// Round-robin over groups (sorted by name), nodes in name order within a group.
+fn interleave(cands: &[Candidate<'_>]) -> Vec<usize> {
+    let mut groups: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (i, c) in cands.iter().enumerate() {
+        groups.entry(c.group.as_str()).or_default().push(i);
+    }
+    let mut out = Vec::with_capacity(cands.len());
+    let lists: Vec<Vec<usize>> = groups.into_values().collect();
+    let longest = lists.iter().map(Vec::len).max().unwrap_or(0);
+    for k in 0..longest {
+        for l in &lists {
+            if let Some(&i) = l.get(k) {
+                out.push(i);
+            }
+        }
+    }
+    out
+}
+
+fn pct(share: f64) -> String {
+    let p = share * 100.0;
+    if (p - p.round()).abs() < 1e-9 {
+        format!("{}%", p.round())
+    } else {
+        format!("{p:.1}%")
+    }
+}
+
+/// Plans a rollout of `policy` over `fleet`.
+pub fn plan(fleet: &Fleet, policy: &Policy) -> Plan {
+    let mut cands = Vec::new();
+    let mut skipped = Vec::new();
+    for n in &fleet.nodes {
+        match classify(n, policy) {
+            Ok(c) => cands.push(c),
+            Err(reason) => skipped.push(Skipped {
+                name: n.name.clone(),
+                reason,
+            }),
+        }
+    }
+    let n = cands.len();
+    let order = interleave(&cands);
+    let sizes = fleet.domain_sizes();
+    let kinds = fleet.kinds_present();
+    let mut notes = Vec::new();
+    for k in DomainKind::ALL {
+        if !kinds.contains(&k) {
+            let why = match k {
+                DomainKind::Rack | DomainKind::Job => "fleet.toml names none",
+                DomainKind::Switch => "no cabling (topology.toml) given",
+                DomainKind::Rail => "no node has an RDMA NIC",
+            };
+            notes.push(format!(
+                "no {} is known ({why}): the {} limit does not apply",
+                k.name(),
+                k.name()
+            ));
+        }
+    }
+    let mut caps = Vec::new();
+    let mut floored = BTreeMap::<DomainKind, Vec<String>>::new();
+    for (d, &size) in &sizes {
+        let cap = policy.limits.cap(d.kind, size);
+        if policy.limits.share(d.kind) * (size as f64) < 1.0 {
+            floored.entry(d.kind).or_default().push(d.to_string());
+        }
+        caps.push((d.to_string(), size, cap));
+    }
+    for (k, ds) in floored {
+        let shown: Vec<&str> = ds.iter().take(5).map(String::as_str).collect();
+        notes.push(format!(
+            "{} of {} {}(s) are too small for {} of them to be a whole node ({}{}): one node per wave",
+            ds.len(),
+            sizes.keys().filter(|d| d.kind == k).count(),
+            k.name(),
+            pct(policy.limits.share(k)),
+            shown.join(", "),
+            if ds.len() > shown.len() { ", ..." } else { "" }
+        ));
+    }
+
+    // Stage targets: cumulative node counts.
+    let fr = &policy.stages.fractions;
+    let mut targets: Vec<usize> = fr
+        .iter()
+        .map(|f| ((f * n as f64) - 1e-9).ceil().max(0.0) as usize)
+        .collect();
+    if let Some(last) = targets.last_mut() {
+        *last = n;
+    }
+
+    // Canaries: cover every combination first.
+    let mut chosen = vec![false; cands.len()];
+    let mut uncovered: BTreeSet<Combo> = cands.iter().flat_map(|c| c.combos.clone()).collect();
+    let mut combo_nodes: BTreeMap<Combo, usize> = BTreeMap::new();
+    for c in &cands {
+        for k in &c.combos {
+            *combo_nodes.entry(k.clone()).or_insert(0) += 1;
+        }
+    }
+    let mut canary_covers: BTreeMap<Combo, String> = BTreeMap::new();
+    let mut stage_of: Vec<Option<(usize, String)>> = vec![None; cands.len()];
+    let mut used_groups: BTreeSet<String> = BTreeSet::new();
+    let mut stage0: Vec<usize> = Vec::new();
+    while !uncovered.is_empty() {
+        let mut best: Option<(usize, bool, usize)> = None; // (new combos, fresh group, index)
+        for &i in &order {
+            if chosen[i] {
+                continue;
+            }
+            let new = cands[i].combos.intersection(&uncovered).count();
+            if new == 0 {
+                continue;
+            }
+            let fresh = !used_groups.contains(&cands[i].group);
+            if best.is_none_or(|(bn, bf, _)| (new, fresh) > (bn, bf)) {
+                best = Some((new, fresh, i));
+            }
+        }
+        let Some((_, _, i)) = best else { break };
+        chosen[i] = true;
+        used_groups.insert(cands[i].group.clone());
+        let covers: Vec<Combo> = cands[i].combos.intersection(&uncovered).cloned().collect();
+        for k in &covers {
+            uncovered.remove(k);
+            canary_covers.insert(k.clone(), cands[i].node.name.clone());
+        }
+        let what: Vec<String> = covers.iter().map(|(m, v)| format!("{m} {v}")).collect();
+        let mut reason = format!("canary: first node with {}", what.join(", "));
+        if !cands[i].group.is_empty() {
+            let _ = write!(reason, "; {}", cands[i].group);
+        }
+        stage_of[i] = Some((0, reason));
+        stage0.push(i);
+    }
+    let canary_target = targets[0].max(policy.stages.min_canaries).min(n);
+    // Fill: prefer groups no canary is in yet, then the interleaved order.
+    for pass in 0..2 {
+        for &i in &order {
+            if stage0.len() >= canary_target {
+                break;
+            }
+            if chosen[i] || (pass == 0 && used_groups.contains(&cands[i].group)) {
+                continue;
+            }
+            chosen[i] = true;
+            used_groups.insert(cands[i].group.clone());
+            let reason = if cands[i].group.is_empty() {
+                "canary: spread over the fleet".to_string()
+            } else if pass == 0 {
+                format!("canary: spread, first in {}", cands[i].group)
+            } else {
+                format!("canary: spread; {}", cands[i].group)
+            };
+            stage_of[i] = Some((0, reason));
+            stage0.push(i);
+        }
+    }
+    let mut stages: Vec<Vec<usize>> = vec![stage0];
+    let mut done = stages[0].len();
+    let mut cursor = 0;
+    for (s, &target) in targets.iter().enumerate().skip(1) {
+        let mut members = Vec::new();
+        while done < target && cursor < order.len() {
+            let i = order[cursor];
+            cursor += 1;
+            if chosen[i] {
+                continue;
+            }
+            chosen[i] = true;
+            let mut reason = format!("stage {}", pct(fr[s]));
+            if !cands[i].group.is_empty() {
+                let _ = write!(reason, "; {}", cands[i].group);
+            }
+            stage_of[i] = Some((s, reason));
+            members.push(i);
+            done += 1;
+        }
+        stages.push(members);
+    }
+
+    // Pack each stage into waves under the caps.
+    let cap_of: BTreeMap<&Domain, usize> = sizes
+        .iter()
+        .map(|(d, &s)| (d, policy.limits.cap(d.kind, s)))
+        .collect();
+    let mut waves = Vec::new();
+    for (s, members) in stages.iter().enumerate() {
+        if members.is_empty() {
+            continue;
+        }
+        let label = if s == 0 { "canary".to_string() } else { pct(fr[s]) };
+        let mut bins: Vec<(BTreeMap<&Domain, usize>, Vec<usize>)> = Vec::new();
+        let mut split_by: BTreeSet<DomainKind> = BTreeSet::new();
+        for &i in members {
+            let node = cands[i].node;
+            let fits = |load: &BTreeMap<&Domain, usize>| {
+                node.domains
+                    .iter()
+                    .all(|d| load.get(d).copied().unwrap_or(0) < cap_of[d])
+            };
+            let slot = bins.iter().position(|(load, _)| fits(load));
+            let b = match slot {
+                Some(b) => b,
+                None => {
+                    if let Some((load, _)) = bins.last() {
+                        for d in &node.domains {
+                            if load.get(d).copied().unwrap_or(0) >= cap_of[d] {
+                                split_by.insert(d.kind);
+                            }
+                        }
+                    }
+                    bins.push((BTreeMap::new(), Vec::new()));
+                    bins.len() - 1
+                }
+            };
+            for d in &node.domains {
+                *bins[b].0.entry(d).or_insert(0) += 1;
+            }
+            bins[b].1.push(i);
+        }
+        let parts = bins.len();
+        for (k, (_, idx)) in bins.into_iter().enumerate() {
+            let note = (parts > 1).then(|| {
+                format!(
+                    "stage {label} split into {parts} waves ({} of {parts}) by the per-wave limit on {}",
+                    k + 1,
+                    split_by
+                        .iter()
+                        .map(|k| format!("{} ({})", k.name(), pct(policy.limits.share(*k))))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            });
+            let mut nodes: Vec<PlannedNode> = idx
+                .iter()
+                .map(|&i| PlannedNode {
+                    name: cands[i].node.name.clone(),
+                    reason: stage_of[i].as_ref().map(|s| s.1.clone()).unwrap_or_default(),
+                    nics: cands[i].nics.clone(),
+                })
+                .collect();
+            nodes.sort_by(|a, b| a.name.cmp(&b.name));
+            waves.push(Wave {
+                number: waves.len() + 1,
+                stage: label.clone(),
+                nodes,
+                note,
+            });
+        }
+    }
+    let combinations = combo_nodes
+        .into_iter()
+        .map(|((model, from), nodes)| Combination {
+            to: cands
+                .iter()
+                .flat_map(|c| c.nics.iter())
+                .find(|u| u.model == model && u.from == from)
+                .map(|u| u.to.clone())
+                .unwrap_or_default(),
+            canary: canary_covers
+                .get(&(model.clone(), from.clone()))
+                .cloned()
+                .unwrap_or_default(),
+            model,
+            from,
+            nodes,
+        })
+        .collect();
+    Plan {
+        total_nodes: fleet.nodes.len(),
+        waves,
+        skipped,
+        combinations,
+        caps,
+        notes,
+    }
+}
+
+impl Plan {
+    /// Nodes to upgrade.
+    pub fn upgrade_count(&self) -> usize {
+        self.waves.iter().map(|w| w.nodes.len()).sum()
+    }
+
+    /// The wave a node is in.
+    pub fn wave_of(&self, node: &str) -> Option<usize> {
+        self.waves
+            .iter()
+            .find(|w| w.nodes.iter().any(|n| n.name == node))
+            .map(|w| w.number)
+    }
+
+    /// The plan as text: summary, combinations, limits, then every wave's nodes with
+    /// their reasons, then the skipped nodes.
+    pub fn render_text(&self, policy: &Policy) -> String {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "Rollout plan: {} node(s), {} to upgrade in {} wave(s), {} skipped",
+            self.total_nodes,
+            self.upgrade_count(),
+            self.waves.len(),
+            self.skipped.len()
+        );
+        let _ = writeln!(
+            s,
+            "Limits per wave: {}",
+            DomainKind::ALL
+                .iter()
+                .map(|k| format!("{} {}", k.name(), pct(policy.limits.share(*k))))
+                .collect::<Vec<_>>()
+                .join(" · ")
+        );
+        if !self.combinations.is_empty() {
+            let _ = writeln!(s, "\nModel / current firmware        target        nodes  canary");
+            for c in &self.combinations {
+                let _ = writeln!(
+                    s,
+                    "  {:<30} {:<13} {:>5}  {}",
+                    format!("{} {}", c.model, c.from),
+                    c.to,
+                    c.nodes,
+                    c.canary
+                );
+            }
+        }
+        for w in &self.waves {
+            let _ = writeln!(
+                s,
+                "\nWave {} ({}): {} node(s){}",
+                w.number,
+                w.stage,
+                w.nodes.len(),
+                w.note.as_ref().map(|n| format!(" — {n}")).unwrap_or_default()
+            );
+            for n in &w.nodes {
+                let nics: Vec<String> = n
+                    .nics
+                    .iter()
+                    .map(|u| format!("{} {}→{}", u.nic, u.from, u.to))
+                    .collect();
+                let _ = writeln!(s, "  {:<12} {}  [{}]", n.name, n.reason, nics.join(", "));
+            }
+        }
+        if !self.skipped.is_empty() {
+            let _ = writeln!(s, "\nSkipped:");
+            for k in &self.skipped {
+                let _ = writeln!(s, "  {:<12} {}", k.name, k.reason);
+            }
+        }
+        if !self.notes.is_empty() {
+            let _ = writeln!(s, "\nNotes:");
+            for n in &self.notes {
+                let _ = writeln!(s, "  - {n}");
+            }
+        }
+        s
+    }
+}

@@ -1,0 +1,433 @@
+//! The rollout policy (TOML): which firmware goes on which NIC model, from which current
+//! versions, the validation gates, the stages and the failure-domain limits, and the
+//! command templates the executor runs.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::RolloutError;
+use crate::fleet::{DomainKind, Nic};
+
+/// Target firmware for one NIC model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FirmwareTarget {
+    /// HCA type the rule applies to (`MT4125`); with `board_id`, both must match.
+    #[serde(default)]
+    pub hca_type: Option<String>,
+    /// Board id / PSID the rule applies to (`MT_0000000359`).
+    #[serde(default)]
+    pub board_id: Option<String>,
+    /// Version to install.
+    pub target: String,
+    /// Current versions this upgrade has been qualified from. A NIC on any other
+    /// version blocks its node (it is listed as skipped, with the reason).
+    pub allowed_from: Vec<String>,
+    /// Image file handed to the flashing tool (`{image}` in the command templates).
+    pub image: String,
+}
+
+impl FirmwareTarget {
+    /// Whether this rule is about `nic`'s model.
+    pub fn matches(&self, nic: &Nic) -> bool {
+        let h = self
+            .hca_type
+            .as_ref()
+            .is_none_or(|h| nic.hca_type.as_deref() == Some(h.as_str()));
+        let b = self
+            .board_id
+            .as_ref()
+            .is_none_or(|b| nic.board_id.as_deref() == Some(b.as_str()));
+        h && b
+    }
+}
+
+/// Stages: cumulative shares of the upgradable nodes done after each stage.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Stages {
+    /// Cumulative shares, increasing, the last 1.0; the first stage is the canary.
+    /// Default 1 %, 5 %, 25 %, 100 % (the example).
+    #[serde(default = "default_fractions")]
+    pub fractions: Vec<f64>,
+    /// At least this many canaries (more when the model/firmware combinations need it).
+    #[serde(default = "one")]
+    pub min_canaries: usize,
+}
+
+fn default_fractions() -> Vec<f64> {
+    vec![0.01, 0.05, 0.25, 1.0]
+}
+fn one() -> usize {
+    1
+}
+
+impl Default for Stages {
+    fn default() -> Self {
+        Stages {
+            fractions: default_fractions(),
+            min_canaries: 1,
+        }
+    }
+}
+
+/// Largest share of each failure domain upgraded in one wave. A domain always allows
+/// at least one node per wave (otherwise a small rack could never be upgraded); plans
+/// say where that floor applies.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    /// Share of a rack.
+    #[serde(default = "quarter")]
+    pub rack: f64,
+    /// Share of the nodes cabled to one switch.
+    #[serde(default = "quarter")]
+    pub switch: f64,
+    /// Share of a rail.
+    #[serde(default = "quarter")]
+    pub rail: f64,
+    /// Share of a job's nodes.
+    #[serde(default = "quarter")]
+    pub job: f64,
+}
+
+fn quarter() -> f64 {
+    0.25
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            rack: quarter(),
+            switch: quarter(),
+            rail: quarter(),
+            job: quarter(),
+        }
+    }
+}
+
+impl Limits {
+    /// The share for one kind.
+    pub fn share(&self, kind: DomainKind) -> f64 {
+        match kind {
+            DomainKind::Rack => self.rack,
+            DomainKind::Switch => self.switch,
+            DomainKind::Rail => self.rail,
+            DomainKind::Job => self.job,
+        }
+    }
+
+    /// Most nodes of a domain of `size` nodes in one wave: floor(share x size), at least 1.
+    pub fn cap(&self, kind: DomainKind, size: usize) -> usize {
+        ((self.share(kind) * size as f64 + 1e-9).floor() as usize).max(1)
+    }
+}
+
+/// Benchmark gate: a result file after the upgrade against the node's baseline.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BenchmarkGate {
+    /// Baseline file template (before the upgrade), e.g. `bench/{node}.before.txt`;
+    /// relative paths are relative to the policy file.
+    pub baseline: String,
+    /// Result file template (after the upgrade).
+    pub result: String,
+    /// Command template run after flashing to produce the result file (optional: the
+    /// file may be produced by other means).
+    #[serde(default)]
+    pub command: Option<String>,
+    /// Pass when result >= min_ratio x baseline.
+    #[serde(default = "default_min_ratio")]
+    pub min_ratio: f64,
+}
+
+/// 5 % below baseline: run-to-run spread of nccl-tests busbw on a healthy pair is a few
+/// percent (the 20-iteration averages in shared/fixtures/nccl-tests differ by 1-3 %).
+fn default_min_ratio() -> f64 {
+    0.95
+}
+
+/// Validation gates evaluated on every node of a wave after it is flashed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Gates {
+    /// No error finding from the audit on the node (its NICs, ports, PCIe, config).
+    #[serde(default = "yes")]
+    pub audit: bool,
+    /// Seconds to watch error counters after the wave is flashed.
+    #[serde(default)]
+    pub soak_s: f64,
+    /// Largest allowed increase of any link error counter over the soak window.
+    #[serde(default)]
+    pub max_error_increase: u64,
+    /// Optional benchmark comparison.
+    #[serde(default)]
+    pub benchmark: Option<BenchmarkGate>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Default for Gates {
+    fn default() -> Self {
+        Gates {
+            audit: true,
+            soak_s: 0.0,
+            max_error_increase: 0,
+            benchmark: None,
+        }
+    }
+}
+
+/// Command templates. Placeholders: `{node} {nic} {pci} {hca_type} {board_id}
+/// {image} {target} {previous}`; values are shell-quoted when substituted.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Commands {
+    /// Flashes one NIC.
+    #[serde(default = "default_flash")]
+    pub flash: String,
+    /// Puts one NIC back on its previous firmware.
+    #[serde(default = "default_rollback")]
+    pub rollback: String,
+    /// Run before a node's inventory is read again (for example to refresh a
+    /// snapshot: `ssh {node} xirang host snapshot -o - > hosts/{node}.tar.gz`).
+    #[serde(default)]
+    pub collect: Option<String>,
+    /// Flash commands run at once within a wave (each node's NICs still one at a
+    /// time). The wave itself is what the failure-domain limits bound.
+    #[serde(default = "default_parallel")]
+    pub parallel: usize,
+}
+
+fn default_parallel() -> usize {
+    16
+}
+
+/// NVIDIA's mlxfwmanager burns an image on a device (`-d`, `-i`, `-u` update, `-y`
+/// no prompt); the firmware takes effect after a reset (`mlxfwreset`).
+fn default_flash() -> String {
+    "mlxfwmanager -d {pci} -i {image} -u -y && mlxfwreset -d {pci} -y reset".into()
+}
+fn default_rollback() -> String {
+    "mlxfwmanager -d {pci} -i /srv/firmware/{hca_type}-{previous}.bin -u -y && mlxfwreset -d {pci} -y reset"
+        .into()
+}
+
+impl Default for Commands {
+    fn default() -> Self {
+        Commands {
+            flash: default_flash(),
+            rollback: default_rollback(),
+            collect: None,
+            parallel: default_parallel(),
+        }
+    }
+}
+
+/// The policy.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Policy {
+    /// Targets per NIC model; the first rule that matches a NIC applies.
+    pub firmware: Vec<FirmwareTarget>,
+    /// Stages.
+    #[serde(default)]
+    pub stages: Stages,
+    /// Limits.
+    #[serde(default)]
+    pub limits: Limits,
+    /// Gates.
+    #[serde(default)]
+    pub gates: Gates,
+    /// Commands.
+    #[serde(default)]
+    pub commands: Commands,
+    /// Directory relative paths are taken from (the policy file's directory).
+    #[serde(skip)]
+    pub base_dir: PathBuf,
+}
+
+const PLACEHOLDERS: &[&str] = &[
+    "node", "nic", "pci", "hca_type", "board_id", "image", "target", "previous",
+];
+
+/// Checks a template's placeholders; returns the first unknown one.
+pub fn unknown_placeholder(template: &str) -> Option<String> {
+    let mut rest = template;
+    while let Some(i) = rest.find('{') {
+        let after = &rest[i + 1..];
+        let end = after.find('}')?;
+        let name = &after[..end];
+        if !PLACEHOLDERS.contains(&name) {
+            return Some(name.to_string());
+        }
+        rest = &after[end + 1..];
+    }
+    None
+}
+
+/// Quotes a value for `sh`.
+pub fn shell_quote(s: &str) -> String {
+    if !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./:=@,+".contains(&b))
+    {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
+/// Fills a template; every value is shell-quoted.
+pub fn fill(template: &str, values: &BTreeMap<&str, String>) -> String {
+    let mut out = String::with_capacity(template.len() + 32);
+    let mut rest = template;
+    while let Some(i) = rest.find('{') {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 1..];
+        match after.find('}') {
+            Some(end) if values.contains_key(&after[..end]) => {
+                out.push_str(&shell_quote(&values[&after[..end]]));
+                rest = &after[end + 1..];
+            }
+            _ => {
+                out.push('{');
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+impl Policy {
+    /// Reads and checks a policy file.
+    pub fn load(path: &Path) -> Result<Policy, RolloutError> {
+        let text = std::fs::read_to_string(path).map_err(|e| RolloutError::io(path, e))?;
+        let mut p: Policy = toml::from_str(&text).map_err(|e| RolloutError::toml(path, &text, &e))?;
+        p.base_dir = path
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| PathBuf::from("."));
+        p.check()
+            .map_err(|m| RolloutError::Policy(format!("{}: {m}", path.display())))?;
+        Ok(p)
+    }
+
+    /// Semantic checks the TOML types cannot express.
+    pub fn check(&self) -> Result<(), String> {
+        if self.firmware.is_empty() {
+            return Err("expected at least one [[firmware]] target".into());
+        }
+        for (i, f) in self.firmware.iter().enumerate() {
+            if f.hca_type.is_none() && f.board_id.is_none() {
+                return Err(format!(
+                    "firmware[{i}]: expected `hca_type` or `board_id` (which NICs the target is for)"
+                ));
+            }
+            if f.allowed_from.iter().any(|v| v == &f.target) {
+                return Err(format!(
+                    "firmware[{i}]: `allowed_from` contains the target {} itself",
+                    f.target
+                ));
+            }
+        }
+        let fr = &self.stages.fractions;
+        if fr.is_empty() {
+            return Err("stages.fractions: expected at least one stage".into());
+        }
+        for w in fr.windows(2) {
+            if w[1] <= w[0] {
+                return Err(format!(
+                    "stages.fractions: expected increasing shares, found {} then {}",
+                    w[0], w[1]
+                ));
+            }
+        }
+        if fr[0] <= 0.0 || (fr[fr.len() - 1] - 1.0).abs() > 1e-9 {
+            return Err("stages.fractions: expected shares in (0, 1] ending with 1.0 (every node)".into());
+        }
+        for k in DomainKind::ALL {
+            let s = self.limits.share(k);
+            if !(s > 0.0 && s <= 1.0) {
+                return Err(format!(
+                    "limits.{}: expected a share in (0, 1], found {s}",
+                    k.name()
+                ));
+            }
+        }
+        if !(self.gates.soak_s >= 0.0 && self.gates.soak_s.is_finite()) {
+            return Err("gates.soak_s: expected a non-negative number of seconds".into());
+        }
+        if let Some(b) = &self.gates.benchmark
+            && !(b.min_ratio > 0.0 && b.min_ratio <= 2.0)
+        {
+            return Err("gates.benchmark.min_ratio: expected a ratio in (0, 2]".into());
+        }
+        let templates = vec![
+            ("commands.flash", self.commands.flash.as_str()),
+            ("commands.rollback", self.commands.rollback.as_str()),
+        ];
+        if self.commands.parallel == 0 {
+            return Err("commands.parallel: expected at least 1".into());
+        }
+        // `collect` and the benchmark templates are per node: `{node}` only.
+        let mut per_node: Vec<(&str, &str)> = Vec::new();
+        if let Some(c) = &self.commands.collect {
+            per_node.push(("commands.collect", c));
+        }
+        if let Some(b) = &self.gates.benchmark {
+            per_node.push(("gates.benchmark.baseline", &b.baseline));
+            per_node.push(("gates.benchmark.result", &b.result));
+            if let Some(c) = &b.command {
+                per_node.push(("gates.benchmark.command", c));
+            }
+        }
+        for (key, t) in per_node {
+            if let Some(name) = unknown_placeholder(t).or_else(|| {
+                let mut rest = t;
+                while let Some(i) = rest.find('{') {
+                    let after = &rest[i + 1..];
+                    let end = after.find('}')?;
+                    if &after[..end] != "node" {
+                        return Some(after[..end].to_string());
+                    }
+                    rest = &after[end + 1..];
+                }
+                None
+            }) {
+                return Err(format!(
+                    "{key}: placeholder {{{name}}} cannot be used here; expected only {{node}}"
+                ));
+            }
+        }
+        for (key, t) in templates {
+            if let Some(name) = unknown_placeholder(t) {
+                return Err(format!(
+                    "{key}: unknown placeholder {{{name}}}; expected one of {}",
+                    PLACEHOLDERS
+                        .iter()
+                        .map(|p| format!("{{{p}}}"))
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The rule for a NIC, if any.
+    pub fn target_for(&self, nic: &Nic) -> Option<&FirmwareTarget> {
+        self.firmware.iter().find(|f| f.matches(nic))
+    }
+
+    /// A path template filled for a node, relative to the policy's directory.
+    pub fn path_for(&self, template: &str, node: &str) -> PathBuf {
+        let p = PathBuf::from(template.replace("{node}", node));
+        if p.is_absolute() { p } else { self.base_dir.join(p) }
+    }
+}

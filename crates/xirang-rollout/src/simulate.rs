@@ -1,0 +1,513 @@
+//! Fleet simulation: the real planner and executor over a synthetic fleet whose nodes
+//! answer like hosts would, some of which degrade once upgraded (injected). It shows
+//! where the rollout halts and how many nodes were exposed to the bad firmware.
+
+use std::collections::BTreeMap;
+
+use rand_xoshiro::Xoshiro256PlusPlus;
+use rand_xoshiro::rand_core::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::RolloutError;
+use crate::exec::{Driver, ExecOptions, Executor, Job, Outcome, Phase, Progress, Purpose};
+use crate::fleet::{Fleet, SyntheticSpec};
+use crate::gates::{BenchFigure, Reading};
+use crate::plan::{Plan, plan};
+use crate::policy::{BenchmarkGate, Policy};
+use crate::store::{Event, Meta, Store};
+
+/// How an injected bad node shows itself once upgraded.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum Degradation {
+    /// Benchmark bandwidth drops to this share of the baseline.
+    Bandwidth {
+        /// Share kept (0.7 = 30 % lost).
+        factor: f64,
+    },
+    /// `symbol_error` rises on its first NIC at this rate.
+    LinkErrors {
+        /// Errors per second.
+        per_s: f64,
+    },
+    /// Its first NIC no longer shows the new firmware (a failed burn reverting).
+    StaysOld,
+}
+
+/// What to simulate.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SimSpec {
+    /// The fleet's shape.
+    pub fleet: SyntheticSpec,
+    /// Seed of the fleet, of which nodes degrade and of the benchmark noise.
+    pub seed: u64,
+    /// Share of nodes that degrade once upgraded.
+    pub degrade_share: f64,
+    /// Named nodes that degrade (added to the drawn ones).
+    pub degraded_nodes: Vec<String>,
+    /// How they degrade.
+    pub degradation: Degradation,
+    /// Benchmark noise on healthy nodes, as a relative standard deviation.
+    pub bench_noise: f64,
+}
+
+impl Default for SimSpec {
+    fn default() -> Self {
+        SimSpec {
+            fleet: SyntheticSpec::default(),
+            seed: 1,
+            degrade_share: 0.02,
+            degraded_nodes: Vec::new(),
+            degradation: Degradation::Bandwidth { factor: 0.7 },
+            // nccl-tests averages on a healthy pair vary by ~1 % run to run
+            // (shared/fixtures/nccl-tests repeated sizes).
+            bench_noise: 0.01,
+        }
+    }
+}
+
+/// The default policy of the simulation: the synthetic fleet's two models go from
+/// their current versions to a new one; gates audit, soak 10 minutes, benchmark 95 %.
+pub fn default_policy(spec: &SimSpec) -> Policy {
+    let mut versions: Vec<String> = spec.fleet.versions.iter().map(|v| v.0.clone()).collect();
+    versions.sort();
+    let firmware = spec
+        .fleet
+        .models
+        .iter()
+        .map(|(h, b, _)| crate::policy::FirmwareTarget {
+            hca_type: Some(h.clone()),
+            board_id: Some(b.clone()),
+            target: "99.99.9999".into(),
+            allowed_from: versions.clone(),
+            image: format!("/srv/firmware/{b}-99.99.9999.bin"),
+        })
+        .collect();
+    Policy {
+        firmware,
+        stages: Default::default(),
+        limits: Default::default(),
+        gates: crate::policy::Gates {
+            audit: true,
+            soak_s: 600.0,
+            max_error_increase: 0,
+            benchmark: Some(BenchmarkGate {
+                baseline: "{node}.before".into(),
+                result: "{node}.after".into(),
+                command: None,
+                min_ratio: 0.95,
+            }),
+        },
+        commands: Default::default(),
+        base_dir: Default::default(),
+    }
+}
+
+struct SimNode {
+    fw: BTreeMap<String, String>,
+    errors: BTreeMap<String, u64>,
+    baseline_gbs: f64,
+    upgraded_at_s: Option<f64>,
+    flashes: u32,
+}
+
+/// The synthetic fleet as a driver.
+pub struct SimDriver {
+    nodes: BTreeMap<String, SimNode>,
+    degraded: BTreeMap<String, Degradation>,
+    plan: Plan,
+    clock_s: f64,
+    rng: Xoshiro256PlusPlus,
+    noise: f64,
+}
+
+/// Start of simulated time: 2026-01-01T00:00:00Z, Unix ms.
+const SIM_EPOCH_MS: i64 = 1_767_225_600_000;
+/// Nominal AllReduce busbw of a healthy node pair in the synthetic fleet, GB/s (the
+/// 400G RoCE fixture `h100-2node-8gpu-roce-oci` peaks near this).
+const NOMINAL_BUSBW_GBS: f64 = 48.0;
+/// Simulated time a flash takes (burn + reset), s.
+const FLASH_S: f64 = 120.0;
+
+fn unit(rng: &mut Xoshiro256PlusPlus) -> f64 {
+    (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+}
+
+impl SimDriver {
+    fn new(fleet: &Fleet, plan: &Plan, spec: &SimSpec) -> SimDriver {
+        let mut rng = Xoshiro256PlusPlus::seed_from_u64(spec.seed ^ 0x5eed_de9a);
+        let mut nodes = BTreeMap::new();
+        let mut degraded = BTreeMap::new();
+        for n in &fleet.nodes {
+            let mut errors = BTreeMap::new();
+            for nic in &n.nics {
+                for c in crate::gates::SOAK_COUNTERS {
+                    errors.insert(format!("{}/1/{c}", nic.name), 0);
+                }
+            }
+            nodes.insert(
+                n.name.clone(),
+                SimNode {
+                    fw: n
+                        .nics
+                        .iter()
+                        .map(|c| (c.name.clone(), c.fw.clone().unwrap_or_default()))
+                        .collect(),
+                    errors,
+                    baseline_gbs: NOMINAL_BUSBW_GBS * (1.0 + spec.bench_noise * (2.0 * unit(&mut rng) - 1.0)),
+                    upgraded_at_s: None,
+                    flashes: 0,
+                },
+            );
+            if unit(&mut rng) < spec.degrade_share || spec.degraded_nodes.contains(&n.name) {
+                degraded.insert(n.name.clone(), spec.degradation);
+            }
+        }
+        SimDriver {
+            nodes,
+            degraded,
+            plan: plan.clone(),
+            clock_s: 0.0,
+            rng,
+            noise: spec.bench_noise,
+        }
+    }
+
+    /// Nodes that degrade once upgraded.
+    pub fn degraded(&self) -> &BTreeMap<String, Degradation> {
+        &self.degraded
+    }
+
+    /// Flash commands run per node.
+    pub fn flashes(&self) -> BTreeMap<String, u32> {
+        self.nodes.iter().map(|(k, v)| (k.clone(), v.flashes)).collect()
+    }
+}
+
+impl SimDriver {
+    /// What a command does to the synthetic node (time is advanced by the caller).
+    fn apply(&mut self, node: &str, nic: Option<&str>, purpose: Purpose) -> Outcome {
+        let Some(n) = self.nodes.get_mut(node) else {
+            return Outcome {
+                code: Some(1),
+                output: "no such node".into(),
+            };
+        };
+        let up = self
+            .plan
+            .waves
+            .iter()
+            .flat_map(|w| &w.nodes)
+            .find(|p| p.name == node)
+            .and_then(|p| p.nics.iter().find(|u| Some(u.nic.as_str()) == nic))
+            .cloned();
+        match (purpose, up) {
+            (Purpose::Flash, Some(u)) => {
+                n.fw.insert(u.nic.clone(), u.to.clone());
+                n.flashes += 1;
+                n.upgraded_at_s = Some(self.clock_s + FLASH_S);
+                Outcome {
+                    code: Some(0),
+                    output: format!("{}: burned {} ({})", u.nic, u.to, u.image),
+                }
+            }
+            (Purpose::Rollback, Some(u)) => {
+                n.fw.insert(u.nic.clone(), u.from.clone());
+                Outcome {
+                    code: Some(0),
+                    output: format!("{}: burned {}", u.nic, u.from),
+                }
+            }
+            (Purpose::Benchmark, _) => Outcome {
+                code: Some(0),
+                output: String::new(),
+            },
+            _ => Outcome {
+                code: Some(1),
+                output: "nothing planned for this NIC".into(),
+            },
+        }
+    }
+}
+
+impl Driver for SimDriver {
+    fn read(&mut self, node: &str) -> Result<Reading, String> {
+        let n = self.nodes.get_mut(node).ok_or("no such node")?;
+        let deg = self.degraded.get(node).copied();
+        let mut fw: BTreeMap<String, Option<String>> =
+            n.fw.iter().map(|(k, v)| (k.clone(), Some(v.clone()))).collect();
+        if let Some(t0) = n.upgraded_at_s {
+            match deg {
+                Some(Degradation::LinkErrors { per_s }) => {
+                    if let Some((k, v)) = n.errors.iter_mut().find(|(k, _)| k.ends_with("/symbol_error")) {
+                        let _ = k;
+                        *v = ((self.clock_s - t0).max(0.0) * per_s) as u64;
+                    }
+                }
+                Some(Degradation::StaysOld) => {
+                    if let Some((nic, v)) = fw.iter_mut().next() {
+                        let old = self
+                            .plan
+                            .waves
+                            .iter()
+                            .flat_map(|w| &w.nodes)
+                            .find(|p| p.name == node)
+                            .and_then(|p| p.nics.iter().find(|u| &u.nic == nic))
+                            .map(|u| u.from.clone());
+                        *v = old;
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(Reading {
+            fw,
+            errors: n.errors.clone(),
+            audit_errors: Vec::new(),
+            source: format!("sim:{node}"),
+            ts_ns: (self.clock_s * 1e9) as u64,
+        })
+    }
+
+    fn run(&mut self, node: &str, nic: Option<&str>, purpose: Purpose, _command: &str) -> Outcome {
+        let out = self.apply(node, nic, purpose);
+        if purpose != Purpose::Benchmark {
+            self.clock_s += FLASH_S;
+        }
+        out
+    }
+
+    fn run_many(&mut self, jobs: &[Job]) -> Vec<Outcome> {
+        let outs = jobs
+            .iter()
+            .map(|j| self.apply(&j.node, j.nic.as_deref(), j.purpose))
+            .collect();
+        // A round's commands run side by side.
+        self.clock_s += FLASH_S;
+        outs
+    }
+
+    fn bench(&mut self, node: &str, phase: Phase) -> Result<(String, BenchFigure), String> {
+        let noise = self.noise * (2.0 * unit(&mut self.rng) - 1.0);
+        let n = self.nodes.get(node).ok_or("no such node")?;
+        let value = match phase {
+            Phase::Before => n.baseline_gbs,
+            Phase::After => {
+                let f = match self.degraded.get(node) {
+                    Some(Degradation::Bandwidth { factor }) if n.upgraded_at_s.is_some() => *factor,
+                    _ => 1.0,
+                };
+                n.baseline_gbs * f * (1.0 + noise)
+            }
+        };
+        let what = "nccl-tests all_reduce_perf busbw GB/s at 8589934592 B".to_string();
+        let src = match phase {
+            Phase::Before => format!("sim:{node}.before"),
+            Phase::After => format!("sim:{node}.after"),
+        };
+        Ok((
+            src,
+            BenchFigure {
+                value: (value * 100.0).round() / 100.0,
+                what,
+                line: 1,
+            },
+        ))
+    }
+
+    fn sleep_s(&mut self, s: f64) {
+        self.clock_s += s;
+    }
+
+    fn now_ms(&mut self) -> i64 {
+        SIM_EPOCH_MS + (self.clock_s * 1000.0) as i64
+    }
+}
+
+/// A failing node in the report.
+#[derive(Debug, Clone, Serialize)]
+pub struct FailedNode {
+    /// Node.
+    pub node: String,
+    /// Gate.
+    pub gate: String,
+    /// Summary.
+    pub summary: String,
+    /// Evidence.
+    pub evidence: Vec<String>,
+    /// Whether it was an injected bad node.
+    pub injected: bool,
+}
+
+/// What the simulation found.
+#[derive(Debug, Clone, Serialize)]
+pub struct SimReport {
+    /// Nodes in the fleet.
+    pub nodes: usize,
+    /// Waves planned.
+    pub waves: usize,
+    /// Injected bad nodes, with their wave.
+    pub degraded: Vec<(String, Option<usize>)>,
+    /// First wave holding an injected bad node.
+    pub first_bad_wave: Option<usize>,
+    /// Wave the rollout halted at (None: completed).
+    pub halted_wave: Option<usize>,
+    /// Halt reason.
+    pub halt_reason: Option<String>,
+    /// Nodes that failed a gate, with evidence.
+    pub failed: Vec<FailedNode>,
+    /// Nodes running the new firmware when the rollout stopped.
+    pub exposed_nodes: usize,
+    /// Of which injected bad ones.
+    pub exposed_bad: usize,
+    /// Simulated time, s.
+    pub elapsed_s: f64,
+    /// Flash commands run per node above one (must be empty).
+    pub flashed_twice: Vec<String>,
+    /// The audit log.
+    #[serde(skip)]
+    pub log: Vec<Event>,
+}
+
+/// Plans and runs a rollout on a synthetic fleet, until it completes or halts.
+pub fn simulate(spec: &SimSpec, policy: &Policy) -> Result<(Plan, SimReport), RolloutError> {
+    let fleet = Fleet::synthetic(&spec.fleet, spec.seed);
+    let plan = plan(&fleet, policy);
+    let store = Store::in_memory()?;
+    store.init(&Meta {
+        plan: plan.clone(),
+        policy: policy.clone(),
+        inventory: format!("synthetic:{}", spec.seed),
+        policy_file: "built-in".into(),
+    })?;
+    let driver = SimDriver::new(&fleet, &plan, spec);
+    let mut ex = Executor::new(&store, driver, ExecOptions::default(), |_| {})?;
+    ex.start()?;
+    let mut halted = None;
+    loop {
+        match ex.advance()? {
+            Progress::WavePassed { .. } => continue,
+            Progress::Completed => break,
+            Progress::Halted(h) => {
+                halted = Some(h);
+                break;
+            }
+        }
+    }
+    let st = ex.state()?;
+    let d = ex.driver();
+    let degraded: Vec<(String, Option<usize>)> = d
+        .degraded()
+        .keys()
+        .map(|n| (n.clone(), plan.wave_of(n)))
+        .collect();
+    let first_bad_wave = degraded.iter().filter_map(|x| x.1).min();
+    let mut failed = Vec::new();
+    for (name, p) in &st.nodes {
+        for g in p.gates.iter().filter(|g| !g.passed) {
+            failed.push(FailedNode {
+                node: name.clone(),
+                gate: g.gate.clone(),
+                summary: g.summary.clone(),
+                evidence: g.evidence.clone(),
+                injected: d.degraded().contains_key(name),
+            });
+        }
+    }
+    let exposed: Vec<&String> = st
+        .nodes
+        .iter()
+        .filter(|(_, p)| p.nics.values().any(|ph| *ph == crate::exec::NicPhase::Flashed))
+        .map(|(n, _)| n)
+        .collect();
+    let exposed_bad = exposed.iter().filter(|n| d.degraded().contains_key(**n)).count();
+    let flashed_twice = d
+        .flashes()
+        .into_iter()
+        .filter(|(n, c)| {
+            let nics = fleet.node(n).map(|x| x.nics.len() as u32).unwrap_or(0);
+            *c > nics
+        })
+        .map(|(n, _)| n)
+        .collect();
+    let log = store.events()?;
+    let elapsed_s = log
+        .last()
+        .map(|e| (e.ts_ms - SIM_EPOCH_MS) as f64 / 1000.0)
+        .unwrap_or(0.0);
+    let report = SimReport {
+        nodes: fleet.nodes.len(),
+        waves: plan.waves.len(),
+        degraded,
+        first_bad_wave,
+        halted_wave: halted.as_ref().and_then(|h| h.wave),
+        halt_reason: halted.map(|h| h.reason),
+        failed,
+        exposed_nodes: exposed.len(),
+        exposed_bad,
+        elapsed_s,
+        flashed_twice,
+        log,
+    };
+    Ok((plan, report))
+}
+
+impl SimReport {
+    /// The report as text.
+    pub fn render_text(&self) -> String {
+        use std::fmt::Write as _;
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "Fleet simulation: {} nodes, {} waves planned, {} injected bad node(s) (first in wave {})",
+            self.nodes,
+            self.waves,
+            self.degraded.len(),
+            self.first_bad_wave
+                .map(|w| w.to_string())
+                .unwrap_or_else(|| "-".into())
+        );
+        match (&self.halted_wave, &self.halt_reason) {
+            (Some(w), Some(r)) => {
+                let _ = writeln!(s, "Halted at wave {w}: {r}");
+            }
+            _ => {
+                let _ = writeln!(s, "Completed: every wave passed its gates");
+            }
+        }
+        let _ = writeln!(
+            s,
+            "Exposed: {} node(s) run the new firmware, {} of them bad; {:.1} h simulated",
+            self.exposed_nodes,
+            self.exposed_bad,
+            self.elapsed_s / 3600.0
+        );
+        for f in &self.failed {
+            let _ = writeln!(
+                s,
+                "  {} {} gate: {}{}",
+                f.node,
+                f.gate,
+                f.summary,
+                if f.injected {
+                    " [injected]"
+                } else {
+                    " [NOT injected]"
+                }
+            );
+            for e in &f.evidence {
+                let _ = writeln!(s, "      {e}");
+            }
+        }
+        if !self.flashed_twice.is_empty() {
+            let _ = writeln!(s, "FLASHED TWICE: {}", self.flashed_twice.join(", "));
+        }
+        s
+    }
+
+    /// The report as JSON (log left out).
+    pub fn to_json(&self) -> Value {
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+}

@@ -1,0 +1,256 @@
+//! The rollout's state: an SQLite file holding the plan and policy it was started with
+//! (`meta`) and an append-only audit log (`log`). The state is never stored apart from
+//! the log: it is the fold of the log's events ([`crate::exec::State`]), so what the
+//! log says is what happened, and a kill -9 between two appends loses nothing that
+//! was appended.
+//!
+//! Every append is its own transaction (WAL, `synchronous=FULL`); triggers refuse any
+//! UPDATE or DELETE on the log.
+
+use std::path::Path;
+
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::RolloutError;
+use crate::plan::Plan;
+use crate::policy::Policy;
+
+/// One logged event.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    /// Sequence number (1, 2, ...).
+    pub seq: i64,
+    /// Unix time in milliseconds (the simulation's clock in `simulate`).
+    pub ts_ms: i64,
+    /// Who: `executor` or `operator`.
+    pub actor: String,
+    /// What happened (`flash-intent`, `gate`, `halted`, ...).
+    pub kind: String,
+    /// Wave number, when it concerns one.
+    pub wave: Option<usize>,
+    /// Node, when it concerns one.
+    pub node: Option<String>,
+    /// NIC, when it concerns one.
+    pub nic: Option<String>,
+    /// Details (command, exit status, evidence).
+    pub detail: Value,
+}
+
+/// An event to append.
+#[derive(Debug, Clone)]
+pub struct NewEvent<'a> {
+    /// Who.
+    pub actor: &'a str,
+    /// What.
+    pub kind: &'a str,
+    /// Wave.
+    pub wave: Option<usize>,
+    /// Node.
+    pub node: Option<&'a str>,
+    /// NIC.
+    pub nic: Option<&'a str>,
+    /// Details.
+    pub detail: Value,
+}
+
+/// What a rollout was started with.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Meta {
+    /// The plan.
+    pub plan: Plan,
+    /// The policy.
+    pub policy: Policy,
+    /// Inventory directory (for the command driver), as given at start.
+    pub inventory: String,
+    /// Policy file, as given at start.
+    pub policy_file: String,
+}
+
+/// An open state file.
+#[derive(Debug)]
+pub struct Store {
+    conn: Connection,
+    path: String,
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS log (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    ts_ms INTEGER NOT NULL,
+    actor TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    wave INTEGER,
+    node TEXT,
+    nic TEXT,
+    detail TEXT NOT NULL
+);
+CREATE TRIGGER IF NOT EXISTS log_no_update BEFORE UPDATE ON log
+BEGIN SELECT RAISE(ABORT, 'the rollout audit log is append-only'); END;
+CREATE TRIGGER IF NOT EXISTS log_no_delete BEFORE DELETE ON log
+BEGIN SELECT RAISE(ABORT, 'the rollout audit log is append-only'); END;
+";
+
+impl Store {
+    fn err(&self, e: impl ToString) -> RolloutError {
+        RolloutError::State {
+            path: self.path.clone(),
+            message: e.to_string(),
+        }
+    }
+
+    fn connect(path: &Path) -> Result<Store, RolloutError> {
+        let p = path.display().to_string();
+        let conn = Connection::open(path).map_err(|e| RolloutError::State {
+            path: p.clone(),
+            message: e.to_string(),
+        })?;
+        let s = Store { conn, path: p };
+        s.conn
+            .execute_batch("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA busy_timeout=10000;")
+            .map_err(|e| s.err(e))?;
+        Ok(s)
+    }
+
+    /// An in-memory store (the fleet simulation).
+    pub fn in_memory() -> Result<Store, RolloutError> {
+        let conn = Connection::open_in_memory().map_err(|e| RolloutError::State {
+            path: ":memory:".into(),
+            message: e.to_string(),
+        })?;
+        let s = Store {
+            conn,
+            path: ":memory:".into(),
+        };
+        s.conn.execute_batch(SCHEMA).map_err(|e| s.err(e))?;
+        Ok(s)
+    }
+
+    /// Creates the state file for a new rollout; refuses a file that already holds one.
+    pub fn create(path: &Path, meta: &Meta) -> Result<Store, RolloutError> {
+        let s = Store::connect(path)?;
+        s.conn.execute_batch(SCHEMA).map_err(|e| s.err(e))?;
+        let existing: Option<String> = s
+            .conn
+            .query_row("SELECT value FROM meta WHERE key = 'meta'", [], |r| r.get(0))
+            .optional()
+            .map_err(|e| s.err(e))?;
+        if existing.is_some() {
+            return Err(RolloutError::Refused(format!(
+                "{} already holds a rollout: use `status`/`advance`/`resume` on it, or choose another --state file",
+                s.path
+            )));
+        }
+        s.init(meta)?;
+        Ok(s)
+    }
+
+    /// Writes the meta row into a fresh store.
+    pub fn init(&self, meta: &Meta) -> Result<(), RolloutError> {
+        let json = serde_json::to_string(meta).map_err(|e| self.err(e))?;
+        self.conn
+            .execute("INSERT INTO meta (key, value) VALUES ('meta', ?1)", params![json])
+            .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
+    /// Opens an existing state file.
+    pub fn open(path: &Path) -> Result<Store, RolloutError> {
+        if !path.is_file() {
+            return Err(RolloutError::State {
+                path: path.display().to_string(),
+                message: "no such state file: run `xirang rollout start` first".into(),
+            });
+        }
+        let s = Store::connect(path)?;
+        s.conn.execute_batch(SCHEMA).map_err(|e| s.err(e))?;
+        Ok(s)
+    }
+
+    /// The plan and policy the rollout was started with.
+    pub fn meta(&self) -> Result<Meta, RolloutError> {
+        let json: Option<String> = self
+            .conn
+            .query_row("SELECT value FROM meta WHERE key = 'meta'", [], |r| r.get(0))
+            .optional()
+            .map_err(|e| self.err(e))?;
+        let json = json.ok_or_else(|| self.err("holds no rollout (no meta row)"))?;
+        serde_json::from_str(&json).map_err(|e| self.err(format!("meta does not parse: {e}")))
+    }
+
+    /// Appends one event (its own transaction); returns its sequence number.
+    pub fn append(&self, ts_ms: i64, e: &NewEvent<'_>) -> Result<i64, RolloutError> {
+        self.conn
+            .execute(
+                "INSERT INTO log (ts_ms, actor, kind, wave, node, nic, detail) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                params![
+                    ts_ms,
+                    e.actor,
+                    e.kind,
+                    e.wave.map(|w| w as i64),
+                    e.node,
+                    e.nic,
+                    e.detail.to_string()
+                ],
+            )
+            .map_err(|x| self.err(x))?;
+        Ok(self.conn.last_insert_rowid())
+    }
+
+    /// Appends several events in one transaction: all are recorded or none.
+    pub fn append_all(&self, ts_ms: i64, events: &[NewEvent<'_>]) -> Result<Vec<i64>, RolloutError> {
+        let tx = self.conn.unchecked_transaction().map_err(|e| self.err(e))?;
+        let mut seqs = Vec::with_capacity(events.len());
+        for e in events {
+            seqs.push(self.append(ts_ms, e)?);
+        }
+        tx.commit().map_err(|e| self.err(e))?;
+        Ok(seqs)
+    }
+
+    /// Every event in order.
+    pub fn events(&self) -> Result<Vec<Event>, RolloutError> {
+        let mut st = self
+            .conn
+            .prepare("SELECT seq, ts_ms, actor, kind, wave, node, nic, detail FROM log ORDER BY seq")
+            .map_err(|e| self.err(e))?;
+        let rows = st
+            .query_map([], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, i64>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, String>(3)?,
+                    r.get::<_, Option<i64>>(4)?,
+                    r.get::<_, Option<String>>(5)?,
+                    r.get::<_, Option<String>>(6)?,
+                    r.get::<_, String>(7)?,
+                ))
+            })
+            .map_err(|e| self.err(e))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (seq, ts_ms, actor, kind, wave, node, nic, detail) = row.map_err(|e| self.err(e))?;
+            let detail = serde_json::from_str(&detail)
+                .map_err(|e| self.err(format!("log row {seq}: detail does not parse: {e}")))?;
+            out.push(Event {
+                seq,
+                ts_ms,
+                actor,
+                kind,
+                wave: wave.map(|w| w as usize),
+                node,
+                nic,
+                detail,
+            });
+        }
+        Ok(out)
+    }
+
+    /// The file's path as given.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+}

@@ -1,0 +1,170 @@
+//! Bad inputs: every policy, fleet.toml and benchmark-file problem is an error naming
+//! the file (and line) and what was expected; the readers never panic.
+
+use std::path::Path;
+
+use proptest::prelude::*;
+use xirang_rollout::fleet::{Fleet, FleetFile};
+use xirang_rollout::{Policy, RolloutError};
+
+fn policy_err(text: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("policy.toml");
+    std::fs::write(&p, text).unwrap();
+    let e = Policy::load(&p).unwrap_err().to_string();
+    e.replace(&dir.path().display().to_string(), "DIR")
+}
+
+const OK: &str = r#"
+[[firmware]]
+hca_type = "MT4125"
+target = "22.39.1002"
+allowed_from = ["22.38.1002"]
+image = "fw.bin"
+"#;
+
+#[test]
+fn policy_errors_name_file_line_and_expectation() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("policy.toml");
+    std::fs::write(&p, OK).unwrap();
+    let pol = Policy::load(&p).unwrap();
+    assert_eq!(pol.stages.fractions, vec![0.01, 0.05, 0.25, 1.0]);
+    assert_eq!(pol.commands.parallel, 16);
+
+    let cases: &[(&str, &str)] = &[
+        (
+            "[[firmware]]\nhca_type = \"MT4125\"\ntarget = 22\n",
+            "DIR/policy.toml:3: invalid type: integer `22`, expected a string",
+        ),
+        (
+            "[[firmware]]\nhca_type = \"MT4125\"\ntarget = \"1\"\nallowed_from = []\nimage = \"x\"\ncolour = 1\n",
+            "DIR/policy.toml:6: unknown field `colour`",
+        ),
+        ("", "DIR/policy.toml:1: missing field `firmware`"),
+        (
+            "[[firmware]]\ntarget = \"1\"\nallowed_from = []\nimage = \"x\"\n",
+            "policy DIR/policy.toml: firmware[0]: expected `hca_type` or `board_id` (which NICs the target is for)",
+        ),
+        (
+            &format!("{OK}[stages]\nfractions = [0.1, 0.05, 1.0]\n"),
+            "policy DIR/policy.toml: stages.fractions: expected increasing shares, found 0.1 then 0.05",
+        ),
+        (
+            &format!("{OK}[stages]\nfractions = [0.1, 0.5]\n"),
+            "policy DIR/policy.toml: stages.fractions: expected shares in (0, 1] ending with 1.0 (every node)",
+        ),
+        (
+            &format!("{OK}[limits]\nrack = 0\n"),
+            "policy DIR/policy.toml: limits.rack: expected a share in (0, 1], found 0",
+        ),
+        (
+            &format!("{OK}[commands]\nflash = \"flint -d {{pcie}} b\"\n"),
+            "policy DIR/policy.toml: commands.flash: unknown placeholder {pcie}; expected one of {node} {nic} {pci} {hca_type} {board_id} {image} {target} {previous}",
+        ),
+        (
+            &format!("{OK}[commands]\ncollect = \"scp {{nic}}\"\n"),
+            "policy DIR/policy.toml: commands.collect: placeholder {nic} cannot be used here; expected only {node}",
+        ),
+        (
+            &format!("{OK}[commands]\nparallel = 0\n"),
+            "policy DIR/policy.toml: commands.parallel: expected at least 1",
+        ),
+    ];
+    for (text, want) in cases {
+        let got = policy_err(text);
+        assert!(got.starts_with(want), "\n got: {got}\nwant: {want}");
+    }
+    let e = Policy::load(Path::new("/nonexistent/policy.toml")).unwrap_err();
+    assert!(matches!(e, RolloutError::Io { .. }), "{e}");
+}
+
+#[test]
+fn fleet_file_errors_name_the_host() {
+    let fleet = Fleet::synthetic(
+        &xirang_rollout::fleet::SyntheticSpec {
+            nodes: 3,
+            ..Default::default()
+        },
+        1,
+    );
+    let cluster_like = |extra: &FleetFile| {
+        // from_cluster needs a Cluster; check the same rules through a cluster of
+        // hosts named like the synthetic nodes.
+        let mut c = xirang_audit::cluster::Cluster::default();
+        for n in &fleet.nodes {
+            c.hosts.push(xirang_host::HostInventory {
+                hostname: n.name.clone(),
+                ..Default::default()
+            });
+        }
+        Fleet::from_cluster(&c, extra, Path::new("inv/fleet.toml")).map(|_| ())
+    };
+    let mut f = FleetFile::default();
+    f.racks.insert("r1".into(), vec!["n0001".into(), "n0009".into()]);
+    let e = cluster_like(&f).unwrap_err().to_string();
+    assert_eq!(
+        e,
+        "inventory: inv/fleet.toml: rack `r1` lists host `n0009`, which is not in the inventory"
+    );
+    let mut f = FleetFile::default();
+    f.racks.insert("r1".into(), vec!["n0001".into()]);
+    f.racks.insert("r2".into(), vec!["n0001".into()]);
+    let e = cluster_like(&f).unwrap_err().to_string();
+    assert_eq!(
+        e,
+        "inventory: inv/fleet.toml: host `n0001` is in two racks (`r1` and `r2`)"
+    );
+    let mut f = FleetFile::default();
+    f.jobs.insert("a".into(), vec!["n0001".into()]);
+    f.jobs.insert("b".into(), vec!["n0001".into()]);
+    cluster_like(&f).expect("a host may run two jobs");
+}
+
+#[test]
+fn benchmark_files_from_the_nccl_fixtures() {
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let good = std::fs::read_to_string(
+        here.join("../xirang-collective/test_data/nccl-tests/pair-2node-1gpu-healthy.txt"),
+    );
+    let Ok(good) = good else {
+        panic!("the collective crate's copy of the nccl-tests fixtures moved");
+    };
+    let f = xirang_rollout::gates::bench_figure(&good).unwrap();
+    assert!(f.what.starts_with("nccl-tests "), "{f:?}");
+    assert!(f.value > 0.0);
+    let bad = std::fs::read_to_string(
+        here.join("../xirang-collective/test_data/nccl-tests/pair-2node-1gpu-network-error.txt"),
+    )
+    .unwrap();
+    let e = xirang_rollout::gates::bench_figure(&bad).unwrap_err();
+    assert!(e.contains("failed") || e.contains("neither"), "{e}");
+}
+
+proptest! {
+    #[test]
+    fn readers_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..2000)) {
+        let text = String::from_utf8_lossy(&bytes);
+        let _ = xirang_rollout::perftest::parse(&text);
+        let _ = xirang_rollout::gates::bench_figure(&text);
+        let _ = toml::from_str::<Policy>(&text);
+    }
+
+    #[test]
+    fn perftest_tables_with_noise_keep_their_rows(
+        rows in prop::collection::vec((1u64..1 << 30, 1u64..100_000, 0.0f64..1e6), 1..20),
+        noise in prop::collection::vec("[ -~]{0,60}", 0..5),
+    ) {
+        let mut t = String::from(" #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]\n");
+        for (i, (b, it, bw)) in rows.iter().enumerate() {
+            if let Some(n) = noise.get(i) {
+                t.push_str(&format!(" Conflicting CPU frequency values detected: {n}\n"));
+            }
+            t.push_str(&format!(" {b}  {it}  {:.2}  {bw:.2}  0.5\n", bw + 1.0));
+        }
+        let got = xirang_rollout::perftest::parse(&t).unwrap();
+        let got: Vec<u64> = got.iter().map(|r| r.bytes).collect();
+        let want: Vec<u64> = rows.iter().map(|r| r.0).collect();
+        prop_assert_eq!(got, want);
+    }
+}

@@ -1,0 +1,131 @@
+//! The fleet simulation: the real planner and executor over synthetic fleets with
+//! injected bad nodes must halt at the first wave holding one, name it with its
+//! evidence, never flash a node twice, and complete on a healthy fleet.
+
+use xirang_rollout::fleet::SyntheticSpec;
+use xirang_rollout::simulate::{Degradation, SimSpec, default_policy, simulate};
+
+fn spec(seed: u64, share: f64, degradation: Degradation) -> SimSpec {
+    SimSpec {
+        fleet: SyntheticSpec {
+            nodes: 256,
+            rack_size: 16,
+            nics_per_node: 4,
+            ..SyntheticSpec::default()
+        },
+        seed,
+        degrade_share: share,
+        degradation,
+        ..SimSpec::default()
+    }
+}
+
+fn check(s: &SimSpec) {
+    let policy = default_policy(s);
+    let (plan, r) = simulate(s, &policy).unwrap();
+    assert!(r.flashed_twice.is_empty(), "flashed twice: {:?}", r.flashed_twice);
+    let upgraded_through = |w: usize| -> usize { plan.waves.iter().take(w).map(|x| x.nodes.len()).sum() };
+    match r.first_bad_wave {
+        None => {
+            assert_eq!(
+                r.halted_wave, None,
+                "halted without a bad node: {:?}",
+                r.halt_reason
+            );
+            assert_eq!(r.exposed_nodes, plan.upgrade_count());
+            assert!(r.failed.is_empty());
+        }
+        Some(w) => {
+            assert_eq!(r.halted_wave, Some(w), "seed {}: {}", s.seed, r.render_text());
+            // Exposed: exactly the nodes of the waves up to the halt.
+            assert_eq!(r.exposed_nodes, upgraded_through(w));
+            // Every failing node is an injected one, and every injected node of
+            // that wave is named, with evidence.
+            let bad_here: Vec<&String> = r
+                .degraded
+                .iter()
+                .filter(|(_, wave)| *wave == Some(w))
+                .map(|(n, _)| n)
+                .collect();
+            assert!(r.failed.iter().all(|f| f.injected), "{}", r.render_text());
+            for b in &bad_here {
+                let f = r
+                    .failed
+                    .iter()
+                    .find(|f| &&f.node == b)
+                    .unwrap_or_else(|| panic!("{b} not named"));
+                assert!(!f.evidence.is_empty(), "{b}: no evidence");
+            }
+            assert!(
+                r.halt_reason.as_deref().unwrap().contains(bad_here[0].as_str())
+                    || bad_here
+                        .iter()
+                        .any(|b| r.halt_reason.as_deref().unwrap().contains(b.as_str()))
+            );
+            // No node of a later wave was touched.
+            let later: Vec<&str> = plan.waves[w..]
+                .iter()
+                .flat_map(|x| &x.nodes)
+                .map(|n| n.name.as_str())
+                .collect();
+            assert!(
+                r.log
+                    .iter()
+                    .all(|e| e.node.as_deref().is_none_or(|n| !later.contains(&n)))
+            );
+        }
+    }
+}
+
+#[test]
+fn halts_at_the_first_bad_wave_for_every_seed_and_kind() {
+    let kinds = [
+        Degradation::Bandwidth { factor: 0.7 },
+        Degradation::LinkErrors { per_s: 0.05 },
+        Degradation::StaysOld,
+    ];
+    let mut halted = 0;
+    for seed in 1..=12 {
+        for k in kinds {
+            let s = spec(seed, 0.01, k);
+            check(&s);
+            halted += 1;
+        }
+    }
+    assert_eq!(halted, 36);
+}
+
+#[test]
+fn a_healthy_fleet_completes() {
+    for seed in 1..=3 {
+        let s = spec(seed, 0.0, Degradation::Bandwidth { factor: 0.7 });
+        let (plan, r) = simulate(&s, &default_policy(&s)).unwrap();
+        assert_eq!(r.halted_wave, None);
+        assert_eq!(r.exposed_nodes, 256);
+        assert_eq!(plan.upgrade_count(), 256);
+    }
+}
+
+#[test]
+fn a_named_bad_node_in_a_late_wave_exposes_everything_before_it() {
+    let base = spec(5, 0.0, Degradation::LinkErrors { per_s: 0.05 });
+    let policy = default_policy(&base);
+    let (plan, _) = simulate(&base, &policy).unwrap();
+    let last = plan.waves.last().unwrap();
+    let victim = last.nodes[0].name.clone();
+    let s = SimSpec {
+        degraded_nodes: vec![victim.clone()],
+        ..base
+    };
+    let (_, r) = simulate(&s, &policy).unwrap();
+    assert_eq!(r.halted_wave, Some(last.number));
+    assert_eq!(r.exposed_nodes, 256);
+    assert_eq!(r.exposed_bad, 1);
+    let f = &r.failed[0];
+    assert_eq!((f.node.as_str(), f.gate.as_str()), (victim.as_str(), "soak"));
+    assert!(
+        f.evidence[0].contains("symbol_error 0 → 30 (+30)"),
+        "{:?}",
+        f.evidence
+    );
+}

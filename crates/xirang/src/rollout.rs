@@ -1,0 +1,426 @@
+//! `xirang rollout`: plan, start, advance, halt, resume, roll back, simulate.
+
+use std::fs::{File, OpenOptions};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use serde_json::json;
+use xirang_rollout::command::{CommandDriver, load_inventory};
+use xirang_rollout::exec::{self, ExecOptions, Executor, Progress, State};
+use xirang_rollout::simulate::{Degradation, SimSpec, default_policy, simulate};
+use xirang_rollout::store::{Meta, Store};
+use xirang_rollout::{Policy, plan};
+
+use crate::Outcome;
+use crate::cli::{
+    RolloutCmd, RolloutPlanArgs, RolloutRunArgs, RolloutSimArgs, RolloutStartArgs, RolloutStateArgs,
+};
+use crate::cmd::out;
+
+/// Test hook for the crash tests: abort before the n-th step (log append or command
+/// round) of this process.
+const CRASH_ENV: &str = "XIRANG_ROLLOUT_CRASH_BEFORE_STEP";
+
+pub(crate) fn run(cmd: RolloutCmd) -> Result<Outcome> {
+    match cmd {
+        RolloutCmd::Plan(a) => plan_cmd(&a),
+        RolloutCmd::Start(a) => start(&a),
+        RolloutCmd::Status(a) => status(&a),
+        RolloutCmd::Log(a) => log(&a),
+        RolloutCmd::Advance(a) => with_executor(&a, |ex| ex.advance().map(Some)),
+        RolloutCmd::Halt(a) => {
+            let store = Store::open(&a.state)?;
+            let _lock = lock(&a.state, 10)?;
+            let mut ex = Executor::new(&store, NoDriver, ExecOptions::default(), |_| {})?;
+            ex.halt_now(&a.reason)?;
+            eprintln!("halted: {}", a.reason);
+            Ok(Outcome::Clean)
+        }
+        RolloutCmd::Resume(a) => {
+            let (recheck, reflash) = (a.recheck, a.reflash.clone());
+            with_executor(&a.run, move |ex| ex.resume(recheck, &reflash).map(Some))
+        }
+        RolloutCmd::Rollback(a) => {
+            let only = a.node.clone();
+            if !a.run.execute {
+                let store = Store::open(&a.run.state)?;
+                let meta = store.meta()?;
+                let st = State::from_events(&store.events()?);
+                let mut n = 0;
+                for w in meta.plan.waves.iter().rev() {
+                    for node in w.nodes.iter().rev() {
+                        if !only.is_empty() && !only.contains(&node.name) {
+                            continue;
+                        }
+                        for (u, cmd) in node.nics.iter().zip(exec::rollback_commands(&meta, node)) {
+                            if st.nic(&node.name, &u.nic) == exec::NicPhase::Flashed {
+                                out(&format!("would run: {cmd}\n"))?;
+                                n += 1;
+                            }
+                        }
+                    }
+                }
+                out(&format!(
+                    "{n} NIC(s) would be rolled back; dry run: nothing was run or recorded; add --execute\n"
+                ))?;
+                return Ok(Outcome::Clean);
+            }
+            with_executor(&a.run, move |ex| {
+                let n = ex.rollback(&only)?;
+                eprintln!("{n} NIC(s) rolled back");
+                Ok(None)
+            })
+        }
+        RolloutCmd::Simulate(a) => simulate_cmd(&a),
+    }
+}
+
+fn plan_cmd(a: &RolloutPlanArgs) -> Result<Outcome> {
+    let (_, policy, plan) = make_plan(a)?;
+    if a.json {
+        out(&(serde_json::to_string_pretty(&plan)? + "\n"))?;
+    } else {
+        out(&plan.render_text(&policy))?;
+    }
+    Ok(Outcome::Clean)
+}
+
+fn make_plan(
+    a: &RolloutPlanArgs,
+) -> Result<(xirang_rollout::command::Inventory, Policy, xirang_rollout::Plan)> {
+    let policy = Policy::load(&a.policy)?;
+    let inv = load_inventory(&a.inventory)?;
+    let plan = plan(&inv.fleet, &policy);
+    Ok((inv, policy, plan))
+}
+
+fn start(a: &RolloutStartArgs) -> Result<Outcome> {
+    let (_, policy, plan) = make_plan(&a.plan)?;
+    if plan.waves.is_empty() {
+        bail!(
+            "nothing to upgrade: {} node(s), all skipped (see `xirang rollout plan`)",
+            plan.total_nodes
+        );
+    }
+    let abs = |p: &Path| {
+        std::fs::canonicalize(p)
+            .unwrap_or_else(|_| p.to_path_buf())
+            .display()
+            .to_string()
+    };
+    let meta = Meta {
+        plan: plan.clone(),
+        policy,
+        inventory: abs(&a.plan.inventory),
+        policy_file: abs(&a.plan.policy),
+    };
+    let store = Store::create(&a.state, &meta)?;
+    let mut ex = Executor::new(&store, NoDriver, ExecOptions::default(), |_| {})?;
+    ex.start()?;
+    eprintln!(
+        "rollout recorded in {}: {} node(s) in {} wave(s), {} skipped; `xirang rollout advance --state {}` shows the first wave",
+        a.state.display(),
+        plan.upgrade_count(),
+        plan.waves.len(),
+        plan.skipped.len(),
+        a.state.display()
+    );
+    Ok(Outcome::Clean)
+}
+
+/// A driver for operations that run nothing (start, halt).
+struct NoDriver;
+
+impl exec::Driver for NoDriver {
+    fn read(&mut self, _: &str) -> Result<xirang_rollout::gates::Reading, String> {
+        Err("no reads in this operation".into())
+    }
+    fn run(&mut self, _: &str, _: Option<&str>, _: exec::Purpose, _: &str) -> exec::Outcome {
+        exec::Outcome {
+            code: None,
+            output: "no commands in this operation".into(),
+        }
+    }
+    fn bench(
+        &mut self,
+        _: &str,
+        _: exec::Phase,
+    ) -> Result<(String, xirang_rollout::gates::BenchFigure), String> {
+        Err("no benchmarks in this operation".into())
+    }
+    fn sleep_s(&mut self, _: f64) {}
+    fn now_ms(&mut self) -> i64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0)
+    }
+}
+
+/// Takes the state's lock file, waiting up to `wait_s` (a killed executor's flash
+/// command still holds it through its standard input until it ends).
+fn lock(state: &Path, wait_s: u64) -> Result<File> {
+    let path = PathBuf::from(format!("{}.lock", state.display()));
+    let f = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .read(true)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    let start = Instant::now();
+    let mut told = false;
+    loop {
+        match f.try_lock() {
+            Ok(()) => return Ok(f),
+            Err(std::fs::TryLockError::WouldBlock) => {
+                if start.elapsed() > Duration::from_secs(wait_s) {
+                    bail!(
+                        "{} is held by another executor or by a command it started (waited {wait_s} s)",
+                        path.display()
+                    );
+                }
+                if !told {
+                    eprintln!(
+                        "waiting for {} (another executor, or a flash command still running)",
+                        path.display()
+                    );
+                    told = true;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(e).with_context(|| format!("locking {}", path.display()));
+            }
+        }
+    }
+}
+
+fn with_executor(
+    a: &RolloutRunArgs,
+    f: impl FnOnce(&mut Executor<'_, CommandDriver>) -> Result<Option<Progress>, xirang_rollout::RolloutError>,
+) -> Result<Outcome> {
+    let store = Store::open(&a.state)?;
+    let meta = store.meta()?;
+    if !a.execute {
+        let st = State::from_events(&store.events()?);
+        for l in exec::preview(&meta, &st) {
+            out(&format!("{l}\n"))?;
+        }
+        return Ok(Outcome::Clean);
+    }
+    let lock = lock(&a.state, a.lock_wait_s)?;
+    let inv = load_inventory(Path::new(&meta.inventory))?;
+    let markers = PathBuf::from(format!("{}.started", a.state.display()));
+    std::fs::create_dir_all(&markers).with_context(|| format!("creating {}", markers.display()))?;
+    let driver = CommandDriver::new(
+        inv,
+        meta.policy.clone(),
+        Some(lock),
+        Duration::from_secs(a.command_timeout_s),
+        Some(markers),
+    );
+    let opts = ExecOptions {
+        crash_before_step: std::env::var(CRASH_ENV).ok().and_then(|v| v.parse().ok()),
+    };
+    let mut ex = Executor::new(&store, driver, opts, |l| eprintln!("{l}"))?;
+    match f(&mut ex)? {
+        None => Ok(Outcome::Clean),
+        Some(Progress::WavePassed { wave }) => {
+            eprintln!("wave {wave} passed; `advance --execute` runs the next one");
+            Ok(Outcome::Clean)
+        }
+        Some(Progress::Completed) => {
+            eprintln!("rollout completed: every wave passed its gates");
+            Ok(Outcome::Clean)
+        }
+        Some(Progress::Halted(h)) => {
+            eprintln!(
+                "rollout halted ({}): {}\n`xirang rollout status --state {}` shows the evidence and the rollback commands",
+                h.kind,
+                h.reason,
+                a.state.display()
+            );
+            Ok(Outcome::Findings)
+        }
+    }
+}
+
+fn status(a: &RolloutStateArgs) -> Result<Outcome> {
+    let store = Store::open(&a.state)?;
+    let meta = store.meta()?;
+    let events = store.events()?;
+    let st = State::from_events(&events);
+    let halt_ev = st
+        .halt
+        .as_ref()
+        .and_then(|h| events.iter().find(|e| e.seq == h.seq));
+    let waves: Vec<serde_json::Value> = meta
+        .plan
+        .waves
+        .iter()
+        .map(|w| {
+            let flashed = w
+                .nodes
+                .iter()
+                .filter(|n| {
+                    n.nics
+                        .iter()
+                        .all(|u| st.nic(&n.name, &u.nic) == exec::NicPhase::Flashed)
+                })
+                .count();
+            let failed: Vec<String> = w
+                .nodes
+                .iter()
+                .filter(|n| {
+                    st.nodes
+                        .get(&n.name)
+                        .is_some_and(|p| p.gates.iter().any(|g| !g.passed))
+                })
+                .map(|n| n.name.clone())
+                .collect();
+            let state = if st.passed.contains(&w.number) {
+                "passed"
+            } else if st.current == Some(w.number) {
+                "in progress"
+            } else {
+                "pending"
+            };
+            json!({"wave": w.number, "stage": w.stage, "nodes": w.nodes.len(), "flashed": flashed, "failed": failed, "state": state})
+        })
+        .collect();
+    let failing = st.halt.as_ref().is_some_and(|h| h.kind != "operator");
+    if a.json {
+        let v = json!({
+            "state_file": a.state.display().to_string(),
+            "policy": meta.policy_file,
+            "inventory": meta.inventory,
+            "completed": st.completed,
+            "rolled_back": st.rolled_back,
+            "halt": st.halt,
+            "halt_evidence": halt_ev.map(|e| e.detail.clone()),
+            "waves": waves,
+            "events": events.len(),
+        });
+        out(&(serde_json::to_string_pretty(&v)? + "\n"))?;
+    } else {
+        let mut s = format!(
+            "Rollout {} (policy {}, inventory {})\n",
+            a.state.display(),
+            meta.policy_file,
+            meta.inventory
+        );
+        let passed = st.passed.len();
+        s += &format!(
+            "{passed} of {} wave(s) passed{}{}\n",
+            meta.plan.waves.len(),
+            if st.completed { "; completed" } else { "" },
+            if st.rolled_back { "; rolled back" } else { "" }
+        );
+        if let Some(h) = &st.halt {
+            s += &format!("HALTED ({}, log #{}): {}\n", h.kind, h.seq, h.reason);
+            if let Some(ev) = halt_ev.and_then(|e| e.detail["evidence"].as_array()) {
+                for f in ev {
+                    s += &format!(
+                        "  {} {}: {}\n",
+                        f["node"].as_str().unwrap_or(""),
+                        f["gate"].as_str().unwrap_or(""),
+                        f["summary"].as_str().unwrap_or("")
+                    );
+                    for e in f["evidence"].as_array().into_iter().flatten() {
+                        s += &format!("      {}\n", e.as_str().unwrap_or(""));
+                    }
+                    for c in f["rollback"].as_array().into_iter().flatten() {
+                        s += &format!("    rollback: {}\n", c.as_str().unwrap_or(""));
+                    }
+                }
+            }
+        }
+        let mut t = crate::cmd::table(&["wave", "stage", "nodes", "flashed", "state", "failed gates"]);
+        for w in &waves {
+            t.add_row(vec![
+                w["wave"].to_string(),
+                w["stage"].as_str().unwrap_or("").to_string(),
+                w["nodes"].to_string(),
+                w["flashed"].to_string(),
+                w["state"].as_str().unwrap_or("").to_string(),
+                w["failed"]
+                    .as_array()
+                    .map(|a| a.iter().filter_map(|x| x.as_str()).collect::<Vec<_>>().join(", "))
+                    .unwrap_or_default(),
+            ]);
+        }
+        s += &format!("{t}\n");
+        out(&s)?;
+    }
+    Ok(if failing {
+        Outcome::Findings
+    } else {
+        Outcome::Clean
+    })
+}
+
+fn log(a: &RolloutStateArgs) -> Result<Outcome> {
+    let store = Store::open(&a.state)?;
+    let events = store.events()?;
+    if a.json {
+        out(&(serde_json::to_string_pretty(&events)? + "\n"))?;
+    } else {
+        out(&exec::render_log(&events, true))?;
+    }
+    Ok(Outcome::Clean)
+}
+
+fn simulate_cmd(a: &RolloutSimArgs) -> Result<Outcome> {
+    let degradation = match a.degradation.as_str() {
+        "bandwidth" => Degradation::Bandwidth { factor: 0.7 },
+        "errors" => Degradation::LinkErrors { per_s: 0.05 },
+        "stays-old" => Degradation::StaysOld,
+        other => bail!("--degradation {other}: expected bandwidth, errors or stays-old"),
+    };
+    anyhow::ensure!(
+        (0.0..=1.0).contains(&a.degrade_share),
+        "--degrade-share: expected a share in [0, 1]"
+    );
+    let mut spec = SimSpec {
+        seed: a.seed,
+        degrade_share: a.degrade_share,
+        degraded_nodes: a.degraded.clone(),
+        degradation,
+        ..SimSpec::default()
+    };
+    spec.fleet.nodes = a.nodes;
+    spec.fleet.rack_size = a.rack_size.max(1);
+    let policy = match &a.policy {
+        Some(p) => Policy::load(p)?,
+        None => default_policy(&spec),
+    };
+    let (plan, report) = simulate(&spec, &policy)?;
+    if a.json {
+        let mut v = report.to_json();
+        v["plan"] = json!(
+            plan.waves
+                .iter()
+                .map(|w| json!({"wave": w.number, "stage": w.stage, "nodes": w.nodes.len()}))
+                .collect::<Vec<_>>()
+        );
+        out(&(serde_json::to_string_pretty(&v)? + "\n"))?;
+    } else {
+        let mut s = String::from("Waves: ");
+        s += &plan
+            .waves
+            .iter()
+            .map(|w| format!("{} ({}) {}", w.number, w.stage, w.nodes.len()))
+            .collect::<Vec<_>>()
+            .join(" · ");
+        s.push('\n');
+        s += &report.render_text();
+        out(&s)?;
+    }
+    Ok(if report.halted_wave.is_some() {
+        Outcome::Findings
+    } else {
+        Outcome::Clean
+    })
+}

@@ -1,0 +1,488 @@
+//! `xirang rollout` through the binary on a copy of the audit's fixture cluster, with a
+//! fake vendor tool that records every flash and rewrites the NIC's `fw_ver`.
+//!
+//! The crash tests kill the executor at random points (an abort right before the n-th
+//! log append, or a SIGKILL after a random delay), resume, and check the three safety
+//! properties: no NIC flashed twice, none skipped, never past a failed gate.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::util::root;
+
+const TARGET: &str = "22.39.1002";
+const OLD: &str = "22.38.1002";
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let ty = e.file_type().unwrap();
+        let dst = to.join(e.file_name());
+        if ty.is_dir() {
+            copy_dir(&e.path(), &dst);
+        } else if ty.is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(e.path()).unwrap(), &dst).unwrap();
+        } else {
+            std::fs::copy(e.path(), &dst).unwrap();
+        }
+    }
+}
+
+/// A test bed: inventory copy, fake tools, baselines, policy.
+struct Bed {
+    _tmp: tempfile::TempDir,
+    dir: PathBuf,
+}
+
+/// perftest layout, one row (shared/fixtures has no perftest capture; columns as
+/// perftest prints them).
+fn perftest(bw: f64) -> String {
+    format!(
+        " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]\n 65536      5000             {:.2}            {bw:.2}                  0.700000\n",
+        bw + 50.0
+    )
+}
+
+impl Bed {
+    fn new(parallel: usize) -> Bed {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
+        let inv = dir.join("inv");
+        copy_dir(&root().join("crates/xirang-audit/test_data/cluster"), &inv);
+        std::fs::copy(
+            root().join("crates/xirang-rollout/test_data/fleet.toml"),
+            inv.join("fleet.toml"),
+        )
+        .unwrap();
+        std::fs::create_dir_all(dir.join("bench")).unwrap();
+        for h in 1..=8 {
+            std::fs::write(dir.join(format!("bench/h{h}.before.txt")), perftest(44000.0)).unwrap();
+        }
+        std::fs::write(dir.join("degraded"), "").unwrap();
+        std::fs::write(
+            dir.join("flash.sh"),
+            r#"#!/bin/sh
+# Fake vendor tool: $1 node, $2 NIC, $3 version, $4 test bed.
+d="$4/inv/hosts/$1/sys/class/infiniband/$2"
+echo "$1 $2 $3" >> "$4/invocations"
+sleep 0.03
+printf '%s\n' "$3" > "$d/fw_ver.tmp" && mv "$d/fw_ver.tmp" "$d/fw_ver"
+echo "burned $3 on $1/$2"
+"#,
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join("bench.sh"),
+            r#"#!/bin/sh
+# Fake benchmark: the baseline again, or 70 % of it on a node listed in degraded.
+b="$2/bench/$1.before.txt"; a="$2/bench/$1.after.txt"
+if grep -qx "$1" "$2/degraded"; then
+  sed 's/44000.00/30800.00/' "$b" > "$a"
+else
+  cp "$b" "$a"
+fi
+"#,
+        )
+        .unwrap();
+        let d = dir.display();
+        std::fs::write(
+            dir.join("policy.toml"),
+            format!(
+                r#"[[firmware]]
+hca_type = "MT4125"
+target = "{TARGET}"
+allowed_from = ["{OLD}"]
+image = "/srv/firmware/fw-ConnectX6Dx-{TARGET}.bin"
+
+[limits]
+rack = 0.5
+switch = 0.5
+rail = 0.5
+job = 0.5
+
+[gates]
+audit = true
+soak_s = 0
+
+[gates.benchmark]
+baseline = "bench/{{node}}.before.txt"
+result = "bench/{{node}}.after.txt"
+command = "sh {d}/bench.sh {{node}} {d}"
+min_ratio = 0.95
+
+[commands]
+flash = "sh {d}/flash.sh {{node}} {{nic}} {{target}} {d}"
+rollback = "sh {d}/flash.sh {{node}} {{nic}} {{previous}} {d}"
+parallel = {parallel}
+"#
+            ),
+        )
+        .unwrap();
+        Bed { _tmp: tmp, dir }
+    }
+
+    fn p(&self, name: &str) -> String {
+        self.dir.join(name).display().to_string()
+    }
+
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(assert_cmd::cargo::cargo_bin("xirang"));
+        c.current_dir(&self.dir).arg("rollout").args(args);
+        c
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.cmd(args).output().unwrap()
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let o = self.run(args);
+        assert!(
+            o.status.success(),
+            "rollout {args:?}\n{}\n{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    fn start(&self) {
+        let (inv, pol) = (self.p("inv"), self.p("policy.toml"));
+        self.ok(&["start", "--inventory", &inv, "--policy", &pol]);
+    }
+
+    fn status(&self) -> Value {
+        let o = self.run(&["status", "--json"]);
+        serde_json::from_slice(&o.stdout)
+            .unwrap_or_else(|e| panic!("status: {e}: {}", String::from_utf8_lossy(&o.stderr)))
+    }
+
+    fn plan(&self) -> Value {
+        let (inv, pol) = (self.p("inv"), self.p("policy.toml"));
+        serde_json::from_str(&self.ok(&["plan", "--inventory", &inv, "--policy", &pol, "--json"])).unwrap()
+    }
+
+    /// Flash commands run, per "node nic".
+    fn invocations(&self) -> BTreeMap<String, usize> {
+        let mut m = BTreeMap::new();
+        for l in std::fs::read_to_string(self.dir.join("invocations"))
+            .unwrap_or_default()
+            .lines()
+        {
+            let k: Vec<&str> = l.split(' ').collect();
+            *m.entry(format!("{} {}", k[0], k[1])).or_insert(0) += 1;
+        }
+        m
+    }
+
+    fn fw(&self, node: &str, nic: &str) -> String {
+        std::fs::read_to_string(
+            self.dir
+                .join(format!("inv/hosts/{node}/sys/class/infiniband/{nic}/fw_ver")),
+        )
+        .unwrap()
+        .trim()
+        .to_string()
+    }
+}
+
+/// (wave, node, nics) of a plan.
+fn planned(plan: &Value) -> Vec<(usize, String, Vec<String>)> {
+    let mut v = Vec::new();
+    for w in plan["waves"].as_array().unwrap() {
+        for n in w["nodes"].as_array().unwrap() {
+            v.push((
+                w["number"].as_u64().unwrap() as usize,
+                n["name"].as_str().unwrap().to_string(),
+                n["nics"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|u| u["nic"].as_str().unwrap().to_string())
+                    .collect(),
+            ));
+        }
+    }
+    v
+}
+
+/// A small deterministic generator (the test's own, so seeds reproduce anywhere).
+struct Lcg(u64);
+impl Lcg {
+    fn next(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n
+    }
+}
+
+/// Drives a rollout to its end with crashes; returns the final status.
+fn drive_with_crashes(bed: &Bed, rng: &mut Lcg) -> Value {
+    for _ in 0..300 {
+        let st = bed.status();
+        if st["completed"] == true {
+            return st;
+        }
+        if let Some(k) = st["halt"]["kind"].as_str() {
+            assert_ne!(k, "flash-unknown", "a flash was left unknown: {st:#}");
+            assert_ne!(k, "flash-failed", "{st:#}");
+            if k == "gate" {
+                return st;
+            }
+        }
+        let verb = if rng.next(4) == 0 { "resume" } else { "advance" };
+        match rng.next(3) {
+            0 => {
+                // Abort right before the n-th append (as a kill -9 at that point).
+                let n = 1 + rng.next(14);
+                let _ = bed
+                    .cmd(&[verb, "--execute"])
+                    .env("XIRANG_ROLLOUT_CRASH_BEFORE_STEP", n.to_string())
+                    .output()
+                    .unwrap();
+            }
+            1 => {
+                // SIGKILL after a random delay, possibly while a flash runs.
+                let mut child = bed
+                    .cmd(&[verb, "--execute"])
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::null())
+                    .spawn()
+                    .unwrap();
+                std::thread::sleep(Duration::from_millis(rng.next(120)));
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+            _ => {
+                let _ = bed.run(&[verb, "--execute"]);
+            }
+        }
+    }
+    panic!("the rollout did not finish in 300 steps: {:#}", bed.status());
+}
+
+#[test]
+fn crashes_at_random_points_never_flash_twice_skip_or_pass_a_failed_gate() {
+    let mut halted_runs = 0;
+    for seed in 0..10u64 {
+        let mut rng = Lcg(seed * 7919 + 1);
+        let bed = Bed::new(1 + rng.next(3) as usize);
+        let plan = bed.plan();
+        let nodes = planned(&plan);
+        // Half of the seeds plant a node that regresses once upgraded.
+        let bad = (seed % 2 == 1).then(|| nodes[rng.next(nodes.len() as u64) as usize].clone());
+        if let Some((_, b, _)) = &bad {
+            std::fs::write(bed.dir.join("degraded"), format!("{b}\n")).unwrap();
+        }
+        bed.start();
+        let st = drive_with_crashes(&bed, &mut rng);
+        let inv = bed.invocations();
+        // 1. Never flashed twice.
+        for (k, c) in &inv {
+            assert_eq!(*c, 1, "seed {seed}: {k} flashed {c} times");
+        }
+        match &bad {
+            None => {
+                assert_eq!(st["completed"], true, "seed {seed}");
+                // 2. None skipped.
+                for (_, n, nics) in &nodes {
+                    for nic in nics {
+                        assert_eq!(inv.get(&format!("{n} {nic}")), Some(&1), "seed {seed}: {n}/{nic}");
+                        assert_eq!(bed.fw(n, nic), TARGET);
+                    }
+                }
+            }
+            Some((bw, b, _)) => {
+                halted_runs += 1;
+                // 3. Halted at the bad node's wave, naming it; nothing later touched,
+                //    nothing up to it skipped.
+                assert_eq!(st["halt"]["kind"], "gate", "seed {seed}: {st:#}");
+                assert_eq!(st["halt"]["wave"].as_u64(), Some(*bw as u64), "seed {seed}");
+                assert!(st["halt"]["reason"].as_str().unwrap().contains(b.as_str()));
+                for (w, n, nics) in &nodes {
+                    for nic in nics {
+                        let c = inv.get(&format!("{n} {nic}")).copied().unwrap_or(0);
+                        assert_eq!(c, usize::from(w <= bw), "seed {seed}: {n}/{nic} in wave {w}");
+                    }
+                }
+                // Neither advance nor a plain resume goes past the failed gate.
+                for verb in ["advance", "resume"] {
+                    let o = bed.run(&[verb, "--execute"]);
+                    assert_eq!(o.status.code(), Some(1), "{verb}");
+                    assert!(String::from_utf8_lossy(&o.stderr).contains("halted (gate"));
+                }
+                assert_eq!(bed.invocations(), inv);
+            }
+        }
+    }
+    assert_eq!(halted_runs, 5);
+}
+
+#[test]
+fn a_crash_before_every_step_of_the_first_two_waves_resumes_cleanly() {
+    let probe = Bed::new(2);
+    probe.start();
+    probe.ok(&["advance", "--execute"]);
+    probe.ok(&["advance", "--execute"]);
+    let want = probe.invocations();
+    let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
+    let mut crashes = 0;
+    for wave in 1..=2 {
+        for k in 1.. {
+            let bed = Bed::new(2);
+            bed.start();
+            if wave == 2 {
+                bed.ok(&["advance", "--execute"]);
+            }
+            let o = bed
+                .cmd(&["advance", "--execute"])
+                .env("XIRANG_ROLLOUT_CRASH_BEFORE_STEP", k.to_string())
+                .output()
+                .unwrap();
+            if o.status.success() {
+                // Past the wave's last step: every step of it has had its crash.
+                assert!(k > 10, "wave {wave}: only {} steps", k - 1);
+                break;
+            }
+            assert_eq!(
+                o.status.code(),
+                None,
+                "k={k}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            crashes += 1;
+            // Resume through to the end of wave 2.
+            while bed.status()["waves"][1]["state"] != "passed" {
+                let o = bed.run(&["advance", "--execute"]);
+                assert!(
+                    o.status.success(),
+                    "wave {wave} k={k}: {}",
+                    String::from_utf8_lossy(&o.stderr)
+                );
+            }
+            let inv = bed.invocations();
+            assert_eq!(inv, want, "wave {wave} k={k}: flashed twice or skipped");
+            let log: Value = serde_json::from_str(&bed.ok(&["log", "--json"])).unwrap();
+            for e in log.as_array().unwrap() {
+                *kinds.entry(e["kind"].as_str().unwrap().to_string()).or_insert(0) += 1;
+            }
+        }
+    }
+    assert!(crashes >= 20, "{crashes} crash points");
+    // Both recovery paths were taken: a command that ran before the crash is
+    // recorded from the NIC's version; one that never started runs once.
+    assert!(
+        kinds.get("flash-recovered").copied().unwrap_or(0) > 0,
+        "{kinds:?}"
+    );
+    assert!(
+        kinds.get("flash-not-started").copied().unwrap_or(0) > 0,
+        "{kinds:?}"
+    );
+}
+
+#[test]
+fn dry_run_halt_resume_recheck_rollback() {
+    let bed = Bed::new(4);
+    let plan = bed.plan();
+    let nodes = planned(&plan);
+    bed.start();
+    // A second start on the same state is refused.
+    let (inv, pol) = (bed.p("inv"), bed.p("policy.toml"));
+    let o = bed.run(&["start", "--inventory", &inv, "--policy", &pol]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("already holds a rollout"));
+
+    // Dry run: prints the commands, runs and records nothing.
+    let out = bed.ok(&["advance"]);
+    assert!(out.contains("would run: sh "), "{out}");
+    assert!(out.contains("dry run"));
+    assert!(bed.invocations().is_empty());
+    assert_eq!(bed.status()["events"], 1);
+
+    // Operator halt blocks advance; resume continues.
+    bed.ok(&["halt", "--reason", "change freeze"]);
+    let o = bed.run(&["advance", "--execute"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("change freeze"));
+    bed.ok(&["resume", "--execute"]);
+    assert_eq!(bed.status()["waves"][0]["state"], "passed");
+
+    // A node regresses in wave 2: halt with evidence and rollback commands.
+    let w2: Vec<&String> = nodes.iter().filter(|x| x.0 == 2).map(|x| &x.1).collect();
+    std::fs::write(bed.dir.join("degraded"), format!("{}\n", w2[0])).unwrap();
+    let o = bed.run(&["advance", "--execute"]);
+    assert_eq!(o.status.code(), Some(1));
+    let o = bed.run(&["status"]);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "status exits 1 while halted by a failure"
+    );
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("HALTED (gate"), "{text}");
+    assert!(text.contains("70.0% of baseline"), "{text}");
+    assert!(
+        text.contains(&format!(
+            "rollback: sh {}/flash.sh {} mlx5_0 {OLD}",
+            bed.dir.display(),
+            w2[0]
+        )),
+        "{text}"
+    );
+    assert!(text.contains("BW average MB/sec at 65536 B = 30800"), "{text}");
+
+    // Fixed (say, a cable reseated): --recheck re-evaluates and the wave passes.
+    std::fs::write(bed.dir.join("degraded"), "").unwrap();
+    bed.ok(&["resume", "--recheck", "--execute"]);
+    assert_eq!(bed.status()["waves"][1]["state"], "passed");
+
+    // Rollback: dry run lists, --execute puts every flashed NIC back, then no advance.
+    let flashed: usize = bed.invocations().len();
+    let out = bed.ok(&["rollback"]);
+    assert!(
+        out.contains(&format!("{flashed} NIC(s) would be rolled back")),
+        "{out}"
+    );
+    bed.ok(&["rollback", "--execute"]);
+    // Waves 1-2 were flashed and rolled back; the others never touched.
+    for (_, n, nics) in &nodes {
+        for nic in nics {
+            assert_eq!(bed.fw(n, nic), OLD, "{n}/{nic}");
+        }
+    }
+    assert_eq!(
+        bed.invocations().len(),
+        flashed,
+        "a rollback re-runs the tool per NIC"
+    );
+    let o = bed.run(&["advance", "--execute"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("rolled back"));
+    // The log is append-only and says all of it.
+    let log = bed.ok(&["log"]);
+    for kind in [
+        "started",
+        "halted",
+        "resumed",
+        "flash-intent",
+        "flash-done",
+        "gate",
+        "wave-passed",
+        "rollback-intent",
+        "rollback-done",
+        "rolled-back",
+    ] {
+        assert!(log.contains(kind), "no {kind} in the log:\n{log}");
+    }
+    let db = rusqlite::Connection::open(bed.dir.join("rollout.sqlite")).unwrap();
+    let e = db.execute("DELETE FROM log WHERE seq = 1", []).unwrap_err();
+    assert!(e.to_string().contains("append-only"), "{e}");
+}
