@@ -373,15 +373,26 @@ pub struct SimReport {
 /// Plans and runs a rollout on a synthetic fleet, until it completes or halts.
 pub fn simulate(spec: &SimSpec, policy: &Policy) -> Result<(Plan, SimReport), RolloutError> {
     let fleet = Fleet::synthetic(&spec.fleet, spec.seed);
-    let plan = plan(&fleet, policy);
+    simulate_fleet(&fleet, &format!("synthetic:{}", spec.seed), spec, policy)
+}
+
+/// Plans and runs a rollout on a given fleet (a real inventory's), its nodes answering
+/// as synthetic ones; `spec.fleet` is not used.
+pub fn simulate_fleet(
+    fleet: &Fleet,
+    label: &str,
+    spec: &SimSpec,
+    policy: &Policy,
+) -> Result<(Plan, SimReport), RolloutError> {
+    let plan = plan(fleet, policy);
     let store = Store::in_memory()?;
     store.init(&Meta {
         plan: plan.clone(),
         policy: policy.clone(),
-        inventory: format!("synthetic:{}", spec.seed),
+        inventory: label.to_string(),
         policy_file: "built-in".into(),
     })?;
-    let driver = SimDriver::new(&fleet, &plan, spec);
+    let driver = SimDriver::new(fleet, &plan, spec);
     let mut ex = Executor::new(&store, driver, ExecOptions::default(), |_| {})?;
     ex.start()?;
     let mut halted = None;

@@ -190,6 +190,10 @@ pub(crate) struct RolloutSimArgs {
     /// MT4125/MT4129 NICs to match the synthetic fleet).
     #[arg(long)]
     pub(crate) policy: Option<PathBuf>,
+    /// Simulate over this inventory's fleet (its hosts, NICs and domains) instead of a
+    /// synthetic one; needs --policy.
+    #[arg(long, requires = "policy")]
+    pub(crate) inventory: Option<PathBuf>,
     /// Print JSON.
     #[arg(long)]
     pub(crate) json: bool,

@@ -8,7 +8,7 @@ use anyhow::{Context, Result, bail};
 use serde_json::json;
 use xirang_rollout::command::{CommandDriver, load_inventory};
 use xirang_rollout::exec::{self, ExecOptions, Executor, Progress, State};
-use xirang_rollout::simulate::{Degradation, SimSpec, default_policy, simulate};
+use xirang_rollout::simulate::{Degradation, SimSpec, default_policy, simulate, simulate_fleet};
 use xirang_rollout::store::{Meta, Store};
 use xirang_rollout::{Policy, plan};
 
@@ -396,7 +396,13 @@ fn simulate_cmd(a: &RolloutSimArgs) -> Result<Outcome> {
         Some(p) => Policy::load(p)?,
         None => default_policy(&spec),
     };
-    let (plan, report) = simulate(&spec, &policy)?;
+    let (plan, report) = match &a.inventory {
+        Some(dir) => {
+            let inv = load_inventory(dir)?;
+            simulate_fleet(&inv.fleet, &dir.display().to_string(), &spec, &policy)?
+        }
+        None => simulate(&spec, &policy)?,
+    };
     if a.json {
         let mut v = report.to_json();
         v["plan"] = json!(

@@ -486,3 +486,48 @@ fn dry_run_halt_resume_recheck_rollback() {
     let e = db.execute("DELETE FROM log WHERE seq = 1", []).unwrap_err();
     assert!(e.to_string().contains("append-only"), "{e}");
 }
+
+#[test]
+fn simulate_halts_at_the_first_bad_wave_and_says_who() {
+    let o = crate::util::run(&[
+        "rollout",
+        "simulate",
+        "--nodes",
+        "300",
+        "--seed",
+        "4",
+        "--degradation",
+        "errors",
+        "--json",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "a halt exits 1");
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["halted_wave"], v["first_bad_wave"], "{v:#}");
+    assert!(v["failed"][0]["injected"].as_bool().unwrap());
+    assert_eq!(v["failed"][0]["gate"], "soak");
+    assert!(v["flashed_twice"].as_array().unwrap().is_empty());
+    // Over a real inventory: a named bad host halts its wave.
+    let bed = Bed::new(4);
+    let (inv, pol) = (bed.p("inv"), bed.p("policy.toml"));
+    let o = crate::util::run(&[
+        "rollout",
+        "simulate",
+        "--inventory",
+        &inv,
+        "--policy",
+        &pol,
+        "--degrade-share",
+        "0",
+        "--degraded",
+        "h7",
+        "--degradation",
+        "bandwidth",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("Halted at wave 4: wave 4: h7 failed the benchmark gate"),
+        "{text}"
+    );
+    assert!(text.contains("[injected]"), "{text}");
+}
