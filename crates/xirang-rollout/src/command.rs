@@ -5,10 +5,17 @@
 //! host, re-read after each flash, so a `collect` command can refresh it),
 //! `switches/` (SONiC config_db JSON), `topology.toml` (cabling), `policy.toml` (the
 //! audit's policy), `fleet.toml` (racks and jobs). Only `hosts/` is required.
+//!
+//! Commands run in the inventory directory, in their own process group (a Ctrl-C or a
+//! dropped ssh session of the operator does not reach a flash in progress), with their
+//! output written to a file rather than a pipe (a flash tool outlives a killed executor
+//! instead of dying of SIGPIPE on its next progress line), and with the state lock as
+//! their standard input (the lock outlives a killed executor until they end).
 
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::Read;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -17,7 +24,7 @@ use xirang_audit::cluster::{Cluster, FirmwareRule};
 use xirang_audit::rules::{Severity, audit};
 
 use crate::RolloutError;
-use crate::exec::{Driver, Job, Outcome, Phase, Purpose};
+use crate::exec::{Driver, Job, Outcome, Phase};
 use crate::fleet::{Fleet, FleetFile};
 use crate::gates::{BenchFigure, Reading, SOAK_COUNTERS, bench_figure};
 use crate::policy::{Policy, shell_quote};
@@ -33,8 +40,21 @@ pub struct Inventory {
     pub fleet: Fleet,
 }
 
-/// Loads `dir` (see the module's documentation for the layout).
+/// Loads `dir` for planning: any unreadable host or switch file is an error (a plan
+/// must see every node).
 pub fn load_inventory(dir: &Path) -> Result<Inventory, RolloutError> {
+    let inv = load_inventory_lenient(dir)?;
+    if let Some((p, e)) = inv.cluster.unreadable.first() {
+        return Err(RolloutError::Inventory(format!(
+            "{p}: unreadable ({e}); fix or remove it before planning"
+        )));
+    }
+    Ok(inv)
+}
+
+/// Loads `dir` for executing: unreadable hosts are kept as problems (a node being
+/// re-collected must not stop the rollout of the others; reading it fails later).
+pub fn load_inventory_lenient(dir: &Path) -> Result<Inventory, RolloutError> {
     let hosts = dir.join("hosts");
     if !hosts.is_dir() {
         return Err(RolloutError::Inventory(format!(
@@ -56,11 +76,6 @@ pub fn load_inventory(dir: &Path) -> Result<Inventory, RolloutError> {
         policy.as_deref(),
     )
     .map_err(|e| RolloutError::Inventory(e.to_string()))?;
-    if let Some((p, e)) = cluster.unreadable.first() {
-        return Err(RolloutError::Inventory(format!(
-            "{p}: unreadable ({e}); fix or remove it before planning"
-        )));
-    }
     let fleet_path = dir.join("fleet.toml");
     let extra = if fleet_path.is_file() {
         FleetFile::load(&fleet_path)?
@@ -78,7 +93,35 @@ pub fn load_inventory(dir: &Path) -> Result<Inventory, RolloutError> {
 /// Largest benchmark file read (nccl-tests logs are a few hundred KiB).
 const MAX_BENCH_BYTES: u64 = 16 << 20;
 /// Output kept from a command.
-const MAX_OUTPUT_BYTES: usize = 64 << 10;
+const MAX_OUTPUT_BYTES: u64 = 64 << 10;
+/// How often a running command is polled.
+const POLL: Duration = Duration::from_millis(20);
+/// File-time slack when judging a result file against the flash time (coarse file
+/// system timestamps).
+const MTIME_SLACK_MS: i64 = 2_000;
+/// The file naming the rollout a marker directory belongs to.
+const MARKER_ID_FILE: &str = "ROLLOUT_ID";
+
+/// Creates (or checks) a rollout's start-marker directory and writes its id.
+pub fn init_markers(dir: &Path, id: &str) -> Result<(), RolloutError> {
+    std::fs::create_dir_all(dir).map_err(|e| RolloutError::io(dir, e))?;
+    let f = dir.join(MARKER_ID_FILE);
+    match std::fs::read_to_string(&f) {
+        Ok(existing) if existing.trim() == id => Ok(()),
+        Ok(existing) => Err(RolloutError::Refused(format!(
+            "{}: belongs to rollout {} (this one is {id})",
+            dir.display(),
+            existing.trim()
+        ))),
+        Err(_) => std::fs::write(&f, format!("{id}\n")).map_err(|e| RolloutError::io(&f, e)),
+    }
+}
+
+/// The marker directory if it exists and belongs to rollout `id`.
+pub fn markers_of(dir: &Path, id: &str) -> Option<PathBuf> {
+    let got = std::fs::read_to_string(dir.join(MARKER_ID_FILE)).ok()?;
+    (got.trim() == id).then(|| dir.to_path_buf())
+}
 
 /// Runs commands on, and reads, real nodes.
 pub struct CommandDriver {
@@ -87,37 +130,40 @@ pub struct CommandDriver {
     stdin: Option<File>,
     timeout: Duration,
     markers: Option<PathBuf>,
+    work: PathBuf,
+    runs: u64,
+    /// The inventory's switches, cabling and audit policy (hosts left out), with the
+    /// rollout's versions allowed: one node is audited against it.
+    audit_template: Cluster,
 }
 
 impl CommandDriver {
-    /// A driver over `inv`; `stdin` (the state lock, held) is handed to every command
-    /// so that the lock outlives a killed executor until its command ends. With
-    /// `markers`, a flash command first writes `markers/<intent>` itself, so that after
-    /// an interruption a command that never started is told from one that ran.
+    /// A driver over `inv`. `stdin` is the state lock (held), handed to every command so
+    /// that the lock outlives a killed executor until its command ends. `markers` is the
+    /// rollout's marker directory ([`markers_of`]); `None` makes every interrupted flash
+    /// an operator's decision. `work` holds the commands' output files.
     pub fn new(
         inv: Inventory,
         policy: Policy,
         stdin: Option<File>,
         timeout: Duration,
         markers: Option<PathBuf>,
+        work: PathBuf,
     ) -> Self {
+        let mut audit_template = inv.cluster.clone();
+        audit_template.hosts.clear();
+        audit_template.missing_nics.clear();
+        audit_template.unreadable.clear();
+        allow_targets(&mut audit_template, &policy);
         CommandDriver {
             inv,
             policy,
             stdin,
             timeout,
             markers,
-        }
-    }
-
-    fn marked(&self, j: &Job) -> String {
-        match (&self.markers, j.intent) {
-            (Some(dir), seq) if seq > 0 => format!(
-                ": > {} && {{ {}\n}}",
-                shell_quote(&dir.join(seq.to_string()).display().to_string()),
-                j.command
-            ),
-            _ => j.command.clone(),
+            work,
+            runs: 0,
+            audit_template,
         }
     }
 
@@ -131,58 +177,148 @@ impl CommandDriver {
         .into_iter()
         .find(|p| p.exists())
     }
+
+    fn run_one(&mut self, j: &Job) -> (String, PathBuf) {
+        self.runs += 1;
+        let out = self.work.join(format!(
+            "{}-{}-{}.out",
+            if j.intent > 0 {
+                j.intent.to_string()
+            } else {
+                "run".into()
+            },
+            std::process::id(),
+            self.runs
+        ));
+        let line = match (&self.markers, j.intent) {
+            (Some(dir), seq) if seq > 0 => format!(
+                ": > {} && {{ {}\n}}",
+                shell_quote(&dir.join(seq.to_string()).to_string_lossy()),
+                j.command
+            ),
+            _ => j.command.clone(),
+        };
+        (line, out)
+    }
 }
 
-/// Runs `sh -c command` with stdout and stderr together, killed after `timeout`.
-pub fn run_shell(command: &str, stdin: Option<&File>, timeout: Duration) -> Outcome {
+/// The rollout's targets and qualified versions are allowed by the audit's firmware
+/// policy during the rollout: every audit rule about the same model gets them, and a
+/// rule for the target's model goes first (the audit takes the first matching rule).
+fn allow_targets(c: &mut Cluster, policy: &Policy) {
+    for t in &policy.firmware {
+        let mut allowed: Vec<String> = std::iter::once(t.target.clone())
+            .chain(t.allowed_from.iter().cloned())
+            .collect();
+        for r in &mut c.policy.firmware {
+            let same = (r.hca_type.is_some() && r.hca_type == t.hca_type)
+                || (r.board_id.is_some() && r.board_id == t.board_id);
+            if same {
+                for v in &allowed {
+                    if !r.allowed.contains(v) {
+                        r.allowed.push(v.clone());
+                    }
+                }
+                for v in &r.allowed {
+                    if !allowed.contains(v) {
+                        allowed.push(v.clone());
+                    }
+                }
+            }
+        }
+        c.policy.firmware.insert(
+            0,
+            FirmwareRule {
+                hca_type: t.hca_type.clone(),
+                board_id: t.board_id.clone(),
+                allowed,
+            },
+        );
+    }
+}
+
+/// Runs `sh -c line` in `dir`, in its own process group, output (stdout and stderr)
+/// into `out`, the whole group killed after `timeout`. `stdin` must be passed on when
+/// given: a command that cannot inherit the lock does not run.
+pub fn run_shell(line: &str, dir: &Path, stdin: Option<&File>, out: &Path, timeout: Duration) -> Outcome {
+    let fail = |m: String| Outcome {
+        code: None,
+        output: m,
+    };
+    let file = match File::create(out) {
+        Ok(f) => f,
+        Err(e) => return fail(format!("cannot create {}: {e}", out.display())),
+    };
+    let err = match file.try_clone() {
+        Ok(f) => f,
+        Err(e) => return fail(format!("cannot duplicate {}: {e}", out.display())),
+    };
     let mut cmd = Command::new("sh");
     cmd.arg("-c")
-        .arg(format!("{{ {command}\n}} 2>&1"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null());
-    match stdin.and_then(|f| f.try_clone().ok()) {
-        Some(f) => cmd.stdin(Stdio::from(f)),
-        None => cmd.stdin(Stdio::null()),
-    };
+        .arg(line)
+        .current_dir(dir)
+        .stdout(Stdio::from(file))
+        .stderr(Stdio::from(err))
+        .process_group(0);
+    match stdin {
+        Some(f) => match f.try_clone() {
+            Ok(f) => {
+                cmd.stdin(Stdio::from(f));
+            }
+            Err(e) => return fail(format!("cannot pass the state lock to the command: {e}")),
+        },
+        None => {
+            cmd.stdin(Stdio::null());
+        }
+    }
     let mut child = match cmd.spawn() {
         Ok(c) => c,
-        Err(e) => {
-            return Outcome {
-                code: None,
-                output: format!("could not start sh: {e}"),
-            };
-        }
+        Err(e) => return fail(format!("could not start sh: {e}")),
     };
-    let mut out = child.stdout.take();
-    let reader = std::thread::spawn(move || {
-        let mut buf = Vec::new();
-        if let Some(o) = out.as_mut() {
-            let _ = o.read_to_end(&mut buf);
-        }
-        buf
-    });
     let start = Instant::now();
     let status = loop {
         match child.try_wait() {
             Ok(Some(s)) => break Some(s),
             Ok(None) if start.elapsed() > timeout => {
-                let _ = child.kill();
+                // The whole group: the vendor tool is a grandchild of sh.
+                let _ = Command::new("kill")
+                    .args(["-KILL", "--", &format!("-{}", child.id())])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .status();
                 let _ = child.wait();
                 break None;
             }
-            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+            Ok(None) => std::thread::sleep(POLL),
             Err(_) => break None,
         }
     };
-    let buf = reader.join().unwrap_or_default();
-    let mut output = String::from_utf8_lossy(&buf[buf.len().saturating_sub(MAX_OUTPUT_BYTES)..]).into_owned();
+    let mut output = read_tail(out);
+    let _ = std::fs::remove_file(out);
     if status.is_none() {
-        output.push_str(&format!("\n[killed after the {} s timeout]", timeout.as_secs()));
+        output.push_str(&format!(
+            "\n[killed after the {} s timeout: its effect is unknown]",
+            timeout.as_secs()
+        ));
     }
     Outcome {
         code: status.and_then(|s| s.code()),
         output,
     }
+}
+
+fn read_tail(p: &Path) -> String {
+    let Ok(mut f) = File::open(p) else {
+        return String::new();
+    };
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    let mut buf = Vec::new();
+    if len > MAX_OUTPUT_BYTES {
+        use std::io::Seek;
+        let _ = f.seek(std::io::SeekFrom::Start(len - MAX_OUTPUT_BYTES));
+    }
+    let _ = f.take(MAX_OUTPUT_BYTES).read_to_end(&mut buf);
+    String::from_utf8_lossy(&buf).into_owned()
 }
 
 fn now_ns() -> u64 {
@@ -194,12 +330,21 @@ fn now_ns() -> u64 {
 
 impl Driver for CommandDriver {
     fn read(&mut self, node: &str) -> Result<Reading, String> {
-        if let Some(c) = &self.policy.commands.collect {
-            let cmd = c.replace("{node}", &shell_quote(node));
-            let out = run_shell(&cmd, self.stdin.as_ref(), self.timeout);
+        if let Some(c) = self.policy.commands.collect.clone() {
+            let mut v = BTreeMap::new();
+            v.insert("node", node.to_string());
+            let line = crate::policy::fill(&c, &v);
+            let (_, out_file) = self.run_one(&Job {
+                node: node.into(),
+                nic: None,
+                purpose: crate::exec::Purpose::Benchmark,
+                command: line.clone(),
+                intent: 0,
+            });
+            let out = run_shell(&line, &self.inv.dir, self.stdin.as_ref(), &out_file, self.timeout);
             if !out.ok() {
                 return Err(format!(
-                    "collect command failed ({:?}): {cmd}: {}",
+                    "collect command failed ({:?}): {line}: {}",
                     out.code,
                     out.output.trim()
                 ));
@@ -211,11 +356,15 @@ impl Driver for CommandDriver {
                 self.inv.dir.display()
             )
         })?;
-        let inv = xirang_host::read(&path).map_err(|e| e.to_string())?;
+        let mut inv = xirang_host::read(&path).map_err(|e| e.to_string())?;
         let mut fw = BTreeMap::new();
+        let mut pci = BTreeMap::new();
         let mut errors = BTreeMap::new();
         for d in &inv.rdma {
             fw.insert(d.name.clone(), d.fw_ver.clone());
+            if let Some(p) = &d.pci {
+                pci.insert(p.clone(), d.name.clone());
+            }
             for p in &d.ports {
                 for c in SOAK_COUNTERS {
                     if let Some(v) = p.counters.get(*c) {
@@ -224,24 +373,11 @@ impl Driver for CommandDriver {
                 }
             }
         }
-        let mut cluster = self.inv.cluster.clone();
-        let mut hinv = inv;
-        if hinv.hostname.is_empty() {
-            hinv.hostname = node.to_string();
+        if inv.hostname.is_empty() {
+            inv.hostname = node.to_string();
         }
-        cluster.hosts = vec![hinv];
-        cluster.missing_nics.clear();
-        cluster.unreadable.clear();
-        // The new firmware is allowed by definition during its own rollout.
-        for t in &self.policy.firmware {
-            cluster.policy.firmware.push(FirmwareRule {
-                hca_type: t.hca_type.clone(),
-                board_id: t.board_id.clone(),
-                allowed: std::iter::once(t.target.clone())
-                    .chain(t.allowed_from.iter().cloned())
-                    .collect(),
-            });
-        }
+        let mut cluster = self.audit_template.clone();
+        cluster.hosts = vec![inv];
         let audit_errors = audit(&cluster)
             .into_iter()
             .filter(|f| f.severity == Severity::Error)
@@ -257,15 +393,12 @@ impl Driver for CommandDriver {
             .collect();
         Ok(Reading {
             fw,
+            pci,
             errors,
             audit_errors,
             source: path.display().to_string(),
             ts_ns: now_ns(),
         })
-    }
-
-    fn run(&mut self, _node: &str, _nic: Option<&str>, _purpose: Purpose, command: &str) -> Outcome {
-        run_shell(command, self.stdin.as_ref(), self.timeout)
     }
 
     fn started(&mut self, seq: i64) -> Option<bool> {
@@ -276,12 +409,12 @@ impl Driver for CommandDriver {
     }
 
     fn run_many(&mut self, jobs: &[Job]) -> Vec<Outcome> {
-        let (stdin, timeout) = (self.stdin.as_ref(), self.timeout);
-        let lines: Vec<String> = jobs.iter().map(|j| self.marked(j)).collect();
+        let prepared: Vec<(String, PathBuf)> = jobs.iter().map(|j| self.run_one(j)).collect();
+        let (stdin, timeout, dir) = (self.stdin.as_ref(), self.timeout, self.inv.dir.as_path());
         std::thread::scope(|s| {
-            let handles: Vec<_> = lines
+            let handles: Vec<_> = prepared
                 .iter()
-                .map(|c| s.spawn(move || run_shell(c, stdin, timeout)))
+                .map(|(line, out)| s.spawn(move || run_shell(line, dir, stdin, out, timeout)))
                 .collect();
             handles
                 .into_iter()
@@ -295,7 +428,12 @@ impl Driver for CommandDriver {
         })
     }
 
-    fn bench(&mut self, node: &str, phase: Phase) -> Result<(String, BenchFigure), String> {
+    fn bench(
+        &mut self,
+        node: &str,
+        phase: Phase,
+        since_ms: Option<i64>,
+    ) -> Result<(String, BenchFigure), String> {
         let b = self.policy.gates.benchmark.as_ref().ok_or("no benchmark gate")?;
         let template = match phase {
             Phase::Before => &b.baseline,
@@ -303,7 +441,27 @@ impl Driver for CommandDriver {
         };
         let path = self.policy.path_for(template, node);
         let shown = path.display().to_string();
+        if phase == Phase::After && path == self.policy.path_for(&b.baseline, node) {
+            return Err(format!("{shown}: the result file is the baseline file"));
+        }
         let f = File::open(&path).map_err(|e| format!("{shown}: {e}"))?;
+        if let Some(since) = since_ms {
+            let mtime_ms = f
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+                .map(|d| d.as_millis() as i64);
+            if let Some(m) = mtime_ms
+                && m + MTIME_SLACK_MS < since
+            {
+                return Err(format!(
+                    "{shown}: written before the node was flashed ({} < {}): a stale result",
+                    crate::exec::utc(m),
+                    crate::exec::utc(since)
+                ));
+            }
+        }
         let mut text = String::new();
         f.take(MAX_BENCH_BYTES)
             .read_to_string(&mut text)
@@ -313,7 +471,7 @@ impl Driver for CommandDriver {
     }
 
     fn sleep_s(&mut self, s: f64) {
-        std::thread::sleep(Duration::from_secs_f64(s));
+        std::thread::sleep(Duration::from_secs_f64(s.max(0.0)));
     }
 
     fn now_ms(&mut self) -> i64 {

@@ -2,23 +2,27 @@
 //! audit log before acting on it, and stops at the first failed gate.
 //!
 //! Crash safety comes from the order of writes (the log is the only state):
-//! - a `flash-intent` is committed before the flash command runs, and its outcome after;
-//!   a NIC left with an intent and no outcome (the executor died in between) is never
-//!   flashed again automatically: its firmware is read, and if it shows the target
-//!   the flash is recorded as recovered, otherwise the rollout halts until an operator
-//!   says `resume --reflash NODE`;
+//! - a round's `flash-intent`s are committed together before its commands run, and each
+//!   outcome after. A NIC left with an intent and no outcome (the executor died in
+//!   between) is never flashed again automatically: its firmware is read; if it shows the
+//!   target the flash is recorded as recovered; if the driver can prove the command never
+//!   started (a marker the command itself writes first is absent, and nothing of an
+//!   earlier executor is still running) it is flashed now, once; otherwise the rollout
+//!   halts until an operator says `resume --reflash NODE`;
 //! - a wave is marked passed only after every node's gates are recorded as passed; a
-//!   failed gate recorded for the wave in progress halts it on resume, without a
-//!   second evaluation (only an operator's `resume --recheck` re-evaluates);
+//!   failed gate or pre-check recorded for the wave in progress halts it on resume,
+//!   without a second evaluation (only an operator's `resume --recheck` re-evaluates);
 //! - nodes are taken in plan order and a node's NICs in name order, so a resumed wave
-//!   continues with the first node not done, and no node is skipped.
+//!   continues with what is not done, and nothing planned is skipped;
+//! - a rollback is recorded (`rollback-started`) before its first command, and from then
+//!   on the rollout never advances.
 //!
-//! The flash command inherits the state lock as its standard input, so a resume waits
-//! for a flash still running after its executor was killed.
+//! An operator's `halt` is an append by another process; the executor looks for it
+//! between rounds and during the soak.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::RolloutError;
@@ -41,7 +45,8 @@ pub enum Purpose {
 /// How a command ended.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Outcome {
-    /// Exit status; `None` when it could not start, timed out or died of a signal.
+    /// Exit status; `None` when it could not start, timed out or died of a signal (its
+    /// effect is then unknown).
     pub code: Option<i32>,
     /// The end of its output (stdout and stderr).
     pub output: String,
@@ -65,7 +70,7 @@ pub struct Job {
     pub purpose: Purpose,
     /// The filled command line.
     pub command: String,
-    /// Sequence number of its `flash-intent` (0 when it has none).
+    /// Sequence number of its intent event (0 when it has none).
     pub intent: i64,
 }
 
@@ -79,28 +84,27 @@ pub enum Phase {
 }
 
 /// The world the executor acts on: real hosts through commands and inventory reads
-/// ([`crate::exec::Driver`] implemented in the CLI's command driver), or the
-/// synthetic fleet of [`crate::simulate`].
+/// ([`crate::command::CommandDriver`]), or the synthetic fleet of [`crate::simulate`].
 pub trait Driver {
     /// Reads a node now (firmware, error counters, audit findings).
     fn read(&mut self, node: &str) -> Result<Reading, String>;
-    /// Runs a command for a node.
-    fn run(&mut self, node: &str, nic: Option<&str>, purpose: Purpose, command: &str) -> Outcome;
-    /// The node's benchmark figure before or after the upgrade, with its source.
-    fn bench(&mut self, node: &str, phase: Phase) -> Result<(String, BenchFigure), String>;
-    /// Whether the command of intent `seq` started (a marker the command itself
-    /// writes before anything else): `Some(false)` only when it certainly never ran.
+    /// Runs several commands at once; outcomes in the same order. A job with an intent
+    /// writes its start marker first (see [`Driver::started`]).
+    fn run_many(&mut self, jobs: &[Job]) -> Vec<Outcome>;
+    /// Whether the command of intent `seq` started: `Some(false)` only when it certainly
+    /// never ran (no start marker, and nothing of an earlier executor still running).
     fn started(&mut self, _seq: i64) -> Option<bool> {
         None
     }
-    /// Runs several commands at once (one flash round); outcomes in the same order.
-    /// The default runs them one after another.
-    fn run_many(&mut self, jobs: &[Job]) -> Vec<Outcome> {
-        jobs.iter()
-            .map(|j| self.run(&j.node, j.nic.as_deref(), j.purpose, &j.command))
-            .collect()
-    }
-    /// Waits (the soak window).
+    /// The node's benchmark figure before or after the upgrade, with its source; an
+    /// `After` result older than `since_ms` is refused (a stale file).
+    fn bench(
+        &mut self,
+        node: &str,
+        phase: Phase,
+        since_ms: Option<i64>,
+    ) -> Result<(String, BenchFigure), String>;
+    /// Waits (the soak window), in small steps.
     fn sleep_s(&mut self, s: f64);
     /// Now, Unix milliseconds (or simulated).
     fn now_ms(&mut self) -> i64;
@@ -112,34 +116,53 @@ pub trait Driver {
 pub enum NicPhase {
     /// Not touched yet.
     Pending,
+    /// Already on the target when its node was pre-checked: never flashed by us.
+    Preexisting,
     /// A flash was started and its outcome not recorded.
     Intent,
     /// Flashed (command succeeded, or the version shows the target after an interruption).
     Flashed,
-    /// The flash command failed.
+    /// The flash command exited with an error.
     Failed,
-    /// Interrupted and the version does not show the target: waits for an operator.
+    /// The flash's effect is unknown (timed out, killed, or interrupted with the NIC not
+    /// on target): waits for an operator.
     Unknown,
     /// A rollback was started and its outcome not recorded.
     RollbackIntent,
-    /// Back on its previous firmware.
+    /// Back on its previous firmware (or found there).
     RolledBack,
-    /// The rollback command failed.
+    /// The rollback command failed or its effect is unknown.
     RollbackFailed,
+}
+
+/// One failure behind a halt: what failed, what was read, how to undo the node.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Failure {
+    /// Node.
+    pub node: String,
+    /// `firmware`, `audit`, `soak`, `benchmark`, `read`, `precheck`, `flash`.
+    pub gate: String,
+    /// One line.
+    pub summary: String,
+    /// What was read.
+    pub evidence: Vec<String>,
+    /// Commands that put the node's flashed NICs back.
+    pub rollback: Vec<String>,
 }
 
 /// A halt.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Halt {
-    /// `operator`, `gate`, `precheck`, `flash-failed`, `flash-unknown`, `unreadable`,
-    /// `rollback`.
+    /// `operator`, `gate`, `precheck`, `flash-failed`, `flash-unknown`, `unreadable`.
     pub kind: String,
-    /// Why, with the evidence's summary.
+    /// Why, in one line.
     pub reason: String,
     /// Wave.
     pub wave: Option<usize>,
     /// Log sequence number of the halt.
     pub seq: i64,
+    /// The failures, with evidence and rollback commands.
+    pub failures: Vec<Failure>,
 }
 
 /// A node's progress.
@@ -151,8 +174,10 @@ pub struct NodeProgress {
     pub nics: BTreeMap<String, NicPhase>,
     /// Flash commands started per NIC (intents).
     pub flash_attempts: BTreeMap<String, u32>,
-    /// Sequence number of each NIC's latest flash intent.
+    /// Sequence number of each NIC's latest flash or rollback intent.
     pub intents: BTreeMap<String, i64>,
+    /// Time of the node's latest recorded flash outcome.
+    pub flashed_at_ms: Option<i64>,
     /// The latest gate results.
     pub gates: Vec<GateResult>,
 }
@@ -160,7 +185,7 @@ pub struct NodeProgress {
 /// The rollout's state: the fold of its log.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct State {
-    /// `start` was recorded.
+    /// `started` was recorded.
     pub started: bool,
     /// Waves whose gates all passed.
     pub passed: BTreeSet<usize>,
@@ -170,11 +195,12 @@ pub struct State {
     pub halt: Option<Halt>,
     /// Per node that has any event.
     pub nodes: BTreeMap<String, NodeProgress>,
-    /// A gate failure is recorded for the current wave since it started or was rechecked.
-    pub gate_failed: bool,
+    /// A failed gate or pre-check is recorded for the current wave since it started or
+    /// was rechecked.
+    pub failure_recorded: Vec<Failure>,
     /// Every wave passed.
     pub completed: bool,
-    /// A rollback was run (the rollout cannot advance any more).
+    /// A rollback was started: the rollout never advances again.
     pub rolled_back: bool,
 }
 
@@ -196,39 +222,59 @@ impl State {
                 "started" => s.started = true,
                 "wave-started" => {
                     s.current = e.wave;
-                    s.gate_failed = false;
+                    s.failure_recorded.clear();
                 }
                 "precheck" => {
-                    s.nodes.entry(node.clone()).or_default().prechecked =
-                        e.detail["ok"].as_bool() == Some(true)
+                    let ok = e.detail["ok"].as_bool() == Some(true);
+                    s.nodes.entry(node.clone()).or_default().prechecked = ok;
+                    if !ok {
+                        s.failure_recorded.push(Failure {
+                            node: node.clone(),
+                            gate: "precheck".into(),
+                            summary: strings(&e.detail["problems"]).join("; "),
+                            evidence: strings(&e.detail["evidence"]),
+                            rollback: vec![],
+                        });
+                    }
                 }
-                "flash-intent" => {
-                    set(&mut s, NicPhase::Intent);
-                    s.nodes
-                        .entry(node.clone())
-                        .or_default()
-                        .intents
-                        .insert(nic.clone(), e.seq);
-                    *s.nodes
-                        .entry(node.clone())
-                        .or_default()
-                        .flash_attempts
-                        .entry(nic.clone())
-                        .or_insert(0) += 1;
+                "already-on-target" => set(&mut s, NicPhase::Preexisting),
+                "flash-intent" | "rollback-intent" => {
+                    let p = s.nodes.entry(node.clone()).or_default();
+                    p.intents.insert(nic.clone(), e.seq);
+                    if e.kind == "flash-intent" {
+                        *p.flash_attempts.entry(nic.clone()).or_insert(0) += 1;
+                        set(&mut s, NicPhase::Intent);
+                    } else {
+                        set(&mut s, NicPhase::RollbackIntent);
+                    }
                 }
-                "flash-done" | "flash-recovered" => set(&mut s, NicPhase::Flashed),
+                "flash-done" | "flash-recovered" => {
+                    set(&mut s, NicPhase::Flashed);
+                    s.nodes.entry(node.clone()).or_default().flashed_at_ms = Some(e.ts_ms);
+                }
                 "flash-failed" => set(&mut s, NicPhase::Failed),
                 "flash-unknown" => set(&mut s, NicPhase::Unknown),
                 "flash-reset" | "flash-not-started" => set(&mut s, NicPhase::Pending),
                 "gate" => {
-                    if let Ok(g) = serde_json::from_value::<GateResult>(e.detail.clone()) {
-                        if !g.passed {
-                            s.gate_failed = true;
-                        }
-                        let p = s.nodes.entry(node.clone()).or_default();
-                        p.gates.retain(|x| x.gate != g.gate);
-                        p.gates.push(g);
+                    // A gate record that does not parse counts as failed.
+                    let g = serde_json::from_value::<GateResult>(e.detail.clone()).unwrap_or(GateResult {
+                        gate: "unreadable-record".into(),
+                        passed: false,
+                        summary: format!("log #{}: the gate record does not parse", e.seq),
+                        evidence: vec![],
+                    });
+                    if !g.passed {
+                        s.failure_recorded.push(Failure {
+                            node: node.clone(),
+                            gate: g.gate.clone(),
+                            summary: g.summary.clone(),
+                            evidence: g.evidence.clone(),
+                            rollback: vec![],
+                        });
                     }
+                    let p = s.nodes.entry(node.clone()).or_default();
+                    p.gates.retain(|x| x.gate != g.gate);
+                    p.gates.push(g);
                 }
                 "wave-passed" => {
                     if let Some(w) = e.wave {
@@ -242,19 +288,22 @@ impl State {
                         reason: e.detail["reason"].as_str().unwrap_or("").to_string(),
                         wave: e.wave,
                         seq: e.seq,
+                        failures: serde_json::from_value(e.detail["evidence"].clone()).unwrap_or_default(),
                     })
                 }
                 "resumed" => {
                     s.halt = None;
                     if e.detail["recheck"].as_bool() == Some(true) {
-                        s.gate_failed = false;
+                        s.failure_recorded.clear();
                     }
                 }
                 "completed" => s.completed = true,
-                "rollback-intent" => set(&mut s, NicPhase::RollbackIntent),
-                "rollback-done" | "rollback-recovered" => set(&mut s, NicPhase::RolledBack),
-                "rollback-failed" => set(&mut s, NicPhase::RollbackFailed),
-                "rolled-back" => s.rolled_back = true,
+                "rollback-started" => s.rolled_back = true,
+                "rollback-done" | "rollback-recovered" | "rollback-not-needed" => {
+                    set(&mut s, NicPhase::RolledBack)
+                }
+                "rollback-failed" | "rollback-unknown" => set(&mut s, NicPhase::RollbackFailed),
+                "rollback-not-started" => set(&mut s, NicPhase::Flashed),
                 _ => {}
             }
         }
@@ -269,6 +318,16 @@ impl State {
             .copied()
             .unwrap_or(NicPhase::Pending)
     }
+
+    fn intent(&self, node: &str, nic: &str) -> Option<i64> {
+        self.nodes.get(node).and_then(|p| p.intents.get(nic)).copied()
+    }
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .map(|a| a.iter().filter_map(|x| x.as_str().map(String::from)).collect())
+        .unwrap_or_default()
 }
 
 /// How a step ended.
@@ -302,11 +361,18 @@ pub struct Executor<'a, D: Driver> {
     driver: D,
     opts: ExecOptions,
     steps: u64,
+    /// The last log entry this executor knows of; anything later was appended by
+    /// someone else (an operator's halt).
+    last_seen: i64,
     say: Box<dyn FnMut(&str) + 'a>,
 }
 
 const EXECUTOR: &str = "executor";
 const OPERATOR: &str = "operator";
+/// Output kept in the log per command.
+const LOG_OUTPUT_BYTES: usize = 2000;
+/// How often the soak looks for an operator's halt, s.
+const SOAK_CHECK_S: f64 = 1.0;
 
 fn tail(s: &str, max: usize) -> String {
     if s.len() <= max {
@@ -333,22 +399,10 @@ pub fn values(node: &str, u: &NicUpgrade) -> BTreeMap<&'static str, String> {
     v
 }
 
-/// The command lines a wave would run, for dry runs.
-pub fn wave_commands(meta: &Meta, wave: &Wave) -> Vec<String> {
-    let mut out = Vec::new();
-    for n in &wave.nodes {
-        for u in &n.nics {
-            out.push(fill(&meta.policy.commands.flash, &values(&n.name, u)));
-        }
-        if let Some(b) = &meta.policy.gates.benchmark
-            && let Some(c) = &b.command
-        {
-            let mut v = BTreeMap::new();
-            v.insert("node", n.name.clone());
-            out.push(fill(c, &v));
-        }
-    }
-    out
+fn node_values(node: &str) -> BTreeMap<&'static str, String> {
+    let mut v = BTreeMap::new();
+    v.insert("node", node.to_string());
+    v
 }
 
 /// The rollback command for every NIC of a node.
@@ -357,6 +411,69 @@ pub fn rollback_commands(meta: &Meta, node: &PlannedNode) -> Vec<String> {
         .iter()
         .map(|u| fill(&meta.policy.commands.rollback, &values(&node.name, u)))
         .collect()
+}
+
+/// What a rollback would do to one NIC.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RollbackTarget {
+    /// Wave.
+    pub wave: usize,
+    /// Node.
+    pub node: String,
+    /// The planned upgrade.
+    pub nic: NicUpgrade,
+    /// Its phase now.
+    pub phase: NicPhase,
+    /// The command.
+    pub command: String,
+}
+
+/// The NICs a rollback takes (every NIC we may have changed, latest wave first), for
+/// `only` those nodes when given. A named node with nothing to roll back is an error.
+pub fn rollback_targets(
+    meta: &Meta,
+    st: &State,
+    only: &[String],
+) -> Result<Vec<RollbackTarget>, RolloutError> {
+    for name in only {
+        if meta.plan.wave_of(name).is_none() {
+            return Err(RolloutError::Refused(format!("--node {name}: not in the plan")));
+        }
+    }
+    let mut out = Vec::new();
+    let mut per_node: BTreeMap<&str, usize> = BTreeMap::new();
+    for wave in meta.plan.waves.iter().rev() {
+        for n in wave.nodes.iter().rev() {
+            if !only.is_empty() && !only.contains(&n.name) {
+                continue;
+            }
+            for u in &n.nics {
+                let phase = st.nic(&n.name, &u.nic);
+                if matches!(
+                    phase,
+                    NicPhase::Pending | NicPhase::Preexisting | NicPhase::RolledBack
+                ) {
+                    continue;
+                }
+                *per_node.entry(n.name.as_str()).or_insert(0) += 1;
+                out.push(RollbackTarget {
+                    wave: wave.number,
+                    node: n.name.clone(),
+                    nic: u.clone(),
+                    phase,
+                    command: fill(&meta.policy.commands.rollback, &values(&n.name, u)),
+                });
+            }
+        }
+    }
+    for name in only {
+        if !per_node.contains_key(name.as_str()) {
+            return Err(RolloutError::Refused(format!(
+                "--node {name}: none of its NICs was flashed by this rollout (or all are back already)"
+            )));
+        }
+    }
+    Ok(out)
 }
 
 impl<'a, D: Driver> Executor<'a, D> {
@@ -375,6 +492,7 @@ impl<'a, D: Driver> Executor<'a, D> {
             driver,
             opts,
             steps: 0,
+            last_seen: 0,
             say: Box::new(say),
         })
     }
@@ -389,6 +507,14 @@ impl<'a, D: Driver> Executor<'a, D> {
         Ok(State::from_events(&self.store.events()?))
     }
 
+    /// Counts a step; the crash tests' hook aborts here.
+    fn step(&mut self) {
+        self.steps += 1;
+        if self.opts.crash_before_step == Some(self.steps) {
+            std::process::abort();
+        }
+    }
+
     fn append(
         &mut self,
         actor: &str,
@@ -400,7 +526,7 @@ impl<'a, D: Driver> Executor<'a, D> {
     ) -> Result<i64, RolloutError> {
         self.step();
         let ts = self.driver.now_ms();
-        self.store.append(
+        let seq = self.store.append(
             ts,
             &NewEvent {
                 actor,
@@ -410,76 +536,100 @@ impl<'a, D: Driver> Executor<'a, D> {
                 nic,
                 detail,
             },
-        )
-    }
-
-    /// Counts a step; the crash tests' hook aborts here.
-    fn step(&mut self) {
-        self.steps += 1;
-        if self.opts.crash_before_step == Some(self.steps) {
-            std::process::abort();
-        }
+        )?;
+        self.last_seen = self.last_seen.max(seq);
+        Ok(seq)
     }
 
     /// Appends several events in one transaction (a round's intents: all or none).
     fn append_all(&mut self, events: &[NewEvent<'_>]) -> Result<Vec<i64>, RolloutError> {
         self.step();
         let ts = self.driver.now_ms();
-        self.store.append_all(ts, events)
+        let seqs = self.store.append_all(ts, events)?;
+        if let Some(&last) = seqs.last() {
+            self.last_seen = self.last_seen.max(last);
+        }
+        Ok(seqs)
+    }
+
+    fn with_rollback(&self, mut failures: Vec<Failure>) -> Vec<Failure> {
+        for f in &mut failures {
+            if let Some(n) = self
+                .meta
+                .plan
+                .waves
+                .iter()
+                .flat_map(|w| &w.nodes)
+                .find(|n| n.name == f.node)
+            {
+                f.rollback = rollback_commands(&self.meta, n);
+            }
+        }
+        failures
     }
 
     fn halt(
         &mut self,
         kind: &str,
         wave: usize,
-        node: Option<&str>,
         reason: String,
-        extra: Value,
+        failures: Vec<Failure>,
     ) -> Result<Progress, RolloutError> {
         (self.say)(&format!("HALT ({kind}): {reason}"));
+        let failures = self.with_rollback(failures);
+        let node = failures.first().map(|f| f.node.clone());
         let seq = self.append(
             EXECUTOR,
             "halted",
             Some(wave),
-            node,
+            node.as_deref(),
             None,
-            json!({"kind": kind, "reason": reason, "evidence": extra}),
+            json!({"kind": kind, "reason": reason, "evidence": failures}),
         )?;
         Ok(Progress::Halted(Halt {
             kind: kind.into(),
             reason,
             wave: Some(wave),
             seq,
+            failures,
         }))
     }
 
-    /// Records the start of the rollout (once).
-    pub fn start(&mut self) -> Result<(), RolloutError> {
-        if self.state()?.started {
-            return Err(RolloutError::Refused("the rollout is already started".into()));
+    /// An operator's halt appended since the executor last looked, if any (one cheap
+    /// query when nothing was appended by anyone else).
+    fn operator_halt(&mut self) -> Result<Option<Halt>, RolloutError> {
+        let last = self.store.last_seq()?;
+        if last <= self.last_seen {
+            return Ok(None);
         }
-        let p = &self.meta.plan;
-        let detail = json!({
-            "waves": p.waves.len(),
-            "nodes": p.upgrade_count(),
-            "skipped": p.skipped.len(),
-            "policy": self.meta.policy_file,
-            "inventory": self.meta.inventory,
-        });
-        self.append(OPERATOR, "started", None, None, None, detail)?;
-        Ok(())
+        let since = self.last_seen;
+        self.last_seen = last;
+        Ok(self
+            .store
+            .events_since(since)?
+            .into_iter()
+            .filter(|e| e.kind == "halted")
+            .map(|e| Halt {
+                kind: e.detail["kind"].as_str().unwrap_or("operator").to_string(),
+                reason: e.detail["reason"].as_str().unwrap_or("").to_string(),
+                wave: e.wave,
+                seq: e.seq,
+                failures: vec![],
+            })
+            .next())
     }
 
     fn refuse_halted(h: &Halt) -> RolloutError {
         let what = match h.kind.as_str() {
             "operator" => "`resume` continues",
             "gate" | "precheck" => {
-                "fix the node and `resume --recheck`, or `rollback` (see `status` for the evidence)"
+                "fix the node and `resume --recheck`, or `rollback` (`status` shows the evidence and the rollback commands)"
             }
             "flash-unknown" | "flash-failed" => {
-                "check the NIC with the vendor tool, then `resume --recheck` (the version now shows the target) or `resume --reflash NODE`"
+                "check the NIC with the vendor tool, then `resume --recheck` (when it shows the target) or `resume --reflash NODE` (to flash it again)"
             }
-            _ => "see `status`",
+            "unreadable" => "make the node readable (its host tree or snapshot), then `resume --recheck`",
+            _ => "`status` shows the details",
         };
         RolloutError::Refused(format!(
             "the rollout is halted ({}, log #{}): {}; {what}",
@@ -487,17 +637,22 @@ impl<'a, D: Driver> Executor<'a, D> {
         ))
     }
 
-    /// Runs the next wave (or finishes the one in progress).
-    pub fn advance(&mut self) -> Result<Progress, RolloutError> {
-        let st = self.state()?;
+    fn refuse_state(st: &State) -> Result<(), RolloutError> {
         if !st.started {
             return Err(RolloutError::Refused("the rollout is not started".into()));
         }
         if st.rolled_back {
             return Err(RolloutError::Refused(
-                "this rollout was rolled back: plan and start a new one".into(),
+                "this rollout was rolled back (or a rollback was started): plan and start a new one".into(),
             ));
         }
+        Ok(())
+    }
+
+    /// Runs the next wave (or finishes the one in progress).
+    pub fn advance(&mut self) -> Result<Progress, RolloutError> {
+        let st = self.state()?;
+        Self::refuse_state(&st)?;
         if st.completed {
             return Ok(Progress::Completed);
         }
@@ -537,34 +692,15 @@ impl<'a, D: Driver> Executor<'a, D> {
 
     fn run_wave(&mut self, w: usize, st: State) -> Result<Progress, RolloutError> {
         let wave = self.meta.plan.waves[w - 1].clone();
-        if st.gate_failed {
-            let failed: Vec<String> = wave
-                .nodes
-                .iter()
-                .flat_map(|n| {
-                    st.nodes
-                        .get(&n.name)
-                        .map(|p| {
-                            p.gates
-                                .iter()
-                                .filter(|g| !g.passed)
-                                .map(|g| format!("{} {}: {}", n.name, g.gate, g.summary))
-                                .collect::<Vec<_>>()
-                        })
-                        .unwrap_or_default()
-                })
-                .collect();
-            return self.halt(
-                "gate",
-                w,
-                None,
-                format!(
-                    "wave {w} has a failed gate recorded before the interruption: {}",
-                    failed.join("; ")
-                ),
-                json!({}),
+        if !st.failure_recorded.is_empty() {
+            let f = &st.failure_recorded[0];
+            let reason = format!(
+                "wave {w}: {} failed the {} check before the interruption: {}",
+                f.node, f.gate, f.summary
             );
+            return self.halt("gate", w, reason, st.failure_recorded.clone());
         }
+        self.last_seen = self.store.last_seq()?;
         // Settle interrupted flashes and pre-check every node before the first flash.
         for node in &wave.nodes {
             if let Some(p) = self.settle_and_precheck(w, node, &st)? {
@@ -577,8 +713,8 @@ impl<'a, D: Driver> Executor<'a, D> {
         self.evaluate_gates(w, &wave)
     }
 
-    /// Settles a node's interrupted or failed flashes (never flashing again), then
-    /// pre-checks it when it has NICs still to flash.
+    /// Settles a node's interrupted or failed flashes (never flashing again unless the
+    /// command provably never started), then pre-checks it when it has NICs to flash.
     fn settle_and_precheck(
         &mut self,
         w: usize,
@@ -600,19 +736,19 @@ impl<'a, D: Driver> Executor<'a, D> {
             let reading = match self.driver.read(name) {
                 Ok(r) => r,
                 Err(e) => {
+                    let f = Failure {
+                        node: name.into(),
+                        gate: "read".into(),
+                        summary: format!("cannot read the node to settle an interrupted flash: {e}"),
+                        ..Failure::default()
+                    };
                     return self
-                        .halt(
-                            "unreadable",
-                            w,
-                            Some(name),
-                            format!("{name}: cannot read the node to settle an interrupted flash: {e}"),
-                            json!({}),
-                        )
+                        .halt("unreadable", w, format!("{name}: {}", f.summary), vec![f])
                         .map(Some);
                 }
             };
             for u in unsettled {
-                let shown = reading.fw.get(&u.nic).cloned().flatten();
+                let shown = reading.fw_of(u).flatten();
                 let ev = json!({"fw_ver": shown, "target": u.to, "source": reading.source});
                 if shown.as_deref() == Some(u.to.as_str()) {
                     (self.say)(&format!(
@@ -620,54 +756,58 @@ impl<'a, D: Driver> Executor<'a, D> {
                         u.nic, u.to
                     ));
                     self.append(EXECUTOR, "flash-recovered", Some(w), Some(name), Some(&u.nic), ev)?;
-                } else {
-                    let was = st.nic(name, &u.nic);
-                    let seq = st.nodes.get(name).and_then(|p| p.intents.get(&u.nic)).copied();
-                    if was == NicPhase::Intent && seq.is_some_and(|q| self.driver.started(q) == Some(false)) {
-                        (self.say)(&format!(
-                            "{name}/{}: its flash command never started (no start marker, nothing running): it runs now",
-                            u.nic
-                        ));
-                        self.append(
-                            EXECUTOR,
-                            "flash-not-started",
-                            Some(w),
-                            Some(name),
-                            Some(&u.nic),
-                            ev,
-                        )?;
-                        continue;
-                    }
-                    if was != NicPhase::Unknown && was != NicPhase::Failed {
-                        self.append(
-                            EXECUTOR,
-                            "flash-unknown",
-                            Some(w),
-                            Some(name),
-                            Some(&u.nic),
-                            ev.clone(),
-                        )?;
-                    }
-                    let kind = if was == NicPhase::Failed {
-                        "flash-failed"
-                    } else {
-                        "flash-unknown"
-                    };
-                    return self
-                        .halt(
-                            kind,
-                            w,
-                            Some(name),
-                            format!(
-                                "{name}/{}: the flash did not complete and the NIC shows {} (target {}); not flashing it again without an operator",
-                                u.nic,
-                                shown.as_deref().unwrap_or("no version"),
-                                u.to
-                            ),
-                            ev,
-                        )
-                        .map(Some);
+                    continue;
                 }
+                let was = st.nic(name, &u.nic);
+                if was == NicPhase::Intent
+                    && shown.as_deref() == Some(u.from.as_str())
+                    && st
+                        .intent(name, &u.nic)
+                        .is_some_and(|q| self.driver.started(q) == Some(false))
+                {
+                    (self.say)(&format!(
+                        "{name}/{}: its flash command never started: it runs now",
+                        u.nic
+                    ));
+                    self.append(
+                        EXECUTOR,
+                        "flash-not-started",
+                        Some(w),
+                        Some(name),
+                        Some(&u.nic),
+                        ev,
+                    )?;
+                    continue;
+                }
+                if was == NicPhase::Intent {
+                    self.append(EXECUTOR, "flash-unknown", Some(w), Some(name), Some(&u.nic), ev)?;
+                }
+                let kind = if was == NicPhase::Failed {
+                    "flash-failed"
+                } else {
+                    "flash-unknown"
+                };
+                let f = Failure {
+                    node: name.into(),
+                    gate: "flash".into(),
+                    summary: format!(
+                        "{}: the flash did not complete and the NIC shows {} (from {}, target {}); not flashing it again without an operator",
+                        u.nic,
+                        reading.shown(u),
+                        u.from,
+                        u.to
+                    ),
+                    evidence: vec![format!(
+                        "{}: {} fw_ver = {}",
+                        reading.source,
+                        u.nic,
+                        reading.shown(u)
+                    )],
+                    ..Failure::default()
+                };
+                return self
+                    .halt(kind, w, format!("{name}/{}", f.summary), vec![f])
+                    .map(Some);
             }
         }
         let pending = node
@@ -676,9 +816,95 @@ impl<'a, D: Driver> Executor<'a, D> {
             .any(|u| st.nic(name, &u.nic) == NicPhase::Pending);
         let prechecked = st.nodes.get(name).is_some_and(|p| p.prechecked);
         if pending && !prechecked {
-            return self.precheck(w, name);
+            return self.precheck(w, node, st);
         }
         Ok(None)
+    }
+
+    /// Before touching a node: it must read, show the versions the plan expects, be
+    /// audit-clean, and have its benchmark baseline. NICs already on target are recorded
+    /// and left alone.
+    fn precheck(
+        &mut self,
+        w: usize,
+        node: &PlannedNode,
+        st: &State,
+    ) -> Result<Option<Progress>, RolloutError> {
+        let name = node.name.as_str();
+        let mut problems = Vec::new();
+        let mut evidence = Vec::new();
+        let mut on_target = Vec::new();
+        match self.driver.read(name) {
+            Ok(r) => {
+                for u in &node.nics {
+                    if st.nic(name, &u.nic) != NicPhase::Pending {
+                        continue;
+                    }
+                    let shown = r.shown(u);
+                    evidence.push(format!("{}: {} fw_ver = {shown}", r.source, u.nic));
+                    if shown == u.to {
+                        on_target.push(u);
+                    } else if shown != u.from {
+                        problems.push(format!(
+                            "{} shows {shown}, the plan expected {} (the inventory changed since the rollout started)",
+                            u.nic, u.from
+                        ));
+                    }
+                }
+                if self.meta.policy.gates.audit && !r.audit_errors.is_empty() {
+                    problems.push(format!(
+                        "the audit finds {} error(s) before the upgrade (the gate could not tell them from the firmware's)",
+                        r.audit_errors.len()
+                    ));
+                    evidence.extend(r.audit_errors.clone());
+                }
+            }
+            Err(e) => problems.push(format!("cannot read the node: {e}")),
+        }
+        if self.meta.policy.gates.benchmark.is_some() {
+            match self.driver.bench(name, Phase::Before, None) {
+                Ok((src, f)) => evidence.push(format!("{src}:{}: baseline {} = {}", f.line, f.what, f.value)),
+                Err(e) => problems.push(format!("no benchmark baseline: {e}")),
+            }
+        }
+        let ok = problems.is_empty();
+        if ok {
+            for u in on_target {
+                self.append(
+                    EXECUTOR,
+                    "already-on-target",
+                    Some(w),
+                    Some(name),
+                    Some(&u.nic),
+                    json!({"fw_ver": u.to}),
+                )?;
+            }
+        }
+        self.append(
+            EXECUTOR,
+            "precheck",
+            Some(w),
+            Some(name),
+            None,
+            json!({"ok": ok, "problems": problems, "evidence": evidence}),
+        )?;
+        if ok {
+            return Ok(None);
+        }
+        let f = Failure {
+            node: name.into(),
+            gate: "precheck".into(),
+            summary: problems.join("; "),
+            evidence,
+            ..Failure::default()
+        };
+        self.halt(
+            "precheck",
+            w,
+            format!("{name} is not ready for the upgrade: {}", f.summary),
+            vec![f],
+        )
+        .map(Some)
     }
 
     /// Flashes every pending NIC of the wave: in rounds of at most `commands.parallel`
@@ -686,38 +912,48 @@ impl<'a, D: Driver> Executor<'a, D> {
     fn flash_rounds(&mut self, w: usize, wave: &Wave) -> Result<Option<Progress>, RolloutError> {
         let parallel = self.meta.policy.commands.parallel.max(1);
         let st = self.state()?;
-        let mut done: BTreeSet<(String, String)> = BTreeSet::new();
+        let mut done: BTreeSet<(&str, &str)> = BTreeSet::new();
+        let mut cursor = 0;
         loop {
+            if let Some(h) = self.operator_halt()? {
+                (self.say)(&format!("halted by the operator: {}", h.reason));
+                return Ok(Some(Progress::Halted(h)));
+            }
+            // The next `parallel` nodes (in plan order, from the cursor, wrapping) with a
+            // NIC still to flash, one NIC each.
             let mut jobs: Vec<(&PlannedNode, &NicUpgrade)> = Vec::new();
-            for n in &wave.nodes {
+            let n = wave.nodes.len();
+            for k in 0..n {
                 if jobs.len() == parallel {
                     break;
                 }
-                if let Some(u) = n.nics.iter().find(|u| {
-                    st.nic(&n.name, &u.nic) == NicPhase::Pending
-                        && !done.contains(&(n.name.clone(), u.nic.clone()))
+                let node = &wave.nodes[(cursor + k) % n];
+                if let Some(u) = node.nics.iter().find(|u| {
+                    st.nic(&node.name, &u.nic) == NicPhase::Pending
+                        && !done.contains(&(node.name.as_str(), u.nic.as_str()))
                 }) {
-                    jobs.push((n, u));
+                    jobs.push((node, u));
                 }
             }
             if jobs.is_empty() {
                 return Ok(None);
             }
+            cursor = (cursor + parallel) % n.max(1);
             let mut cmds = Vec::new();
             let mut intents = Vec::new();
-            for (n, u) in &jobs {
-                let cmd = fill(&self.meta.policy.commands.flash, &values(&n.name, u));
-                (self.say)(&format!("{}/{}: {} → {}: {cmd}", n.name, u.nic, u.from, u.to));
+            for (node, u) in &jobs {
+                let cmd = fill(&self.meta.policy.commands.flash, &values(&node.name, u));
+                (self.say)(&format!("{}/{}: {} → {}: {cmd}", node.name, u.nic, u.from, u.to));
                 intents.push(NewEvent {
                     actor: EXECUTOR,
                     kind: "flash-intent",
                     wave: Some(w),
-                    node: Some(&n.name),
+                    node: Some(&node.name),
                     nic: Some(&u.nic),
                     detail: json!({"command": cmd, "from": u.from, "to": u.to}),
                 });
                 cmds.push(Job {
-                    node: n.name.clone(),
+                    node: node.name.clone(),
                     nic: Some(u.nic.clone()),
                     purpose: Purpose::Flash,
                     command: cmd,
@@ -730,93 +966,41 @@ impl<'a, D: Driver> Executor<'a, D> {
             }
             self.step();
             let outs = self.driver.run_many(&cmds);
-            let mut first_failure = None;
-            for ((n, u), out) in jobs.iter().zip(outs) {
-                done.insert((n.name.clone(), u.nic.clone()));
-                let detail = json!({"code": out.code, "output": tail(&out.output, 2000)});
-                if out.ok() {
-                    self.append(
-                        EXECUTOR,
-                        "flash-done",
-                        Some(w),
-                        Some(&n.name),
-                        Some(&u.nic),
-                        detail,
-                    )?;
-                } else {
-                    self.append(
-                        EXECUTOR,
-                        "flash-failed",
-                        Some(w),
-                        Some(&n.name),
-                        Some(&u.nic),
-                        detail.clone(),
-                    )?;
-                    first_failure.get_or_insert((n.name.clone(), u.nic.clone(), out, detail));
-                }
-            }
-            if let Some((name, nic, out, detail)) = first_failure {
-                return self
-                    .halt(
-                        "flash-failed",
-                        w,
-                        Some(&name),
-                        format!(
-                            "{name}/{nic}: the flash command exited with {}: {}",
-                            out.code
-                                .map(|c| c.to_string())
-                                .unwrap_or_else(|| "no status (signal, timeout or not started)".into()),
-                            tail(out.output.trim(), 300)
+            let mut failures = Vec::new();
+            let mut unknown = false;
+            for ((node, u), out) in jobs.iter().zip(outs) {
+                done.insert((node.name.as_str(), u.nic.as_str()));
+                let detail = json!({"code": out.code, "output": tail(&out.output, LOG_OUTPUT_BYTES)});
+                let kind = match out.code {
+                    Some(0) => "flash-done",
+                    Some(_) => "flash-failed",
+                    None => "flash-unknown",
+                };
+                self.append(EXECUTOR, kind, Some(w), Some(&node.name), Some(&u.nic), detail)?;
+                if !out.ok() {
+                    unknown |= out.code.is_none();
+                    failures.push(Failure {
+                        node: node.name.clone(),
+                        gate: "flash".into(),
+                        summary: format!(
+                            "{}: the flash command {}",
+                            u.nic,
+                            match out.code {
+                                Some(c) => format!("exited with {c}"),
+                                None => "gave no exit status (timed out, killed or not started): its effect is unknown".into(),
+                            }
                         ),
-                        detail,
-                    )
-                    .map(Some);
-            }
-        }
-    }
-
-    /// Before touching a node: it must read, be audit-clean, and have its baseline.
-    fn precheck(&mut self, w: usize, name: &str) -> Result<Option<Progress>, RolloutError> {
-        let mut problems = Vec::new();
-        let mut evidence = Vec::new();
-        match self.driver.read(name) {
-            Ok(r) => {
-                if self.meta.policy.gates.audit && !r.audit_errors.is_empty() {
-                    problems.push(format!(
-                        "the audit finds {} error(s) before the upgrade (the gate could not tell them from the firmware's)",
-                        r.audit_errors.len()
-                    ));
-                    evidence.extend(r.audit_errors.clone());
+                        evidence: vec![tail(out.output.trim(), 500)],
+                        ..Failure::default()
+                    });
                 }
             }
-            Err(e) => problems.push(format!("cannot read the node: {e}")),
-        }
-        if self.meta.policy.gates.benchmark.is_some() {
-            match self.driver.bench(name, Phase::Before) {
-                Ok((src, f)) => evidence.push(format!("{src}:{}: baseline {} = {}", f.line, f.what, f.value)),
-                Err(e) => problems.push(format!("no benchmark baseline: {e}")),
+            if !failures.is_empty() {
+                let kind = if unknown { "flash-unknown" } else { "flash-failed" };
+                let reason = format!("wave {w}: {}/{}", failures[0].node, failures[0].summary);
+                return self.halt(kind, w, reason, failures).map(Some);
             }
         }
-        let ok = problems.is_empty();
-        self.append(
-            EXECUTOR,
-            "precheck",
-            Some(w),
-            Some(name),
-            None,
-            json!({"ok": ok, "problems": problems, "evidence": evidence}),
-        )?;
-        if ok {
-            return Ok(None);
-        }
-        self.halt(
-            "precheck",
-            w,
-            Some(name),
-            format!("{name} is not ready for the upgrade: {}", problems.join("; ")),
-            json!({"evidence": evidence}),
-        )
-        .map(Some)
     }
 
     fn evaluate_gates(&mut self, w: usize, wave: &Wave) -> Result<Progress, RolloutError> {
@@ -827,8 +1011,26 @@ impl<'a, D: Driver> Executor<'a, D> {
         }
         if policy.gates.soak_s > 0.0 {
             (self.say)(&format!("wave {w}: soaking {} s", policy.gates.soak_s));
-            self.driver.sleep_s(policy.gates.soak_s);
+            self.append(
+                EXECUTOR,
+                "soak-started",
+                Some(w),
+                None,
+                None,
+                json!({"soak_s": policy.gates.soak_s}),
+            )?;
+            let mut left = policy.gates.soak_s;
+            while left > 0.0 {
+                let dt = left.min(SOAK_CHECK_S);
+                self.driver.sleep_s(dt);
+                left -= dt;
+                if let Some(h) = self.operator_halt()? {
+                    (self.say)(&format!("halted by the operator during the soak: {}", h.reason));
+                    return Ok(Progress::Halted(h));
+                }
+            }
         }
+        let st = self.state()?;
         let mut failures = Vec::new();
         for n in &wave.nodes {
             let mut results = Vec::new();
@@ -857,10 +1059,29 @@ impl<'a, D: Driver> Executor<'a, D> {
             }
             if let Some(b) = &policy.gates.benchmark {
                 if let Some(c) = &b.command {
-                    let mut v = BTreeMap::new();
-                    v.insert("node", n.name.clone());
-                    let cmd = fill(c, &v);
-                    let out = self.driver.run(&n.name, None, Purpose::Benchmark, &cmd);
+                    let cmd = fill(c, &node_values(&n.name));
+                    let out = self
+                        .driver
+                        .run_many(&[Job {
+                            node: n.name.clone(),
+                            nic: None,
+                            purpose: Purpose::Benchmark,
+                            command: cmd.clone(),
+                            intent: 0,
+                        }])
+                        .pop()
+                        .unwrap_or(Outcome {
+                            code: None,
+                            output: String::new(),
+                        });
+                    self.append(
+                        EXECUTOR,
+                        "benchmark-run",
+                        Some(w),
+                        Some(&n.name),
+                        None,
+                        json!({"command": cmd, "code": out.code, "output": tail(&out.output, LOG_OUTPUT_BYTES)}),
+                    )?;
                     if !out.ok() {
                         results.push(GateResult {
                             gate: "benchmark".into(),
@@ -871,14 +1092,21 @@ impl<'a, D: Driver> Executor<'a, D> {
                     }
                 }
                 if !results.iter().any(|r| r.gate == "benchmark") {
-                    let base = self.driver.bench(&n.name, Phase::Before);
-                    let res = self.driver.bench(&n.name, Phase::After);
+                    let since_ms = st.nodes.get(&n.name).and_then(|p| p.flashed_at_ms);
+                    let base = self.driver.bench(&n.name, Phase::Before, None);
+                    let res = self.driver.bench(&n.name, Phase::After, since_ms);
                     results.push(gates::benchmark(base, res, b.min_ratio));
                 }
             }
             for r in results {
                 if !r.passed {
-                    failures.push((n.clone(), r.clone()));
+                    failures.push(Failure {
+                        node: n.name.clone(),
+                        gate: r.gate.clone(),
+                        summary: r.summary.clone(),
+                        evidence: r.evidence.clone(),
+                        rollback: vec![],
+                    });
                 }
                 (self.say)(&format!(
                     "{}: gate {} {}: {}",
@@ -887,16 +1115,18 @@ impl<'a, D: Driver> Executor<'a, D> {
                     if r.passed { "passed" } else { "FAILED" },
                     r.summary
                 ));
-                let detail = serde_json::to_value(&r).unwrap_or(Value::Null);
+                let detail = serde_json::to_value(&r).map_err(|e| RolloutError::State {
+                    path: self.store.path().into(),
+                    message: e.to_string(),
+                })?;
                 self.append(EXECUTOR, "gate", Some(w), Some(&n.name), None, detail)?;
             }
         }
         if !failures.is_empty() {
-            let (node, first) = &failures[0];
-            let rollback = rollback_commands(&self.meta, node);
+            let first = &failures[0];
             let reason = format!(
                 "wave {w}: {} failed the {} gate: {}{}",
-                node.name,
+                first.node,
                 first.gate,
                 first.summary,
                 if failures.len() > 1 {
@@ -905,12 +1135,7 @@ impl<'a, D: Driver> Executor<'a, D> {
                     String::new()
                 }
             );
-            let evidence: Vec<Value> = failures
-                .iter()
-                .map(|(n, g)| json!({"node": n.name, "gate": g.gate, "summary": g.summary, "evidence": g.evidence, "rollback": rollback_commands(&self.meta, n)}))
-                .collect();
-            let _ = rollback;
-            return self.halt("gate", w, Some(&node.name), reason, Value::Array(evidence));
+            return self.halt("gate", w, reason, failures);
         }
         (self.say)(&format!("wave {w}: every gate passed"));
         self.append(EXECUTOR, "wave-passed", Some(w), None, None, json!({}))?;
@@ -921,9 +1146,10 @@ impl<'a, D: Driver> Executor<'a, D> {
         Ok(Progress::WavePassed { wave: w })
     }
 
-    /// An operator's halt.
+    /// An operator's halt (needs no lock: the executor sees it between rounds).
     pub fn halt_now(&mut self, reason: &str) -> Result<(), RolloutError> {
         let st = self.state()?;
+        Self::refuse_state(&st)?;
         if st.completed {
             return Err(RolloutError::Refused("the rollout is already completed".into()));
         }
@@ -933,11 +1159,10 @@ impl<'a, D: Driver> Executor<'a, D> {
                 h.kind, h.reason
             )));
         }
-        let w = st.current;
         self.append(
             OPERATOR,
             "halted",
-            w,
+            st.current,
             None,
             None,
             json!({"kind": "operator", "reason": reason}),
@@ -949,11 +1174,7 @@ impl<'a, D: Driver> Executor<'a, D> {
     /// halt) and continues the wave in progress.
     pub fn resume(&mut self, recheck: bool, reflash: &[String]) -> Result<Progress, RolloutError> {
         let st = self.state()?;
-        if st.rolled_back {
-            return Err(RolloutError::Refused(
-                "this rollout was rolled back: plan and start a new one".into(),
-            ));
-        }
+        Self::refuse_state(&st)?;
         let Some(h) = st.halt.clone() else {
             if st.current.is_some() {
                 return self.advance();
@@ -966,6 +1187,8 @@ impl<'a, D: Driver> Executor<'a, D> {
         if h.kind != "operator" && !recheck && reflash.is_empty() {
             return Err(Self::refuse_halted(&h));
         }
+        // Validate every --reflash first, then record them together.
+        let mut resets: Vec<(String, String, Option<String>)> = Vec::new();
         for node in reflash {
             let Some(wave) = w.map(|w| &self.meta.plan.waves[w - 1]) else {
                 return Err(RolloutError::Refused("no wave in progress".into()));
@@ -981,11 +1204,10 @@ impl<'a, D: Driver> Executor<'a, D> {
                 .map_err(|e| RolloutError::Refused(format!("--reflash {node}: cannot read it: {e}")))?;
             let mut any = false;
             for u in &pn.nics {
-                let ph = st.nic(node, &u.nic);
-                if !matches!(ph, NicPhase::Failed | NicPhase::Unknown) {
+                if !matches!(st.nic(node, &u.nic), NicPhase::Failed | NicPhase::Unknown) {
                     continue;
                 }
-                let shown = reading.fw.get(&u.nic).cloned().flatten();
+                let shown = reading.fw_of(u).flatten();
                 if shown.as_deref() == Some(u.to.as_str()) {
                     return Err(RolloutError::Refused(format!(
                         "--reflash {node}: {} already shows the target {}; use --recheck",
@@ -993,14 +1215,7 @@ impl<'a, D: Driver> Executor<'a, D> {
                     )));
                 }
                 any = true;
-                self.append(
-                    OPERATOR,
-                    "flash-reset",
-                    w,
-                    Some(node),
-                    Some(&u.nic),
-                    json!({"fw_ver": shown, "reason": "operator asked for another flash attempt"}),
-                )?;
+                resets.push((node.clone(), u.nic.clone(), shown));
             }
             if !any {
                 return Err(RolloutError::Refused(format!(
@@ -1008,14 +1223,26 @@ impl<'a, D: Driver> Executor<'a, D> {
                 )));
             }
         }
-        self.append(
-            OPERATOR,
-            "resumed",
-            w,
-            None,
-            None,
-            json!({"after": h.kind, "recheck": recheck || !reflash.is_empty()}),
-        )?;
+        let mut events: Vec<NewEvent<'_>> = resets
+            .iter()
+            .map(|(node, nic, shown)| NewEvent {
+                actor: OPERATOR,
+                kind: "flash-reset",
+                wave: w,
+                node: Some(node),
+                nic: Some(nic),
+                detail: json!({"fw_ver": shown, "reason": "operator asked for another flash attempt"}),
+            })
+            .collect();
+        events.push(NewEvent {
+            actor: OPERATOR,
+            kind: "resumed",
+            wave: w,
+            node: None,
+            nic: None,
+            detail: json!({"after": h.kind, "recheck": recheck || !reflash.is_empty()}),
+        });
+        self.append_all(&events)?;
         let st = self.state()?;
         match st.current {
             Some(w) => {
@@ -1026,151 +1253,179 @@ impl<'a, D: Driver> Executor<'a, D> {
         }
     }
 
-    /// Puts flashed NICs back on their previous firmware (all, or those of `only`),
-    /// latest wave first. The rollout cannot advance afterwards.
+    /// Puts the NICs this rollout may have changed back on their previous firmware (all,
+    /// or those of `only`), latest wave first. Recorded before the first command; the
+    /// rollout never advances afterwards. Returns the NICs back on their previous
+    /// version; NICs it could not settle are an error listing them.
     pub fn rollback(&mut self, only: &[String]) -> Result<usize, RolloutError> {
         let st = self.state()?;
-        let mut todo: Vec<(usize, PlannedNode, NicUpgrade)> = Vec::new();
-        for wave in self.meta.plan.waves.iter().rev() {
-            for n in wave.nodes.iter().rev() {
-                if !only.is_empty() && !only.contains(&n.name) {
+        if !st.started {
+            return Err(RolloutError::Refused("the rollout is not started".into()));
+        }
+        let targets = rollback_targets(&self.meta, &st, only)?;
+        if targets.is_empty() {
+            return Err(RolloutError::Refused(
+                "nothing to roll back: no NIC was flashed by this rollout, or all are back".into(),
+            ));
+        }
+        let nodes: BTreeSet<&str> = targets.iter().map(|t| t.node.as_str()).collect();
+        self.append(
+            OPERATOR,
+            "rollback-started",
+            st.current,
+            None,
+            None,
+            json!({"nodes": nodes, "nics": targets.len()}),
+        )?;
+        let mut back = 0;
+        let mut problems = Vec::new();
+        let mut readings: BTreeMap<String, Result<Reading, String>> = BTreeMap::new();
+        for t in &targets {
+            let name = t.node.as_str();
+            let u = &t.nic;
+            if !readings.contains_key(name) {
+                let r = self.driver.read(name);
+                readings.insert(name.to_string(), r);
+            }
+            let shown = match &readings[name] {
+                Ok(r) => r.fw_of(u).flatten(),
+                Err(e) => {
+                    problems.push(format!("{name}/{}: cannot read the node: {e}", u.nic));
                     continue;
                 }
-                for u in &n.nics {
-                    if matches!(
-                        st.nic(&n.name, &u.nic),
-                        NicPhase::Flashed | NicPhase::RollbackIntent | NicPhase::RollbackFailed
-                    ) {
-                        todo.push((wave.number, n.clone(), u.clone()));
-                    }
-                }
+            };
+            let ev = json!({"fw_ver": shown, "previous": u.from});
+            if shown.as_deref() == Some(u.from.as_str()) {
+                // Never changed, or an interrupted rollback that took effect.
+                let kind = if t.phase == NicPhase::RollbackIntent {
+                    "rollback-recovered"
+                } else {
+                    "rollback-not-needed"
+                };
+                self.append(EXECUTOR, kind, Some(t.wave), Some(name), Some(&u.nic), ev)?;
+                back += 1;
+                continue;
             }
-        }
-        for name in only {
-            if self.meta.plan.wave_of(name).is_none() {
-                return Err(RolloutError::Refused(format!("--node {name}: not in the plan")));
-            }
-        }
-        if st.halt.is_none() && !st.completed && st.started && !st.rolled_back {
-            self.append(
-                OPERATOR,
-                "halted",
-                st.current,
-                None,
-                None,
-                json!({"kind": "rollback", "reason": "rollback requested"}),
-            )?;
-        }
-        let mut done = 0;
-        for (w, n, u) in todo {
-            let name = n.name.as_str();
-            if st.nic(name, &u.nic) == NicPhase::RollbackIntent {
-                let r = self.driver.read(name).map_err(|e| {
-                    RolloutError::Refused(format!(
-                        "{name}: cannot read it to settle an interrupted rollback: {e}"
-                    ))
-                })?;
-                let shown = r.fw.get(&u.nic).cloned().flatten();
-                if shown.as_deref() == Some(u.from.as_str()) {
-                    self.append(
-                        EXECUTOR,
-                        "rollback-recovered",
-                        Some(w),
-                        Some(name),
-                        Some(&u.nic),
-                        json!({"fw_ver": shown}),
-                    )?;
-                    done += 1;
-                    continue;
-                }
-                return Err(RolloutError::Refused(format!(
+            let never_started = st
+                .intent(name, &u.nic)
+                .is_some_and(|q| self.driver.started(q) == Some(false));
+            if t.phase == NicPhase::RollbackIntent && never_started {
+                self.append(
+                    EXECUTOR,
+                    "rollback-not-started",
+                    Some(t.wave),
+                    Some(name),
+                    Some(&u.nic),
+                    ev.clone(),
+                )?;
+            } else if t.phase == NicPhase::RollbackIntent {
+                self.append(
+                    EXECUTOR,
+                    "rollback-unknown",
+                    Some(t.wave),
+                    Some(name),
+                    Some(&u.nic),
+                    ev,
+                )?;
+                problems.push(format!(
                     "{name}/{}: an interrupted rollback left it on {}; check it with the vendor tool",
                     u.nic,
                     shown.as_deref().unwrap_or("no version")
-                )));
+                ));
+                continue;
             }
-            let cmd = fill(&self.meta.policy.commands.rollback, &values(name, &u));
-            (self.say)(&format!("{name}/{}: back to {}: {cmd}", u.nic, u.from));
-            self.append(
+            if shown.as_deref() != Some(u.to.as_str()) {
+                problems.push(format!(
+                    "{name}/{}: shows {}, neither the target {} nor the previous {}; not touching it",
+                    u.nic,
+                    shown.as_deref().unwrap_or("no version"),
+                    u.to,
+                    u.from
+                ));
+                continue;
+            }
+            (self.say)(&format!("{name}/{}: back to {}: {}", u.nic, u.from, t.command));
+            let seq = self.append(
                 OPERATOR,
                 "rollback-intent",
-                Some(w),
+                Some(t.wave),
                 Some(name),
                 Some(&u.nic),
-                json!({"command": cmd}),
+                json!({"command": t.command}),
             )?;
-            let out = self.driver.run(name, Some(&u.nic), Purpose::Rollback, &cmd);
-            let detail = json!({"code": out.code, "output": tail(&out.output, 2000)});
+            self.step();
+            let out = self
+                .driver
+                .run_many(&[Job {
+                    node: name.into(),
+                    nic: Some(u.nic.clone()),
+                    purpose: Purpose::Rollback,
+                    command: t.command.clone(),
+                    intent: seq,
+                }])
+                .pop()
+                .unwrap_or(Outcome {
+                    code: None,
+                    output: String::new(),
+                });
+            let detail = json!({"code": out.code, "output": tail(&out.output, LOG_OUTPUT_BYTES)});
             if out.ok() {
                 self.append(
                     EXECUTOR,
                     "rollback-done",
-                    Some(w),
+                    Some(t.wave),
                     Some(name),
                     Some(&u.nic),
                     detail,
                 )?;
-                done += 1;
+                back += 1;
             } else {
                 self.append(
                     EXECUTOR,
                     "rollback-failed",
-                    Some(w),
+                    Some(t.wave),
                     Some(name),
                     Some(&u.nic),
                     detail,
                 )?;
-                return Err(RolloutError::Refused(format!(
-                    "{name}/{}: the rollback command failed ({:?}); the rest was not rolled back",
+                problems.push(format!(
+                    "{name}/{}: the rollback command failed ({:?})",
                     u.nic, out.code
-                )));
+                ));
             }
         }
-        self.append(
-            OPERATOR,
-            "rolled-back",
-            st.current,
-            None,
-            None,
-            json!({"nics": done}),
-        )?;
-        Ok(done)
-    }
-}
-
-/// The audit log as text: one line per event (`#seq time actor kind wave node/nic:
-/// detail`); `with_time` false leaves the time out (golden files).
-pub fn render_log(events: &[Event], with_time: bool) -> String {
-    let mut s = String::new();
-    for e in events {
-        let when = if with_time {
-            format!("{} ", utc(e.ts_ms))
+        if problems.is_empty() {
+            Ok(back)
         } else {
-            String::new()
-        };
-        let what = match (&e.node, &e.nic) {
-            (Some(n), Some(c)) => format!(" {n}/{c}"),
-            (Some(n), None) => format!(" {n}"),
-            _ => String::new(),
-        };
-        let wave = e.wave.map(|w| format!(" w{w}")).unwrap_or_default();
-        s.push_str(&format!(
-            "#{:<4} {when}{:<8} {:<16}{wave}{what}: {}\n",
-            e.seq, e.actor, e.kind, e.detail
-        ));
+            Err(RolloutError::Refused(format!(
+                "{back} NIC(s) back; not settled: {}; run `rollback --execute` again after checking them",
+                problems.join("; ")
+            )))
+        }
     }
-    s
 }
 
 /// What `advance` (or `resume`) would do now, without doing it: one line per step.
 pub fn preview(meta: &Meta, st: &State) -> Vec<String> {
     let mut out = Vec::new();
+    if st.rolled_back {
+        out.push("this rollout was rolled back: `advance` refuses; plan and start a new one".into());
+        return out;
+    }
     if st.completed {
         out.push("the rollout is completed: nothing to do".into());
         return out;
     }
     if let Some(h) = &st.halt {
-        out.push(format!("halted ({}): {}", h.kind, h.reason));
+        out.push(format!(
+            "halted ({}, log #{}): {}; `advance` refuses until it is resumed",
+            h.kind, h.seq, h.reason
+        ));
+        return out;
+    }
+    if !st.failure_recorded.is_empty() {
+        out.push("a failed check is recorded for the wave in progress: `advance` would halt".into());
+        return out;
     }
     let next = st.current.or_else(|| {
         meta.plan
@@ -1198,9 +1453,10 @@ pub fn preview(meta: &Meta, st: &State) -> Vec<String> {
                     fill(&meta.policy.commands.flash, &values(&n.name, u))
                 )),
                 NicPhase::Flashed => out.push(format!("  {}/{}: already flashed", n.name, u.nic)),
+                NicPhase::Preexisting => out.push(format!("  {}/{}: was on target already", n.name, u.nic)),
                 other => out.push(format!(
-                    "  {}/{}: {:?}: its firmware is read before anything else",
-                    n.name, u.nic, other
+                    "  {}/{}: {other:?}: its firmware is read before anything else",
+                    n.name, u.nic
                 )),
             }
         }
@@ -1227,6 +1483,30 @@ pub fn preview(meta: &Meta, st: &State) -> Vec<String> {
     ));
     out.push("dry run: nothing was run or recorded; add --execute".into());
     out
+}
+
+/// The audit log as text: one line per event (`#seq time actor kind wave node/nic:
+/// detail`); `with_time` false leaves the time out (golden files).
+pub fn render_log(events: &[Event], with_time: bool) -> String {
+    let mut s = String::new();
+    for e in events {
+        let when = if with_time {
+            format!("{} ", utc(e.ts_ms))
+        } else {
+            String::new()
+        };
+        let what = match (&e.node, &e.nic) {
+            (Some(n), Some(c)) => format!(" {n}/{c}"),
+            (Some(n), None) => format!(" {n}"),
+            _ => String::new(),
+        };
+        let wave = e.wave.map(|w| format!(" w{w}")).unwrap_or_default();
+        s.push_str(&format!(
+            "#{:<4} {when}{:<8} {:<16}{wave}{what}: {}\n",
+            e.seq, e.actor, e.kind, e.detail
+        ));
+    }
+    s
 }
 
 /// Unix milliseconds as `YYYY-MM-DDTHH:MM:SS.mmmZ` (proleptic Gregorian, UTC).

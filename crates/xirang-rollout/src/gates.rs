@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use xirang_telemetry::rate::change_since;
 use xirang_telemetry::spec::spec;
 
-use crate::plan::PlannedNode;
+use crate::plan::{NicUpgrade, PlannedNode};
 
 /// Link error counters a soak watches (shared/reference/linux-rdma-sysfs.md §1.2:
 /// rising values mean signal-integrity trouble, flaps or overruns).
@@ -27,6 +27,10 @@ pub const SOAK_COUNTERS: &[&str] = &[
 pub struct Reading {
     /// Firmware per RDMA device present (`None` when unreadable).
     pub fw: BTreeMap<String, Option<String>>,
+    /// PCI address → RDMA device name (devices can be renamed after a reset; the PCI
+    /// address stays).
+    #[serde(default)]
+    pub pci: BTreeMap<String, String>,
     /// Error counters, `dev/port/counter` → raw value.
     pub errors: BTreeMap<String, u64>,
     /// Error findings of the audit on this node (`RULE entity: message`).
@@ -35,6 +39,31 @@ pub struct Reading {
     pub source: String,
     /// Time of the reading, ns (any clock, the same for a pair of readings).
     pub ts_ns: u64,
+}
+
+impl Reading {
+    /// The device a planned NIC is now: by PCI address when known, else by name.
+    pub fn device_of<'a>(&'a self, u: &'a NicUpgrade) -> Option<&'a str> {
+        if let Some(name) = u.pci.as_ref().and_then(|p| self.pci.get(p)) {
+            return Some(name);
+        }
+        self.fw.contains_key(&u.nic).then_some(u.nic.as_str())
+    }
+
+    /// A planned NIC's firmware now: `None` when the device is absent,
+    /// `Some(None)` when its version is unreadable.
+    pub fn fw_of(&self, u: &NicUpgrade) -> Option<Option<String>> {
+        self.device_of(u).and_then(|d| self.fw.get(d).cloned())
+    }
+
+    /// The version shown for a planned NIC, for messages.
+    pub fn shown(&self, u: &NicUpgrade) -> String {
+        match self.fw_of(u) {
+            None => "absent".into(),
+            Some(None) => "unreadable".into(),
+            Some(Some(v)) => v,
+        }
+    }
 }
 
 /// A gate's verdict.
@@ -66,17 +95,13 @@ pub fn firmware(node: &PlannedNode, after: &Reading) -> GateResult {
     let mut bad = Vec::new();
     let mut ev = Vec::new();
     for u in &node.nics {
-        let v = after.fw.get(&u.nic);
-        let shown = match v {
-            None => "absent".to_string(),
-            Some(None) => "unreadable".to_string(),
-            Some(Some(v)) => v.clone(),
-        };
+        let v = after.fw_of(u);
+        let shown = after.shown(u);
         ev.push(format!(
             "{}: {} fw_ver = {shown} (target {})",
             after.source, u.nic, u.to
         ));
-        if v.and_then(|x| x.as_deref()) != Some(u.to.as_str()) {
+        if v.flatten().as_deref() != Some(u.to.as_str()) {
             bad.push(format!("{} shows {shown}", u.nic));
         }
     }
@@ -109,6 +134,17 @@ pub fn audit(after: &Reading) -> GateResult {
 /// Error counters did not rise by more than `max_increase` between two readings
 /// (wraps told from resets by each counter's width, as the monitor does).
 pub fn soak(before: &Reading, after: &Reading, max_increase: u64, soak_s: f64) -> GateResult {
+    if before.errors.is_empty() {
+        return GateResult::new(
+            "soak",
+            false,
+            "no link error counter could be read: the soak cannot tell whether errors rise".into(),
+            vec![format!(
+                "{}: no PMA error counters (ports/*/counters)",
+                before.source
+            )],
+        );
+    }
     let mut rising = Vec::new();
     let mut ev = Vec::new();
     for (key, &now) in &after.errors {
@@ -207,7 +243,7 @@ pub fn bench_figure(text: &str) -> Result<BenchFigure, String> {
                 .expect("parse returns at least one row");
             Ok(BenchFigure {
                 value: r.bw_average_mb_s,
-                what: format!("perftest BW average MB/sec at {} B", r.bytes),
+                what: format!("perftest BW average {} at {} B", r.unit, r.bytes),
                 line: r.line,
             })
         }
@@ -289,6 +325,12 @@ mod tests {
         assert!(soak(&a, &c, 4, 1.0).passed);
         let d = reading(&[], 1_000_000_000);
         assert!(!soak(&a, &d, 0, 1.0).passed);
+        let g = soak(&d, &d, 0, 1.0);
+        assert!(
+            !g.passed && g.summary.starts_with("no link error counter"),
+            "{}",
+            g.summary
+        );
     }
 
     #[test]

@@ -35,8 +35,11 @@ pub struct Row {
     pub iterations: u64,
     /// `BW peak[MB/sec]`, when printed.
     pub bw_peak_mb_s: Option<f64>,
-    /// `BW average[MB/sec]`.
+    /// `BW average[MB/sec]` (or in the unit the header names: `Gb/sec` with
+    /// `--report_gbits`).
     pub bw_average_mb_s: f64,
+    /// The unit in the header's brackets (`MB/sec`, `Gb/sec`).
+    pub unit: String,
     /// `MsgRate[Mpps]`, when printed.
     pub msg_rate_mpps: Option<f64>,
 }
@@ -88,6 +91,14 @@ pub fn parse(text: &str) -> Result<Vec<Row>, PerftestError> {
                 .position(|x| x.starts_with(name))
                 .and_then(|k| toks[k].parse::<f64>().ok())
         };
+        let unit = c
+            .iter()
+            .find(|x| x.starts_with("BW average"))
+            .and_then(|x| {
+                x.split_once('[')
+                    .map(|(_, u)| u.trim_end_matches(']').to_string())
+            })
+            .unwrap_or_default();
         let (Some(bytes), Some(iters), Some(avg)) = (get("#bytes"), get("#iterations"), get("BW average"))
         else {
             continue;
@@ -98,6 +109,7 @@ pub fn parse(text: &str) -> Result<Vec<Row>, PerftestError> {
             iterations: iters as u64,
             bw_peak_mb_s: get("BW peak"),
             bw_average_mb_s: avg,
+            unit,
             msg_rate_mpps: get("MsgRate"),
         });
     }
@@ -143,6 +155,9 @@ mod tests {
         let rows = parse(t).unwrap();
         assert_eq!(rows[0].bw_average_mb_s, 23302.26);
         assert_eq!(rows[0].bw_peak_mb_s, None);
+        assert_eq!(rows[0].unit, "MB/sec");
+        let g = "#bytes #iterations BW peak[Gb/sec] BW average[Gb/sec] MsgRate[Mpps]\n65536 5000 354.1 354.0 0.67\n";
+        assert_eq!(parse(g).unwrap()[0].unit, "Gb/sec");
     }
 
     #[test]

@@ -127,6 +127,14 @@ fn classify<'a>(node: &'a Node, policy: &Policy) -> Result<Candidate<'a>, String
         };
         match nic.fw.as_deref() {
             Some(v) if v == t.target => on_target += 1,
+            Some(v) if t.allowed_from.iter().any(|a| a == v) && !missing_values(policy, nic).is_empty() => {
+                blocked.push(format!(
+                    "{} ({}): {} unknown, needed by the flash/rollback commands",
+                    nic.name,
+                    nic.model(),
+                    missing_values(policy, nic).join(", ")
+                ))
+            }
             Some(v) if t.allowed_from.iter().any(|a| a == v) => nics.push(NicUpgrade {
                 nic: nic.name.clone(),
                 model: nic.model(),
@@ -171,6 +179,22 @@ fn classify<'a>(node: &'a Node, policy: &Policy) -> Result<Candidate<'a>, String
         combos,
         group,
     })
+}
+
+/// Template values a NIC lacks that the flash or rollback command needs.
+fn missing_values(policy: &Policy, nic: &crate::fleet::Nic) -> Vec<&'static str> {
+    let c = &policy.commands;
+    [
+        ("pci", nic.pci.is_none()),
+        ("hca_type", nic.hca_type.is_none()),
+        ("board_id", nic.board_id.is_none()),
+    ]
+    .into_iter()
+    .filter(|(name, missing)| {
+        *missing && (c.flash.contains(&format!("{{{name}}}")) || c.rollback.contains(&format!("{{{name}}}")))
+    })
+    .map(|(name, _)| name)
+    .collect()
 }
 
 /// The domain nodes are spread over: the rack when known, else the first switch.

@@ -149,6 +149,12 @@ fn default_min_ratio() -> f64 {
     0.95
 }
 
+/// Default soak: ten minutes. No figure in shared/reference; chosen to span several
+/// monitoring intervals (the agent samples every 10-60 s) and ibdiagnet's snapshot pairs.
+pub const DEFAULT_SOAK_S: f64 = 600.0;
+/// Longest soak accepted: one day.
+const MAX_SOAK_S: f64 = 86_400.0;
+
 /// Validation gates evaluated on every node of a wave after it is flashed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -156,8 +162,8 @@ pub struct Gates {
     /// No error finding from the audit on the node (its NICs, ports, PCIe, config).
     #[serde(default = "yes")]
     pub audit: bool,
-    /// Seconds to watch error counters after the wave is flashed.
-    #[serde(default)]
+    /// Seconds to watch error counters after the wave is flashed (0: no soak gate).
+    #[serde(default = "default_soak")]
     pub soak_s: f64,
     /// Largest allowed increase of any link error counter over the soak window.
     #[serde(default)]
@@ -170,28 +176,33 @@ pub struct Gates {
 fn yes() -> bool {
     true
 }
+fn default_soak() -> f64 {
+    DEFAULT_SOAK_S
+}
 
 impl Default for Gates {
     fn default() -> Self {
         Gates {
             audit: true,
-            soak_s: 0.0,
+            soak_s: DEFAULT_SOAK_S,
             max_error_increase: 0,
             benchmark: None,
         }
     }
 }
 
-/// Command templates. Placeholders: `{node} {nic} {pci} {hca_type} {board_id}
-/// {image} {target} {previous}`; values are shell-quoted when substituted.
+/// Command templates, run by `sh -c` on the executor's machine in the inventory
+/// directory. Placeholders: `{node} {nic} {pci} {hca_type} {board_id} {image} {target}
+/// {previous}`; values are shell-quoted when substituted. `flash` and `rollback` have no
+/// default and must use `{node}`: they run here and must reach the node (for example
+/// `ssh {node} mlxfwmanager -d {pci} -i {image} -u -y`), so that a forgotten template
+/// never burns the executor's own NIC.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Commands {
     /// Flashes one NIC.
-    #[serde(default = "default_flash")]
     pub flash: String,
     /// Puts one NIC back on its previous firmware.
-    #[serde(default = "default_rollback")]
     pub rollback: String,
     /// Run before a node's inventory is read again (for example to refresh a
     /// snapshot: `ssh {node} xirang host snapshot -o - > hosts/{node}.tar.gz`).
@@ -207,21 +218,14 @@ fn default_parallel() -> usize {
     16
 }
 
-/// NVIDIA's mlxfwmanager burns an image on a device (`-d`, `-i`, `-u` update, `-y`
-/// no prompt); the firmware takes effect after a reset (`mlxfwreset`).
-fn default_flash() -> String {
-    "mlxfwmanager -d {pci} -i {image} -u -y && mlxfwreset -d {pci} -y reset".into()
-}
-fn default_rollback() -> String {
-    "mlxfwmanager -d {pci} -i /srv/firmware/{hca_type}-{previous}.bin -u -y && mlxfwreset -d {pci} -y reset"
-        .into()
-}
-
-impl Default for Commands {
-    fn default() -> Self {
+impl Commands {
+    /// Templates in NVIDIA's style over ssh, for examples and the simulation:
+    /// mlxfwmanager burns an image on a device (`-d`, `-i`, `-u` update, `-y` no
+    /// prompt); the firmware takes effect after a reset (`mlxfwreset`).
+    pub fn ssh_mlxfwmanager() -> Commands {
         Commands {
-            flash: default_flash(),
-            rollback: default_rollback(),
+            flash: "ssh {node} 'mlxfwmanager -d {pci} -i {image} -u -y && mlxfwreset -d {pci} -y reset'".into(),
+            rollback: "ssh {node} 'mlxfwmanager -d {pci} -i /srv/firmware/{board_id}-{previous}.bin -u -y && mlxfwreset -d {pci} -y reset'".into(),
             collect: None,
             parallel: default_parallel(),
         }
@@ -244,7 +248,6 @@ pub struct Policy {
     #[serde(default)]
     pub gates: Gates,
     /// Commands.
-    #[serde(default)]
     pub commands: Commands,
     /// Directory relative paths are taken from (the policy file's directory).
     #[serde(skip)]
@@ -309,10 +312,22 @@ impl Policy {
     pub fn load(path: &Path) -> Result<Policy, RolloutError> {
         let text = std::fs::read_to_string(path).map_err(|e| RolloutError::io(path, e))?;
         let mut p: Policy = toml::from_str(&text).map_err(|e| RolloutError::toml(path, &text, &e))?;
-        p.base_dir = path
-            .parent()
-            .map(Path::to_path_buf)
-            .unwrap_or_else(|| PathBuf::from("."));
+        let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        p.base_dir = std::fs::canonicalize(if dir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            &dir
+        })
+        .unwrap_or(dir);
+        // Benchmark paths are relative to the policy file; made absolute now, because
+        // the policy is stored with the rollout and used from any working directory.
+        if let Some(b) = &mut p.gates.benchmark {
+            for t in [&mut b.baseline, &mut b.result] {
+                if !Path::new(t.as_str()).is_absolute() {
+                    *t = p.base_dir.join(t.as_str()).display().to_string();
+                }
+            }
+        }
         p.check()
             .map_err(|m| RolloutError::Policy(format!("{}: {m}", path.display())))?;
         Ok(p)
@@ -337,6 +352,9 @@ impl Policy {
             }
         }
         let fr = &self.stages.fractions;
+        if fr.iter().any(|f| !f.is_finite()) {
+            return Err("stages.fractions: expected numbers".into());
+        }
         if fr.is_empty() {
             return Err("stages.fractions: expected at least one stage".into());
         }
@@ -360,8 +378,10 @@ impl Policy {
                 ));
             }
         }
-        if !(self.gates.soak_s >= 0.0 && self.gates.soak_s.is_finite()) {
-            return Err("gates.soak_s: expected a non-negative number of seconds".into());
+        if !(self.gates.soak_s >= 0.0 && self.gates.soak_s <= MAX_SOAK_S) {
+            return Err(format!(
+                "gates.soak_s: expected seconds between 0 and {MAX_SOAK_S} (one day)"
+            ));
         }
         if let Some(b) = &self.gates.benchmark
             && !(b.min_ratio > 0.0 && b.min_ratio <= 2.0)
@@ -388,6 +408,11 @@ impl Policy {
             }
         }
         for (key, t) in per_node {
+            if t.trim().is_empty() {
+                return Err(format!(
+                    "{key}: expected a command or path, found an empty string"
+                ));
+            }
             if let Some(name) = unknown_placeholder(t).or_else(|| {
                 let mut rest = t;
                 while let Some(i) = rest.find('{') {
@@ -402,6 +427,16 @@ impl Policy {
             }) {
                 return Err(format!(
                     "{key}: placeholder {{{name}}} cannot be used here; expected only {{node}}"
+                ));
+            }
+        }
+        for (key, t) in &templates {
+            if t.trim().is_empty() {
+                return Err(format!("{key}: expected a command, found an empty string"));
+            }
+            if !t.contains("{node}") {
+                return Err(format!(
+                    "{key}: expected {{node}} in the command: it runs on this machine and must reach the node (for example `ssh {{node}} ...`)"
                 ));
             }
         }

@@ -13,7 +13,7 @@ use crate::RolloutError;
 use crate::exec::{Driver, ExecOptions, Executor, Job, Outcome, Phase, Progress, Purpose};
 use crate::fleet::{Fleet, SyntheticSpec};
 use crate::gates::{BenchFigure, Reading};
-use crate::plan::{Plan, plan};
+use crate::plan::{NicUpgrade, Plan, plan};
 use crate::policy::{BenchmarkGate, Policy};
 use crate::store::{Event, Meta, Store};
 
@@ -90,7 +90,7 @@ pub fn default_policy(spec: &SimSpec) -> Policy {
         limits: Default::default(),
         gates: crate::policy::Gates {
             audit: true,
-            soak_s: 600.0,
+            soak_s: crate::policy::DEFAULT_SOAK_S,
             max_error_increase: 0,
             benchmark: Some(BenchmarkGate {
                 baseline: "{node}.before".into(),
@@ -99,7 +99,7 @@ pub fn default_policy(spec: &SimSpec) -> Policy {
                 min_ratio: 0.95,
             }),
         },
-        commands: Default::default(),
+        commands: crate::policy::Commands::ssh_mlxfwmanager(),
         base_dir: Default::default(),
     }
 }
@@ -109,14 +109,16 @@ struct SimNode {
     errors: BTreeMap<String, u64>,
     baseline_gbs: f64,
     upgraded_at_s: Option<f64>,
-    flashes: u32,
+    /// Flash commands run per NIC.
+    flashes: BTreeMap<String, u32>,
+    /// The planned upgrades of its NICs.
+    planned: BTreeMap<String, NicUpgrade>,
 }
 
 /// The synthetic fleet as a driver.
 pub struct SimDriver {
     nodes: BTreeMap<String, SimNode>,
     degraded: BTreeMap<String, Degradation>,
-    plan: Plan,
     clock_s: f64,
     rng: Xoshiro256PlusPlus,
     noise: f64,
@@ -137,6 +139,13 @@ fn unit(rng: &mut Xoshiro256PlusPlus) -> f64 {
 impl SimDriver {
     fn new(fleet: &Fleet, plan: &Plan, spec: &SimSpec) -> SimDriver {
         let mut rng = Xoshiro256PlusPlus::seed_from_u64(spec.seed ^ 0x5eed_de9a);
+        let mut planned: BTreeMap<String, BTreeMap<String, NicUpgrade>> = BTreeMap::new();
+        for n in plan.waves.iter().flat_map(|w| &w.nodes) {
+            planned.insert(
+                n.name.clone(),
+                n.nics.iter().map(|u| (u.nic.clone(), u.clone())).collect(),
+            );
+        }
         let mut nodes = BTreeMap::new();
         let mut degraded = BTreeMap::new();
         for n in &fleet.nodes {
@@ -157,7 +166,8 @@ impl SimDriver {
                     errors,
                     baseline_gbs: NOMINAL_BUSBW_GBS * (1.0 + spec.bench_noise * (2.0 * unit(&mut rng) - 1.0)),
                     upgraded_at_s: None,
-                    flashes: 0,
+                    flashes: BTreeMap::new(),
+                    planned: planned.remove(&n.name).unwrap_or_default(),
                 },
             );
             if unit(&mut rng) < spec.degrade_share || spec.degraded_nodes.contains(&n.name) {
@@ -167,7 +177,6 @@ impl SimDriver {
         SimDriver {
             nodes,
             degraded,
-            plan: plan.clone(),
             clock_s: 0.0,
             rng,
             noise: spec.bench_noise,
@@ -179,9 +188,12 @@ impl SimDriver {
         &self.degraded
     }
 
-    /// Flash commands run per node.
+    /// Flash commands run per `node/nic` that ran any.
     pub fn flashes(&self) -> BTreeMap<String, u32> {
-        self.nodes.iter().map(|(k, v)| (k.clone(), v.flashes)).collect()
+        self.nodes
+            .iter()
+            .flat_map(|(k, v)| v.flashes.iter().map(move |(nic, c)| (format!("{k}/{nic}"), *c)))
+            .collect()
     }
 }
 
@@ -194,18 +206,11 @@ impl SimDriver {
                 output: "no such node".into(),
             };
         };
-        let up = self
-            .plan
-            .waves
-            .iter()
-            .flat_map(|w| &w.nodes)
-            .find(|p| p.name == node)
-            .and_then(|p| p.nics.iter().find(|u| Some(u.nic.as_str()) == nic))
-            .cloned();
+        let up = nic.and_then(|c| n.planned.get(c)).cloned();
         match (purpose, up) {
             (Purpose::Flash, Some(u)) => {
                 n.fw.insert(u.nic.clone(), u.to.clone());
-                n.flashes += 1;
+                *n.flashes.entry(u.nic.clone()).or_insert(0) += 1;
                 n.upgraded_at_s = Some(self.clock_s + FLASH_S);
                 Outcome {
                     code: Some(0),
@@ -247,21 +252,14 @@ impl Driver for SimDriver {
                 }
                 Some(Degradation::StaysOld) => {
                     if let Some((nic, v)) = fw.iter_mut().next() {
-                        let old = self
-                            .plan
-                            .waves
-                            .iter()
-                            .flat_map(|w| &w.nodes)
-                            .find(|p| p.name == node)
-                            .and_then(|p| p.nics.iter().find(|u| &u.nic == nic))
-                            .map(|u| u.from.clone());
-                        *v = old;
+                        *v = n.planned.get(nic).map(|u| u.from.clone());
                     }
                 }
                 _ => {}
             }
         }
         Ok(Reading {
+            pci: BTreeMap::new(),
             fw,
             errors: n.errors.clone(),
             audit_errors: Vec::new(),
@@ -270,25 +268,24 @@ impl Driver for SimDriver {
         })
     }
 
-    fn run(&mut self, node: &str, nic: Option<&str>, purpose: Purpose, _command: &str) -> Outcome {
-        let out = self.apply(node, nic, purpose);
-        if purpose != Purpose::Benchmark {
-            self.clock_s += FLASH_S;
-        }
-        out
-    }
-
     fn run_many(&mut self, jobs: &[Job]) -> Vec<Outcome> {
         let outs = jobs
             .iter()
             .map(|j| self.apply(&j.node, j.nic.as_deref(), j.purpose))
             .collect();
-        // A round's commands run side by side.
-        self.clock_s += FLASH_S;
+        // A round's commands run side by side; benchmarks take no simulated time.
+        if jobs.iter().any(|j| j.purpose != Purpose::Benchmark) {
+            self.clock_s += FLASH_S;
+        }
         outs
     }
 
-    fn bench(&mut self, node: &str, phase: Phase) -> Result<(String, BenchFigure), String> {
+    fn bench(
+        &mut self,
+        node: &str,
+        phase: Phase,
+        _since_ms: Option<i64>,
+    ) -> Result<(String, BenchFigure), String> {
         let noise = self.noise * (2.0 * unit(&mut self.rng) - 1.0);
         let n = self.nodes.get(node).ok_or("no such node")?;
         let value = match phase {
@@ -386,15 +383,18 @@ pub fn simulate_fleet(
 ) -> Result<(Plan, SimReport), RolloutError> {
     let plan = plan(fleet, policy);
     let store = Store::in_memory()?;
-    store.init(&Meta {
-        plan: plan.clone(),
-        policy: policy.clone(),
-        inventory: label.to_string(),
-        policy_file: "built-in".into(),
-    })?;
+    store.init(
+        &Meta {
+            id: format!("sim-{}", spec.seed),
+            plan: plan.clone(),
+            policy: policy.clone(),
+            inventory: label.to_string(),
+            policy_file: "built-in".into(),
+        },
+        SIM_EPOCH_MS,
+    )?;
     let driver = SimDriver::new(fleet, &plan, spec);
     let mut ex = Executor::new(&store, driver, ExecOptions::default(), |_| {})?;
-    ex.start()?;
     let mut halted = None;
     loop {
         match ex.advance()? {
@@ -436,10 +436,7 @@ pub fn simulate_fleet(
     let flashed_twice = d
         .flashes()
         .into_iter()
-        .filter(|(n, c)| {
-            let nics = fleet.node(n).map(|x| x.nics.len() as u32).unwrap_or(0);
-            *c > nics
-        })
+        .filter(|(_, c)| *c > 1)
         .map(|(n, _)| n)
         .collect();
     let log = store.events()?;

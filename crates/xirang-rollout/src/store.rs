@@ -58,6 +58,9 @@ pub struct NewEvent<'a> {
 /// What a rollout was started with.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Meta {
+    /// Unique id of this rollout (also written into its start-marker directory, so that
+    /// markers of another rollout, or a missing directory, are never trusted).
+    pub id: String,
     /// The plan.
     pub plan: Plan,
     /// The policy.
@@ -128,8 +131,9 @@ impl Store {
         Ok(s)
     }
 
-    /// Creates the state file for a new rollout; refuses a file that already holds one.
-    pub fn create(path: &Path, meta: &Meta) -> Result<Store, RolloutError> {
+    /// Creates the state file for a new rollout (the plan, the policy and the `started`
+    /// event, in one transaction); refuses a file that already holds one.
+    pub fn create(path: &Path, meta: &Meta, ts_ms: i64) -> Result<Store, RolloutError> {
         let s = Store::connect(path)?;
         s.conn.execute_batch(SCHEMA).map_err(|e| s.err(e))?;
         let existing: Option<String> = s
@@ -143,17 +147,50 @@ impl Store {
                 s.path
             )));
         }
-        s.init(meta)?;
+        s.init(meta, ts_ms)?;
         Ok(s)
     }
 
-    /// Writes the meta row into a fresh store.
-    pub fn init(&self, meta: &Meta) -> Result<(), RolloutError> {
+    /// Writes the meta row and the `started` event into a fresh store, together.
+    pub fn init(&self, meta: &Meta, ts_ms: i64) -> Result<(), RolloutError> {
         let json = serde_json::to_string(meta).map_err(|e| self.err(e))?;
+        let tx = self.conn.unchecked_transaction().map_err(|e| self.err(e))?;
         self.conn
             .execute("INSERT INTO meta (key, value) VALUES ('meta', ?1)", params![json])
             .map_err(|e| self.err(e))?;
+        let p = &meta.plan;
+        self.append(
+            ts_ms,
+            &NewEvent {
+                actor: "operator",
+                kind: "started",
+                wave: None,
+                node: None,
+                nic: None,
+                detail: serde_json::json!({
+                    "id": meta.id,
+                    "waves": p.waves.len(),
+                    "nodes": p.upgrade_count(),
+                    "skipped": p.skipped.len(),
+                    "policy": meta.policy_file,
+                    "inventory": meta.inventory,
+                }),
+            },
+        )?;
+        tx.commit().map_err(|e| self.err(e))?;
         Ok(())
+    }
+
+    /// The last sequence number (0 when the log is empty).
+    pub fn last_seq(&self) -> Result<i64, RolloutError> {
+        self.conn
+            .query_row("SELECT COALESCE(MAX(seq), 0) FROM log", [], |r| r.get(0))
+            .map_err(|e| self.err(e))
+    }
+
+    /// Events after `seq`.
+    pub fn events_since(&self, seq: i64) -> Result<Vec<Event>, RolloutError> {
+        self.events_where(seq)
     }
 
     /// Opens an existing state file.
@@ -212,12 +249,16 @@ impl Store {
 
     /// Every event in order.
     pub fn events(&self) -> Result<Vec<Event>, RolloutError> {
+        self.events_where(0)
+    }
+
+    fn events_where(&self, after: i64) -> Result<Vec<Event>, RolloutError> {
         let mut st = self
             .conn
-            .prepare("SELECT seq, ts_ms, actor, kind, wave, node, nic, detail FROM log ORDER BY seq")
+            .prepare("SELECT seq, ts_ms, actor, kind, wave, node, nic, detail FROM log WHERE seq > ?1 ORDER BY seq")
             .map_err(|e| self.err(e))?;
         let rows = st
-            .query_map([], |r| {
+            .query_map([after], |r| {
                 Ok((
                     r.get::<_, i64>(0)?,
                     r.get::<_, i64>(1)?,

@@ -16,6 +16,10 @@ fn policy_err(text: &str) -> String {
 }
 
 const OK: &str = r#"
+[commands]
+flash = "ssh {node} flint -d {pci} -i {image} burn"
+rollback = "ssh {node} flint -d {pci} -i old.bin burn"
+
 [[firmware]]
 hca_type = "MT4125"
 target = "22.39.1002"
@@ -31,6 +35,7 @@ fn policy_errors_name_file_line_and_expectation() {
     let pol = Policy::load(&p).unwrap();
     assert_eq!(pol.stages.fractions, vec![0.01, 0.05, 0.25, 1.0]);
     assert_eq!(pol.commands.parallel, 16);
+    assert_eq!(pol.gates.soak_s, 600.0);
 
     let cases: &[(&str, &str)] = &[
         (
@@ -38,12 +43,34 @@ fn policy_errors_name_file_line_and_expectation() {
             "DIR/policy.toml:3: invalid type: integer `22`, expected a string",
         ),
         (
+            "[[firmware]]\nhca_type = \"MT4125\"\ntarget = \"1\"\nallowed_from = []\nimage = \"x\"\n",
+            "DIR/policy.toml:1: missing field `commands`",
+        ),
+        (
+            &OK.replace(
+                "ssh {node} flint -d {pci} -i {image} burn",
+                "flint -d {pci} -i {image} burn",
+            ),
+            "policy DIR/policy.toml: commands.flash: expected {node} in the command: it runs on this machine and must reach the node (for example `ssh {node} ...`)",
+        ),
+        (
+            &format!("{OK}[gates]\nsoak_s = 1e20\n"),
+            "policy DIR/policy.toml: gates.soak_s: expected seconds between 0 and 86400 (one day)",
+        ),
+        (
+            &format!("{OK}[stages]\nfractions = [0.1, nan, 1.0]\n"),
+            "policy DIR/policy.toml: stages.fractions: expected numbers",
+        ),
+        (
             "[[firmware]]\nhca_type = \"MT4125\"\ntarget = \"1\"\nallowed_from = []\nimage = \"x\"\ncolour = 1\n",
             "DIR/policy.toml:6: unknown field `colour`",
         ),
-        ("", "DIR/policy.toml:1: missing field `firmware`"),
         (
-            "[[firmware]]\ntarget = \"1\"\nallowed_from = []\nimage = \"x\"\n",
+            "[commands]\nflash = \"a {node}\"\nrollback = \"b {node}\"\n",
+            "DIR/policy.toml:1: missing field `firmware`",
+        ),
+        (
+            &OK.replace("hca_type = \"MT4125\"\n", ""),
             "policy DIR/policy.toml: firmware[0]: expected `hca_type` or `board_id` (which NICs the target is for)",
         ),
         (
@@ -59,15 +86,15 @@ fn policy_errors_name_file_line_and_expectation() {
             "policy DIR/policy.toml: limits.rack: expected a share in (0, 1], found 0",
         ),
         (
-            &format!("{OK}[commands]\nflash = \"flint -d {{pcie}} b\"\n"),
+            &OK.replace("-d {pci} -i {image}", "-d {pcie} -i {image}"),
             "policy DIR/policy.toml: commands.flash: unknown placeholder {pcie}; expected one of {node} {nic} {pci} {hca_type} {board_id} {image} {target} {previous}",
         ),
         (
-            &format!("{OK}[commands]\ncollect = \"scp {{nic}}\"\n"),
+            &OK.replace("[commands]\n", "[commands]\ncollect = \"scp {nic}\"\n"),
             "policy DIR/policy.toml: commands.collect: placeholder {nic} cannot be used here; expected only {node}",
         ),
         (
-            &format!("{OK}[commands]\nparallel = 0\n"),
+            &OK.replace("[commands]\n", "[commands]\nparallel = 0\n"),
             "policy DIR/policy.toml: commands.parallel: expected at least 1",
         ),
     ];

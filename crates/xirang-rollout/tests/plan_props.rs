@@ -90,7 +90,7 @@ fn build(specs: &[NodeSpec], racks: bool) -> Fleet {
                         hca_type: Some(MODELS[s.model].0.into()),
                         board_id: Some(MODELS[s.model].1.into()),
                         fw: v.map(|v| VERSIONS[v].to_string()),
-                        pci: None,
+                        pci: Some(format!("0000:{:02x}:00.0", 0x10 + k)),
                     }
                 })
                 .collect();
@@ -140,7 +140,7 @@ fn policy_strategy() -> impl Strategy<Value = Policy> {
                         job,
                     },
                     gates: Default::default(),
-                    commands: Default::default(),
+                    commands: xirang_rollout::policy::Commands::ssh_mlxfwmanager(),
                     base_dir: Default::default(),
                 }
             },
@@ -288,4 +288,26 @@ fn canaries_spread_over_racks_and_cover_rare_combinations() {
         }
     }
     assert_eq!(done, 400);
+}
+
+#[test]
+fn a_nic_without_the_values_its_commands_need_blocks_its_node() {
+    let spec = xirang_rollout::fleet::SyntheticSpec {
+        nodes: 3,
+        ..Default::default()
+    };
+    let mut fleet = Fleet::synthetic(&spec, 1);
+    fleet.nodes[1].nics[2].pci = None;
+    let policy = xirang_rollout::simulate::default_policy(&xirang_rollout::simulate::SimSpec::default());
+    let p = plan(&fleet, &policy);
+    assert_eq!(p.skipped.len(), 1);
+    assert_eq!(p.skipped[0].name, fleet.nodes[1].name);
+    assert!(
+        p.skipped[0].reason.contains("mlx5_2")
+            && p.skipped[0]
+                .reason
+                .contains("pci unknown, needed by the flash/rollback commands"),
+        "{}",
+        p.skipped[0].reason
+    );
 }

@@ -6,7 +6,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use serde_json::json;
-use xirang_rollout::command::{CommandDriver, load_inventory};
+use xirang_rollout::command::{
+    CommandDriver, init_markers, load_inventory, load_inventory_lenient, markers_of,
+};
 use xirang_rollout::exec::{self, ExecOptions, Executor, Progress, State};
 use xirang_rollout::simulate::{Degradation, SimSpec, default_policy, simulate, simulate_fleet};
 use xirang_rollout::store::{Meta, Store};
@@ -30,11 +32,15 @@ pub(crate) fn run(cmd: RolloutCmd) -> Result<Outcome> {
         RolloutCmd::Log(a) => log(&a),
         RolloutCmd::Advance(a) => with_executor(&a, |ex| ex.advance().map(Some)),
         RolloutCmd::Halt(a) => {
+            // No lock: a running executor holds it for a whole wave, and looks for this
+            // halt between rounds and during the soak.
             let store = Store::open(&a.state)?;
-            let _lock = lock(&a.state, 10)?;
             let mut ex = Executor::new(&store, NoDriver, ExecOptions::default(), |_| {})?;
             ex.halt_now(&a.reason)?;
-            eprintln!("halted: {}", a.reason);
+            eprintln!(
+                "halted: {}; a running executor stops after its current round of commands",
+                a.reason
+            );
             Ok(Outcome::Clean)
         }
         RolloutCmd::Resume(a) => {
@@ -47,22 +53,20 @@ pub(crate) fn run(cmd: RolloutCmd) -> Result<Outcome> {
                 let store = Store::open(&a.run.state)?;
                 let meta = store.meta()?;
                 let st = State::from_events(&store.events()?);
-                let mut n = 0;
-                for w in meta.plan.waves.iter().rev() {
-                    for node in w.nodes.iter().rev() {
-                        if !only.is_empty() && !only.contains(&node.name) {
-                            continue;
-                        }
-                        for (u, cmd) in node.nics.iter().zip(exec::rollback_commands(&meta, node)) {
-                            if st.nic(&node.name, &u.nic) == exec::NicPhase::Flashed {
-                                out(&format!("would run: {cmd}\n"))?;
-                                n += 1;
-                            }
-                        }
-                    }
+                let targets = exec::rollback_targets(&meta, &st, &only)?;
+                for t in &targets {
+                    let note = match t.phase {
+                        exec::NicPhase::Flashed => String::new(),
+                        p => format!(
+                            "  (now {p:?}: its version is read first; run only if it shows {})",
+                            t.nic.to
+                        ),
+                    };
+                    out(&format!("would run: {}{note}\n", t.command))?;
                 }
                 out(&format!(
-                    "{n} NIC(s) would be rolled back; dry run: nothing was run or recorded; add --execute\n"
+                    "{} NIC(s) would be rolled back; dry run: nothing was run or recorded; add --execute\n",
+                    targets.len()
                 ))?;
                 return Ok(Outcome::Clean);
             }
@@ -109,15 +113,19 @@ fn start(a: &RolloutStartArgs) -> Result<Outcome> {
             .display()
             .to_string()
     };
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0);
     let meta = Meta {
+        id: format!("{now_ms}-{}", std::process::id()),
         plan: plan.clone(),
         policy,
         inventory: abs(&a.plan.inventory),
         policy_file: abs(&a.plan.policy),
     };
-    let store = Store::create(&a.state, &meta)?;
-    let mut ex = Executor::new(&store, NoDriver, ExecOptions::default(), |_| {})?;
-    ex.start()?;
+    Store::create(&a.state, &meta, now_ms)?;
+    init_markers(&markers_dir(&a.state), &meta.id)?;
     eprintln!(
         "rollout recorded in {}: {} node(s) in {} wave(s), {} skipped; `xirang rollout advance --state {}` shows the first wave",
         a.state.display(),
@@ -136,16 +144,19 @@ impl exec::Driver for NoDriver {
     fn read(&mut self, _: &str) -> Result<xirang_rollout::gates::Reading, String> {
         Err("no reads in this operation".into())
     }
-    fn run(&mut self, _: &str, _: Option<&str>, _: exec::Purpose, _: &str) -> exec::Outcome {
-        exec::Outcome {
-            code: None,
-            output: "no commands in this operation".into(),
-        }
+    fn run_many(&mut self, jobs: &[exec::Job]) -> Vec<exec::Outcome> {
+        jobs.iter()
+            .map(|_| exec::Outcome {
+                code: None,
+                output: "no commands in this operation".into(),
+            })
+            .collect()
     }
     fn bench(
         &mut self,
         _: &str,
         _: exec::Phase,
+        _: Option<i64>,
     ) -> Result<(String, xirang_rollout::gates::BenchFigure), String> {
         Err("no benchmarks in this operation".into())
     }
@@ -197,6 +208,20 @@ fn lock(state: &Path, wait_s: u64) -> Result<File> {
     }
 }
 
+/// Where a rollout's start markers live: next to its state file, as an absolute path
+/// (commands run in the inventory directory).
+fn markers_dir(state: &Path) -> PathBuf {
+    sibling(state, "started")
+}
+
+/// `STATE.suffix`, absolute.
+fn sibling(state: &Path, suffix: &str) -> PathBuf {
+    let abs = std::path::absolute(state).unwrap_or_else(|_| state.to_path_buf());
+    let mut name = abs.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".{suffix}"));
+    abs.with_file_name(name)
+}
+
 fn with_executor(
     a: &RolloutRunArgs,
     f: impl FnOnce(&mut Executor<'_, CommandDriver>) -> Result<Option<Progress>, xirang_rollout::RolloutError>,
@@ -211,15 +236,26 @@ fn with_executor(
         return Ok(Outcome::Clean);
     }
     let lock = lock(&a.state, a.lock_wait_s)?;
-    let inv = load_inventory(Path::new(&meta.inventory))?;
-    let markers = PathBuf::from(format!("{}.started", a.state.display()));
-    std::fs::create_dir_all(&markers).with_context(|| format!("creating {}", markers.display()))?;
+    let inv = load_inventory_lenient(Path::new(&meta.inventory))?;
+    let dir = markers_dir(&a.state);
+    // A missing or foreign marker directory is never trusted: every interrupted flash
+    // is then left to the operator.
+    let markers = markers_of(&dir, &meta.id);
+    if markers.is_none() {
+        eprintln!(
+            "warning: {} is missing or belongs to another rollout: an interrupted flash will need an operator's decision",
+            dir.display()
+        );
+    }
+    let work = sibling(&a.state, "out");
+    std::fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
     let driver = CommandDriver::new(
         inv,
         meta.policy.clone(),
         Some(lock),
         Duration::from_secs(a.command_timeout_s),
-        Some(markers),
+        markers,
+        work,
     );
     let opts = ExecOptions {
         crash_before_step: std::env::var(CRASH_ENV).ok().and_then(|v| v.parse().ok()),
@@ -252,10 +288,6 @@ fn status(a: &RolloutStateArgs) -> Result<Outcome> {
     let meta = store.meta()?;
     let events = store.events()?;
     let st = State::from_events(&events);
-    let halt_ev = st
-        .halt
-        .as_ref()
-        .and_then(|h| events.iter().find(|e| e.seq == h.seq));
     let waves: Vec<serde_json::Value> = meta
         .plan
         .waves
@@ -290,7 +322,9 @@ fn status(a: &RolloutStateArgs) -> Result<Outcome> {
             json!({"wave": w.number, "stage": w.stage, "nodes": w.nodes.len(), "flashed": flashed, "failed": failed, "state": state})
         })
         .collect();
-    let failing = st.halt.as_ref().is_some_and(|h| h.kind != "operator");
+    // Exit 1 while a failure holds the rollout (not for an operator's halt, and not
+    // once it was rolled back: that is the end of it).
+    let failing = !st.rolled_back && st.halt.as_ref().is_some_and(|h| h.kind != "operator");
     if a.json {
         let v = json!({
             "state_file": a.state.display().to_string(),
@@ -299,7 +333,6 @@ fn status(a: &RolloutStateArgs) -> Result<Outcome> {
             "completed": st.completed,
             "rolled_back": st.rolled_back,
             "halt": st.halt,
-            "halt_evidence": halt_ev.map(|e| e.detail.clone()),
             "waves": waves,
             "events": events.len(),
         });
@@ -320,20 +353,13 @@ fn status(a: &RolloutStateArgs) -> Result<Outcome> {
         );
         if let Some(h) = &st.halt {
             s += &format!("HALTED ({}, log #{}): {}\n", h.kind, h.seq, h.reason);
-            if let Some(ev) = halt_ev.and_then(|e| e.detail["evidence"].as_array()) {
-                for f in ev {
-                    s += &format!(
-                        "  {} {}: {}\n",
-                        f["node"].as_str().unwrap_or(""),
-                        f["gate"].as_str().unwrap_or(""),
-                        f["summary"].as_str().unwrap_or("")
-                    );
-                    for e in f["evidence"].as_array().into_iter().flatten() {
-                        s += &format!("      {}\n", e.as_str().unwrap_or(""));
-                    }
-                    for c in f["rollback"].as_array().into_iter().flatten() {
-                        s += &format!("    rollback: {}\n", c.as_str().unwrap_or(""));
-                    }
+            for f in &h.failures {
+                s += &format!("  {} {}: {}\n", f.node, f.gate, f.summary);
+                for e in &f.evidence {
+                    s += &format!("      {e}\n");
+                }
+                for c in &f.rollback {
+                    s += &format!("    rollback: {c}\n");
                 }
             }
         }

@@ -68,8 +68,13 @@ impl Bed {
             dir.join("flash.sh"),
             r#"#!/bin/sh
 # Fake vendor tool: $1 node, $2 NIC, $3 version, $4 test bed.
+# It prints progress while it works, as vendor tools do: a killed executor must not
+# take it down (SIGPIPE) before the version is written.
 d="$4/inv/hosts/$1/sys/class/infiniband/$2"
 echo "$1 $2 $3" >> "$4/invocations"
+echo "burning $3 on $1/$2: 0%"
+sleep 0.03
+echo "burning $3 on $1/$2: 50%"
 sleep 0.03
 printf '%s\n' "$3" > "$d/fw_ver.tmp" && mv "$d/fw_ver.tmp" "$d/fw_ver"
 echo "burned $3 on $1/$2"
@@ -124,6 +129,14 @@ parallel = {parallel}
         )
         .unwrap();
         Bed { _tmp: tmp, dir }
+    }
+
+    /// Rewrites a line of the policy.
+    fn policy_set(&self, from: &str, to: &str) {
+        let p = self.dir.join("policy.toml");
+        let text = std::fs::read_to_string(&p).unwrap();
+        assert!(text.contains(from), "{from} not in the policy");
+        std::fs::write(&p, text.replace(from, to)).unwrap();
     }
 
     fn p(&self, name: &str) -> String {
@@ -444,6 +457,12 @@ fn dry_run_halt_resume_recheck_rollback() {
     bed.ok(&["resume", "--recheck", "--execute"]);
     assert_eq!(bed.status()["waves"][1]["state"], "passed");
 
+    // A node this rollout never flashed cannot be rolled back (nothing is recorded).
+    let w4 = &nodes.iter().find(|x| x.0 == 4).unwrap().1;
+    let o = bed.run(&["rollback", "--node", w4, "--execute"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("none of its NICs was flashed"));
+    assert!(!bed.ok(&["log"]).contains("rollback-started"));
     // Rollback: dry run lists, --execute puts every flashed NIC back, then no advance.
     let flashed: usize = bed.invocations().len();
     let out = bed.ok(&["rollback"]);
@@ -478,7 +497,8 @@ fn dry_run_halt_resume_recheck_rollback() {
         "wave-passed",
         "rollback-intent",
         "rollback-done",
-        "rolled-back",
+        "rollback-started",
+        "benchmark-run",
     ] {
         assert!(log.contains(kind), "no {kind} in the log:\n{log}");
     }
@@ -530,4 +550,127 @@ fn simulate_halts_at_the_first_bad_wave_and_says_who() {
         "{text}"
     );
     assert!(text.contains("[injected]"), "{text}");
+}
+
+#[test]
+fn an_operator_halt_stops_a_running_wave_during_its_soak() {
+    let bed = Bed::new(4);
+    bed.policy_set("soak_s = 0", "soak_s = 4");
+    bed.start();
+    let child = bed
+        .cmd(&["advance", "--execute"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait for the soak to start, then halt from another process (no lock needed).
+    for _ in 0..200 {
+        if bed.ok(&["log"]).contains("soak-started") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (_, err) = {
+        let o = bed.run(&["halt", "--reason", "maintenance window over"]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        ((), String::from_utf8_lossy(&o.stderr).into_owned())
+    };
+    assert!(err.contains("stops after its current round"), "{err}");
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("halted by the operator during the soak"), "{err}");
+    let st = bed.status();
+    assert_eq!(st["halt"]["kind"], "operator");
+    assert_eq!(st["waves"][0]["state"], "in progress");
+    // Resume finishes the wave: the soak again, then the gates; nothing flashed twice.
+    bed.ok(&["resume", "--execute"]);
+    assert_eq!(bed.status()["waves"][0]["state"], "passed");
+    assert!(bed.invocations().values().all(|&c| c == 1));
+}
+
+#[test]
+fn the_precheck_compares_the_live_firmware_with_the_plan() {
+    let bed = Bed::new(4);
+    let plan = bed.plan();
+    let nodes = planned(&plan);
+    bed.start();
+    let w1: Vec<&(usize, String, Vec<String>)> = nodes.iter().filter(|x| x.0 == 1).collect();
+    let (_, n1, nics1) = w1[0];
+    // One NIC was flashed by hand since the plan: recorded, left alone.
+    let fw = |n: &str, nic: &str| {
+        bed.dir
+            .join(format!("inv/hosts/{n}/sys/class/infiniband/{nic}/fw_ver"))
+    };
+    std::fs::write(fw(n1, &nics1[0]), format!("{TARGET}\n")).unwrap();
+    bed.ok(&["advance", "--execute"]);
+    let inv = bed.invocations();
+    assert!(!inv.contains_key(&format!("{n1} {}", nics1[0])), "{inv:?}");
+    assert!(inv.contains_key(&format!("{n1} {}", nics1[1])), "{inv:?}");
+    assert!(bed.ok(&["log"]).contains("already-on-target"));
+    // A NIC of wave 2 now runs a version the plan did not expect: halt before flashing.
+    let (_, n2, nics2) = nodes.iter().find(|x| x.0 == 2).unwrap();
+    std::fs::write(fw(n2, &nics2[0]), "22.30.9999\n").unwrap();
+    let o = bed.run(&["advance", "--execute"]);
+    assert_eq!(o.status.code(), Some(1));
+    let st = bed.status();
+    assert_eq!(st["halt"]["kind"], "precheck", "{st:#}");
+    let why = st["halt"]["reason"].as_str().unwrap();
+    assert!(
+        why.contains("shows 22.30.9999, the plan expected 22.38.1002"),
+        "{why}"
+    );
+    assert!(!bed.invocations().keys().any(|k| k.starts_with(&format!("{n2} "))));
+    // Fixed: --recheck pre-checks again and the wave runs.
+    std::fs::write(fw(n2, &nics2[0]), format!("{OLD}\n")).unwrap();
+    bed.ok(&["resume", "--recheck", "--execute"]);
+    assert_eq!(bed.status()["waves"][1]["state"], "passed");
+}
+
+#[test]
+fn a_hung_flash_is_killed_with_its_process_group_and_left_to_the_operator() {
+    let bed = Bed::new(1);
+    std::fs::write(
+        bed.dir.join("hang.sh"),
+        "#!/bin/sh\necho \"$1 $2\" >> \"$3/invocations\"\necho started\nsleep 600\n",
+    )
+    .unwrap();
+    let d = bed.dir.display().to_string();
+    bed.policy_set(
+        &format!("flash = \"sh {d}/flash.sh {{node}} {{nic}} {{target}} {d}\""),
+        &format!("flash = \"sh {d}/hang.sh {{node}} {{nic}} {d}\""),
+    );
+    bed.start();
+    let t0 = std::time::Instant::now();
+    let o = bed.run(&["advance", "--execute", "--command-timeout-s", "1"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        t0.elapsed() < Duration::from_secs(30),
+        "the timeout did not bound the command"
+    );
+    let st = bed.status();
+    assert_eq!(st["halt"]["kind"], "flash-unknown", "{st:#}");
+    let ev = &st["halt"]["failures"][0];
+    assert!(
+        ev["summary"].as_str().unwrap().contains("its effect is unknown"),
+        "{ev:#}"
+    );
+    assert!(ev["evidence"][0].as_str().unwrap().contains("started"), "{ev:#}");
+    assert!(
+        ev["evidence"][0]
+            .as_str()
+            .unwrap()
+            .contains("[killed after the 1 s timeout"),
+        "{ev:#}"
+    );
+    // The sleeping grandchild died with its group: no process of the test bed is left.
+    let ps = Command::new("ps").args(["-eo", "args"]).output().unwrap();
+    let ps = String::from_utf8_lossy(&ps.stdout);
+    assert!(
+        !ps.lines().any(|l| l.contains(&format!("{d}/hang.sh"))),
+        "hang.sh survived"
+    );
+    // A plain resume refuses; --reflash is the operator's explicit decision.
+    let o = bed.run(&["resume", "--execute"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--reflash"));
 }
