@@ -47,6 +47,10 @@ pub(crate) enum Command {
     /// Monitoring agent: sample RDMA counters every interval, derive health signals,
     /// serve them to Prometheus on /metrics, keep local history, evaluate alert rules.
     Monitor(MonitorArgs),
+    /// Diagnosis: say whether a slowdown is a NIC, a link, a switch or the application's
+    /// configuration, with scope, advice and evidence.
+    #[command(subcommand)]
+    Diagnose(DiagnoseCmd),
     /// NIC firmware rollout: plan canary and waves over the inventory, run them with
     /// validation gates (dry run unless --execute), state and audit log in SQLite.
     #[command(subcommand)]
@@ -625,6 +629,25 @@ pub(crate) struct FileArgs {
     /// Scenario file.
     pub(crate) file: PathBuf,
     /// Print JSON instead of a table.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum DiagnoseCmd {
+    /// From nccl-tests logs alone: aborts, socket transport, GPUDirect RDMA off, GPUs
+    /// sharing a NIC, and (over pairwise logs) slow nodes and slow pairs. Exit status 1
+    /// when a fault is found.
+    Nccl(DiagnoseNcclArgs),
+}
+
+/// `xirang diagnose nccl`.
+#[derive(Debug, Args)]
+pub(crate) struct DiagnoseNcclArgs {
+    /// nccl-tests or rccl-tests logs (several pairwise logs are also read as a matrix).
+    #[arg(required = true)]
+    pub(crate) logs: Vec<PathBuf>,
+    /// Print JSON.
     #[arg(long)]
     pub(crate) json: bool,
 }

@@ -5,6 +5,7 @@ mod audit;
 mod bench;
 mod cli;
 mod cmd;
+mod diagnose;
 mod host;
 mod monitor;
 mod monitor_bench;

@@ -4,6 +4,7 @@
 //! - `topo`, `scenario`, `sim`: one module per command family; `report`: snapshots of
 //!   the human-readable reports.
 
+mod diagnose;
 mod host;
 mod monitor;
 mod nccl;
