@@ -14,6 +14,7 @@
 pub mod metric;
 pub mod rate;
 pub mod spec;
+pub mod time;
 
 use std::fmt;
 use std::str::FromStr;

@@ -48,9 +48,10 @@ pub(crate) enum Command {
     /// serve them to Prometheus on /metrics, keep local history, evaluate alert rules.
     Monitor(MonitorArgs),
     /// Diagnosis: say whether a slowdown is a NIC, a link, a switch or the application's
-    /// configuration, with scope, advice and evidence.
-    #[command(subcommand)]
-    Diagnose(DiagnoseCmd),
+    /// configuration, with scope, advice and evidence, from counters (the monitor's
+    /// history or Prometheus) or from nccl-tests logs (`diagnose nccl`). Exit status 1
+    /// when a fault is found.
+    Diagnose(DiagnoseArgs),
     /// NIC firmware rollout: plan canary and waves over the inventory, run them with
     /// validation gates (dry run unless --execute), state and audit log in SQLite.
     #[command(subcommand)]
@@ -629,6 +630,26 @@ pub(crate) struct FileArgs {
     /// Scenario file.
     pub(crate) file: PathBuf,
     /// Print JSON instead of a table.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// `xirang diagnose`.
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub(crate) struct DiagnoseArgs {
+    #[command(subcommand)]
+    pub(crate) command: Option<DiagnoseCmd>,
+    /// The window to read, back from now (`30m`, `2h`, `90s`).
+    #[arg(long, default_value = "30m")]
+    pub(crate) since: String,
+    /// Read the monitoring agent's history (SQLite).
+    #[arg(long, conflicts_with = "prometheus")]
+    pub(crate) history: Option<PathBuf>,
+    /// Read a Prometheus server scraping the agents (`http://host:9090`).
+    #[arg(long)]
+    pub(crate) prometheus: Option<String>,
+    /// Print JSON.
     #[arg(long)]
     pub(crate) json: bool,
 }

@@ -29,7 +29,10 @@ pub(crate) fn run(cli: Cli) -> Result<Outcome> {
         Command::Audit(a) => crate::audit::run(&a),
         Command::Monitor(a) => crate::monitor::run(&a),
         Command::Rollout(a) => crate::rollout::run(a),
-        Command::Diagnose(crate::cli::DiagnoseCmd::Nccl(a)) => crate::diagnose::nccl(&a),
+        Command::Diagnose(a) => match &a.command {
+            Some(crate::cli::DiagnoseCmd::Nccl(n)) => crate::diagnose::nccl(n),
+            None => crate::diagnose::counters(&a),
+        },
         Command::Host(HostCmd::Snapshot(a)) => crate::host::snapshot(&a),
         Command::Topo(TopoCmd::Dot { file }) => {
             let loaded = load(&file)?;

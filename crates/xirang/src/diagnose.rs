@@ -6,7 +6,7 @@ use xirang_diagnose::finding::render_text;
 use xirang_diagnose::nccl::{Log, diagnose};
 
 use crate::Outcome;
-use crate::cli::DiagnoseNcclArgs;
+use crate::cli::{DiagnoseArgs, DiagnoseNcclArgs};
 use crate::cmd::out;
 
 /// Largest log read (nccl-tests logs with NCCL_DEBUG=INFO run to a few MiB).
@@ -30,14 +30,43 @@ pub(crate) fn nccl(a: &DiagnoseNcclArgs) -> Result<Outcome> {
         });
     }
     let findings = diagnose(&logs)?;
-    if a.json {
-        out(&(serde_json::to_string_pretty(&findings)? + "\n"))?;
+    report(&findings, a.json)
+}
+
+fn report(findings: &[xirang_diagnose::Finding], json: bool) -> Result<Outcome> {
+    if json {
+        out(&(serde_json::to_string_pretty(findings)? + "\n"))?;
     } else {
-        out(&render_text(&findings))?;
+        out(&render_text(findings))?;
     }
     Ok(if findings.iter().any(|f| f.severity <= Severity::Medium) {
         Outcome::Findings
     } else {
         Outcome::Clean
     })
+}
+
+pub(crate) fn counters(a: &DiagnoseArgs) -> Result<Outcome> {
+    let since = crate::monitor::parse_duration(&a.since).context("--since")?;
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0);
+    let from_ms = now_ms - since.as_millis() as i64;
+    let window = match (&a.history, &a.prometheus) {
+        (Some(h), _) => xirang_diagnose::source::from_history(h, from_ms, now_ms)?,
+        (None, Some(url)) => xirang_diagnose::source::from_prometheus(url, from_ms, now_ms)?,
+        (None, None) => anyhow::bail!(
+            "nothing to read: give --history FILE or --prometheus URL (or `xirang diagnose nccl LOG...`)"
+        ),
+    };
+    if !a.json {
+        eprintln!(
+            "read {} series from {} over the last {}",
+            window.series.len(),
+            window.source,
+            a.since
+        );
+    }
+    report(&xirang_diagnose::counters::diagnose_window(&window), a.json)
 }

@@ -80,22 +80,8 @@ fn write_counters(root: &Path, elapsed_s: f64) {
     );
 }
 
-#[test]
-fn prometheus_scrapes_the_agent_and_rates_match_the_injected_deltas() {
-    let prometheus = ["/usr/bin/prometheus", "/usr/local/bin/prometheus"]
-        .into_iter()
-        .find(|p| Path::new(p).exists())
-        .expect("prometheus is not installed: scripts/test.sh installs it (Debian package `prometheus`)");
-    let dir = tempfile::tempdir().unwrap();
-    let host = dir.path().join("host");
-    let p = "sys/class/infiniband/mlx5_0/ports/1";
-    write(&host, &format!("{p}/state"), "4: ACTIVE\n");
-    write(&host, &format!("{p}/phys_state"), "5: LinkUp\n");
-    write(&host, &format!("{p}/rate"), "25 Gb/sec (1X EDR)\n");
-    write(&host, &format!("{p}/link_layer"), "Ethernet\n");
-    write(&host, "sys/class/net/ens1np0/operstate", "up\n");
-    write_counters(&host, 0.0);
-
+/// Starts the agent on a host tree, sampling every second; returns it and its port.
+fn start_agent(host: &Path) -> (Guard, u16) {
     let agent_port = free_port();
     let agent = Guard(
         Command::new(env!("CARGO_BIN_EXE_xirang"))
@@ -113,6 +99,116 @@ fn prometheus_scrapes_the_agent_and_rates_match_the_injected_deltas() {
             .spawn()
             .unwrap(),
     );
+    wait_for(&format!("http://127.0.0.1:{agent_port}/metrics"), "the agent");
+    (agent, agent_port)
+}
+
+/// Starts Prometheus scraping the agent every second, storing under `dir`; returns it
+/// once ready, and its port.
+fn start_prometheus(prometheus: &str, dir: &Path, agent_port: u16) -> (Guard, u16) {
+    let prom_port = free_port();
+    let config = dir.join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: xirang\n    static_configs:\n      - targets: ['127.0.0.1:{agent_port}']\n"),
+    )
+    .unwrap();
+    let prom = Guard(
+        Command::new(prometheus)
+            .args([
+                &format!("--config.file={}", config.display()),
+                &format!("--storage.tsdb.path={}", dir.join("tsdb").display()),
+                &format!("--web.listen-address=127.0.0.1:{prom_port}"),
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for(&format!("http://127.0.0.1:{prom_port}/-/ready"), "prometheus");
+    (prom, prom_port)
+}
+
+fn prometheus_binary() -> &'static str {
+    ["/usr/bin/prometheus", "/usr/local/bin/prometheus"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .expect("prometheus is not installed: scripts/test.sh installs it (Debian package `prometheus`)")
+}
+
+/// A minimal RoCE port tree the agent reads.
+fn port_tree(host: &Path) {
+    let p = "sys/class/infiniband/mlx5_0/ports/1";
+    write(host, &format!("{p}/state"), "4: ACTIVE\n");
+    write(host, &format!("{p}/phys_state"), "5: LinkUp\n");
+    write(host, &format!("{p}/rate"), "25 Gb/sec (1X EDR)\n");
+    write(host, &format!("{p}/link_layer"), "Ethernet\n");
+    write(host, "sys/class/net/ens1np0/operstate", "up\n");
+}
+
+/// Acceptance 3 of the diagnosis issue: the agent on a tree whose symbol errors ramp up,
+/// scraped by a real Prometheus, and `xirang diagnose --prometheus` finds the link
+/// fault through PromQL; a steady tree gives no finding.
+#[test]
+fn diagnose_finds_a_link_error_ramp_through_prometheus() {
+    let prometheus = prometheus_binary();
+    let dir = tempfile::tempdir().unwrap();
+    let host = dir.path().join("host");
+    port_tree(&host);
+    let errors = "sys/class/infiniband/mlx5_0/ports/1/counters/symbol_error";
+    write(&host, errors, "7\n");
+    write(
+        &host,
+        "sys/class/infiniband/mlx5_0/ports/1/counters/link_downed",
+        "0\n",
+    );
+    let (_agent, agent_port) = start_agent(&host);
+    let (_prom, prom_port) = start_prometheus(prometheus, dir.path(), agent_port);
+    let url = format!("http://127.0.0.1:{prom_port}");
+    // Steady for a while: nothing to report.
+    std::thread::sleep(Duration::from_secs(5));
+    let (out, _) = run_expect(&["diagnose", "--prometheus", &url, "--since", "1m"], 0);
+    assert_eq!(out, "No fault found.\n");
+    // Then 5 symbol errors per second for 8 s.
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(8) {
+        write(
+            &host,
+            errors,
+            &format!("{}\n", 7 + (5.0 * t0.elapsed().as_secs_f64()) as u64),
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    let o = crate::util::run(&["diagnose", "--prometheus", &url, "--since", "1m", "--json"]);
+    assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let f = &v[0];
+    assert_eq!(f["rule"], "LINK-ERRORS", "{v:#}");
+    assert_eq!(f["class"], "link");
+    assert_eq!(f["entity"], format!("127.0.0.1:{agent_port}/mlx5_0/1"));
+    let ev = f["evidence"][0]["source"].as_str().unwrap();
+    assert!(
+        ev.starts_with(&format!("prometheus {url} node_infiniband_symbol_error_total{{")),
+        "{ev}"
+    );
+    let text = f["evidence"][0]["text"].as_str().unwrap();
+    let (from, rest) = text.split_once(" → ").unwrap();
+    let to: f64 = rest.split(' ').next().unwrap().parse().unwrap();
+    assert_eq!(from, "7", "{text}");
+    assert!((30.0..=50.0).contains(&(to - 7.0)), "{text}");
+    assert_eq!(v.as_array().unwrap().len(), 1, "{v:#}");
+}
+
+#[test]
+fn prometheus_scrapes_the_agent_and_rates_match_the_injected_deltas() {
+    let prometheus = prometheus_binary();
+    let dir = tempfile::tempdir().unwrap();
+    let host = dir.path().join("host");
+    port_tree(&host);
+    write_counters(&host, 0.0);
+
+    let (agent, agent_port) = start_agent(&host);
     let body = wait_for(&format!("http://127.0.0.1:{agent_port}/metrics"), "the agent");
     assert!(
         body.contains("node_infiniband_port_data_transmitted_bytes_total"),
@@ -122,27 +218,7 @@ fn prometheus_scrapes_the_agent_and_rates_match_the_injected_deltas() {
         get(&format!("http://127.0.0.1:{agent_port}/healthz")).as_deref(),
         Some("ok\n")
     );
-
-    let prom_port = free_port();
-    let config = dir.path().join("prometheus.yml");
-    std::fs::write(
-        &config,
-        format!("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: xirang\n    static_configs:\n      - targets: ['127.0.0.1:{agent_port}']\n"),
-    )
-    .unwrap();
-    let _prom = Guard(
-        Command::new(prometheus)
-            .args([
-                &format!("--config.file={}", config.display()),
-                &format!("--storage.tsdb.path={}", dir.path().join("tsdb").display()),
-                &format!("--web.listen-address=127.0.0.1:{prom_port}"),
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    wait_for(&format!("http://127.0.0.1:{prom_port}/-/ready"), "prometheus");
+    let (_prom, prom_port) = start_prometheus(prometheus, dir.path(), agent_port);
 
     // The counters grow linearly with wall time, rewritten every 20 ms for 26 s.
     let t0 = Instant::now();

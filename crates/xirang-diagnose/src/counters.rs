@@ -1,0 +1,306 @@
+//! Diagnosis from counters: a telemetry window (the monitor's history, a Prometheus
+//! server, or anything else with the same metric names) read through rules in the
+//! hardware counter schema (shared/reference/diagnosis.md §2).
+//!
+//! Rules so far (the symptom table's rows 1 and 2):
+//! - `LINK-ERRORS`: `symbol_error`, `link_error_recovery`, `port_rcv_errors` or
+//!   `local_link_integrity_errors` rising on a NIC port: marginal optics or cable, a
+//!   dirty connector, or a bad port.
+//! - `LINK-FLAP`: `link_downed` rising: the link went down and came back.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use xirang_telemetry::Entity;
+use xirang_telemetry::metric::metric_for;
+
+use crate::finding::{Class, Evidence, Finding, Severity, rank};
+
+/// One time series of a window.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Series {
+    /// Metric name (`node_infiniband_symbol_error_total`).
+    pub metric: String,
+    /// Labels.
+    pub labels: BTreeMap<String, String>,
+    /// (Unix ms, value), in time order.
+    pub points: Vec<(i64, f64)>,
+}
+
+/// What diagnosis reads: series over a time window, and where they came from.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Window {
+    /// `prometheus http://...`, `history FILE`.
+    pub source: String,
+    /// Start, Unix ms.
+    pub since_ms: i64,
+    /// End, Unix ms.
+    pub until_ms: i64,
+    /// The series.
+    pub series: Vec<Series>,
+}
+
+/// Counters whose increase means link errors (linux-rdma-sysfs.md §1.2).
+pub const LINK_ERROR_COUNTERS: &[&str] = &[
+    "symbol_error",
+    "link_error_recovery",
+    "port_rcv_errors",
+    "local_link_integrity_errors",
+];
+/// The link-down counter.
+pub const LINK_DOWN_COUNTER: &str = "link_downed";
+
+/// The metric names the rules read, as the monitor exports them (node_exporter's names).
+pub fn metric_names() -> Vec<String> {
+    let e = Entity::NicPort {
+        host: String::new(),
+        device: String::new(),
+        port: 1,
+    };
+    LINK_ERROR_COUNTERS
+        .iter()
+        .chain(std::iter::once(&LINK_DOWN_COUNTER))
+        .map(|c| metric_for(&e, c, false).name)
+        .collect()
+}
+
+/// The counter a metric name stands for.
+fn counter_of(metric: &str) -> Option<&'static str> {
+    let e = Entity::NicPort {
+        host: String::new(),
+        device: String::new(),
+        port: 1,
+    };
+    LINK_ERROR_COUNTERS
+        .iter()
+        .chain(std::iter::once(&LINK_DOWN_COUNTER))
+        .find(|c| metric_for(&e, c, false).name == metric)
+        .copied()
+}
+
+/// Increase of a counter over its points: the sum of rises; a fall is a reset, after
+/// which the new value counts (exported totals are already wrap-free).
+pub fn increase(points: &[(i64, f64)]) -> f64 {
+    points
+        .windows(2)
+        .map(|w| {
+            let d = w[1].1 - w[0].1;
+            if d >= 0.0 { d } else { w[1].1 }
+        })
+        .sum()
+}
+
+/// `host/device/port` of a NIC-port series: the host from `host`, else Prometheus's
+/// `instance`, else `?`.
+fn port_entity(labels: &BTreeMap<String, String>) -> Option<String> {
+    let dev = labels.get("device")?;
+    let port = labels.get("port")?;
+    let host = labels
+        .get("host")
+        .or_else(|| labels.get("instance"))
+        .map(String::as_str)
+        .unwrap_or("?");
+    Some(format!("{host}/{dev}/{port}"))
+}
+
+fn show_labels(l: &BTreeMap<String, String>) -> String {
+    let inner: Vec<String> = l.iter().map(|(k, v)| format!("{k}=\"{v}\"")).collect();
+    format!("{{{}}}", inner.join(","))
+}
+
+/// Runs the counter rules over a window.
+pub fn diagnose_window(w: &Window) -> Vec<Finding> {
+    // entity -> counter -> (increase, evidence)
+    let mut by_port: BTreeMap<String, BTreeMap<&'static str, (f64, Evidence)>> = BTreeMap::new();
+    for s in &w.series {
+        let Some(counter) = counter_of(&s.metric) else {
+            continue;
+        };
+        let Some(entity) = port_entity(&s.labels) else {
+            continue;
+        };
+        let inc = increase(&s.points);
+        if inc <= 0.0 {
+            continue;
+        }
+        let (Some(first), Some(last)) = (s.points.first(), s.points.last()) else {
+            continue;
+        };
+        let evidence = Evidence {
+            source: format!("{} {}{}", w.source, s.metric, show_labels(&s.labels)),
+            text: format!(
+                "{} → {} (+{inc}) from {} to {}",
+                first.1,
+                last.1,
+                xirang_telemetry::time::utc(first.0),
+                xirang_telemetry::time::utc(last.0)
+            ),
+        };
+        by_port
+            .entry(entity)
+            .or_default()
+            .insert(counter, (inc, evidence));
+    }
+    let minutes = ((w.until_ms - w.since_ms) as f64 / 60_000.0).max(1.0 / 60.0);
+    let mut out = Vec::new();
+    for (entity, counters) in by_port {
+        let host = entity.split('/').next().unwrap_or("").to_string();
+        if let Some((inc, ev)) = counters.get(LINK_DOWN_COUNTER) {
+            out.push(Finding {
+                rule: "LINK-FLAP",
+                class: Class::Link,
+                entity: entity.clone(),
+                severity: Severity::High,
+                cause: format!("the link went down {inc} time(s) in the window and came back"),
+                confidence: 0.9,
+                scope: format!("every flow through {entity}: traffic stops and is rerouted or retransmitted at each flap"),
+                advice: vec![
+                    "replace the cable or transceiver (flaps are the failure mode after rising symbol errors)".into(),
+                    "correlate with the switch port's log for the same times (peer port reset, power)".into(),
+                ],
+                evidence: vec![ev.clone()],
+            });
+        }
+        let errs: Vec<(&&str, &(f64, Evidence))> = counters
+            .iter()
+            .filter(|(c, _)| LINK_ERROR_COUNTERS.contains(*c))
+            .collect();
+        if !errs.is_empty() {
+            let total: f64 = errs.iter().map(|(_, (i, _))| i).sum();
+            let names: Vec<String> = errs.iter().map(|(c, (i, _))| format!("{c} +{i}")).collect();
+            out.push(Finding {
+                rule: "LINK-ERRORS",
+                class: Class::Link,
+                entity: entity.clone(),
+                severity: if counters.contains_key(LINK_DOWN_COUNTER) {
+                    Severity::High
+                } else {
+                    Severity::Medium
+                },
+                cause: format!(
+                    "link errors are rising on {entity} ({}; {:.1} per minute): marginal optics or cable, a dirty connector, or a bad port",
+                    names.join(", "),
+                    total / minutes
+                ),
+                confidence: 0.85,
+                scope: format!(
+                    "flows through {entity} on {host}: corrupted packets are dropped and retransmitted (go-back-N), so throughput falls and tail latency rises"
+                ),
+                advice: vec![
+                    format!("on {host}: `ethtool -S <netdev> | grep -E 'phy|fec|lane'` for pre/post-FEC errors and a single bad lane (rx_err_lane_<l>_phy)"),
+                    "reseat and clean the connector; swap the cable or transceiver; if errors stay, move to another switch port".into(),
+                ],
+                evidence: errs.iter().map(|(_, (_, e))| e.clone()).collect(),
+            });
+        }
+    }
+    rank(&mut out);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn series(metric: &str, host: &str, points: &[(i64, f64)]) -> Series {
+        let mut labels = BTreeMap::new();
+        labels.insert("device".to_string(), "mlx5_0".to_string());
+        labels.insert("port".to_string(), "1".to_string());
+        labels.insert("instance".to_string(), host.to_string());
+        Series {
+            metric: metric.into(),
+            labels,
+            points: points.to_vec(),
+        }
+    }
+
+    #[test]
+    fn increase_counts_rises_and_resets() {
+        assert_eq!(increase(&[(0, 5.0), (1, 7.0), (2, 7.0), (3, 10.0)]), 5.0);
+        assert_eq!(increase(&[(0, 5.0), (1, 2.0), (2, 4.0)]), 4.0);
+        assert_eq!(increase(&[(0, 5.0)]), 0.0);
+    }
+
+    #[test]
+    fn rising_symbol_errors_are_a_link_finding_steady_ones_are_not() {
+        let w = Window {
+            source: "test".into(),
+            since_ms: 0,
+            until_ms: 120_000,
+            series: vec![
+                series(
+                    "node_infiniband_symbol_error_total",
+                    "h1:9316",
+                    &[(0, 10.0), (60_000, 10.0), (120_000, 70.0)],
+                ),
+                series(
+                    "node_infiniband_symbol_error_total",
+                    "h2:9316",
+                    &[(0, 3.0), (120_000, 3.0)],
+                ),
+                series(
+                    "node_infiniband_port_data_received_bytes_total",
+                    "h2:9316",
+                    &[(0, 0.0), (120_000, 1e9)],
+                ),
+            ],
+        };
+        let f = diagnose_window(&w);
+        assert_eq!(f.len(), 1, "{f:#?}");
+        assert_eq!(
+            (f[0].rule, f[0].entity.as_str(), f[0].class),
+            ("LINK-ERRORS", "h1:9316/mlx5_0/1", Class::Link)
+        );
+        assert!(
+            f[0].cause.contains("symbol_error +60; 30.0 per minute"),
+            "{}",
+            f[0].cause
+        );
+        assert!(
+            f[0].evidence[0].text.starts_with("10 → 70 (+60)"),
+            "{:?}",
+            f[0].evidence
+        );
+    }
+
+    #[test]
+    fn a_flap_is_high_and_makes_errors_high() {
+        let w = Window {
+            source: "test".into(),
+            since_ms: 0,
+            until_ms: 60_000,
+            series: vec![
+                series(
+                    "node_infiniband_link_downed_total",
+                    "h3",
+                    &[(0, 1.0), (60_000, 2.0)],
+                ),
+                series(
+                    "node_infiniband_link_error_recovery_total",
+                    "h3",
+                    &[(0, 0.0), (60_000, 4.0)],
+                ),
+            ],
+        };
+        let f = diagnose_window(&w);
+        let got: Vec<(&str, Severity)> = f.iter().map(|x| (x.rule, x.severity)).collect();
+        assert_eq!(
+            got,
+            vec![("LINK-FLAP", Severity::High), ("LINK-ERRORS", Severity::High)]
+        );
+    }
+
+    #[test]
+    fn the_rules_read_node_exporter_names() {
+        let names = metric_names();
+        assert!(
+            names.contains(&"node_infiniband_symbol_error_total".to_string()),
+            "{names:?}"
+        );
+        assert!(
+            names.contains(&"node_infiniband_link_downed_total".to_string()),
+            "{names:?}"
+        );
+        assert_eq!(names.len(), 5);
+    }
+}
