@@ -38,44 +38,58 @@ pub struct Window {
     pub until_ms: i64,
     /// The series.
     pub series: Vec<Series>,
+    /// Times are from the start of a simulated run, not Unix time.
+    pub relative: bool,
 }
 
-/// Counters whose increase means link errors (linux-rdma-sysfs.md §1.2).
+/// Counters whose increase means link errors: NIC PMA counters (linux-rdma-sysfs.md
+/// §1.2) and a switch port's SAI input errors (FCS failures on the link into it).
 pub const LINK_ERROR_COUNTERS: &[&str] = &[
     "symbol_error",
     "link_error_recovery",
     "port_rcv_errors",
     "local_link_integrity_errors",
+    SWITCH_IN_ERRORS,
 ];
+/// The switch port counter of frames received with errors (SAI `sai_port_stat_t`).
+pub const SWITCH_IN_ERRORS: &str = "SAI_PORT_STAT_IF_IN_ERRORS";
 /// The link-down counter.
 pub const LINK_DOWN_COUNTER: &str = "link_downed";
 
-/// The metric names the rules read, as the monitor exports them (node_exporter's names).
-pub fn metric_names() -> Vec<String> {
-    let e = Entity::NicPort {
-        host: String::new(),
-        device: String::new(),
-        port: 1,
-    };
+/// Every counter the rules read, by its hardware name.
+pub fn rule_counters() -> impl Iterator<Item = &'static str> {
     LINK_ERROR_COUNTERS
         .iter()
-        .chain(std::iter::once(&LINK_DOWN_COUNTER))
-        .map(|c| metric_for(&e, c, false).name)
+        .copied()
+        .chain(std::iter::once(LINK_DOWN_COUNTER))
+}
+
+fn sample_entity(counter: &str) -> Entity {
+    if counter.starts_with("SAI_") {
+        Entity::SwitchPort {
+            switch: String::new(),
+            port: String::new(),
+        }
+    } else {
+        Entity::NicPort {
+            host: String::new(),
+            device: String::new(),
+            port: 1,
+        }
+    }
+}
+
+/// The metric names the rules read, as the monitor exports them (node_exporter's names
+/// for NIC ports, `xirang_switch_port_*` for switch ports).
+pub fn metric_names() -> Vec<String> {
+    rule_counters()
+        .map(|c| metric_for(&sample_entity(c), c, false).name)
         .collect()
 }
 
 /// The counter a metric name stands for.
 fn counter_of(metric: &str) -> Option<&'static str> {
-    let e = Entity::NicPort {
-        host: String::new(),
-        device: String::new(),
-        port: 1,
-    };
-    LINK_ERROR_COUNTERS
-        .iter()
-        .chain(std::iter::once(&LINK_DOWN_COUNTER))
-        .find(|c| metric_for(&e, c, false).name == metric)
-        .copied()
+    rule_counters().find(|c| metric_for(&sample_entity(c), c, false).name == metric)
 }
 
 /// Increase of a counter over its points: the sum of rises; a fall is a reset, after
@@ -90,9 +104,12 @@ pub fn increase(points: &[(i64, f64)]) -> f64 {
         .sum()
 }
 
-/// `host/device/port` of a NIC-port series: the host from `host`, else Prometheus's
-/// `instance`, else `?`.
+/// `host/device/port` of a NIC-port series (the host from `host`, else Prometheus's
+/// `instance`, else `?`), or `switch:port` of a switch-port series.
 fn port_entity(labels: &BTreeMap<String, String>) -> Option<String> {
+    if let (Some(sw), Some(port)) = (labels.get("switch"), labels.get("port")) {
+        return Some(format!("{sw}:{port}"));
+    }
     let dev = labels.get("device")?;
     let port = labels.get("port")?;
     let host = labels
@@ -126,14 +143,21 @@ pub fn diagnose_window(w: &Window) -> Vec<Finding> {
         let (Some(first), Some(last)) = (s.points.first(), s.points.last()) else {
             continue;
         };
+        let when = |t: i64| {
+            if w.relative {
+                format!("t+{t} µs")
+            } else {
+                xirang_telemetry::time::utc(t)
+            }
+        };
         let evidence = Evidence {
             source: format!("{} {}{}", w.source, s.metric, show_labels(&s.labels)),
             text: format!(
                 "{} → {} (+{inc}) from {} to {}",
                 first.1,
                 last.1,
-                xirang_telemetry::time::utc(first.0),
-                xirang_telemetry::time::utc(last.0)
+                when(first.0),
+                when(last.0)
             ),
         };
         by_port
@@ -144,6 +168,7 @@ pub fn diagnose_window(w: &Window) -> Vec<Finding> {
     let minutes = ((w.until_ms - w.since_ms) as f64 / 60_000.0).max(1.0 / 60.0);
     let mut out = Vec::new();
     for (entity, counters) in by_port {
+        let on_switch = !entity.contains('/');
         let host = entity.split('/').next().unwrap_or("").to_string();
         if let Some((inc, ev)) = counters.get(LINK_DOWN_COUNTER) {
             out.push(Finding {
@@ -178,18 +203,29 @@ pub fn diagnose_window(w: &Window) -> Vec<Finding> {
                     Severity::Medium
                 },
                 cause: format!(
-                    "link errors are rising on {entity} ({}; {:.1} per minute): marginal optics or cable, a dirty connector, or a bad port",
+                    "link errors are rising on {entity} ({}{}): marginal optics or cable, a dirty connector, or a bad port",
                     names.join(", "),
-                    total / minutes
+                    if w.relative {
+                        String::new()
+                    } else {
+                        format!("; {:.1} per minute", total / minutes)
+                    }
                 ),
                 confidence: 0.85,
                 scope: format!(
                     "flows through {entity} on {host}: corrupted packets are dropped and retransmitted (go-back-N), so throughput falls and tail latency rises"
                 ),
-                advice: vec![
-                    format!("on {host}: `ethtool -S <netdev> | grep -E 'phy|fec|lane'` for pre/post-FEC errors and a single bad lane (rx_err_lane_<l>_phy)"),
-                    "reseat and clean the connector; swap the cable or transceiver; if errors stay, move to another switch port".into(),
-                ],
+                advice: if on_switch {
+                    vec![
+                        format!("on the switch: `show interfaces counters errors` and the transceiver's DOM readings for {entity}"),
+                        "reseat and clean the connector; swap the cable or transceiver; if errors stay, the sending port upstream or this port is bad".into(),
+                    ]
+                } else {
+                    vec![
+                        format!("on {host}: `ethtool -S <netdev> | grep -E 'phy|fec|lane'` for pre/post-FEC errors and a single bad lane (rx_err_lane_<l>_phy)"),
+                        "reseat and clean the connector; swap the cable or transceiver; if errors stay, move to another switch port".into(),
+                    ]
+                },
                 evidence: errs.iter().map(|(_, (_, e))| e.clone()).collect(),
             });
         }
@@ -225,6 +261,7 @@ mod tests {
     fn rising_symbol_errors_are_a_link_finding_steady_ones_are_not() {
         let w = Window {
             source: "test".into(),
+            relative: false,
             since_ms: 0,
             until_ms: 120_000,
             series: vec![
@@ -267,6 +304,7 @@ mod tests {
     fn a_flap_is_high_and_makes_errors_high() {
         let w = Window {
             source: "test".into(),
+            relative: false,
             since_ms: 0,
             until_ms: 60_000,
             series: vec![
@@ -301,6 +339,10 @@ mod tests {
             names.contains(&"node_infiniband_link_downed_total".to_string()),
             "{names:?}"
         );
-        assert_eq!(names.len(), 5);
+        assert!(
+            names.contains(&"xirang_switch_port_if_in_errors_total".to_string()),
+            "{names:?}"
+        );
+        assert_eq!(names.len(), 6);
     }
 }

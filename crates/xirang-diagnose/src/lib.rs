@@ -12,5 +12,6 @@ pub mod counters;
 pub mod finding;
 pub mod nccl;
 pub mod source;
+pub mod suite;
 
 pub use finding::{Class, Evidence, Finding, Severity};

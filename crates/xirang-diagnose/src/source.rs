@@ -7,7 +7,7 @@ use std::path::Path;
 use thiserror::Error;
 use xirang_monitor::history::{History, Retention};
 
-use crate::counters::{Series, Window, metric_names};
+use crate::counters::{Series, Window, metric_names, rule_counters};
 
 /// A source problem.
 #[derive(Debug, Error)]
@@ -16,6 +16,14 @@ pub enum SourceError {
     #[error("history {path}: {message}")]
     History {
         /// File.
+        path: String,
+        /// What failed.
+        message: String,
+    },
+    /// A simulator output directory.
+    #[error("sim-out {path}: {message}")]
+    SimOut {
+        /// Directory.
         path: String,
         /// What failed.
         message: String,
@@ -75,6 +83,7 @@ pub fn from_history(path: &Path, since_ms: i64, until_ms: i64) -> Result<Window,
         since_ms,
         until_ms,
         series,
+        relative: false,
     })
 }
 
@@ -141,5 +150,66 @@ pub fn from_prometheus(url: &str, since_ms: i64, until_ms: i64) -> Result<Window
         since_ms,
         until_ms,
         series,
+        relative: false,
     })
+}
+
+/// Reads the rules' counters from a simulator output directory (`xirang sim --out`,
+/// with `--sample`): times are from the run's start (Unix ms 0 = the run's start), and
+/// every counter starts at 0, as a simulated fabric does.
+pub fn from_sim_out(dir: &Path) -> Result<Window, SourceError> {
+    let replay = xirang_monitor::replay::load(dir).map_err(|e| SourceError::SimOut {
+        path: dir.display().to_string(),
+        message: e.to_string(),
+    })?;
+    let samples = replay
+        .rounds
+        .iter()
+        .flat_map(|(t_ns, values)| values.iter().map(move |c| ((*t_ns / 1_000) as i64, c)));
+    Ok(window_from_samples(format!("sim-out {}", dir.display()), samples))
+}
+
+/// A metric name and its labels.
+type SeriesId = (String, Vec<(String, String)>);
+
+/// A window from counter samples of a simulated run, `(µs since the run started,
+/// counter)`; every series starts at 0 at time 0, as a simulated fabric does.
+pub fn window_from_samples<'a>(
+    source: String,
+    samples: impl Iterator<Item = (i64, &'a xirang_telemetry::CounterValue)>,
+) -> Window {
+    let wanted: Vec<&str> = rule_counters().collect();
+    let mut by_key: BTreeMap<SeriesId, Vec<(i64, f64)>> = BTreeMap::new();
+    let mut until_ms = 0;
+    for (t_ms, c) in samples {
+        until_ms = until_ms.max(t_ms);
+        if !wanted.contains(&c.name.as_str()) {
+            continue;
+        }
+        let Ok(entity) = c.entity.parse::<xirang_telemetry::Entity>() else {
+            continue;
+        };
+        let m = xirang_telemetry::metric::metric_for(&entity, &c.name, true);
+        let labels: Vec<(String, String)> =
+            m.labels.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
+        by_key
+            .entry((m.name, labels))
+            .or_insert_with(|| vec![(0, 0.0)])
+            .push((t_ms, c.value as f64 * m.scale));
+    }
+    let series = by_key
+        .into_iter()
+        .map(|((metric, labels), points)| Series {
+            metric,
+            labels: labels.into_iter().collect(),
+            points,
+        })
+        .collect();
+    Window {
+        source,
+        since_ms: 0,
+        until_ms,
+        series,
+        relative: true,
+    }
 }

@@ -47,6 +47,42 @@ pub struct Scenario {
     /// How `xirang tune` searches this scenario (defaults: the built-in space).
     #[serde(default, skip_serializing_if = "is_default_tune")]
     pub tune: crate::tune::TuneSpec,
+    /// Faults injected into the run (diagnosis rules are proven on them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub faults: Vec<Fault>,
+}
+
+/// Kind of an injected fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FaultKind {
+    /// Bit errors on a link: a share (`loss`) of the packets arriving at `target` are
+    /// corrupted and dropped there (FCS/ICRC failure), counted in `symbol_error` and
+    /// `port_rcv_errors` of that port; the senders retransmit.
+    LinkErrors,
+    /// The link at `target` is down from `start_us` to `end_us`: everything on it is
+    /// lost, and `link_downed` counts once at both ends. Routes are not recomputed while
+    /// it is down (the simulator's routes are fixed per QP; a simplification).
+    LinkDown,
+}
+
+/// One injected fault.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Fault {
+    /// What goes wrong.
+    pub kind: FaultKind,
+    /// The port where it shows: `switch:port` or `host/nic[/port]` (a port with a link).
+    pub target: String,
+    /// When it starts, µs into the run.
+    #[serde(default)]
+    pub start_us: f64,
+    /// When it ends (default: never).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end_us: Option<f64>,
+    /// `link_errors`: share of arriving packets corrupted, in (0, 1].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss: Option<f64>,
 }
 
 fn is_default_tune(t: &crate::tune::TuneSpec) -> bool {
@@ -262,6 +298,7 @@ impl Scenario {
         let mut hpcc_flows = BTreeMap::new();
         if let Some(mut fabric) = fabric {
             self.apply_overrides(&mut fabric, &root.key("overrides"), &mut d);
+            self.validate_faults(&fabric, &root.key("faults"), &mut d);
             self.check_buffers(
                 &fabric,
                 &root.key("config").key("buffer").key("switch_bytes"),
@@ -441,6 +478,47 @@ impl Scenario {
                         }
                     }
                 }
+            }
+        }
+    }
+
+    fn validate_faults(&self, fabric: &Fabric, at: &KeyPath, d: &mut Diagnostics) {
+        for (i, f) in self.faults.iter().enumerate() {
+            let at = at.index(i);
+            match parse_port_ref(fabric, &f.target, None) {
+                Ok(p) if fabric.port_link(p).is_some() => {}
+                Ok(_) => d.error(&at.key("target"), format!("`{}`: no link on this port", f.target)),
+                Err(m) => d.error(&at.key("target"), m),
+            }
+            if !(f.start_us.is_finite() && f.start_us >= 0.0) {
+                d.error(
+                    &at.key("start_us"),
+                    format!("expected a time >= 0 µs, found {}", f.start_us),
+                );
+            }
+            if let Some(e) = f.end_us
+                && !(e.is_finite() && e > f.start_us)
+            {
+                d.error(
+                    &at.key("end_us"),
+                    format!("expected a time after start_us ({}), found {e}", f.start_us),
+                );
+            }
+            match (f.kind, f.loss) {
+                (FaultKind::LinkErrors, Some(l)) if l > 0.0 && l <= 1.0 => {}
+                (FaultKind::LinkErrors, Some(l)) => d.error(
+                    &at.key("loss"),
+                    format!("expected a share of packets in (0, 1], found {l}"),
+                ),
+                (FaultKind::LinkErrors, None) => d.error(
+                    &at.key("loss"),
+                    "link_errors needs `loss`, the share of packets corrupted (e.g. 0.001)".to_string(),
+                ),
+                (FaultKind::LinkDown, Some(_)) => d.error(
+                    &at.key("loss"),
+                    "link_down takes no `loss`: everything on a down link is lost".to_string(),
+                ),
+                (FaultKind::LinkDown, None) => {}
             }
         }
     }
@@ -1115,6 +1193,7 @@ pub fn with_topology(topology: TopologySpec) -> Scenario {
         workloads: BTreeMap::new(),
         run: RunSettings::default(),
         tune: crate::tune::TuneSpec::default(),
+        faults: Vec::new(),
     }
 }
 

@@ -71,6 +71,13 @@ pub struct PortCounters {
     pub q_bytes: [u64; N_PRIO],
     /// Switch egress queues: peak occupancy.
     pub q_watermark: [u64; N_PRIO],
+    /// Packets received corrupted (FCS/ICRC failure) and dropped here.
+    pub rx_errors: u64,
+    /// Symbol errors seen by this port's receiver (one per corrupted packet: a
+    /// simplification; a real PHY counts errored symbols, which FEC may correct).
+    pub symbol_errors: u64,
+    /// Times this port's link went down.
+    pub link_downed: u64,
 }
 
 /// One named counter value of one entity: the schema the monitoring agent uses for real
@@ -96,6 +103,10 @@ impl PortCounters {
         push(out, entity, "port_xmit_packets".into(), self.tx_packets);
         push(out, entity, "port_rcv_packets".into(), self.rx_packets);
         push(out, entity, "port_xmit_discards".into(), self.tx_discards);
+        // PMA error counters (linux-rdma-sysfs.md §1.2), present on every real port.
+        push(out, entity, "symbol_error".into(), self.symbol_errors);
+        push(out, entity, "port_rcv_errors".into(), self.rx_errors);
+        push(out, entity, "link_downed".into(), self.link_downed);
         for (n, v) in [
             ("np_ecn_marked_roce_packets", self.np_ecn_marked_roce_packets),
             ("np_cnp_sent", self.np_cnp_sent),
@@ -170,6 +181,7 @@ impl PortCounters {
             "SAI_PORT_STAT_IF_OUT_DISCARDS".into(),
             self.tx_discards,
         );
+        push(out, entity, "SAI_PORT_STAT_IF_IN_ERRORS".into(), self.rx_errors);
         for p in 0..N_PRIO {
             if pfc_prios.contains(&(p as u8)) {
                 push(

@@ -13,7 +13,8 @@ use std::collections::VecDeque;
 use xirang_fabric::config::{CcAlgorithm, FabricConfig, RedProfile, roce_active_mtu};
 use xirang_fabric::model::{Fabric, NicId, Node};
 use xirang_fabric::routing::{Adj, Graph};
-use xirang_fabric::scenario::EcmpMode;
+use xirang_fabric::scenario::{EcmpMode, Fault, FaultKind};
+use xirang_fabric::topology::parse_port_ref;
 
 use crate::cc::{Dcqcn, DcqcnState, Timely, TimelyState};
 use crate::counters::{CounterValue, N_PRIO, PortCounters};
@@ -55,6 +56,7 @@ const EV_RTO: u64 = 5;
 const EV_PFC_REFRESH: u64 = 6;
 const EV_SAMPLE: u64 = 7;
 const EV_LOCAL_DONE: u64 = 8;
+const EV_FAULT: u64 = 9;
 
 #[inline]
 fn ev(kind: u64, a: u32, b: u32) -> u64 {
@@ -433,6 +435,22 @@ pub struct Sim<Q: Queue = EventQueue> {
     pub(crate) samples: Samples,
     sample_interval: Option<Ps>,
     end: Option<Ps>,
+    /// Injected faults (few; checked on every arrival only when there are any).
+    faults: Vec<ActiveFault>,
+}
+
+/// An injected fault as the engine applies it.
+#[derive(Debug)]
+struct ActiveFault {
+    kind: FaultKind,
+    /// The port whose receiver sees it.
+    port: u32,
+    start: Ps,
+    end: Ps,
+    /// `LinkErrors`: probability that an arriving packet is corrupted, as a threshold
+    /// on a uniform u64 draw.
+    threshold: u64,
+    rng: Stream,
 }
 
 impl<Q: Queue> Sim<Q> {
@@ -613,6 +631,7 @@ impl<Q: Queue> Sim<Q> {
             events: 0,
             packet_hops: 0,
             ledger: Ledger::default(),
+            faults: Vec::new(),
             pfc_log: Vec::new(),
             samples: Samples::default(),
             sample_interval: opts.sample_interval,
@@ -929,6 +948,7 @@ impl<Q: Queue> Sim<Q> {
             EV_RTO => self.rto(a),
             EV_PFC_REFRESH => self.pfc_refresh(a, (b & 7) as usize, b >> 3),
             EV_SAMPLE => self.sample(),
+            EV_FAULT => self.fault_starts(a),
             EV_LOCAL_DONE => {
                 self.flows[a as usize].finish = Some(self.now);
                 self.flows_left -= 1;
@@ -1006,9 +1026,89 @@ impl<Q: Queue> Sim<Q> {
             self.q.push(next, ev(EV_ARRIVE, p, 0));
         }
         let q = port.peer;
+        if !self.faults.is_empty() && self.faulted(q, &pkt) {
+            return;
+        }
         match self.ports[q as usize].dev {
             Dev::Switch(s) => self.switch_receive(s, q, pkt),
             Dev::Nic(_) => self.nic_receive(q, pkt),
+        }
+    }
+
+    /// Applies the faults at receiving port `q` to an arriving packet; true when the
+    /// packet is lost (and accounted).
+    fn faulted(&mut self, q: u32, pkt: &Packet) -> bool {
+        let now = self.now;
+        let mut lost = false;
+        for f in &mut self.faults {
+            if f.port != q || now < f.start || now >= f.end {
+                continue;
+            }
+            match f.kind {
+                FaultKind::LinkDown => lost = true,
+                FaultKind::LinkErrors => {
+                    // PFC frames are left alone: a lost pause frame only shortens a
+                    // pause, and corrupting them would change nothing the rules read.
+                    if pkt.kind != Kind::Pause && f.rng.next_u64() < f.threshold {
+                        let c = &mut self.counters[q as usize];
+                        c.rx_errors += 1;
+                        c.symbol_errors += 1;
+                        lost = true;
+                    }
+                }
+            }
+        }
+        if lost {
+            self.ledger.dropped_packets += 1;
+            self.ledger.dropped_bytes += u64::from(pkt.size);
+            if pkt.kind == Kind::Data {
+                self.ledger.data_dropped_bytes += u64::from(pkt.payload);
+            }
+            self.live_packets -= 1;
+        }
+        lost
+    }
+
+    /// A link-down fault begins: both ends count it.
+    fn fault_starts(&mut self, i: u32) {
+        let f = &self.faults[i as usize];
+        if f.kind == FaultKind::LinkDown {
+            let (q, peer) = (f.port, self.ports[f.port as usize].peer);
+            self.counters[q as usize].link_downed += 1;
+            self.counters[peer as usize].link_downed += 1;
+        }
+    }
+
+    /// Injects the scenario's faults (validated by the scenario: every target is a port
+    /// with a link). Call before [`Sim::run`].
+    pub fn inject(&mut self, fabric: &Fabric, faults: &[Fault], seed: u64) {
+        for (i, f) in faults.iter().enumerate() {
+            let Ok(pr) = parse_port_ref(fabric, &f.target, None) else {
+                continue;
+            };
+            let name = fabric.port_name(pr);
+            let Some(port) = self.port_names.iter().position(|n| *n == name) else {
+                continue;
+            };
+            let start = (f.start_us * PS_PER_US as f64) as Ps;
+            let end = f.end_us.map(|e| (e * PS_PER_US as f64) as Ps).unwrap_or(NEVER);
+            let loss = f.loss.unwrap_or(0.0).clamp(0.0, 1.0);
+            let idx = self.faults.len() as u32;
+            self.faults.push(ActiveFault {
+                kind: f.kind,
+                port: port as u32,
+                start,
+                end,
+                threshold: if loss >= 1.0 {
+                    u64::MAX
+                } else {
+                    (loss * u64::MAX as f64) as u64
+                },
+                rng: Stream::new(seed, Purpose::Fault, i as u64),
+            });
+            if f.kind == FaultKind::LinkDown {
+                self.q.push(start, ev(EV_FAULT, idx, 0));
+            }
         }
     }
 

@@ -81,6 +81,7 @@ pub fn simulate_with<Q: queue::Queue>(
 ) -> RunResult {
     let expanded = workload::expand(loaded, opts.seed);
     let mut sim = Sim::<Q>::new(&loaded.fabric, &loaded.scenario.config, &expanded.flows, opts);
+    sim.inject(&loaded.fabric, &loaded.scenario.faults, opts.seed);
     sim.run(progress);
     collect(loaded, &expanded, &sim)
 }

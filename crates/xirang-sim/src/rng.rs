@@ -14,6 +14,8 @@ pub enum Purpose {
     Workload = 2,
     /// ECMP seeds and source ports.
     Ecmp = 3,
+    /// Injected faults (which packets a lossy link corrupts).
+    Fault = 4,
 }
 
 /// One random stream.

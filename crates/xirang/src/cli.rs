@@ -647,8 +647,12 @@ pub(crate) struct DiagnoseArgs {
     #[arg(long, conflicts_with = "prometheus")]
     pub(crate) history: Option<PathBuf>,
     /// Read a Prometheus server scraping the agents (`http://host:9090`).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "sim_out")]
     pub(crate) prometheus: Option<String>,
+    /// Read a simulator output directory (`xirang sim --out DIR --sample 20us`): the
+    /// whole run is the window.
+    #[arg(long, conflicts_with = "history")]
+    pub(crate) sim_out: Option<PathBuf>,
     /// Print JSON.
     #[arg(long)]
     pub(crate) json: bool,
@@ -660,6 +664,21 @@ pub(crate) enum DiagnoseCmd {
     /// sharing a NIC, and (over pairwise logs) slow nodes and slow pairs. Exit status 1
     /// when a fault is found.
     Nccl(DiagnoseNcclArgs),
+    /// Run the fault-injection suite: faults injected in the simulator, diagnosed from
+    /// its counters, scored (the confusion matrix in VALIDATION.md). Exit status 1 when
+    /// fewer than 95 % of the faulty runs are located or a healthy run has a finding.
+    Suite(DiagnoseSuiteArgs),
+}
+
+/// `xirang diagnose suite`.
+#[derive(Debug, Args)]
+pub(crate) struct DiagnoseSuiteArgs {
+    /// Print the markdown VALIDATION.md holds.
+    #[arg(long, conflicts_with = "json")]
+    pub(crate) markdown: bool,
+    /// Print JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 /// `xirang diagnose nccl`.

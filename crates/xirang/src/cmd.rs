@@ -31,6 +31,7 @@ pub(crate) fn run(cli: Cli) -> Result<Outcome> {
         Command::Rollout(a) => crate::rollout::run(a),
         Command::Diagnose(a) => match &a.command {
             Some(crate::cli::DiagnoseCmd::Nccl(n)) => crate::diagnose::nccl(n),
+            Some(crate::cli::DiagnoseCmd::Suite(s)) => crate::diagnose::suite(s),
             None => crate::diagnose::counters(&a),
         },
         Command::Host(HostCmd::Snapshot(a)) => crate::host::snapshot(&a),
