@@ -234,6 +234,57 @@ pub fn diagnose_window(w: &Window) -> Vec<Finding> {
     out
 }
 
+/// A window such as the monitor's history holds for a fleet: `hosts` hosts with
+/// `nics` NIC ports each, every rule counter sampled every `interval_ms` over
+/// `minutes`; the ports listed in `faulty` gain symbol errors in the second half. For
+/// the diagnosis benchmark (`xirang diagnose bench`).
+pub fn synthetic_window(
+    hosts: usize,
+    nics: usize,
+    minutes: u32,
+    interval_ms: i64,
+    faulty: &[(usize, usize)],
+) -> Window {
+    let until_ms = i64::from(minutes) * 60_000;
+    let n = (until_ms / interval_ms.max(1)) as usize + 1;
+    let mut series = Vec::new();
+    for h in 0..hosts {
+        for k in 0..nics {
+            let bad = faulty.contains(&(h, k));
+            for c in rule_counters().filter(|c| !c.starts_with("SAI_")) {
+                let mut labels = BTreeMap::new();
+                labels.insert("host".to_string(), format!("h{h}"));
+                labels.insert("device".to_string(), format!("mlx5_{k}"));
+                labels.insert("port".to_string(), "1".to_string());
+                let rising = bad && c == "symbol_error";
+                let points = (0..n)
+                    .map(|i| {
+                        let t = i as i64 * interval_ms;
+                        let v = if rising && i > n / 2 {
+                            (i - n / 2) as f64 * 3.0
+                        } else {
+                            0.0
+                        };
+                        (t, v)
+                    })
+                    .collect();
+                series.push(Series {
+                    metric: metric_for(&sample_entity(c), c, false).name,
+                    labels,
+                    points,
+                });
+            }
+        }
+    }
+    Window {
+        source: "synthetic".into(),
+        since_ms: 0,
+        until_ms,
+        series,
+        relative: false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -248,6 +299,14 @@ mod tests {
             labels,
             points: points.to_vec(),
         }
+    }
+
+    #[test]
+    fn the_synthetic_fleet_window_finds_exactly_its_faulty_ports() {
+        let w = synthetic_window(16, 4, 10, 10_000, &[(3, 1), (9, 0)]);
+        assert_eq!(w.series.len(), 16 * 4 * 5);
+        let got: Vec<String> = diagnose_window(&w).into_iter().map(|f| f.entity).collect();
+        assert_eq!(got, vec!["h3/mlx5_1/1".to_string(), "h9/mlx5_0/1".to_string()]);
     }
 
     #[test]

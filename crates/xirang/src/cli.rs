@@ -668,6 +668,30 @@ pub(crate) enum DiagnoseCmd {
     /// its counters, scored (the confusion matrix in VALIDATION.md). Exit status 1 when
     /// fewer than 95 % of the faulty runs are located or a healthy run has a finding.
     Suite(DiagnoseSuiteArgs),
+    /// Time the counter rules on a synthetic fleet window (the monitor's history of
+    /// `--hosts` hosts x `--nics` NIC ports over `--minutes`, sampled every 10 s).
+    Bench(DiagnoseBenchArgs),
+}
+
+/// `xirang diagnose bench`.
+#[derive(Debug, Args)]
+pub(crate) struct DiagnoseBenchArgs {
+    /// Hosts.
+    #[arg(long, default_value_t = 1024)]
+    pub(crate) hosts: usize,
+    /// NIC ports per host.
+    #[arg(long, default_value_t = 8)]
+    pub(crate) nics: usize,
+    /// Window length.
+    #[arg(long, default_value_t = 10)]
+    pub(crate) minutes: u32,
+    /// Timed repetitions (the median is reported).
+    #[arg(long, default_value_t = 5)]
+    pub(crate) runs: usize,
+    /// Also time reading the window back from a monitor history file (written first,
+    /// untimed, in a temporary directory).
+    #[arg(long)]
+    pub(crate) from_history: bool,
 }
 
 /// `xirang diagnose suite`.

@@ -32,6 +32,7 @@ pub(crate) fn run(cli: Cli) -> Result<Outcome> {
         Command::Diagnose(a) => match &a.command {
             Some(crate::cli::DiagnoseCmd::Nccl(n)) => crate::diagnose::nccl(n),
             Some(crate::cli::DiagnoseCmd::Suite(s)) => crate::diagnose::suite(s),
+            Some(crate::cli::DiagnoseCmd::Bench(b)) => crate::diagnose::bench(b),
             None => crate::diagnose::counters(&a),
         },
         Command::Host(HostCmd::Snapshot(a)) => crate::host::snapshot(&a),
