@@ -8,6 +8,7 @@
 //! Prometheus server. More counter rules, the simulator's fault injection and the
 //! confusion matrix are the rest of issue 9.
 
+pub mod bundle;
 pub mod counters;
 pub mod finding;
 pub mod nccl;

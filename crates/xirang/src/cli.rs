@@ -653,6 +653,10 @@ pub(crate) struct DiagnoseArgs {
     /// whole run is the window.
     #[arg(long, conflicts_with = "history")]
     pub(crate) sim_out: Option<PathBuf>,
+    /// Also write the evidence bundle (`.tar.gz`: report, counter window, kernel log
+    /// lines on this host).
+    #[arg(long)]
+    pub(crate) bundle: Option<PathBuf>,
     /// Print JSON.
     #[arg(long)]
     pub(crate) json: bool,
@@ -714,4 +718,8 @@ pub(crate) struct DiagnoseNcclArgs {
     /// Print JSON.
     #[arg(long)]
     pub(crate) json: bool,
+    /// Also write the evidence bundle (`.tar.gz`: report, the logs, kernel log lines on
+    /// this host).
+    #[arg(long)]
+    pub(crate) bundle: Option<PathBuf>,
 }

@@ -30,7 +30,53 @@ pub(crate) fn nccl(a: &DiagnoseNcclArgs) -> Result<Outcome> {
         });
     }
     let findings = diagnose(&logs)?;
+    if let Some(path) = &a.bundle {
+        let data = logs
+            .iter()
+            .enumerate()
+            .map(|(i, l)| {
+                let base = std::path::Path::new(&l.name)
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_else(|| format!("log{i}"));
+                (format!("logs/{i:03}-{base}"), l.text.clone().into_bytes())
+            })
+            .collect();
+        write_bundle(
+            path,
+            &findings,
+            logs.iter().map(|l| l.name.clone()).collect::<Vec<_>>().join(" "),
+            data,
+        )?;
+    }
     report(&findings, a.json)
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+fn write_bundle(
+    path: &std::path::Path,
+    findings: &[xirang_diagnose::Finding],
+    source: String,
+    data: Vec<(String, Vec<u8>)>,
+) -> Result<()> {
+    let contents = xirang_diagnose::bundle::Contents {
+        source,
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        data,
+        kernel: xirang_diagnose::bundle::kernel_log_lines(),
+        created_ms: now_ms(),
+    };
+    xirang_diagnose::bundle::write(path, findings, &contents)
+        .map_err(anyhow::Error::msg)
+        .with_context(|| format!("writing the evidence bundle {}", path.display()))?;
+    eprintln!("evidence bundle written to {}", path.display());
+    Ok(())
 }
 
 fn report(findings: &[xirang_diagnose::Finding], json: bool) -> Result<Outcome> {
@@ -73,7 +119,12 @@ pub(crate) fn counters(a: &DiagnoseArgs) -> Result<Outcome> {
             }
         );
     }
-    report(&xirang_diagnose::counters::diagnose_window(&window), a.json)
+    let findings = xirang_diagnose::counters::diagnose_window(&window);
+    if let Some(path) = &a.bundle {
+        let data = vec![("window.json".to_string(), serde_json::to_vec(&window)?)];
+        write_bundle(path, &findings, window.source.clone(), data)?;
+    }
+    report(&findings, a.json)
 }
 
 /// Share of faulty runs that must be located (issue 9, acceptance 1).

@@ -76,3 +76,50 @@ loss = 0.001
         "{v:#}"
     );
 }
+
+/// Acceptance 4 (first half): the bundle holds the report, the findings, the data the
+/// diagnosis read, a manifest, and the kernel log lines or why there are none.
+#[test]
+fn the_evidence_bundle_holds_report_data_and_manifest() {
+    use std::io::Read;
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("evidence.tar.gz");
+    let bad = format!("{DIR}/pair-2node-1gpu-network-error.txt");
+    let o = run(&["diagnose", "nccl", &bad, "--bundle", bundle.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    let f = std::fs::File::open(&bundle).unwrap();
+    let mut ar = tar::Archive::new(flate2::read::GzDecoder::new(f));
+    let mut files = std::collections::BTreeMap::new();
+    for e in ar.entries().unwrap() {
+        let mut e = e.unwrap();
+        let name = e.path().unwrap().to_string_lossy().into_owned();
+        let mut s = String::new();
+        if e.header().entry_type().is_file() {
+            e.read_to_string(&mut s).unwrap();
+            files.insert(name, s);
+        }
+    }
+    assert!(files["report.txt"].contains("NCCL-ABORT"), "{files:?}");
+    let findings: serde_json::Value = serde_json::from_str(&files["findings.json"]).unwrap();
+    assert_eq!(findings[0]["rule"], "NCCL-ABORT");
+    let log = files
+        .iter()
+        .find(|(k, _)| k.starts_with("logs/") && k.ends_with("pair-2node-1gpu-network-error.txt"))
+        .map(|(_, v)| v)
+        .expect("the log is in the bundle");
+    assert_eq!(
+        log,
+        &std::fs::read_to_string(crate::util::root().join(&bad)).unwrap()
+    );
+    let m: serde_json::Value = serde_json::from_str(&files["manifest.json"]).unwrap();
+    assert_eq!(m["findings"], 1);
+    assert!(m["command"].as_str().unwrap().contains("diagnose nccl"));
+    // On this machine dmesg may or may not be readable: either the lines or the reason.
+    match files.get("kernel.log") {
+        Some(_) => assert!(m["kernel_log"]["lines"].is_u64(), "{m:#}"),
+        None => assert!(m["kernel_log"]["unavailable"].is_string(), "{m:#}"),
+    }
+    for f in m["files"].as_array().unwrap() {
+        assert!(files.contains_key(f.as_str().unwrap()), "{f} listed but missing");
+    }
+}
