@@ -178,18 +178,22 @@ impl CommandDriver {
         .find(|p| p.exists())
     }
 
-    fn run_one(&mut self, j: &Job) -> (String, PathBuf) {
+    /// A fresh output file for one command.
+    fn out_file(&mut self, intent: i64) -> PathBuf {
         self.runs += 1;
-        let out = self.work.join(format!(
-            "{}-{}-{}.out",
-            if j.intent > 0 {
-                j.intent.to_string()
-            } else {
-                "run".into()
-            },
-            std::process::id(),
-            self.runs
-        ));
+        let tag = if intent > 0 {
+            intent.to_string()
+        } else {
+            "run".into()
+        };
+        self.work
+            .join(format!("{tag}-{}-{}.out", std::process::id(), self.runs))
+    }
+
+    /// The line to run for a job (behind its start marker when it has an intent) and
+    /// its output file.
+    fn prepare(&mut self, j: &Job) -> (String, PathBuf) {
+        let out = self.out_file(j.intent);
         let line = match (&self.markers, j.intent) {
             (Some(dir), seq) if seq > 0 => format!(
                 ": > {} && {{ {}\n}}",
@@ -334,13 +338,7 @@ impl Driver for CommandDriver {
             let mut v = BTreeMap::new();
             v.insert("node", node.to_string());
             let line = crate::policy::fill(&c, &v);
-            let (_, out_file) = self.run_one(&Job {
-                node: node.into(),
-                nic: None,
-                purpose: crate::exec::Purpose::Benchmark,
-                command: line.clone(),
-                intent: 0,
-            });
+            let out_file = self.out_file(0);
             let out = run_shell(&line, &self.inv.dir, self.stdin.as_ref(), &out_file, self.timeout);
             if !out.ok() {
                 return Err(format!(
@@ -409,7 +407,7 @@ impl Driver for CommandDriver {
     }
 
     fn run_many(&mut self, jobs: &[Job]) -> Vec<Outcome> {
-        let prepared: Vec<(String, PathBuf)> = jobs.iter().map(|j| self.run_one(j)).collect();
+        let prepared: Vec<(String, PathBuf)> = jobs.iter().map(|j| self.prepare(j)).collect();
         let (stdin, timeout, dir) = (self.stdin.as_ref(), self.timeout, self.inv.dir.as_path());
         std::thread::scope(|s| {
             let handles: Vec<_> = prepared

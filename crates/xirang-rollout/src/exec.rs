@@ -172,8 +172,6 @@ pub struct NodeProgress {
     pub prechecked: bool,
     /// Per NIC.
     pub nics: BTreeMap<String, NicPhase>,
-    /// Flash commands started per NIC (intents).
-    pub flash_attempts: BTreeMap<String, u32>,
     /// Sequence number of each NIC's latest flash or rollback intent.
     pub intents: BTreeMap<String, i64>,
     /// Time of the node's latest recorded flash outcome.
@@ -242,7 +240,6 @@ impl State {
                     let p = s.nodes.entry(node.clone()).or_default();
                     p.intents.insert(nic.clone(), e.seq);
                     if e.kind == "flash-intent" {
-                        *p.flash_attempts.entry(nic.clone()).or_insert(0) += 1;
                         set(&mut s, NicPhase::Intent);
                     } else {
                         set(&mut s, NicPhase::RollbackIntent);
@@ -505,6 +502,14 @@ impl<'a, D: Driver> Executor<'a, D> {
     /// The state now.
     pub fn state(&self) -> Result<State, RolloutError> {
         Ok(State::from_events(&self.store.events()?))
+    }
+
+    /// Runs one command through the driver.
+    fn run_one(&mut self, job: Job) -> Outcome {
+        self.driver.run_many(&[job]).pop().unwrap_or(Outcome {
+            code: None,
+            output: "the driver returned no outcome".into(),
+        })
     }
 
     /// Counts a step; the crash tests' hook aborts here.
@@ -1060,20 +1065,13 @@ impl<'a, D: Driver> Executor<'a, D> {
             if let Some(b) = &policy.gates.benchmark {
                 if let Some(c) = &b.command {
                     let cmd = fill(c, &node_values(&n.name));
-                    let out = self
-                        .driver
-                        .run_many(&[Job {
-                            node: n.name.clone(),
-                            nic: None,
-                            purpose: Purpose::Benchmark,
-                            command: cmd.clone(),
-                            intent: 0,
-                        }])
-                        .pop()
-                        .unwrap_or(Outcome {
-                            code: None,
-                            output: String::new(),
-                        });
+                    let out = self.run_one(Job {
+                        node: n.name.clone(),
+                        nic: None,
+                        purpose: Purpose::Benchmark,
+                        command: cmd.clone(),
+                        intent: 0,
+                    });
                     self.append(
                         EXECUTOR,
                         "benchmark-run",
@@ -1354,20 +1352,13 @@ impl<'a, D: Driver> Executor<'a, D> {
                 json!({"command": t.command}),
             )?;
             self.step();
-            let out = self
-                .driver
-                .run_many(&[Job {
-                    node: name.into(),
-                    nic: Some(u.nic.clone()),
-                    purpose: Purpose::Rollback,
-                    command: t.command.clone(),
-                    intent: seq,
-                }])
-                .pop()
-                .unwrap_or(Outcome {
-                    code: None,
-                    output: String::new(),
-                });
+            let out = self.run_one(Job {
+                node: name.into(),
+                nic: Some(u.nic.clone()),
+                purpose: Purpose::Rollback,
+                command: t.command.clone(),
+                intent: seq,
+            });
             let detail = json!({"code": out.code, "output": tail(&out.output, LOG_OUTPUT_BYTES)});
             if out.ok() {
                 self.append(

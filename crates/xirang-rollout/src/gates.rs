@@ -242,7 +242,7 @@ pub fn bench_figure(text: &str) -> Result<BenchFigure, String> {
                 .max_by_key(|r| r.bytes)
                 .expect("parse returns at least one row");
             Ok(BenchFigure {
-                value: r.bw_average_mb_s,
+                value: r.bw_average,
                 what: format!("perftest BW average {} at {} B", r.unit, r.bytes),
                 line: r.line,
             })

@@ -33,11 +33,10 @@ pub struct Row {
     pub bytes: u64,
     /// Iterations.
     pub iterations: u64,
-    /// `BW peak[MB/sec]`, when printed.
-    pub bw_peak_mb_s: Option<f64>,
-    /// `BW average[MB/sec]` (or in the unit the header names: `Gb/sec` with
-    /// `--report_gbits`).
-    pub bw_average_mb_s: f64,
+    /// `BW peak`, in [`Row::unit`], when printed.
+    pub bw_peak: Option<f64>,
+    /// `BW average`, in [`Row::unit`] (`MB/sec`, or `Gb/sec` with `--report_gbits`).
+    pub bw_average: f64,
     /// The unit in the header's brackets (`MB/sec`, `Gb/sec`).
     pub unit: String,
     /// `MsgRate[Mpps]`, when printed.
@@ -107,8 +106,8 @@ pub fn parse(text: &str) -> Result<Vec<Row>, PerftestError> {
             line: i + 1,
             bytes: bytes as u64,
             iterations: iters as u64,
-            bw_peak_mb_s: get("BW peak"),
-            bw_average_mb_s: avg,
+            bw_peak: get("BW peak"),
+            bw_average: avg,
             unit,
             msg_rate_mpps: get("MsgRate"),
         });
@@ -143,8 +142,8 @@ mod tests {
         let rows = parse(WRITE_BW).unwrap();
         assert_eq!(rows.len(), 2);
         assert_eq!(rows[1].bytes, 65536);
-        assert_eq!(rows[1].bw_average_mb_s, 44276.64);
-        assert_eq!(rows[1].bw_peak_mb_s, Some(44326.24));
+        assert_eq!(rows[1].bw_average, 44276.64);
+        assert_eq!(rows[1].bw_peak, Some(44326.24));
         assert_eq!(rows[1].msg_rate_mpps, Some(0.708426));
         assert_eq!(rows[1].line, 9);
     }
@@ -153,8 +152,8 @@ mod tests {
     fn reads_the_short_header() {
         let t = "#bytes       #iterations       BW average[MB/sec]      MsgRate[Mpps]\n1048576      93205             23302.26                0.023302\n";
         let rows = parse(t).unwrap();
-        assert_eq!(rows[0].bw_average_mb_s, 23302.26);
-        assert_eq!(rows[0].bw_peak_mb_s, None);
+        assert_eq!(rows[0].bw_average, 23302.26);
+        assert_eq!(rows[0].bw_peak, None);
         assert_eq!(rows[0].unit, "MB/sec");
         let g = "#bytes #iterations BW peak[Gb/sec] BW average[Gb/sec] MsgRate[Mpps]\n65536 5000 354.1 354.0 0.67\n";
         assert_eq!(parse(g).unwrap()[0].unit, "Gb/sec");

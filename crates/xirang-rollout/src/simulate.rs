@@ -245,8 +245,11 @@ impl Driver for SimDriver {
         if let Some(t0) = n.upgraded_at_s {
             match deg {
                 Some(Degradation::LinkErrors { per_s }) => {
-                    if let Some((k, v)) = n.errors.iter_mut().find(|(k, _)| k.ends_with("/symbol_error")) {
-                        let _ = k;
+                    if let Some(v) = n
+                        .errors
+                        .iter_mut()
+                        .find_map(|(k, v)| k.ends_with("/symbol_error").then_some(v))
+                    {
                         *v = ((self.clock_s - t0).max(0.0) * per_s) as u64;
                     }
                 }
