@@ -165,8 +165,28 @@ fn diagnose_finds_a_link_error_ramp_through_prometheus() {
     let (_agent, agent_port) = start_agent(&host);
     let (_prom, prom_port) = start_prometheus(prometheus, dir.path(), agent_port);
     let url = format!("http://127.0.0.1:{prom_port}");
-    // Steady for a while: nothing to report.
-    std::thread::sleep(Duration::from_secs(5));
+    // Steady until Prometheus holds a few samples of the unchanged counter (its start and
+    // first scrapes can take many seconds on a loaded machine; ramping earlier would make
+    // the window's first value a ramp value).
+    let query = format!(
+        "http://127.0.0.1:{prom_port}/api/v1/query?query=count_over_time(node_infiniband_symbol_error_total%5B1m%5D)"
+    );
+    let t_wait = Instant::now();
+    loop {
+        let stored = get(&query)
+            .and_then(|b| serde_json::from_str::<serde_json::Value>(&b).ok())
+            .and_then(|v| v["data"]["result"][0]["value"][1].as_str().map(str::to_owned))
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or(0);
+        if stored >= 3 {
+            break;
+        }
+        assert!(
+            t_wait.elapsed() < Duration::from_secs(120),
+            "Prometheus stored no steady samples in 120 s"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
     let (out, _) = run_expect(&["diagnose", "--prometheus", &url, "--since", "1m"], 0);
     assert_eq!(out, "No fault found.\n");
     // Then 5 symbol errors per second for 8 s.
