@@ -40,6 +40,14 @@ pub struct Window {
     pub series: Vec<Series>,
     /// Times are from the start of a simulated run, not Unix time.
     pub relative: bool,
+    /// The links between the entities, by their port names (from the fabric model or
+    /// LLDP), when known: both ends of a link report a trained-down rate.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub links: Vec<(String, String)>,
+    /// Each port's nominal rate, Mbit/s, when known (the fabric model, the switch's
+    /// configured speed); otherwise NIC ports are compared with each other.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub nominal_rate_mbps: BTreeMap<String, f64>,
 }
 
 /// Counters whose increase means link errors: NIC PMA counters (linux-rdma-sysfs.md
@@ -55,17 +63,51 @@ pub const LINK_ERROR_COUNTERS: &[&str] = &[
 pub const SWITCH_IN_ERRORS: &str = "SAI_PORT_STAT_IF_IN_ERRORS";
 /// The link-down counter.
 pub const LINK_DOWN_COUNTER: &str = "link_downed";
+/// Frames received larger than a switch port's MTU.
+pub const SWITCH_OVERSIZE: &str = "SAI_PORT_STAT_ETHER_RX_OVERSIZE_PKTS";
+/// Packets a switch dropped at admission from a port.
+pub const SWITCH_IN_DISCARDS: &str = "SAI_PORT_STAT_IF_IN_DISCARDS";
+/// Switch queue counters the ECN rule reads.
+pub const QUEUE_ECN_MARKED: &str = "SAI_QUEUE_STAT_WRED_ECN_MARKED_PACKETS";
+/// Peak queue occupancy.
+pub const QUEUE_WATERMARK: &str = "SAI_QUEUE_STAT_WATERMARK_BYTES";
+/// Packets through a queue.
+pub const QUEUE_PACKETS: &str = "SAI_QUEUE_STAT_PACKETS";
 
-/// Every counter the rules read, by its hardware name.
-pub fn rule_counters() -> impl Iterator<Item = &'static str> {
-    LINK_ERROR_COUNTERS
+/// Every counter the rules read, by its hardware name: the link counters, the rate
+/// levels, switch drops and queues, and the PFC frames and pause time a device sends
+/// (per priority).
+pub fn rule_counters() -> Vec<String> {
+    let mut v: Vec<String> = LINK_ERROR_COUNTERS
         .iter()
-        .copied()
-        .chain(std::iter::once(LINK_DOWN_COUNTER))
+        .chain(&[
+            LINK_DOWN_COUNTER,
+            SWITCH_OVERSIZE,
+            SWITCH_IN_DISCARDS,
+            QUEUE_ECN_MARKED,
+            QUEUE_WATERMARK,
+            QUEUE_PACKETS,
+            xirang_telemetry::metric::LINK_RATE,
+            xirang_telemetry::metric::SWITCH_PORT_SPEED,
+        ])
+        .map(|s| s.to_string())
+        .collect();
+    for p in 0..8 {
+        v.push(format!("tx_prio{p}_pause_duration"));
+        v.push(format!("SAI_PORT_STAT_PFC_{p}_TX_PKTS"));
+        v.push(format!("SAI_PORT_STAT_PFC_{p}_RX_PKTS"));
+    }
+    v
 }
 
 fn sample_entity(counter: &str) -> Entity {
-    if counter.starts_with("SAI_") {
+    if counter.starts_with("SAI_QUEUE_") {
+        Entity::Queue {
+            switch: String::new(),
+            port: String::new(),
+            queue: 0,
+        }
+    } else if counter.starts_with("SAI_") {
         Entity::SwitchPort {
             switch: String::new(),
             port: String::new(),
@@ -79,17 +121,22 @@ fn sample_entity(counter: &str) -> Entity {
     }
 }
 
-/// The metric names the rules read, as the monitor exports them (node_exporter's names
-/// for NIC ports, `xirang_switch_port_*` for switch ports).
-pub fn metric_names() -> Vec<String> {
-    rule_counters()
-        .map(|c| metric_for(&sample_entity(c), c, false).name)
-        .collect()
+/// The metric a rule counter is exported as.
+fn metric_of(counter: &str) -> String {
+    metric_for(&sample_entity(counter), counter, false).name
 }
 
-/// The counter a metric name stands for.
-fn counter_of(metric: &str) -> Option<&'static str> {
-    rule_counters().find(|c| metric_for(&sample_entity(c), c, false).name == metric)
+/// The metric names the rules read, as the monitor exports them (node_exporter's names
+/// for NIC ports, `xirang_*` for the rest), each once.
+pub fn metric_names() -> Vec<String> {
+    let mut v: Vec<String> = Vec::new();
+    for c in rule_counters() {
+        let m = metric_of(&c);
+        if !v.contains(&m) {
+            v.push(m);
+        }
+    }
+    v
 }
 
 /// Increase of a counter over its points: the sum of rises; a fall is a reset, after
@@ -105,7 +152,7 @@ pub fn increase(points: &[(i64, f64)]) -> f64 {
 }
 
 /// `host/device/port` of a NIC-port series (the host from `host`, else Prometheus's
-/// `instance`, else `?`), or `switch:port` of a switch-port series.
+/// `instance`, else `?`), or `switch:port` of a switch-port or queue series.
 fn port_entity(labels: &BTreeMap<String, String>) -> Option<String> {
     if let (Some(sw), Some(port)) = (labels.get("switch"), labels.get("port")) {
         return Some(format!("{sw}:{port}"));
@@ -125,45 +172,122 @@ fn show_labels(l: &BTreeMap<String, String>) -> String {
     format!("{{{}}}", inner.join(","))
 }
 
+/// One series as the rules see it.
+#[derive(Debug, Clone)]
+pub struct View<'a> {
+    /// `host/dev/port` or `switch:port`.
+    pub entity: String,
+    /// The series.
+    pub series: &'a Series,
+    /// Its increase over the window (counters).
+    pub inc: f64,
+    /// Its last value (levels).
+    pub last: f64,
+    /// The series as evidence: where from and what it did.
+    pub evidence: Evidence,
+}
+
+impl View<'_> {
+    /// A label's value.
+    pub fn label(&self, k: &str) -> Option<&str> {
+        self.series.labels.get(k).map(String::as_str)
+    }
+}
+
+impl Window {
+    /// A time as the window's evidence shows it.
+    pub fn when(&self, t: i64) -> String {
+        if self.relative {
+            format!("t+{t} µs")
+        } else {
+            xirang_telemetry::time::utc(t)
+        }
+    }
+
+    /// Its length, seconds (simulated windows count µs).
+    pub fn seconds(&self) -> f64 {
+        let span = (self.until_ms - self.since_ms).max(1) as f64;
+        if self.relative { span / 1e6 } else { span / 1e3 }
+    }
+
+    /// Every series with an entity, as the rules see it.
+    pub fn views(&self) -> Vec<View<'_>> {
+        let mut out = Vec::new();
+        for s in &self.series {
+            let Some(entity) = port_entity(&s.labels) else {
+                continue;
+            };
+            let (Some(first), Some(last)) = (s.points.first(), s.points.last()) else {
+                continue;
+            };
+            let inc = increase(&s.points);
+            let text = if inc > 0.0 {
+                format!(
+                    "{} → {} (+{inc}) from {} to {}",
+                    first.1,
+                    last.1,
+                    self.when(first.0),
+                    self.when(last.0)
+                )
+            } else {
+                format!("{} at {}", last.1, self.when(last.0))
+            };
+            out.push(View {
+                entity,
+                series: s,
+                inc,
+                last: last.1,
+                evidence: Evidence {
+                    source: format!("{} {}{}", self.source, s.metric, show_labels(&s.labels)),
+                    text,
+                },
+            });
+        }
+        out
+    }
+}
+
 /// Runs the counter rules over a window.
 pub fn diagnose_window(w: &Window) -> Vec<Finding> {
+    let views = w.views();
+    let mut out = link_rules(w, &views);
+    out.extend(crate::rules::fabric_rules(w, &views));
+    rank(&mut out);
+    out
+}
+
+/// Link errors and flaps (the symptom table's rows 1 and 2).
+fn link_rules(w: &Window, views: &[View<'_>]) -> Vec<Finding> {
+    let downed = metric_of(LINK_DOWN_COUNTER);
+    let error_metrics: Vec<(String, &str)> = LINK_ERROR_COUNTERS.iter().map(|c| (metric_of(c), *c)).collect();
+    let oversize = metric_of(SWITCH_OVERSIZE);
     // entity -> counter -> (increase, evidence)
     let mut by_port: BTreeMap<String, BTreeMap<&'static str, (f64, Evidence)>> = BTreeMap::new();
-    for s in &w.series {
-        let Some(counter) = counter_of(&s.metric) else {
+    for v in views.iter().filter(|v| v.inc > 0.0) {
+        let counter = if v.series.metric == downed {
+            LINK_DOWN_COUNTER
+        } else if let Some((_, c)) = error_metrics.iter().find(|(m, _)| *m == v.series.metric) {
+            c
+        } else {
             continue;
         };
-        let Some(entity) = port_entity(&s.labels) else {
-            continue;
-        };
-        let inc = increase(&s.points);
-        if inc <= 0.0 {
-            continue;
-        }
-        let (Some(first), Some(last)) = (s.points.first(), s.points.last()) else {
-            continue;
-        };
-        let when = |t: i64| {
-            if w.relative {
-                format!("t+{t} µs")
-            } else {
-                xirang_telemetry::time::utc(t)
+        let mut inc = v.inc;
+        if counter == SWITCH_IN_ERRORS {
+            // Oversize frames are input errors too; they are the MTU rule's, not the link's.
+            let too_big: f64 = views
+                .iter()
+                .filter(|o| o.entity == v.entity && o.series.metric == oversize)
+                .map(|o| o.inc)
+                .sum();
+            inc -= too_big;
+            if inc <= 0.0 {
+                continue;
             }
-        };
-        let evidence = Evidence {
-            source: format!("{} {}{}", w.source, s.metric, show_labels(&s.labels)),
-            text: format!(
-                "{} → {} (+{inc}) from {} to {}",
-                first.1,
-                last.1,
-                when(first.0),
-                when(last.0)
-            ),
-        };
+        }
         by_port
-            .entry(entity)
+            .entry(v.entity.clone())
             .or_default()
-            .insert(counter, (inc, evidence));
+            .insert(counter, (inc, v.evidence.clone()));
     }
     let minutes = ((w.until_ms - w.since_ms) as f64 / 60_000.0).max(1.0 / 60.0);
     let mut out = Vec::new();
@@ -230,7 +354,6 @@ pub fn diagnose_window(w: &Window) -> Vec<Finding> {
             });
         }
     }
-    rank(&mut out);
     out
 }
 
@@ -251,12 +374,16 @@ pub fn synthetic_window(
     for h in 0..hosts {
         for k in 0..nics {
             let bad = faulty.contains(&(h, k));
-            for c in rule_counters().filter(|c| !c.starts_with("SAI_")) {
+            for c in LINK_ERROR_COUNTERS
+                .iter()
+                .chain(&[LINK_DOWN_COUNTER])
+                .filter(|c| !c.starts_with("SAI_"))
+            {
                 let mut labels = BTreeMap::new();
                 labels.insert("host".to_string(), format!("h{h}"));
                 labels.insert("device".to_string(), format!("mlx5_{k}"));
                 labels.insert("port".to_string(), "1".to_string());
-                let rising = bad && c == "symbol_error";
+                let rising = bad && *c == "symbol_error";
                 let points = (0..n)
                     .map(|i| {
                         let t = i as i64 * interval_ms;
@@ -269,7 +396,7 @@ pub fn synthetic_window(
                     })
                     .collect();
                 series.push(Series {
-                    metric: metric_for(&sample_entity(c), c, false).name,
+                    metric: metric_of(c),
                     labels,
                     points,
                 });
@@ -282,6 +409,7 @@ pub fn synthetic_window(
         until_ms,
         series,
         relative: false,
+        ..Window::default()
     }
 }
 
@@ -321,6 +449,8 @@ mod tests {
         let w = Window {
             source: "test".into(),
             relative: false,
+            links: vec![],
+            nominal_rate_mbps: BTreeMap::new(),
             since_ms: 0,
             until_ms: 120_000,
             series: vec![
@@ -364,6 +494,8 @@ mod tests {
         let w = Window {
             source: "test".into(),
             relative: false,
+            links: vec![],
+            nominal_rate_mbps: BTreeMap::new(),
             since_ms: 0,
             until_ms: 60_000,
             series: vec![

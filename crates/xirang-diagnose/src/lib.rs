@@ -12,6 +12,7 @@ pub mod bundle;
 pub mod counters;
 pub mod finding;
 pub mod nccl;
+pub mod rules;
 pub mod source;
 pub mod suite;
 

@@ -8,6 +8,7 @@ use thiserror::Error;
 use xirang_monitor::history::{History, Retention};
 
 use crate::counters::{Series, Window, metric_names, rule_counters};
+use xirang_telemetry::spec::Kind;
 
 /// A source problem.
 #[derive(Debug, Error)]
@@ -56,7 +57,7 @@ pub fn from_history(path: &Path, since_ms: i64, until_ms: i64) -> Result<Window,
     let mut series = Vec::new();
     for name in metric_names() {
         for w in h
-            .query(since_ms, until_ms, Some(&name))
+            .query(since_ms, until_ms, Some(name.as_str()))
             .map_err(|e| err(e.to_string()))?
         {
             let labels: BTreeMap<String, String> = w.key.labels.into_iter().collect();
@@ -84,6 +85,7 @@ pub fn from_history(path: &Path, since_ms: i64, until_ms: i64) -> Result<Window,
         until_ms,
         series,
         relative: false,
+        ..Window::default()
     })
 }
 
@@ -151,6 +153,7 @@ pub fn from_prometheus(url: &str, since_ms: i64, until_ms: i64) -> Result<Window
         until_ms,
         series,
         relative: false,
+        ..Window::default()
     })
 }
 
@@ -166,7 +169,42 @@ pub fn from_sim_out(dir: &Path) -> Result<Window, SourceError> {
         .rounds
         .iter()
         .flat_map(|(t_ns, values)| values.iter().map(move |c| ((*t_ns / 1_000) as i64, c)));
-    Ok(window_from_samples(format!("sim-out {}", dir.display()), samples))
+    let mut w = window_from_samples(format!("sim-out {}", dir.display()), samples);
+    let links = dir.join("links.csv");
+    if links.is_file() {
+        let text = std::fs::read_to_string(&links).map_err(|e| SourceError::SimOut {
+            path: links.display().to_string(),
+            message: e.to_string(),
+        })?;
+        add_links(&mut w, &text).map_err(|message| SourceError::SimOut {
+            path: links.display().to_string(),
+            message,
+        })?;
+    }
+    Ok(w)
+}
+
+/// Adds a fabric's cabling and nominal rates (`links.csv`: `port_a,port_b,rate_gbps`)
+/// to a window.
+pub fn add_links(w: &mut Window, csv: &str) -> Result<(), String> {
+    for (i, line) in csv.lines().enumerate().skip(1) {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let f: Vec<&str> = line.split(',').collect();
+        let [a, b, rate] = f[..] else {
+            return Err(format!("line {}: expected `port_a,port_b,rate_gbps`, found `{line}`", i + 1));
+        };
+        let gbps: f64 = rate
+            .parse()
+            .ok()
+            .filter(|r: &f64| r.is_finite() && *r > 0.0)
+            .ok_or_else(|| format!("line {}: expected a rate in Gbit/s, found `{rate}`", i + 1))?;
+        w.nominal_rate_mbps.insert(a.to_string(), gbps * 1000.0);
+        w.nominal_rate_mbps.insert(b.to_string(), gbps * 1000.0);
+        w.links.push((a.to_string(), b.to_string()));
+    }
+    Ok(())
 }
 
 /// A metric name and its labels.
@@ -178,12 +216,12 @@ pub fn window_from_samples<'a>(
     source: String,
     samples: impl Iterator<Item = (i64, &'a xirang_telemetry::CounterValue)>,
 ) -> Window {
-    let wanted: Vec<&str> = rule_counters().collect();
+    let wanted = rule_counters();
     let mut by_key: BTreeMap<SeriesId, Vec<(i64, f64)>> = BTreeMap::new();
     let mut until_ms = 0;
     for (t_ms, c) in samples {
         until_ms = until_ms.max(t_ms);
-        if !wanted.contains(&c.name.as_str()) {
+        if !wanted.iter().any(|n| *n == c.name) {
             continue;
         }
         let Ok(entity) = c.entity.parse::<xirang_telemetry::Entity>() else {
@@ -192,9 +230,11 @@ pub fn window_from_samples<'a>(
         let m = xirang_telemetry::metric::metric_for(&entity, &c.name, true);
         let labels: Vec<(String, String)> =
             m.labels.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
+        // A counter starts at 0 with the run; a level (a rate) has no such origin.
+        let origin = if m.kind == Kind::Gauge { vec![] } else { vec![(0, 0.0)] };
         by_key
             .entry((m.name, labels))
-            .or_insert_with(|| vec![(0, 0.0)])
+            .or_insert(origin)
             .push((t_ms, c.value as f64 * m.scale));
     }
     let series = by_key
@@ -211,5 +251,6 @@ pub fn window_from_samples<'a>(
         until_ms,
         series,
         relative: true,
+        ..Window::default()
     }
 }

@@ -7,9 +7,11 @@
 //! Loss rates are chosen so that each run corrupts at least a few of the ~1000 packets a
 //! port receives: a fault that corrupts nothing leaves no signature to find.
 //!
-//! Fault kinds covered so far: link bit errors (at NIC ports and at switch ports) and
-//! link flaps. The other kinds of issue 9 (port trained down, PCIe cap, slow receiver,
-//! ECN/PFC off, MTU mismatch, ECMP imbalance, application faults) are to come.
+//! Fault kinds covered so far: link bit errors (at NIC ports and at switch ports), link
+//! flaps, links trained below their rate, slow receivers (PFC storms), ECN marking off
+//! and PFC off on a switch port, and MTU mismatches. Still to come from issue 9: PCIe
+//! caps, ECMP imbalance and the application-side faults (GPUDirect RDMA off, GPUs
+//! funnelled through one NIC, one QP per connection).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -34,6 +36,30 @@ pub struct Injected {
     pub class: Class,
     /// Entity diagnosis should name.
     pub entity: String,
+    /// The other end of the link, for link faults that both ends report (either name
+    /// locates the link).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peer: Option<String>,
+}
+
+impl Injected {
+    fn names(&self, class: Class, entity: &str) -> bool {
+        class == self.class && (entity == self.entity || self.peer.as_deref() == Some(entity))
+    }
+}
+
+/// The traffic of a case.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Load {
+    /// Every host sends 4 MB to a host on the other leaf (no hot spot).
+    Permutation,
+    /// The permutation plus two 3-to-1 incasts (into h0 from its own leaf, into h4 from
+    /// its own leaf), so that queues build and mark.
+    Incast,
+    /// The incast on shallow-buffer switches, where PFC pauses in a healthy run (and a
+    /// port without PFC overflows).
+    ShallowIncast,
 }
 
 /// One case.
@@ -45,6 +71,8 @@ pub struct Case {
     pub seed: u64,
     /// Faults (empty: a healthy run).
     pub faults: Vec<Injected>,
+    /// Traffic.
+    pub load: Load,
 }
 
 /// The fabric and workload of every case: 8 hosts on a 2x2 leaf-spine at 100 Gbit/s,
@@ -68,11 +96,27 @@ list = [
 ]
 "#;
 
+/// The incasts added to the permutation for [`Load::Incast`].
+const INCAST: &str = r#"
+[workloads.incast.flows]
+list = [
+  { src = "h1", dst = "h0", bytes = 2_000_000 }, { src = "h2", dst = "h0", bytes = 2_000_000 },
+  { src = "h3", dst = "h0", bytes = 2_000_000 },
+  { src = "h5", dst = "h4", bytes = 2_000_000 }, { src = "h6", dst = "h4", bytes = 2_000_000 },
+  { src = "h7", dst = "h4", bytes = 2_000_000 },
+]
+"#;
+
+/// The switch buffer of [`Load::ShallowIncast`]: small enough that the incasts reach
+/// the lossless XOFF threshold (2^-3 of the free buffer) before ECN slows the senders.
+const SHALLOW: &str = "\n[config.buffer]\nswitch_bytes = 700_000\n";
+
 fn errors_at(target: &str, entity: &str, loss: f64) -> Injected {
     Injected {
         toml: format!("[[faults]]\nkind = \"link_errors\"\ntarget = \"{target}\"\nloss = {loss}\n"),
         class: Class::Link,
         entity: entity.into(),
+        peer: None,
     }
 }
 
@@ -83,6 +127,36 @@ fn down_at(target: &str, entity: &str, start_us: f64, end_us: f64) -> Injected {
         ),
         class: Class::Link,
         entity: entity.into(),
+        peer: None,
+    }
+}
+
+fn slow_link(target: &str, entity: &str, peer: &str, rate_gbps: f64) -> Injected {
+    Injected {
+        toml: format!("[[faults]]\nkind = \"slow_link\"\ntarget = \"{target}\"\nrate_gbps = {rate_gbps}\n"),
+        class: Class::Link,
+        entity: entity.into(),
+        peer: Some(peer.into()),
+    }
+}
+
+fn slow_receiver(nic: &str, drain_gbps: f64, start_us: f64) -> Injected {
+    Injected {
+        toml: format!(
+            "[[faults]]\nkind = \"slow_receiver\"\ntarget = \"{nic}\"\ndrain_gbps = {drain_gbps}\nstart_us = {start_us}\n"
+        ),
+        class: Class::Nic,
+        entity: format!("{nic}/1"),
+        peer: None,
+    }
+}
+
+fn switch_fault(kind: &str, port: &str, extra: &str) -> Injected {
+    Injected {
+        toml: format!("[[faults]]\nkind = \"{kind}\"\ntarget = \"{port}\"\n{extra}"),
+        class: Class::SwitchPort,
+        entity: port.into(),
+        peer: None,
     }
 }
 
@@ -92,6 +166,19 @@ pub fn cases() -> Vec<Case> {
         name: name.into(),
         seed,
         faults: vec![f],
+        load: Load::Permutation,
+    };
+    let incast = |name: &str, seed: u64, f: Injected| Case {
+        name: name.into(),
+        seed,
+        faults: vec![f],
+        load: Load::Incast,
+    };
+    let shallow = |name: &str, seed: u64, f: Injected| Case {
+        name: name.into(),
+        seed,
+        faults: vec![f],
+        load: Load::ShallowIncast,
     };
     let mut v = vec![
         one(
@@ -135,26 +222,97 @@ pub fn cases() -> Vec<Case> {
             3,
             down_at("h4/mlx5_0", "h4/mlx5_0/1", 300.0, 350.0),
         ),
+        one(
+            "slow-link-h3-25G",
+            1,
+            slow_link("h3/mlx5_0", "h3/mlx5_0/1", "leaf0:3", 25.0),
+        ),
+        incast(
+            "slow-link-h5-50G",
+            2,
+            slow_link("leaf1:1", "h5/mlx5_0/1", "leaf1:1", 50.0),
+        ),
+        one(
+            "slow-link-leaf0:4-40G",
+            3,
+            slow_link("leaf0:4", "leaf0:4", "spine0:0", 40.0),
+        ),
+        incast("slow-receiver-h0-20G", 1, slow_receiver("h0/mlx5_0", 20.0, 0.0)),
+        one("slow-receiver-h6-10G", 2, slow_receiver("h6/mlx5_0", 10.0, 100.0)),
+        incast("slow-receiver-h4-5G", 3, slow_receiver("h4/mlx5_0", 5.0, 200.0)),
+        incast("ecn-off-leaf0:0", 1, switch_fault("ecn_off", "leaf0:0", "")),
+        incast("ecn-off-leaf1:0", 2, switch_fault("ecn_off", "leaf1:0", "")),
+        incast("ecn-off-leaf1:0-seed3", 3, switch_fault("ecn_off", "leaf1:0", "")),
+        shallow("pfc-off-leaf0:1", 1, switch_fault("pfc_off", "leaf0:1", "")),
+        shallow("pfc-off-leaf1:2", 2, switch_fault("pfc_off", "leaf1:2", "")),
+        shallow("pfc-off-leaf0:3", 3, switch_fault("pfc_off", "leaf0:3", "")),
+        one(
+            "mtu-leaf0:2-1500",
+            1,
+            switch_fault("mtu_mismatch", "leaf0:2", "mtu_bytes = 1500\n"),
+        ),
+        incast(
+            "mtu-leaf1:5-4096",
+            2,
+            switch_fault("mtu_mismatch", "leaf1:5", "mtu_bytes = 4096\n"),
+        ),
+        one(
+            "mtu-spine0:0-1500",
+            3,
+            switch_fault("mtu_mismatch", "spine0:0", "mtu_bytes = 1500\n"),
+        ),
     ];
     for seed in 1..=5 {
         v.push(Case {
             name: format!("healthy-seed{seed}"),
             seed,
             faults: vec![],
+            load: Load::Permutation,
         });
     }
-    for (i, (a, b)) in [
+    for (seed, load, name) in [
+        (6, Load::Incast, "incast"),
+        (7, Load::Incast, "incast"),
+        (8, Load::ShallowIncast, "shallow-incast"),
+        (9, Load::ShallowIncast, "shallow-incast"),
+    ] {
+        v.push(Case {
+            name: format!("healthy-{name}-seed{seed}"),
+            seed,
+            faults: vec![],
+            load,
+        });
+    }
+    for (i, (a, b, load)) in [
         (
             errors_at("h1/mlx5_0", "h1/mlx5_0/1", 0.005),
             down_at("h6/mlx5_0", "h6/mlx5_0/1", 200.0, 300.0),
+            Load::Permutation,
         ),
         (
             errors_at("leaf1:0", "leaf1:0", 0.01),
             errors_at("h3/mlx5_0", "h3/mlx5_0/1", 0.002),
+            Load::Permutation,
         ),
         (
             down_at("h0/mlx5_0", "h0/mlx5_0/1", 150.0, 250.0),
             errors_at("leaf0:3", "leaf0:3", 0.003),
+            Load::Permutation,
+        ),
+        (
+            slow_receiver("h6/mlx5_0", 10.0, 0.0),
+            switch_fault("mtu_mismatch", "leaf0:1", "mtu_bytes = 1500\n"),
+            Load::Permutation,
+        ),
+        (
+            switch_fault("ecn_off", "leaf0:0", ""),
+            errors_at("h6/mlx5_0", "h6/mlx5_0/1", 0.005),
+            Load::Incast,
+        ),
+        (
+            slow_link("h2/mlx5_0", "h2/mlx5_0/1", "leaf0:2", 50.0),
+            switch_fault("pfc_off", "leaf1:1", ""),
+            Load::ShallowIncast,
         ),
     ]
     .into_iter()
@@ -164,6 +322,7 @@ pub fn cases() -> Vec<Case> {
             name: format!("double-{}", i + 1),
             seed: 10 + i as u64,
             faults: vec![a, b],
+            load,
         });
     }
     v
@@ -187,7 +346,12 @@ pub fn run_case(c: &Case) -> Result<CaseResult, String> {
     // The run stops at 3 ms: a flow whose tail was lost on a down link waits for the
     // 4.3 s ACK timeout (NCCL_IB_TIMEOUT 20), which would only lengthen the window.
     let mut text = format!(
-        "{BASE}\n[run]\nseed = {}\nsample_interval_us = 20\nend_us = {RUN_END_US}\n",
+        "{BASE}{}\n[run]\nseed = {}\nsample_interval_us = 20\nend_us = {RUN_END_US}\n",
+        match c.load {
+            Load::Permutation => String::new(),
+            Load::Incast => INCAST.to_string(),
+            Load::ShallowIncast => format!("{INCAST}{SHALLOW}"),
+        },
         c.seed
     );
     for f in &c.faults {
@@ -205,7 +369,11 @@ pub fn run_case(c: &Case) -> Result<CaseResult, String> {
         .counter_series
         .iter()
         .map(|(t, cv)| ((*t / xirang_sim::time::PS_PER_US) as i64, cv));
-    let w = window_from_samples(format!("sim {}", c.name), samples);
+    let mut w = window_from_samples(format!("sim {}", c.name), samples);
+    // What LLDP and the inventory give in production: the cabling and each port's
+    // nominal rate, here from the fabric model.
+    crate::source::add_links(&mut w, &xirang_sim::output::links_csv(&loaded.fabric))
+        .map_err(|e| format!("{}: links: {e}", c.name))?;
     let findings = diagnose_window(&w);
     let found: Vec<(String, Class, String, Severity)> = findings
         .iter()
@@ -218,10 +386,11 @@ pub fn run_case(c: &Case) -> Result<CaseResult, String> {
         // Top-1 names an injected fault, and every injected fault is among the findings.
         findings
             .first()
-            .is_some_and(|f| injected.contains(&(f.class, f.entity.clone())))
-            && injected
+            .is_some_and(|f| c.faults.iter().any(|i| i.names(f.class, &f.entity)))
+            && c
+                .faults
                 .iter()
-                .all(|i| findings.iter().any(|f| (f.class, &f.entity) == (i.0, &i.1)))
+                .all(|i| findings.iter().any(|f| i.names(f.class, &f.entity)))
     };
     Ok(CaseResult {
         name: c.name.clone(),

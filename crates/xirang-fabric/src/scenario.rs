@@ -17,6 +17,13 @@ use crate::hpcc::{self, HpccFlow};
 use crate::model::{Fabric, Node, PcieLink, Tier};
 use crate::topology::{self, TopologySpec, parse_port_ref, unknown_name};
 use crate::units::Count;
+
+/// Smallest MTU an `mtu_mismatch` fault may set: the IPv4 datagram size every host must
+/// accept (RFC 791); 1500 (plain Ethernet) is the usual wrong setting.
+const MIN_FAULT_MTU_BYTES: u32 = 576;
+/// Largest: SONiC's default port MTU (shared/reference/switch-config.md); a port at the
+/// default passes every frame a host with a 9000-byte netdev MTU sends.
+const MAX_FAULT_MTU_BYTES: u32 = 9100;
 use crate::workload::{SizeDist, Workload};
 
 /// A scenario as written in a file.
@@ -64,6 +71,39 @@ pub enum FaultKind {
     /// lost, and `link_downed` counts once at both ends. Routes are not recomputed while
     /// it is down (the simulator's routes are fixed per QP; a simplification).
     LinkDown,
+    /// The link at `target` trained below its rate: both ends run at `rate_gbps` (and
+    /// report it: sysfs `rate` at NIC ports, the port speed at switch ports).
+    SlowLink,
+    /// ECN marking is off on the egress queues of switch port `target` (no WRED/ECN on
+    /// the lossless queue).
+    EcnOff,
+    /// PFC is not enabled for the lossless priorities on switch port `target`: packets
+    /// entering there are admitted as lossy (dropped when the buffer share is exceeded,
+    /// counted in the port's `SAI_PORT_STAT_IF_IN_DISCARDS`) and the port never pauses
+    /// its peer.
+    PfcOff,
+    /// Switch port `target` has an MTU of `mtu_bytes`: larger frames arriving there are
+    /// dropped and counted as oversize input errors.
+    MtuMismatch,
+    /// The host behind NIC port `target` drains received data at only `drain_gbps`: its
+    /// receive buffer fills and the NIC keeps asserting PFC towards the switch (a slow or
+    /// stuck receiver; the pause spreads upstream).
+    SlowReceiver,
+}
+
+impl FaultKind {
+    /// The kind as scenarios spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultKind::LinkErrors => "link_errors",
+            FaultKind::LinkDown => "link_down",
+            FaultKind::SlowLink => "slow_link",
+            FaultKind::EcnOff => "ecn_off",
+            FaultKind::PfcOff => "pfc_off",
+            FaultKind::MtuMismatch => "mtu_mismatch",
+            FaultKind::SlowReceiver => "slow_receiver",
+        }
+    }
 }
 
 /// One injected fault.
@@ -83,6 +123,15 @@ pub struct Fault {
     /// `link_errors`: share of arriving packets corrupted, in (0, 1].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub loss: Option<f64>,
+    /// `slow_link`: the rate the link trained at, Gbit/s (below its nominal rate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_gbps: Option<f64>,
+    /// `mtu_mismatch`: the port's MTU, bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtu_bytes: Option<u32>,
+    /// `slow_receiver`: the rate the host drains received data at, Gbit/s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain_gbps: Option<f64>,
 }
 
 fn is_default_tune(t: &crate::tune::TuneSpec) -> bool {
@@ -504,22 +553,78 @@ impl Scenario {
                     format!("expected a time after start_us ({}), found {e}", f.start_us),
                 );
             }
-            match (f.kind, f.loss) {
-                (FaultKind::LinkErrors, Some(l)) if l > 0.0 && l <= 1.0 => {}
-                (FaultKind::LinkErrors, Some(l)) => d.error(
-                    &at.key("loss"),
-                    format!("expected a share of packets in (0, 1], found {l}"),
-                ),
-                (FaultKind::LinkErrors, None) => d.error(
-                    &at.key("loss"),
-                    "link_errors needs `loss`, the share of packets corrupted (e.g. 0.001)".to_string(),
-                ),
-                (FaultKind::LinkDown, Some(_)) => d.error(
-                    &at.key("loss"),
-                    "link_down takes no `loss`: everything on a down link is lost".to_string(),
-                ),
-                (FaultKind::LinkDown, None) => {}
+            self.validate_fault_params(fabric, f, &at, d);
+        }
+    }
+
+    /// Each kind takes exactly its own parameter, in range; config faults sit on a
+    /// switch port, a slow receiver on a NIC port.
+    fn validate_fault_params(&self, fabric: &Fabric, f: &Fault, at: &KeyPath, d: &mut Diagnostics) {
+        let kind = f.kind.name();
+        let target = parse_port_ref(fabric, &f.target, None).ok();
+        let link_rate = target.and_then(|p| fabric.port_link(p)).map(|l| fabric.links[l.index()].rate_gbps);
+        let on_switch = target.map(|p| matches!(p.node, Node::Switch(_)));
+        let params: [(&str, Option<f64>, bool); 4] = [
+            ("loss", f.loss, f.kind == FaultKind::LinkErrors),
+            ("rate_gbps", f.rate_gbps, f.kind == FaultKind::SlowLink),
+            ("mtu_bytes", f.mtu_bytes.map(f64::from), f.kind == FaultKind::MtuMismatch),
+            ("drain_gbps", f.drain_gbps, f.kind == FaultKind::SlowReceiver),
+        ];
+        for (key, value, wanted) in params {
+            match (value, wanted) {
+                (Some(_), false) => d.error(&at.key(key), format!("`{kind}` takes no `{key}`")),
+                (None, true) => d.error(&at.key(key), format!("`{kind}` needs `{key}`")),
+                _ => {}
             }
+        }
+        match f.kind {
+            FaultKind::LinkErrors => {
+                if let Some(l) = f.loss
+                    && !(l > 0.0 && l <= 1.0)
+                {
+                    d.error(
+                        &at.key("loss"),
+                        format!("expected a share of packets in (0, 1], found {l}"),
+                    );
+                }
+            }
+            FaultKind::SlowLink => {
+                if let (Some(r), Some(nominal)) = (f.rate_gbps, link_rate)
+                    && !(r > 0.0 && r < nominal)
+                {
+                    d.error(
+                        &at.key("rate_gbps"),
+                        format!("expected a rate above 0 and below the link's {nominal} Gbit/s, found {r}"),
+                    );
+                }
+            }
+            FaultKind::SlowReceiver => {
+                if on_switch == Some(true) {
+                    d.error(&at.key("target"), format!("`{kind}` sits on a NIC port, found switch port `{}`", f.target));
+                }
+                if let (Some(r), Some(nominal)) = (f.drain_gbps, link_rate)
+                    && !(r > 0.0 && r < nominal)
+                {
+                    d.error(
+                        &at.key("drain_gbps"),
+                        format!("expected a rate above 0 and below the link's {nominal} Gbit/s, found {r}"),
+                    );
+                }
+            }
+            FaultKind::EcnOff | FaultKind::PfcOff | FaultKind::MtuMismatch => {
+                if on_switch == Some(false) {
+                    d.error(&at.key("target"), format!("`{kind}` sits on a switch port, found NIC port `{}`", f.target));
+                }
+                if let Some(m) = f.mtu_bytes
+                    && !(MIN_FAULT_MTU_BYTES..=MAX_FAULT_MTU_BYTES).contains(&m)
+                {
+                    d.error(
+                        &at.key("mtu_bytes"),
+                        format!("expected an MTU of {MIN_FAULT_MTU_BYTES}..={MAX_FAULT_MTU_BYTES} bytes, found {m}"),
+                    );
+                }
+            }
+            FaultKind::LinkDown => {}
         }
     }
 

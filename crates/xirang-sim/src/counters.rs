@@ -78,6 +78,12 @@ pub struct PortCounters {
     pub symbol_errors: u64,
     /// Times this port's link went down.
     pub link_downed: u64,
+    /// Packets dropped at admission into the buffer from this (ingress) port.
+    pub in_discards: u64,
+    /// Frames received larger than the port's MTU (dropped; also in `rx_errors`).
+    pub rx_oversize: u64,
+    /// The port's link rate, Mbit/s (a level, not a counter).
+    pub rate_mbps: u64,
 }
 
 /// One named counter value of one entity: the schema the monitoring agent uses for real
@@ -107,6 +113,9 @@ impl PortCounters {
         push(out, entity, "symbol_error".into(), self.symbol_errors);
         push(out, entity, "port_rcv_errors".into(), self.rx_errors);
         push(out, entity, "link_downed".into(), self.link_downed);
+        // sysfs `rate` ("100 Gb/sec (4X EDR)"), kept in Mbit/s so that rates such as
+        // 12.5 Gb/s stay whole.
+        push(out, entity, "rate".into(), self.rate_mbps);
         for (n, v) in [
             ("np_ecn_marked_roce_packets", self.np_ecn_marked_roce_packets),
             ("np_cnp_sent", self.np_cnp_sent),
@@ -182,6 +191,20 @@ impl PortCounters {
             self.tx_discards,
         );
         push(out, entity, "SAI_PORT_STAT_IF_IN_ERRORS".into(), self.rx_errors);
+        push(
+            out,
+            entity,
+            "SAI_PORT_STAT_IF_IN_DISCARDS".into(),
+            self.in_discards,
+        );
+        push(
+            out,
+            entity,
+            "SAI_PORT_STAT_ETHER_RX_OVERSIZE_PKTS".into(),
+            self.rx_oversize,
+        );
+        // The port's speed attribute (SAI_PORT_ATTR_SPEED, SONiC's PORT `speed`), Mbit/s.
+        push(out, entity, "SAI_PORT_ATTR_SPEED".into(), self.rate_mbps);
         for p in 0..N_PRIO {
             if pfc_prios.contains(&(p as u8)) {
                 push(

@@ -21,7 +21,7 @@ use crate::counters::{CounterValue, N_PRIO, PortCounters};
 use crate::packet::{Kind, Packet};
 use crate::queue::{EventQueue, Queue};
 use crate::rng::{Purpose, Stream, murmur3_32};
-use crate::time::{PS_PER_NS, PS_PER_US, Ps, Rate, tx_time_at};
+use crate::time::{PS_PER_NS, PS_PER_S, PS_PER_US, Ps, Rate, tx_time_at};
 use crate::workload::FlowDef;
 
 /// A time that never comes.
@@ -57,6 +57,14 @@ const EV_PFC_REFRESH: u64 = 6;
 const EV_SAMPLE: u64 = 7;
 const EV_LOCAL_DONE: u64 = 8;
 const EV_FAULT: u64 = 9;
+const EV_RX_DRAIN: u64 = 10;
+
+/// Receive buffer of a NIC whose host drains slowly (`slow_receiver` fault): the NIC asks
+/// its peer to pause above the XOFF level and to resume below XON. mlx5 receive buffer
+/// sizes are per-port configuration (`mlnx_qos --buffer_size`) and not in
+/// shared/reference; these levels are a modelling choice, a few jumbo frames apart.
+const NIC_RX_XOFF_BYTES: f64 = 65_536.0;
+const NIC_RX_XON_BYTES: f64 = 32_768.0;
 
 #[inline]
 fn ev(kind: u64, a: u32, b: u32) -> u64 {
@@ -107,6 +115,27 @@ pub(crate) struct Port {
     ecn_rng: Option<Stream>,
     /// RED profile of this egress port (switch ports).
     red: RedProfile,
+    /// `pfc_off` fault: packets entering here are admitted as lossy and never paused.
+    pfc_off: bool,
+    /// `slow_receiver` fault (NIC ports): the host's drain rate and receive backlog.
+    slow_rx: Option<SlowRx>,
+}
+
+/// Receive backlog of a NIC whose host drains slowly.
+#[derive(Debug, Clone, Copy)]
+struct SlowRx {
+    drain_bps: f64,
+    backlog_bytes: f64,
+    last: Ps,
+}
+
+impl SlowRx {
+    /// Drains the backlog up to `now`.
+    fn drain_to(&mut self, now: Ps) {
+        let drained = (now - self.last) as f64 * self.drain_bps / (8.0 * PS_PER_S as f64);
+        self.backlog_bytes = (self.backlog_bytes - drained).max(0.0);
+        self.last = now;
+    }
 }
 
 /// Per-priority state of a port.
@@ -173,6 +202,8 @@ impl Port {
             rr_qp: 0,
             ecn_rng,
             red,
+            pfc_off: false,
+            slow_rx: None,
         }
     }
 
@@ -451,6 +482,13 @@ struct ActiveFault {
     /// on a uniform u64 draw.
     threshold: u64,
     rng: Stream,
+    /// The kind's parameter: `SlowLink` Gbit/s, `MtuMismatch` bytes, `SlowReceiver`
+    /// Gbit/s.
+    param: f64,
+    /// What the fault changed, restored when it ends: `SlowLink` both ends' rates,
+    /// `EcnOff` whether RED was on.
+    saved_rates: [Option<Rate>; 2],
+    saved_red: bool,
 }
 
 impl<Q: Queue> Sim<Q> {
@@ -948,7 +986,8 @@ impl<Q: Queue> Sim<Q> {
             EV_RTO => self.rto(a),
             EV_PFC_REFRESH => self.pfc_refresh(a, (b & 7) as usize, b >> 3),
             EV_SAMPLE => self.sample(),
-            EV_FAULT => self.fault_starts(a),
+            EV_FAULT => self.fault_event(a, b == 1),
+            EV_RX_DRAIN => self.rx_drain(a, b as usize),
             EV_LOCAL_DONE => {
                 self.flows[a as usize].finish = Some(self.now);
                 self.flows_left -= 1;
@@ -1046,6 +1085,16 @@ impl<Q: Queue> Sim<Q> {
             }
             match f.kind {
                 FaultKind::LinkDown => lost = true,
+                FaultKind::MtuMismatch => {
+                    if u32::from(pkt.size) as f64 > f.param {
+                        let c = &mut self.counters[q as usize];
+                        c.rx_errors += 1;
+                        c.rx_oversize += 1;
+                        lost = true;
+                    }
+                }
+                // Applied at their start and end events.
+                FaultKind::SlowLink | FaultKind::EcnOff | FaultKind::PfcOff | FaultKind::SlowReceiver => {}
                 FaultKind::LinkErrors => {
                     // PFC frames are left alone: a lost pause frame only shortens a
                     // pause, and corrupting them would change nothing the rules read.
@@ -1069,13 +1118,98 @@ impl<Q: Queue> Sim<Q> {
         lost
     }
 
-    /// A link-down fault begins: both ends count it.
-    fn fault_starts(&mut self, i: u32) {
-        let f = &self.faults[i as usize];
-        if f.kind == FaultKind::LinkDown {
-            let (q, peer) = (f.port, self.ports[f.port as usize].peer);
-            self.counters[q as usize].link_downed += 1;
-            self.counters[peer as usize].link_downed += 1;
+    /// A fault begins or (with `end`) ends.
+    fn fault_event(&mut self, i: u32, end: bool) {
+        let f = &mut self.faults[i as usize];
+        let q = f.port as usize;
+        let peer = self.ports[q].peer as usize;
+        match (f.kind, end) {
+            // Both ends count a link going down.
+            (FaultKind::LinkDown, false) => {
+                self.counters[q].link_downed += 1;
+                self.counters[peer].link_downed += 1;
+            }
+            (FaultKind::SlowLink, false) => {
+                for (k, p) in [q, peer].into_iter().enumerate() {
+                    f.saved_rates[k] = Some(self.ports[p].rate);
+                    self.ports[p].rate = Rate::from_gbps(f.param);
+                }
+            }
+            (FaultKind::SlowLink, true) => {
+                for (k, p) in [q, peer].into_iter().enumerate() {
+                    if let Some(r) = f.saved_rates[k].take() {
+                        self.ports[p].rate = r;
+                    }
+                }
+            }
+            (FaultKind::EcnOff, false) => {
+                f.saved_red = self.ports[q].red.enabled;
+                self.ports[q].red.enabled = false;
+            }
+            (FaultKind::EcnOff, true) => self.ports[q].red.enabled = f.saved_red,
+            (FaultKind::PfcOff, off) => self.ports[q].pfc_off = !off,
+            (FaultKind::SlowReceiver, false) => {
+                self.ports[q].slow_rx = Some(SlowRx {
+                    drain_bps: f.param * 1e9,
+                    backlog_bytes: 0.0,
+                    last: self.now,
+                });
+            }
+            (FaultKind::SlowReceiver, true) => {
+                self.ports[q].slow_rx = None;
+                for prio in 0..N_PRIO {
+                    if self.ports[q].xoff & (1 << prio) != 0 {
+                        self.send_pfc(q as u32, prio, false);
+                    }
+                }
+            }
+            (FaultKind::LinkDown | FaultKind::LinkErrors | FaultKind::MtuMismatch, _) => {}
+        }
+    }
+
+    /// A slow receiver's NIC accounts a data packet into its backlog and asks its peer to
+    /// pause when the backlog passes XOFF. Delivery itself is not delayed (a
+    /// simplification: the pause, not the receive queue, is what limits the sender, and
+    /// what the counters show).
+    fn slow_rx_arrival(&mut self, p: u32, pkt: &Packet) {
+        let now = self.now;
+        let prio = pkt.prio as usize;
+        let port = &mut self.ports[p as usize];
+        let Some(rx) = port.slow_rx.as_mut() else {
+            return;
+        };
+        rx.drain_to(now);
+        rx.backlog_bytes += f64::from(pkt.size);
+        let backlog = rx.backlog_bytes;
+        let drain_bps = rx.drain_bps;
+        if backlog >= NIC_RX_XOFF_BYTES && self.pfc_lossless[prio] && port.xoff & (1 << prio) == 0 {
+            self.send_pfc(p, prio, true);
+            self.schedule_rx_drain(p, prio, backlog, drain_bps);
+        }
+    }
+
+    fn schedule_rx_drain(&mut self, p: u32, prio: usize, backlog: f64, drain_bps: f64) {
+        let wait_s = (backlog - NIC_RX_XON_BYTES).max(0.0) * 8.0 / drain_bps;
+        let at = self.now + ((wait_s * PS_PER_S as f64) as Ps).max(1);
+        self.q.push(at, ev(EV_RX_DRAIN, p, prio as u32));
+    }
+
+    /// A slow receiver's backlog may have drained to XON: resume the peer, or wait more.
+    fn rx_drain(&mut self, p: u32, prio: usize) {
+        let now = self.now;
+        let port = &mut self.ports[p as usize];
+        let Some(rx) = port.slow_rx.as_mut() else {
+            return;
+        };
+        if port.xoff & (1 << prio) == 0 {
+            return;
+        }
+        rx.drain_to(now);
+        let (backlog, drain_bps) = (rx.backlog_bytes, rx.drain_bps);
+        if backlog <= NIC_RX_XON_BYTES {
+            self.send_pfc(p, prio, false);
+        } else {
+            self.schedule_rx_drain(p, prio, backlog, drain_bps);
         }
     }
 
@@ -1105,9 +1239,24 @@ impl<Q: Queue> Sim<Q> {
                     (loss * u64::MAX as f64) as u64
                 },
                 rng: Stream::new(seed, Purpose::Fault, i as u64),
+                param: f
+                    .rate_gbps
+                    .or(f.drain_gbps)
+                    .or(f.mtu_bytes.map(f64::from))
+                    .unwrap_or(0.0),
+                saved_rates: [None, None],
+                saved_red: false,
             });
-            if f.kind == FaultKind::LinkDown {
-                self.q.push(start, ev(EV_FAULT, idx, 0));
+            match f.kind {
+                // Checked on every arriving packet.
+                FaultKind::LinkErrors | FaultKind::MtuMismatch => {}
+                FaultKind::LinkDown => self.q.push(start, ev(EV_FAULT, idx, 0)),
+                FaultKind::SlowLink | FaultKind::EcnOff | FaultKind::PfcOff | FaultKind::SlowReceiver => {
+                    self.q.push(start, ev(EV_FAULT, idx, 0));
+                    if end != NEVER {
+                        self.q.push(end, ev(EV_FAULT, idx, 1));
+                    }
+                }
             }
         }
     }
@@ -1288,10 +1437,11 @@ impl<Q: Queue> Sim<Q> {
         pkt.hop += 1;
         let prio = pkt.prio as usize;
         let size = u64::from(pkt.size);
-        let lossless = self.pfc_lossless[prio];
+        let lossless = self.pfc_lossless[prio] && !self.ports[inp as usize].pfc_off;
         let reserved = self.reserved;
         let sw = &mut self.switches[s as usize];
         if sw.used + size > sw.buffer {
+            self.counters[inp as usize].in_discards += 1;
             self.drop_packet(out, &pkt);
             return;
         }
@@ -1303,6 +1453,7 @@ impl<Q: Queue> Sim<Q> {
             let thr = sw.threshold(self.pfc_th);
             if port.pr[prio].hdrm + size > port.headroom && shared_pq + size > thr {
                 // Headroom overflow: a lossless packet is lost. Sized headroom prevents it.
+                self.counters[inp as usize].in_discards += 1;
                 self.drop_packet(out, &pkt);
                 return;
             }
@@ -1317,6 +1468,7 @@ impl<Q: Queue> Sim<Q> {
         } else {
             let thr = sw.threshold(self.lossy_th);
             if shared_pq + size > thr {
+                self.counters[inp as usize].in_discards += 1;
                 self.drop_packet(out, &pkt);
                 return;
             }
@@ -1470,7 +1622,12 @@ impl<Q: Queue> Sim<Q> {
 
     fn nic_receive(&mut self, p: u32, pkt: Packet) {
         match pkt.kind {
-            Kind::Data => self.nic_rx_data(p, &pkt),
+            Kind::Data => {
+                if self.ports[p as usize].slow_rx.is_some() {
+                    self.slow_rx_arrival(p, &pkt);
+                }
+                self.nic_rx_data(p, &pkt)
+            }
             Kind::Ack | Kind::Nack => self.nic_rx_ack(&pkt),
             Kind::Cnp => self.nic_rx_cnp(&pkt),
             Kind::Pause => self.receive_pause(p, &pkt),
@@ -2074,6 +2231,7 @@ impl<Q: Queue> Sim<Q> {
             .enumerate()
             .map(|(pi, port)| {
                 let mut c = self.counters[pi].clone();
+                c.rate_mbps = (port.rate.bps / 1e6).round() as u64;
                 let peer = port.peer as usize;
                 for (prio, in_link) in on_link[peer].iter().enumerate() {
                     let (tb, tp) = (port.pr[prio].tx_bytes, port.pr[prio].tx_packets);

@@ -479,3 +479,20 @@ impl RunResult {
         }
     }
 }
+
+/// The fabric's cabling as `links.csv` (`port_a,port_b,rate_gbps`, one link per line, by
+/// the port names the counters use): what LLDP and the inventory give diagnosis on a real
+/// fabric, so that both ends of a link and each port's nominal rate are known.
+pub fn links_csv(fabric: &xirang_fabric::model::Fabric) -> String {
+    let mut s = String::from("port_a,port_b,rate_gbps\n");
+    for l in &fabric.links {
+        let _ = writeln!(
+            s,
+            "{},{},{}",
+            fabric.port_name(l.a),
+            fabric.port_name(l.b),
+            l.rate_gbps
+        );
+    }
+    s
+}

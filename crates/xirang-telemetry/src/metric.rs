@@ -294,6 +294,11 @@ const HW: &[(&str, &str, &str)] = &[
 /// name, so they do not collide with the driver's `ethtool -S` counters.
 pub const NETDEV_STAT_PREFIX: &str = "statistics/";
 
+/// A NIC port's link rate (sysfs `rate`) as a value: Mbit/s.
+pub const LINK_RATE: &str = "rate";
+/// A switch port's speed (SAI_PORT_ATTR_SPEED, SONiC PORT `speed`): Mbit/s.
+pub const SWITCH_PORT_SPEED: &str = "SAI_PORT_ATTR_SPEED";
+
 const GENERIC_HELP: &str = "Counter as the hardware names it (see the counter label).";
 
 /// node_exporter's help for its `lifespan_seconds` gauge.
@@ -341,6 +346,16 @@ pub fn metric_for(entity: &Entity, name: &str, host_label: bool) -> Metric {
         } => {
             let mut labels = vec![("device", device.clone()), ("port", port.to_string())];
             host(&mut labels, h);
+            if name == LINK_RATE {
+                // The name the monitor gives sysfs `rate` (node_exporter's).
+                return Metric {
+                    name: "node_infiniband_rate_bytes_per_second".into(),
+                    labels,
+                    kind: Kind::Gauge,
+                    scale: sp.scale,
+                    help: "Maximum signal transfer rate",
+                };
+            }
             if name == "lifespan" {
                 return Metric {
                     name: "node_infiniband_lifespan_seconds".into(),
@@ -402,6 +417,15 @@ pub fn metric_for(entity: &Entity, name: &str, host_label: bool) -> Metric {
         }
         Entity::SwitchPort { switch, port } => {
             let labels = vec![("switch", switch.clone()), ("port", port.clone())];
+            if name == SWITCH_PORT_SPEED {
+                return Metric {
+                    name: "xirang_switch_port_speed_bytes_per_second".into(),
+                    labels,
+                    kind: Kind::Gauge,
+                    scale: sp.scale,
+                    help: "The port's configured and operating speed.",
+                };
+            }
             // SAI_PORT_STAT_PFC_3_RX_PKTS, SAI_PORT_STAT_PFC_3_RX_PAUSE_DURATION_US
             if let Some(rest) = name.strip_prefix("SAI_PORT_STAT_PFC_")
                 && let Some((p, what)) = rest.split_once('_')

@@ -19,6 +19,8 @@ pub enum Unit {
     Events,
     /// Seconds.
     Seconds,
+    /// Bytes per second (link rates).
+    BytesPerSecond,
 }
 
 /// How many bits a counter has: a 32-bit counter wraps after 2^32 - 1.
@@ -66,6 +68,8 @@ pub struct CounterSpec {
 
 /// PMA data counters count 4-byte words (linux-rdma-sysfs.md §1.2).
 pub const PMA_DATA_WORD_BYTES: f64 = 4.0;
+/// Bytes per second in one Mbit/s.
+const BYTES_PER_S_PER_MBPS: f64 = 125_000.0;
 /// Microseconds per second, for pause durations.
 const US: f64 = 1e-6;
 /// Milliseconds per second, for `lifespan`.
@@ -117,6 +121,13 @@ pub fn spec(name: &str) -> CounterSpec {
     use Width::*;
     match name {
         "port_xmit_data" | "port_rcv_data" => counter(Bytes, PMA_DATA_WORD_BYTES, Bits64),
+        // Link rates as values in Mbit/s, exported in bytes/s as node_exporter does.
+        "rate" | "SAI_PORT_ATTR_SPEED" => CounterSpec {
+            unit: BytesPerSecond,
+            scale: BYTES_PER_S_PER_MBPS,
+            width: Bits64,
+            kind: Kind::Gauge,
+        },
         "lifespan" => CounterSpec {
             unit: Seconds,
             scale: MS,

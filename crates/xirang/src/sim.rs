@@ -108,6 +108,11 @@ pub(crate) fn run(a: &SimArgs) -> Result<Outcome> {
     write_atomic(&out_dir, "pfc.txt", &result.pfc_hpcc(offset))?;
     write_atomic(&out_dir, "flows.json", &result.flows_json())?;
     write_atomic(&out_dir, "counters.csv", &result.counters_csv())?;
+    write_atomic(
+        &out_dir,
+        "links.csv",
+        &xirang_sim::output::links_csv(&loaded.fabric),
+    )?;
     if opts.sample_interval.is_some() {
         write_atomic(&out_dir, "rates.csv", &result.rates_csv())?;
         write_atomic(&out_dir, "queues.csv", &result.queues_csv())?;

@@ -1,0 +1,381 @@
+//! Rules beyond the link counters, each a row of shared/reference/diagnosis.md §2:
+//!
+//! - `MTU-MISMATCH` (row 12): oversize frames dropped at a switch port.
+//! - `LINK-SLOW` (row 3): a port running below its nominal rate (or, without one, below
+//!   what the other NIC ports run at); both ends of a link become one finding.
+//! - `PFC-STORM` (row 4): a NIC keeps its switch port paused: the host does not drain
+//!   what it receives, and the pause spreads upstream.
+//! - `INGRESS-DROPS` (rows 7 and 8): a switch drops packets at admission from a port of
+//!   a lossless fabric: PFC is not protecting that port.
+//! - `ECN-OFF` (row 11): a switch queue builds deeper than queues that mark, and marks
+//!   nothing (or nothing marks anywhere while the fabric pauses).
+
+use std::collections::BTreeMap;
+
+use crate::counters::{
+    QUEUE_ECN_MARKED, QUEUE_PACKETS, QUEUE_WATERMARK, SWITCH_IN_DISCARDS, SWITCH_OVERSIZE, View, Window,
+};
+use crate::finding::{Class, Evidence, Finding, Severity};
+use xirang_telemetry::metric::{LINK_RATE, SWITCH_PORT_SPEED, metric_for};
+
+/// Share of the window a NIC held its switch port paused from which the pause is a
+/// storm (the monitor's `pfc_pause_storm` alert fires at 0.5 held for three rounds,
+/// monitoring/alert-rules.toml; over a whole window a smaller share is already a host
+/// that cannot keep up).
+const STORM_SHARE_HIGH: f64 = 0.5;
+/// Share from which a NIC's pausing is worth a medium finding: a healthy receiver
+/// drains at line rate and pauses its switch only in short bursts.
+const STORM_SHARE_MEDIUM: f64 = 0.05;
+
+/// A rate below this share of the nominal one is a trained-down link (rounding in
+/// Mbit/s and Gb/s renderings stays far above it).
+const SLOW_RATE_SHARE: f64 = 0.99;
+
+fn metric(entity_kind: &str, counter: &str) -> String {
+    let e: xirang_telemetry::Entity = entity_kind.parse().expect("a valid sample entity");
+    metric_for(&e, counter, false).name
+}
+
+/// Runs the rules of this module.
+pub fn fabric_rules(w: &Window, views: &[View<'_>]) -> Vec<Finding> {
+    let mut out = Vec::new();
+    out.extend(mtu_mismatch(views));
+    out.extend(link_slow(w, views));
+    out.extend(pfc_storm(w, views));
+    out.extend(ingress_drops(views));
+    out.extend(ecn_off(views));
+    out
+}
+
+fn mtu_mismatch(views: &[View<'_>]) -> Vec<Finding> {
+    let m = metric("s:1", SWITCH_OVERSIZE);
+    views
+        .iter()
+        .filter(|v| v.series.metric == m && v.inc > 0.0)
+        .map(|v| Finding {
+            rule: "MTU-MISMATCH",
+            class: Class::SwitchPort,
+            entity: v.entity.clone(),
+            severity: Severity::High,
+            cause: format!(
+                "{} frames larger than the MTU of {} were dropped there: the port's MTU is below what the hosts send",
+                v.inc, v.entity
+            ),
+            confidence: 0.9,
+            scope: format!(
+                "every flow entering {}: its full-size RoCE packets are dropped, so those flows stall on retransmission timeouts",
+                v.entity
+            ),
+            advice: vec![
+                format!(
+                    "set the MTU of {} to the fabric's (SONiC default 9100: `sudo config interface mtu <port> 9100`), and check the other ports against the same value",
+                    v.entity
+                ),
+                "compare with the hosts' netdev MTU (9000 for a 4096 RoCE MTU) and `ibv_devinfo` active_mtu".into(),
+            ],
+            evidence: vec![v.evidence.clone()],
+        })
+        .collect()
+}
+
+fn link_slow(w: &Window, views: &[View<'_>]) -> Vec<Finding> {
+    let nic_rate = metric("h/d/1", LINK_RATE);
+    let sw_speed = metric("s:1", SWITCH_PORT_SPEED);
+    let rates: Vec<(&View<'_>, f64)> = views
+        .iter()
+        .filter(|v| v.series.metric == nic_rate || v.series.metric == sw_speed)
+        .map(|v| (v, v.last / 125_000.0))
+        .collect();
+    // Without a nominal rate, a NIC port is judged against the NIC ports' usual rate
+    // (a GPU cluster's NICs are one model); switch ports need the nominal rate, as a
+    // switch mixes host-facing and fabric-facing speeds.
+    let mut counts: BTreeMap<u64, usize> = BTreeMap::new();
+    for (v, r) in &rates {
+        if v.series.metric == nic_rate {
+            *counts.entry(r.round() as u64).or_insert(0) += 1;
+        }
+    }
+    let usual_nic = counts.iter().max_by_key(|(r, n)| (**n, **r)).map(|(r, _)| *r as f64);
+    let mut slow: BTreeMap<String, (f64, f64, Evidence)> = BTreeMap::new();
+    for (v, r) in &rates {
+        let nominal = w.nominal_rate_mbps.get(&v.entity).copied().or(if v.series.metric == nic_rate {
+            usual_nic
+        } else {
+            None
+        });
+        if let Some(n) = nominal
+            && *r < SLOW_RATE_SHARE * n
+        {
+            slow.insert(v.entity.clone(), (*r, n, v.evidence.clone()));
+        }
+    }
+    let peer_of = |e: &str| {
+        w.links.iter().find_map(|(a, b)| {
+            if a == e {
+                Some(b.clone())
+            } else if b == e {
+                Some(a.clone())
+            } else {
+                None
+            }
+        })
+    };
+    let mut out = Vec::new();
+    let mut done: Vec<String> = Vec::new();
+    for (entity, (rate, nominal, ev)) in &slow {
+        if done.contains(entity) {
+            continue;
+        }
+        let peer = peer_of(entity);
+        let mut evidence = vec![ev.clone()];
+        // One finding per link, named by its host end when it has one.
+        let mut name = entity.clone();
+        if let Some(p) = &peer
+            && let Some((_, _, pev)) = slow.get(p)
+        {
+            evidence.push(pev.clone());
+            done.push(p.clone());
+            if p.contains('/') && !entity.contains('/') {
+                name = p.clone();
+            }
+        }
+        done.push(entity.clone());
+        let link = match &peer {
+            Some(p) => format!("the link {entity} – {p}"),
+            None => format!("the link at {entity}"),
+        };
+        out.push(Finding {
+            rule: "LINK-SLOW",
+            class: Class::Link,
+            entity: name.clone(),
+            severity: if *rate <= 0.5 * nominal {
+                Severity::High
+            } else {
+                Severity::Medium
+            },
+            cause: format!(
+                "{link} runs at {:.0} Gbit/s instead of {:.0}: trained down (a failed lane, the wrong cable, an autonegotiation or FEC mismatch)",
+                rate / 1000.0,
+                nominal / 1000.0
+            ),
+            confidence: 0.85,
+            scope: format!(
+                "every flow through {name} gets at most {:.0}% of its bandwidth; a collective over it runs at that link's pace",
+                100.0 * rate / nominal
+            ),
+            advice: vec![
+                format!("check the port's width and speed on both ends (`ibstat`, `ethtool <netdev>`, `mlxlink -d <dev> -m`; on the switch `show interfaces status`) for {name}"),
+                "compare FEC mode and cable type on both ends; reseat or replace the cable or transceiver".into(),
+            ],
+            evidence,
+        });
+    }
+    out
+}
+
+fn pfc_storm(w: &Window, views: &[View<'_>]) -> Vec<Finding> {
+    let secs = w.seconds();
+    // A NIC's tx pause time: the time it held its switch port paused.
+    let nic_paused: Vec<&View<'_>> = views
+        .iter()
+        .filter(|v| {
+            v.series.metric == "xirang_pfc_pause_seconds_total"
+                && v.label("direction") == Some("tx")
+                && v.entity.contains('/')
+                && v.inc > 0.0
+        })
+        .collect();
+    let switch_pausing: Vec<&View<'_>> = views
+        .iter()
+        .filter(|v| {
+            v.series.metric == "xirang_switch_pfc_frames_total" && v.label("direction") == Some("tx") && v.inc > 0.0
+        })
+        .collect();
+    let mut out = Vec::new();
+    for v in nic_paused {
+        // Over the time the pause counter kept rising (a storm that starts late in a long
+        // window is still a storm), at least one sample interval.
+        let pts = &v.series.points;
+        let rising: Vec<usize> = (1..pts.len()).filter(|&i| pts[i].1 > pts[i - 1].1).collect();
+        let span = match (rising.first(), rising.last()) {
+            (Some(&a), Some(&b)) => {
+                let units = (pts[b].0 - pts[a - 1].0).max(1) as f64;
+                if w.relative { units / 1e6 } else { units / 1e3 }
+            }
+            _ => secs,
+        };
+        let share = (v.inc / span.min(secs)).min(1.0);
+        let severity = if share >= STORM_SHARE_HIGH {
+            Severity::High
+        } else if share >= STORM_SHARE_MEDIUM {
+            Severity::Medium
+        } else {
+            Severity::Low
+        };
+        let host = v.entity.split('/').next().unwrap_or("?").to_string();
+        let spread: Vec<String> = switch_pausing.iter().map(|s| s.entity.clone()).collect();
+        let mut evidence = vec![v.evidence.clone()];
+        evidence.extend(switch_pausing.iter().take(4).map(|s| s.evidence.clone()));
+        out.push(Finding {
+            rule: "PFC-STORM",
+            class: Class::Nic,
+            entity: v.entity.clone(),
+            severity,
+            cause: format!(
+                "{} kept its switch port paused {:.0}% of the time while it paused (priority {}): the host does not drain what it receives (stuck or slow receive pipeline, PCIe back-pressure, a hung driver)",
+                v.entity,
+                100.0 * share,
+                v.label("priority").unwrap_or("?")
+            ),
+            confidence: if severity == Severity::Low { 0.4 } else { 0.8 },
+            scope: if spread.is_empty() {
+                format!("flows to {host}")
+            } else {
+                format!(
+                    "flows to {host}, and through {} switch port(s) pausing upstream ({}): the pause spreads to traffic that never goes to {host}",
+                    spread.len(),
+                    spread.iter().take(6).cloned().collect::<Vec<_>>().join(", ")
+                )
+            },
+            advice: vec![
+                format!("on {host}: `ethtool -S <netdev> | grep -E 'pci_stalled|rx_discards|pause_storm'` and `dmesg | grep -iE 'mlx5|AER'`"),
+                "make sure the NIC's pause-storm prevention and the switch's PFC watchdog are on; drain or reboot the host".into(),
+            ],
+            evidence,
+        });
+    }
+    out
+}
+
+fn ingress_drops(views: &[View<'_>]) -> Vec<Finding> {
+    let m = metric("s:1", SWITCH_IN_DISCARDS);
+    let pfc_tx: Vec<&View<'_>> = views
+        .iter()
+        .filter(|v| v.series.metric == "xirang_switch_pfc_frames_total" && v.label("direction") == Some("tx"))
+        .collect();
+    views
+        .iter()
+        .filter(|v| v.series.metric == m && v.inc > 0.0)
+        .map(|v| {
+            let sw = v.entity.split(':').next().unwrap_or("");
+            let paused_here: f64 = pfc_tx.iter().filter(|p| p.entity == v.entity).map(|p| p.inc).sum();
+            let paused_elsewhere: Vec<&&View<'_>> = pfc_tx
+                .iter()
+                .filter(|p| p.entity != v.entity && p.entity.starts_with(&format!("{sw}:")) && p.inc > 0.0)
+                .collect();
+            let mut evidence = vec![v.evidence.clone()];
+            evidence.extend(pfc_tx.iter().filter(|p| p.entity == v.entity).map(|p| p.evidence.clone()));
+            let cause = if paused_here == 0.0 {
+                format!(
+                    "{} dropped {} packets at admission from {} and sent no PFC pause on it{}: PFC is not enabled for the lossless priority on this port",
+                    sw,
+                    v.inc,
+                    v.entity,
+                    if paused_elsewhere.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" while {} other port(s) of {sw} did pause", paused_elsewhere.len())
+                    }
+                )
+            } else {
+                format!(
+                    "{} dropped {} packets at admission from {} although it paused the sender: headroom too small for the link's length and rate",
+                    sw, v.inc, v.entity
+                )
+            };
+            Finding {
+                rule: "INGRESS-DROPS",
+                class: Class::SwitchPort,
+                entity: v.entity.clone(),
+                severity: Severity::High,
+                cause,
+                confidence: if paused_here == 0.0 { 0.85 } else { 0.6 },
+                scope: format!(
+                    "RoCE flows entering {sw} through {}: dropped packets cost go-back-N retransmissions and ACK timeouts",
+                    v.entity
+                ),
+                advice: vec![
+                    format!("check `pfc_enable` in PORT_QOS_MAP for {} (SONiC `show pfc config`) and the DSCP→TC→PG mapping", v.entity),
+                    "compare the port's buffer profile (headroom, xoff) with the others of the switch".into(),
+                ],
+                evidence,
+            }
+        })
+        .collect()
+}
+
+fn ecn_off(views: &[View<'_>]) -> Vec<Finding> {
+    let marked_m = metric("s:1/q3", QUEUE_ECN_MARKED);
+    let wm_m = metric("s:1/q3", QUEUE_WATERMARK);
+    let pk_m = metric("s:1/q3", QUEUE_PACKETS);
+    // (entity, queue) -> (marked, watermark, packets, evidence)
+    #[derive(Default)]
+    struct Q {
+        marked: f64,
+        watermark: f64,
+        packets: f64,
+        evidence: Vec<Evidence>,
+    }
+    let mut queues: BTreeMap<(String, String), Q> = BTreeMap::new();
+    for v in views {
+        let Some(queue) = v.label("queue") else {
+            continue;
+        };
+        let q = queues.entry((v.entity.clone(), queue.to_string())).or_default();
+        if v.series.metric == marked_m {
+            q.marked = v.inc;
+            q.evidence.push(v.evidence.clone());
+        } else if v.series.metric == wm_m {
+            q.watermark = v.last;
+            q.evidence.push(v.evidence.clone());
+        } else if v.series.metric == pk_m {
+            q.packets = v.inc;
+        }
+    }
+    // The shallowest depth at which some queue of the same priority marked: marking works
+    // there, so a queue that went deeper and marked nothing has no marking.
+    let mut mark_depth: BTreeMap<&str, f64> = BTreeMap::new();
+    for ((_, queue), q) in &queues {
+        if q.marked > 0.0 {
+            let d = mark_depth.entry(queue.as_str()).or_insert(f64::INFINITY);
+            *d = d.min(q.watermark);
+        }
+    }
+    // A queue its downstream peer paused is deep because it was held, not because its
+    // traffic outran the link, and it dequeues (and marks) little: that is the pause's
+    // symptom (PFC-STORM), not ECN's.
+    let paused: Vec<&str> = views
+        .iter()
+        .filter(|v| v.series.metric == "xirang_switch_pfc_frames_total" && v.label("direction") == Some("rx") && v.inc > 0.0)
+        .map(|v| v.entity.as_str())
+        .collect();
+    let mut out = Vec::new();
+    for ((entity, queue), q) in &queues {
+        let Some(depth) = mark_depth.get(queue.as_str()) else {
+            continue;
+        };
+        if q.marked > 0.0 || q.packets == 0.0 || q.watermark <= *depth || paused.contains(&entity.as_str()) {
+            continue;
+        }
+        out.push(Finding {
+            rule: "ECN-OFF",
+            class: Class::SwitchPort,
+            entity: entity.clone(),
+            severity: Severity::Medium,
+            cause: format!(
+                "queue {queue} of {entity} built up to {:.0} bytes and marked none of {} packets, while queues of the same priority elsewhere marked from {:.0} bytes: ECN/WRED marking is off on this port",
+                q.watermark, q.packets, depth
+            ),
+            confidence: 0.75,
+            scope: format!(
+                "flows through {entity}: senders get no congestion notification there, so the queue grows until PFC pauses the upstream ports (head-of-line blocking for unrelated flows)"
+            ),
+            advice: vec![
+                format!("check the WRED profile bound to queue {queue} of {entity} (SONiC `show ecn`, QUEUE table `wred_profile`) and that `ecn` is `ecn_all`"),
+                "Kmax must sit below the PFC XOFF trigger so that marking acts before pausing".into(),
+            ],
+            evidence: q.evidence.clone(),
+        });
+    }
+    out
+}
