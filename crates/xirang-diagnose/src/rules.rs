@@ -95,14 +95,21 @@ fn link_slow(w: &Window, views: &[View<'_>]) -> Vec<Finding> {
             *counts.entry(r.round() as u64).or_insert(0) += 1;
         }
     }
-    let usual_nic = counts.iter().max_by_key(|(r, n)| (**n, **r)).map(|(r, _)| *r as f64);
+    let usual_nic = counts
+        .iter()
+        .max_by_key(|(r, n)| (**n, **r))
+        .map(|(r, _)| *r as f64);
     let mut slow: BTreeMap<String, (f64, f64, Evidence)> = BTreeMap::new();
     for (v, r) in &rates {
-        let nominal = w.nominal_rate_mbps.get(&v.entity).copied().or(if v.series.metric == nic_rate {
-            usual_nic
-        } else {
-            None
-        });
+        let nominal = w
+            .nominal_rate_mbps
+            .get(&v.entity)
+            .copied()
+            .or(if v.series.metric == nic_rate {
+                usual_nic
+            } else {
+                None
+            });
         if let Some(n) = nominal
             && *r < SLOW_RATE_SHARE * n
         {
@@ -188,7 +195,9 @@ fn pfc_storm(w: &Window, views: &[View<'_>]) -> Vec<Finding> {
     let switch_pausing: Vec<&View<'_>> = views
         .iter()
         .filter(|v| {
-            v.series.metric == "xirang_switch_pfc_frames_total" && v.label("direction") == Some("tx") && v.inc > 0.0
+            v.series.metric == "xirang_switch_pfc_frames_total"
+                && v.label("direction") == Some("tx")
+                && v.inc > 0.0
         })
         .collect();
     let mut out = Vec::new();
@@ -346,7 +355,11 @@ fn ecn_off(views: &[View<'_>]) -> Vec<Finding> {
     // symptom (PFC-STORM), not ECN's.
     let paused: Vec<&str> = views
         .iter()
-        .filter(|v| v.series.metric == "xirang_switch_pfc_frames_total" && v.label("direction") == Some("rx") && v.inc > 0.0)
+        .filter(|v| {
+            v.series.metric == "xirang_switch_pfc_frames_total"
+                && v.label("direction") == Some("rx")
+                && v.inc > 0.0
+        })
         .map(|v| v.entity.as_str())
         .collect();
     let mut out = Vec::new();
@@ -378,4 +391,190 @@ fn ecn_off(views: &[View<'_>]) -> Vec<Finding> {
         });
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::counters::{Series, diagnose_window};
+
+    fn series(metric: &str, labels: &[(&str, &str)], points: &[(i64, f64)]) -> Series {
+        Series {
+            metric: metric.into(),
+            labels: labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            points: points.to_vec(),
+        }
+    }
+
+    fn window(series: Vec<Series>) -> Window {
+        Window {
+            source: "test".into(),
+            since_ms: 0,
+            until_ms: 60_000,
+            series,
+            ..Window::default()
+        }
+    }
+
+    fn rate(host: &str, gbps: f64) -> Series {
+        series(
+            "node_infiniband_rate_bytes_per_second",
+            &[("instance", host), ("device", "mlx5_0"), ("port", "1")],
+            &[(0, gbps * 125_000_000.0), (60_000, gbps * 125_000_000.0)],
+        )
+    }
+
+    #[test]
+    fn a_nic_below_the_fleets_usual_rate_is_a_slow_link() {
+        let w = window(vec![
+            rate("h1", 400.0),
+            rate("h2", 400.0),
+            rate("h3", 200.0),
+            rate("h4", 400.0),
+        ]);
+        let f = diagnose_window(&w);
+        assert_eq!(f.len(), 1, "{f:#?}");
+        assert_eq!((f[0].rule, f[0].entity.as_str()), ("LINK-SLOW", "h3/mlx5_0/1"));
+        assert!(f[0].cause.contains("200 Gbit/s instead of 400"), "{}", f[0].cause);
+        // A switch port has no usual rate to compare with: only a nominal one says.
+        let sw = |speed_mbps: f64| {
+            series(
+                "xirang_switch_port_speed_bytes_per_second",
+                &[("switch", "leaf0"), ("port", "Ethernet8")],
+                &[(0, speed_mbps * 125_000.0)],
+            )
+        };
+        assert!(diagnose_window(&window(vec![sw(100_000.0)])).is_empty());
+        let mut w = window(vec![sw(100_000.0), rate("h9", 100.0)]);
+        w.nominal_rate_mbps.insert("leaf0:Ethernet8".into(), 400_000.0);
+        w.nominal_rate_mbps.insert("h9/mlx5_0/1".into(), 400_000.0);
+        w.links.push(("h9/mlx5_0/1".into(), "leaf0:Ethernet8".into()));
+        let f = diagnose_window(&w);
+        assert_eq!(f.len(), 1, "both ends are one link: {f:#?}");
+        assert_eq!(f[0].entity, "h9/mlx5_0/1");
+        assert_eq!(f[0].evidence.len(), 2);
+    }
+
+    #[test]
+    fn oversize_frames_are_the_mtu_rule_not_link_errors() {
+        let l = [("switch", "leaf0"), ("port", "3")];
+        let w = window(vec![
+            series(
+                "xirang_switch_port_if_in_errors_total",
+                &l,
+                &[(0, 0.0), (60_000, 40.0)],
+            ),
+            series(
+                "xirang_switch_port_ether_rx_oversize_pkts_total",
+                &l,
+                &[(0, 0.0), (60_000, 40.0)],
+            ),
+        ]);
+        let rules: Vec<&str> = diagnose_window(&w).iter().map(|f| f.rule).collect();
+        assert_eq!(rules, vec!["MTU-MISMATCH"]);
+        // More input errors than oversize frames: the rest are the link's.
+        let w = window(vec![
+            series(
+                "xirang_switch_port_if_in_errors_total",
+                &l,
+                &[(0, 0.0), (60_000, 50.0)],
+            ),
+            series(
+                "xirang_switch_port_ether_rx_oversize_pkts_total",
+                &l,
+                &[(0, 0.0), (60_000, 40.0)],
+            ),
+        ]);
+        let f = diagnose_window(&w);
+        let rules: Vec<&str> = f.iter().map(|f| f.rule).collect();
+        assert_eq!(rules, vec!["MTU-MISMATCH", "LINK-ERRORS"]);
+        assert!(f[1].cause.contains("+10"), "{}", f[1].cause);
+    }
+
+    #[test]
+    fn a_netdev_pausing_its_switch_is_a_pfc_storm_at_the_nic() {
+        // Production: the pause time comes from `ethtool -S` on the netdev.
+        let w = window(vec![series(
+            "xirang_pfc_pause_seconds_total",
+            &[
+                ("instance", "h5"),
+                ("device", "ens1np0"),
+                ("direction", "tx"),
+                ("priority", "3"),
+            ],
+            &[
+                (0, 0.0),
+                (30_000, 0.0),
+                (40_000, 6.0),
+                (50_000, 12.0),
+                (60_000, 18.0),
+            ],
+        )]);
+        let f = diagnose_window(&w);
+        assert_eq!(f.len(), 1, "{f:#?}");
+        assert_eq!(
+            (f[0].rule, f[0].class, f[0].entity.as_str()),
+            ("PFC-STORM", Class::Nic, "h5/ens1np0")
+        );
+        // Paused 18 s of the 30 s since it started: a storm.
+        assert_eq!(f[0].severity, Severity::High);
+        // Received pauses are not the NIC's doing.
+        let w = window(vec![series(
+            "xirang_pfc_pause_seconds_total",
+            &[
+                ("instance", "h5"),
+                ("device", "ens1np0"),
+                ("direction", "rx"),
+                ("priority", "3"),
+            ],
+            &[(0, 0.0), (60_000, 30.0)],
+        )]);
+        assert!(diagnose_window(&w).is_empty());
+    }
+
+    fn queue(port: &str, marked: f64, watermark: f64, packets: f64) -> Vec<Series> {
+        let l = [("switch", "leaf0"), ("port", port), ("queue", "3")];
+        vec![
+            series(
+                "xirang_switch_queue_wred_ecn_marked_packets_total",
+                &l,
+                &[(0, 0.0), (60_000, marked)],
+            ),
+            series("xirang_switch_queue_watermark_bytes", &l, &[(60_000, watermark)]),
+            series(
+                "xirang_switch_queue_packets_total",
+                &l,
+                &[(0, 0.0), (60_000, packets)],
+            ),
+        ]
+    }
+
+    #[test]
+    fn a_deep_queue_that_never_marks_is_ecn_off_unless_held_by_a_pause() {
+        let mut s = queue("1", 500.0, 1_500_000.0, 10_000.0);
+        s.extend(queue("2", 0.0, 2_000_000.0, 10_000.0));
+        s.extend(queue("3", 0.0, 200_000.0, 10_000.0));
+        let f = diagnose_window(&window(s.clone()));
+        let got: Vec<(&str, &str)> = f.iter().map(|f| (f.rule, f.entity.as_str())).collect();
+        assert_eq!(
+            got,
+            vec![("ECN-OFF", "leaf0:2")],
+            "the shallow queue had no reason to mark"
+        );
+        // Port 2's peer paused it: deep because held.
+        s.push(series(
+            "xirang_switch_pfc_frames_total",
+            &[
+                ("switch", "leaf0"),
+                ("port", "2"),
+                ("direction", "rx"),
+                ("priority", "3"),
+            ],
+            &[(0, 0.0), (60_000, 90.0)],
+        ));
+        assert!(diagnose_window(&window(s)).is_empty());
+    }
 }

@@ -193,7 +193,10 @@ pub fn add_links(w: &mut Window, csv: &str) -> Result<(), String> {
         }
         let f: Vec<&str> = line.split(',').collect();
         let [a, b, rate] = f[..] else {
-            return Err(format!("line {}: expected `port_a,port_b,rate_gbps`, found `{line}`", i + 1));
+            return Err(format!(
+                "line {}: expected `port_a,port_b,rate_gbps`, found `{line}`",
+                i + 1
+            ));
         };
         let gbps: f64 = rate
             .parse()
@@ -231,7 +234,11 @@ pub fn window_from_samples<'a>(
         let labels: Vec<(String, String)> =
             m.labels.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
         // A counter starts at 0 with the run; a level (a rate) has no such origin.
-        let origin = if m.kind == Kind::Gauge { vec![] } else { vec![(0, 0.0)] };
+        let origin = if m.kind == Kind::Gauge {
+            vec![]
+        } else {
+            vec![(0, 0.0)]
+        };
         by_key
             .entry((m.name, labels))
             .or_insert(origin)

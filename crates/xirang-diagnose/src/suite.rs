@@ -18,7 +18,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use serde::Serialize;
-use xirang_fabric::scenario::Scenario;
+use xirang_fabric::scenario::{FaultKind, Scenario};
 
 use crate::counters::diagnose_window;
 use crate::finding::{Class, Severity};
@@ -30,6 +30,8 @@ const RUN_END_US: u32 = 3_000;
 /// What a case injects: the class and entity diagnosis should name.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Injected {
+    /// The fault's kind, as scenarios spell it.
+    pub kind: &'static str,
     /// `[[faults]]` TOML of the fault.
     pub toml: String,
     /// Class diagnosis should say.
@@ -113,6 +115,7 @@ const SHALLOW: &str = "\n[config.buffer]\nswitch_bytes = 700_000\n";
 
 fn errors_at(target: &str, entity: &str, loss: f64) -> Injected {
     Injected {
+        kind: FaultKind::LinkErrors.name(),
         toml: format!("[[faults]]\nkind = \"link_errors\"\ntarget = \"{target}\"\nloss = {loss}\n"),
         class: Class::Link,
         entity: entity.into(),
@@ -122,6 +125,7 @@ fn errors_at(target: &str, entity: &str, loss: f64) -> Injected {
 
 fn down_at(target: &str, entity: &str, start_us: f64, end_us: f64) -> Injected {
     Injected {
+        kind: FaultKind::LinkDown.name(),
         toml: format!(
             "[[faults]]\nkind = \"link_down\"\ntarget = \"{target}\"\nstart_us = {start_us}\nend_us = {end_us}\n"
         ),
@@ -133,6 +137,7 @@ fn down_at(target: &str, entity: &str, start_us: f64, end_us: f64) -> Injected {
 
 fn slow_link(target: &str, entity: &str, peer: &str, rate_gbps: f64) -> Injected {
     Injected {
+        kind: FaultKind::SlowLink.name(),
         toml: format!("[[faults]]\nkind = \"slow_link\"\ntarget = \"{target}\"\nrate_gbps = {rate_gbps}\n"),
         class: Class::Link,
         entity: entity.into(),
@@ -142,6 +147,7 @@ fn slow_link(target: &str, entity: &str, peer: &str, rate_gbps: f64) -> Injected
 
 fn slow_receiver(nic: &str, drain_gbps: f64, start_us: f64) -> Injected {
     Injected {
+        kind: FaultKind::SlowReceiver.name(),
         toml: format!(
             "[[faults]]\nkind = \"slow_receiver\"\ntarget = \"{nic}\"\ndrain_gbps = {drain_gbps}\nstart_us = {start_us}\n"
         ),
@@ -151,9 +157,13 @@ fn slow_receiver(nic: &str, drain_gbps: f64, start_us: f64) -> Injected {
     }
 }
 
-fn switch_fault(kind: &str, port: &str, extra: &str) -> Injected {
+fn switch_fault(kind: FaultKind, port: &str, extra: &str) -> Injected {
     Injected {
-        toml: format!("[[faults]]\nkind = \"{kind}\"\ntarget = \"{port}\"\n{extra}"),
+        kind: kind.name(),
+        toml: format!(
+            "[[faults]]\nkind = \"{}\"\ntarget = \"{port}\"\n{extra}",
+            kind.name()
+        ),
         class: Class::SwitchPort,
         entity: port.into(),
         peer: None,
@@ -240,26 +250,50 @@ pub fn cases() -> Vec<Case> {
         incast("slow-receiver-h0-20G", 1, slow_receiver("h0/mlx5_0", 20.0, 0.0)),
         one("slow-receiver-h6-10G", 2, slow_receiver("h6/mlx5_0", 10.0, 100.0)),
         incast("slow-receiver-h4-5G", 3, slow_receiver("h4/mlx5_0", 5.0, 200.0)),
-        incast("ecn-off-leaf0:0", 1, switch_fault("ecn_off", "leaf0:0", "")),
-        incast("ecn-off-leaf1:0", 2, switch_fault("ecn_off", "leaf1:0", "")),
-        incast("ecn-off-leaf1:0-seed3", 3, switch_fault("ecn_off", "leaf1:0", "")),
-        shallow("pfc-off-leaf0:1", 1, switch_fault("pfc_off", "leaf0:1", "")),
-        shallow("pfc-off-leaf1:2", 2, switch_fault("pfc_off", "leaf1:2", "")),
-        shallow("pfc-off-leaf0:3", 3, switch_fault("pfc_off", "leaf0:3", "")),
+        incast(
+            "ecn-off-leaf0:0",
+            1,
+            switch_fault(FaultKind::EcnOff, "leaf0:0", ""),
+        ),
+        incast(
+            "ecn-off-leaf1:0",
+            2,
+            switch_fault(FaultKind::EcnOff, "leaf1:0", ""),
+        ),
+        incast(
+            "ecn-off-leaf1:0-seed3",
+            3,
+            switch_fault(FaultKind::EcnOff, "leaf1:0", ""),
+        ),
+        shallow(
+            "pfc-off-leaf0:1",
+            1,
+            switch_fault(FaultKind::PfcOff, "leaf0:1", ""),
+        ),
+        shallow(
+            "pfc-off-leaf1:2",
+            2,
+            switch_fault(FaultKind::PfcOff, "leaf1:2", ""),
+        ),
+        shallow(
+            "pfc-off-leaf0:3",
+            3,
+            switch_fault(FaultKind::PfcOff, "leaf0:3", ""),
+        ),
         one(
             "mtu-leaf0:2-1500",
             1,
-            switch_fault("mtu_mismatch", "leaf0:2", "mtu_bytes = 1500\n"),
+            switch_fault(FaultKind::MtuMismatch, "leaf0:2", "mtu_bytes = 1500\n"),
         ),
         incast(
             "mtu-leaf1:5-4096",
             2,
-            switch_fault("mtu_mismatch", "leaf1:5", "mtu_bytes = 4096\n"),
+            switch_fault(FaultKind::MtuMismatch, "leaf1:5", "mtu_bytes = 4096\n"),
         ),
         one(
             "mtu-spine0:0-1500",
             3,
-            switch_fault("mtu_mismatch", "spine0:0", "mtu_bytes = 1500\n"),
+            switch_fault(FaultKind::MtuMismatch, "spine0:0", "mtu_bytes = 1500\n"),
         ),
     ];
     for seed in 1..=5 {
@@ -301,17 +335,17 @@ pub fn cases() -> Vec<Case> {
         ),
         (
             slow_receiver("h6/mlx5_0", 10.0, 0.0),
-            switch_fault("mtu_mismatch", "leaf0:1", "mtu_bytes = 1500\n"),
+            switch_fault(FaultKind::MtuMismatch, "leaf0:1", "mtu_bytes = 1500\n"),
             Load::Permutation,
         ),
         (
-            switch_fault("ecn_off", "leaf0:0", ""),
+            switch_fault(FaultKind::EcnOff, "leaf0:0", ""),
             errors_at("h6/mlx5_0", "h6/mlx5_0/1", 0.005),
             Load::Incast,
         ),
         (
             slow_link("h2/mlx5_0", "h2/mlx5_0/1", "leaf0:2", 50.0),
-            switch_fault("pfc_off", "leaf1:1", ""),
+            switch_fault(FaultKind::PfcOff, "leaf1:1", ""),
             Load::ShallowIncast,
         ),
     ]
@@ -335,6 +369,8 @@ pub struct CaseResult {
     pub name: String,
     /// Injected (class, entity) pairs.
     pub injected: Vec<(Class, String)>,
+    /// Injected fault kinds.
+    pub kinds: Vec<&'static str>,
     /// The findings (rule, class, entity, severity), ranked.
     pub found: Vec<(String, Class, String, Severity)>,
     /// Top-1 class and entity match an injected fault (healthy: no finding above low).
@@ -387,14 +423,14 @@ pub fn run_case(c: &Case) -> Result<CaseResult, String> {
         findings
             .first()
             .is_some_and(|f| c.faults.iter().any(|i| i.names(f.class, &f.entity)))
-            && c
-                .faults
+            && c.faults
                 .iter()
                 .all(|i| findings.iter().any(|f| i.names(f.class, &f.entity)))
     };
     Ok(CaseResult {
         name: c.name.clone(),
         injected,
+        kinds: c.faults.iter().map(|f| f.kind).collect(),
         found,
         correct,
     })
@@ -407,8 +443,16 @@ pub fn render_markdown(results: &[CaseResult]) -> String {
     let mut matrix: BTreeMap<(&str, &str), usize> = BTreeMap::new();
     let mut rows: Vec<&str> = Vec::new();
     let mut cols: Vec<&str> = Vec::new();
-    for r in results {
-        let injected = label(r.injected.first().map(|x| x.0));
+    let row_names: Vec<String> = results
+        .iter()
+        .map(|r| match (r.kinds.as_slice(), r.injected.as_slice()) {
+            ([], _) => label(None).to_string(),
+            ([k], [(c, _)]) => format!("{k} ({})", c.name()),
+            _ => "two faults".to_string(),
+        })
+        .collect();
+    for (r, injected) in results.iter().zip(&row_names) {
+        let injected = injected.as_str();
         let got = label(r.found.first().map(|x| x.1));
         *matrix.entry((injected, got)).or_insert(0) += 1;
         if !rows.contains(&injected) {

@@ -4,6 +4,7 @@
 //! (`xirang diagnose suite --markdown`).
 
 use xirang_diagnose::suite::{cases, render_markdown, run_case};
+use xirang_fabric::scenario::FaultKind;
 
 #[test]
 fn injected_faults_are_located_and_healthy_runs_are_clean() {
@@ -15,6 +16,24 @@ fn injected_faults_are_located_and_healthy_runs_are_clean() {
         healthy >= 5 && doubles >= 3,
         "{healthy} healthy, {doubles} double"
     );
+    // At least three single-fault runs of every kind the simulator injects, at different
+    // places.
+    for kind in FaultKind::ALL {
+        let places: std::collections::BTreeSet<&str> = cases
+            .iter()
+            .filter(|c| c.faults.len() == 1 && c.faults[0].kind == kind.name())
+            .map(|c| c.faults[0].entity.as_str())
+            .collect();
+        let runs = cases
+            .iter()
+            .filter(|c| c.faults.len() == 1 && c.faults[0].kind == kind.name())
+            .count();
+        assert!(
+            runs >= 3 && places.len() >= 2,
+            "{}: {runs} runs at {places:?}",
+            kind.name()
+        );
+    }
     let results: Vec<_> = cases.iter().map(|c| run_case(c).unwrap()).collect();
     let md = render_markdown(&results);
     eprintln!("{md}");

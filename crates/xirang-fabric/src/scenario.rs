@@ -92,6 +92,17 @@ pub enum FaultKind {
 }
 
 impl FaultKind {
+    /// Every kind.
+    pub const ALL: [FaultKind; 7] = [
+        FaultKind::LinkErrors,
+        FaultKind::LinkDown,
+        FaultKind::SlowLink,
+        FaultKind::EcnOff,
+        FaultKind::PfcOff,
+        FaultKind::MtuMismatch,
+        FaultKind::SlowReceiver,
+    ];
+
     /// The kind as scenarios spell it.
     pub fn name(self) -> &'static str {
         match self {
@@ -562,12 +573,18 @@ impl Scenario {
     fn validate_fault_params(&self, fabric: &Fabric, f: &Fault, at: &KeyPath, d: &mut Diagnostics) {
         let kind = f.kind.name();
         let target = parse_port_ref(fabric, &f.target, None).ok();
-        let link_rate = target.and_then(|p| fabric.port_link(p)).map(|l| fabric.links[l.index()].rate_gbps);
+        let link_rate = target
+            .and_then(|p| fabric.port_link(p))
+            .map(|l| fabric.links[l.index()].rate_gbps);
         let on_switch = target.map(|p| matches!(p.node, Node::Switch(_)));
         let params: [(&str, Option<f64>, bool); 4] = [
             ("loss", f.loss, f.kind == FaultKind::LinkErrors),
             ("rate_gbps", f.rate_gbps, f.kind == FaultKind::SlowLink),
-            ("mtu_bytes", f.mtu_bytes.map(f64::from), f.kind == FaultKind::MtuMismatch),
+            (
+                "mtu_bytes",
+                f.mtu_bytes.map(f64::from),
+                f.kind == FaultKind::MtuMismatch,
+            ),
             ("drain_gbps", f.drain_gbps, f.kind == FaultKind::SlowReceiver),
         ];
         for (key, value, wanted) in params {
@@ -600,7 +617,10 @@ impl Scenario {
             }
             FaultKind::SlowReceiver => {
                 if on_switch == Some(true) {
-                    d.error(&at.key("target"), format!("`{kind}` sits on a NIC port, found switch port `{}`", f.target));
+                    d.error(
+                        &at.key("target"),
+                        format!("`{kind}` sits on a NIC port, found switch port `{}`", f.target),
+                    );
                 }
                 if let (Some(r), Some(nominal)) = (f.drain_gbps, link_rate)
                     && !(r > 0.0 && r < nominal)
@@ -613,7 +633,10 @@ impl Scenario {
             }
             FaultKind::EcnOff | FaultKind::PfcOff | FaultKind::MtuMismatch => {
                 if on_switch == Some(false) {
-                    d.error(&at.key("target"), format!("`{kind}` sits on a switch port, found NIC port `{}`", f.target));
+                    d.error(
+                        &at.key("target"),
+                        format!("`{kind}` sits on a switch port, found NIC port `{}`", f.target),
+                    );
                 }
                 if let Some(m) = f.mtu_bytes
                     && !(MIN_FAULT_MTU_BYTES..=MAX_FAULT_MTU_BYTES).contains(&m)

@@ -118,7 +118,7 @@ fn bad_faults_are_errors_with_their_key() {
         ),
         (
             "kind = \"link_errors\"\ntarget = \"h1/mlx5_0\"",
-            "faults[0].loss: link_errors needs `loss`",
+            "faults[0].loss: `link_errors` needs `loss`",
         ),
         (
             "kind = \"link_errors\"\ntarget = \"h1/mlx5_0\"\nloss = 2",
@@ -130,9 +130,37 @@ fn bad_faults_are_errors_with_their_key() {
         ),
         (
             "kind = \"link_down\"\ntarget = \"h1/mlx5_0\"\nloss = 0.5",
-            "faults[0].loss: link_down takes no `loss`",
+            "faults[0].loss: `link_down` takes no `loss`",
         ),
         ("kind = \"melt\"\ntarget = \"h1/mlx5_0\"", "faults[0].kind"),
+        (
+            "kind = \"slow_link\"\ntarget = \"h1/mlx5_0\"\nrate_gbps = 100",
+            "faults[0].rate_gbps: expected a rate above 0 and below the link's 100 Gbit/s, found 100",
+        ),
+        (
+            "kind = \"slow_link\"\ntarget = \"h1/mlx5_0\"",
+            "faults[0].rate_gbps: `slow_link` needs `rate_gbps`",
+        ),
+        (
+            "kind = \"ecn_off\"\ntarget = \"h1/mlx5_0\"",
+            "faults[0].target: `ecn_off` sits on a switch port, found NIC port `h1/mlx5_0`",
+        ),
+        (
+            "kind = \"pfc_off\"\ntarget = \"leaf0:0\"\nmtu_bytes = 1500",
+            "faults[0].mtu_bytes: `pfc_off` takes no `mtu_bytes`",
+        ),
+        (
+            "kind = \"mtu_mismatch\"\ntarget = \"leaf0:0\"\nmtu_bytes = 100",
+            "faults[0].mtu_bytes: expected an MTU of 576..=9100 bytes, found 100",
+        ),
+        (
+            "kind = \"slow_receiver\"\ntarget = \"leaf0:0\"\ndrain_gbps = 10",
+            "faults[0].target: `slow_receiver` sits on a NIC port, found switch port `leaf0:0`",
+        ),
+        (
+            "kind = \"slow_receiver\"\ntarget = \"h1/mlx5_0\"\ndrain_gbps = 0",
+            "faults[0].drain_gbps: expected a rate above 0 and below the link's 100 Gbit/s, found 0",
+        ),
     ] {
         let text = format!("{FABRIC}\n[[faults]]\n{fault}\n");
         let e = Scenario::parse(&text, Path::new("test.toml"))
@@ -142,4 +170,127 @@ fn bad_faults_are_errors_with_their_key() {
             .to_string();
         assert!(e.contains(want), "{fault}\n got: {e}\nwant: {want}");
     }
+}
+
+fn value(r: &RunResult, entity: &str, name: &str) -> u64 {
+    r.counters
+        .iter()
+        .find(|c| c.entity == entity && c.name == name)
+        .unwrap_or_else(|| panic!("no {name} of {entity}"))
+        .value
+}
+
+fn fct_us(r: &RunResult, flow: usize) -> f64 {
+    r.flows[flow].fct_ps.expect("the flow finished") as f64 / 1e6
+}
+
+#[test]
+fn a_link_trained_down_runs_and_reports_its_rate_at_both_ends() {
+    let healthy = run(&load(FABRIC));
+    assert_eq!(value(&healthy, "h0/mlx5_0/1", "rate"), 100_000);
+    let text =
+        format!("{FABRIC}\n[[faults]]\nkind = \"slow_link\"\ntarget = \"h0/mlx5_0\"\nrate_gbps = 25\n");
+    let r = run(&load(&text));
+    assert_eq!(value(&r, "h0/mlx5_0/1", "rate"), 25_000);
+    assert_eq!(value(&r, "leaf0:0", "SAI_PORT_ATTR_SPEED"), 25_000);
+    assert_eq!(value(&r, "h1/mlx5_0/1", "rate"), 100_000);
+    // 20 MB at 25 Gbit/s takes at least 6.4 ms.
+    assert!(fct_us(&r, 0) >= 6_400.0, "{}", fct_us(&r, 0));
+    assert!(fct_us(&healthy, 0) < 2_500.0);
+    // Ended early, the link is back at its rate.
+    let text = format!(
+        "{FABRIC}\n[[faults]]\nkind = \"slow_link\"\ntarget = \"h0/mlx5_0\"\nrate_gbps = 25\nend_us = 500\n"
+    );
+    let r = run(&load(&text));
+    assert_eq!(value(&r, "leaf0:0", "SAI_PORT_ATTR_SPEED"), 100_000);
+    assert!(fct_us(&r, 0) > fct_us(&healthy, 0) && fct_us(&r, 0) < 6_400.0);
+}
+
+/// Two senders into h2: the leaf port facing h2 queues and marks.
+const INCAST: &str = r#"
+[topology.leaf_spine]
+leaves = 2
+spines = 2
+hosts_per_leaf = 2
+host_rate_gbps = 100
+fabric_rate_gbps = 100
+link_delay_ns = 1000
+
+[workloads.incast.flows]
+list = [{ src = "h0", dst = "h2", bytes = 10_000_000 }, { src = "h3", dst = "h2", bytes = 10_000_000 }]
+"#;
+
+#[test]
+fn ecn_off_on_a_port_stops_its_marks_only() {
+    let marks = |r: &RunResult| value(r, "leaf1:0/q3", "SAI_QUEUE_STAT_WRED_ECN_MARKED_PACKETS");
+    let healthy = run(&load(INCAST));
+    assert!(marks(&healthy) > 0);
+    let r = run(&load(&format!(
+        "{INCAST}\n[[faults]]\nkind = \"ecn_off\"\ntarget = \"leaf1:0\"\n"
+    )));
+    assert_eq!(marks(&r), 0);
+    assert!(
+        value(&r, "leaf1:0/q3", "SAI_QUEUE_STAT_WATERMARK_BYTES")
+            > value(&healthy, "leaf1:0/q3", "SAI_QUEUE_STAT_WATERMARK_BYTES"),
+        "without marks the senders do not slow down and the queue goes deeper"
+    );
+}
+
+#[test]
+fn pfc_off_on_a_port_never_pauses_and_drops_at_its_ingress() {
+    // Shallow buffers: the incast reaches the XOFF threshold before ECN acts.
+    let shallow = format!("{INCAST}\n[config.buffer]\nswitch_bytes = 400_000\n");
+    let healthy = run(&load(&shallow));
+    let pauses = |r: &RunResult, p: &str| value(r, p, "SAI_PORT_STAT_PFC_3_TX_PKTS");
+    let discards = |r: &RunResult| nonzero(r, "SAI_PORT_STAT_IF_IN_DISCARDS");
+    assert!(
+        discards(&healthy).is_empty(),
+        "lossless: {:?}",
+        discards(&healthy)
+    );
+    let paused: Vec<String> = healthy
+        .counters
+        .iter()
+        .filter(|c| c.name == "SAI_PORT_STAT_PFC_3_TX_PKTS" && c.value > 0)
+        .map(|c| c.entity.clone())
+        .collect();
+    let port = paused.first().expect("the healthy shallow incast pauses").clone();
+    let r = run(&load(&format!(
+        "{shallow}\n[[faults]]\nkind = \"pfc_off\"\ntarget = \"{port}\"\n"
+    )));
+    assert_eq!(pauses(&r, &port), 0, "{port} sent PFC frames");
+    let d = discards(&r);
+    assert!(!d.is_empty() && d.iter().all(|(e, _)| *e == port), "{d:?}");
+}
+
+#[test]
+fn an_mtu_below_the_frames_drops_them_as_oversize_input_errors() {
+    let r = run(&load(&format!(
+        "{FABRIC}\n[[faults]]\nkind = \"mtu_mismatch\"\ntarget = \"leaf0:0\"\nmtu_bytes = 1500\n\n[run]\nend_us = 2000\n"
+    )));
+    let oversize = nonzero(&r, "SAI_PORT_STAT_ETHER_RX_OVERSIZE_PKTS");
+    assert_eq!(oversize.len(), 1, "{oversize:?}");
+    assert_eq!(oversize[0].0, "leaf0:0");
+    assert_eq!(nonzero(&r, "SAI_PORT_STAT_IF_IN_ERRORS"), oversize);
+    assert!(r.flows[0].fct_ps.is_none(), "h0's full-size packets never pass");
+    assert!(
+        r.flows[1].fct_ps.is_some(),
+        "h3 -> h1 does not cross leaf0:0's input"
+    );
+}
+
+#[test]
+fn a_slow_receiver_pauses_its_switch_and_limits_its_senders() {
+    let text =
+        format!("{FABRIC}\n[[faults]]\nkind = \"slow_receiver\"\ntarget = \"h2/mlx5_0\"\ndrain_gbps = 20\n");
+    let r = run(&load(&text));
+    assert!(value(&r, "h2/mlx5_0/1", "tx_prio3_pause") > 0);
+    let paused_us = value(&r, "h2/mlx5_0/1", "tx_prio3_pause_duration") as f64;
+    // 20 MB drained at 20 Gbit/s: 8 ms, paused most of it.
+    let fct = fct_us(&r, 0);
+    assert!(fct >= 8_000.0 * 0.95, "{fct}");
+    assert!(paused_us > 0.5 * fct, "paused {paused_us} µs of {fct}");
+    // The switch port facing h2 received the pauses; nobody else's receiver paused.
+    assert!(value(&r, "leaf1:0", "SAI_PORT_STAT_PFC_3_RX_PKTS") > 0);
+    assert_eq!(value(&r, "h1/mlx5_0/1", "tx_prio3_pause"), 0);
 }
