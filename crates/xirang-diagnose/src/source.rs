@@ -224,7 +224,7 @@ pub fn window_from_samples<'a>(
     let mut until_ms = 0;
     for (t_ms, c) in samples {
         until_ms = until_ms.max(t_ms);
-        if !wanted.iter().any(|n| *n == c.name) {
+        if !wanted.contains(&c.name) {
             continue;
         }
         let Ok(entity) = c.entity.parse::<xirang_telemetry::Entity>() else {
