@@ -92,6 +92,14 @@ pub fn rule_counters() -> Vec<String> {
         ])
         .map(|s| s.to_string())
         .collect();
+    for c in [
+        "current_link_width",
+        "max_link_width",
+        "current_link_speed",
+        "max_link_speed",
+    ] {
+        v.push(c.to_string());
+    }
     for p in 0..8 {
         v.push(format!("tx_prio{p}_pause_duration"));
         v.push(format!("SAI_PORT_STAT_PFC_{p}_TX_PKTS"));
@@ -130,14 +138,22 @@ fn metric_of(counter: &str) -> String {
 /// for NIC ports, `xirang_*` for the rest), each once.
 pub fn metric_names() -> Vec<String> {
     let mut v: Vec<String> = Vec::new();
-    for c in rule_counters() {
-        let m = metric_of(&c);
+    for m in rule_counters()
+        .iter()
+        .map(|c| metric_of(c))
+        .chain(LEVEL_METRICS.iter().map(|m| m.to_string()))
+    {
         if !v.contains(&m) {
             v.push(m);
         }
     }
     v
 }
+
+/// Metrics the monitor derives on a live host that have no counter behind them.
+const LEVEL_METRICS: &[&str] = &[PCIE_DOWNGRADED];
+/// The monitor's verdict on a PCIe link, judged by both its ends (1: degraded).
+pub const PCIE_DOWNGRADED: &str = "xirang_pcie_link_downgraded";
 
 /// Increase of a counter over its points: the sum of rises; a fall is a reset, after
 /// which the new value counts (exported totals are already wrap-free).
@@ -157,6 +173,17 @@ pub fn increase(points: &[(i64, f64)]) -> f64 {
 fn port_entity(labels: &BTreeMap<String, String>) -> Option<String> {
     if let (Some(sw), Some(port)) = (labels.get("switch"), labels.get("port")) {
         return Some(format!("{sw}:{port}"));
+    }
+    let host_of = |labels: &BTreeMap<String, String>| {
+        labels
+            .get("host")
+            .or_else(|| labels.get("instance"))
+            .cloned()
+            .unwrap_or_else(|| "?".into())
+    };
+    // A PCIe function of a live host (the monitor labels it by address).
+    if let (Some(pci), None) = (labels.get("pci"), labels.get("device")) {
+        return Some(format!("{}/{pci}", host_of(labels)));
     }
     let dev = labels.get("device")?;
     let host = labels
@@ -550,6 +577,9 @@ mod tests {
                 "node_infiniband_port_errors_received_total",
                 "node_infiniband_rate_bytes_per_second",
                 "node_infiniband_symbol_error_total",
+                "xirang_pcie_link_downgraded",
+                "xirang_pcie_link_speed_gts",
+                "xirang_pcie_link_width",
                 "xirang_pfc_pause_seconds_total",
                 "xirang_switch_pfc_frames_total",
                 "xirang_switch_port_ether_rx_oversize_pkts_total",

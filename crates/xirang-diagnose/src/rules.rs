@@ -7,13 +7,16 @@
 //!   what it receives, and the pause spreads upstream.
 //! - `INGRESS-DROPS` (rows 7 and 8): a switch drops packets at admission from a port of
 //!   a lossless fabric: PFC is not protecting that port.
+//! - `PCIE-DOWNGRADED` (row 13): a NIC's PCIe link trained below its capability; the
+//!   host side caps the NIC (and its receive back-pressure becomes PFC).
 //! - `ECN-OFF` (row 11): a switch queue builds deeper than queues that mark, and marks
 //!   nothing (or nothing marks anywhere while the fabric pauses).
 
 use std::collections::BTreeMap;
 
 use crate::counters::{
-    QUEUE_ECN_MARKED, QUEUE_PACKETS, QUEUE_WATERMARK, SWITCH_IN_DISCARDS, SWITCH_OVERSIZE, View, Window,
+    PCIE_DOWNGRADED, QUEUE_ECN_MARKED, QUEUE_PACKETS, QUEUE_WATERMARK, SWITCH_IN_DISCARDS, SWITCH_OVERSIZE,
+    View, Window,
 };
 use crate::finding::{Class, Evidence, Finding, Severity};
 use xirang_telemetry::metric::{LINK_RATE, SWITCH_PORT_SPEED, metric_for};
@@ -44,6 +47,112 @@ pub fn fabric_rules(w: &Window, views: &[View<'_>]) -> Vec<Finding> {
     out.extend(pfc_storm(w, views));
     out.extend(ingress_drops(views));
     out.extend(ecn_off(views));
+    out.extend(pcie_degraded(views));
+    // A NIC whose PCIe link is degraded pauses its switch because of it: the storm is
+    // the PCIe finding's consequence, not a second cause.
+    let pcie: Vec<String> = out
+        .iter()
+        .filter(|f| f.rule == "PCIE-DOWNGRADED")
+        .map(|f| f.entity.clone())
+        .collect();
+    for f in out
+        .iter_mut()
+        .filter(|f| f.rule == "PFC-STORM" && pcie.contains(&f.entity))
+    {
+        f.cause = format!(
+            "{}; explained by its degraded PCIe link (PCIE-DOWNGRADED)",
+            f.cause
+        );
+        f.confidence = f.confidence.min(0.5);
+    }
+    out
+}
+
+fn pcie_degraded(views: &[View<'_>]) -> Vec<Finding> {
+    #[derive(Default)]
+    struct Link {
+        width: [Option<f64>; 2],
+        speed: [Option<f64>; 2],
+        verdict: Option<f64>,
+        evidence: Vec<Evidence>,
+    }
+    let mut links: BTreeMap<&str, Link> = BTreeMap::new();
+    let rate = metric("h/d/1", LINK_RATE);
+    let mut port_gbps: BTreeMap<&str, f64> = BTreeMap::new();
+    for v in views {
+        let m = v.series.metric.as_str();
+        if m == rate {
+            port_gbps.insert(&v.entity, v.last / 125_000_000.0);
+            continue;
+        }
+        let slot = match v.label("which") {
+            Some("current") => 0,
+            Some("max") => 1,
+            _ => 2,
+        };
+        match m {
+            "xirang_pcie_link_width" if slot < 2 => {
+                let l = links.entry(&v.entity).or_default();
+                l.width[slot] = Some(v.last);
+                l.evidence.push(v.evidence.clone());
+            }
+            "xirang_pcie_link_speed_gts" if slot < 2 => {
+                let l = links.entry(&v.entity).or_default();
+                l.speed[slot] = Some(v.last);
+                l.evidence.push(v.evidence.clone());
+            }
+            PCIE_DOWNGRADED => {
+                let l = links.entry(&v.entity).or_default();
+                l.verdict = Some(v.last);
+                l.evidence.push(v.evidence.clone());
+            }
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    for (entity, l) in links {
+        let (Some(cur_w), Some(max_w), Some(cur_s), Some(max_s)) =
+            (l.width[0], l.width[1], l.speed[0], l.speed[1])
+        else {
+            continue;
+        };
+        // The monitor's verdict weighs the upstream port too (a Gen4 card in a Gen3 slot
+        // is not degraded); without it, the function's own maximum is the measure.
+        let degraded = match l.verdict {
+            Some(v) => v >= 1.0,
+            None => cur_w < max_w || cur_s < max_s,
+        };
+        if !degraded {
+            continue;
+        }
+        let link = |w: f64, s: f64| xirang_fabric::model::PcieLink::full(s, w as u8).usable_gbps();
+        let (usable, full) = (link(cur_w, cur_s), link(max_w, max_s));
+        let port = port_gbps.get(entity).copied();
+        let limits = port.is_some_and(|p| usable < p);
+        out.push(Finding {
+            rule: "PCIE-DOWNGRADED",
+            class: Class::Nic,
+            entity: entity.to_string(),
+            severity: if limits { Severity::High } else { Severity::Medium },
+            cause: format!(
+                "the NIC's PCIe link trained at x{cur_w} {cur_s} GT/s instead of x{max_w} {max_s} GT/s: {usable:.0} Gbit/s host-side instead of {full:.0}{}",
+                match port {
+                    Some(p) if limits => format!(", below its {p:.0} Gbit/s network port"),
+                    Some(p) => format!(" (still above its {p:.0} Gbit/s port)"),
+                    None => String::new(),
+                }
+            ),
+            confidence: 0.9,
+            scope: format!(
+                "everything {entity} sends or receives: sends are capped at the PCIe rate, and receives beyond it back up into the NIC, which pauses its switch port (PFC)"
+            ),
+            advice: vec![
+                "`lspci -vvv -s <bdf> | grep -E 'LnkCap|LnkSta'` on the host; reseat the card or move it to another slot, check the riser and retimer".into(),
+                "update the NIC firmware and the BIOS; look for PCIe AER errors in `dmesg`".into(),
+            ],
+            evidence: l.evidence,
+        });
+    }
     out
 }
 
@@ -576,5 +685,59 @@ mod tests {
             &[(0, 0.0), (60_000, 90.0)],
         ));
         assert!(diagnose_window(&window(s)).is_empty());
+    }
+}
+
+#[cfg(test)]
+mod pcie_tests {
+    use super::*;
+    use crate::counters::{Series, diagnose_window};
+
+    fn gauge(metric: &str, labels: &[(&str, &str)], v: f64) -> Series {
+        Series {
+            metric: metric.into(),
+            labels: labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            points: vec![(0, v), (60_000, v)],
+        }
+    }
+
+    fn live(verdict: f64) -> Window {
+        let pci = |which: &'static str| [("instance", "h7"), ("pci", "0000:3b:00.0"), ("which", which)];
+        Window {
+            source: "test".into(),
+            until_ms: 60_000,
+            series: vec![
+                gauge("xirang_pcie_link_width", &pci("current"), 8.0),
+                gauge("xirang_pcie_link_width", &pci("max"), 16.0),
+                gauge("xirang_pcie_link_speed_gts", &pci("current"), 16.0),
+                gauge("xirang_pcie_link_speed_gts", &pci("max"), 16.0),
+                gauge(
+                    PCIE_DOWNGRADED,
+                    &[("instance", "h7"), ("pci", "0000:3b:00.0")],
+                    verdict,
+                ),
+            ],
+            ..Window::default()
+        }
+    }
+
+    #[test]
+    fn a_live_hosts_pcie_link_is_judged_by_the_monitors_verdict() {
+        let f = diagnose_window(&live(1.0));
+        assert_eq!(f.len(), 1, "{f:#?}");
+        assert_eq!(
+            (f[0].rule, f[0].entity.as_str()),
+            ("PCIE-DOWNGRADED", "h7/0000:3b:00.0")
+        );
+        assert!(
+            f[0].cause.contains("x8 16 GT/s instead of x16 16 GT/s"),
+            "{}",
+            f[0].cause
+        );
+        // x8 where the slot above allows only x8: not degraded.
+        assert!(diagnose_window(&live(0.0)).is_empty());
     }
 }

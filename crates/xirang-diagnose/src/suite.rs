@@ -9,8 +9,8 @@
 //!
 //! Fault kinds covered so far: link bit errors (at NIC ports and at switch ports), link
 //! flaps, links trained below their rate, slow receivers (PFC storms), ECN marking off
-//! and PFC off on a switch port, and MTU mismatches. Still to come from issue 9: PCIe
-//! caps, ECMP imbalance and the application-side faults (GPUDirect RDMA off, GPUs
+//! and PFC off on a switch port, MTU mismatches and degraded PCIe links. Still to come
+//! from issue 9: ECMP imbalance and the application-side faults (GPUDirect RDMA off, GPUs
 //! funnelled through one NIC, one QP per connection).
 
 use std::collections::BTreeMap;
@@ -157,6 +157,16 @@ fn slow_receiver(nic: &str, drain_gbps: f64, start_us: f64) -> Injected {
     }
 }
 
+fn pcie(nic: &str, params: &str) -> Injected {
+    Injected {
+        kind: FaultKind::PcieDegraded.name(),
+        toml: format!("[[faults]]\nkind = \"pcie_degraded\"\ntarget = \"{nic}\"\n{params}"),
+        class: Class::Nic,
+        entity: format!("{nic}/1"),
+        peer: None,
+    }
+}
+
 fn switch_fault(kind: FaultKind, port: &str, extra: &str) -> Injected {
     Injected {
         kind: kind.name(),
@@ -250,6 +260,16 @@ pub fn cases() -> Vec<Case> {
         incast("slow-receiver-h0-20G", 1, slow_receiver("h0/mlx5_0", 20.0, 0.0)),
         one("slow-receiver-h6-10G", 2, slow_receiver("h6/mlx5_0", 10.0, 100.0)),
         incast("slow-receiver-h4-5G", 3, slow_receiver("h4/mlx5_0", 5.0, 200.0)),
+        one("pcie-h2-x2", 1, pcie("h2/mlx5_0", "pcie_width = 2\n")),
+        incast("pcie-h5-gen1", 2, pcie("h5/mlx5_0", "pcie_speed_gts = 2.5\n")),
+        one(
+            "pcie-h7-x4-gen3-late",
+            3,
+            pcie(
+                "h7/mlx5_0",
+                "pcie_width = 4\npcie_speed_gts = 8\nstart_us = 200\n",
+            ),
+        ),
         incast(
             "ecn-off-leaf0:0",
             1,
@@ -342,6 +362,11 @@ pub fn cases() -> Vec<Case> {
             switch_fault(FaultKind::EcnOff, "leaf0:0", ""),
             errors_at("h6/mlx5_0", "h6/mlx5_0/1", 0.005),
             Load::Incast,
+        ),
+        (
+            pcie("h3/mlx5_0", "pcie_width = 2\n"),
+            errors_at("leaf1:2", "leaf1:2", 0.005),
+            Load::Permutation,
         ),
         (
             slow_link("h2/mlx5_0", "h2/mlx5_0/1", "leaf0:2", 50.0),

@@ -24,6 +24,8 @@ const MIN_FAULT_MTU_BYTES: u32 = 576;
 /// Largest: SONiC's default port MTU (shared/reference/switch-config.md); a port at the
 /// default passes every frame a host with a 9000-byte netdev MTU sends.
 const MAX_FAULT_MTU_BYTES: u32 = 9100;
+/// PCIe link speeds, GT/s (Gen1 to Gen6), as `PcieLink` documents them.
+const PCIE_SPEEDS_GTS: [f64; 6] = [2.5, 5.0, 8.0, 16.0, 32.0, 64.0];
 use crate::workload::{SizeDist, Workload};
 
 /// A scenario as written in a file.
@@ -89,11 +91,16 @@ pub enum FaultKind {
     /// receive buffer fills and the NIC keeps asserting PFC towards the switch (a slow or
     /// stuck receiver; the pause spreads upstream).
     SlowReceiver,
+    /// The PCIe link of the NIC at `target` trained down to `pcie_width` lanes and/or
+    /// `pcie_speed_gts`: the host side caps what the NIC can send and drain (receive
+    /// back-pressure becomes PFC towards the switch), and the NIC's PCIe link reports
+    /// the degraded width and speed.
+    PcieDegraded,
 }
 
 impl FaultKind {
     /// Every kind.
-    pub const ALL: [FaultKind; 7] = [
+    pub const ALL: [FaultKind; 8] = [
         FaultKind::LinkErrors,
         FaultKind::LinkDown,
         FaultKind::SlowLink,
@@ -101,6 +108,7 @@ impl FaultKind {
         FaultKind::PfcOff,
         FaultKind::MtuMismatch,
         FaultKind::SlowReceiver,
+        FaultKind::PcieDegraded,
     ];
 
     /// The kind as scenarios spell it.
@@ -113,6 +121,7 @@ impl FaultKind {
             FaultKind::PfcOff => "pfc_off",
             FaultKind::MtuMismatch => "mtu_mismatch",
             FaultKind::SlowReceiver => "slow_receiver",
+            FaultKind::PcieDegraded => "pcie_degraded",
         }
     }
 }
@@ -143,6 +152,12 @@ pub struct Fault {
     /// `slow_receiver`: the rate the host drains received data at, Gbit/s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drain_gbps: Option<f64>,
+    /// `pcie_degraded`: the lanes the NIC's PCIe link trained at.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pcie_width: Option<u8>,
+    /// `pcie_degraded`: the speed it trained at, GT/s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pcie_speed_gts: Option<f64>,
 }
 
 fn is_default_tune(t: &crate::tune::TuneSpec) -> bool {
@@ -577,7 +592,8 @@ impl Scenario {
             .and_then(|p| fabric.port_link(p))
             .map(|l| fabric.links[l.index()].rate_gbps);
         let on_switch = target.map(|p| matches!(p.node, Node::Switch(_)));
-        let params: [(&str, Option<f64>, bool); 4] = [
+        let pcie = f.kind == FaultKind::PcieDegraded;
+        let params: [(&str, Option<f64>, bool); 6] = [
             ("loss", f.loss, f.kind == FaultKind::LinkErrors),
             ("rate_gbps", f.rate_gbps, f.kind == FaultKind::SlowLink),
             (
@@ -586,11 +602,14 @@ impl Scenario {
                 f.kind == FaultKind::MtuMismatch,
             ),
             ("drain_gbps", f.drain_gbps, f.kind == FaultKind::SlowReceiver),
+            ("pcie_width", f.pcie_width.map(f64::from), pcie),
+            ("pcie_speed_gts", f.pcie_speed_gts, pcie),
         ];
         for (key, value, wanted) in params {
             match (value, wanted) {
                 (Some(_), false) => d.error(&at.key(key), format!("`{kind}` takes no `{key}`")),
-                (None, true) => d.error(&at.key(key), format!("`{kind}` needs `{key}`")),
+                // A degraded PCIe link needs a width or a speed (or both).
+                (None, true) if !pcie => d.error(&at.key(key), format!("`{kind}` needs `{key}`")),
                 _ => {}
             }
         }
@@ -645,6 +664,50 @@ impl Scenario {
                         &at.key("mtu_bytes"),
                         format!("expected an MTU of {MIN_FAULT_MTU_BYTES}..={MAX_FAULT_MTU_BYTES} bytes, found {m}"),
                     );
+                }
+            }
+            FaultKind::PcieDegraded => {
+                let nic = match target.map(|p| p.node) {
+                    Some(Node::Nic(n)) => Some(&fabric.nics[n.index()]),
+                    Some(Node::Switch(_)) => {
+                        d.error(
+                            &at.key("target"),
+                            format!("`{kind}` sits on a NIC, found switch port `{}`", f.target),
+                        );
+                        None
+                    }
+                    None => None,
+                };
+                if f.pcie_width.is_none() && f.pcie_speed_gts.is_none() {
+                    d.error(
+                        &at.key("pcie_width"),
+                        format!("`{kind}` needs `pcie_width`, `pcie_speed_gts` or both"),
+                    );
+                }
+                if let Some(nic) = nic {
+                    let max = nic.pcie;
+                    if let Some(w) = f.pcie_width
+                        && !(w >= 1 && w <= max.max_width && w.is_power_of_two())
+                    {
+                        d.error(
+                            &at.key("pcie_width"),
+                            format!(
+                                "expected a PCIe width of 1, 2, 4, ... up to the NIC's x{}, found {w}",
+                                max.max_width
+                            ),
+                        );
+                    }
+                    if let Some(g) = f.pcie_speed_gts
+                        && !(PCIE_SPEEDS_GTS.contains(&g) && g <= max.max_speed_gts)
+                    {
+                        d.error(
+                            &at.key("pcie_speed_gts"),
+                            format!(
+                                "expected a PCIe speed of {PCIE_SPEEDS_GTS:?} GT/s up to the NIC's {}, found {g}",
+                                max.max_speed_gts
+                            ),
+                        );
+                    }
                 }
             }
             FaultKind::LinkDown => {}

@@ -84,6 +84,9 @@ pub struct PortCounters {
     pub rx_oversize: u64,
     /// The port's link rate, Mbit/s (a level, not a counter).
     pub rate_mbps: u64,
+    /// NIC ports: the NIC's PCIe link (current width, maximum width, current speed
+    /// MT/s, maximum speed MT/s).
+    pub pcie: Option<[u64; 4]>,
 }
 
 /// One named counter value of one entity: the schema the monitoring agent uses for real
@@ -116,6 +119,14 @@ impl PortCounters {
         // sysfs `rate` ("100 Gb/sec (4X EDR)"), kept in Mbit/s so that rates such as
         // 12.5 Gb/s stay whole.
         push(out, entity, "rate".into(), self.rate_mbps);
+        // The NIC's PCIe link as sysfs gives it (/sys/bus/pci/devices/BDF/
+        // current_link_width, ...), speeds in MT/s so that 2.5 GT/s stays whole.
+        if let Some([cur_w, max_w, cur_s, max_s]) = self.pcie {
+            push(out, entity, "current_link_width".into(), cur_w);
+            push(out, entity, "max_link_width".into(), max_w);
+            push(out, entity, "current_link_speed".into(), cur_s);
+            push(out, entity, "max_link_speed".into(), max_s);
+        }
         for (n, v) in [
             ("np_ecn_marked_roce_packets", self.np_ecn_marked_roce_packets),
             ("np_cnp_sent", self.np_cnp_sent),

@@ -11,7 +11,7 @@
 use std::collections::VecDeque;
 
 use xirang_fabric::config::{CcAlgorithm, FabricConfig, RedProfile, roce_active_mtu};
-use xirang_fabric::model::{Fabric, NicId, Node};
+use xirang_fabric::model::{Fabric, NicId, Node, PcieLink};
 use xirang_fabric::routing::{Adj, Graph};
 use xirang_fabric::scenario::{EcmpMode, Fault, FaultKind};
 use xirang_fabric::topology::parse_port_ref;
@@ -119,6 +119,12 @@ pub(crate) struct Port {
     pfc_off: bool,
     /// `slow_receiver` fault (NIC ports): the host's drain rate and receive backlog.
     slow_rx: Option<SlowRx>,
+    /// NIC ports: the NIC's PCIe link (what it reports).
+    pcie: Option<PcieLink>,
+    /// `pcie_degraded` fault: the host-side rate data can leave at, and when the
+    /// host side is next free.
+    host_cap: Option<Rate>,
+    host_free_at: Ps,
 }
 
 /// Receive backlog of a NIC whose host drains slowly.
@@ -204,6 +210,9 @@ impl Port {
             red,
             pfc_off: false,
             slow_rx: None,
+            pcie: None,
+            host_cap: None,
+            host_free_at: 0,
         }
     }
 
@@ -489,6 +498,9 @@ struct ActiveFault {
     /// `EcnOff` whether RED was on.
     saved_rates: [Option<Rate>; 2],
     saved_red: bool,
+    /// `PcieDegraded`: the link as it trained, and as it was.
+    pcie: Option<PcieLink>,
+    saved_pcie: Option<PcieLink>,
 }
 
 impl<Q: Queue> Sim<Q> {
@@ -546,6 +558,11 @@ impl<Q: Queue> Sim<Q> {
                     red,
                     ecn_rng,
                 ));
+            }
+        }
+        for p in &mut ports {
+            if let Dev::Nic(n) = p.dev {
+                p.pcie = Some(fabric.nics[n as usize].pcie);
             }
         }
         let n_nics = fabric.nics.len() as u32;
@@ -1094,7 +1111,11 @@ impl<Q: Queue> Sim<Q> {
                     }
                 }
                 // Applied at their start and end events.
-                FaultKind::SlowLink | FaultKind::EcnOff | FaultKind::PfcOff | FaultKind::SlowReceiver => {}
+                FaultKind::SlowLink
+                | FaultKind::EcnOff
+                | FaultKind::PfcOff
+                | FaultKind::SlowReceiver
+                | FaultKind::PcieDegraded => {}
                 FaultKind::LinkErrors => {
                     // PFC frames are left alone: a lost pause frame only shortens a
                     // pause, and corrupting them would change nothing the rules read.
@@ -1155,15 +1176,53 @@ impl<Q: Queue> Sim<Q> {
                     last: self.now,
                 });
             }
-            (FaultKind::SlowReceiver, true) => {
-                self.ports[q].slow_rx = None;
-                for prio in 0..N_PRIO {
-                    if self.ports[q].xoff & (1 << prio) != 0 {
-                        self.send_pfc(q as u32, prio, false);
-                    }
+            (FaultKind::PcieDegraded, false) => {
+                // Every port of the NIC shares its PCIe link.
+                let Some(link) = f.pcie else { return };
+                f.saved_pcie = self.ports[q].pcie;
+                let gbps = link.usable_gbps();
+                for p in self.nic_port_ids(q) {
+                    let port = &mut self.ports[p];
+                    port.pcie = Some(link);
+                    port.host_cap = Some(Rate::from_gbps(gbps));
+                    port.slow_rx = Some(SlowRx {
+                        drain_bps: gbps * 1e9,
+                        backlog_bytes: 0.0,
+                        last: self.now,
+                    });
                 }
             }
+            (FaultKind::PcieDegraded, true) => {
+                let saved = f.saved_pcie;
+                for p in self.nic_port_ids(q) {
+                    let port = &mut self.ports[p];
+                    port.pcie = saved;
+                    port.host_cap = None;
+                }
+                self.end_slow_rx(q);
+            }
+            (FaultKind::SlowReceiver, true) => self.end_slow_rx(q),
             (FaultKind::LinkDown | FaultKind::LinkErrors | FaultKind::MtuMismatch, _) => {}
+        }
+    }
+
+    /// The ports of the NIC that owns port `q`.
+    fn nic_port_ids(&self, q: usize) -> Vec<usize> {
+        let dev = self.ports[q].dev;
+        (0..self.ports.len())
+            .filter(|&p| self.ports[p].dev == dev)
+            .collect()
+    }
+
+    /// A slow receiver drains at full speed again: resume whatever it paused.
+    fn end_slow_rx(&mut self, q: usize) {
+        for q in self.nic_port_ids(q) {
+            self.ports[q].slow_rx = None;
+            for prio in 0..N_PRIO {
+                if self.ports[q].xoff & (1 << prio) != 0 {
+                    self.send_pfc(q as u32, prio, false);
+                }
+            }
         }
     }
 
@@ -1246,12 +1305,26 @@ impl<Q: Queue> Sim<Q> {
                     .unwrap_or(0.0),
                 saved_rates: [None, None],
                 saved_red: false,
+                pcie: match pr.node {
+                    Node::Nic(n) if f.kind == FaultKind::PcieDegraded => {
+                        let mut l = fabric.nics[n.index()].pcie;
+                        l.cur_width = f.pcie_width.unwrap_or(l.cur_width);
+                        l.cur_speed_gts = f.pcie_speed_gts.unwrap_or(l.cur_speed_gts);
+                        Some(l)
+                    }
+                    _ => None,
+                },
+                saved_pcie: None,
             });
             match f.kind {
                 // Checked on every arriving packet.
                 FaultKind::LinkErrors | FaultKind::MtuMismatch => {}
                 FaultKind::LinkDown => self.q.push(start, ev(EV_FAULT, idx, 0)),
-                FaultKind::SlowLink | FaultKind::EcnOff | FaultKind::PfcOff | FaultKind::SlowReceiver => {
+                FaultKind::SlowLink
+                | FaultKind::EcnOff
+                | FaultKind::PfcOff
+                | FaultKind::SlowReceiver
+                | FaultKind::PcieDegraded => {
                     self.q.push(start, ev(EV_FAULT, idx, 0));
                     if end != NEVER {
                         self.q.push(end, ev(EV_FAULT, idx, 1));
@@ -1927,6 +2000,11 @@ impl<Q: Queue> Sim<Q> {
             self.after_nic_tx(p);
             return;
         }
+        // Data waits while the host side (a degraded PCIe link) is still busy.
+        if self.ports[p as usize].host_free_at > now {
+            self.after_nic_tx(p);
+            return;
+        }
         // Data: round robin over QPs whose rate limiter allows a packet now.
         let n = self.ports[p as usize].qps.len();
         let start = self.ports[p as usize].rr_qp;
@@ -1983,6 +2061,10 @@ impl<Q: Queue> Sim<Q> {
         q.last_sent = now;
         q.last_wire = wire;
         q.next_avail = now + paced_gap(q, self.ports[p as usize].rate.tx_time(wire));
+        let port = &mut self.ports[p as usize];
+        if let Some(cap) = port.host_cap {
+            port.host_free_at = port.host_free_at.max(now) + cap.tx_time(wire);
+        }
         let arm_rto = !q.rto_pending;
         q.rto_pending = true;
         let (prio, route) = (q.prio, q.route);
@@ -2035,6 +2117,7 @@ impl<Q: Queue> Sim<Q> {
             let ready = q
                 .next_avail
                 .max(busy)
+                .max(port.host_free_at)
                 .max(if pause_end > now { pause_end } else { 0 });
             t = t.min(ready);
         }
@@ -2232,6 +2315,15 @@ impl<Q: Queue> Sim<Q> {
             .map(|(pi, port)| {
                 let mut c = self.counters[pi].clone();
                 c.rate_mbps = (port.rate.bps / 1e6).round() as u64;
+                c.pcie = port.pcie.map(|l| {
+                    let mts = |gts: f64| (gts * 1000.0).round() as u64;
+                    [
+                        u64::from(l.cur_width),
+                        u64::from(l.max_width),
+                        mts(l.cur_speed_gts),
+                        mts(l.max_speed_gts),
+                    ]
+                });
                 let peer = port.peer as usize;
                 for (prio, in_link) in on_link[peer].iter().enumerate() {
                     let (tb, tp) = (port.pr[prio].tx_bytes, port.pr[prio].tx_packets);

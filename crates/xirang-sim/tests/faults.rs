@@ -294,3 +294,36 @@ fn a_slow_receiver_pauses_its_switch_and_limits_its_senders() {
     assert!(value(&r, "leaf1:0", "SAI_PORT_STAT_PFC_3_RX_PKTS") > 0);
     assert_eq!(value(&r, "h1/mlx5_0/1", "tx_prio3_pause"), 0);
 }
+
+#[test]
+fn a_degraded_pcie_link_caps_the_nic_and_reports_its_width() {
+    let healthy = run(&load(FABRIC));
+    assert_eq!(
+        value(&healthy, "h0/mlx5_0/1", "current_link_width"),
+        value(&healthy, "h0/mlx5_0/1", "max_link_width")
+    );
+    // h0 sends 20 MB to h2 and h2 receives it: degrade both ends' NICs in turn.
+    for nic in ["h0/mlx5_0", "h2/mlx5_0"] {
+        let r = run(&load(&format!(
+            "{FABRIC}\n[[faults]]\nkind = \"pcie_degraded\"\ntarget = \"{nic}\"\npcie_width = 2\n"
+        )));
+        let port = format!("{nic}/1");
+        assert_eq!(value(&r, &port, "current_link_width"), 2);
+        let speed_gts = value(&r, &port, "current_link_speed") as f64 / 1000.0;
+        let usable_gbps = speed_gts * 2.0 * 128.0 / 130.0;
+        assert!(usable_gbps < 100.0);
+        // 20 MB at the PCIe rate.
+        let floor_us = 20e6 * 8.0 / (usable_gbps * 1e3);
+        assert!(
+            fct_us(&r, 0) >= 0.95 * floor_us,
+            "{nic}: {} < {floor_us}",
+            fct_us(&r, 0)
+        );
+        let pauses = value(&r, &port, "tx_prio3_pause");
+        if nic == "h2/mlx5_0" {
+            assert!(pauses > 0, "the receiver backs up into PFC");
+        } else {
+            assert_eq!(pauses, 0, "a capped sender has nothing to pause");
+        }
+    }
+}

@@ -299,6 +299,17 @@ pub const LINK_RATE: &str = "rate";
 /// A switch port's speed (SAI_PORT_ATTR_SPEED, SONiC PORT `speed`): Mbit/s.
 pub const SWITCH_PORT_SPEED: &str = "SAI_PORT_ATTR_SPEED";
 
+/// `current_link_width` → (`current`, `width`): a PCIe link value as sysfs names it.
+pub fn pcie_link_value(name: &str) -> Option<(&'static str, &'static str)> {
+    match name {
+        "current_link_width" => Some(("current", "width")),
+        "max_link_width" => Some(("max", "width")),
+        "current_link_speed" => Some(("current", "speed")),
+        "max_link_speed" => Some(("max", "speed")),
+        _ => None,
+    }
+}
+
 const GENERIC_HELP: &str = "Counter as the hardware names it (see the counter label).";
 
 /// node_exporter's help for its `lifespan_seconds` gauge.
@@ -346,6 +357,23 @@ pub fn metric_for(entity: &Entity, name: &str, host_label: bool) -> Metric {
         } => {
             let mut labels = vec![("device", device.clone()), ("port", port.to_string())];
             host(&mut labels, h);
+            if let Some((which, what)) = pcie_link_value(name) {
+                // The names the monitor gives a PCIe function's link (it labels them by
+                // `pci` address; the simulator's NIC ports by device and port).
+                labels.push(("which", which.to_string()));
+                let (name, help) = if what == "width" {
+                    ("xirang_pcie_link_width", "PCIe link width in lanes.")
+                } else {
+                    ("xirang_pcie_link_speed_gts", "PCIe link speed in GT/s.")
+                };
+                return Metric {
+                    name: name.into(),
+                    labels,
+                    kind: Kind::Gauge,
+                    scale: sp.scale,
+                    help,
+                };
+            }
             if name == LINK_RATE {
                 // The name the monitor gives sysfs `rate` (node_exporter's).
                 return Metric {

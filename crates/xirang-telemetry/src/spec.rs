@@ -21,6 +21,10 @@ pub enum Unit {
     Seconds,
     /// Bytes per second (link rates).
     BytesPerSecond,
+    /// PCIe lanes.
+    Lanes,
+    /// PCIe transfer rate, GT/s.
+    GigatransfersPerSecond,
 }
 
 /// How many bits a counter has: a 32-bit counter wraps after 2^32 - 1.
@@ -125,6 +129,19 @@ pub fn spec(name: &str) -> CounterSpec {
         "rate" | "SAI_PORT_ATTR_SPEED" => CounterSpec {
             unit: BytesPerSecond,
             scale: BYTES_PER_S_PER_MBPS,
+            width: Bits64,
+            kind: Kind::Gauge,
+        },
+        // A PCIe link's width (lanes) and speed (MT/s as values, GT/s exported).
+        "current_link_width" | "max_link_width" => CounterSpec {
+            unit: Lanes,
+            scale: 1.0,
+            width: Bits64,
+            kind: Kind::Gauge,
+        },
+        "current_link_speed" | "max_link_speed" => CounterSpec {
+            unit: GigatransfersPerSecond,
+            scale: 1e-3,
             width: Bits64,
             kind: Kind::Gauge,
         },
