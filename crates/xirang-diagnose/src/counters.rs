@@ -97,6 +97,8 @@ pub fn rule_counters() -> Vec<String> {
         "max_link_width",
         "current_link_speed",
         "max_link_speed",
+        "port_xmit_data",
+        "port_rcv_data",
     ] {
         v.push(c.to_string());
     }
@@ -574,6 +576,8 @@ mod tests {
                 "node_infiniband_link_downed_total",
                 "node_infiniband_link_error_recovery_total",
                 "node_infiniband_local_link_integrity_errors_total",
+                "node_infiniband_port_data_received_bytes_total",
+                "node_infiniband_port_data_transmitted_bytes_total",
                 "node_infiniband_port_errors_received_total",
                 "node_infiniband_rate_bytes_per_second",
                 "node_infiniband_symbol_error_total",

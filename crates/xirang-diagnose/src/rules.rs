@@ -9,6 +9,8 @@
 //!   a lossless fabric: PFC is not protecting that port.
 //! - `PCIE-DOWNGRADED` (row 13): a NIC's PCIe link trained below its capability; the
 //!   host side caps the NIC (and its receive back-pressure becomes PFC).
+//! - `NIC-FUNNEL` (row 15's placement side): one NIC of a multi-NIC host carries its
+//!   traffic while the others idle, where other hosts spread theirs.
 //! - `ECN-OFF` (row 11): a switch queue builds deeper than queues that mark, and marks
 //!   nothing (or nothing marks anywhere while the fabric pauses).
 
@@ -30,6 +32,14 @@ const STORM_SHARE_HIGH: f64 = 0.5;
 /// drains at line rate and pauses its switch only in short bursts.
 const STORM_SHARE_MEDIUM: f64 = 0.05;
 
+/// Share of a host's NIC traffic on its busiest NIC from which the host funnels its
+/// GPUs through one NIC (with two NICs an even split is 0.5; a busy NIC carrying nine
+/// tenths leaves the others nearly idle).
+const FUNNEL_SHARE: f64 = 0.9;
+/// The fleet's typical busiest-NIC share below which its hosts spread traffic over
+/// their NICs, so that a host that does not is the odd one out.
+const SPREAD_SHARE: f64 = 0.75;
+
 /// A rate below this share of the nominal one is a trained-down link (rounding in
 /// Mbit/s and Gb/s renderings stays far above it).
 const SLOW_RATE_SHARE: f64 = 0.99;
@@ -48,6 +58,7 @@ pub fn fabric_rules(w: &Window, views: &[View<'_>]) -> Vec<Finding> {
     out.extend(ingress_drops(views));
     out.extend(ecn_off(views));
     out.extend(pcie_degraded(views));
+    out.extend(nic_funnel(views));
     // A NIC whose PCIe link is degraded pauses its switch because of it: the storm is
     // the PCIe finding's consequence, not a second cause.
     let pcie: Vec<String> = out
@@ -66,6 +77,81 @@ pub fn fabric_rules(w: &Window, views: &[View<'_>]) -> Vec<Finding> {
         f.confidence = f.confidence.min(0.5);
     }
     out
+}
+
+fn nic_funnel(views: &[View<'_>]) -> Vec<Finding> {
+    let tx = metric("h/d/1", "port_xmit_data");
+    let rx = metric("h/d/1", "port_rcv_data");
+    // host -> NIC port -> (bytes moved, evidence)
+    let mut hosts: BTreeMap<&str, BTreeMap<&str, (f64, Vec<Evidence>)>> = BTreeMap::new();
+    // Every NIC port a host has in the window (an idle one has levels such as its rate,
+    // and no traffic series at all).
+    for v in views.iter().filter(|v| v.entity.matches('/').count() == 2) {
+        if let Some((host, _)) = v.entity.split_once('/') {
+            hosts.entry(host).or_default().entry(&v.entity).or_default();
+        }
+    }
+    for v in views
+        .iter()
+        .filter(|v| v.series.metric == tx || v.series.metric == rx)
+    {
+        let Some((host, _)) = v.entity.split_once('/') else {
+            continue;
+        };
+        let e = hosts.entry(host).or_default().entry(&v.entity).or_default();
+        e.0 += v.inc;
+        e.1.push(v.evidence.clone());
+    }
+    // Each multi-NIC host's busiest-NIC share.
+    let shares: Vec<(&str, f64, &str, f64)> = hosts
+        .iter()
+        .filter(|(_, nics)| nics.len() >= 2)
+        .filter_map(|(host, nics)| {
+            let total: f64 = nics.values().map(|n| n.0).sum();
+            let (busy, (bytes, _)) = nics.iter().max_by(|a, b| a.1.0.total_cmp(&b.1.0))?;
+            (total > 0.0).then(|| (*host, bytes / total, *busy, total))
+        })
+        .collect();
+    if shares.len() < 2 {
+        return Vec::new();
+    }
+    let mut sorted: Vec<f64> = shares.iter().map(|s| s.1).collect();
+    sorted.sort_by(f64::total_cmp);
+    let typical = sorted[sorted.len() / 2];
+    if typical >= SPREAD_SHARE {
+        // Most hosts use one NIC: the workload does, not one host's configuration.
+        return Vec::new();
+    }
+    shares
+        .iter()
+        .filter(|(_, share, _, _)| *share >= FUNNEL_SHARE)
+        .map(|(host, share, busy, total)| {
+            let nics = &hosts[host];
+            Finding {
+                rule: "NIC-FUNNEL",
+                class: Class::AppConfig,
+                entity: busy.to_string(),
+                severity: Severity::High,
+                cause: format!(
+                    "{host} moved {:.0}% of its {:.1} MB of NIC traffic through {busy} while its other {} NIC(s) stayed nearly idle, where the other hosts spread theirs (typical busiest share {:.0}%): the application funnels several GPUs through one NIC",
+                    100.0 * share,
+                    total / 1e6,
+                    nics.len() - 1,
+                    100.0 * typical
+                ),
+                confidence: 0.8,
+                scope: format!(
+                    "every rank on {host}: its GPUs share one NIC's bandwidth ({} NICs' worth of traffic on one), so collectives run at {host}'s pace",
+                    nics.len()
+                ),
+                advice: vec![
+                    format!("on {host}: check NCCL_IB_HCA, NCCL_TOPO_FILE and CUDA_VISIBLE_DEVICES against `nvidia-smi topo -m` (each GPU should use the NIC on its PCIe switch)"),
+                    "run `xirang diagnose nccl` on the job's log: its NET/IB channel lines show which NIC each GPU uses".into(),
+                ],
+                evidence: nics.values().flat_map(|n| n.1.iter().cloned()).collect(),
+            }
+        })
+        .collect()
 }
 
 fn pcie_degraded(views: &[View<'_>]) -> Vec<Finding> {

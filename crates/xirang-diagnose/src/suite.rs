@@ -9,9 +9,9 @@
 //!
 //! Fault kinds covered so far: link bit errors (at NIC ports and at switch ports), link
 //! flaps, links trained below their rate, slow receivers (PFC storms), ECN marking off
-//! and PFC off on a switch port, MTU mismatches and degraded PCIe links. Still to come
-//! from issue 9: ECMP imbalance and the application-side faults (GPUDirect RDMA off, GPUs
-//! funnelled through one NIC, one QP per connection).
+//! and PFC off on a switch port, MTU mismatches, degraded PCIe links, and GPUs funnelled
+//! through one NIC. Still to come from issue 9: ECMP imbalance and the other
+//! application-side faults (GPUDirect RDMA off, one QP per connection).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -62,6 +62,9 @@ pub enum Load {
     /// The incast on shallow-buffer switches, where PFC pauses in a healthy run (and a
     /// port without PFC overflows).
     ShallowIncast,
+    /// A rail-optimised fabric of 4 hosts with 2 GPUs and 2 NICs each: every GPU sends
+    /// 4 MB to the same GPU of the next host, on its own rail.
+    Rail,
 }
 
 /// One case.
@@ -106,6 +109,28 @@ list = [
   { src = "h3", dst = "h0", bytes = 2_000_000 },
   { src = "h5", dst = "h4", bytes = 2_000_000 }, { src = "h6", dst = "h4", bytes = 2_000_000 },
   { src = "h7", dst = "h4", bytes = 2_000_000 },
+]
+"#;
+
+/// The fabric and traffic of [`Load::Rail`].
+const RAIL: &str = r#"
+[topology.rail_optimized]
+hosts = 4
+spines = 2
+host_rate_gbps = 100
+fabric_rate_gbps = 100
+link_delay_ns = 1000
+
+[topology.rail_optimized.host]
+gpus = 2
+nics = 2
+
+[workloads.ring.flows]
+list = [
+  { src = "h0/GPU0", dst = "h1/GPU0", bytes = 4_000_000 }, { src = "h0/GPU1", dst = "h1/GPU1", bytes = 4_000_000 },
+  { src = "h1/GPU0", dst = "h2/GPU0", bytes = 4_000_000 }, { src = "h1/GPU1", dst = "h2/GPU1", bytes = 4_000_000 },
+  { src = "h2/GPU0", dst = "h3/GPU0", bytes = 4_000_000 }, { src = "h2/GPU1", dst = "h3/GPU1", bytes = 4_000_000 },
+  { src = "h3/GPU0", dst = "h0/GPU0", bytes = 4_000_000 }, { src = "h3/GPU1", dst = "h0/GPU1", bytes = 4_000_000 },
 ]
 "#;
 
@@ -167,6 +192,16 @@ fn pcie(nic: &str, params: &str) -> Injected {
     }
 }
 
+fn funnel(nic: &str) -> Injected {
+    Injected {
+        kind: FaultKind::NicFunnel.name(),
+        toml: format!("[[faults]]\nkind = \"nic_funnel\"\ntarget = \"{nic}\"\n"),
+        class: Class::AppConfig,
+        entity: format!("{nic}/1"),
+        peer: None,
+    }
+}
+
 fn switch_fault(kind: FaultKind, port: &str, extra: &str) -> Injected {
     Injected {
         kind: kind.name(),
@@ -193,6 +228,12 @@ pub fn cases() -> Vec<Case> {
         seed,
         faults: vec![f],
         load: Load::Incast,
+    };
+    let rail = |name: &str, seed: u64, f: Injected| Case {
+        name: name.into(),
+        seed,
+        faults: vec![f],
+        load: Load::Rail,
     };
     let shallow = |name: &str, seed: u64, f: Injected| Case {
         name: name.into(),
@@ -260,6 +301,9 @@ pub fn cases() -> Vec<Case> {
         incast("slow-receiver-h0-20G", 1, slow_receiver("h0/mlx5_0", 20.0, 0.0)),
         one("slow-receiver-h6-10G", 2, slow_receiver("h6/mlx5_0", 10.0, 100.0)),
         incast("slow-receiver-h4-5G", 3, slow_receiver("h4/mlx5_0", 5.0, 200.0)),
+        rail("funnel-h1-mlx5_0", 1, funnel("h1/mlx5_0")),
+        rail("funnel-h2-mlx5_1", 2, funnel("h2/mlx5_1")),
+        rail("funnel-h3-mlx5_0", 3, funnel("h3/mlx5_0")),
         one("pcie-h2-x2", 1, pcie("h2/mlx5_0", "pcie_width = 2\n")),
         incast("pcie-h5-gen1", 2, pcie("h5/mlx5_0", "pcie_speed_gts = 2.5\n")),
         one(
@@ -329,6 +373,8 @@ pub fn cases() -> Vec<Case> {
         (7, Load::Incast, "incast"),
         (8, Load::ShallowIncast, "shallow-incast"),
         (9, Load::ShallowIncast, "shallow-incast"),
+        (10, Load::Rail, "rail"),
+        (11, Load::Rail, "rail"),
     ] {
         v.push(Case {
             name: format!("healthy-{name}-seed{seed}"),
@@ -369,6 +415,11 @@ pub fn cases() -> Vec<Case> {
             Load::Permutation,
         ),
         (
+            funnel("h0/mlx5_1"),
+            errors_at("leaf1:2", "leaf1:2", 0.005),
+            Load::Rail,
+        ),
+        (
             slow_link("h2/mlx5_0", "h2/mlx5_0/1", "leaf0:2", 50.0),
             switch_fault(FaultKind::PfcOff, "leaf1:1", ""),
             Load::ShallowIncast,
@@ -407,11 +458,12 @@ pub fn run_case(c: &Case) -> Result<CaseResult, String> {
     // The run stops at 3 ms: a flow whose tail was lost on a down link waits for the
     // 4.3 s ACK timeout (NCCL_IB_TIMEOUT 20), which would only lengthen the window.
     let mut text = format!(
-        "{BASE}{}\n[run]\nseed = {}\nsample_interval_us = 20\nend_us = {RUN_END_US}\n",
+        "{}\n[run]\nseed = {}\nsample_interval_us = 20\nend_us = {RUN_END_US}\n",
         match c.load {
-            Load::Permutation => String::new(),
-            Load::Incast => INCAST.to_string(),
-            Load::ShallowIncast => format!("{INCAST}{SHALLOW}"),
+            Load::Permutation => BASE.to_string(),
+            Load::Incast => format!("{BASE}{INCAST}"),
+            Load::ShallowIncast => format!("{BASE}{INCAST}{SHALLOW}"),
+            Load::Rail => RAIL.to_string(),
         },
         c.seed
     );
@@ -487,6 +539,16 @@ pub fn render_markdown(results: &[CaseResult]) -> String {
             cols.push(got);
         }
     }
+    // Columns in the classes' own order, "none" last.
+    let order = [
+        Class::Link,
+        Class::Nic,
+        Class::SwitchPort,
+        Class::Switch,
+        Class::HostConfig,
+        Class::AppConfig,
+    ];
+    cols.sort_by_key(|c| order.iter().position(|o| o.name() == *c).unwrap_or(order.len()));
     let mut s = String::new();
     let _ = writeln!(s, "| injected \\ top-1 diagnosed | {} |", cols.join(" | "));
     let _ = writeln!(s, "|---|{}", "---|".repeat(cols.len()));

@@ -20,7 +20,7 @@ fn a_symbol_error_ramp_in_the_history_is_a_link_finding() {
             [("device", "mlx5_0"), ("port", "1"), ("host", "h3")],
         );
         let other = SeriesKey::new(
-            "node_infiniband_port_data_received_bytes_total",
+            "node_infiniband_port_packets_received_total",
             [("device", "mlx5_1"), ("port", "1"), ("host", "h3")],
         );
         for i in 0..120 {

@@ -96,11 +96,15 @@ pub enum FaultKind {
     /// back-pressure becomes PFC towards the switch), and the NIC's PCIe link reports
     /// the degraded width and speed.
     PcieDegraded,
+    /// Application configuration: every flow of the host of NIC `target` goes through
+    /// that NIC (several GPUs funnelled through one NIC, e.g. a wrong `NCCL_IB_HCA` or
+    /// topology file). It holds for the whole run.
+    NicFunnel,
 }
 
 impl FaultKind {
     /// Every kind.
-    pub const ALL: [FaultKind; 8] = [
+    pub const ALL: [FaultKind; 9] = [
         FaultKind::LinkErrors,
         FaultKind::LinkDown,
         FaultKind::SlowLink,
@@ -109,6 +113,7 @@ impl FaultKind {
         FaultKind::MtuMismatch,
         FaultKind::SlowReceiver,
         FaultKind::PcieDegraded,
+        FaultKind::NicFunnel,
     ];
 
     /// The kind as scenarios spell it.
@@ -122,6 +127,7 @@ impl FaultKind {
             FaultKind::MtuMismatch => "mtu_mismatch",
             FaultKind::SlowReceiver => "slow_receiver",
             FaultKind::PcieDegraded => "pcie_degraded",
+            FaultKind::NicFunnel => "nic_funnel",
         }
     }
 }
@@ -708,6 +714,20 @@ impl Scenario {
                             ),
                         );
                     }
+                }
+            }
+            FaultKind::NicFunnel => {
+                if on_switch == Some(true) {
+                    d.error(
+                        &at.key("target"),
+                        format!("`{kind}` names a NIC, found switch port `{}`", f.target),
+                    );
+                }
+                if f.start_us != 0.0 || f.end_us.is_some() {
+                    d.error(
+                        &at.key("start_us"),
+                        format!("`{kind}` is the application's configuration and holds for the whole run: it takes no start_us or end_us"),
+                    );
                 }
             }
             FaultKind::LinkDown => {}

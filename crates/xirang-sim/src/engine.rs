@@ -1115,7 +1115,8 @@ impl<Q: Queue> Sim<Q> {
                 | FaultKind::EcnOff
                 | FaultKind::PfcOff
                 | FaultKind::SlowReceiver
-                | FaultKind::PcieDegraded => {}
+                | FaultKind::PcieDegraded
+                | FaultKind::NicFunnel => {}
                 FaultKind::LinkErrors => {
                     // PFC frames are left alone: a lost pause frame only shortens a
                     // pause, and corrupting them would change nothing the rules read.
@@ -1202,7 +1203,11 @@ impl<Q: Queue> Sim<Q> {
                 self.end_slow_rx(q);
             }
             (FaultKind::SlowReceiver, true) => self.end_slow_rx(q),
-            (FaultKind::LinkDown | FaultKind::LinkErrors | FaultKind::MtuMismatch, _) => {}
+            // Applied to the flows before the run (`nic_funnel`) or per packet.
+            (
+                FaultKind::LinkDown | FaultKind::LinkErrors | FaultKind::MtuMismatch | FaultKind::NicFunnel,
+                _,
+            ) => {}
         }
     }
 
@@ -1317,8 +1322,8 @@ impl<Q: Queue> Sim<Q> {
                 saved_pcie: None,
             });
             match f.kind {
-                // Checked on every arriving packet.
-                FaultKind::LinkErrors | FaultKind::MtuMismatch => {}
+                // Checked on every arriving packet, or applied to the flows before the run.
+                FaultKind::LinkErrors | FaultKind::MtuMismatch | FaultKind::NicFunnel => {}
                 FaultKind::LinkDown => self.q.push(start, ev(EV_FAULT, idx, 0)),
                 FaultKind::SlowLink
                 | FaultKind::EcnOff

@@ -79,11 +79,42 @@ pub fn simulate_with<Q: queue::Queue>(
     opts: &RunOptions,
     progress: &mut dyn FnMut(time::Ps),
 ) -> RunResult {
-    let expanded = workload::expand(loaded, opts.seed);
+    let mut expanded = workload::expand(loaded, opts.seed);
+    funnel(&loaded.fabric, &loaded.scenario.faults, &mut expanded.flows);
     let mut sim = Sim::<Q>::new(&loaded.fabric, &loaded.scenario.config, &expanded.flows, opts);
     sim.inject(&loaded.fabric, &loaded.scenario.faults, opts.seed);
     sim.run(progress);
     collect(loaded, &expanded, &sim)
+}
+
+/// Applies `nic_funnel` faults: every flow from or to a NIC of the target's host uses the
+/// target NIC instead (the application picked one NIC for all its GPUs).
+fn funnel(
+    fabric: &xirang_fabric::model::Fabric,
+    faults: &[xirang_fabric::scenario::Fault],
+    flows: &mut [workload::FlowDef],
+) {
+    use xirang_fabric::model::Node;
+    for f in faults
+        .iter()
+        .filter(|f| f.kind == xirang_fabric::scenario::FaultKind::NicFunnel)
+    {
+        let Ok(p) = xirang_fabric::topology::parse_port_ref(fabric, &f.target, None) else {
+            continue;
+        };
+        let Node::Nic(nic) = p.node else {
+            continue;
+        };
+        let host = fabric.nics[nic.index()].host;
+        for d in flows.iter_mut() {
+            if fabric.nics[d.src.index()].host == host {
+                d.src = nic;
+            }
+            if fabric.nics[d.dst.index()].host == host {
+                d.dst = nic;
+            }
+        }
+    }
 }
 
 fn collect<Q: queue::Queue>(loaded: &Loaded, ex: &workload::Expanded, sim: &Sim<Q>) -> RunResult {

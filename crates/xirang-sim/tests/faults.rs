@@ -327,3 +327,50 @@ fn a_degraded_pcie_link_caps_the_nic_and_reports_its_width() {
         }
     }
 }
+
+#[test]
+fn a_nic_funnel_moves_a_hosts_flows_onto_one_nic() {
+    const RAIL: &str = r#"
+[topology.rail_optimized]
+hosts = 2
+spines = 1
+host_rate_gbps = 100
+fabric_rate_gbps = 100
+
+[topology.rail_optimized.host]
+gpus = 2
+nics = 2
+
+[workloads.pair.flows]
+list = [
+  { src = "h0/GPU0", dst = "h1/GPU0", bytes = 1_000_000 },
+  { src = "h0/GPU1", dst = "h1/GPU1", bytes = 1_000_000 },
+]
+"#;
+    let healthy = run(&load(RAIL));
+    assert!(value(&healthy, "h0/mlx5_1/1", "port_xmit_data") > 0);
+    let r = run(&load(&format!(
+        "{RAIL}\n[[faults]]\nkind = \"nic_funnel\"\ntarget = \"h0/mlx5_0\"\n"
+    )));
+    assert_eq!(value(&r, "h0/mlx5_1/1", "port_xmit_data"), 0);
+    // Both flows' words on one port (each port count rounds down to whole 4-byte words).
+    let both =
+        value(&healthy, "h0/mlx5_0/1", "port_xmit_data") + value(&healthy, "h0/mlx5_1/1", "port_xmit_data");
+    assert!(value(&r, "h0/mlx5_0/1", "port_xmit_data").abs_diff(both) <= 1);
+    assert!(
+        r.flows.iter().all(|f| f.src == "h0/mlx5_0"),
+        "{:?}",
+        r.flows.iter().map(|f| &f.src).collect::<Vec<_>>()
+    );
+    // The application's configuration holds for the whole run.
+    let bad = format!("{RAIL}\n[[faults]]\nkind = \"nic_funnel\"\ntarget = \"h0/mlx5_0\"\nstart_us = 5\n");
+    let e = Scenario::parse(&bad, Path::new("test.toml"))
+        .and_then(|s| s.build(Path::new("test.toml"), Path::new("."), Some(&bad)))
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("faults[0].start_us: `nic_funnel` is the application's configuration"),
+        "{e}"
+    );
+}
