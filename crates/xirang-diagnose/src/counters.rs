@@ -390,10 +390,11 @@ fn link_rules(w: &Window, views: &[View<'_>]) -> Vec<Finding> {
     out
 }
 
-/// A window such as the monitor's history holds for a fleet: `hosts` hosts with
-/// `nics` NIC ports each, every rule counter sampled every `interval_ms` over
-/// `minutes`; the ports listed in `faulty` gain symbol errors in the second half. For
-/// the diagnosis benchmark (`xirang diagnose bench`).
+/// A window such as the monitors export for a fleet: `hosts` hosts with `nics` NIC
+/// ports each, every NIC-port series the rules read (link error counters, link downs,
+/// data counters, the link rate, the PCIe link and the PFC pause time sent) sampled every
+/// `interval_ms` over `minutes`; the ports listed in `faulty` gain symbol errors in the
+/// second half. For the diagnosis benchmark (`xirang diagnose bench`).
 pub fn synthetic_window(
     hosts: usize,
     nics: usize,
@@ -401,37 +402,54 @@ pub fn synthetic_window(
     interval_ms: i64,
     faulty: &[(usize, usize)],
 ) -> Window {
+    /// A 400 Gbit/s port on a Gen5 x16 link, moving a steady 10 GB per sample.
+    const PORT_MBPS: f64 = 400_000.0;
+    const PCIE_LANES: f64 = 16.0;
+    const PCIE_MTS: f64 = 32_000.0;
+    const BYTES_PER_SAMPLE: f64 = 1e10;
     let until_ms = i64::from(minutes) * 60_000;
     let n = (until_ms / interval_ms.max(1)) as usize + 1;
+    let counters: Vec<&str> = LINK_ERROR_COUNTERS
+        .iter()
+        .copied()
+        .filter(|c| !c.starts_with("SAI_"))
+        .chain([
+            LINK_DOWN_COUNTER,
+            "port_xmit_data",
+            "port_rcv_data",
+            xirang_telemetry::metric::LINK_RATE,
+            "current_link_width",
+            "max_link_width",
+            "current_link_speed",
+            "max_link_speed",
+            "tx_prio3_pause_duration",
+        ])
+        .collect();
     let mut series = Vec::new();
     for h in 0..hosts {
         for k in 0..nics {
             let bad = faulty.contains(&(h, k));
-            for c in LINK_ERROR_COUNTERS
-                .iter()
-                .chain(&[LINK_DOWN_COUNTER])
-                .filter(|c| !c.starts_with("SAI_"))
-            {
-                let mut labels = BTreeMap::new();
-                labels.insert("host".to_string(), format!("h{h}"));
-                labels.insert("device".to_string(), format!("mlx5_{k}"));
-                labels.insert("port".to_string(), "1".to_string());
-                let rising = bad && *c == "symbol_error";
-                let points = (0..n)
-                    .map(|i| {
-                        let t = i as i64 * interval_ms;
-                        let v = if rising && i > n / 2 {
-                            (i - n / 2) as f64 * 3.0
-                        } else {
-                            0.0
-                        };
-                        (t, v)
-                    })
-                    .collect();
+            let entity = Entity::NicPort {
+                host: format!("h{h}"),
+                device: format!("mlx5_{k}"),
+                port: 1,
+            };
+            for c in &counters {
+                let m = metric_for(&entity, c, true);
+                let value = |i: usize| -> f64 {
+                    match *c {
+                        "symbol_error" if bad && i > n / 2 => (i - n / 2) as f64 * 3.0,
+                        "port_xmit_data" | "port_rcv_data" => i as f64 * BYTES_PER_SAMPLE,
+                        "rate" => PORT_MBPS * m.scale,
+                        "current_link_width" | "max_link_width" => PCIE_LANES,
+                        "current_link_speed" | "max_link_speed" => PCIE_MTS * m.scale,
+                        _ => 0.0,
+                    }
+                };
                 series.push(Series {
-                    metric: metric_of(c),
-                    labels,
-                    points,
+                    metric: m.name,
+                    labels: m.labels.iter().map(|(k, v)| (k.to_string(), v.clone())).collect(),
+                    points: (0..n).map(|i| (i as i64 * interval_ms, value(i))).collect(),
                 });
             }
         }
@@ -465,7 +483,7 @@ mod tests {
     #[test]
     fn the_synthetic_fleet_window_finds_exactly_its_faulty_ports() {
         let w = synthetic_window(16, 4, 10, 10_000, &[(3, 1), (9, 0)]);
-        assert_eq!(w.series.len(), 16 * 4 * 5);
+        assert_eq!(w.series.len(), 16 * 4 * 13);
         let got: Vec<String> = diagnose_window(&w).into_iter().map(|f| f.entity).collect();
         assert_eq!(got, vec!["h3/mlx5_1/1".to_string(), "h9/mlx5_0/1".to_string()]);
     }
