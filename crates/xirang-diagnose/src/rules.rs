@@ -39,6 +39,8 @@ const FUNNEL_SHARE: f64 = 0.9;
 /// The fleet's typical busiest-NIC share below which its hosts spread traffic over
 /// their NICs, so that a host that does not is the odd one out.
 const SPREAD_SHARE: f64 = 0.75;
+/// A host's NIC traffic, as a share of the typical host's, below which it is idle.
+const FUNNEL_MIN_TRAFFIC_SHARE: f64 = 0.25;
 
 /// A rate below this share of the nominal one is a trained-down link (rounding in
 /// Mbit/s and Gb/s renderings stays far above it).
@@ -118,13 +120,18 @@ fn nic_funnel(views: &[View<'_>]) -> Vec<Finding> {
     let mut sorted: Vec<f64> = shares.iter().map(|s| s.1).collect();
     sorted.sort_by(f64::total_cmp);
     let typical = sorted[sorted.len() / 2];
+    let mut totals: Vec<f64> = shares.iter().map(|s| s.3).collect();
+    totals.sort_by(f64::total_cmp);
+    let typical_total = totals[totals.len() / 2];
     if typical >= SPREAD_SHARE {
         // Most hosts use one NIC: the workload does, not one host's configuration.
         return Vec::new();
     }
     shares
         .iter()
-        .filter(|(_, share, _, _)| *share >= FUNNEL_SHARE)
+        // A host moving a fraction of what the others move is idle (its traffic is
+        // housekeeping on one NIC), not funnelling a job.
+        .filter(|(_, share, _, total)| *share >= FUNNEL_SHARE && *total >= FUNNEL_MIN_TRAFFIC_SHARE * typical_total)
         .map(|(host, share, busy, total)| {
             let nics = &hosts[host];
             Finding {
@@ -294,17 +301,26 @@ fn link_slow(w: &Window, views: &[View<'_>]) -> Vec<Finding> {
         .iter()
         .max_by_key(|(r, n)| (**n, **r))
         .map(|(r, _)| *r as f64);
+    // Without a nominal rate, only a port that carried traffic is judged: a down or
+    // uncabled port reports a meaningless rate.
+    let data = [
+        metric("h/d/1", "port_xmit_data"),
+        metric("h/d/1", "port_rcv_data"),
+    ];
+    let busy: Vec<&str> = views
+        .iter()
+        .filter(|v| data.contains(&v.series.metric) && v.inc > 0.0)
+        .map(|v| v.entity.as_str())
+        .collect();
     let mut slow: BTreeMap<String, (f64, f64, Evidence)> = BTreeMap::new();
     for (v, r) in &rates {
-        let nominal = w
-            .nominal_rate_mbps
-            .get(&v.entity)
-            .copied()
-            .or(if v.series.metric == nic_rate {
+        let nominal = w.nominal_rate_mbps.get(&v.entity).copied().or(
+            if v.series.metric == nic_rate && busy.contains(&v.entity.as_str()) {
                 usual_nic
             } else {
                 None
-            });
+            },
+        );
         if let Some(n) = nominal
             && *r < SLOW_RATE_SHARE * n
         {
@@ -414,7 +430,8 @@ fn pfc_storm(w: &Window, views: &[View<'_>]) -> Vec<Finding> {
         } else if share >= STORM_SHARE_MEDIUM {
             Severity::Medium
         } else {
-            Severity::Low
+            // Short bursts of pausing are a healthy receiver's.
+            continue;
         };
         let host = v.entity.split('/').next().unwrap_or("?").to_string();
         let spread: Vec<String> = switch_pausing.iter().map(|s| s.entity.clone()).collect();
@@ -431,7 +448,7 @@ fn pfc_storm(w: &Window, views: &[View<'_>]) -> Vec<Finding> {
                 100.0 * share,
                 v.label("priority").unwrap_or("?")
             ),
-            confidence: if severity == Severity::Low { 0.4 } else { 0.8 },
+            confidence: 0.8,
             scope: if spread.is_empty() {
                 format!("flows to {host}")
             } else {
@@ -624,12 +641,23 @@ mod tests {
 
     #[test]
     fn a_nic_below_the_fleets_usual_rate_is_a_slow_link() {
-        let w = window(vec![
+        let traffic = |host: &str| {
+            series(
+                "node_infiniband_port_data_transmitted_bytes_total",
+                &[("instance", host), ("device", "mlx5_0"), ("port", "1")],
+                &[(0, 0.0), (60_000, 1e9)],
+            )
+        };
+        let mut s = vec![
             rate("h1", 400.0),
             rate("h2", 400.0),
             rate("h3", 200.0),
             rate("h4", 400.0),
-        ]);
+        ];
+        s.extend(["h1", "h2", "h3", "h4"].map(traffic));
+        // A down port's rate says nothing: h5 carried no traffic.
+        s.push(rate("h5", 10.0));
+        let w = window(s);
         let f = diagnose_window(&w);
         assert_eq!(f.len(), 1, "{f:#?}");
         assert_eq!((f[0].rule, f[0].entity.as_str()), ("LINK-SLOW", "h3/mlx5_0/1"));

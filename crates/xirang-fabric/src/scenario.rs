@@ -564,6 +564,44 @@ impl Scenario {
     }
 
     fn validate_faults(&self, fabric: &Fabric, at: &KeyPath, d: &mut Diagnostics) {
+        // Faults that change a place's state (and restore it when they end) must not
+        // overlap or touch on the same place: each restores what it found.
+        let mut held: Vec<(usize, String, f64, f64)> = Vec::new();
+        for (i, f) in self.faults.iter().enumerate() {
+            let Ok(p) = parse_port_ref(fabric, &f.target, None) else {
+                continue;
+            };
+            let place = match (f.kind, p.node) {
+                (FaultKind::SlowLink, _) => fabric.port_link(p).map(|l| format!("link {}", l.index())),
+                (FaultKind::EcnOff | FaultKind::PfcOff, _) => {
+                    Some(format!("{} port {}", f.kind.name(), f.target))
+                }
+                (FaultKind::SlowReceiver | FaultKind::PcieDegraded, Node::Nic(n)) => {
+                    Some(format!("receive path of NIC {}", n.index()))
+                }
+                (FaultKind::NicFunnel, Node::Nic(n)) => {
+                    Some(format!("host {}", fabric.nics[n.index()].host.index()))
+                }
+                _ => None,
+            };
+            let Some(place) = place else {
+                continue;
+            };
+            let end = f.end_us.unwrap_or(f64::INFINITY);
+            if let Some((j, _, _, _)) = held
+                .iter()
+                .find(|(_, p, s, e)| *p == place && f.start_us <= *e && *s <= end)
+            {
+                d.error(
+                    &at.index(i).key("start_us"),
+                    format!(
+                        "overlaps or touches faults[{j}] on the same place (`{}`): faults that change a port's, link's or NIC's state must be apart in time",
+                        f.target
+                    ),
+                );
+            }
+            held.push((i, place, f.start_us, end));
+        }
         for (i, f) in self.faults.iter().enumerate() {
             let at = at.index(i);
             match parse_port_ref(fabric, &f.target, None) {
@@ -615,7 +653,18 @@ impl Scenario {
             match (value, wanted) {
                 (Some(_), false) => d.error(&at.key(key), format!("`{kind}` takes no `{key}`")),
                 // A degraded PCIe link needs a width or a speed (or both).
-                (None, true) if !pcie => d.error(&at.key(key), format!("`{kind}` needs `{key}`")),
+                (None, true) if !pcie => d.error(
+                    &at.key(key),
+                    format!(
+                        "`{kind}` needs `{key}`, {}",
+                        match key {
+                            "loss" => "the share of packets corrupted (e.g. 0.001)",
+                            "rate_gbps" => "the rate the link trained at, Gbit/s (e.g. 200)",
+                            "mtu_bytes" => "the port's MTU, bytes (e.g. 1500)",
+                            _ => "the rate the host drains received data at, Gbit/s (e.g. 20)",
+                        }
+                    ),
+                ),
                 _ => {}
             }
         }

@@ -59,6 +59,10 @@ const EV_LOCAL_DONE: u64 = 8;
 const EV_FAULT: u64 = 9;
 const EV_RX_DRAIN: u64 = 10;
 
+/// Ethernet header (14) and FCS (4) of a frame, outside the IP MTU (the parts of
+/// `ROCEV2_HEADER_BYTES`, xirang_fabric::config).
+const ETH_HEADER_FCS_BYTES: u32 = 18;
+
 /// Receive buffer of a NIC whose host drains slowly (`slow_receiver` fault): the NIC asks
 /// its peer to pause above the XOFF level and to resume below XON. mlx5 receive buffer
 /// sizes are per-port configuration (`mlnx_qos --buffer_size`) and not in
@@ -1103,7 +1107,9 @@ impl<Q: Queue> Sim<Q> {
             match f.kind {
                 FaultKind::LinkDown => lost = true,
                 FaultKind::MtuMismatch => {
-                    if u32::from(pkt.size) as f64 > f.param {
+                    // The port MTU bounds the IP packet: the frame less its Ethernet
+                    // header and FCS.
+                    if u32::from(pkt.size).saturating_sub(ETH_HEADER_FCS_BYTES) as f64 > f.param {
                         let c = &mut self.counters[q as usize];
                         c.rx_errors += 1;
                         c.rx_oversize += 1;
@@ -1178,7 +1184,9 @@ impl<Q: Queue> Sim<Q> {
                 });
             }
             (FaultKind::PcieDegraded, false) => {
-                // Every port of the NIC shares its PCIe link.
+                // Every port of the NIC sees the degraded link; each is capped at its
+                // rate on its own (a simplification for multi-port NICs, whose ports
+                // would share it).
                 let Some(link) = f.pcie else { return };
                 f.saved_pcie = self.ports[q].pcie;
                 let gbps = link.usable_gbps();
@@ -2319,6 +2327,17 @@ impl<Q: Queue> Sim<Q> {
             .enumerate()
             .map(|(pi, port)| {
                 let mut c = self.counters[pi].clone();
+                // Pauses still in force count up to now, as the hardware's running
+                // duration counters do (they are settled into the totals at the end).
+                for prio in 0..N_PRIO {
+                    if port.xoff & (1 << prio) != 0 {
+                        c.tx_pause_ps[prio] += self.now - port.pr[prio].xoff_since;
+                    }
+                    if port.pr[prio].pause_since != NEVER {
+                        c.rx_pause_ps[prio] +=
+                            port.pr[prio].paused_until.min(self.now) - port.pr[prio].pause_since;
+                    }
+                }
                 c.rate_mbps = (port.rate.bps / 1e6).round() as u64;
                 c.pcie = port.pcie.map(|l| {
                     let mts = |gts: f64| (gts * 1000.0).round() as u64;

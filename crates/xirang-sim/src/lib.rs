@@ -106,12 +106,14 @@ fn funnel(
             continue;
         };
         let host = fabric.nics[nic.index()].host;
+        let on_host = |n: xirang_fabric::model::NicId| fabric.nics[n.index()].host == host;
         for d in flows.iter_mut() {
-            if fabric.nics[d.src.index()].host == host {
-                d.src = nic;
-            }
-            if fabric.nics[d.dst.index()].host == host {
-                d.dst = nic;
+            // Traffic between two NICs of the host itself is left alone: funnelled, it
+            // would go from the NIC to itself.
+            match (on_host(d.src), on_host(d.dst)) {
+                (true, false) => d.src = nic,
+                (false, true) => d.dst = nic,
+                _ => {}
             }
         }
     }

@@ -134,6 +134,15 @@ fn bad_faults_are_errors_with_their_key() {
         ),
         ("kind = \"melt\"\ntarget = \"h1/mlx5_0\"", "faults[0].kind"),
         (
+            "kind = \"ecn_off\"\ntarget = \"leaf0:0\"\nend_us = 100\n[[faults]]\nkind = \"ecn_off\"\ntarget = \"leaf0:0\"\nstart_us = 100",
+            "faults[1].start_us: overlaps or touches faults[0] on the same place",
+        ),
+        (
+            // Both ends of one link.
+            "kind = \"slow_link\"\ntarget = \"h1/mlx5_0\"\nrate_gbps = 50\n[[faults]]\nkind = \"slow_link\"\ntarget = \"leaf0:1\"\nrate_gbps = 25\nstart_us = 50",
+            "faults[1].start_us: overlaps or touches faults[0]",
+        ),
+        (
             "kind = \"slow_link\"\ntarget = \"h1/mlx5_0\"\nrate_gbps = 100",
             "faults[0].rate_gbps: expected a rate above 0 and below the link's 100 Gbit/s, found 100",
         ),
