@@ -547,7 +547,10 @@ fn ecn_off(views: &[View<'_>]) -> Vec<Finding> {
             q.marked = v.inc;
             q.evidence.push(v.evidence.clone());
         } else if v.series.metric == wm_m {
-            q.watermark = v.last;
+            // The deepest value seen in the window: a periodic watermark (cleared every
+            // period) holds only its last period at the end. A persistent watermark may
+            // still hold a peak from before the window; that is not told apart here.
+            q.watermark = v.series.points.iter().map(|p| p.1).fold(0.0, f64::max);
             q.evidence.push(v.evidence.clone());
         } else if v.series.metric == pk_m {
             q.packets = v.inc;

@@ -77,6 +77,73 @@ loss = 0.001
     );
 }
 
+/// A switch-side link trained down, read back through the binary: the sim output's
+/// `links.csv` gives the cabling and nominal rates, so both ends of the slow link are one
+/// finding named by its host end; a damaged `links.csv` is an error naming its line.
+#[test]
+fn a_link_trained_down_is_one_finding_through_the_sim_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("slow.toml");
+    std::fs::write(
+        &scenario,
+        r#"
+[topology.leaf_spine]
+leaves = 1
+spines = 1
+hosts_per_leaf = 3
+host_rate_gbps = 100
+fabric_rate_gbps = 100
+link_delay_ns = 1000
+
+[workloads.one.flows]
+list = [{ src = "h0", dst = "h1", bytes = 2_000_000 }]
+
+[[faults]]
+kind = "slow_link"
+target = "leaf0:1"
+rate_gbps = 25
+"#,
+    )
+    .unwrap();
+    let out = dir.path().join("out");
+    let sim = |extra: &[&str]| {
+        let mut args = vec!["sim", scenario.to_str().unwrap(), "--out", out.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        run_expect(&args, 0);
+    };
+    sim(&["--sample", "20us"]);
+    let links = std::fs::read_to_string(out.join("links.csv")).unwrap();
+    assert!(links.starts_with("port_a,port_b,rate_gbps\n"), "{links}");
+    assert!(links.contains("h1/mlx5_0/1,leaf0:1,100\n"), "{links}");
+    let o = run(&["diagnose", "--sim-out", out.to_str().unwrap(), "--json"]);
+    assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v.as_array().unwrap().len(), 1, "{v:#}");
+    assert_eq!(
+        (v[0]["rule"].as_str(), v[0]["entity"].as_str()),
+        (Some("LINK-SLOW"), Some("h1/mlx5_0/1"))
+    );
+    assert_eq!(v[0]["evidence"].as_array().unwrap().len(), 2, "both ends: {v:#}");
+    assert!(
+        v[0]["cause"]
+            .as_str()
+            .unwrap()
+            .contains("runs at 25 Gbit/s instead of 100"),
+        "{v:#}"
+    );
+    std::fs::write(
+        out.join("links.csv"),
+        "port_a,port_b,rate_gbps\nh1/mlx5_0/1,leaf0:1,fast\n",
+    )
+    .unwrap();
+    let (stdout, err) = run_expect(&["diagnose", "--sim-out", out.to_str().unwrap()], 1);
+    assert!(stdout.is_empty(), "no report from a damaged input: {stdout}");
+    assert!(
+        err.contains("links.csv: line 2: expected a rate in Gbit/s, found `fast`"),
+        "{err}"
+    );
+}
+
 /// Acceptance 4 (first half): the bundle holds the report, the findings, the data the
 /// diagnosis read, a manifest, and the kernel log lines or why there are none.
 #[test]
