@@ -23,15 +23,16 @@ fn nccl_logs_abort_exits_1_with_evidence_healthy_exits_0() {
     assert!(err.contains("/nonexistent.log"), "{err}");
 }
 
-/// A simulated run with a lossy NIC port, written by `xirang sim --out --sample`, read
-/// back by `xirang diagnose --sim-out`: the port is named with its counters.
-#[test]
-fn a_simulated_bit_error_fault_is_found_from_the_sim_output() {
+/// Simulates `bytes` from h0 to h1 on a one-leaf fabric of 3 hosts with one `[[faults]]`
+/// entry, counters sampled every 20 µs, written by `xirang sim --out`; returns the temp
+/// dir (kept alive by the caller) and the output directory.
+fn simulate_one_flow(bytes: u64, fault: &str) -> (tempfile::TempDir, std::path::PathBuf) {
     let dir = tempfile::tempdir().unwrap();
-    let scenario = dir.path().join("lossy.toml");
+    let scenario = dir.path().join("one.toml");
     std::fs::write(
         &scenario,
-        r#"
+        format!(
+            r#"
 [topology.leaf_spine]
 leaves = 1
 spines = 1
@@ -41,13 +42,11 @@ fabric_rate_gbps = 100
 link_delay_ns = 1000
 
 [workloads.one.flows]
-list = [{ src = "h0", dst = "h1", bytes = 20_000_000 }]
+list = [{{ src = "h0", dst = "h1", bytes = {bytes} }}]
 
 [[faults]]
-kind = "link_errors"
-target = "h1/mlx5_0"
-loss = 0.001
-"#,
+{fault}"#
+        ),
     )
     .unwrap();
     let out = dir.path().join("out");
@@ -61,6 +60,17 @@ loss = 0.001
             "20us",
         ],
         0,
+    );
+    (dir, out)
+}
+
+/// A simulated run with a lossy NIC port, written by `xirang sim --out --sample`, read
+/// back by `xirang diagnose --sim-out`: the port is named with its counters.
+#[test]
+fn a_simulated_bit_error_fault_is_found_from_the_sim_output() {
+    let (_dir, out) = simulate_one_flow(
+        20_000_000,
+        "kind = \"link_errors\"\ntarget = \"h1/mlx5_0\"\nloss = 0.001\n",
     );
     let o = run(&["diagnose", "--sim-out", out.to_str().unwrap(), "--json"]);
     assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stderr));
@@ -82,36 +92,10 @@ loss = 0.001
 /// finding named by its host end; a damaged `links.csv` is an error naming its line.
 #[test]
 fn a_link_trained_down_is_one_finding_through_the_sim_output() {
-    let dir = tempfile::tempdir().unwrap();
-    let scenario = dir.path().join("slow.toml");
-    std::fs::write(
-        &scenario,
-        r#"
-[topology.leaf_spine]
-leaves = 1
-spines = 1
-hosts_per_leaf = 3
-host_rate_gbps = 100
-fabric_rate_gbps = 100
-link_delay_ns = 1000
-
-[workloads.one.flows]
-list = [{ src = "h0", dst = "h1", bytes = 2_000_000 }]
-
-[[faults]]
-kind = "slow_link"
-target = "leaf0:1"
-rate_gbps = 25
-"#,
-    )
-    .unwrap();
-    let out = dir.path().join("out");
-    let sim = |extra: &[&str]| {
-        let mut args = vec!["sim", scenario.to_str().unwrap(), "--out", out.to_str().unwrap()];
-        args.extend_from_slice(extra);
-        run_expect(&args, 0);
-    };
-    sim(&["--sample", "20us"]);
+    let (_dir, out) = simulate_one_flow(
+        2_000_000,
+        "kind = \"slow_link\"\ntarget = \"leaf0:1\"\nrate_gbps = 25\n",
+    );
     let links = std::fs::read_to_string(out.join("links.csv")).unwrap();
     assert!(links.starts_with("port_a,port_b,rate_gbps\n"), "{links}");
     assert!(links.contains("h1/mlx5_0/1,leaf0:1,100\n"), "{links}");
