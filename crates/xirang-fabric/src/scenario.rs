@@ -100,11 +100,26 @@ pub enum FaultKind {
     /// that NIC (several GPUs funnelled through one NIC, e.g. a wrong `NCCL_IB_HCA` or
     /// topology file). It holds for the whole run.
     NicFunnel,
+    /// ECMP hashing favours one switch: every switch with a choice of next hops that
+    /// includes switch `target` (a switch name: the hot spine) sends a `share` of its
+    /// flows there and hashes the rest over the other next hops (a polarised hash,
+    /// or unequal weights). Routes are fixed per QP, so it holds for the whole run.
+    EcmpImbalance,
+    /// Host configuration: the host of NIC `target` has no GPUDirect RDMA (no
+    /// `nvidia-peermem` or dma-buf): its GPUs' traffic bounces through host memory,
+    /// which caps what the NIC sends, and what it is sent (NCCL's receiver grants
+    /// credits as its copies drain), at `bounce_gbps`. Nothing pauses: the host side
+    /// simply moves less. It holds for the whole run.
+    GdrOff,
+    /// Application configuration: workload `target` opens one QP per connection
+    /// (`NCCL_IB_QPS_PER_CONNECTION=1`) whatever `transport.qps_per_connection` says,
+    /// so each connection is one ECMP flow (poor entropy). It holds for the whole run.
+    SingleQp,
 }
 
 impl FaultKind {
     /// Every kind.
-    pub const ALL: [FaultKind; 9] = [
+    pub const ALL: [FaultKind; 12] = [
         FaultKind::LinkErrors,
         FaultKind::LinkDown,
         FaultKind::SlowLink,
@@ -114,6 +129,9 @@ impl FaultKind {
         FaultKind::SlowReceiver,
         FaultKind::PcieDegraded,
         FaultKind::NicFunnel,
+        FaultKind::EcmpImbalance,
+        FaultKind::GdrOff,
+        FaultKind::SingleQp,
     ];
 
     /// The kind as scenarios spell it.
@@ -128,8 +146,39 @@ impl FaultKind {
             FaultKind::SlowReceiver => "slow_receiver",
             FaultKind::PcieDegraded => "pcie_degraded",
             FaultKind::NicFunnel => "nic_funnel",
+            FaultKind::EcmpImbalance => "ecmp_imbalance",
+            FaultKind::GdrOff => "gdr_off",
+            FaultKind::SingleQp => "single_qp",
         }
     }
+
+    /// Kinds that are configuration, fixed before the run starts (no start or end).
+    pub fn whole_run(self) -> bool {
+        matches!(
+            self,
+            FaultKind::NicFunnel | FaultKind::EcmpImbalance | FaultKind::GdrOff | FaultKind::SingleQp
+        )
+    }
+
+    /// What `target` names for this kind.
+    pub fn target_kind(self) -> TargetKind {
+        match self {
+            FaultKind::EcmpImbalance => TargetKind::Switch,
+            FaultKind::SingleQp => TargetKind::Workload,
+            _ => TargetKind::Port,
+        }
+    }
+}
+
+/// What a fault's `target` names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TargetKind {
+    /// A port with a link: `switch:port` or `host/nic[/port]`.
+    Port,
+    /// A switch, by name.
+    Switch,
+    /// A workload, by name.
+    Workload,
 }
 
 /// One injected fault.
@@ -138,7 +187,8 @@ impl FaultKind {
 pub struct Fault {
     /// What goes wrong.
     pub kind: FaultKind,
-    /// The port where it shows: `switch:port` or `host/nic[/port]` (a port with a link).
+    /// The port where it shows: `switch:port` or `host/nic[/port]` (a port with a link);
+    /// a switch name for `ecmp_imbalance`, a workload name for `single_qp`.
     pub target: String,
     /// When it starts, µs into the run.
     #[serde(default)]
@@ -164,6 +214,12 @@ pub struct Fault {
     /// `pcie_degraded`: the speed it trained at, GT/s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pcie_speed_gts: Option<f64>,
+    /// `ecmp_imbalance`: the share of flows hashed to the target switch, in (0, 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share: Option<f64>,
+    /// `gdr_off`: the rate the host's bounce through its memory moves data at, Gbit/s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bounce_gbps: Option<f64>,
 }
 
 fn is_default_tune(t: &crate::tune::TuneSpec) -> bool {
@@ -568,6 +624,25 @@ impl Scenario {
         // overlap or touch on the same place: each restores what it found.
         let mut held: Vec<(usize, String, f64, f64)> = Vec::new();
         for (i, f) in self.faults.iter().enumerate() {
+            // One hashing bias per run: the switches' hash is one configuration.
+            let global = match f.kind {
+                FaultKind::EcmpImbalance => Some("the switches' ECMP hashing".to_string()),
+                FaultKind::SingleQp => Some(format!("workload `{}`", f.target)),
+                _ => None,
+            };
+            if let Some(place) = global {
+                if let Some((j, _, _, _)) = held.iter().find(|(_, p, _, _)| *p == place) {
+                    d.error(
+                        &at.index(i).key("kind"),
+                        format!(
+                            "faults[{j}] already sets {place}: one `{}` per run",
+                            f.kind.name()
+                        ),
+                    );
+                }
+                held.push((i, place, 0.0, f64::INFINITY));
+                continue;
+            }
             let Ok(p) = parse_port_ref(fabric, &f.target, None) else {
                 continue;
             };
@@ -576,7 +651,7 @@ impl Scenario {
                 (FaultKind::EcnOff | FaultKind::PfcOff, _) => {
                     Some(format!("{} port {}", f.kind.name(), f.target))
                 }
-                (FaultKind::SlowReceiver | FaultKind::PcieDegraded, Node::Nic(n)) => {
+                (FaultKind::SlowReceiver | FaultKind::PcieDegraded | FaultKind::GdrOff, Node::Nic(n)) => {
                     Some(format!("receive path of NIC {}", n.index()))
                 }
                 (FaultKind::NicFunnel, Node::Nic(n)) => {
@@ -604,10 +679,53 @@ impl Scenario {
         }
         for (i, f) in self.faults.iter().enumerate() {
             let at = at.index(i);
-            match parse_port_ref(fabric, &f.target, None) {
-                Ok(p) if fabric.port_link(p).is_some() => {}
-                Ok(_) => d.error(&at.key("target"), format!("`{}`: no link on this port", f.target)),
-                Err(m) => d.error(&at.key("target"), m),
+            match f.kind.target_kind() {
+                TargetKind::Port => match parse_port_ref(fabric, &f.target, None) {
+                    Ok(p) if fabric.port_link(p).is_some() => {}
+                    Ok(_) => d.error(&at.key("target"), format!("`{}`: no link on this port", f.target)),
+                    Err(m) => d.error(&at.key("target"), m),
+                },
+                TargetKind::Switch => {
+                    if fabric.switch_by_name(&f.target).is_none() {
+                        d.error(
+                            &at.key("target"),
+                            format!(
+                                "`{}` takes a switch name: {}",
+                                f.kind.name(),
+                                unknown_name(
+                                    "switch",
+                                    &f.target,
+                                    fabric.switches.iter().map(|s| s.name.as_str())
+                                )
+                            ),
+                        );
+                    }
+                }
+                TargetKind::Workload => {
+                    if !self.workloads.contains_key(&f.target) {
+                        d.error(
+                            &at.key("target"),
+                            format!(
+                                "`{}` takes a workload name: {}",
+                                f.kind.name(),
+                                unknown_name(
+                                    "workload",
+                                    &f.target,
+                                    self.workloads.keys().map(String::as_str)
+                                )
+                            ),
+                        );
+                    }
+                }
+            }
+            if f.kind.whole_run() && (f.start_us != 0.0 || f.end_us.is_some()) {
+                d.error(
+                    &at.key("start_us"),
+                    format!(
+                        "`{}` is configuration and holds for the whole run: it takes no start_us or end_us",
+                        f.kind.name()
+                    ),
+                );
             }
             if !(f.start_us.is_finite() && f.start_us >= 0.0) {
                 d.error(
@@ -637,7 +755,7 @@ impl Scenario {
             .map(|l| fabric.links[l.index()].rate_gbps);
         let on_switch = target.map(|p| matches!(p.node, Node::Switch(_)));
         let pcie = f.kind == FaultKind::PcieDegraded;
-        let params: [(&str, Option<f64>, bool); 6] = [
+        let params: [(&str, Option<f64>, bool); 8] = [
             ("loss", f.loss, f.kind == FaultKind::LinkErrors),
             ("rate_gbps", f.rate_gbps, f.kind == FaultKind::SlowLink),
             (
@@ -648,6 +766,8 @@ impl Scenario {
             ("drain_gbps", f.drain_gbps, f.kind == FaultKind::SlowReceiver),
             ("pcie_width", f.pcie_width.map(f64::from), pcie),
             ("pcie_speed_gts", f.pcie_speed_gts, pcie),
+            ("share", f.share, f.kind == FaultKind::EcmpImbalance),
+            ("bounce_gbps", f.bounce_gbps, f.kind == FaultKind::GdrOff),
         ];
         for (key, value, wanted) in params {
             match (value, wanted) {
@@ -661,6 +781,9 @@ impl Scenario {
                             "loss" => "the share of packets corrupted (e.g. 0.001)",
                             "rate_gbps" => "the rate the link trained at, Gbit/s (e.g. 200)",
                             "mtu_bytes" => "the port's MTU, bytes (e.g. 1500)",
+                            "share" => "the share of flows hashed to the switch, in (0, 1) (e.g. 0.7)",
+                            "bounce_gbps" =>
+                                "the rate the host's bounce buffers move data at, Gbit/s (e.g. 30)",
                             _ => "the rate the host drains received data at, Gbit/s (e.g. 20)",
                         }
                     ),
@@ -765,20 +888,33 @@ impl Scenario {
                     }
                 }
             }
-            FaultKind::NicFunnel => {
+            FaultKind::NicFunnel | FaultKind::GdrOff => {
                 if on_switch == Some(true) {
                     d.error(
                         &at.key("target"),
                         format!("`{kind}` names a NIC, found switch port `{}`", f.target),
                     );
                 }
-                if f.start_us != 0.0 || f.end_us.is_some() {
+                if let (Some(r), Some(nominal)) = (f.bounce_gbps, link_rate)
+                    && !(r > 0.0 && r < nominal)
+                {
                     d.error(
-                        &at.key("start_us"),
-                        format!("`{kind}` is the application's configuration and holds for the whole run: it takes no start_us or end_us"),
+                        &at.key("bounce_gbps"),
+                        format!("expected a rate above 0 and below the link's {nominal} Gbit/s, found {r}"),
                     );
                 }
             }
+            FaultKind::EcmpImbalance => {
+                if let Some(s) = f.share
+                    && !(s > 0.0 && s < 1.0)
+                {
+                    d.error(
+                        &at.key("share"),
+                        format!("expected a share of flows in (0, 1), found {s}"),
+                    );
+                }
+            }
+            FaultKind::SingleQp => {}
             FaultKind::LinkDown => {}
         }
     }

@@ -44,6 +44,9 @@ const NACK_INTERVAL: Ps = 500 * PS_PER_US;
 const DWRR_QUANTUM_BYTES: i64 = 9216;
 /// NCCL's default local ACK timeout: 4.096 µs x 2^20 (`NCCL_IB_TIMEOUT` 20,
 /// shared/reference/collectives-and-nccl.md §5).
+/// Salt of the second hash an `ecmp_imbalance` fault decides with, so that it is
+/// independent of the hash that picks among the other next hops (any odd constant).
+const HOT_HASH_SALT: u32 = 0x9e37_79b9;
 const ACK_TIMEOUT: Ps = 4_096 * PS_PER_NS * (1 << 20);
 
 /// Event kinds (top byte of an encoded event).
@@ -129,6 +132,11 @@ pub(crate) struct Port {
     /// host side is next free.
     host_cap: Option<Rate>,
     host_free_at: Ps,
+    /// `gdr_off` fault (NIC ports): the rate the host grants its senders credit at
+    /// (receive bounce through host memory), and when the next credit is free. Senders
+    /// wait for it; nothing pauses.
+    rx_cap: Option<Rate>,
+    rx_free_at: Ps,
 }
 
 /// Receive backlog of a NIC whose host drains slowly.
@@ -217,6 +225,8 @@ impl Port {
             pcie: None,
             host_cap: None,
             host_free_at: 0,
+            rx_cap: None,
+            rx_free_at: 0,
         }
     }
 
@@ -320,6 +330,8 @@ pub(crate) struct Qp {
     mtu: u32,
     pub(crate) sport: u16,
     pub(crate) dport: u16,
+    /// The receiving NIC port (where a `gdr_off` credit gate sits).
+    dst_port: u32,
     rx_expected: u64,
     rx_next_cnp: Ps,
     rx_nack_at: Ps,
@@ -437,6 +449,9 @@ pub struct RunOptions {
     pub sample_interval: Option<Ps>,
     /// ECMP hashing mode.
     pub ecmp: xirang_fabric::scenario::EcmpMode,
+    /// `ecmp_imbalance` fault: switches hash this share of their flows to this switch
+    /// where it is one of their next hops.
+    pub hot_switch: Option<(xirang_fabric::model::SwitchId, f64)>,
 }
 
 /// The simulation state.
@@ -468,6 +483,9 @@ pub struct Sim<Q: Queue = EventQueue> {
     reserved: u64,
     xon_offset: u64,
     pause_quanta: u16,
+    /// `ecmp_imbalance`: the favoured switch and the share of flows sent to it, as a
+    /// threshold on a 32-bit hash.
+    hot_switch: Option<(u32, u64)>,
     cnp_prio: u8,
     ack_prio_high: bool,
     header_bytes: u32,
@@ -683,6 +701,9 @@ impl<Q: Queue> Sim<Q> {
             reserved: config.buffer.reserved_bytes,
             xon_offset: pfc.xon_offset_bytes,
             pause_quanta: pfc.pause_quanta,
+            hot_switch: opts
+                .hot_switch
+                .map(|(s, share)| (s.0, (share.clamp(0.0, 1.0) * f64::from(u32::MAX)) as u64)),
             cnp_prio: config.cnp.priority,
             ack_prio_high: config.cnp.ack_on_cnp_priority,
             header_bytes: config.transport.header_bytes,
@@ -716,8 +737,9 @@ impl<Q: Queue> Sim<Q> {
         let mut hop_cache: Vec<Option<Vec<Vec<Adj>>>> = vec![None; fabric.nics.len()];
         let mut sport_rng = Stream::new(opts.seed, Purpose::Ecmp, 1);
         let mut pair_sport: std::collections::BTreeMap<(u32, u32), u16> = Default::default();
-        let n_qps = config.transport.qps_per_connection.max(1);
+        let config_qps = config.transport.qps_per_connection.max(1);
         for (fi, d) in defs.iter().enumerate() {
+            let n_qps = d.qps.unwrap_or(config_qps).max(1);
             if let Some(dur) = d.local {
                 let at = self.qps.len() as u32;
                 self.flows.push(Flow {
@@ -828,6 +850,7 @@ impl<Q: Queue> Sim<Q> {
                     mtu,
                     sport,
                     dport,
+                    dst_port: self.route_end(route),
                     rx_expected: 0,
                     rx_next_cnp: 0,
                     rx_nack_at: 0,
@@ -923,8 +946,27 @@ impl<Q: Queue> Sim<Q> {
             );
             let (pick, port) = match graph.node(at) {
                 Node::Switch(s) => {
-                    let h = murmur3_32(&bytes, self.switches[s.index()].hash_seed);
-                    let a = hops[h as usize % hops.len()];
+                    let seed = self.switches[s.index()].hash_seed;
+                    let h = murmur3_32(&bytes, seed);
+                    let hot = self.hot_switch.and_then(|(hot, th)| {
+                        let i = hops.iter().position(|a| {
+                            graph.node(a.peer) == Node::Switch(xirang_fabric::model::SwitchId(hot))
+                        })?;
+                        (hops.len() > 1).then_some((i, th))
+                    });
+                    let a = match hot {
+                        // A second, independent hash decides whether the flow goes to the
+                        // favoured switch; the rest spread over the other next hops.
+                        Some((i, th)) => {
+                            if u64::from(murmur3_32(&bytes, seed ^ HOT_HASH_SALT)) < th {
+                                hops[i]
+                            } else {
+                                let k = h as usize % (hops.len() - 1);
+                                hops[if k >= i { k + 1 } else { k }]
+                            }
+                        }
+                        None => hops[h as usize % hops.len()],
+                    };
                     (a, sw_ports[s.index()][a.port as usize])
                 }
                 // A multi-port NIC spreads QPs over its ports by the same key.
@@ -937,6 +979,25 @@ impl<Q: Queue> Sim<Q> {
             at = pick.peer;
         }
         start
+    }
+
+    /// The NIC port at the end of the route starting at `route`.
+    fn route_end(&self, route: u32) -> u32 {
+        let mut i = route as usize;
+        loop {
+            let peer = self.ports[self.routes[i] as usize].peer;
+            if matches!(self.ports[peer as usize].dev, Dev::Nic(_)) {
+                return peer;
+            }
+            i += 1;
+        }
+    }
+
+    /// When a `gdr_off` receiver grants QP `qi` its next credit (0: no gate).
+    #[inline]
+    fn rx_gate(&self, qi: u32) -> Ps {
+        let d = &self.ports[self.qps[qi as usize].dst_port as usize];
+        if d.rx_cap.is_some() { d.rx_free_at } else { 0 }
     }
 
     /// The HPCC simulator's "standalone" FCT: base RTT (twice the path's propagation delay
@@ -1122,7 +1183,10 @@ impl<Q: Queue> Sim<Q> {
                 | FaultKind::PfcOff
                 | FaultKind::SlowReceiver
                 | FaultKind::PcieDegraded
-                | FaultKind::NicFunnel => {}
+                | FaultKind::NicFunnel
+                | FaultKind::EcmpImbalance
+                | FaultKind::GdrOff
+                | FaultKind::SingleQp => {}
                 FaultKind::LinkErrors => {
                     // PFC frames are left alone: a lost pause frame only shortens a
                     // pause, and corrupting them would change nothing the rules read.
@@ -1213,7 +1277,13 @@ impl<Q: Queue> Sim<Q> {
             (FaultKind::SlowReceiver, true) => self.end_slow_rx(q),
             // Applied to the flows before the run (`nic_funnel`) or per packet.
             (
-                FaultKind::LinkDown | FaultKind::LinkErrors | FaultKind::MtuMismatch | FaultKind::NicFunnel,
+                FaultKind::LinkDown
+                | FaultKind::LinkErrors
+                | FaultKind::MtuMismatch
+                | FaultKind::NicFunnel
+                | FaultKind::EcmpImbalance
+                | FaultKind::GdrOff
+                | FaultKind::SingleQp,
                 _,
             ) => {}
         }
@@ -1331,7 +1401,19 @@ impl<Q: Queue> Sim<Q> {
             });
             match f.kind {
                 // Checked on every arriving packet, or applied to the flows before the run.
-                FaultKind::LinkErrors | FaultKind::MtuMismatch | FaultKind::NicFunnel => {}
+                FaultKind::LinkErrors
+                | FaultKind::MtuMismatch
+                | FaultKind::NicFunnel
+                | FaultKind::EcmpImbalance
+                | FaultKind::SingleQp => {}
+                // Configuration: in force before the first packet.
+                FaultKind::GdrOff => {
+                    let cap = Rate::from_gbps(f.bounce_gbps.unwrap_or(0.0));
+                    for p in self.nic_port_ids(port) {
+                        self.ports[p].host_cap = Some(cap);
+                        self.ports[p].rx_cap = Some(cap);
+                    }
+                }
                 FaultKind::LinkDown => self.q.push(start, ev(EV_FAULT, idx, 0)),
                 FaultKind::SlowLink
                 | FaultKind::EcnOff
@@ -2031,7 +2113,7 @@ impl<Q: Queue> Sim<Q> {
                 any_done = true;
                 continue;
             }
-            if q.snd_nxt >= q.size || q.next_avail > now {
+            if q.snd_nxt >= q.size || q.next_avail > now || self.rx_gate(qi) > now {
                 continue;
             }
             let prio = q.prio as usize;
@@ -2074,9 +2156,14 @@ impl<Q: Queue> Sim<Q> {
         q.last_sent = now;
         q.last_wire = wire;
         q.next_avail = now + paced_gap(q, self.ports[p as usize].rate.tx_time(wire));
+        let dst = q.dst_port as usize;
         let port = &mut self.ports[p as usize];
         if let Some(cap) = port.host_cap {
             port.host_free_at = port.host_free_at.max(now) + cap.tx_time(wire);
+        }
+        let d = &mut self.ports[dst];
+        if let Some(cap) = d.rx_cap {
+            d.rx_free_at = d.rx_free_at.max(now) + cap.tx_time(wire);
         }
         let arm_rto = !q.rto_pending;
         q.rto_pending = true;
@@ -2131,6 +2218,7 @@ impl<Q: Queue> Sim<Q> {
                 .next_avail
                 .max(busy)
                 .max(port.host_free_at)
+                .max(self.rx_gate(qi))
                 .max(if pause_end > now { pause_end } else { 0 });
             t = t.min(ready);
         }

@@ -64,6 +64,12 @@ pub fn options(loaded: &Loaded) -> RunOptions {
         end: (r.end_us > 0.0).then(|| us(r.end_us)),
         sample_interval: (r.sample_interval_us > 0.0).then(|| us(r.sample_interval_us)),
         ecmp: r.ecmp,
+        hot_switch: loaded
+            .scenario
+            .faults
+            .iter()
+            .filter(|f| f.kind == xirang_fabric::scenario::FaultKind::EcmpImbalance)
+            .find_map(|f| Some((loaded.fabric.switch_by_name(&f.target)?, f.share?))),
     }
 }
 
@@ -81,6 +87,7 @@ pub fn simulate_with<Q: queue::Queue>(
 ) -> RunResult {
     let mut expanded = workload::expand(loaded, opts.seed);
     funnel(&loaded.fabric, &loaded.scenario.faults, &mut expanded.flows);
+    single_qp(&loaded.scenario.faults, &mut expanded);
     let mut sim = Sim::<Q>::new(&loaded.fabric, &loaded.scenario.config, &expanded.flows, opts);
     sim.inject(&loaded.fabric, &loaded.scenario.faults, opts.seed);
     sim.run(progress);
@@ -115,6 +122,21 @@ fn funnel(
                 (false, true) => d.dst = nic,
                 _ => {}
             }
+        }
+    }
+}
+
+/// Applies `single_qp` faults: every connection of the named workload is one QP.
+fn single_qp(faults: &[xirang_fabric::scenario::Fault], ex: &mut workload::Expanded) {
+    for f in faults
+        .iter()
+        .filter(|f| f.kind == xirang_fabric::scenario::FaultKind::SingleQp)
+    {
+        let Some(w) = ex.workloads.iter().position(|n| *n == f.target) else {
+            continue;
+        };
+        for d in ex.flows.iter_mut().filter(|d| usize::from(d.workload) == w) {
+            d.qps = Some(1);
         }
     }
 }

@@ -36,6 +36,9 @@ pub struct FlowDef {
     pub after: Vec<u32>,
     /// Extra delay after the last of `after` arrived (server think time).
     pub after_delay: Ps,
+    /// QPs of this connection, when a fault overrides `transport.qps_per_connection`
+    /// (`single_qp`).
+    pub qps: Option<u32>,
     /// Source port for HPCC-format flows (others get theirs from the ECMP mode).
     pub hpcc_ports: Option<(u16, u16)>,
     /// Added to start times in outputs, so HPCC flow files keep their absolute times.
@@ -109,6 +112,7 @@ pub fn expand(loaded: &Loaded, seed: u64) -> Expanded {
             prio: None,
             after: Vec::new(),
             after_delay: 0,
+            qps: None,
             hpcc_ports: None,
             time_offset: 0,
             local: None,

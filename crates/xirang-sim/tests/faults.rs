@@ -379,7 +379,159 @@ list = [
         .unwrap_err()
         .to_string();
     assert!(
-        e.contains("faults[0].start_us: `nic_funnel` is the application's configuration"),
+        e.contains("faults[0].start_us: `nic_funnel` is configuration and holds for the whole run"),
+        "{e}"
+    );
+}
+
+fn load_err(text: &str) -> String {
+    Scenario::parse(text, Path::new("test.toml"))
+        .and_then(|s| s.build(Path::new("test.toml"), Path::new("."), Some(text)))
+        .map(|_| ())
+        .unwrap_err()
+        .to_string()
+}
+
+#[test]
+fn gdr_off_caps_what_a_nic_sends_and_is_sent_without_pausing_anyone() {
+    // Two flows into h2 and one out of it, 4 MB each: the bounce through host memory
+    // caps both directions at 25 Gbit/s.
+    const F: &str = r#"
+[topology.leaf_spine]
+leaves = 2
+spines = 2
+hosts_per_leaf = 2
+host_rate_gbps = 100
+fabric_rate_gbps = 100
+link_delay_ns = 1000
+
+[workloads.w.flows]
+list = [
+  { src = "h0", dst = "h2", bytes = 4_000_000 }, { src = "h1", dst = "h2", bytes = 4_000_000 },
+  { src = "h2", dst = "h1", bytes = 4_000_000 }, { src = "h3", dst = "h0", bytes = 4_000_000 },
+]
+"#;
+    let healthy = run(&load(F));
+    let r = run(&load(&format!(
+        "{F}\n[[faults]]\nkind = \"gdr_off\"\ntarget = \"h2/mlx5_0\"\nbounce_gbps = 25\n"
+    )));
+    let bounce_us = |bytes: f64| bytes * 8.0 / 25e9 * 1e6;
+    // Into h2: 8 MB share one 25 Gbit/s gate (payload only: headers make it slower).
+    let into = fct_us(&r, 0).max(fct_us(&r, 1));
+    assert!(into >= bounce_us(8e6), "{into} µs");
+    assert!(into < 1.3 * bounce_us(8e6), "{into} µs");
+    // Out of h2: its own 4 MB at the cap.
+    let out = fct_us(&r, 2);
+    assert!(out >= bounce_us(4e6) && out < 1.3 * bounce_us(4e6), "{out} µs");
+    // The flow that does not touch h2 runs as in the healthy run.
+    assert!((fct_us(&r, 3) / fct_us(&healthy, 3) - 1.0).abs() < 0.1);
+    // Nothing pauses: the host grants less credit, it does not back-pressure the wire.
+    assert!(nonzero(&r, "tx_prio3_pause").is_empty());
+    assert!(nonzero(&r, "SAI_PORT_STAT_PFC_3_TX_PKTS").is_empty());
+    // The NIC's PCIe link is healthy: what it reports is its maximum.
+    assert_eq!(
+        value(&r, "h2/mlx5_0/1", "current_link_width"),
+        value(&r, "h2/mlx5_0/1", "max_link_width")
+    );
+    // Configuration: the whole run, on a NIC, with its bounce rate.
+    let e = load_err(&format!(
+        "{F}\n[[faults]]\nkind = \"gdr_off\"\ntarget = \"leaf0:0\"\nstart_us = 3\n"
+    ));
+    assert!(e.contains("faults[0].target: `gdr_off` names a NIC"), "{e}");
+    assert!(
+        e.contains("faults[0].start_us: `gdr_off` is configuration"),
+        "{e}"
+    );
+    assert!(
+        e.contains("faults[0].bounce_gbps: `gdr_off` needs `bounce_gbps`"),
+        "{e}"
+    );
+}
+
+/// Two leaves of four hosts under four spines; every host of leaf0 sends 4 MB to a host
+/// of leaf1 over 8 QPs (32 ECMP flows out of leaf0).
+const WIDE: &str = r#"
+[topology.leaf_spine]
+leaves = 2
+spines = 4
+hosts_per_leaf = 4
+host_rate_gbps = 100
+fabric_rate_gbps = 100
+link_delay_ns = 1000
+
+[config.transport]
+qps_per_connection = 8
+
+[workloads.w.flows]
+list = [
+  { src = "h0", dst = "h4", bytes = 4_000_000 }, { src = "h1", dst = "h5", bytes = 4_000_000 },
+  { src = "h2", dst = "h6", bytes = 4_000_000 }, { src = "h3", dst = "h7", bytes = 4_000_000 },
+]
+"#;
+
+/// Data bytes each spine received, by spine index.
+fn spine_bytes(r: &RunResult, spines: usize) -> Vec<u64> {
+    (0..spines)
+        .map(|s| {
+            r.counters
+                .iter()
+                .filter(|c| {
+                    c.name == "SAI_PORT_STAT_IF_IN_OCTETS" && c.entity.starts_with(&format!("spine{s}:"))
+                })
+                .map(|c| c.value)
+                .sum()
+        })
+        .collect()
+}
+
+#[test]
+fn an_ecmp_imbalance_sends_its_share_of_flows_to_the_hot_spine() {
+    let share = |b: &[u64], s: usize| b[s] as f64 / b.iter().sum::<u64>() as f64;
+    let healthy = spine_bytes(&run(&load(WIDE)), 4);
+    assert!(share(&healthy, 1) < 0.45, "{healthy:?}");
+    let r = run(&load(&format!(
+        "{WIDE}\n[[faults]]\nkind = \"ecmp_imbalance\"\ntarget = \"spine1\"\nshare = 0.75\n"
+    )));
+    let hot = spine_bytes(&r, 4);
+    assert!(share(&hot, 1) > 0.6, "{hot:?}");
+    // The rest still spread over the other spines.
+    assert!(hot.iter().filter(|b| **b > 0).count() >= 3, "{hot:?}");
+    let e = load_err(&format!(
+        "{WIDE}\n[[faults]]\nkind = \"ecmp_imbalance\"\ntarget = \"spine9\"\nshare = 1.5\n\n[[faults]]\nkind = \"ecmp_imbalance\"\ntarget = \"spine0\"\nshare = 0.5\n"
+    ));
+    assert!(
+        e.contains("faults[0].target: `ecmp_imbalance` takes a switch name: unknown switch `spine9`"),
+        "{e}"
+    );
+    assert!(
+        e.contains("faults[0].share: expected a share of flows in (0, 1), found 1.5"),
+        "{e}"
+    );
+    assert!(
+        e.contains("faults[1].kind: faults[0] already sets the switches' ECMP hashing"),
+        "{e}"
+    );
+}
+
+#[test]
+fn single_qp_puts_each_connection_of_the_workload_on_one_path() {
+    // Spines that carried a connection's data (ACKs are a few kB).
+    let used = |r: &RunResult| spine_bytes(r, 4).iter().filter(|b| **b > 500_000).count();
+    let one = WIDE.replace(
+        "list = [\n  { src = \"h0\", dst = \"h4\", bytes = 4_000_000 }, { src = \"h1\", dst = \"h5\", bytes = 4_000_000 },\n  { src = \"h2\", dst = \"h6\", bytes = 4_000_000 }, { src = \"h3\", dst = \"h7\", bytes = 4_000_000 },\n]",
+        "list = [{ src = \"h0\", dst = \"h4\", bytes = 4_000_000 }]",
+    );
+    assert_ne!(one, WIDE);
+    assert!(used(&run(&load(&one))) >= 2, "8 QPs spread over the spines");
+    let r = run(&load(&format!(
+        "{one}\n[[faults]]\nkind = \"single_qp\"\ntarget = \"w\"\n"
+    )));
+    assert_eq!(used(&r), 1);
+    let e = load_err(&format!(
+        "{one}\n[[faults]]\nkind = \"single_qp\"\ntarget = \"x\"\n"
+    ));
+    assert!(
+        e.contains("faults[0].target: `single_qp` takes a workload name: unknown workload `x`"),
         "{e}"
     );
 }
