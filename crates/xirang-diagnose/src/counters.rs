@@ -99,11 +99,14 @@ pub fn rule_counters() -> Vec<String> {
         "max_link_speed",
         "port_xmit_data",
         "port_rcv_data",
+        "np_ecn_marked_roce_packets",
+        "SAI_PORT_STAT_IF_OUT_OCTETS",
     ] {
         v.push(c.to_string());
     }
     for p in 0..8 {
         v.push(format!("tx_prio{p}_pause_duration"));
+        v.push(format!("rx_prio{p}_pause_duration"));
         v.push(format!("SAI_PORT_STAT_PFC_{p}_TX_PKTS"));
         v.push(format!("SAI_PORT_STAT_PFC_{p}_RX_PKTS"));
     }
@@ -285,6 +288,10 @@ pub fn diagnose_window(w: &Window) -> Vec<Finding> {
     let views = w.views();
     let mut out = link_rules(w, &views);
     out.extend(crate::rules::fabric_rules(w, &views));
+    let mut balance = crate::balance::balance_rules(w, &views);
+    // A NIC slowed by its own link, PCIe or pausing is that finding's, not its host's.
+    balance.retain(|f| f.rule != "HOST-BOUNCE" || !out.iter().any(|o| o.entity == f.entity));
+    out.extend(balance);
     rank(&mut out);
     out
 }
@@ -423,6 +430,8 @@ pub fn synthetic_window(
             "current_link_speed",
             "max_link_speed",
             "tx_prio3_pause_duration",
+            "rx_prio3_pause_duration",
+            "np_ecn_marked_roce_packets",
         ])
         .collect();
     let mut series = Vec::new();
@@ -483,7 +492,7 @@ mod tests {
     #[test]
     fn the_synthetic_fleet_window_finds_exactly_its_faulty_ports() {
         let w = synthetic_window(16, 4, 10, 10_000, &[(3, 1), (9, 0)]);
-        assert_eq!(w.series.len(), 16 * 4 * 13);
+        assert_eq!(w.series.len(), 16 * 4 * 15);
         let got: Vec<String> = diagnose_window(&w).into_iter().map(|f| f.entity).collect();
         assert_eq!(got, vec!["h3/mlx5_1/1".to_string(), "h9/mlx5_0/1".to_string()]);
     }
@@ -594,6 +603,7 @@ mod tests {
                 "node_infiniband_link_downed_total",
                 "node_infiniband_link_error_recovery_total",
                 "node_infiniband_local_link_integrity_errors_total",
+                "node_infiniband_np_ecn_marked_roce_packets_received_total",
                 "node_infiniband_port_data_received_bytes_total",
                 "node_infiniband_port_data_transmitted_bytes_total",
                 "node_infiniband_port_errors_received_total",
@@ -607,6 +617,7 @@ mod tests {
                 "xirang_switch_port_ether_rx_oversize_pkts_total",
                 "xirang_switch_port_if_in_discards_total",
                 "xirang_switch_port_if_in_errors_total",
+                "xirang_switch_port_if_out_octets_total",
                 "xirang_switch_port_speed_bytes_per_second",
                 "xirang_switch_queue_packets_total",
                 "xirang_switch_queue_watermark_bytes",

@@ -2,12 +2,14 @@
 //! the application's configuration, with the root cause, the impact scope, repair advice
 //! and the evidence (shared/reference/diagnosis.md).
 //!
-//! Today: [`nccl`], diagnosis from nccl-tests logs alone (aborts, socket transport,
-//! GPUDirect RDMA off, GPUs sharing a NIC, slow or failing node pairs), and [`counters`],
-//! link rules over a telemetry window read by [`source`] from the monitor's history or a
-//! Prometheus server. More counter rules, the simulator's fault injection and the
-//! confusion matrix are the rest of issue 9.
+//! [`nccl`] diagnoses from nccl-tests logs alone (aborts, socket transport, GPUDirect
+//! RDMA off, GPUs sharing a NIC, slow or failing node pairs). [`counters`] (links),
+//! [`rules`] (ports, queues, NICs) and [`balance`] (ECMP spread, hosts that cannot feed
+//! their NICs) read a telemetry window that [`source`] takes from the monitor's history,
+//! a Prometheus server or a simulator's output. [`suite`] proves every rule on faults
+//! injected in the simulator.
 
+pub mod balance;
 pub mod bundle;
 pub mod counters;
 pub mod finding;

@@ -7,11 +7,11 @@
 //! Loss rates are chosen so that each run corrupts at least a few of the ~1000 packets a
 //! port receives: a fault that corrupts nothing leaves no signature to find.
 //!
-//! Fault kinds covered so far: link bit errors (at NIC ports and at switch ports), link
-//! flaps, links trained below their rate, slow receivers (PFC storms), ECN marking off
-//! and PFC off on a switch port, MTU mismatches, degraded PCIe links, and GPUs funnelled
-//! through one NIC. Still to come from issue 9: ECMP imbalance and the other
-//! application-side faults (GPUDirect RDMA off, one QP per connection).
+//! Every fault kind the simulator injects is covered: link bit errors (at NIC ports and
+//! at switch ports), link flaps, links trained below their rate, slow receivers (PFC
+//! storms), ECN marking off and PFC off on a switch port, MTU mismatches, degraded PCIe
+//! links, GPUs funnelled through one NIC, a hot spine, GPUDirect RDMA off, and one QP
+//! per connection.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -65,6 +65,33 @@ pub enum Load {
     /// A rail-optimised fabric of 4 hosts with 2 GPUs and 2 NICs each: every GPU sends
     /// 4 MB to the same GPU of the next host, on its own rail.
     Rail,
+    /// A 4x4 leaf-spine of 16 hosts where every host sends 4 MB to the host four places
+    /// on (on the next leaf) over 4 QPs per connection: ECMP has 16 flows per leaf to
+    /// spread over 4 uplinks.
+    Wide,
+    /// The same fabric where every host sends 8 MB to the host eight places on (two
+    /// leaves on).
+    WideFar,
+}
+
+/// Workload name of [`Load::Wide`] (what a `single_qp` fault names).
+const WIDE_WORKLOAD: &str = "wide";
+
+/// The fabric and traffic of [`Load::Wide`] (`shift` 4, 4 MB) and [`Load::WideFar`]
+/// (`shift` 8, 8 MB).
+fn wide(shift: usize, bytes: u64) -> String {
+    let flows: Vec<String> = (0..16)
+        .map(|i| {
+            format!(
+                "{{ src = \"h{i}\", dst = \"h{}\", bytes = {bytes} }}",
+                (i + shift) % 16
+            )
+        })
+        .collect();
+    format!(
+        "[topology.leaf_spine]\nleaves = 4\nspines = 4\nhosts_per_leaf = 4\nhost_rate_gbps = 100\nfabric_rate_gbps = 100\nlink_delay_ns = 1000\n\n[config.transport]\nqps_per_connection = 4\n\n[workloads.{WIDE_WORKLOAD}.flows]\nlist = [\n  {},\n]\n",
+        flows.join(",\n  ")
+    )
 }
 
 /// One case.
@@ -202,6 +229,36 @@ fn funnel(nic: &str) -> Injected {
     }
 }
 
+fn gdr_off(nic: &str, bounce_gbps: f64) -> Injected {
+    Injected {
+        kind: FaultKind::GdrOff.name(),
+        toml: format!("[[faults]]\nkind = \"gdr_off\"\ntarget = \"{nic}\"\nbounce_gbps = {bounce_gbps}\n"),
+        class: Class::HostConfig,
+        entity: format!("{nic}/1"),
+        peer: None,
+    }
+}
+
+fn hot_spine(spine: &str, share: f64) -> Injected {
+    Injected {
+        kind: FaultKind::EcmpImbalance.name(),
+        toml: format!("[[faults]]\nkind = \"ecmp_imbalance\"\ntarget = \"{spine}\"\nshare = {share}\n"),
+        class: Class::Switch,
+        entity: spine.into(),
+        peer: None,
+    }
+}
+
+fn single_qp() -> Injected {
+    Injected {
+        kind: FaultKind::SingleQp.name(),
+        toml: format!("[[faults]]\nkind = \"single_qp\"\ntarget = \"{WIDE_WORKLOAD}\"\n"),
+        class: Class::AppConfig,
+        entity: "NCCL_IB_QPS_PER_CONNECTION".into(),
+        peer: None,
+    }
+}
+
 fn switch_fault(kind: FaultKind, port: &str, extra: &str) -> Injected {
     Injected {
         kind: kind.name(),
@@ -240,6 +297,12 @@ pub fn cases() -> Vec<Case> {
         seed,
         faults: vec![f],
         load: Load::ShallowIncast,
+    };
+    let wide_case = |name: &str, seed: u64, f: Injected| Case {
+        name: name.into(),
+        seed,
+        faults: vec![f],
+        load: Load::Wide,
     };
     let mut v = vec![
         one(
@@ -359,6 +422,25 @@ pub fn cases() -> Vec<Case> {
             3,
             switch_fault(FaultKind::MtuMismatch, "spine0:0", "mtu_bytes = 1500\n"),
         ),
+        wide_case("hot-spine1-70%", 1, hot_spine("spine1", 0.7)),
+        wide_case("hot-spine3-60%", 2, hot_spine("spine3", 0.6)),
+        Case {
+            name: "hot-spine0-90%-far".into(),
+            seed: 3,
+            faults: vec![hot_spine("spine0", 0.9)],
+            load: Load::WideFar,
+        },
+        one("gdr-off-h2-25G", 1, gdr_off("h2/mlx5_0", 25.0)),
+        incast("gdr-off-h0-30G", 2, gdr_off("h0/mlx5_0", 30.0)),
+        rail("gdr-off-h3-mlx5_1-40G", 3, gdr_off("h3/mlx5_1", 40.0)),
+        wide_case("single-qp-seed1", 1, single_qp()),
+        wide_case("single-qp-seed2", 2, single_qp()),
+        Case {
+            name: "single-qp-far-seed3".into(),
+            seed: 3,
+            faults: vec![single_qp()],
+            load: Load::WideFar,
+        },
     ];
     for seed in 1..=5 {
         v.push(Case {
@@ -375,6 +457,9 @@ pub fn cases() -> Vec<Case> {
         (9, Load::ShallowIncast, "shallow-incast"),
         (10, Load::Rail, "rail"),
         (11, Load::Rail, "rail"),
+        (12, Load::Wide, "wide"),
+        (13, Load::Wide, "wide"),
+        (14, Load::WideFar, "wide-far"),
     ] {
         v.push(Case {
             name: format!("healthy-{name}-seed{seed}"),
@@ -424,6 +509,16 @@ pub fn cases() -> Vec<Case> {
             switch_fault(FaultKind::PfcOff, "leaf1:1", ""),
             Load::ShallowIncast,
         ),
+        (
+            gdr_off("h5/mlx5_0", 25.0),
+            errors_at("leaf0:1", "leaf0:1", 0.005),
+            Load::Permutation,
+        ),
+        (
+            hot_spine("spine2", 0.7),
+            errors_at("h9/mlx5_0", "h9/mlx5_0/1", 0.005),
+            Load::Wide,
+        ),
     ]
     .into_iter()
     .enumerate()
@@ -464,6 +559,8 @@ pub fn run_case(c: &Case) -> Result<CaseResult, String> {
             Load::Incast => format!("{BASE}{INCAST}"),
             Load::ShallowIncast => format!("{BASE}{INCAST}{SHALLOW}"),
             Load::Rail => RAIL.to_string(),
+            Load::Wide => wide(4, 4_000_000),
+            Load::WideFar => wide(8, 8_000_000),
         },
         c.seed
     );

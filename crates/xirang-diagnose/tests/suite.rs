@@ -1,10 +1,10 @@
-//! Acceptance 1 of the diagnosis issue, for the fault kinds the simulator injects so far:
+//! Acceptance 1 of the diagnosis issue, for every fault kind the simulator injects:
 //! every faulty run's top-1 class and location correct (at least 95 %), no finding above
 //! low severity on healthy runs; VALIDATION.md's table is this suite's output
 //! (`xirang diagnose suite --markdown`).
 
 use xirang_diagnose::suite::{cases, render_markdown, run_case};
-use xirang_fabric::scenario::FaultKind;
+use xirang_fabric::scenario::{FaultKind, TargetKind};
 
 #[test]
 fn injected_faults_are_located_and_healthy_runs_are_clean() {
@@ -17,12 +17,15 @@ fn injected_faults_are_located_and_healthy_runs_are_clean() {
         "{healthy} healthy, {doubles} double"
     );
     // At least three single-fault runs of every kind the simulator injects, at different
-    // places.
+    // places; a fault of a whole workload's configuration, under different loads.
     for kind in FaultKind::ALL {
-        let places: std::collections::BTreeSet<&str> = cases
+        let places: std::collections::BTreeSet<String> = cases
             .iter()
             .filter(|c| c.faults.len() == 1 && c.faults[0].kind == kind.name())
-            .map(|c| c.faults[0].entity.as_str())
+            .map(|c| match kind.target_kind() {
+                TargetKind::Workload => format!("{:?}", c.load),
+                _ => c.faults[0].entity.clone(),
+            })
             .collect();
         let runs = cases
             .iter()

@@ -707,6 +707,9 @@ pub(crate) struct DiagnoseSuiteArgs {
     /// Print JSON.
     #[arg(long)]
     pub(crate) json: bool,
+    /// Run only the cases whose name contains this text.
+    #[arg(long, value_name = "TEXT")]
+    pub(crate) only: Option<String>,
 }
 
 /// `xirang diagnose nccl`.

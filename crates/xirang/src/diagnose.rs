@@ -132,7 +132,11 @@ const SUITE_MIN_ACCURACY: f64 = 0.95;
 
 pub(crate) fn suite(a: &DiagnoseSuiteArgs) -> Result<Outcome> {
     use xirang_diagnose::suite::{cases, render_markdown, run_case};
-    let cases = cases();
+    let cases: Vec<_> = cases()
+        .into_iter()
+        .filter(|c| a.only.as_ref().is_none_or(|o| c.name.contains(o.as_str())))
+        .collect();
+    anyhow::ensure!(!cases.is_empty(), "no suite case matches --only");
     let bar = indicatif::ProgressBar::new(cases.len() as u64);
     let mut results = Vec::new();
     for c in &cases {
