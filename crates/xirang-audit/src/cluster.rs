@@ -300,6 +300,30 @@ impl Cluster {
         Ok(missing)
     }
 
+    /// Loads an inventory directory: `hosts/` (required: one host tree or snapshot per
+    /// host), and where present `switches/`, `topology.toml` (cabling) and
+    /// `policy.toml`.
+    pub fn load_dir(dir: &Path) -> Result<Cluster, AuditError> {
+        let hosts = dir.join("hosts");
+        if !hosts.is_dir() {
+            return Err(io_err(
+                dir,
+                "expected an inventory directory with `hosts/` (one host tree or snapshot per host), and optionally switches/, topology.toml, policy.toml",
+            ));
+        }
+        let opt = |name: &str| {
+            let p = dir.join(name);
+            p.exists().then_some(p)
+        };
+        let (switches, topology, policy) = (opt("switches"), opt("topology.toml"), opt("policy.toml"));
+        Cluster::load(
+            Some(&hosts),
+            switches.as_deref(),
+            topology.as_deref(),
+            policy.as_deref(),
+        )
+    }
+
     /// The switch called `name`.
     pub fn switch(&self, name: &str) -> Option<&SwitchConfig> {
         self.switches.iter().find(|s| s.name == name)

@@ -13,6 +13,7 @@ pub mod balance;
 pub mod bundle;
 pub mod counters;
 pub mod finding;
+pub mod inventory;
 pub mod nccl;
 pub mod rules;
 pub mod source;

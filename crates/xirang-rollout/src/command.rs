@@ -55,27 +55,7 @@ pub fn load_inventory(dir: &Path) -> Result<Inventory, RolloutError> {
 /// Loads `dir` for executing: unreadable hosts are kept as problems (a node being
 /// re-collected must not stop the rollout of the others; reading it fails later).
 pub fn load_inventory_lenient(dir: &Path) -> Result<Inventory, RolloutError> {
-    let hosts = dir.join("hosts");
-    if !hosts.is_dir() {
-        return Err(RolloutError::Inventory(format!(
-            "{}: expected a `hosts/` directory (one host tree or snapshot per host)",
-            dir.display()
-        )));
-    }
-    let opt = |name: &str| {
-        let p = dir.join(name);
-        p.exists().then_some(p)
-    };
-    let switches = opt("switches");
-    let topology = opt("topology.toml");
-    let policy = opt("policy.toml");
-    let cluster = Cluster::load(
-        Some(&hosts),
-        switches.as_deref(),
-        topology.as_deref(),
-        policy.as_deref(),
-    )
-    .map_err(|e| RolloutError::Inventory(e.to_string()))?;
+    let cluster = Cluster::load_dir(dir).map_err(|e| RolloutError::Inventory(e.to_string()))?;
     let fleet_path = dir.join("fleet.toml");
     let extra = if fleet_path.is_file() {
         FleetFile::load(&fleet_path)?

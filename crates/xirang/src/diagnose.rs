@@ -99,7 +99,7 @@ pub(crate) fn counters(a: &DiagnoseArgs) -> Result<Outcome> {
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0);
     let from_ms = now_ms - since.as_millis() as i64;
-    let window = match (&a.history, &a.prometheus, &a.sim_out) {
+    let mut window = match (&a.history, &a.prometheus, &a.sim_out) {
         (Some(h), _, _) => xirang_diagnose::source::from_history(h, from_ms, now_ms)?,
         (None, Some(url), _) => xirang_diagnose::source::from_prometheus(url, from_ms, now_ms)?,
         (None, None, Some(dir)) => xirang_diagnose::source::from_sim_out(dir)?,
@@ -119,9 +119,52 @@ pub(crate) fn counters(a: &DiagnoseArgs) -> Result<Outcome> {
             }
         );
     }
-    let findings = xirang_diagnose::counters::diagnose_window(&window);
+    let cluster = match &a.inventory {
+        Some(dir) => {
+            let c = xirang_audit::Cluster::load_dir(dir).context("--inventory")?;
+            let links = xirang_diagnose::inventory::apply(&mut window, &c);
+            if !a.json {
+                eprintln!(
+                    "inventory {}: {} hosts, {} switches, {links} links added to the window",
+                    dir.display(),
+                    c.hosts.len(),
+                    c.switches.len()
+                );
+            }
+            Some((dir, c))
+        }
+        None => None,
+    };
+    let mut findings = xirang_diagnose::counters::diagnose_window(&window);
+    if let Some((_, c)) = &cluster {
+        xirang_diagnose::inventory::merge_audit(&mut findings, c);
+        xirang_diagnose::finding::rank(&mut findings);
+    }
     if let Some(path) = &a.bundle {
-        let data = vec![("window.json".to_string(), serde_json::to_vec(&window)?)];
+        let mut data = vec![("window.json".to_string(), serde_json::to_vec(&window)?)];
+        if let Some((dir, c)) = &cluster {
+            data.push((
+                "inventory/audit.json".into(),
+                serde_json::to_vec_pretty(&xirang_audit::audit(c))?,
+            ));
+            // The configuration files of the places the findings name.
+            let mut files = vec![dir.join("topology.toml"), dir.join("policy.toml")];
+            for s in &c.switches {
+                if findings
+                    .iter()
+                    .any(|f| f.entity.split(':').next() == Some(s.name.as_str()))
+                {
+                    files.push(std::path::PathBuf::from(&s.source));
+                }
+            }
+            for f in files.iter().filter(|f| f.is_file()) {
+                let name = f
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                data.push((format!("inventory/{name}"), std::fs::read(f)?));
+            }
+        }
         write_bundle(path, &findings, window.source.clone(), data)?;
     }
     report(&findings, a.json)

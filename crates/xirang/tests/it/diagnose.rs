@@ -174,3 +174,98 @@ fn the_evidence_bundle_holds_report_data_and_manifest() {
         assert!(files.contains_key(f.as_str().unwrap()), "{f} listed but missing");
     }
 }
+
+/// `--inventory`: the audit's inventory directory joins a counter window. Its cabling
+/// names the window's ports (here the fixture cluster's h1 is also the simulated h1),
+/// its configuration findings join the report, and the bundle carries the audit and the
+/// inventory's files.
+#[test]
+fn an_inventory_adds_cabling_audit_findings_and_bundle_files() {
+    use std::io::Read;
+    let (dir, out) = simulate_one_flow(
+        2_000_000,
+        "kind = \"link_errors\"\ntarget = \"h1/mlx5_0\"\nloss = 0.002\n",
+    );
+    // A copy of the audit's clean fixture cluster with h5's second NIC on firmware the
+    // policy does not allow.
+    let inv = dir.path().join("inventory");
+    crate::util::copy_dir(
+        &crate::util::root().join("crates/xirang-audit/test_data/cluster"),
+        &inv,
+    );
+    std::fs::write(
+        inv.join("hosts/h5/sys/class/infiniband/mlx5_1/fw_ver"),
+        "22.36.1010\n",
+    )
+    .unwrap();
+    let bundle = dir.path().join("evidence.tar.gz");
+    let o = run(&[
+        "diagnose",
+        "--sim-out",
+        out.to_str().unwrap(),
+        "--inventory",
+        inv.to_str().unwrap(),
+        "--bundle",
+        bundle.to_str().unwrap(),
+    ]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    assert_eq!(o.status.code(), Some(1), "{stdout}{stderr}");
+    assert!(stderr.contains("8 hosts, 2 switches, 17 links added"), "{stderr}");
+    assert!(stdout.contains("LINK-ERRORS"), "{stdout}");
+    assert!(stdout.contains("NIC h5/mlx5_1 — firmware 22.36.1010"), "{stdout}");
+    // The simulated h1's lossy port is cabled to leaf1:Ethernet0 in the inventory.
+    let f = std::fs::File::open(&bundle).unwrap();
+    let mut ar = tar::Archive::new(flate2::read::GzDecoder::new(f));
+    let mut files = std::collections::BTreeMap::new();
+    for e in ar.entries().unwrap() {
+        let mut e = e.unwrap();
+        let name = e.path().unwrap().to_string_lossy().into_owned();
+        let mut s = String::new();
+        if e.header().entry_type().is_file() {
+            e.read_to_string(&mut s).unwrap();
+            files.insert(name, s);
+        }
+    }
+    let window: serde_json::Value = serde_json::from_str(&files["window.json"]).unwrap();
+    assert!(
+        window["links"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|l| l[0] == "leaf1:Ethernet0" && l[1] == "h1/mlx5_0/1"),
+        "{:#}",
+        window["links"]
+    );
+    let audit: serde_json::Value = serde_json::from_str(&files["inventory/audit.json"]).unwrap();
+    assert!(
+        audit
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["rule"] == "PHY-FW-POLICY"),
+        "{audit:#}"
+    );
+    assert_eq!(
+        files["inventory/topology.toml"],
+        std::fs::read_to_string(inv.join("topology.toml")).unwrap()
+    );
+    assert!(files.contains_key("inventory/policy.toml"));
+    // A directory that is not an inventory is an error that says what was expected.
+    let (_, err) = run_expect(
+        &[
+            "diagnose",
+            "--sim-out",
+            out.to_str().unwrap(),
+            "--inventory",
+            out.to_str().unwrap(),
+        ],
+        1,
+    );
+    assert!(
+        err.contains("expected an inventory directory with `hosts/`"),
+        "{err}"
+    );
+}

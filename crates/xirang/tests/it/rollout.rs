@@ -6,32 +6,16 @@
 //! properties: no NIC flashed twice, none skipped, never past a failed gate.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::util::root;
+use crate::util::{copy_dir, root};
 
 const TARGET: &str = "22.39.1002";
 const OLD: &str = "22.38.1002";
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let ty = e.file_type().unwrap();
-        let dst = to.join(e.file_name());
-        if ty.is_dir() {
-            copy_dir(&e.path(), &dst);
-        } else if ty.is_symlink() {
-            std::os::unix::fs::symlink(std::fs::read_link(e.path()).unwrap(), &dst).unwrap();
-        } else {
-            std::fs::copy(e.path(), &dst).unwrap();
-        }
-    }
-}
 
 /// A test bed: inventory copy, fake tools, baselines, policy.
 struct Bed {

@@ -39,3 +39,20 @@ pub(crate) fn run_json(args: &[&str]) -> serde_json::Value {
     let (out, _) = run_expect(args, 0);
     serde_json::from_str(&out).unwrap_or_else(|e| panic!("not JSON ({e}):\n{out}"))
 }
+
+/// Copies a directory tree (symlinks as symlinks): a fixture to change in a test.
+pub(crate) fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let ty = e.file_type().unwrap();
+        let dst = to.join(e.file_name());
+        if ty.is_dir() {
+            copy_dir(&e.path(), &dst);
+        } else if ty.is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(e.path()).unwrap(), &dst).unwrap();
+        } else {
+            std::fs::copy(e.path(), &dst).unwrap();
+        }
+    }
+}
