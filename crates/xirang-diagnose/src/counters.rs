@@ -48,6 +48,10 @@ pub struct Window {
     /// configured speed); otherwise NIC ports are compared with each other.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub nominal_rate_mbps: BTreeMap<String, f64>,
+    /// Flows with their paths and slowdowns, when known (a simulator's output; probes):
+    /// the degraded ones vote for the link they share.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub flows: Vec<crate::paths::FlowPath>,
 }
 
 /// Counters whose increase means link errors: NIC PMA counters (linux-rdma-sysfs.md
@@ -292,6 +296,7 @@ pub fn diagnose_window(w: &Window) -> Vec<Finding> {
     // A NIC slowed by its own link, PCIe or pausing is that finding's, not its host's.
     balance.retain(|f| f.rule != "HOST-BOUNCE" || !out.iter().any(|o| o.entity == f.entity));
     out.extend(balance);
+    crate::paths::vote(&mut out, &w.flows, &w.links);
     rank(&mut out);
     out
 }
@@ -509,8 +514,6 @@ mod tests {
         let w = Window {
             source: "test".into(),
             relative: false,
-            links: vec![],
-            nominal_rate_mbps: BTreeMap::new(),
             since_ms: 0,
             until_ms: 120_000,
             series: vec![
@@ -530,6 +533,7 @@ mod tests {
                     &[(0, 0.0), (120_000, 1e9)],
                 ),
             ],
+            ..Window::default()
         };
         let f = diagnose_window(&w);
         assert_eq!(f.len(), 1, "{f:#?}");
@@ -554,8 +558,6 @@ mod tests {
         let w = Window {
             source: "test".into(),
             relative: false,
-            links: vec![],
-            nominal_rate_mbps: BTreeMap::new(),
             since_ms: 0,
             until_ms: 60_000,
             series: vec![
@@ -570,6 +572,7 @@ mod tests {
                     &[(0, 0.0), (60_000, 4.0)],
                 ),
             ],
+            ..Window::default()
         };
         let f = diagnose_window(&w);
         let got: Vec<(&str, Severity)> = f.iter().map(|x| (x.rule, x.severity)).collect();

@@ -15,6 +15,7 @@ pub mod counters;
 pub mod finding;
 pub mod inventory;
 pub mod nccl;
+pub mod paths;
 pub mod rules;
 pub mod source;
 pub mod suite;

@@ -181,6 +181,17 @@ pub fn from_sim_out(dir: &Path) -> Result<Window, SourceError> {
             message,
         })?;
     }
+    let flows = dir.join("flows.json");
+    if flows.is_file() {
+        let text = std::fs::read_to_string(&flows).map_err(|e| SourceError::SimOut {
+            path: flows.display().to_string(),
+            message: e.to_string(),
+        })?;
+        w.flows = crate::paths::flows_from_json(&text).map_err(|message| SourceError::SimOut {
+            path: flows.display().to_string(),
+            message,
+        })?;
+    }
     Ok(w)
 }
 

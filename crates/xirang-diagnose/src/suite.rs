@@ -546,6 +546,9 @@ pub struct CaseResult {
     pub found: Vec<(String, Class, String, Severity)>,
     /// Top-1 class and entity match an injected fault (healthy: no finding above low).
     pub correct: bool,
+    /// The finding the degraded flows' path votes joined (corroborating a counter
+    /// finding, or `PATH-VOTE` on its own), and whether it names an injected fault.
+    pub votes: Option<(String, bool)>,
 }
 
 /// Runs one case through the simulator and the rules.
@@ -584,6 +587,19 @@ pub fn run_case(c: &Case) -> Result<CaseResult, String> {
     // nominal rate, here from the fabric model.
     crate::source::add_links(&mut w, &xirang_sim::output::links_csv(&loaded.fabric))
         .map_err(|e| format!("{}: links: {e}", c.name))?;
+    // What probes of the flows' own paths give in production (R-Pingmesh's service
+    // tracing): each flow's path and how much it slowed.
+    w.flows = r
+        .flows
+        .iter()
+        .filter(|f| !f.nvlink && !f.path.is_empty())
+        .map(|f| crate::paths::FlowPath {
+            src: f.src.clone(),
+            dst: f.dst.clone(),
+            path: f.path.clone(),
+            slowdown: f.slowdown(),
+        })
+        .collect();
     let findings = diagnose_window(&w);
     let found: Vec<(String, Class, String, Severity)> = findings
         .iter()
@@ -601,7 +617,20 @@ pub fn run_case(c: &Case) -> Result<CaseResult, String> {
                 .iter()
                 .all(|i| findings.iter().any(|f| i.names(f.class, &f.entity)))
     };
+    let votes = findings
+        .iter()
+        .find(|f| f.evidence.iter().any(|e| e.source == crate::paths::VOTE_SOURCE))
+        .map(|f| {
+            let hit = c.faults.iter().any(|i| {
+                i.names(f.class, &f.entity)
+                    || f.entity
+                        .split(" -> ")
+                        .any(|e| i.entity == e || i.peer.as_deref() == Some(e))
+            });
+            (format!("{} {}", f.rule, f.entity), hit)
+        });
     Ok(CaseResult {
+        votes,
         name: c.name.clone(),
         injected,
         kinds: c.faults.iter().map(|f| f.kind).collect(),
@@ -669,8 +698,22 @@ pub fn render_markdown(results: &[CaseResult]) -> String {
         100.0 * ok as f64 / faulty.len().max(1) as f64,
         results.len() - faulty.len()
     );
-    let _ = writeln!(s, "| case | injected | top findings | correct |");
-    let _ = writeln!(s, "|---|---|---|---|");
+    let voted: Vec<&CaseResult> = results.iter().filter(|r| r.votes.is_some()).collect();
+    let _ = writeln!(
+        s,
+        "Path votes of the degraded flows pointed at a place in {} runs: an injected fault's in {}, elsewhere in {} (a hot spot or a fault's consequence; such a vote alone is a low finding).\n",
+        voted.len(),
+        voted
+            .iter()
+            .filter(|r| r.votes.as_ref().is_some_and(|v| v.1))
+            .count(),
+        voted
+            .iter()
+            .filter(|r| r.votes.as_ref().is_some_and(|v| !v.1))
+            .count()
+    );
+    let _ = writeln!(s, "| case | injected | top findings | path votes | correct |");
+    let _ = writeln!(s, "|---|---|---|---|---|");
     for r in results {
         let inj: Vec<String> = r
             .injected
@@ -685,7 +728,7 @@ pub fn render_markdown(results: &[CaseResult]) -> String {
             .collect();
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} |",
             r.name,
             if inj.is_empty() {
                 "-".into()
@@ -697,6 +740,7 @@ pub fn render_markdown(results: &[CaseResult]) -> String {
             } else {
                 got.join(", ")
             },
+            r.votes.as_ref().map_or("-".to_string(), |v| v.0.clone()),
             if r.correct { "yes" } else { "**no**" }
         );
     }

@@ -85,6 +85,15 @@ fn a_simulated_bit_error_fault_is_found_from_the_sim_output() {
             .contains("from t+0 µs"),
         "{v:#}"
     );
+    // The flows' paths are read too (for path votes); a damaged file names its line.
+    assert!(
+        std::fs::read_to_string(out.join("flows.json"))
+            .unwrap()
+            .contains("\"path\"")
+    );
+    std::fs::write(out.join("flows.json"), "[\n{\"src\": 1}\n]\n").unwrap();
+    let (_, err) = run_expect(&["diagnose", "--sim-out", out.to_str().unwrap()], 1);
+    assert!(err.contains("flows.json: line 2:"), "{err}");
 }
 
 /// A switch-side link trained down, read back through the binary: the sim output's
