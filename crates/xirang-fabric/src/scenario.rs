@@ -66,8 +66,10 @@ pub struct Scenario {
 #[serde(rename_all = "snake_case")]
 pub enum FaultKind {
     /// Bit errors on a link: a share (`loss`) of the packets arriving at `target` are
-    /// corrupted and dropped there (FCS/ICRC failure), counted in `symbol_error` and
-    /// `port_rcv_errors` of that port; the senders retransmit.
+    /// corrupted and dropped there (FCS/ICRC failure), counted in `symbol_error`,
+    /// `port_rcv_errors`, `rx_crc_errors_phy` and `rx_pcs_symbol_err_phy` (not corrected
+    /// by FEC) of a NIC port, SAI in-errors of a switch port; the senders retransmit.
+    /// FEC-corrected bits and `link_error_recovery` are not modelled.
     LinkErrors,
     /// The link at `target` is down from `start_us` to `end_us`: everything on it is
     /// lost, and `link_downed` counts once at both ends. Routes are not recomputed while

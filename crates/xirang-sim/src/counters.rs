@@ -116,6 +116,13 @@ impl PortCounters {
         push(out, entity, "symbol_error".into(), self.symbol_errors);
         push(out, entity, "port_rcv_errors".into(), self.rx_errors);
         push(out, entity, "link_downed".into(), self.link_downed);
+        // The PHY's view of the same corrupted frames (mlx5 `ethtool -S`,
+        // linux-rdma-sysfs.md §2.1): each failed its FCS, and each is an error FEC
+        // could not correct. FEC-corrected bits and link-training recoveries
+        // (`rx_corrected_bits_phy`, `link_error_recovery`) need a pre-FEC error model
+        // the simulator does not have; they stay 0.
+        push(out, entity, "rx_crc_errors_phy".into(), self.symbol_errors);
+        push(out, entity, "rx_pcs_symbol_err_phy".into(), self.symbol_errors);
         // sysfs `rate` ("100 Gb/sec (4X EDR)"), kept in Mbit/s so that rates such as
         // 12.5 Gb/s stay whole.
         push(out, entity, "rate".into(), self.rate_mbps);

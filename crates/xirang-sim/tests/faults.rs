@@ -47,6 +47,7 @@ fn bit_errors_count_at_the_receiving_end_and_the_sender_retransmits() {
     for c in [
         "symbol_error",
         "port_rcv_errors",
+        "rx_crc_errors_phy",
         "link_downed",
         "SAI_PORT_STAT_IF_IN_ERRORS",
     ] {
@@ -59,6 +60,9 @@ fn bit_errors_count_at_the_receiving_end_and_the_sender_retransmits() {
     assert_eq!(sym.len(), 1, "{sym:?}");
     assert_eq!(sym[0].0, "h2/mlx5_0/1");
     assert_eq!(nonzero(&r, "port_rcv_errors"), sym);
+    // The PHY counts the same frames: FCS failures that FEC could not correct.
+    assert_eq!(nonzero(&r, "rx_crc_errors_phy"), sym);
+    assert_eq!(nonzero(&r, "rx_pcs_symbol_err_phy"), sym);
     // The sender of the corrupted flow saw NAKs for the gaps and resent.
     assert!(!nonzero(&r, "packet_seq_err").is_empty());
     assert!(
