@@ -46,10 +46,13 @@ const BOUNCE_MAX_PAUSE_SHARE: f64 = 0.05;
 /// even one mark in a few MB explains a slow receive side (the suite's congested
 /// receivers see 0.5 to 200 per MB; host-capped ones none).
 const BOUNCE_MAX_MARKED_PER_MB: f64 = 0.1;
-/// A NIC must have moved at least this share of the median NIC port's bytes in each
-/// direction to be judged: one that was sent nothing (only acknowledgements) has no
-/// receive rate to speak of.
+/// A NIC must have moved at least this share of what the busier NIC ports moved (the
+/// upper quartile) in each direction to be judged: one that was sent little (only
+/// acknowledgements, or a light job beside a heavy one) has no rate to speak of.
 const BOUNCE_MIN_VOLUME_SHARE: f64 = 0.25;
+/// At most this share of the judged NIC ports may look host-capped: more is a workload
+/// that runs below line rate (a fault of one host's configuration is the odd one out).
+const BOUNCE_MAX_FLEET_SHARE: f64 = 0.2;
 
 fn metric(entity_kind: &str, counter: &str) -> String {
     let e: xirang_telemetry::Entity = entity_kind.parse().expect("a valid sample entity");
@@ -144,13 +147,9 @@ fn ecmp(w: &Window, views: &[View<'_>]) -> Vec<Finding> {
             *marked.entry(v.entity.clone()).or_default() += v.inc;
         }
     }
-    // Every spine counts at every leaf, idle or not.
-    for leaf in by_leaf.values_mut() {
-        for s in &spines {
-            leaf.entry((*s).clone()).or_default();
-        }
-    }
-    by_leaf.retain(|_, l| l.values().map(|x| x.0).sum::<f64>() > 0.0);
+    // Each leaf's uplinks are those cabled and counted: an idle uplink reads 0, an
+    // uplink without a series (a scrape gap, a spine of another pod) is not judged.
+    by_leaf.retain(|_, l| l.len() >= 2 && l.values().map(|x| x.0).sum::<f64>() > 0.0);
     if by_leaf.is_empty() {
         return Vec::new();
     }
@@ -159,18 +158,24 @@ fn ecmp(w: &Window, views: &[View<'_>]) -> Vec<Finding> {
     let total: f64 = by_leaf.values().flat_map(|l| l.values().map(|x| x.0)).sum();
     let mut out = Vec::new();
     for spine in &spines {
-        let bytes: f64 = by_leaf.values().map(|l| l[*spine].0).sum();
+        let bytes: f64 = by_leaf.values().filter_map(|l| l.get(*spine)).map(|x| x.0).sum();
         let share = bytes / total;
         let hot_leaves: Vec<(&String, f64)> = by_leaf
             .iter()
-            .map(|(leaf, l)| (leaf, l[*spine].0 / l.values().map(|x| x.0).sum::<f64>()))
-            .filter(|(_, s)| *s > HOT_LEAF_FACTOR * fair)
+            .filter_map(|(leaf, l)| {
+                let s = l.get(*spine)?.0 / l.values().map(|x| x.0).sum::<f64>();
+                (s > HOT_LEAF_FACTOR / l.len() as f64).then_some((leaf, s))
+            })
             .collect();
         // With two spines the factor asks for every byte: some always take the other.
         if share < HOT_SPINE_FACTOR * fair || 2 * hot_leaves.len() < by_leaf.len() || hot_leaves.len() < 2 {
             continue;
         }
-        let ports: Vec<&String> = by_leaf.values().flat_map(|l| l[*spine].1.iter()).collect();
+        let ports: Vec<&String> = by_leaf
+            .values()
+            .filter_map(|l| l.get(*spine))
+            .flat_map(|x| x.1.iter())
+            .collect();
         let marks: f64 = ports
             .iter()
             .map(|p| marked.get(p.as_str()).copied().unwrap_or(0.0))
@@ -205,7 +210,11 @@ fn ecmp(w: &Window, views: &[View<'_>]) -> Vec<Finding> {
                 format!("check the routes' next-hop weights towards {spine} (`show ip route` on a leaf) and whether other spines' uplinks are down or drained"),
                 "spread RoCE flows with more entropy (E-ECMP on the destination QP, adaptive routing, NCCL_IB_QPS_PER_CONNECTION)".into(),
             ],
-            evidence: by_leaf.values().flat_map(|l| l[*spine].2.iter().cloned()).collect(),
+            evidence: by_leaf
+                .values()
+                .filter_map(|l| l.get(*spine))
+                .flat_map(|x| x.2.iter().cloned())
+                .collect(),
         });
     }
     if !out.is_empty() {
@@ -216,7 +225,7 @@ fn ecmp(w: &Window, views: &[View<'_>]) -> Vec<Finding> {
     let mut colliding: Vec<(String, String, String, f64)> = Vec::new();
     let mut evidence = Vec::new();
     for (leaf, l) in &by_leaf {
-        let mean = l.values().map(|x| x.0).sum::<f64>() / n;
+        let mean = l.values().map(|x| x.0).sum::<f64>() / l.len() as f64;
         let idle: Vec<&String> = l
             .iter()
             .filter(|(_, x)| x.0 < IDLE_UPLINK_SHARE * mean)
@@ -295,6 +304,19 @@ fn host_bounce(w: &Window, views: &[View<'_>]) -> Vec<Finding> {
     let marked_m = metric("h/d/1", "np_ecn_marked_roce_packets");
     let rate_m = metric("h/d/1", LINK_RATE);
     let mut nics: BTreeMap<&str, Nic> = BTreeMap::new();
+    // A live host's pause time comes from `ethtool -S` on its netdevs (`host/ens1np0`),
+    // which the window does not tie to an RDMA device: any pause on the host counts for
+    // each of its NIC ports (it may spare a NIC that paused; it never blames one).
+    let mut host_paused: BTreeMap<&str, [f64; 2]> = BTreeMap::new();
+    for v in views
+        .iter()
+        .filter(|v| v.entity.matches('/').count() == 1 && v.series.metric == "xirang_pfc_pause_seconds_total")
+    {
+        let host = v.entity.split('/').next().unwrap_or("");
+        let k = usize::from(v.label("direction") == Some("rx"));
+        let e = host_paused.entry(host).or_default();
+        e[k] = e[k].max(v.inc);
+    }
     for v in views.iter().filter(|v| v.entity.matches('/').count() == 2) {
         let m = v.series.metric.as_str();
         let n = nics.entry(&v.entity).or_default();
@@ -315,26 +337,22 @@ fn host_bounce(w: &Window, views: &[View<'_>]) -> Vec<Finding> {
             n.paused_secs[k] += v.inc;
         }
     }
-    let median = |f: &dyn Fn(&Nic) -> Option<f64>| {
-        let mut v: Vec<f64> = nics.values().filter_map(f).collect();
-        v.sort_by(f64::total_cmp);
-        v.get(v.len() / 2).copied().unwrap_or(0.0)
-    };
-    let (median_tx, median_rx) = (
-        median(&|n: &Nic| n.tx.map(|x| x.0)),
-        median(&|n: &Nic| n.rx.map(|x| x.0)),
-    );
-    let upper_quartile = |f: &dyn Fn(&Nic) -> Option<(f64, f64)>| {
-        let mut v: Vec<f64> = nics
-            .values()
-            .filter_map(f)
-            .filter(|(b, s)| *b > 0.0 && *s > 0.0)
-            .map(|(b, s)| b / s)
-            .collect();
+    // The fleet's busier NIC ports: what they moved and how fast (upper quartiles).
+    let upper_quartile = |f: &dyn Fn(&Nic) -> Option<f64>| {
+        let mut v: Vec<f64> = nics.values().filter_map(f).filter(|x| *x > 0.0).collect();
         v.sort_by(f64::total_cmp);
         v.get(v.len() * 3 / 4).copied().unwrap_or(0.0)
     };
-    let (fleet_tx, fleet_rx) = (upper_quartile(&|n: &Nic| n.tx), upper_quartile(&|n: &Nic| n.rx));
+    let rate = |x: Option<(f64, f64)>| x.filter(|(_, s)| *s > 0.0).map(|(b, s)| b / s);
+    let (busy_tx, busy_rx) = (
+        upper_quartile(&|n: &Nic| n.tx.map(|x| x.0)),
+        upper_quartile(&|n: &Nic| n.rx.map(|x| x.0)),
+    );
+    let (fleet_tx, fleet_rx) = (
+        upper_quartile(&|n: &Nic| rate(n.tx)),
+        upper_quartile(&|n: &Nic| rate(n.rx)),
+    );
+    let mut judged = 0usize;
     let mut out = Vec::new();
     for (entity, n) in &nics {
         let link = n
@@ -343,14 +361,17 @@ fn host_bounce(w: &Window, views: &[View<'_>]) -> Vec<Finding> {
         let (Some((tx_bytes, tx_s)), Some((rx_bytes, rx_s)), Some(link)) = (n.tx, n.rx, link) else {
             continue;
         };
+        // A NIC that moved a fraction of what the busier ones moved carries other
+        // (lighter) work: its rate says nothing about its host.
         if tx_s <= 0.0
             || rx_s <= 0.0
             || link <= 0.0
-            || tx_bytes < BOUNCE_MIN_VOLUME_SHARE * median_tx
-            || rx_bytes < BOUNCE_MIN_VOLUME_SHARE * median_rx
+            || tx_bytes < BOUNCE_MIN_VOLUME_SHARE * busy_tx
+            || rx_bytes < BOUNCE_MIN_VOLUME_SHARE * busy_rx
         {
             continue;
         }
+        judged += 1;
         let (tx, rx) = (tx_bytes / tx_s, rx_bytes / rx_s);
         let (tx_share, rx_share) = (tx / link, rx / link);
         if tx_share >= BOUNCE_RATE_SHARE
@@ -365,12 +386,16 @@ fn host_bounce(w: &Window, views: &[View<'_>]) -> Vec<Finding> {
         // the receive side, not the host. The send side may be congestion too; the host
         // is named only when what it is sent was held back with the fabric clear.
         let active = tx_s.max(rx_s);
-        if n.paused_secs.iter().any(|p| *p > BOUNCE_MAX_PAUSE_SHARE * active)
+        let host = entity.split('/').next().unwrap_or("?");
+        let on_host = host_paused.get(host).copied().unwrap_or_default();
+        if n.paused_secs
+            .iter()
+            .chain(&on_host)
+            .any(|p| *p > BOUNCE_MAX_PAUSE_SHARE * active)
             || n.marked_rx > BOUNCE_MAX_MARKED_PER_MB * rx_bytes / 1e6
         {
             continue;
         }
-        let host = entity.split('/').next().unwrap_or("?");
         let gbps = |bps: f64| bps * 8.0 / 1e9;
         out.push(Finding {
             rule: "HOST-BOUNCE",
@@ -399,6 +424,9 @@ fn host_bounce(w: &Window, views: &[View<'_>]) -> Vec<Finding> {
             ],
             evidence: n.evidence.clone(),
         });
+    }
+    if out.len() as f64 > BOUNCE_MAX_FLEET_SHARE * judged as f64 {
+        return Vec::new();
     }
     out
 }
@@ -520,13 +548,17 @@ mod tests {
         assert!(diagnose_window(&window(s, links)).is_empty());
     }
 
-    /// Four 100 Gbit/s NIC ports; `h3` moves `slow_gbps` each way, the others
-    /// `others_gbps`.
-    fn fleet(slow_gbps: f64, others_gbps: f64, extra: impl Fn(&str) -> Vec<Series>) -> Window {
+    /// Eight 100 Gbit/s NIC ports; `h3` moves `slow_gbps` each way, h0 to h2
+    /// `others_gbps[0]`, h4 to h7 `others_gbps[1]`.
+    fn fleet(slow_gbps: f64, others_gbps: [f64; 2], extra: impl Fn(&str) -> Vec<Series>) -> Window {
         let mut s = Vec::new();
-        for h in ["h0", "h1", "h2", "h3"] {
-            let e = format!("{h}/mlx5_0/1");
-            let gbps = if h == "h3" { slow_gbps } else { others_gbps };
+        for h in 0..8 {
+            let e = format!("h{h}/mlx5_0/1");
+            let gbps = match h {
+                3 => slow_gbps,
+                0..3 => others_gbps[0],
+                _ => others_gbps[1],
+            };
             let per_step = gbps / 8.0 * 1e9 * 10.0;
             s.push(counter(&e, "port_xmit_data", per_step / 4.0));
             s.push(counter(&e, "port_rcv_data", per_step / 4.0));
@@ -541,7 +573,7 @@ mod tests {
     }
 
     fn nics(slow_gbps: f64, extra: impl Fn(&str) -> Vec<Series>) -> Window {
-        fleet(slow_gbps, 90.0, extra)
+        fleet(slow_gbps, [90.0, 90.0], extra)
     }
 
     #[test]
@@ -562,8 +594,13 @@ mod tests {
             diagnose_window(&nics(52.0, |_| vec![]))[0].severity,
             Severity::Medium
         );
-        // A lightly loaded fleet is not a fleet of starved hosts.
-        assert!(diagnose_window(&fleet(25.0, 25.0, |_| vec![])).is_empty());
+        // A lightly loaded fleet is not a fleet of starved hosts; nor is a light job
+        // beside a heavy one (h3 to h7 at 10, h0 to h2 at 90 Gbit/s).
+        assert!(diagnose_window(&fleet(25.0, [25.0, 25.0], |_| vec![])).is_empty());
+        assert!(diagnose_window(&fleet(10.0, [90.0, 10.0], |_| vec![])).is_empty());
+        // Five slow NICs of eight are a workload that runs below line rate, not five
+        // hosts without GPUDirect.
+        assert!(diagnose_window(&fleet(25.0, [90.0, 25.0], |_| vec![])).is_empty());
         // What it received came ECN-marked (a few per MB): the path congested, not the
         // host. At 25 Gbit/s a 10 s step is 31 GB.
         let marked = |e: &str| {
@@ -583,5 +620,14 @@ mod tests {
             }
         };
         assert!(diagnose_window(&nics(25.0, paused)).is_empty());
+        // On a live host the pause time is the netdev's (`ethtool -S`): it counts too.
+        let netdev_paused = |e: &str| {
+            if e.starts_with("h3/") {
+                vec![counter("h3/ens1np0", "rx_prio3_pause_duration", 5e6)]
+            } else {
+                vec![]
+            }
+        };
+        assert!(diagnose_window(&nics(25.0, netdev_paused)).is_empty());
     }
 }

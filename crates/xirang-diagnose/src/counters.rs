@@ -293,8 +293,19 @@ pub fn diagnose_window(w: &Window) -> Vec<Finding> {
     let mut out = link_rules(w, &views);
     out.extend(crate::rules::fabric_rules(w, &views));
     let mut balance = crate::balance::balance_rules(w, &views);
-    // A NIC slowed by its own link, PCIe or pausing is that finding's, not its host's.
-    balance.retain(|f| f.rule != "HOST-BOUNCE" || !out.iter().any(|o| o.entity == f.entity));
+    // A NIC slowed by its own link, PCIe or pausing is that finding's, not its host's;
+    // on a live host the pausing or PCIe series name the netdev or PCI function, so any
+    // NIC or link finding on the host counts.
+    let host_of = |e: &str| e.split_once('/').map(|(h, _)| h.to_string());
+    balance.retain(|f| {
+        f.rule != "HOST-BOUNCE"
+            || !out.iter().any(|o| {
+                o.entity == f.entity
+                    || (matches!(o.class, Class::Nic | Class::Link)
+                        && host_of(&o.entity).is_some()
+                        && host_of(&o.entity) == host_of(&f.entity))
+            })
+    });
     out.extend(balance);
     crate::paths::vote(&mut out, &w.flows, &w.links);
     rank(&mut out);

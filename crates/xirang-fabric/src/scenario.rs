@@ -224,6 +224,21 @@ pub struct Fault {
     pub bounce_gbps: Option<f64>,
 }
 
+/// Whether switch `sw` is one of several equal-cost next hops of some neighbour towards
+/// some NIC (what an `ecmp_imbalance` fault can favour). Stops at the first NIC that
+/// shows it, so it is one breadth-first search on a regular fabric.
+fn is_ecmp_choice(fabric: &Fabric, sw: crate::model::SwitchId) -> bool {
+    let g = crate::routing::Graph::new(fabric);
+    let target = g.index(Node::Switch(sw));
+    (0..fabric.nics.len()).any(|n| {
+        let dist = g.distances_to(g.index(Node::Nic(crate::model::NicId(n as u32))));
+        g.adj(target).iter().any(|a| {
+            let hops: Vec<u32> = g.next_hops(&dist, a.peer).map(|h| h.peer).collect();
+            hops.len() >= 2 && hops.contains(&target)
+        })
+    })
+}
+
 fn is_default_tune(t: &crate::tune::TuneSpec) -> bool {
     *t == crate::tune::TuneSpec::default()
 }
@@ -913,6 +928,17 @@ impl Scenario {
                     d.error(
                         &at.key("share"),
                         format!("expected a share of flows in (0, 1), found {s}"),
+                    );
+                }
+                if let Some(sw) = fabric.switch_by_name(&f.target)
+                    && !is_ecmp_choice(fabric, sw)
+                {
+                    d.error(
+                        &at.key("target"),
+                        format!(
+                            "`{}` is never one of several equal-cost next hops (a spine with siblings is): favouring it would change nothing",
+                            f.target
+                        ),
                     );
                 }
             }

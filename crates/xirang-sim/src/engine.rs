@@ -42,11 +42,12 @@ const PAUSE_QUANTUM_BYTES: u32 = 64;
 const NACK_INTERVAL: Ps = 500 * PS_PER_US;
 /// DWRR quantum per visit: one jumbo frame, so equal-weight queues share bytes fairly.
 const DWRR_QUANTUM_BYTES: i64 = 9216;
+/// Salt of the second hash an `ecmp_imbalance` fault decides with (a different
+/// MurmurHash3 seed), so that it is independent of the hash that picks among the other
+/// next hops.
+const HOT_HASH_SALT: u32 = 0x9e37_79b9;
 /// NCCL's default local ACK timeout: 4.096 µs x 2^20 (`NCCL_IB_TIMEOUT` 20,
 /// shared/reference/collectives-and-nccl.md §5).
-/// Salt of the second hash an `ecmp_imbalance` fault decides with, so that it is
-/// independent of the hash that picks among the other next hops (any odd constant).
-const HOT_HASH_SALT: u32 = 0x9e37_79b9;
 const ACK_TIMEOUT: Ps = 4_096 * PS_PER_NS * (1 << 20);
 
 /// Event kinds (top byte of an encoded event).
@@ -332,6 +333,8 @@ pub(crate) struct Qp {
     pub(crate) dport: u16,
     /// The receiving NIC port (where a `gdr_off` credit gate sits).
     dst_port: u32,
+    /// This QP holds the gate's next credit, from its `next_avail` on.
+    rx_reserved: bool,
     rx_expected: u64,
     rx_next_cnp: Ps,
     rx_nack_at: Ps,
@@ -851,6 +854,7 @@ impl<Q: Queue> Sim<Q> {
                     sport,
                     dport,
                     dst_port: self.route_end(route),
+                    rx_reserved: false,
                     rx_expected: 0,
                     rx_next_cnp: 0,
                     rx_nack_at: 0,
@@ -993,11 +997,32 @@ impl<Q: Queue> Sim<Q> {
         }
     }
 
-    /// When a `gdr_off` receiver grants QP `qi` its next credit (0: no gate).
+    /// When a `gdr_off` receiver grants QP `qi` its next credit (0: no gate, or the QP
+    /// already holds one).
     #[inline]
     fn rx_gate(&self, qi: u32) -> Ps {
-        let d = &self.ports[self.qps[qi as usize].dst_port as usize];
-        if d.rx_cap.is_some() { d.rx_free_at } else { 0 }
+        let q = &self.qps[qi as usize];
+        let d = &self.ports[q.dst_port as usize];
+        if d.rx_cap.is_some() && !q.rx_reserved {
+            d.rx_free_at
+        } else {
+            0
+        }
+    }
+
+    /// QP `qi` finds the receiver's credit gate busy: it takes the next credit in turn
+    /// (free at `at`) and waits for it, so that the receiver's senders share its rate in
+    /// the order they asked, as NCCL's receiver grants credit per connection.
+    fn reserve_rx(&mut self, qi: u32, at: Ps) {
+        let header = self.header_bytes;
+        let q = &mut self.qps[qi as usize];
+        let wire = (q.size - q.snd_nxt).min(u64::from(q.mtu)) as u32 + header;
+        let d = &mut self.ports[q.dst_port as usize];
+        if let Some(cap) = d.rx_cap {
+            d.rx_free_at = at + cap.tx_time(wire);
+            q.next_avail = at;
+            q.rx_reserved = true;
+        }
     }
 
     /// The HPCC simulator's "standalone" FCT: base RTT (twice the path's propagation delay
@@ -1406,7 +1431,9 @@ impl<Q: Queue> Sim<Q> {
                 | FaultKind::NicFunnel
                 | FaultKind::EcmpImbalance
                 | FaultKind::SingleQp => {}
-                // Configuration: in force before the first packet.
+                // Configuration: in force before the first packet. Each port of the NIC
+                // gets the cap on its own (a multi-port NIC would share it, as with
+                // `pcie_degraded`); the cap counts wire bytes, headers included.
                 FaultKind::GdrOff => {
                     let cap = Rate::from_gbps(f.bounce_gbps.unwrap_or(0.0));
                     for p in self.nic_port_ids(port) {
@@ -2113,11 +2140,16 @@ impl<Q: Queue> Sim<Q> {
                 any_done = true;
                 continue;
             }
-            if q.snd_nxt >= q.size || q.next_avail > now || self.rx_gate(qi) > now {
+            if q.snd_nxt >= q.size || q.next_avail > now {
                 continue;
             }
             let prio = q.prio as usize;
             if self.is_paused(p, prio) {
+                continue;
+            }
+            let gate = self.rx_gate(qi);
+            if gate > now {
+                self.reserve_rx(qi, gate);
                 continue;
             }
             chosen = Some((idx, qi));
@@ -2162,7 +2194,10 @@ impl<Q: Queue> Sim<Q> {
             port.host_free_at = port.host_free_at.max(now) + cap.tx_time(wire);
         }
         let d = &mut self.ports[dst];
-        if let Some(cap) = d.rx_cap {
+        if q.rx_reserved {
+            // The credit was taken when the QP asked for it.
+            q.rx_reserved = false;
+        } else if let Some(cap) = d.rx_cap {
             d.rx_free_at = d.rx_free_at.max(now) + cap.tx_time(wire);
         }
         let arm_rto = !q.rto_pending;

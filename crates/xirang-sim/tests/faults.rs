@@ -424,6 +424,9 @@ list = [
     let into = fct_us(&r, 0).max(fct_us(&r, 1));
     assert!(into >= bounce_us(8e6), "{into} µs");
     assert!(into < 1.3 * bounce_us(8e6), "{into} µs");
+    // ... and share it: neither sender waits for the other to finish.
+    let first = fct_us(&r, 0).min(fct_us(&r, 1));
+    assert!(first > 0.8 * into, "{first} µs of {into}");
     // Out of h2: its own 4 MB at the cap.
     let out = fct_us(&r, 2);
     assert!(out >= bounce_us(4e6) && out < 1.3 * bounce_us(4e6), "{out} µs");
@@ -498,8 +501,8 @@ fn an_ecmp_imbalance_sends_its_share_of_flows_to_the_hot_spine() {
     )));
     let hot = spine_bytes(&r, 4);
     assert!(share(&hot, 1) > 0.6, "{hot:?}");
-    // The rest still spread over the other spines.
-    assert!(hot.iter().filter(|b| **b > 0).count() >= 3, "{hot:?}");
+    // The rest still spread over the other spines (more than acknowledgements' worth).
+    assert!(hot.iter().filter(|b| **b > 500_000).count() >= 3, "{hot:?}");
     let e = load_err(&format!(
         "{WIDE}\n[[faults]]\nkind = \"ecmp_imbalance\"\ntarget = \"spine9\"\nshare = 1.5\n\n[[faults]]\nkind = \"ecmp_imbalance\"\ntarget = \"spine0\"\nshare = 0.5\n"
     ));
@@ -513,6 +516,14 @@ fn an_ecmp_imbalance_sends_its_share_of_flows_to_the_hot_spine() {
     );
     assert!(
         e.contains("faults[1].kind: faults[0] already sets the switches' ECMP hashing"),
+        "{e}"
+    );
+    // A leaf is nobody's equal-cost choice here.
+    let e = load_err(&format!(
+        "{WIDE}\n[[faults]]\nkind = \"ecmp_imbalance\"\ntarget = \"leaf0\"\nshare = 0.5\n"
+    ));
+    assert!(
+        e.contains("faults[0].target: `leaf0` is never one of several equal-cost next hops"),
         "{e}"
     );
 }

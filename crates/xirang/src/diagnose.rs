@@ -148,21 +148,23 @@ pub(crate) fn counters(a: &DiagnoseArgs) -> Result<Outcome> {
                 serde_json::to_vec_pretty(&xirang_audit::audit(c))?,
             ));
             // The configuration files of the places the findings name.
-            let mut files = vec![dir.join("topology.toml"), dir.join("policy.toml")];
+            let mut files = vec![
+                ("inventory/topology.toml".to_string(), dir.join("topology.toml")),
+                ("inventory/policy.toml".to_string(), dir.join("policy.toml")),
+            ];
             for s in &c.switches {
                 if findings
                     .iter()
                     .any(|f| f.entity.split(':').next() == Some(s.name.as_str()))
                 {
-                    files.push(std::path::PathBuf::from(&s.source));
+                    files.push((
+                        format!("inventory/switches/{}.json", s.name),
+                        std::path::PathBuf::from(&s.source),
+                    ));
                 }
             }
-            for f in files.iter().filter(|f| f.is_file()) {
-                let name = f
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_default();
-                data.push((format!("inventory/{name}"), std::fs::read(f)?));
+            for (name, f) in files.iter().filter(|(_, f)| f.is_file()) {
+                data.push((name.clone(), std::fs::read(f)?));
             }
         }
         write_bundle(path, &findings, window.source.clone(), data)?;
