@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Runs the whole test suite on a fresh machine: installs the Debian packages the tests
-# need (scripts/install-test-deps.sh), then `cargo test --workspace`.
+# need (scripts/install-test-deps.sh), then `cargo test --workspace`, then the memory
+# pool's lock-free free list model-checked with loom (its own target directory:
+# `--cfg loom` changes every crate's flags).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-test-deps.sh
 cargo test --workspace "$@"
+RUSTFLAGS="--cfg loom" cargo test -p xirang-memreg --test loom --target-dir target/loom

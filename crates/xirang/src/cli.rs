@@ -56,6 +56,33 @@ pub(crate) enum Command {
     /// validation gates (dry run unless --execute), state and audit log in SQLite.
     #[command(subcommand)]
     Rollout(RolloutCmd),
+    /// Registered memory: the pre-registered buffer pool.
+    #[command(subcommand)]
+    Memreg(MemregCmd),
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum MemregCmd {
+    /// Time get+put pairs of the pool against malloc/free and a crossbeam ArrayQueue
+    /// pool, on 1 and 2 threads, and registering per operation (mlock/munlock).
+    Bench(MemregBenchArgs),
+}
+
+/// `xirang memreg bench`.
+#[derive(Debug, Args)]
+pub(crate) struct MemregBenchArgs {
+    /// Buffer size, bytes.
+    #[arg(long, default_value_t = 4096)]
+    pub(crate) size: usize,
+    /// Pairs per thread.
+    #[arg(long, default_value_t = 10_000_000)]
+    pub(crate) pairs: u64,
+    /// Registrations timed.
+    #[arg(long, default_value_t = 100_000)]
+    pub(crate) registrations: u64,
+    /// Print JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 #[derive(Debug, Subcommand)]

@@ -1,0 +1,456 @@
+//! Fixed-size buffers carved from registered regions, in size classes.
+//!
+//! Each class owns whole pages of a region: buffers of a class at least a page long
+//! start on a page (their stride is a whole number of pages); smaller ones are rounded
+//! up to the alignment (the cache line, or what the device requires). Taking and
+//! returning a buffer is a pop and a push on the class's lock-free free list; only the
+//! exhaustion paths (waiting, growing) take a lock.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use crate::MemregError;
+use crate::freelist::{NIL, Stack};
+use crate::region::{Access, Backend, Keys, Region, page_size};
+
+/// Cache line size on x86-64 and most arm64 parts: the default buffer alignment
+/// (memory-registration.md §5).
+pub const CACHE_LINE_BYTES: usize = 64;
+/// Regions a class may grow to (the first included).
+pub const MAX_SEGMENTS: usize = 16;
+/// Buffers a segment may hold (the index field of a buffer id).
+const SEGMENT_INDEX_BITS: u32 = 24;
+
+/// One size class: `count` buffers of at least `size_bytes`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClassSpec {
+    /// Usable bytes per buffer.
+    pub size_bytes: usize,
+    /// Buffers in the first region (and in each region a growth adds).
+    pub count: usize,
+}
+
+/// What `get` does when a class has no free buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exhaustion {
+    /// Return [`MemregError::Exhausted`] at once.
+    FailFast,
+    /// Wait up to this long for a buffer to come back, then fail.
+    Wait(Duration),
+    /// Register one more region of the class's `count` buffers (counted in
+    /// [`Stats::grows`]), up to [`MAX_SEGMENTS`] regions per class; then fail.
+    Grow,
+}
+
+/// How a pool is laid out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolConfig {
+    /// Size classes, in any order.
+    pub classes: Vec<ClassSpec>,
+    /// Alignment of buffers smaller than a page (a power of two; at least the cache
+    /// line is used).
+    pub alignment_bytes: usize,
+    /// Map regions with huge pages.
+    pub huge_pages: bool,
+    /// Access the registration grants.
+    pub access: Access,
+    /// What an empty class does.
+    pub exhaustion: Exhaustion,
+}
+
+impl PoolConfig {
+    /// Classes as given, cache-line alignment, normal pages, full access, fail fast.
+    pub fn new(classes: Vec<ClassSpec>) -> PoolConfig {
+        PoolConfig {
+            classes,
+            alignment_bytes: CACHE_LINE_BYTES,
+            huge_pages: false,
+            access: Access::ALL,
+            exhaustion: Exhaustion::FailFast,
+        }
+    }
+}
+
+/// Counters of a pool (all classes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Stats {
+    /// Buffers handed out and not yet returned.
+    pub in_use: usize,
+    /// Most buffers ever out at once.
+    pub high_water: usize,
+    /// `get` calls that had to wait.
+    pub waits: u64,
+    /// `get` calls that failed (exhausted).
+    pub failures: u64,
+    /// Regions registered after the first, by growth.
+    pub grows: u64,
+}
+
+/// One region's share of a class, with its buffers' free-list links.
+#[derive(Debug)]
+struct Segment {
+    region: Arc<Region>,
+    base: usize,
+    next: Box<[AtomicU32]>,
+}
+
+impl Segment {
+    fn new(region: Arc<Region>, base: usize, count: usize) -> Segment {
+        Segment {
+            region,
+            base,
+            next: (0..count).map(|_| AtomicU32::new(NIL)).collect(),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Class {
+    size_bytes: usize,
+    stride: usize,
+    per_segment: usize,
+    segments: [OnceLock<Segment>; MAX_SEGMENTS],
+    free: Stack,
+}
+
+impl Class {
+    fn id(segment: usize, index: usize) -> u32 {
+        ((segment as u32) << SEGMENT_INDEX_BITS) | index as u32
+    }
+
+    /// The free-list link of buffer `id` (its segment exists: ids are made only for
+    /// segments already set).
+    fn link(&self, id: u32) -> &AtomicU32 {
+        let (seg, index) = split(id);
+        &self.segments[seg]
+            .get()
+            .expect("invariant: an id names a live segment")
+            .next[index]
+    }
+
+    fn pop(&self) -> Option<u32> {
+        self.free.pop(|id| self.link(id))
+    }
+
+    fn push(&self, id: u32) {
+        self.free.push(id, |id| self.link(id));
+    }
+}
+
+/// A pool of registered buffers.
+#[derive(Debug)]
+pub struct Pool {
+    classes: Vec<Class>,
+    config: PoolConfig,
+    backend: Arc<dyn Backend>,
+    in_use: AtomicUsize,
+    high_water: AtomicUsize,
+    waits: AtomicU64,
+    failures: AtomicU64,
+    grows: AtomicU64,
+    waiters: AtomicUsize,
+    slow: Mutex<()>,
+    returned: Condvar,
+}
+
+/// The stride of a class: whole pages for buffers of a page or more (each starts on a
+/// page), else the size rounded up to the alignment.
+pub fn stride_of(size_bytes: usize, alignment_bytes: usize, page_bytes: usize) -> usize {
+    let size = size_bytes.max(1);
+    if size >= page_bytes {
+        size.div_ceil(page_bytes) * page_bytes
+    } else {
+        let a = alignment_bytes.max(CACHE_LINE_BYTES).next_power_of_two();
+        size.div_ceil(a) * a
+    }
+}
+
+impl Pool {
+    /// Maps and registers one region holding every class, through `backend`.
+    pub fn new(config: PoolConfig, backend: Arc<dyn Backend>) -> Result<Pool, MemregError> {
+        let page = page_size();
+        if config.classes.is_empty() {
+            return Err(MemregError::Config("expected at least one size class".into()));
+        }
+        let mut layout = Vec::new();
+        let mut total = 0usize;
+        for (i, c) in config.classes.iter().enumerate() {
+            if c.count == 0 || c.count >= 1 << SEGMENT_INDEX_BITS {
+                return Err(MemregError::Config(format!(
+                    "class {i}: expected 1 to {} buffers, found {}",
+                    (1usize << SEGMENT_INDEX_BITS) - 1,
+                    c.count
+                )));
+            }
+            let stride = stride_of(c.size_bytes, config.alignment_bytes, page);
+            let bytes = stride.checked_mul(c.count).ok_or_else(|| {
+                MemregError::Config(format!("class {i}: {} x {stride} bytes overflows", c.count))
+            })?;
+            layout.push((total, stride));
+            total += bytes.div_ceil(page) * page;
+        }
+        let region = Arc::new(Region::new(
+            total,
+            config.huge_pages,
+            config.access,
+            backend.clone(),
+        )?);
+        let classes = config
+            .classes
+            .iter()
+            .zip(&layout)
+            .map(|(c, (offset, stride))| {
+                let class = Class {
+                    size_bytes: c.size_bytes,
+                    stride: *stride,
+                    per_segment: c.count,
+                    segments: std::array::from_fn(|_| OnceLock::new()),
+                    free: Stack::new(),
+                };
+                let _ = class.segments[0].set(Segment::new(region.clone(), region.addr() + offset, c.count));
+                for i in (0..c.count).rev() {
+                    class.push(Class::id(0, i));
+                }
+                class
+            })
+            .collect();
+        Ok(Pool {
+            classes,
+            config,
+            backend,
+            in_use: AtomicUsize::new(0),
+            high_water: AtomicUsize::new(0),
+            waits: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
+            grows: AtomicU64::new(0),
+            waiters: AtomicUsize::new(0),
+            slow: Mutex::new(()),
+            returned: Condvar::new(),
+        })
+    }
+
+    /// The smallest class holding `len` bytes, or None.
+    pub fn class_for(&self, len: usize) -> Option<usize> {
+        (0..self.classes.len())
+            .filter(|&i| self.classes[i].size_bytes >= len)
+            .min_by_key(|&i| self.classes[i].size_bytes)
+    }
+
+    /// A buffer of at least `len` bytes from the smallest class that holds it.
+    pub fn get(&self, len: usize) -> Result<Buf<'_>, MemregError> {
+        let class = self.class_for(len).ok_or(MemregError::TooLarge {
+            len,
+            largest: self.classes.iter().map(|c| c.size_bytes).max().unwrap_or(0),
+        })?;
+        self.get_class(class)
+    }
+
+    /// A buffer of class `class`.
+    pub fn get_class(&self, class: usize) -> Result<Buf<'_>, MemregError> {
+        if let Some(id) = self.classes[class].pop() {
+            return Ok(self.hand_out(class, id));
+        }
+        match self.config.exhaustion {
+            Exhaustion::FailFast => self.fail(class),
+            Exhaustion::Wait(timeout) => self.wait(class, timeout),
+            Exhaustion::Grow => self.grow(class),
+        }
+    }
+
+    fn fail(&self, class: usize) -> Result<Buf<'_>, MemregError> {
+        self.failures.fetch_add(1, Ordering::Relaxed);
+        Err(MemregError::Exhausted {
+            class,
+            size_bytes: self.classes[class].size_bytes,
+        })
+    }
+
+    fn wait(&self, class: usize, timeout: Duration) -> Result<Buf<'_>, MemregError> {
+        self.waits.fetch_add(1, Ordering::Relaxed);
+        let deadline = Instant::now() + timeout;
+        let c = &self.classes[class];
+        // Registered as a waiter before the last look under the lock, so a put that
+        // finds no waiter happened before that look and its buffer is seen.
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        let mut guard = self.slow.lock().unwrap_or_else(|e| e.into_inner());
+        let got = loop {
+            if let Some(id) = c.pop() {
+                break Some(id);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                break None;
+            }
+            guard = self
+                .returned
+                .wait_timeout(guard, deadline - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        };
+        drop(guard);
+        self.waiters.fetch_sub(1, Ordering::SeqCst);
+        match got {
+            Some(id) => Ok(self.hand_out(class, id)),
+            None => self.fail(class),
+        }
+    }
+
+    fn grow(&self, class: usize) -> Result<Buf<'_>, MemregError> {
+        let c = &self.classes[class];
+        let _guard = self.slow.lock().unwrap_or_else(|e| e.into_inner());
+        // Another thread may have grown the class while this one waited for the lock.
+        if let Some(id) = c.pop() {
+            return Ok(self.hand_out(class, id));
+        }
+        let Some(seg) = c.segments.iter().position(|s| s.get().is_none()) else {
+            return self.fail(class);
+        };
+        let region = Arc::new(Region::new(
+            c.stride * c.per_segment,
+            self.config.huge_pages,
+            self.config.access,
+            self.backend.clone(),
+        )?);
+        let base = region.addr();
+        let _ = c.segments[seg].set(Segment::new(region, base, c.per_segment));
+        self.grows.fetch_add(1, Ordering::Relaxed);
+        for i in (1..c.per_segment).rev() {
+            c.push(Class::id(seg, i));
+        }
+        Ok(self.hand_out(class, Class::id(seg, 0)))
+    }
+
+    fn hand_out(&self, class: usize, id: u32) -> Buf<'_> {
+        let n = self.in_use.fetch_add(1, Ordering::Relaxed) + 1;
+        self.high_water.fetch_max(n, Ordering::Relaxed);
+        let c = &self.classes[class];
+        let (seg, index) = split(id);
+        let s = c.segments[seg]
+            .get()
+            .expect("invariant: an id names a live segment");
+        Buf {
+            pool: self,
+            class: class as u8,
+            id,
+            addr: s.base + index * c.stride,
+            len: c.size_bytes,
+            keys: s.region.keys(),
+        }
+    }
+
+    fn put(&self, class: usize, id: u32) {
+        self.classes[class].push(id);
+        self.in_use.fetch_sub(1, Ordering::Relaxed);
+        if self.waiters.load(Ordering::SeqCst) > 0 {
+            let _g = self.slow.lock().unwrap_or_else(|e| e.into_inner());
+            self.returned.notify_all();
+        }
+    }
+
+    /// The pool's counters.
+    pub fn stats(&self) -> Stats {
+        Stats {
+            in_use: self.in_use.load(Ordering::Relaxed),
+            high_water: self.high_water.load(Ordering::Relaxed),
+            waits: self.waits.load(Ordering::Relaxed),
+            failures: self.failures.load(Ordering::Relaxed),
+            grows: self.grows.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Each class's (size, stride, buffers it can hold now).
+    pub fn classes(&self) -> Vec<(usize, usize, usize)> {
+        self.classes
+            .iter()
+            .map(|c| {
+                let segs = c.segments.iter().filter(|s| s.get().is_some()).count();
+                (c.size_bytes, c.stride, segs * c.per_segment)
+            })
+            .collect()
+    }
+
+    /// Bytes registered (pinned) in all regions.
+    pub fn registered_bytes(&self) -> usize {
+        let mut regions: Vec<(usize, usize)> = self
+            .classes
+            .iter()
+            .flat_map(|c| c.segments.iter().filter_map(|s| s.get()))
+            .map(|s| (s.region.addr(), s.region.len()))
+            .collect();
+        regions.sort();
+        regions.dedup();
+        regions.iter().map(|r| r.1).sum()
+    }
+
+    /// The backend's name.
+    pub fn backend(&self) -> &'static str {
+        self.backend.name()
+    }
+}
+
+fn split(id: u32) -> (usize, usize) {
+    (
+        (id >> SEGMENT_INDEX_BITS) as usize,
+        (id & ((1 << SEGMENT_INDEX_BITS) - 1)) as usize,
+    )
+}
+
+/// A buffer: its address, length and keys; back to its pool when dropped.
+#[derive(Debug)]
+pub struct Buf<'p> {
+    pool: &'p Pool,
+    class: u8,
+    id: u32,
+    addr: usize,
+    len: usize,
+    keys: Keys,
+}
+
+impl Buf<'_> {
+    /// Start address (for a scatter/gather entry or a peer's RDMA).
+    pub fn addr(&self) -> usize {
+        self.addr
+    }
+    /// Usable length, bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// Never empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// The registration's keys.
+    pub fn keys(&self) -> Keys {
+        self.keys
+    }
+    /// Its size class.
+    pub fn class(&self) -> usize {
+        usize::from(self.class)
+    }
+    /// The bytes. (A NIC may write them behind the program's back once the buffer is
+    /// posted; reading them then is the application's protocol, as with any RDMA
+    /// buffer.)
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: [addr, addr + len) lies in a live mapping of the pool's (the region
+        // outlives the pool, which outlives this borrow), and this handle is the only
+        // one for these bytes until it is dropped.
+        unsafe { std::slice::from_raw_parts(self.addr as *const u8, self.len) }
+    }
+    /// The bytes, to fill.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as in `as_slice`, and `&mut self` makes this the only borrow.
+        unsafe { std::slice::from_raw_parts_mut(self.addr as *mut u8, self.len) }
+    }
+}
+
+impl Drop for Buf<'_> {
+    fn drop(&mut self) {
+        self.pool.put(usize::from(self.class), self.id);
+    }
+}
+
+// SAFETY: a Buf is the exclusive owner of its bytes; the pool it returns to is Sync
+// (atomics, a mutex and a condvar), so the handle may move to and be dropped on
+// another thread.
+unsafe impl Send for Buf<'_> {}

@@ -1,0 +1,199 @@
+//! One contiguous allocation, registered once through a backend.
+//!
+//! Registration is page-granular and costs a system call plus per-page work
+//! (shared/reference/memory-registration.md §2), so a region is mapped whole (anonymous
+//! `mmap`, huge pages on request), registered at start-up and released only when dropped.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use crate::MemregError;
+
+/// Access a registration grants (`IBV_ACCESS_*`, memory-registration.md §1). Remote
+/// write needs local write; local read is always allowed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Access {
+    /// The NIC may write into the memory for local operations (receives, READ results).
+    pub local_write: bool,
+    /// Peers may RDMA WRITE into it.
+    pub remote_write: bool,
+    /// Peers may RDMA READ from it.
+    pub remote_read: bool,
+}
+
+impl Access {
+    /// What a send/receive and RDMA buffer pool needs: all three.
+    pub const ALL: Access = Access {
+        local_write: true,
+        remote_write: true,
+        remote_read: true,
+    };
+}
+
+/// The keys a registration hands out: `lkey` for local scatter/gather entries, `rkey`
+/// for peers' RDMA operations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Keys {
+    /// Local key.
+    pub lkey: u32,
+    /// Remote key.
+    pub rkey: u32,
+}
+
+/// Registers and deregisters memory. `verbs` (libibverbs) registers with a NIC; `host`
+/// only pins the pages, for machines without an RDMA device.
+pub trait Backend: Send + Sync + std::fmt::Debug {
+    /// Its name, as messages print it.
+    fn name(&self) -> &'static str;
+    /// Registers `len` bytes at `addr` (page aligned).
+    fn register(&self, addr: usize, len: usize, access: Access) -> Result<Keys, MemregError>;
+    /// Releases a registration made by [`Backend::register`].
+    fn deregister(&self, addr: usize, len: usize, keys: Keys) -> Result<(), MemregError>;
+}
+
+/// Pins pages with `mlock` (what registration does to them, without a NIC): the
+/// fallback on hosts with no RDMA device. Its keys are only unique per registration.
+#[derive(Debug, Default)]
+pub struct HostBackend {
+    next_key: AtomicU32,
+}
+
+impl Backend for HostBackend {
+    fn name(&self) -> &'static str {
+        "host"
+    }
+
+    fn register(&self, addr: usize, len: usize, access: Access) -> Result<Keys, MemregError> {
+        if access.remote_write && !access.local_write {
+            return Err(MemregError::Access);
+        }
+        // SAFETY: mlock only reads the address range; the caller maps it for as long as
+        // it stays registered.
+        if unsafe { libc::mlock(addr as *const libc::c_void, len) } != 0 {
+            return Err(MemregError::Register {
+                backend: self.name(),
+                len,
+                source: std::io::Error::last_os_error(),
+            });
+        }
+        let key = self.next_key.fetch_add(1, Ordering::Relaxed);
+        Ok(Keys { lkey: key, rkey: key })
+    }
+
+    fn deregister(&self, addr: usize, len: usize, _keys: Keys) -> Result<(), MemregError> {
+        // SAFETY: as in `register`: the range is mapped and was locked there.
+        if unsafe { libc::munlock(addr as *const libc::c_void, len) } != 0 {
+            return Err(MemregError::Register {
+                backend: self.name(),
+                len,
+                source: std::io::Error::last_os_error(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// The system page size.
+pub fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if p > 0 { p as usize } else { 4096 }
+}
+
+/// Size of an explicit huge page (`MAP_HUGETLB` default on x86-64 Linux).
+pub const HUGE_PAGE_BYTES: usize = 2 << 20;
+
+/// One mapped, registered range. Unmapped and deregistered on drop.
+#[derive(Debug)]
+pub struct Region {
+    addr: usize,
+    len: usize,
+    keys: Keys,
+    backend: Arc<dyn Backend>,
+}
+
+impl Region {
+    /// Maps `len` bytes (rounded up to the page, or to the huge page with `huge_pages`)
+    /// and registers them.
+    pub fn new(
+        len: usize,
+        huge_pages: bool,
+        access: Access,
+        backend: Arc<dyn Backend>,
+    ) -> Result<Region, MemregError> {
+        let unit = if huge_pages { HUGE_PAGE_BYTES } else { page_size() };
+        let len = len.max(1).div_ceil(unit) * unit;
+        let mut flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
+        if huge_pages {
+            flags |= libc::MAP_HUGETLB;
+        }
+        // SAFETY: an anonymous private mapping at an address the kernel picks aliases
+        // nothing; the result is checked before use.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                flags,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(MemregError::Map {
+                len,
+                huge_pages,
+                source: std::io::Error::last_os_error(),
+            });
+        }
+        let addr = p as usize;
+        match backend.register(addr, len, access) {
+            Ok(keys) => Ok(Region {
+                addr,
+                len,
+                keys,
+                backend,
+            }),
+            Err(e) => {
+                // SAFETY: the mapping made above, not shared with anyone yet.
+                unsafe { libc::munmap(p, len) };
+                Err(e)
+            }
+        }
+    }
+
+    /// Start address.
+    pub fn addr(&self) -> usize {
+        self.addr
+    }
+
+    /// Length, bytes (whole pages).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Never empty: a region is at least one page.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// The registration's keys.
+    pub fn keys(&self) -> Keys {
+        self.keys
+    }
+
+    /// The backend that registered it.
+    pub fn backend(&self) -> &str {
+        self.backend.name()
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // A failed deregistration leaves pages pinned until exit; nothing else to do.
+        let _ = self.backend.deregister(self.addr, self.len, self.keys);
+        // SAFETY: the mapping this region made; every buffer borrowed from it borrows the
+        // pool that owns the region, so none outlives it.
+        unsafe { libc::munmap(self.addr as *mut libc::c_void, self.len) };
+    }
+}
