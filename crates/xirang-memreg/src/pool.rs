@@ -323,7 +323,11 @@ impl Pool {
 
     fn hand_out(&self, class: usize, id: u32) -> Buf<'_> {
         let n = self.in_use.fetch_add(1, Ordering::Relaxed) + 1;
-        self.high_water.fetch_max(n, Ordering::Relaxed);
+        // A plain load first: the mark moves rarely, and a locked update per get costs
+        // as much as the free list's own compare-and-swap.
+        if n > self.high_water.load(Ordering::Relaxed) {
+            self.high_water.fetch_max(n, Ordering::Relaxed);
+        }
         let c = &self.classes[class];
         let (seg, index) = split(id);
         let s = c.segments[seg]

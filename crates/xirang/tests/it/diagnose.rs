@@ -137,17 +137,10 @@ fn a_link_trained_down_is_one_finding_through_the_sim_output() {
     );
 }
 
-/// Acceptance 4 (first half): the bundle holds the report, the findings, the data the
-/// diagnosis read, a manifest, and the kernel log lines or why there are none.
-#[test]
-fn the_evidence_bundle_holds_report_data_and_manifest() {
+/// The regular files of an evidence bundle, by name.
+fn bundle_files(bundle: &std::path::Path) -> std::collections::BTreeMap<String, String> {
     use std::io::Read;
-    let dir = tempfile::tempdir().unwrap();
-    let bundle = dir.path().join("evidence.tar.gz");
-    let bad = format!("{DIR}/pair-2node-1gpu-network-error.txt");
-    let o = run(&["diagnose", "nccl", &bad, "--bundle", bundle.to_str().unwrap()]);
-    assert_eq!(o.status.code(), Some(1));
-    let f = std::fs::File::open(&bundle).unwrap();
+    let f = std::fs::File::open(bundle).unwrap();
     let mut ar = tar::Archive::new(flate2::read::GzDecoder::new(f));
     let mut files = std::collections::BTreeMap::new();
     for e in ar.entries().unwrap() {
@@ -159,6 +152,19 @@ fn the_evidence_bundle_holds_report_data_and_manifest() {
             files.insert(name, s);
         }
     }
+    files
+}
+
+/// Acceptance 4 (first half): the bundle holds the report, the findings, the data the
+/// diagnosis read, a manifest, and the kernel log lines or why there are none.
+#[test]
+fn the_evidence_bundle_holds_report_data_and_manifest() {
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("evidence.tar.gz");
+    let bad = format!("{DIR}/pair-2node-1gpu-network-error.txt");
+    let o = run(&["diagnose", "nccl", &bad, "--bundle", bundle.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    let files = bundle_files(&bundle);
     assert!(files["report.txt"].contains("NCCL-ABORT"), "{files:?}");
     let findings: serde_json::Value = serde_json::from_str(&files["findings.json"]).unwrap();
     assert_eq!(findings[0]["rule"], "NCCL-ABORT");
@@ -190,7 +196,6 @@ fn the_evidence_bundle_holds_report_data_and_manifest() {
 /// inventory's files.
 #[test]
 fn an_inventory_adds_cabling_audit_findings_and_bundle_files() {
-    use std::io::Read;
     let (dir, out) = simulate_one_flow(
         2_000_000,
         "kind = \"link_errors\"\ntarget = \"h1/mlx5_0\"\nloss = 0.002\n",
@@ -226,18 +231,7 @@ fn an_inventory_adds_cabling_audit_findings_and_bundle_files() {
     assert!(stdout.contains("LINK-ERRORS"), "{stdout}");
     assert!(stdout.contains("NIC h5/mlx5_1 — firmware 22.36.1010"), "{stdout}");
     // The simulated h1's lossy port is cabled to leaf1:Ethernet0 in the inventory.
-    let f = std::fs::File::open(&bundle).unwrap();
-    let mut ar = tar::Archive::new(flate2::read::GzDecoder::new(f));
-    let mut files = std::collections::BTreeMap::new();
-    for e in ar.entries().unwrap() {
-        let mut e = e.unwrap();
-        let name = e.path().unwrap().to_string_lossy().into_owned();
-        let mut s = String::new();
-        if e.header().entry_type().is_file() {
-            e.read_to_string(&mut s).unwrap();
-            files.insert(name, s);
-        }
-    }
+    let files = bundle_files(&bundle);
     let window: serde_json::Value = serde_json::from_str(&files["window.json"]).unwrap();
     assert!(
         window["links"]

@@ -6,6 +6,7 @@
 
 mod diagnose;
 mod host;
+mod memreg;
 mod monitor;
 mod nccl;
 mod plan;
