@@ -2,9 +2,11 @@
 # Runs the whole test suite on a fresh machine: installs the Debian packages the tests
 # need (scripts/install-test-deps.sh), then `cargo test --workspace`, then the memory
 # pool's lock-free free list model-checked with loom (its own target directory:
-# `--cfg loom` changes every crate's flags).
+# `--cfg loom` changes every crate's flags), then the Soft-RoCE test bed: real verbs on
+# rxe devices in a qemu guest, and the project's host reader on them (ci/softroce/run.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-test-deps.sh
 cargo test --workspace "$@"
 RUSTFLAGS="--cfg loom" cargo test -p xirang-memreg --test loom --target-dir target/loom
+XIRANG_BIN=target/debug/xirang ./ci/softroce/run.sh
