@@ -15,9 +15,14 @@ mkdir -p "$img"/{bin,sbin,etc,proc,sys,dev,tmp,run,lib64,usr/bin,usr/sbin,out}
 depmod -b "$root" "$kver"
 
 # Modules and what they depend on (testbed step 2).
+deps="$WORK/module-deps.txt"
+: > "$deps"
 for m in crc32_generic configfs rdma_rxe ib_uverbs rdma_ucm ib_umad dummy veth; do
-    modprobe -d "$root" -S "$kver" --show-depends "$m" | awk '$1 == "insmod" {print $2}'
-done | sort -u | while read -r ko; do
+    modprobe -d "$root" -S "$kver" --show-depends "$m" > "$deps.one" ||
+        { echo "softroce: module $m is not in kernel $kver" >&2; exit 1; }
+    awk '$1 == "insmod" {print $2}' "$deps.one" >> "$deps"
+done
+sort -u "$deps" | while read -r ko; do
     rel=${ko#"$root"/}
     mkdir -p "$img/$(dirname "$rel")"
     cp "$ko" "$img/$rel"
@@ -32,7 +37,7 @@ copy() {
     for f in "$@"; do
         mkdir -p "$img/$(dirname "$f")"
         cp -aL "$f" "$img/$f"
-        ldd "$f" 2>/dev/null | awk '/=> \// {print $3} /^\t\/lib/ {print $1}' | while read -r lib; do
+        { ldd "$f" 2>/dev/null || true; } | awk '/=> \// {print $3} /^\t\/lib/ {print $1}' | while read -r lib; do
             [ -e "$img/$lib" ] || { mkdir -p "$img/$(dirname "$lib")"; cp -aL "$lib" "$img/$lib"; }
         done
     done
@@ -46,7 +51,7 @@ cp /etc/libibverbs.d/rxe.driver "$img/etc/libibverbs.d/"
 # The project's binary, stripped, with its libraries.
 strip -o "$img/usr/bin/xirang" "$xirang"
 copy_libs() {
-    ldd "$1" 2>/dev/null | awk '/=> \// {print $3} /^\t\/lib/ {print $1}' | while read -r lib; do
+    { ldd "$1" 2>/dev/null || true; } | awk '/=> \// {print $3} /^\t\/lib/ {print $1}' | while read -r lib; do
         [ -e "$img/$lib" ] || { mkdir -p "$img/$(dirname "$lib")"; cp -aL "$lib" "$img/$lib"; }
     done
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The Soft-RoCE test bed in one command: installs what it needs (setup.sh), builds the
-# project's release binary and the guest image (build-initramfs.sh), boots a qemu guest
+# project's binary (unless XIRANG_BIN names one) and the guest image
+# (build-initramfs.sh), boots a qemu guest
 # under software emulation (TCG: no KVM, no network device; shared/reference/
 # softroce-testbed.md), runs the guest's tests and returns their exit code. The guest's
 # console is in target/softroce/out/console.txt, its data (test logs, counter snapshots
@@ -34,6 +35,7 @@ timeout --kill-after=10 "$VM_TIMEOUT_S" qemu-system-x86_64 -machine q35 -accel t
     -append "console=ttyS0 quiet loglevel=4 panic=-1 oops=panic"
 vm=$?
 set -e
+touch "$out/console.txt"
 grep '^softroce:' "$out/console.txt" >&2 || true
 rc=$(sed -n 's/^SOFTROCE-EXIT \([0-9]*\).*/\1/p' "$out/console.txt" | tail -1)
 if [ -z "$rc" ]; then

@@ -16,7 +16,7 @@ APT=(apt-get -q -o "Dir::Etc::sourcelist=$WORK/apt/sources.list" -o "Dir::Etc::s
      -o "Dir::State::lists=$WORK/apt/lists" -o APT::Get::List-Cleanup=0)
 
 need=()
-for p in busybox-static kmod cpio iproute2 ibverbs-utils rdmacm-utils perftest libibverbs1 \
+for p in busybox-static kmod cpio iproute2 binutils ibverbs-utils rdmacm-utils perftest libibverbs1 \
          ibverbs-providers librdmacm1 qemu-system-x86; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")
 done
@@ -43,10 +43,17 @@ fi
 
 # The kernel package, fetched and unpacked (never installed): the guest's kernel and
 # the modules Soft-RoCE needs.
-kpkg=$(apt-cache "${APT[@]:1}" depends linux-image-amd64 | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
+resolve() { apt-cache "${APT[@]:1}" depends linux-image-amd64 | awk '/Depends: linux-image-[0-9]/ {print $2; exit}'; }
+kpkg=$(resolve)
 [ -n "$kpkg" ] || { echo "softroce: cannot resolve linux-image-amd64" >&2; exit 1; }
 if [ ! -f "$WORK/kernel/$kpkg.done" ]; then
-    (cd "$WORK/kernel" && rm -rf root && timeout 300 "${APT[@]}" download "$kpkg")
+    rm -rf "$WORK/kernel/root"
+    # A stale list may name a kernel the mirror has dropped: refresh once and retry.
+    if ! (cd "$WORK/kernel" && timeout 300 "${APT[@]}" download "$kpkg"); then
+        timeout 300 "${APT[@]}" update
+        kpkg=$(resolve)
+        (cd "$WORK/kernel" && timeout 300 "${APT[@]}" download "$kpkg")
+    fi
     deb=$(ls "$WORK/kernel/${kpkg}"_*.deb | head -1)
     mkdir -p "$WORK/kernel/root"
     dpkg-deb --fsys-tarfile "$deb" | tar -x -C "$WORK/kernel/root" \

@@ -21,6 +21,14 @@ pub const CACHE_LINE_BYTES: usize = 64;
 pub const MAX_SEGMENTS: usize = 16;
 /// Buffers a segment may hold (the index field of a buffer id).
 const SEGMENT_INDEX_BITS: u32 = 24;
+/// Size classes a pool may have (a buffer keeps its class in a byte).
+pub const MAX_CLASSES: usize = 256;
+/// Largest buffer, 1 GiB: keeps every layout sum far from overflow.
+pub const MAX_BUFFER_BYTES: usize = 1 << 30;
+/// A waiter re-checks the free list at least this often: a return that raced with
+/// its going to sleep costs at most this much delay (the wake-up handshake does not put
+/// a fence on the get/put fast path).
+const WAIT_POLL: Duration = Duration::from_millis(1);
 
 /// One size class: `count` buffers of at least `size_bytes`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -170,12 +178,27 @@ impl Pool {
     /// Maps and registers one region holding every class, through `backend`.
     pub fn new(config: PoolConfig, backend: Arc<dyn Backend>) -> Result<Pool, MemregError> {
         let page = page_size();
-        if config.classes.is_empty() {
-            return Err(MemregError::Config("expected at least one size class".into()));
+        if config.classes.is_empty() || config.classes.len() > MAX_CLASSES {
+            return Err(MemregError::Config(format!(
+                "expected 1 to {MAX_CLASSES} size classes, found {}",
+                config.classes.len()
+            )));
+        }
+        if !config.alignment_bytes.is_power_of_two() || config.alignment_bytes > page {
+            return Err(MemregError::Config(format!(
+                "expected an alignment that is a power of two up to the page ({page} bytes), found {}",
+                config.alignment_bytes
+            )));
         }
         let mut layout = Vec::new();
         let mut total = 0usize;
         for (i, c) in config.classes.iter().enumerate() {
+            if c.size_bytes == 0 || c.size_bytes > MAX_BUFFER_BYTES {
+                return Err(MemregError::Config(format!(
+                    "class {i}: expected a buffer size of 1 to {MAX_BUFFER_BYTES} bytes, found {}",
+                    c.size_bytes
+                )));
+            }
             if c.count == 0 || c.count >= 1 << SEGMENT_INDEX_BITS {
                 return Err(MemregError::Config(format!(
                     "class {i}: expected 1 to {} buffers, found {}",
@@ -188,7 +211,9 @@ impl Pool {
                 MemregError::Config(format!("class {i}: {} x {stride} bytes overflows", c.count))
             })?;
             layout.push((total, stride));
-            total += bytes.div_ceil(page) * page;
+            total = total
+                .checked_add(bytes.div_ceil(page) * page)
+                .ok_or_else(|| MemregError::Config("the classes' total size overflows".into()))?;
         }
         let region = Arc::new(Region::new(
             total,
@@ -268,7 +293,8 @@ impl Pool {
 
     fn wait(&self, class: usize, timeout: Duration) -> Result<Buf<'_>, MemregError> {
         self.waits.fetch_add(1, Ordering::Relaxed);
-        let deadline = Instant::now() + timeout;
+        // No deadline when the timeout is beyond what the clock can add.
+        let deadline = Instant::now().checked_add(timeout);
         let c = &self.classes[class];
         // Registered as a waiter before the last look under the lock, so a put that
         // finds no waiter happened before that look and its buffer is seen.
@@ -279,12 +305,14 @@ impl Pool {
                 break Some(id);
             }
             let now = Instant::now();
-            if now >= deadline {
-                break None;
-            }
+            let left = match deadline {
+                Some(d) if now >= d => break None,
+                Some(d) => d - now,
+                None => WAIT_POLL,
+            };
             guard = self
                 .returned
-                .wait_timeout(guard, deadline - now)
+                .wait_timeout(guard, left.min(WAIT_POLL))
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
         };
@@ -306,12 +334,18 @@ impl Pool {
         let Some(seg) = c.segments.iter().position(|s| s.get().is_none()) else {
             return self.fail(class);
         };
-        let region = Arc::new(Region::new(
+        let region = match Region::new(
             c.stride * c.per_segment,
             self.config.huge_pages,
             self.config.access,
             self.backend.clone(),
-        )?);
+        ) {
+            Ok(r) => Arc::new(r),
+            Err(e) => {
+                self.failures.fetch_add(1, Ordering::Relaxed);
+                return Err(e);
+            }
+        };
         let base = region.addr();
         let _ = c.segments[seg].set(Segment::new(region, base, c.per_segment));
         self.grows.fetch_add(1, Ordering::Relaxed);
@@ -344,8 +378,9 @@ impl Pool {
     }
 
     fn put(&self, class: usize, id: u32) {
-        self.classes[class].push(id);
+        // Counted out before it is back, so that in-use never exceeds the buffers.
         self.in_use.fetch_sub(1, Ordering::Relaxed);
+        self.classes[class].push(id);
         if self.waiters.load(Ordering::SeqCst) > 0 {
             let _g = self.slow.lock().unwrap_or_else(|e| e.into_inner());
             self.returned.notify_all();

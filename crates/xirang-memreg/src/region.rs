@@ -100,7 +100,8 @@ pub fn page_size() -> usize {
     if p > 0 { p as usize } else { 4096 }
 }
 
-/// Size of an explicit huge page (`MAP_HUGETLB` default on x86-64 Linux).
+/// Size of an explicit huge page (`MAP_HUGETLB` default on x86-64 Linux; a system whose
+/// default huge page is 1 GiB is not supported).
 pub const HUGE_PAGE_BYTES: usize = 2 << 20;
 
 /// One mapped, registered range. Unmapped and deregistered on drop.
@@ -122,7 +123,11 @@ impl Region {
         backend: Arc<dyn Backend>,
     ) -> Result<Region, MemregError> {
         let unit = if huge_pages { HUGE_PAGE_BYTES } else { page_size() };
-        let len = len.max(1).div_ceil(unit) * unit;
+        let len = len
+            .max(1)
+            .div_ceil(unit)
+            .checked_mul(unit)
+            .ok_or_else(|| MemregError::Config(format!("a region of {len} bytes overflows")))?;
         let mut flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
         if huge_pages {
             flags |= libc::MAP_HUGETLB;

@@ -162,6 +162,21 @@ fn wait_gets_a_buffer_another_thread_returns_or_times_out() {
     assert!(matches!(short.get(1), Err(MemregError::Exhausted { .. })));
     assert!(t0.elapsed() >= Duration::from_millis(20));
     assert_eq!((short.stats().waits, short.stats().failures), (1, 1));
+    // A timeout beyond what the clock can add waits without a deadline.
+    let forever = pool(
+        vec![ClassSpec {
+            size_bytes: 64,
+            count: 1,
+        }],
+        Exhaustion::Wait(Duration::MAX),
+    );
+    let held = forever.get(1).unwrap();
+    std::thread::scope(|s| {
+        let t = s.spawn(|| forever.get(1).is_ok());
+        std::thread::sleep(Duration::from_millis(20));
+        drop(held);
+        assert!(t.join().unwrap());
+    });
 }
 
 #[test]
@@ -225,7 +240,38 @@ fn bad_configurations_say_what_is_expected() {
     let e = Pool::new(PoolConfig::new(vec![]), backend.clone())
         .unwrap_err()
         .to_string();
-    assert_eq!(e, "pool configuration: expected at least one size class");
+    assert_eq!(e, "pool configuration: expected 1 to 256 size classes, found 0");
+    let many = vec![
+        ClassSpec {
+            size_bytes: 64,
+            count: 1
+        };
+        257
+    ];
+    let e = Pool::new(PoolConfig::new(many), backend.clone())
+        .unwrap_err()
+        .to_string();
+    assert_eq!(e, "pool configuration: expected 1 to 256 size classes, found 257");
+    let e = Pool::new(
+        PoolConfig::new(vec![ClassSpec {
+            size_bytes: usize::MAX,
+            count: 1,
+        }]),
+        backend.clone(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("class 0: expected a buffer size of 1 to 1073741824 bytes"),
+        "{e}"
+    );
+    let mut odd = PoolConfig::new(vec![ClassSpec {
+        size_bytes: 64,
+        count: 1,
+    }]);
+    odd.alignment_bytes = 96;
+    let e = Pool::new(odd, backend.clone()).unwrap_err().to_string();
+    assert!(e.contains("expected an alignment that is a power of two"), "{e}");
     let e = Pool::new(
         PoolConfig::new(vec![ClassSpec {
             size_bytes: 64,
