@@ -274,36 +274,21 @@ fn switch_fault(kind: FaultKind, port: &str, extra: &str) -> Injected {
 
 /// Every case of the suite.
 pub fn cases() -> Vec<Case> {
-    let one = |name: &str, seed: u64, f: Injected| Case {
-        name: name.into(),
-        seed,
-        faults: vec![f],
-        load: Load::Permutation,
+    // One single-fault case under a load.
+    let under = |load: Load| {
+        move |name: &str, seed: u64, f: Injected| Case {
+            name: name.into(),
+            seed,
+            faults: vec![f],
+            load,
+        }
     };
-    let incast = |name: &str, seed: u64, f: Injected| Case {
-        name: name.into(),
-        seed,
-        faults: vec![f],
-        load: Load::Incast,
-    };
-    let rail = |name: &str, seed: u64, f: Injected| Case {
-        name: name.into(),
-        seed,
-        faults: vec![f],
-        load: Load::Rail,
-    };
-    let shallow = |name: &str, seed: u64, f: Injected| Case {
-        name: name.into(),
-        seed,
-        faults: vec![f],
-        load: Load::ShallowIncast,
-    };
-    let wide_case = |name: &str, seed: u64, f: Injected| Case {
-        name: name.into(),
-        seed,
-        faults: vec![f],
-        load: Load::Wide,
-    };
+    let one = under(Load::Permutation);
+    let incast = under(Load::Incast);
+    let rail = under(Load::Rail);
+    let shallow = under(Load::ShallowIncast);
+    let wide_case = under(Load::Wide);
+    let wide_far = under(Load::WideFar);
     let mut v = vec![
         one(
             "errors-nic-h1-0.2%",
@@ -424,23 +409,13 @@ pub fn cases() -> Vec<Case> {
         ),
         wide_case("hot-spine1-70%", 1, hot_spine("spine1", 0.7)),
         wide_case("hot-spine3-60%", 2, hot_spine("spine3", 0.6)),
-        Case {
-            name: "hot-spine0-90%-far".into(),
-            seed: 3,
-            faults: vec![hot_spine("spine0", 0.9)],
-            load: Load::WideFar,
-        },
+        wide_far("hot-spine0-90%-far", 3, hot_spine("spine0", 0.9)),
         one("gdr-off-h2-25G", 1, gdr_off("h2/mlx5_0", 25.0)),
         incast("gdr-off-h0-30G", 2, gdr_off("h0/mlx5_0", 30.0)),
         rail("gdr-off-h3-mlx5_1-40G", 3, gdr_off("h3/mlx5_1", 40.0)),
         wide_case("single-qp-seed1", 1, single_qp()),
         wide_case("single-qp-seed2", 2, single_qp()),
-        Case {
-            name: "single-qp-far-seed3".into(),
-            seed: 3,
-            faults: vec![single_qp()],
-            load: Load::WideFar,
-        },
+        wide_far("single-qp-far-seed3", 3, single_qp()),
     ];
     for seed in 1..=5 {
         v.push(Case {

@@ -489,6 +489,8 @@ pub struct Sim<Q: Queue = EventQueue> {
     /// `ecmp_imbalance`: the favoured switch and the share of flows sent to it, as a
     /// threshold on a 32-bit hash.
     hot_switch: Option<(u32, u64)>,
+    /// Some NIC port has a `gdr_off` credit gate.
+    rx_gated: bool,
     cnp_prio: u8,
     ack_prio_high: bool,
     header_bytes: u32,
@@ -704,6 +706,7 @@ impl<Q: Queue> Sim<Q> {
             reserved: config.buffer.reserved_bytes,
             xon_offset: pfc.xon_offset_bytes,
             pause_quanta: pfc.pause_quanta,
+            rx_gated: false,
             hot_switch: opts
                 .hot_switch
                 .map(|(s, share)| (s.0, (share.clamp(0.0, 1.0) * f64::from(u32::MAX)) as u64)),
@@ -1001,6 +1004,10 @@ impl<Q: Queue> Sim<Q> {
     /// already holds one).
     #[inline]
     fn rx_gate(&self, qi: u32) -> Ps {
+        // Runs without a `gdr_off` fault (nearly all) skip the receiver lookup per QP.
+        if !self.rx_gated {
+            return 0;
+        }
         let q = &self.qps[qi as usize];
         let d = &self.ports[q.dst_port as usize];
         if d.rx_cap.is_some() && !q.rx_reserved {
@@ -1439,6 +1446,7 @@ impl<Q: Queue> Sim<Q> {
                     for p in self.nic_port_ids(port) {
                         self.ports[p].host_cap = Some(cap);
                         self.ports[p].rx_cap = Some(cap);
+                        self.rx_gated = true;
                     }
                 }
                 FaultKind::LinkDown => self.q.push(start, ev(EV_FAULT, idx, 0)),

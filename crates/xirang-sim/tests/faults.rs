@@ -7,10 +7,18 @@ use xirang_fabric::Loaded;
 use xirang_fabric::scenario::Scenario;
 use xirang_sim::{RunResult, options, simulate};
 
-fn load(text: &str) -> Loaded {
+fn try_load(text: &str) -> Result<Loaded, xirang_fabric::scenario::ScenarioError> {
     Scenario::parse(text, Path::new("test.toml"))
         .and_then(|s| s.build(Path::new("test.toml"), Path::new("."), Some(text)))
-        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn load(text: &str) -> Loaded {
+    try_load(text).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The error a scenario that must not load gives.
+fn load_err(text: &str) -> String {
+    try_load(text).map(|_| ()).unwrap_err().to_string()
 }
 
 fn run(l: &Loaded) -> RunResult {
@@ -176,11 +184,7 @@ fn bad_faults_are_errors_with_their_key() {
         ),
     ] {
         let text = format!("{FABRIC}\n[[faults]]\n{fault}\n");
-        let e = Scenario::parse(&text, Path::new("test.toml"))
-            .and_then(|s| s.build(Path::new("test.toml"), Path::new("."), Some(&text)))
-            .map(|_| ())
-            .unwrap_err()
-            .to_string();
+        let e = load_err(&text);
         assert!(e.contains(want), "{fault}\n got: {e}\nwant: {want}");
     }
 }
@@ -377,23 +381,11 @@ list = [
     );
     // The application's configuration holds for the whole run.
     let bad = format!("{RAIL}\n[[faults]]\nkind = \"nic_funnel\"\ntarget = \"h0/mlx5_0\"\nstart_us = 5\n");
-    let e = Scenario::parse(&bad, Path::new("test.toml"))
-        .and_then(|s| s.build(Path::new("test.toml"), Path::new("."), Some(&bad)))
-        .map(|_| ())
-        .unwrap_err()
-        .to_string();
+    let e = load_err(&bad);
     assert!(
         e.contains("faults[0].start_us: `nic_funnel` is configuration and holds for the whole run"),
         "{e}"
     );
-}
-
-fn load_err(text: &str) -> String {
-    Scenario::parse(text, Path::new("test.toml"))
-        .and_then(|s| s.build(Path::new("test.toml"), Path::new("."), Some(text)))
-        .map(|_| ())
-        .unwrap_err()
-        .to_string()
 }
 
 #[test]
