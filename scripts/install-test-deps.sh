@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Installs what the tests need that Cargo does not: Debian's chromium (renders the tune
 # report in a headless test) and prometheus (scrapes the monitoring agent in an
-# integration test). Skips what is already there; never removes anything.
+# integration test) and libibverbs-dev, whose verbs.h the memreg crate's hand-written verbs
+# layouts are checked against (crates/xirang-memreg/tests/verbs_abi.rs). Skips what is
+# already there; never removes anything.
 set -euo pipefail
 missing=()
 command -v chromium > /dev/null 2>&1 || missing+=(chromium)
 command -v prometheus > /dev/null 2>&1 || missing+=(prometheus)
+[ -f /usr/include/infiniband/verbs.h ] || missing+=(libibverbs-dev)
 [ "${#missing[@]}" -eq 0 ] && exit 0
 SUDO=""
 if [ "$(id -u)" != 0 ]; then

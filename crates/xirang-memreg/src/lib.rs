@@ -4,6 +4,9 @@
 //!
 //! - [`region`]: a mapped region registered through a [`region::Backend`] (`host`:
 //!   `mlock` only, for machines without an RDMA device), with its keys.
+//! - [`verbs`]: libibverbs loaded at run time: the `verbs` backend (`ibv_reg_mr`,
+//!   dma-buf where offered), chosen by [`verbs::auto_backend`] when a device exists, and
+//!   RC queue pairs for RDMA WRITE/READ from pool buffers.
 //! - [`pool`]: size classes over regions; [`pool::Pool::get`] pops a lock-free free list
 //!   ([`freelist`]) and the [`pool::Buf`] handle pushes itself back when dropped;
 //!   exhaustion fails fast, waits, or grows by one more registered region (counted).
@@ -14,9 +17,13 @@
 pub mod bench;
 pub mod freelist;
 #[cfg(not(loom))]
+pub mod loopback;
+#[cfg(not(loom))]
 pub mod pool;
 #[cfg(not(loom))]
 pub mod region;
+#[cfg(not(loom))]
+pub mod verbs;
 
 #[cfg(not(loom))]
 pub use pool::{Buf, ClassSpec, Exhaustion, Pool, PoolConfig, Stats};
@@ -65,6 +72,12 @@ pub enum MemregError {
         /// Its buffer size.
         size_bytes: usize,
     },
+    /// libibverbs is missing or a verbs call failed.
+    #[error("verbs: {0}")]
+    Verbs(String),
+    /// No RDMA device (or not the one named).
+    #[error("{0}")]
+    NoDevice(String),
     /// No class is large enough.
     #[error("no class holds {len} bytes (the largest holds {largest})")]
     TooLarge {

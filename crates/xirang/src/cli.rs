@@ -66,6 +66,40 @@ pub(crate) enum MemregCmd {
     /// Time get+put pairs of the pool against malloc/free and a crossbeam ArrayQueue
     /// pool, on 1 and 2 threads, and registering per operation (mlock/munlock).
     Bench(MemregBenchArgs),
+    /// The pool on real RDMA devices: one registered pool per device, RDMA WRITE and
+    /// READ between pool buffers over an RC queue pair (every byte checked), the
+    /// devices' packet counters before and after, and ibv_reg_mr per operation timed
+    /// against a pool get+put. Needs libibverbs and two devices (or one, twice).
+    Loopback(MemregLoopbackArgs),
+}
+
+/// `xirang memreg loopback`.
+#[derive(Debug, Args)]
+pub(crate) struct MemregLoopbackArgs {
+    /// The two devices, initiator first (the same name twice loops one device).
+    #[arg(long, num_args = 2, value_names = ["DEV_A", "DEV_B"], required = true)]
+    pub(crate) devices: Vec<String>,
+    /// Port on each device.
+    #[arg(long, default_value_t = 1)]
+    pub(crate) port: u8,
+    /// GID index on each device.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) gid_index: u8,
+    /// Path MTU, bytes (256 to 4096).
+    #[arg(long, default_value_t = 1024)]
+    pub(crate) mtu: u32,
+    /// Rounds over every buffer class.
+    #[arg(long, default_value_t = 8)]
+    pub(crate) rounds: u32,
+    /// Registrations timed (ibv_reg_mr + ibv_dereg_mr).
+    #[arg(long, default_value_t = 200)]
+    pub(crate) registrations: u32,
+    /// Where the devices' hw_counters are.
+    #[arg(long, default_value = "/sys/class/infiniband")]
+    pub(crate) sysfs: std::path::PathBuf,
+    /// Print JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 /// `xirang memreg bench`.

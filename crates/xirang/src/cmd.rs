@@ -29,7 +29,8 @@ pub(crate) fn run(cli: Cli) -> Result<Outcome> {
         Command::Audit(a) => crate::audit::run(&a),
         Command::Monitor(a) => crate::monitor::run(&a),
         Command::Rollout(a) => crate::rollout::run(a),
-        Command::Memreg(crate::cli::MemregCmd::Bench(a)) => memreg_bench(&a),
+        Command::Memreg(crate::cli::MemregCmd::Bench(a)) => crate::memreg::bench(&a),
+        Command::Memreg(crate::cli::MemregCmd::Loopback(a)) => crate::memreg::loopback(&a),
         Command::Diagnose(a) => match &a.command {
             Some(crate::cli::DiagnoseCmd::Nccl(n)) => crate::diagnose::nccl(n),
             Some(crate::cli::DiagnoseCmd::Suite(s)) => crate::diagnose::suite(s),
@@ -43,40 +44,6 @@ pub(crate) fn run(cli: Cli) -> Result<Outcome> {
             Ok(Outcome::Clean)
         }
     }
-}
-
-fn memreg_bench(a: &crate::cli::MemregBenchArgs) -> Result<Outcome> {
-    anyhow::ensure!(
-        a.pairs > 0 && a.registrations > 0,
-        "expected --pairs and --registrations above 0"
-    );
-    let rows = xirang_memreg::bench::run(a.size, a.pairs, a.registrations)?;
-    let pool_1 = rows
-        .iter()
-        .find(|r| r.what == "pool get+put" && r.threads == 1)
-        .map_or(f64::NAN, |r| r.ns_per_pair);
-    if a.json {
-        let v: Vec<serde_json::Value> = rows
-            .iter()
-            .map(|r| serde_json::json!({"what": r.what, "threads": r.threads, "ns_per_pair": r.ns_per_pair}))
-            .collect();
-        out(&(serde_json::to_string_pretty(&v)? + "\n"))?;
-    } else {
-        let mut t = table(&["operation", "threads", "ns per pair", "x pool (1 thread)"]);
-        for r in &rows {
-            t.add_row(vec![
-                r.what.to_string(),
-                r.threads.to_string(),
-                format!("{:.1}", r.ns_per_pair),
-                format!("{:.1}", r.ns_per_pair / pool_1),
-            ]);
-        }
-        out(&format!(
-            "{} byte buffers, {} pairs per thread\n{t}\n",
-            a.size, a.pairs
-        ))?;
-    }
-    Ok(Outcome::Clean)
 }
 
 /// A table in the house style with the given header.

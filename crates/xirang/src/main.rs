@@ -7,6 +7,7 @@ mod cli;
 mod cmd;
 mod diagnose;
 mod host;
+mod memreg;
 mod monitor;
 mod monitor_bench;
 mod nccl;
