@@ -47,7 +47,31 @@ fn threaded(threads: usize, pairs: u64, f: &(dyn Fn() + Sync)) -> f64 {
     times.iter().sum::<f64>() / threads as f64
 }
 
-/// Measures the pool, malloc/free and a crossbeam `ArrayQueue` pool for buffers of
+/// The pool's fast path: a thread's cache.
+pub const POOL_CACHED: &str = "pool get+put (thread cache)";
+
+/// Each of `threads` threads takes and returns buffers through its own cache.
+fn cached(pool: &Pool, threads: usize, pairs: u64) -> f64 {
+    let start = std::sync::Barrier::new(threads);
+    let times: Vec<f64> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    let cache = pool.cache();
+                    start.wait();
+                    per_pair(pairs, || {
+                        let b = cache.get_class(0).expect("a free buffer");
+                        black_box(b.addr());
+                    })
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().expect("bench thread")).collect()
+    });
+    times.iter().sum::<f64>() / threads as f64
+}
+
+/// Measures the pool (through a thread cache and through the shared free list), malloc/free and a crossbeam `ArrayQueue` pool for buffers of
 /// `size_bytes`, `pairs` pairs per thread, on 1 and 2 threads; and mlock/munlock of
 /// one buffer per operation (`register_ops` times), what registering per operation
 /// would cost on the host backend.
@@ -83,7 +107,12 @@ pub fn run(size_bytes: usize, pairs: u64, register_ops: u64) -> Result<Vec<Row>,
     let mut rows = Vec::new();
     for threads in [1, 2] {
         rows.push(Row {
-            what: "pool get+put",
+            what: POOL_CACHED,
+            threads,
+            ns_per_pair: cached(&pool, threads, pairs),
+        });
+        rows.push(Row {
+            what: "pool get+put (shared free list)",
             threads,
             ns_per_pair: threaded(threads, pairs, &pool_pair),
         });

@@ -10,11 +10,15 @@
 //! - [`pool`]: size classes over regions; [`pool::Pool::get`] pops a lock-free free list
 //!   ([`freelist`]) and the [`pool::Buf`] handle pushes itself back when dropped;
 //!   exhaustion fails fast, waits, or grows by one more registered region (counted).
+//! - [`cache`]: per-thread magazines over a pool, so that a get+put pair touches no
+//!   shared cache line; refilled and flushed in batches.
 
 // Under loom only the free list is built: its atomics are loom's, usable only inside
 // a model.
 #[cfg(not(loom))]
 pub mod bench;
+#[cfg(not(loom))]
+pub mod cache;
 pub mod freelist;
 #[cfg(not(loom))]
 pub mod loopback;
@@ -25,6 +29,8 @@ pub mod region;
 #[cfg(not(loom))]
 pub mod verbs;
 
+#[cfg(not(loom))]
+pub use cache::{Cache, CacheStats, CachedBuf};
 #[cfg(not(loom))]
 pub use pool::{Buf, ClassSpec, Exhaustion, Pool, PoolConfig, Stats};
 #[cfg(not(loom))]

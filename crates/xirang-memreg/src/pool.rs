@@ -273,17 +273,54 @@ impl Pool {
 
     /// A buffer of class `class`.
     pub fn get_class(&self, class: usize) -> Result<Buf<'_>, MemregError> {
-        if let Some(id) = self.classes[class].pop() {
-            return Ok(self.hand_out(class, id));
+        let id = self.take(class)?;
+        Ok(self.hand_out(class, id))
+    }
+
+    /// A buffer id of `class`, counted in use: the free list's, or what the exhaustion
+    /// policy gives.
+    pub(crate) fn take(&self, class: usize) -> Result<u32, MemregError> {
+        let id = match self.classes[class].pop() {
+            Some(id) => id,
+            None => match self.config.exhaustion {
+                Exhaustion::FailFast => return self.fail(class),
+                Exhaustion::Wait(timeout) => self.wait(class, timeout)?,
+                Exhaustion::Grow => self.grow(class)?,
+            },
+        };
+        self.count_out(1);
+        Ok(id)
+    }
+
+    /// Up to `out.len()` more ids of `class` from the free list only (no waiting, no
+    /// growth), counted in use at once; how many.
+    pub(crate) fn take_free(&self, class: usize, out: &mut [u32]) -> usize {
+        let mut n = 0;
+        while n < out.len() {
+            match self.classes[class].pop() {
+                Some(id) => {
+                    out[n] = id;
+                    n += 1;
+                }
+                None => break,
+            }
         }
-        match self.config.exhaustion {
-            Exhaustion::FailFast => self.fail(class),
-            Exhaustion::Wait(timeout) => self.wait(class, timeout),
-            Exhaustion::Grow => self.grow(class),
+        if n > 0 {
+            self.count_out(n);
+        }
+        n
+    }
+
+    fn count_out(&self, n: usize) {
+        let now = self.in_use.fetch_add(n, Ordering::Relaxed) + n;
+        // A plain load first: the mark moves rarely, and a locked update per get costs
+        // as much as the free list's own compare-and-swap.
+        if now > self.high_water.load(Ordering::Relaxed) {
+            self.high_water.fetch_max(now, Ordering::Relaxed);
         }
     }
 
-    fn fail(&self, class: usize) -> Result<Buf<'_>, MemregError> {
+    fn fail<T>(&self, class: usize) -> Result<T, MemregError> {
         self.failures.fetch_add(1, Ordering::Relaxed);
         Err(MemregError::Exhausted {
             class,
@@ -291,7 +328,7 @@ impl Pool {
         })
     }
 
-    fn wait(&self, class: usize, timeout: Duration) -> Result<Buf<'_>, MemregError> {
+    fn wait(&self, class: usize, timeout: Duration) -> Result<u32, MemregError> {
         self.waits.fetch_add(1, Ordering::Relaxed);
         // No deadline when the timeout is beyond what the clock can add.
         let deadline = Instant::now().checked_add(timeout);
@@ -319,17 +356,17 @@ impl Pool {
         drop(guard);
         self.waiters.fetch_sub(1, Ordering::SeqCst);
         match got {
-            Some(id) => Ok(self.hand_out(class, id)),
+            Some(id) => Ok(id),
             None => self.fail(class),
         }
     }
 
-    fn grow(&self, class: usize) -> Result<Buf<'_>, MemregError> {
+    fn grow(&self, class: usize) -> Result<u32, MemregError> {
         let c = &self.classes[class];
         let _guard = self.slow.lock().unwrap_or_else(|e| e.into_inner());
         // Another thread may have grown the class while this one waited for the lock.
         if let Some(id) = c.pop() {
-            return Ok(self.hand_out(class, id));
+            return Ok(id);
         }
         let Some(seg) = c.segments.iter().position(|s| s.get().is_none()) else {
             return self.fail(class);
@@ -352,35 +389,47 @@ impl Pool {
         for i in (1..c.per_segment).rev() {
             c.push(Class::id(seg, i));
         }
-        Ok(self.hand_out(class, Class::id(seg, 0)))
+        Ok(Class::id(seg, 0))
     }
 
     fn hand_out(&self, class: usize, id: u32) -> Buf<'_> {
-        let n = self.in_use.fetch_add(1, Ordering::Relaxed) + 1;
-        // A plain load first: the mark moves rarely, and a locked update per get costs
-        // as much as the free list's own compare-and-swap.
-        if n > self.high_water.load(Ordering::Relaxed) {
-            self.high_water.fetch_max(n, Ordering::Relaxed);
+        let (addr, len, keys) = self.locate(class, id);
+        Buf {
+            pool: self,
+            class: class as u8,
+            id,
+            addr,
+            len,
+            keys,
         }
+    }
+
+    /// Address, usable length and keys of buffer `id` of `class`.
+    pub(crate) fn locate(&self, class: usize, id: u32) -> (usize, usize, Keys) {
         let c = &self.classes[class];
         let (seg, index) = split(id);
         let s = c.segments[seg]
             .get()
             .expect("invariant: an id names a live segment");
-        Buf {
-            pool: self,
-            class: class as u8,
-            id,
-            addr: s.base + index * c.stride,
-            len: c.size_bytes,
-            keys: s.region.keys(),
-        }
+        (s.base + index * c.stride, c.size_bytes, s.region.keys())
+    }
+
+    /// Number of classes.
+    pub fn class_count(&self) -> usize {
+        self.classes.len()
     }
 
     fn put(&self, class: usize, id: u32) {
-        // Counted out before it is back, so that in-use never exceeds the buffers.
-        self.in_use.fetch_sub(1, Ordering::Relaxed);
-        self.classes[class].push(id);
+        self.put_many(class, &[id]);
+    }
+
+    /// Returns ids of `class` to the free list.
+    pub(crate) fn put_many(&self, class: usize, ids: &[u32]) {
+        // Counted out before they are back, so that in-use never exceeds the buffers.
+        self.in_use.fetch_sub(ids.len(), Ordering::Relaxed);
+        for &id in ids {
+            self.classes[class].push(id);
+        }
         if self.waiters.load(Ordering::SeqCst) > 0 {
             let _g = self.slow.lock().unwrap_or_else(|e| e.into_inner());
             self.returned.notify_all();

@@ -13,7 +13,7 @@ pub(crate) fn bench(a: &crate::cli::MemregBenchArgs) -> Result<Outcome> {
     let rows = xirang_memreg::bench::run(a.size, a.pairs, a.registrations)?;
     let pool_1 = rows
         .iter()
-        .find(|r| r.what == "pool get+put" && r.threads == 1)
+        .find(|r| r.what == xirang_memreg::bench::POOL_CACHED && r.threads == 1)
         .map_or(f64::NAN, |r| r.ns_per_pair);
     if a.json {
         let v: Vec<serde_json::Value> = rows
@@ -22,7 +22,7 @@ pub(crate) fn bench(a: &crate::cli::MemregBenchArgs) -> Result<Outcome> {
             .collect();
         out(&(serde_json::to_string_pretty(&v)? + "\n"))?;
     } else {
-        let mut t = table(&["operation", "threads", "ns per pair", "x pool (1 thread)"]);
+        let mut t = table(&["operation", "threads", "ns per pair", "x pool cache (1 thread)"]);
         for r in &rows {
             t.add_row(vec![
                 r.what.to_string(),

@@ -1,0 +1,237 @@
+//! Per-thread buffer caches: a thread that takes and returns buffers all the time keeps a
+//! small stack of free ids per class (a "magazine", as in Bonwick's slab magazines and
+//! DPDK's per-core mempool caches), so that a get+put pair touches no shared cache line.
+//! The cache refills from the pool's lock-free free list, and flushes back to it, half a
+//! magazine at a time; it flushes everything when dropped.
+//!
+//! The price is slack: up to [`MAGAZINE`] free buffers per class sit in each thread's
+//! cache, where other threads cannot take them, so a class can look exhausted to one
+//! thread while another's cache holds free buffers (`Cache::flush` hands them back). The
+//! pool's `in_use` counts buffers out of its free lists, including those parked in caches;
+//! [`CacheStats`] says how many of them the cache's thread really holds.
+
+use std::cell::Cell;
+
+use crate::region::Keys;
+use crate::{MemregError, Pool};
+
+/// Free ids a cache keeps per class at most.
+pub const MAGAZINE: usize = 32;
+/// Ids moved per refill or flush: half a magazine, so that alternating gets and puts at
+/// a boundary do not move ids back and forth every time.
+const BATCH: usize = MAGAZINE / 2;
+
+#[derive(Debug)]
+struct Magazine {
+    len: Cell<usize>,
+    ids: [Cell<u32>; MAGAZINE],
+}
+
+impl Magazine {
+    fn new() -> Magazine {
+        Magazine {
+            len: Cell::new(0),
+            ids: std::array::from_fn(|_| Cell::new(0)),
+        }
+    }
+}
+
+/// A cache's counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CacheStats {
+    /// Gets served from the magazine.
+    pub hits: u64,
+    /// Gets that went to the pool (refills).
+    pub refills: u64,
+    /// Times half a magazine went back to the pool.
+    pub flushes: u64,
+    /// Buffers out of this cache now.
+    pub in_use: usize,
+}
+
+/// One thread's cache of a pool's buffers. Not `Sync`: it belongs to the thread that made
+/// it, and so do the [`CachedBuf`]s it hands out.
+#[derive(Debug)]
+pub struct Cache<'p> {
+    pool: &'p Pool,
+    mags: Box<[Magazine]>,
+    hits: Cell<u64>,
+    refills: Cell<u64>,
+    flushes: Cell<u64>,
+    in_use: Cell<usize>,
+}
+
+impl Pool {
+    /// A cache for the calling thread (see [`crate::cache`]).
+    pub fn cache(&self) -> Cache<'_> {
+        Cache {
+            pool: self,
+            mags: (0..self.class_count()).map(|_| Magazine::new()).collect(),
+            hits: Cell::new(0),
+            refills: Cell::new(0),
+            flushes: Cell::new(0),
+            in_use: Cell::new(0),
+        }
+    }
+}
+
+impl<'p> Cache<'p> {
+    /// A buffer of at least `len` bytes from the smallest class that holds it.
+    pub fn get(&self, len: usize) -> Result<CachedBuf<'_, 'p>, MemregError> {
+        let class = self.pool.class_for(len).ok_or(MemregError::TooLarge {
+            len,
+            largest: self.pool.classes().iter().map(|c| c.0).max().unwrap_or(0),
+        })?;
+        self.get_class(class)
+    }
+
+    /// A buffer of class `class`: from the magazine, else refilled from the pool (whose
+    /// exhaustion policy applies when its free list is empty too).
+    pub fn get_class(&self, class: usize) -> Result<CachedBuf<'_, 'p>, MemregError> {
+        let m = &self.mags[class];
+        let n = m.len.get();
+        let id = if n > 0 {
+            m.len.set(n - 1);
+            self.hits.set(self.hits.get() + 1);
+            m.ids[n - 1].get()
+        } else {
+            self.refill(class)?
+        };
+        self.in_use.set(self.in_use.get() + 1);
+        let (addr, len, keys) = self.pool.locate(class, id);
+        Ok(CachedBuf {
+            cache: self,
+            class: class as u8,
+            id,
+            addr,
+            len,
+            keys,
+        })
+    }
+
+    #[cold]
+    fn refill(&self, class: usize) -> Result<u32, MemregError> {
+        self.refills.set(self.refills.get() + 1);
+        let mut more = [0u32; BATCH];
+        let got = self.pool.take_free(class, &mut more);
+        let id = if got > 0 {
+            more[got - 1]
+        } else {
+            // Nothing free: the pool's policy (fail, wait, grow) decides.
+            return self.pool.take(class);
+        };
+        let m = &self.mags[class];
+        for (slot, &i) in m.ids.iter().zip(&more[..got - 1]) {
+            slot.set(i);
+        }
+        m.len.set(got - 1);
+        Ok(id)
+    }
+
+    fn put(&self, class: usize, id: u32) {
+        self.in_use.set(self.in_use.get() - 1);
+        let m = &self.mags[class];
+        let mut n = m.len.get();
+        if n == MAGAZINE {
+            self.flush_some(class, BATCH);
+            n = m.len.get();
+        }
+        m.ids[n].set(id);
+        m.len.set(n + 1);
+    }
+
+    #[cold]
+    fn flush_some(&self, class: usize, count: usize) {
+        self.flushes.set(self.flushes.get() + 1);
+        let m = &self.mags[class];
+        let n = m.len.get();
+        let keep = n - count.min(n);
+        let ids: Vec<u32> = m.ids[keep..n].iter().map(Cell::get).collect();
+        m.len.set(keep);
+        self.pool.put_many(class, &ids);
+    }
+
+    /// Hands every cached free buffer back to the pool.
+    pub fn flush(&self) {
+        for class in 0..self.mags.len() {
+            if self.mags[class].len.get() > 0 {
+                self.flush_some(class, MAGAZINE);
+            }
+        }
+    }
+
+    /// Free buffers parked in this cache, all classes.
+    pub fn cached(&self) -> usize {
+        self.mags.iter().map(|m| m.len.get()).sum()
+    }
+
+    /// The cache's counters.
+    pub fn stats(&self) -> CacheStats {
+        CacheStats {
+            hits: self.hits.get(),
+            refills: self.refills.get(),
+            flushes: self.flushes.get(),
+            in_use: self.in_use.get(),
+        }
+    }
+}
+
+impl Drop for Cache<'_> {
+    fn drop(&mut self) {
+        // Every CachedBuf borrows the cache, so none is out: all its buffers are here.
+        self.flush();
+    }
+}
+
+/// A buffer from a [`Cache`]: its address, length and keys; back to the cache when
+/// dropped. Stays on the cache's thread.
+#[derive(Debug)]
+pub struct CachedBuf<'c, 'p> {
+    cache: &'c Cache<'p>,
+    class: u8,
+    id: u32,
+    addr: usize,
+    len: usize,
+    keys: Keys,
+}
+
+impl CachedBuf<'_, '_> {
+    /// Start address (for a scatter/gather entry or a peer's RDMA).
+    pub fn addr(&self) -> usize {
+        self.addr
+    }
+    /// Usable length, bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// Never empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// The registration's keys.
+    pub fn keys(&self) -> Keys {
+        self.keys
+    }
+    /// Its size class.
+    pub fn class(&self) -> usize {
+        usize::from(self.class)
+    }
+    /// The bytes (see [`crate::Buf::as_slice`]).
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: [addr, addr + len) lies in a live mapping of the pool's (the cache
+        // borrows the pool, which owns the region), and this handle is the only one for
+        // these bytes until it is dropped.
+        unsafe { std::slice::from_raw_parts(self.addr as *const u8, self.len) }
+    }
+    /// The bytes, to fill.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as in `as_slice`, and `&mut self` makes this the only borrow.
+        unsafe { std::slice::from_raw_parts_mut(self.addr as *mut u8, self.len) }
+    }
+}
+
+impl Drop for CachedBuf<'_, '_> {
+    fn drop(&mut self) {
+        self.cache.put(usize::from(self.class), self.id);
+    }
+}
