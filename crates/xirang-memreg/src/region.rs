@@ -93,6 +93,24 @@ impl Backend for HostBackend {
     }
 }
 
+/// This process's soft `RLIMIT_MEMLOCK`, bytes (`u64::MAX` when unlimited): what an
+/// unprivileged process may pin (memory-registration.md §2).
+pub fn memlock_limit_bytes() -> Option<u64> {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit only writes the struct it is given.
+    if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut r) } != 0 {
+        return None;
+    }
+    Some(if r.rlim_cur == libc::RLIM_INFINITY {
+        u64::MAX
+    } else {
+        r.rlim_cur
+    })
+}
+
 /// The system page size.
 pub fn page_size() -> usize {
     // SAFETY: sysconf has no preconditions.

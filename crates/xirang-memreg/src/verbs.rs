@@ -455,7 +455,14 @@ fn lib() -> Result<&'static Fns, MemregError> {
 }
 
 fn os_err(what: &str) -> MemregError {
-    MemregError::Verbs(format!("{what}: {}", std::io::Error::last_os_error()))
+    let e = std::io::Error::last_os_error();
+    // libibverbs reports a kernel without the RDMA user interface as ENOSYS.
+    if e.raw_os_error() == Some(libc::ENOSYS) {
+        return MemregError::NoDevice(format!(
+            "{what}: this kernel has no RDMA support loaded (no ib_uverbs)"
+        ));
+    }
+    MemregError::Verbs(format!("{what}: {e}"))
 }
 
 /// The RDMA devices libibverbs sees, by name.
@@ -789,7 +796,7 @@ pub fn auto_backend(device: Option<&str>) -> (Arc<dyn Backend>, String) {
         }
         Err(e) => (
             Arc::new(crate::region::HostBackend::default()),
-            format!("host backend (mlock only, no NIC registration): {e}"),
+            format!("host backend, pinning with mlock only, because no RDMA device is usable: {e}"),
         ),
     }
 }

@@ -71,6 +71,34 @@ pub(crate) enum MemregCmd {
     /// devices' packet counters before and after, and ibv_reg_mr per operation timed
     /// against a pool get+put. Needs libibverbs and two devices (or one, twice).
     Loopback(MemregLoopbackArgs),
+    /// Size each NIC's registered region for a scenario's workloads: QPs x WR depth x
+    /// buffer size per class (bounded by each connection's traffic), plus headroom;
+    /// what it pins per host and in all, against the scenario's memory.region_bytes.
+    /// Exits 1 when the configured region is too small.
+    Plan(MemregPlanArgs),
+}
+
+/// `xirang memreg plan`.
+#[derive(Debug, Args)]
+pub(crate) struct MemregPlanArgs {
+    /// Scenario file.
+    pub(crate) file: std::path::PathBuf,
+    /// Run seed for the workloads' random choices (inference sizes, permutations).
+    #[arg(long, default_value_t = 1)]
+    pub(crate) seed: u64,
+    /// Extra fraction on top of the computed need.
+    #[arg(long, default_value_t = 0.25)]
+    pub(crate) headroom: f64,
+    /// Also map and register the busiest NIC's pool on this machine (verbs on the first
+    /// RDMA device, or --device; else host mlock), to show it can be pinned here.
+    #[arg(long)]
+    pub(crate) register: bool,
+    /// RDMA device for --register.
+    #[arg(long, requires = "register")]
+    pub(crate) device: Option<String>,
+    /// Print JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 /// `xirang memreg loopback`.

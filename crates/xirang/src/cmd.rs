@@ -31,6 +31,7 @@ pub(crate) fn run(cli: Cli) -> Result<Outcome> {
         Command::Rollout(a) => crate::rollout::run(a),
         Command::Memreg(crate::cli::MemregCmd::Bench(a)) => crate::memreg::bench(&a),
         Command::Memreg(crate::cli::MemregCmd::Loopback(a)) => crate::memreg::loopback(&a),
+        Command::Memreg(crate::cli::MemregCmd::Plan(a)) => crate::memreg::plan(&a),
         Command::Diagnose(a) => match &a.command {
             Some(crate::cli::DiagnoseCmd::Nccl(n)) => crate::diagnose::nccl(n),
             Some(crate::cli::DiagnoseCmd::Suite(s)) => crate::diagnose::suite(s),
