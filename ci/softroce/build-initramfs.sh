@@ -60,7 +60,7 @@ copy_libs "$img/usr/bin/xirang"
 ln -sf /usr/bin/dash "$img/bin/sh"
 for t in modprobe lsmod insmod; do ln -sf /usr/bin/kmod "$img/sbin/$t"; done
 cp /usr/bin/busybox "$img/bin/busybox"
-for a in mount umount sleep cat grep sed awk ls mkdir echo poweroff sysctl head tail wc tr cut seq date; do
+for a in mount umount sleep cat grep sed awk ls mkdir echo poweroff sysctl head tail wc tr cut seq date wget; do
     [ -e "$img/bin/$a" ] || [ -e "$img/usr/bin/$a" ] || ln -sf busybox "$img/bin/$a"
 done
 cp "$here/guest/init" "$img/init"

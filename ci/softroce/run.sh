@@ -7,11 +7,18 @@
 # console is in target/softroce/out/console.txt, its data (test logs, counter snapshots
 # after each test) in target/softroce/out/guest-data.txt. A guest that hangs or dies
 # without its result marker fails the run (99).
+#
+# Usage: run.sh [TEST...]   (no names: every test; setup always runs first; an unknown
+# name fails the run, listing the known ones)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 top=$(cd "$here/../.." && pwd)
 export WORK="$top/target/softroce"
 VM_TIMEOUT_S=${VM_TIMEOUT_S:-300}
+for t in "$@"; do
+    case $t in *[!a-z0-9_]*) echo "softroce: bad test name '$t' (expected [a-z0-9_])" >&2; exit 2 ;; esac
+done
+tests=$(IFS=,; echo "$*")
 
 "$here/setup.sh"
 # XIRANG_BIN: a binary already built (the test command passes the one
@@ -32,7 +39,7 @@ timeout --kill-after=10 "$VM_TIMEOUT_S" qemu-system-x86_64 -machine q35 -accel t
     -display none -monitor none -no-reboot -nodefaults \
     -serial "file:$out/console.txt" -serial "file:$out/guest-data.txt" \
     -kernel "$WORK/vmlinuz" -initrd "$WORK/initramfs.cpio.gz" \
-    -append "console=ttyS0 quiet loglevel=4 panic=-1 oops=panic"
+    -append "console=ttyS0 quiet loglevel=4 panic=-1 oops=panic xirang.tests=$tests"
 vm=$?
 set -e
 touch "$out/console.txt"
