@@ -3,7 +3,7 @@
 # need (scripts/install-test-deps.sh), then `cargo test --workspace`, then the memory
 # pool's lock-free free list model-checked with loom (its own target directory:
 # `--cfg loom` changes every crate's flags), then the pool's tests again under valgrind's
-# memcheck (its unsafe code; Miri cannot be installed on this machine), then the
+# memcheck (the C library calls included) and under Miri (scripts/miri.sh), then the
 # Soft-RoCE test bed: real verbs on rxe devices in a qemu guest, the project's host
 # reader and its registered buffer pool on them (ci/softroce/run.sh).
 set -euo pipefail
@@ -12,4 +12,5 @@ cd "$(dirname "$0")/.."
 cargo test --workspace "$@"
 RUSTFLAGS="--cfg loom" cargo test -p xirang-memreg --test loom --target-dir target/loom
 CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER="valgrind -q --error-exitcode=99" cargo test -p xirang-memreg --lib --test pool --test cache
+./scripts/miri.sh
 XIRANG_BIN=target/debug/xirang ./ci/softroce/run.sh

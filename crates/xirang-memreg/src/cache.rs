@@ -4,9 +4,11 @@
 //! The cache refills from the pool's lock-free free list, and flushes back to it, half a
 //! magazine at a time; it flushes everything when dropped.
 //!
-//! The price is slack: up to [`MAGAZINE`] free buffers per class sit in each thread's
-//! cache, where other threads cannot take them, so a class can look exhausted to one
-//! thread while another's cache holds free buffers (`Cache::flush` hands them back). The
+//! The price is slack: free buffers sit in each thread's cache, where other threads
+//! cannot take them, so a class can look exhausted to one thread (or make it wait) while
+//! another's cache holds free buffers (`Cache::flush` hands them back). The slack is
+//! bounded: a magazine holds at most an eighth of its class's buffers (at least one, at
+//! most [`MAGAZINE`]), as DPDK bounds its per-core caches by the pool's size. The
 //! pool's `in_use` counts buffers out of its free lists, including those parked in caches;
 //! [`CacheStats`] says how many of them the cache's thread really holds.
 
@@ -17,20 +19,26 @@ use crate::{MemregError, Pool};
 
 /// Free ids a cache keeps per class at most.
 pub const MAGAZINE: usize = 32;
-/// Ids moved per refill or flush: half a magazine, so that alternating gets and puts at
-/// a boundary do not move ids back and forth every time.
-const BATCH: usize = MAGAZINE / 2;
+/// A magazine holds at most 1/8 of its class's buffers (see the module's comment).
+const SLACK_DIVISOR: usize = 8;
+/// Ids moved per refill or flush: half a full magazine (at least one), so that
+/// alternating gets and puts at a boundary do not move ids back and forth every time.
+fn batch(cap: usize) -> usize {
+    (cap / 2).max(1)
+}
 
 #[derive(Debug)]
 struct Magazine {
     len: Cell<usize>,
+    cap: usize,
     ids: [Cell<u32>; MAGAZINE],
 }
 
 impl Magazine {
-    fn new() -> Magazine {
+    fn new(class_buffers: usize) -> Magazine {
         Magazine {
             len: Cell::new(0),
+            cap: (class_buffers / SLACK_DIVISOR).clamp(1, MAGAZINE),
             ids: std::array::from_fn(|_| Cell::new(0)),
         }
     }
@@ -66,7 +74,9 @@ impl Pool {
     pub fn cache(&self) -> Cache<'_> {
         Cache {
             pool: self,
-            mags: (0..self.class_count()).map(|_| Magazine::new()).collect(),
+            mags: (0..self.class_count())
+                .map(|c| Magazine::new(self.class_buffers(c)))
+                .collect(),
             hits: Cell::new(0),
             refills: Cell::new(0),
             flushes: Cell::new(0),
@@ -98,12 +108,12 @@ impl<'p> Cache<'p> {
             self.refill(class)?
         };
         self.in_use.set(self.in_use.get() + 1);
-        let (addr, len, keys) = self.pool.locate(class, id);
+        let (ptr, len, keys) = self.pool.locate(class, id);
         Ok(CachedBuf {
             cache: self,
             class: class as u8,
             id,
-            addr,
+            ptr,
             len,
             keys,
         })
@@ -112,15 +122,15 @@ impl<'p> Cache<'p> {
     #[cold]
     fn refill(&self, class: usize) -> Result<u32, MemregError> {
         self.refills.set(self.refills.get() + 1);
-        let mut more = [0u32; BATCH];
-        let got = self.pool.take_free(class, &mut more);
+        let m = &self.mags[class];
+        let mut more = [0u32; MAGAZINE];
+        let got = self.pool.take_free(class, &mut more[..batch(m.cap)]);
         let id = if got > 0 {
             more[got - 1]
         } else {
             // Nothing free: the pool's policy (fail, wait, grow) decides.
             return self.pool.take(class);
         };
-        let m = &self.mags[class];
         for (slot, &i) in m.ids.iter().zip(&more[..got - 1]) {
             slot.set(i);
         }
@@ -132,8 +142,8 @@ impl<'p> Cache<'p> {
         self.in_use.set(self.in_use.get() - 1);
         let m = &self.mags[class];
         let mut n = m.len.get();
-        if n == MAGAZINE {
-            self.flush_some(class, BATCH);
+        if n == m.cap {
+            self.flush_some(class, batch(m.cap));
             n = m.len.get();
         }
         m.ids[n].set(id);
@@ -190,7 +200,7 @@ pub struct CachedBuf<'c, 'p> {
     cache: &'c Cache<'p>,
     class: u8,
     id: u32,
-    addr: usize,
+    ptr: *mut u8,
     len: usize,
     keys: Keys,
 }
@@ -198,7 +208,7 @@ pub struct CachedBuf<'c, 'p> {
 impl CachedBuf<'_, '_> {
     /// Start address (for a scatter/gather entry or a peer's RDMA).
     pub fn addr(&self) -> usize {
-        self.addr
+        self.ptr as usize
     }
     /// Usable length, bytes.
     pub fn len(&self) -> usize {
@@ -221,12 +231,12 @@ impl CachedBuf<'_, '_> {
         // SAFETY: [addr, addr + len) lies in a live mapping of the pool's (the cache
         // borrows the pool, which owns the region), and this handle is the only one for
         // these bytes until it is dropped.
-        unsafe { std::slice::from_raw_parts(self.addr as *const u8, self.len) }
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
     }
     /// The bytes, to fill.
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
         // SAFETY: as in `as_slice`, and `&mut self` makes this the only borrow.
-        unsafe { std::slice::from_raw_parts_mut(self.addr as *mut u8, self.len) }
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
     }
 }
 

@@ -99,12 +99,18 @@ pub struct Stats {
 #[derive(Debug)]
 struct Segment {
     region: Arc<Region>,
-    base: usize,
+    base: *mut u8,
     next: Box<[AtomicU32]>,
 }
 
+// SAFETY: `base` points into `region`, which the segment keeps alive; the pointer is
+// only read to compute buffer addresses, and each buffer has one owner at a time.
+unsafe impl Send for Segment {}
+// SAFETY: as above; shared use only reads the pointer and the atomics.
+unsafe impl Sync for Segment {}
+
 impl Segment {
-    fn new(region: Arc<Region>, base: usize, count: usize) -> Segment {
+    fn new(region: Arc<Region>, base: *mut u8, count: usize) -> Segment {
         Segment {
             region,
             base,
@@ -233,7 +239,11 @@ impl Pool {
                     segments: std::array::from_fn(|_| OnceLock::new()),
                     free: Stack::new(),
                 };
-                let _ = class.segments[0].set(Segment::new(region.clone(), region.addr() + offset, c.count));
+                let _ = class.segments[0].set(Segment::new(
+                    region.clone(),
+                    region.as_ptr().wrapping_add(*offset),
+                    c.count,
+                ));
                 for i in (0..c.count).rev() {
                     class.push(Class::id(0, i));
                 }
@@ -383,7 +393,7 @@ impl Pool {
                 return Err(e);
             }
         };
-        let base = region.addr();
+        let base = region.as_ptr();
         let _ = c.segments[seg].set(Segment::new(region, base, c.per_segment));
         self.grows.fetch_add(1, Ordering::Relaxed);
         for i in (1..c.per_segment).rev() {
@@ -393,30 +403,40 @@ impl Pool {
     }
 
     fn hand_out(&self, class: usize, id: u32) -> Buf<'_> {
-        let (addr, len, keys) = self.locate(class, id);
+        let (ptr, len, keys) = self.locate(class, id);
         Buf {
             pool: self,
             class: class as u8,
             id,
-            addr,
+            ptr,
             len,
             keys,
         }
     }
 
     /// Address, usable length and keys of buffer `id` of `class`.
-    pub(crate) fn locate(&self, class: usize, id: u32) -> (usize, usize, Keys) {
+    pub(crate) fn locate(&self, class: usize, id: u32) -> (*mut u8, usize, Keys) {
         let c = &self.classes[class];
         let (seg, index) = split(id);
         let s = c.segments[seg]
             .get()
             .expect("invariant: an id names a live segment");
-        (s.base + index * c.stride, c.size_bytes, s.region.keys())
+        // In bounds: the segment holds `per_segment` strides (checked at construction).
+        (
+            s.base.wrapping_add(index * c.stride),
+            c.size_bytes,
+            s.region.keys(),
+        )
     }
 
     /// Number of classes.
     pub fn class_count(&self) -> usize {
         self.classes.len()
+    }
+
+    /// Buffers of `class` in its first region.
+    pub(crate) fn class_buffers(&self, class: usize) -> usize {
+        self.classes[class].per_segment
     }
 
     fn put(&self, class: usize, id: u32) {
@@ -490,7 +510,7 @@ pub struct Buf<'p> {
     pool: &'p Pool,
     class: u8,
     id: u32,
-    addr: usize,
+    ptr: *mut u8,
     len: usize,
     keys: Keys,
 }
@@ -498,7 +518,7 @@ pub struct Buf<'p> {
 impl Buf<'_> {
     /// Start address (for a scatter/gather entry or a peer's RDMA).
     pub fn addr(&self) -> usize {
-        self.addr
+        self.ptr as usize
     }
     /// Usable length, bytes.
     pub fn len(&self) -> usize {
@@ -523,12 +543,12 @@ impl Buf<'_> {
         // SAFETY: [addr, addr + len) lies in a live mapping of the pool's (the region
         // outlives the pool, which outlives this borrow), and this handle is the only
         // one for these bytes until it is dropped.
-        unsafe { std::slice::from_raw_parts(self.addr as *const u8, self.len) }
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
     }
     /// The bytes, to fill.
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
         // SAFETY: as in `as_slice`, and `&mut self` makes this the only borrow.
-        unsafe { std::slice::from_raw_parts_mut(self.addr as *mut u8, self.len) }
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
     }
 }
 

@@ -58,6 +58,37 @@ pub struct HostBackend {
     next_key: AtomicU32,
 }
 
+/// `mlock`. Under Miri, which cannot call into the C library for it, nothing is pinned:
+/// the pool's own unsafe code (mapping, buffers, free lists) is what Miri checks, and the
+/// pinning calls run in the normal and valgrind test runs.
+fn pin(addr: usize, len: usize) -> i32 {
+    #[cfg(miri)]
+    {
+        let _ = (addr, len);
+        0
+    }
+    // SAFETY: mlock only reads the address range; the caller maps it for as long as it
+    // stays registered.
+    #[cfg(not(miri))]
+    unsafe {
+        libc::mlock(addr as *const libc::c_void, len)
+    }
+}
+
+/// `munlock` (nothing under Miri, as in [`pin`]).
+fn unpin(addr: usize, len: usize) -> i32 {
+    #[cfg(miri)]
+    {
+        let _ = (addr, len);
+        0
+    }
+    // SAFETY: the range is mapped and was locked by `pin`.
+    #[cfg(not(miri))]
+    unsafe {
+        libc::munlock(addr as *const libc::c_void, len)
+    }
+}
+
 impl Backend for HostBackend {
     fn name(&self) -> &'static str {
         "host"
@@ -67,9 +98,7 @@ impl Backend for HostBackend {
         if access.remote_write && !access.local_write {
             return Err(MemregError::Access);
         }
-        // SAFETY: mlock only reads the address range; the caller maps it for as long as
-        // it stays registered.
-        if unsafe { libc::mlock(addr as *const libc::c_void, len) } != 0 {
+        if pin(addr, len) != 0 {
             return Err(MemregError::Register {
                 backend: self.name(),
                 len,
@@ -81,8 +110,7 @@ impl Backend for HostBackend {
     }
 
     fn deregister(&self, addr: usize, len: usize, _keys: Keys) -> Result<(), MemregError> {
-        // SAFETY: as in `register`: the range is mapped and was locked there.
-        if unsafe { libc::munlock(addr as *const libc::c_void, len) } != 0 {
+        if unpin(addr, len) != 0 {
             return Err(MemregError::Register {
                 backend: self.name(),
                 len,
@@ -125,7 +153,9 @@ pub const HUGE_PAGE_BYTES: usize = 2 << 20;
 /// One mapped, registered range. Unmapped and deregistered on drop.
 #[derive(Debug)]
 pub struct Region {
-    addr: usize,
+    // The mapping's pointer (not just its address), so that buffers carved from it keep
+    // its provenance.
+    ptr: *mut u8,
     len: usize,
     keys: Keys,
     backend: Arc<dyn Backend>,
@@ -169,10 +199,9 @@ impl Region {
                 source: std::io::Error::last_os_error(),
             });
         }
-        let addr = p as usize;
-        match backend.register(addr, len, access) {
+        match backend.register(p as usize, len, access) {
             Ok(keys) => Ok(Region {
-                addr,
+                ptr: p.cast(),
                 len,
                 keys,
                 backend,
@@ -187,7 +216,12 @@ impl Region {
 
     /// Start address.
     pub fn addr(&self) -> usize {
-        self.addr
+        self.ptr as usize
+    }
+
+    /// Start of the mapping, as a pointer.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr
     }
 
     /// Length, bytes (whole pages).
@@ -211,12 +245,18 @@ impl Region {
     }
 }
 
+// SAFETY: the region owns its mapping; the pointer is only read (to carve buffers, each
+// handed to one owner at a time by the pool) and unmapped once, in Drop.
+unsafe impl Send for Region {}
+// SAFETY: as above: shared access only reads the pointer and the keys.
+unsafe impl Sync for Region {}
+
 impl Drop for Region {
     fn drop(&mut self) {
         // A failed deregistration leaves pages pinned until exit; nothing else to do.
-        let _ = self.backend.deregister(self.addr, self.len, self.keys);
+        let _ = self.backend.deregister(self.ptr as usize, self.len, self.keys);
         // SAFETY: the mapping this region made; every buffer borrowed from it borrows the
         // pool that owns the region, so none outlives it.
-        unsafe { libc::munmap(self.addr as *mut libc::c_void, self.len) };
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
     }
 }

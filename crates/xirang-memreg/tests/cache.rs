@@ -31,8 +31,14 @@ fn exhausted(e: &MemregError) -> bool {
     matches!(e, MemregError::Exhausted { .. })
 }
 
+/// Property cases and thread rounds: far fewer under Miri, which interprets every step
+/// (the test command runs these files under it too).
+const CASES: u32 = if cfg!(miri) { 4 } else { 64 };
+const ROUNDS: usize = if cfg!(miri) { 30 } else { 2000 };
+const OPS: usize = if cfg!(miri) { 80 } else { 400 };
+
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(64))]
+    #![proptest_config(ProptestConfig::with_cases(CASES))]
 
     /// Random gets and drops through two caches and the pool itself: the addresses out
     /// at any time are distinct, the counters agree, and after the caches drop every
@@ -40,7 +46,7 @@ proptest! {
     #[test]
     fn caches_never_hand_out_a_buffer_twice_and_all_return(
         count in 1usize..80,
-        ops in prop::collection::vec((0u8..3, 0usize..2, any::<bool>(), any::<u16>()), 1..400),
+        ops in prop::collection::vec((0u8..3, 0usize..2, any::<bool>(), any::<u16>()), 1..OPS),
     ) {
         let p = pool(count, Exhaustion::FailFast);
         {
@@ -99,12 +105,15 @@ fn an_empty_magazine_and_free_list_follow_the_pools_policy() {
     let again = c.get_class(0).unwrap();
     assert_eq!(c.stats().hits, before.hits + 1);
     drop(again);
-    // Parked in the cache, the buffers are invisible to the pool until flushed.
-    assert_eq!(c.cached(), 3);
+    // A class of 3 lets a magazine keep 1 (an eighth, at least one); parked there, it is
+    // invisible to the pool until flushed.
+    assert_eq!(c.cached(), 1);
+    let direct: Vec<_> = (0..2).map(|_| p.get_class(0).unwrap()).collect();
     assert!(p.get_class(0).is_err());
     c.flush();
     assert_eq!(c.cached(), 0);
     assert!(p.get_class(0).is_ok());
+    drop(direct);
 
     let g = pool(2, Exhaustion::Grow);
     let gc = g.cache();
@@ -126,7 +135,8 @@ fn a_full_magazine_flushes_half_back_to_the_pool() {
     let c = p.cache();
     let held: Vec<_> = (0..n).map(|_| c.get_class(0).unwrap()).collect();
     drop(held);
-    assert!(c.cached() <= MAGAZINE);
+    // At most an eighth of the class stays parked.
+    assert!(c.cached() <= n / 8 && n / 8 <= MAGAZINE, "{}", c.cached());
     assert!(c.stats().flushes >= 1);
     assert_eq!(p.stats().in_use, c.cached());
     drop(c);
@@ -141,7 +151,7 @@ fn threads_with_their_own_caches_never_share_a_buffer() {
             let p = &p;
             s.spawn(move || {
                 let c = p.cache();
-                for round in 0..2000 {
+                for round in 0..ROUNDS {
                     let mut bufs: Vec<_> = (0..(1 + round % 7)).map(|_| c.get_class(0).unwrap()).collect();
                     for b in &mut bufs {
                         b.as_mut_slice().fill(t);

@@ -18,8 +18,13 @@ fn pool(classes: Vec<ClassSpec>, exhaustion: Exhaustion) -> Pool {
     Pool::new(c, Arc::new(HostBackend::default())).unwrap()
 }
 
+/// Property cases and thread rounds: far fewer under Miri, which interprets every step
+/// (the test command runs these files under it too).
+const CASES: u32 = if cfg!(miri) { 4 } else { 48 };
+const ROUNDS: usize = if cfg!(miri) { 30 } else { 2000 };
+
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(48))]
+    #![proptest_config(ProptestConfig::with_cases(CASES))]
 
     /// Any classes: every buffer of every class can be taken at once, no two overlap,
     /// each is aligned (a page where it is a page or more, else the cache line), all
@@ -221,7 +226,7 @@ fn threads_never_share_a_buffer() {
         for t in 0..4u8 {
             let p = &p;
             s.spawn(move || {
-                for _ in 0..2_000 {
+                for _ in 0..ROUNDS {
                     let mut b = p.get(1).unwrap();
                     b.as_mut_slice().fill(t);
                     std::thread::yield_now();
