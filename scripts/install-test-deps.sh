@@ -1,14 +1,12 @@
 #!/usr/bin/env bash
 # Installs what the tests need that Cargo does not: Debian's chromium (renders the tune
 # report in a headless test), prometheus (scrapes the monitoring agent in an integration
-# test), valgrind (memcheck runs the memory pool's tests) and libibverbs-dev (its verbs.h
-# is what crates/xirang-memreg/tests/verbs_abi.rs checks the hand-written verbs layouts
-# against). Skips what is already there; never removes anything.
+# test) and libibverbs-dev (its verbs.h is what crates/xirang-memreg/tests/verbs_abi.rs
+# checks the hand-written verbs layouts against). Skips what is already there; never removes anything.
 set -euo pipefail
 missing=()
 command -v chromium > /dev/null 2>&1 || missing+=(chromium)
 command -v prometheus > /dev/null 2>&1 || missing+=(prometheus)
-command -v valgrind > /dev/null 2>&1 || missing+=(valgrind)
 [ -f /usr/include/infiniband/verbs.h ] || missing+=(libibverbs-dev)
 [ "${#missing[@]}" -eq 0 ] && exit 0
 SUDO=""

@@ -2,15 +2,13 @@
 # Runs the whole test suite on a fresh machine: installs the Debian packages the tests
 # need (scripts/install-test-deps.sh), then `cargo test --workspace`, then the memory
 # pool's lock-free free list model-checked with loom (its own target directory:
-# `--cfg loom` changes every crate's flags), then the pool's tests again under valgrind's
-# memcheck (the C library calls included) and under Miri (scripts/miri.sh), then the
-# Soft-RoCE test bed: real verbs on rxe devices in a qemu guest, the project's host
+# `--cfg loom` changes every crate's flags), then the pool's unsafe code under Miri
+# (scripts/miri.sh), then the Soft-RoCE test bed: real verbs on rxe devices in a qemu guest, the project's host
 # reader and its registered buffer pool on them (ci/softroce/run.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-test-deps.sh
 cargo test --workspace "$@"
 RUSTFLAGS="--cfg loom" cargo test -p xirang-memreg --test loom --target-dir target/loom
-CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER="valgrind -q --error-exitcode=99" cargo test -p xirang-memreg --lib --test pool --test cache
 ./scripts/miri.sh
 XIRANG_BIN=target/debug/xirang ./ci/softroce/run.sh

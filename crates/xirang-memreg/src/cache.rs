@@ -7,10 +7,37 @@
 //! The price is slack: free buffers sit in each thread's cache, where other threads
 //! cannot take them, so a class can look exhausted to one thread (or make it wait) while
 //! another's cache holds free buffers (`Cache::flush` hands them back). The slack is
-//! bounded: a magazine holds at most an eighth of its class's buffers (at least one, at
-//! most [`MAGAZINE`]), as DPDK bounds its per-core caches by the pool's size. The
-//! pool's `in_use` counts buffers out of its free lists, including those parked in caches;
-//! [`CacheStats`] says how many of them the cache's thread really holds.
+//! bounded per cache and per pool: a magazine holds at most an eighth of its class's
+//! buffers (1 to [`MAGAZINE`]; DPDK bounds its per-core caches by the pool's size the same
+//! way), and the magazines of all caches together hold at most a quarter of the class (at
+//! least one): a cache leases its magazines' capacity from the class when it is made and
+//! gives it back when dropped, and a cache that finds no capacity left takes and returns
+//! that class's buffers straight through the shared free list. So a class looks empty only
+//! when at least three quarters of it is really out. The pool's `in_use` and `high_water`
+//! count buffers out of its free lists, parked ones included; [`CacheStats`] says how many
+//! the cache's thread really holds.
+//!
+//! A cache and its buffers stay on one thread: a [`CachedBuf`] cannot be sent to another
+//! thread, and a cache cannot be shared between threads:
+//!
+//! ```compile_fail
+//! fn send<T: Send>(_: T) {}
+//! let pool = xirang_memreg::Pool::new(
+//!     xirang_memreg::PoolConfig::new(vec![xirang_memreg::ClassSpec { size_bytes: 64, count: 8 }]),
+//!     std::sync::Arc::new(xirang_memreg::HostBackend::default()),
+//! ).unwrap();
+//! let cache = pool.cache();
+//! send(cache.get(1).unwrap());
+//! ```
+//!
+//! ```compile_fail
+//! fn share<T: Sync>(_: &T) {}
+//! let pool = xirang_memreg::Pool::new(
+//!     xirang_memreg::PoolConfig::new(vec![xirang_memreg::ClassSpec { size_bytes: 64, count: 8 }]),
+//!     std::sync::Arc::new(xirang_memreg::HostBackend::default()),
+//! ).unwrap();
+//! share(&pool.cache());
+//! ```
 
 use std::cell::Cell;
 
@@ -21,6 +48,8 @@ use crate::{MemregError, Pool};
 pub const MAGAZINE: usize = 32;
 /// A magazine holds at most 1/8 of its class's buffers (see the module's comment).
 const SLACK_DIVISOR: usize = 8;
+/// All magazines of a class together hold at most 1/4 of it.
+pub(crate) const PARKED_DIVISOR: usize = 4;
 /// Ids moved per refill or flush: half a full magazine (at least one), so that
 /// alternating gets and puts at a boundary do not move ids back and forth every time.
 fn batch(cap: usize) -> usize {
@@ -35,10 +64,11 @@ struct Magazine {
 }
 
 impl Magazine {
-    fn new(class_buffers: usize) -> Magazine {
+    /// A magazine of `cap` ids (0: none, every get and put goes to the pool).
+    fn new(cap: usize) -> Magazine {
         Magazine {
             len: Cell::new(0),
-            cap: (class_buffers / SLACK_DIVISOR).clamp(1, MAGAZINE),
+            cap,
             ids: std::array::from_fn(|_| Cell::new(0)),
         }
     }
@@ -51,14 +81,16 @@ pub struct CacheStats {
     pub hits: u64,
     /// Gets that went to the pool (refills).
     pub refills: u64,
-    /// Times half a magazine went back to the pool.
+    /// Times buffers went back to the pool in a batch (half of a full magazine, a
+    /// `flush`, or the cache's drop).
     pub flushes: u64,
     /// Buffers out of this cache now.
     pub in_use: usize,
 }
 
-/// One thread's cache of a pool's buffers. Not `Sync`: it belongs to the thread that made
-/// it, and so do the [`CachedBuf`]s it hands out.
+/// One thread's cache of a pool's buffers. Not `Sync`: one thread uses it at a time (it
+/// may move to another thread while no buffer is out), and its [`CachedBuf`]s stay on
+/// the thread that has it.
 #[derive(Debug)]
 pub struct Cache<'p> {
     pool: &'p Pool,
@@ -75,7 +107,10 @@ impl Pool {
         Cache {
             pool: self,
             mags: (0..self.class_count())
-                .map(|c| Magazine::new(self.class_buffers(c)))
+                .map(|c| {
+                    let want = (self.class_buffers(c) / SLACK_DIVISOR).clamp(1, MAGAZINE);
+                    Magazine::new(self.lease(c, want))
+                })
                 .collect(),
             hits: Cell::new(0),
             refills: Cell::new(0),
@@ -141,6 +176,10 @@ impl<'p> Cache<'p> {
     fn put(&self, class: usize, id: u32) {
         self.in_use.set(self.in_use.get() - 1);
         let m = &self.mags[class];
+        if m.cap == 0 {
+            self.pool.put_many(class, &[id]);
+            return;
+        }
         let mut n = m.len.get();
         if n == m.cap {
             self.flush_some(class, batch(m.cap));
@@ -156,9 +195,13 @@ impl<'p> Cache<'p> {
         let m = &self.mags[class];
         let n = m.len.get();
         let keep = n - count.min(n);
-        let ids: Vec<u32> = m.ids[keep..n].iter().map(Cell::get).collect();
+        // On the stack: a flush allocates nothing.
+        let mut ids = [0u32; MAGAZINE];
+        for (to, from) in ids.iter_mut().zip(&m.ids[keep..n]) {
+            *to = from.get();
+        }
         m.len.set(keep);
-        self.pool.put_many(class, &ids);
+        self.pool.put_many(class, &ids[..n - keep]);
     }
 
     /// Hands every cached free buffer back to the pool.
@@ -190,6 +233,9 @@ impl Drop for Cache<'_> {
     fn drop(&mut self) {
         // Every CachedBuf borrows the cache, so none is out: all its buffers are here.
         self.flush();
+        for (class, m) in self.mags.iter().enumerate() {
+            self.pool.release(class, m.cap);
+        }
     }
 }
 

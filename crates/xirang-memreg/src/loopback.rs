@@ -92,8 +92,11 @@ pub struct LoopbackReport {
     pub reads: u64,
     /// Bytes moved and compared.
     pub bytes_checked: u64,
-    /// `ibv_reg_mr` calls per pool: one region each, none during the traffic.
+    /// `ibv_reg_mr` calls each pool made during the traffic (none: the pools fail fast
+    /// and never grow, and a pool never registers per buffer; a guard against that).
     pub registrations: [u64; 2],
+    /// `ibv_reg_mr` calls each pool made when it was built (one region each).
+    pub registrations_at_start: [u64; 2],
     /// The pools' high-water marks.
     pub high_water: [usize; 2],
     /// Buffers still out after the run (must be 0).
@@ -119,13 +122,13 @@ impl LoopbackReport {
 }
 
 fn mtu_enum(bytes: u32) -> Result<u32, MemregError> {
-    // IBV_MTU_256 = 1 ... IBV_MTU_4096 = 5 (verbs.h enum ibv_mtu).
+    use crate::verbs::{MTU_256, MTU_512, MTU_1024, MTU_2048, MTU_4096};
     match bytes {
-        256 => Ok(1),
-        512 => Ok(2),
-        1024 => Ok(3),
-        2048 => Ok(4),
-        4096 => Ok(5),
+        256 => Ok(MTU_256),
+        512 => Ok(MTU_512),
+        1024 => Ok(MTU_1024),
+        2048 => Ok(MTU_2048),
+        4096 => Ok(MTU_4096),
         _ => Err(MemregError::Config(format!(
             "expected a path MTU of 256, 512, 1024, 2048 or 4096 bytes, found {bytes}"
         ))),
@@ -186,7 +189,7 @@ fn rdma(qp: &Qp, read: bool, wr_id: u64, local: &Buf<'_>, remote: &Buf<'_>) -> R
             remote.keys().rkey,
         )?
     };
-    let wc = qp.poll(1, OP_TIMEOUT);
+    let wc = qp.poll(1, OP_TIMEOUT)?;
     let what = if read { "READ" } else { "WRITE" };
     match wc.first() {
         None => Err(MemregError::Verbs(format!(
@@ -334,6 +337,7 @@ pub fn run(cfg: &LoopbackConfig) -> Result<LoopbackReport, MemregError> {
         reads,
         bytes_checked: bytes,
         registrations,
+        registrations_at_start: regs_before,
         high_water,
         in_use_after,
         counters,
@@ -373,7 +377,8 @@ mod tests {
             writes: 1,
             reads: 0,
             bytes_checked: 0,
-            registrations: [1, 1],
+            registrations: [0, 0],
+            registrations_at_start: [1, 1],
             high_water: [1, 1],
             in_use_after: [0, 0],
             counters: vec![

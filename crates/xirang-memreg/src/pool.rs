@@ -83,9 +83,10 @@ impl PoolConfig {
 /// Counters of a pool (all classes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Stats {
-    /// Buffers handed out and not yet returned.
+    /// Buffers out of the free lists: handed out and not yet returned, or parked in a
+    /// thread cache's magazine (crate::cache).
     pub in_use: usize,
-    /// Most buffers ever out at once.
+    /// Most buffers ever out at once (a cache's refill moves several at a time).
     pub high_water: usize,
     /// `get` calls that had to wait.
     pub waits: u64,
@@ -126,6 +127,8 @@ struct Class {
     per_segment: usize,
     segments: [OnceLock<Segment>; MAX_SEGMENTS],
     free: Stack,
+    /// Magazine capacity still free for thread caches to lease (crate::cache).
+    lease_budget: AtomicUsize,
 }
 
 impl Class {
@@ -238,6 +241,7 @@ impl Pool {
                     per_segment: c.count,
                     segments: std::array::from_fn(|_| OnceLock::new()),
                     free: Stack::new(),
+                    lease_budget: AtomicUsize::new((c.count / crate::cache::PARKED_DIVISOR).max(1)),
                 };
                 let _ = class.segments[0].set(Segment::new(
                     region.clone(),
@@ -432,6 +436,24 @@ impl Pool {
     /// Number of classes.
     pub fn class_count(&self) -> usize {
         self.classes.len()
+    }
+
+    /// Leases up to `want` magazine slots of `class` for a thread cache; how many.
+    pub(crate) fn lease(&self, class: usize, want: usize) -> usize {
+        let budget = &self.classes[class].lease_budget;
+        let mut free = budget.load(Ordering::Relaxed);
+        loop {
+            let take = want.min(free);
+            match budget.compare_exchange_weak(free, free - take, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => return take,
+                Err(now) => free = now,
+            }
+        }
+    }
+
+    /// Gives back `n` leased magazine slots of `class`.
+    pub(crate) fn release(&self, class: usize, n: usize) {
+        self.classes[class].lease_budget.fetch_add(n, Ordering::Relaxed);
     }
 
     /// Buffers of `class` in its first region.

@@ -19,6 +19,12 @@ use std::time::{Duration, Instant};
 use crate::MemregError;
 use crate::region::{Access, Backend, Keys};
 
+// `SendWr` keeps the work request's unions as 64-bit words (the rkey in the low half of
+// the second): true of the 64-bit little-endian Linux targets rdma-core ships for
+// (x86-64, arm64); anything else would need its own layout.
+#[cfg(not(all(target_pointer_width = "64", target_endian = "little")))]
+compile_error!("the verbs layouts are written for 64-bit little-endian targets");
+
 /// The library's soname (Debian `libibverbs1`).
 pub const LIBIBVERBS: &str = "libibverbs.so.1";
 
@@ -75,8 +81,16 @@ pub const WR_RDMA_READ: u32 = 4;
 pub const SEND_SIGNALED: u32 = 1 << 1;
 /// `IBV_WC_SUCCESS`.
 pub const WC_SUCCESS: u32 = 0;
+/// `IBV_MTU_256`.
+pub const MTU_256: u32 = 1;
+/// `IBV_MTU_512`.
+pub const MTU_512: u32 = 2;
 /// `IBV_MTU_1024`: the path MTU a 1500-byte Ethernet netdev carries for RoCE.
 pub const MTU_1024: u32 = 3;
+/// `IBV_MTU_2048`.
+pub const MTU_2048: u32 = 4;
+/// `IBV_MTU_4096`.
+pub const MTU_4096: u32 = 5;
 /// Index of `post_send` in `struct ibv_context_ops`.
 pub const OPS_POST_SEND: usize = 25;
 /// Index of `poll_cq` in `struct ibv_context_ops`.
@@ -657,6 +671,12 @@ impl Drop for Device {
     }
 }
 
+/// The error a verbs call returned as its value: providers return errno either positive
+/// or negated (rxe negates it).
+fn errno_of(rc: c_int) -> std::io::Error {
+    std::io::Error::from_raw_os_error(rc.saturating_abs())
+}
+
 fn access_flags(a: Access) -> Result<c_int, MemregError> {
     if a.remote_write && !a.local_write {
         return Err(MemregError::Access);
@@ -834,8 +854,9 @@ impl Cq {
         })
     }
 
-    /// Polls until `n` completions arrive or `timeout` passes; returns what arrived.
-    pub fn poll(&self, n: usize, timeout: Duration) -> Vec<Wc> {
+    /// Polls until `n` completions arrive or `timeout` passes; returns what arrived, or
+    /// the error `ibv_poll_cq` reported.
+    pub fn poll(&self, n: usize, timeout: Duration) -> Result<Vec<Wc>, MemregError> {
         let deadline = Instant::now() + timeout;
         let mut out = Vec::with_capacity(n);
         let mut wc = [Wc::default(); 16];
@@ -848,14 +869,18 @@ impl Cq {
                 f(self.cq, wc.len() as c_int, wc.as_mut_ptr())
             };
             if got < 0 {
-                break;
+                return Err(MemregError::Verbs(format!(
+                    "ibv_poll_cq on {}: {}",
+                    self.device.name,
+                    errno_of(got)
+                )));
             }
             out.extend_from_slice(&wc[..got as usize]);
             if got == 0 {
                 std::thread::yield_now();
             }
         }
-        out
+        Ok(out)
     }
 }
 
@@ -954,7 +979,7 @@ impl Qp {
         if rc != 0 {
             return Err(MemregError::Verbs(format!(
                 "ibv_modify_qp to {to}: {}",
-                std::io::Error::from_raw_os_error(rc)
+                errno_of(rc)
             )));
         }
         Ok(())
@@ -1060,16 +1085,13 @@ impl Qp {
             f(self.qp, &mut wr, &mut bad)
         };
         if rc != 0 {
-            return Err(MemregError::Verbs(format!(
-                "ibv_post_send: {}",
-                std::io::Error::from_raw_os_error(rc)
-            )));
+            return Err(MemregError::Verbs(format!("ibv_post_send: {}", errno_of(rc))));
         }
         Ok(())
     }
 
     /// Polls this QP's completions (see [`Cq::poll`]).
-    pub fn poll(&self, n: usize, timeout: Duration) -> Vec<Wc> {
+    pub fn poll(&self, n: usize, timeout: Duration) -> Result<Vec<Wc>, MemregError> {
         self.cq.poll(n, timeout)
     }
 }
@@ -1083,17 +1105,54 @@ impl Drop for Qp {
     }
 }
 
-/// Layout facts the ABI test compares with the C header: `(name, value)`.
+/// Layout facts the ABI test compares with the C header: `(name, value)`: every field
+/// this module reads or writes, every size of a struct passed by pointer, every constant.
 pub fn abi_layout() -> Vec<(&'static str, usize)> {
     use std::mem::{offset_of, size_of};
+    let ptr = size_of::<*mut c_void>();
+    let grh = offset_of!(AhAttr, grh);
     vec![
+        ("qp_attr_path_mtu", offset_of!(QpAttr, path_mtu)),
+        ("qp_attr_rq_psn", offset_of!(QpAttr, rq_psn)),
+        ("qp_attr_sq_psn", offset_of!(QpAttr, sq_psn)),
+        ("qp_attr_dest_qp_num", offset_of!(QpAttr, dest_qp_num)),
+        ("qp_attr_qp_access_flags", offset_of!(QpAttr, qp_access_flags)),
+        (
+            "qp_attr_max_dest_rd_atomic",
+            offset_of!(QpAttr, max_dest_rd_atomic),
+        ),
+        ("qp_attr_min_rnr_timer", offset_of!(QpAttr, min_rnr_timer)),
+        ("qp_attr_timeout", offset_of!(QpAttr, timeout)),
+        ("qp_attr_retry_cnt", offset_of!(QpAttr, retry_cnt)),
+        ("ah_dgid", grh + offset_of!(GlobalRoute, dgid)),
+        ("ah_sgid_index", grh + offset_of!(GlobalRoute, sgid_index)),
+        ("ah_hop_limit", grh + offset_of!(GlobalRoute, hop_limit)),
+        ("wr_wr_id", offset_of!(SendWr, wr_id)),
+        ("wr_next", offset_of!(SendWr, next)),
+        ("wr_sg_list", offset_of!(SendWr, sg_list)),
+        ("wr_num_sge", offset_of!(SendWr, num_sge)),
+        ("sge_addr", offset_of!(Sge, addr)),
+        ("sge_length", offset_of!(Sge, length)),
+        ("sge_lkey", offset_of!(Sge, lkey)),
+        ("qp_init_send_cq", offset_of!(QpInitAttr, send_cq)),
+        ("qp_init_recv_cq", offset_of!(QpInitAttr, recv_cq)),
+        ("qp_init_sq_sig_all", offset_of!(QpInitAttr, sq_sig_all)),
+        ("qp_context", offset_of!(IbvQp, context)),
+        ("cq_context", offset_of!(IbvCq, context)),
+        ("ctx_ops", offset_of!(IbvContext, ops)),
+        ("wc_wr_id", offset_of!(Wc, wr_id)),
+        ("wc_vendor_err", offset_of!(Wc, vendor_err)),
+        ("MTU_256", MTU_256 as usize),
+        ("MTU_512", MTU_512 as usize),
+        ("MTU_2048", MTU_2048 as usize),
+        ("MTU_4096", MTU_4096 as usize),
         ("sizeof_gid", size_of::<Gid>()),
-        ("ctx_ops_poll_cq", offset_of!(IbvContext, ops) + 8 * OPS_POLL_CQ),
+        ("ctx_ops_poll_cq", offset_of!(IbvContext, ops) + ptr * OPS_POLL_CQ),
         (
             "ctx_ops_post_send",
-            offset_of!(IbvContext, ops) + 8 * OPS_POST_SEND,
+            offset_of!(IbvContext, ops) + ptr * OPS_POST_SEND,
         ),
-        ("sizeof_ops", 8 * OPS_LEN),
+        ("sizeof_ops", ptr * OPS_LEN),
         ("mr_lkey", offset_of!(IbvMr, lkey)),
         ("mr_rkey", offset_of!(IbvMr, rkey)),
         ("qp_qp_num", offset_of!(IbvQp, qp_num)),

@@ -1,3 +1,4 @@
+#![cfg(not(loom))]
 //! The verbs backend's hand-written layouts against rdma-core's real header: a C program
 //! compiled against `infiniband/verbs.h` prints every offset, size and constant that
 //! `xirang_memreg::verbs` uses, and each must match. Needs a C compiler and
@@ -9,6 +10,49 @@ use std::process::Command;
 const HEADER: &str = "/usr/include/infiniband/verbs.h";
 
 const C_EXPRS: &[(&str, &str)] = &[
+    ("qp_attr_path_mtu", "offsetof(struct ibv_qp_attr, path_mtu)"),
+    ("qp_attr_rq_psn", "offsetof(struct ibv_qp_attr, rq_psn)"),
+    ("qp_attr_sq_psn", "offsetof(struct ibv_qp_attr, sq_psn)"),
+    ("qp_attr_dest_qp_num", "offsetof(struct ibv_qp_attr, dest_qp_num)"),
+    (
+        "qp_attr_qp_access_flags",
+        "offsetof(struct ibv_qp_attr, qp_access_flags)",
+    ),
+    (
+        "qp_attr_max_dest_rd_atomic",
+        "offsetof(struct ibv_qp_attr, max_dest_rd_atomic)",
+    ),
+    (
+        "qp_attr_min_rnr_timer",
+        "offsetof(struct ibv_qp_attr, min_rnr_timer)",
+    ),
+    ("qp_attr_timeout", "offsetof(struct ibv_qp_attr, timeout)"),
+    ("qp_attr_retry_cnt", "offsetof(struct ibv_qp_attr, retry_cnt)"),
+    ("ah_dgid", "offsetof(struct ibv_ah_attr, grh.dgid)"),
+    ("ah_sgid_index", "offsetof(struct ibv_ah_attr, grh.sgid_index)"),
+    ("ah_hop_limit", "offsetof(struct ibv_ah_attr, grh.hop_limit)"),
+    ("wr_wr_id", "offsetof(struct ibv_send_wr, wr_id)"),
+    ("wr_next", "offsetof(struct ibv_send_wr, next)"),
+    ("wr_sg_list", "offsetof(struct ibv_send_wr, sg_list)"),
+    ("wr_num_sge", "offsetof(struct ibv_send_wr, num_sge)"),
+    ("sge_addr", "offsetof(struct ibv_sge, addr)"),
+    ("sge_length", "offsetof(struct ibv_sge, length)"),
+    ("sge_lkey", "offsetof(struct ibv_sge, lkey)"),
+    ("qp_init_send_cq", "offsetof(struct ibv_qp_init_attr, send_cq)"),
+    ("qp_init_recv_cq", "offsetof(struct ibv_qp_init_attr, recv_cq)"),
+    (
+        "qp_init_sq_sig_all",
+        "offsetof(struct ibv_qp_init_attr, sq_sig_all)",
+    ),
+    ("qp_context", "offsetof(struct ibv_qp, context)"),
+    ("cq_context", "offsetof(struct ibv_cq, context)"),
+    ("ctx_ops", "offsetof(struct ibv_context, ops)"),
+    ("wc_wr_id", "offsetof(struct ibv_wc, wr_id)"),
+    ("wc_vendor_err", "offsetof(struct ibv_wc, vendor_err)"),
+    ("MTU_256", "IBV_MTU_256"),
+    ("MTU_512", "IBV_MTU_512"),
+    ("MTU_2048", "IBV_MTU_2048"),
+    ("MTU_4096", "IBV_MTU_4096"),
     ("sizeof_gid", "sizeof(union ibv_gid)"),
     ("ctx_ops_poll_cq", "offsetof(struct ibv_context, ops.poll_cq)"),
     ("ctx_ops_post_send", "offsetof(struct ibv_context, ops.post_send)"),

@@ -74,7 +74,8 @@ pub(crate) enum MemregCmd {
     /// Size each NIC's registered region for a scenario's workloads: QPs x WR depth x
     /// buffer size per class (bounded by each connection's traffic), plus headroom;
     /// what it pins per host and in all, against the scenario's memory.region_bytes.
-    /// Exits 1 when the configured region is too small.
+    /// Exits 1 when the configured region is too small, a workload could not be
+    /// expanded (its traffic would be missing), or --register fails.
     Plan(MemregPlanArgs),
 }
 

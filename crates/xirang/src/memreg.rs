@@ -54,7 +54,7 @@ pub(crate) fn loopback(a: &crate::cli::MemregLoopbackArgs) -> Result<Outcome> {
     let short = r.short_counters();
     let leaked = r.in_use_after.iter().any(|&n| n > 0);
     // One region per pool, registered before the traffic: none during it.
-    let reregistered = r.registrations.iter().any(|&n| n > 0);
+    let reregistered = r.registrations.iter().any(|&n| n > 0) || r.registrations_at_start != [1, 1];
     let ok = short.is_empty() && !leaked && !reregistered;
     if a.json {
         let v = serde_json::json!({
@@ -64,6 +64,7 @@ pub(crate) fn loopback(a: &crate::cli::MemregLoopbackArgs) -> Result<Outcome> {
             "writes": r.writes,
             "reads": r.reads,
             "bytes_checked": r.bytes_checked,
+            "registrations_at_start": r.registrations_at_start,
             "registrations_during_traffic": r.registrations,
             "high_water": r.high_water,
             "in_use_after": r.in_use_after,
@@ -89,7 +90,7 @@ pub(crate) fn loopback(a: &crate::cli::MemregLoopbackArgs) -> Result<Outcome> {
         }
         out(&format!(
             "{} RDMA WRITEs and {} READs between pool buffers on {} and {}: {} bytes, every byte checked\n\
-             registrations during the traffic: {:?} (pools registered once, at start)\n\
+             registrations: {:?} at start (one region per pool), {:?} during the traffic\n\
              dma-buf registration offered: {} {}, {} {}\n{t}\n\
              ibv_reg_mr + ibv_dereg_mr of {} bytes: {:.0} ns; pool get+put: {:.1} ns ({:.0}x)\n",
             r.writes,
@@ -97,6 +98,7 @@ pub(crate) fn loopback(a: &crate::cli::MemregLoopbackArgs) -> Result<Outcome> {
             r.devices[0],
             r.devices[1],
             r.bytes_checked,
+            r.registrations_at_start,
             r.registrations,
             r.devices[0],
             r.dmabuf[0],
@@ -122,8 +124,8 @@ pub(crate) fn loopback(a: &crate::cli::MemregLoopbackArgs) -> Result<Outcome> {
     }
     if reregistered {
         eprintln!(
-            "error: the pools registered memory during the traffic: {:?}",
-            r.registrations
+            "error: expected one registration per pool at start and none during the traffic, found {:?} and {:?}",
+            r.registrations_at_start, r.registrations
         );
     }
     Ok(if ok { Outcome::Clean } else { Outcome::Findings })
@@ -199,6 +201,7 @@ pub(crate) fn plan(a: &crate::cli::MemregPlanArgs) -> Result<Outcome> {
         let v = serde_json::json!({
             "scenario": a.file,
             "connections": conns.len(),
+            "skipped_workloads": ex.skipped.iter().map(|(w, why)| serde_json::json!({"workload": w, "why": why})).collect::<Vec<_>>(),
             "params": {
                 "wr_depth": params.wr_depth, "max_buffer_bytes": params.max_buffer_bytes,
                 "cache_line_bytes": params.cache_line_bytes, "pin_page_bytes": params.pin_page_bytes,
@@ -280,7 +283,12 @@ pub(crate) fn plan(a: &crate::cli::MemregPlanArgs) -> Result<Outcome> {
         }
         out(&text)?;
     }
-    let failed = matches!(registered, Some(Err(_)));
+    // A workload that could not be expanded is traffic the plan does not count: the
+    // verdict cannot be trusted, so it fails.
+    for (w, why) in &ex.skipped {
+        eprintln!("error: workload {w} is not in the plan (it could not be expanded: {why})");
+    }
+    let failed = matches!(registered, Some(Err(_))) || !ex.skipped.is_empty();
     Ok(if verdict == "too small" || failed {
         Outcome::Findings
     } else {
@@ -295,6 +303,13 @@ fn register_here(
     p: &xirang_memreg::plan::PlanParams,
     device: Option<&str>,
 ) -> std::result::Result<String, String> {
+    let huge = xirang_memreg::region::HUGE_PAGE_BYTES as u64;
+    if p.pin_page_bytes != xirang_fabric::config::PAGE_BYTES && p.pin_page_bytes != huge {
+        return Err(format!(
+            "--register maps 4096-byte or {huge}-byte (huge) pages; memory.page_bytes is {}",
+            p.pin_page_bytes
+        ));
+    }
     let (backend, why) = xirang_memreg::verbs::auto_backend(device);
     let classes = n
         .classes
