@@ -251,40 +251,7 @@ pub struct CachedBuf<'c, 'p> {
     keys: Keys,
 }
 
-impl CachedBuf<'_, '_> {
-    /// Start address (for a scatter/gather entry or a peer's RDMA).
-    pub fn addr(&self) -> usize {
-        self.ptr as usize
-    }
-    /// Usable length, bytes.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-    /// Never empty.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-    /// The registration's keys.
-    pub fn keys(&self) -> Keys {
-        self.keys
-    }
-    /// Its size class.
-    pub fn class(&self) -> usize {
-        usize::from(self.class)
-    }
-    /// The bytes (see [`crate::Buf::as_slice`]).
-    pub fn as_slice(&self) -> &[u8] {
-        // SAFETY: [addr, addr + len) lies in a live mapping of the pool's (the cache
-        // borrows the pool, which owns the region), and this handle is the only one for
-        // these bytes until it is dropped.
-        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
-    }
-    /// The bytes, to fill.
-    pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        // SAFETY: as in `as_slice`, and `&mut self` makes this the only borrow.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
-    }
-}
+crate::pool::buffer_accessors!(CachedBuf<'_, '_>);
 
 impl Drop for CachedBuf<'_, '_> {
     fn drop(&mut self) {

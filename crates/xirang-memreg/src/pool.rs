@@ -537,42 +537,52 @@ pub struct Buf<'p> {
     keys: Keys,
 }
 
-impl Buf<'_> {
-    /// Start address (for a scatter/gather entry or a peer's RDMA).
-    pub fn addr(&self) -> usize {
-        self.ptr as usize
-    }
-    /// Usable length, bytes.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-    /// Never empty.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-    /// The registration's keys.
-    pub fn keys(&self) -> Keys {
-        self.keys
-    }
-    /// Its size class.
-    pub fn class(&self) -> usize {
-        usize::from(self.class)
-    }
-    /// The bytes. (A NIC may write them behind the program's back once the buffer is
-    /// posted; reading them then is the application's protocol, as with any RDMA
-    /// buffer.)
-    pub fn as_slice(&self) -> &[u8] {
-        // SAFETY: [addr, addr + len) lies in a live mapping of the pool's (the region
-        // outlives the pool, which outlives this borrow), and this handle is the only
-        // one for these bytes until it is dropped.
-        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
-    }
-    /// The bytes, to fill.
-    pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        // SAFETY: as in `as_slice`, and `&mut self` makes this the only borrow.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
-    }
+/// The accessors of a buffer handle (`Buf` and `crate::CachedBuf`): both hold `ptr`,
+/// `len`, `keys` and `class`, and both borrow what keeps the region mapped.
+macro_rules! buffer_accessors {
+    ($t:ty) => {
+        impl $t {
+            /// Start address (for a scatter/gather entry or a peer's RDMA).
+            pub fn addr(&self) -> usize {
+                self.ptr as usize
+            }
+            /// Usable length, bytes.
+            pub fn len(&self) -> usize {
+                self.len
+            }
+            /// Never empty.
+            pub fn is_empty(&self) -> bool {
+                self.len == 0
+            }
+            /// The registration's keys.
+            pub fn keys(&self) -> $crate::region::Keys {
+                self.keys
+            }
+            /// Its size class.
+            pub fn class(&self) -> usize {
+                usize::from(self.class)
+            }
+            /// The bytes. (A NIC may write them behind the program's back once the
+            /// buffer is posted; reading them then is the application's protocol, as
+            /// with any RDMA buffer.)
+            pub fn as_slice(&self) -> &[u8] {
+                // SAFETY: [ptr, ptr + len) lies in a live mapping of the pool's (the
+                // handle borrows the pool, directly or through a cache, and the pool owns
+                // the region), and this handle is the only one for these bytes until it is
+                // dropped.
+                unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+            }
+            /// The bytes, to fill.
+            pub fn as_mut_slice(&mut self) -> &mut [u8] {
+                // SAFETY: as in `as_slice`, and `&mut self` makes this the only borrow.
+                unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+            }
+        }
+    };
 }
+pub(crate) use buffer_accessors;
+
+buffer_accessors!(Buf<'_>);
 
 impl Drop for Buf<'_> {
     fn drop(&mut self) {
