@@ -7,13 +7,14 @@
 //! The price is slack: free buffers sit in each thread's cache, where other threads
 //! cannot take them, so a class can look exhausted to one thread (or make it wait) while
 //! another's cache holds free buffers (`Cache::flush` hands them back). The slack is
-//! bounded per cache and per pool: a magazine holds at most an eighth of its class's
-//! buffers (1 to [`MAGAZINE`]; DPDK bounds its per-core caches by the pool's size the same
-//! way), and the magazines of all caches together hold at most a quarter of the class (at
-//! least one): a cache leases its magazines' capacity from the class when it is made and
-//! gives it back when dropped, and a cache that finds no capacity left takes and returns
-//! that class's buffers straight through the shared free list. So a class looks empty only
-//! when at least three quarters of it is really out. The pool's `in_use` and `high_water`
+//! bounded per cache and per pool, in terms of the class's first region: a magazine asks
+//! for an eighth of it (at least 1, at most [`MAGAZINE`]; DPDK bounds its per-core caches by
+//! the pool's size the same way), and the magazines of all caches together get at most a
+//! quarter of it (none for a class of under 4 buffers). A cache leases its magazines'
+//! capacity from the class when it is made and gives it back when dropped; a cache made
+//! when no capacity is left takes and returns that class's buffers straight through the
+//! shared free list for its whole life. So a class looks empty only when at least three
+//! quarters of it is really out. The pool's `in_use` and `high_water`
 //! count buffers out of its free lists, parked ones included; [`CacheStats`] says how many
 //! the cache's thread really holds.
 //!

@@ -241,7 +241,7 @@ impl Pool {
                     per_segment: c.count,
                     segments: std::array::from_fn(|_| OnceLock::new()),
                     free: Stack::new(),
-                    lease_budget: AtomicUsize::new((c.count / crate::cache::PARKED_DIVISOR).max(1)),
+                    lease_budget: AtomicUsize::new(c.count / crate::cache::PARKED_DIVISOR),
                 };
                 let _ = class.segments[0].set(Segment::new(
                     region.clone(),
@@ -443,6 +443,9 @@ impl Pool {
         let budget = &self.classes[class].lease_budget;
         let mut free = budget.load(Ordering::Relaxed);
         loop {
+            if free == 0 {
+                return 0;
+            }
             let take = want.min(free);
             match budget.compare_exchange_weak(free, free - take, Ordering::Relaxed, Ordering::Relaxed) {
                 Ok(_) => return take,
@@ -538,7 +541,9 @@ pub struct Buf<'p> {
 }
 
 /// The accessors of a buffer handle (`Buf` and `crate::CachedBuf`): both hold `ptr`,
-/// `len`, `keys` and `class`, and both borrow what keeps the region mapped.
+/// `len`, `keys` and `class`, and both borrow what keeps the region mapped. A type that
+/// uses it must guarantee what `as_slice` relies on: `ptr..ptr + len` lies in a region
+/// that outlives the handle, and the handle is the only one for those bytes.
 macro_rules! buffer_accessors {
     ($t:ty) => {
         impl $t {

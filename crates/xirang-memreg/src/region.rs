@@ -59,8 +59,8 @@ pub struct HostBackend {
 }
 
 /// `mlock`. Under Miri, which cannot call into the C library for it, nothing is pinned:
-/// the pool's own unsafe code (mapping, buffers, free lists) is what Miri checks, and the
-/// pinning calls run in the normal and valgrind test runs.
+/// the pool's own unsafe code (mapping, buffers) is what Miri checks, and the pinning
+/// calls run in the normal test run.
 fn pin(addr: usize, len: usize) -> i32 {
     #[cfg(miri)]
     {

@@ -869,10 +869,10 @@ impl Cq {
                 f(self.cq, wc.len() as c_int, wc.as_mut_ptr())
             };
             if got < 0 {
+                // ibv_poll_cq(3): a negative value is a failure, not an errno.
                 return Err(MemregError::Verbs(format!(
-                    "ibv_poll_cq on {}: {}",
-                    self.device.name,
-                    errno_of(got)
+                    "ibv_poll_cq on {} failed (returned {got})",
+                    self.device.name
                 )));
             }
             out.extend_from_slice(&wc[..got as usize]);
@@ -1112,6 +1112,12 @@ pub fn abi_layout() -> Vec<(&'static str, usize)> {
     let ptr = size_of::<*mut c_void>();
     let grh = offset_of!(AhAttr, grh);
     vec![
+        ("qp_attr_qp_state", offset_of!(QpAttr, qp_state)),
+        ("cap_max_send_wr", offset_of!(QpCap, max_send_wr)),
+        ("cap_max_recv_wr", offset_of!(QpCap, max_recv_wr)),
+        ("cap_max_send_sge", offset_of!(QpCap, max_send_sge)),
+        ("cap_max_recv_sge", offset_of!(QpCap, max_recv_sge)),
+        ("cap_max_inline_data", offset_of!(QpCap, max_inline_data)),
         ("qp_attr_path_mtu", offset_of!(QpAttr, path_mtu)),
         ("qp_attr_rq_psn", offset_of!(QpAttr, rq_psn)),
         ("qp_attr_sq_psn", offset_of!(QpAttr, sq_psn)),

@@ -32,8 +32,8 @@ fn exhausted(e: &MemregError) -> bool {
 }
 
 /// Property cases and thread rounds: far fewer under Miri, which interprets every step
-/// (the test command runs tests/miri.rs under it; these files run under it by hand:
-/// `cargo +nightly miri test -p xirang-memreg --test pool --test cache`).
+/// (the test command runs tests/miri.rs under it; these files run under it by hand, see
+/// scripts/miri.sh).
 const CASES: u32 = if cfg!(miri) { 4 } else { 64 };
 const ROUNDS: usize = if cfg!(miri) { 30 } else { 2000 };
 const OPS: usize = if cfg!(miri) { 40 } else { 400 };
@@ -94,29 +94,36 @@ proptest! {
 
 #[test]
 fn an_empty_magazine_and_free_list_follow_the_pools_policy() {
-    let p = pool(3, Exhaustion::FailFast);
+    let p = pool(8, Exhaustion::FailFast);
     let c = p.cache();
-    let held: Vec<_> = (0..3).map(|_| c.get_class(0).unwrap()).collect();
+    let held: Vec<_> = (0..8).map(|_| c.get_class(0).unwrap()).collect();
     assert!(matches!(
         c.get_class(0),
         Err(MemregError::Exhausted { class: 0, .. })
     ));
     assert_eq!(p.stats().failures, 1);
     drop(held);
-    // Back in this cache's magazine: served without the pool.
+    // A class of 8 lets a magazine keep 1 (an eighth): the next get is served from it.
+    assert_eq!(c.cached(), 1);
     let before = c.stats();
     let again = c.get_class(0).unwrap();
     assert_eq!(c.stats().hits, before.hits + 1);
     drop(again);
-    // A class of 3 lets a magazine keep 1 (an eighth, at least one); parked there, it is
-    // invisible to the pool until flushed.
-    assert_eq!(c.cached(), 1);
-    let direct: Vec<_> = (0..2).map(|_| p.get_class(0).unwrap()).collect();
+    // Parked there, it is invisible to the pool until flushed.
+    let direct: Vec<_> = (0..7).map(|_| p.get_class(0).unwrap()).collect();
     assert!(p.get_class(0).is_err());
     c.flush();
     assert_eq!(c.cached(), 0);
     assert!(p.get_class(0).is_ok());
     drop(direct);
+
+    // A class of under 4 buffers is never parked: all of it stays in the free list.
+    let tiny = pool(3, Exhaustion::FailFast);
+    let tc = tiny.cache();
+    drop(tc.get_class(0).unwrap());
+    assert_eq!(tc.cached(), 0);
+    let all: Vec<_> = (0..3).map(|_| tiny.get_class(0).unwrap()).collect();
+    drop(all);
 
     let g = pool(2, Exhaustion::Grow);
     let gc = g.cache();

@@ -1,23 +1,60 @@
 #![cfg(not(loom))]
-//! Every unsafe block of the pool, small enough for Miri (scripts/miri.sh runs this file
-//! and the crate's unit tests under it; the normal test run runs it too). Miri stops at
-//! undefined behaviour: out-of-bounds or dangling access to a region after it is
-//! unmapped, pointers without provenance, data races on the buffers or the free lists.
-//! The C calls (mlock, libibverbs) are outside Miri: the host backend skips mlock under
-//! `cfg(miri)`, and the verbs code runs on real devices in the Soft-RoCE guest.
+//! Every unsafe block of the pool that Miri can run, small enough for Miri
+//! (scripts/miri.sh runs this file and the crate's unit tests under it; the normal test
+//! run runs it too). Miri stops at undefined behaviour: out-of-bounds or dangling access
+//! to a region after it is unmapped, pointers without provenance, data races on the
+//! buffers or the free lists. The C calls are outside Miri: mlock (the host backend skips
+//! it under `cfg(miri)`), getrlimit (`memlock_limit_bytes`), the benchmark's malloc/free,
+//! and libibverbs, whose code runs on real devices in the Soft-RoCE guest.
 //!
-//! Blocks covered: `Region::new` (mmap) and its drop (munmap), `page_size` (sysconf), the
-//! buffers' `as_slice`/`as_mut_slice` through `Buf` and `CachedBuf`, `Buf` sent to and
-//! dropped on another thread, the `Region`/`Segment` `Send`/`Sync` claims under two
-//! threads, growth (a second region), waiting for a buffer another thread returns, and
-//! the free list's tagged stack under two threads.
+//! Blocks covered: `Region::new` (mmap), its unmapping when registration fails, and its
+//! drop (munmap); `page_size` (sysconf); the buffers' `as_slice`/`as_mut_slice` through
+//! `Buf` and `CachedBuf`; a `Buf` sent to and dropped on another thread; the
+//! `Region`/`Segment` `Send`/`Sync` claims under two threads; growth (a second region);
+//! waiting for a buffer another thread returns; the free list's tagged stack under two
+//! threads.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use xirang_memreg::freelist::FreeList;
-use xirang_memreg::{ClassSpec, Exhaustion, HostBackend, Pool, PoolConfig};
+use xirang_memreg::{
+    Access, Backend, ClassSpec, Exhaustion, HostBackend, Keys, MemregError, Pool, PoolConfig,
+};
+
+/// A backend that refuses to register: the region must unmap what it mapped.
+#[derive(Debug)]
+struct Refusing;
+
+impl Backend for Refusing {
+    fn name(&self) -> &'static str {
+        "refusing"
+    }
+    fn register(&self, _: usize, len: usize, _: Access) -> Result<Keys, MemregError> {
+        Err(MemregError::Register {
+            backend: "refusing",
+            len,
+            source: std::io::Error::from_raw_os_error(12),
+        })
+    }
+    fn deregister(&self, _: usize, _: usize, _: Keys) -> Result<(), MemregError> {
+        unreachable!("nothing was registered")
+    }
+}
+
+#[test]
+fn a_refused_registration_unmaps_the_region() {
+    let e = Pool::new(
+        PoolConfig::new(vec![ClassSpec {
+            size_bytes: 64,
+            count: 4,
+        }]),
+        Arc::new(Refusing),
+    )
+    .unwrap_err();
+    assert!(matches!(e, MemregError::Register { .. }), "{e}");
+}
 
 fn pool(exhaustion: Exhaustion) -> Pool {
     let mut c = PoolConfig::new(vec![

@@ -19,8 +19,8 @@ fn pool(classes: Vec<ClassSpec>, exhaustion: Exhaustion) -> Pool {
 }
 
 /// Property cases and thread rounds: far fewer under Miri, which interprets every step
-/// (the test command runs tests/miri.rs under it; these files run under it by hand:
-/// `cargo +nightly miri test -p xirang-memreg --test pool --test cache`).
+/// (the test command runs tests/miri.rs under it; these files run under it by hand, see
+/// scripts/miri.sh).
 const CASES: u32 = if cfg!(miri) { 4 } else { 48 };
 const ROUNDS: usize = if cfg!(miri) { 30 } else { 2000 };
 

@@ -10,6 +10,15 @@ use std::process::Command;
 const HEADER: &str = "/usr/include/infiniband/verbs.h";
 
 const C_EXPRS: &[(&str, &str)] = &[
+    ("qp_attr_qp_state", "offsetof(struct ibv_qp_attr, qp_state)"),
+    ("cap_max_send_wr", "offsetof(struct ibv_qp_cap, max_send_wr)"),
+    ("cap_max_recv_wr", "offsetof(struct ibv_qp_cap, max_recv_wr)"),
+    ("cap_max_send_sge", "offsetof(struct ibv_qp_cap, max_send_sge)"),
+    ("cap_max_recv_sge", "offsetof(struct ibv_qp_cap, max_recv_sge)"),
+    (
+        "cap_max_inline_data",
+        "offsetof(struct ibv_qp_cap, max_inline_data)",
+    ),
     ("qp_attr_path_mtu", "offsetof(struct ibv_qp_attr, path_mtu)"),
     ("qp_attr_rq_psn", "offsetof(struct ibv_qp_attr, rq_psn)"),
     ("qp_attr_sq_psn", "offsetof(struct ibv_qp_attr, sq_psn)"),

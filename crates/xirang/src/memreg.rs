@@ -142,6 +142,11 @@ pub(crate) fn plan(a: &crate::cli::MemregPlanArgs) -> Result<Outcome> {
     let cfg = &loaded.scenario.config;
     let fabric = &loaded.fabric;
     let ex = xirang_sim::workload::expand(&loaded, a.seed);
+    // A workload that could not be expanded is traffic the plan does not count: the
+    // verdict cannot be trusted, so the command fails (below).
+    for (w, why) in &ex.skipped {
+        eprintln!("error: workload {w} is not in the plan (it could not be expanded: {why})");
+    }
     // One connection per workload and NIC pair (a communicator's QPs), with its largest
     // message and all it carries; NVLink transfers inside a host use no NIC.
     let mut conns: BTreeMap<(u16, u32, u32), (u64, u64, u32)> = BTreeMap::new();
@@ -283,11 +288,6 @@ pub(crate) fn plan(a: &crate::cli::MemregPlanArgs) -> Result<Outcome> {
         }
         out(&text)?;
     }
-    // A workload that could not be expanded is traffic the plan does not count: the
-    // verdict cannot be trusted, so it fails.
-    for (w, why) in &ex.skipped {
-        eprintln!("error: workload {w} is not in the plan (it could not be expanded: {why})");
-    }
     let failed = matches!(registered, Some(Err(_))) || !ex.skipped.is_empty();
     Ok(if verdict == "too small" || failed {
         Outcome::Findings
@@ -304,9 +304,10 @@ fn register_here(
     device: Option<&str>,
 ) -> std::result::Result<String, String> {
     let huge = xirang_memreg::region::HUGE_PAGE_BYTES as u64;
-    if p.pin_page_bytes != xirang_fabric::config::PAGE_BYTES && p.pin_page_bytes != huge {
+    let page = xirang_memreg::region::page_size() as u64;
+    if p.pin_page_bytes != page && p.pin_page_bytes != huge {
         return Err(format!(
-            "--register maps 4096-byte or {huge}-byte (huge) pages; memory.page_bytes is {}",
+            "--register maps this machine's {page}-byte pages or {huge}-byte huge pages; memory.page_bytes is {}",
             p.pin_page_bytes
         ));
     }
@@ -322,7 +323,7 @@ fn register_here(
         .collect();
     let mut cfg = xirang_memreg::PoolConfig::new(classes);
     cfg.alignment_bytes = p.cache_line_bytes as usize;
-    cfg.huge_pages = p.pin_page_bytes > xirang_fabric::config::PAGE_BYTES;
+    cfg.huge_pages = p.pin_page_bytes == huge;
     match xirang_memreg::Pool::new(cfg, backend) {
         Ok(pool) => Ok(format!(
             "{} of {} in one region ({why})",
