@@ -177,15 +177,25 @@ impl<'p> Cache<'p> {
     fn put(&self, class: usize, id: u32) {
         self.in_use.set(self.in_use.get() - 1);
         let m = &self.mags[class];
+        let n = m.len.get();
+        if n < m.cap {
+            m.ids[n].set(id);
+            m.len.set(n + 1);
+        } else {
+            self.put_full(class, id);
+        }
+    }
+
+    /// A put into a full magazine (or into none): half of it goes back to the pool first.
+    #[cold]
+    fn put_full(&self, class: usize, id: u32) {
+        let m = &self.mags[class];
         if m.cap == 0 {
             self.pool.put_many(class, &[id]);
             return;
         }
-        let mut n = m.len.get();
-        if n == m.cap {
-            self.flush_some(class, batch(m.cap));
-            n = m.len.get();
-        }
+        self.flush_some(class, batch(m.cap));
+        let n = m.len.get();
         m.ids[n].set(id);
         m.len.set(n + 1);
     }
