@@ -124,11 +124,7 @@ impl Pool {
 impl<'p> Cache<'p> {
     /// A buffer of at least `len` bytes from the smallest class that holds it.
     pub fn get(&self, len: usize) -> Result<CachedBuf<'_, 'p>, MemregError> {
-        let class = self.pool.class_for(len).ok_or(MemregError::TooLarge {
-            len,
-            largest: self.pool.classes().iter().map(|c| c.0).max().unwrap_or(0),
-        })?;
-        self.get_class(class)
+        self.get_class(self.pool.class_holding(len)?)
     }
 
     /// A buffer of class `class`: from the magazine, else refilled from the pool (whose

@@ -204,6 +204,30 @@ fn rdma(qp: &Qp, read: bool, wr_id: u64, local: &Buf<'_>, remote: &Buf<'_>) -> R
     }
 }
 
+/// One RDMA operation from `qp` (see [`rdma`]), then every byte of its destination (the
+/// remote buffer of a WRITE, the local one of a READ) checked against the pattern `seed`
+/// that the source was filled with.
+fn rdma_checked(
+    qp: &Qp,
+    read: bool,
+    wr_id: u64,
+    local: &Buf<'_>,
+    remote: &Buf<'_>,
+    seed: u64,
+    path: &str,
+) -> Result<(), MemregError> {
+    rdma(qp, read, wr_id, local, remote)?;
+    let dest = if read { local } else { remote };
+    match first_mismatch(dest.as_slice(), seed) {
+        None => Ok(()),
+        Some(i) => Err(MemregError::Verbs(format!(
+            "RDMA {} {wr_id} ({} bytes, {path}): byte {i} differs",
+            if read { "READ" } else { "WRITE" },
+            local.len()
+        ))),
+    }
+}
+
 /// Runs the loopback; an error names the operation, buffer and byte that failed.
 pub fn run(cfg: &LoopbackConfig) -> Result<LoopbackReport, MemregError> {
     let mtu = mtu_enum(cfg.mtu_bytes)?;
@@ -243,6 +267,7 @@ pub fn run(cfg: &LoopbackConfig) -> Result<LoopbackReport, MemregError> {
     for round in 0..cfg.rounds {
         for class in 0..cfg.classes.len() {
             // Device 0 writes into device 1, reads it back; device 1 writes into device 0.
+            let (d0, d1) = (&cfg.devices[0], &cfg.devices[1]);
             let mut a = pools[0].get_class(class)?;
             let len = a.len();
             let pkts = len.div_ceil(cfg.mtu_bytes as usize) as u64;
@@ -251,25 +276,13 @@ pub fn run(cfg: &LoopbackConfig) -> Result<LoopbackReport, MemregError> {
             let mut b = pools[1].get_class(class)?;
             b.as_mut_slice().fill(0);
             wr_id += 1;
-            rdma(&qps[0], false, wr_id, &a, &b)?;
-            if let Some(i) = first_mismatch(b.as_slice(), seed) {
-                return Err(MemregError::Verbs(format!(
-                    "RDMA WRITE {wr_id} ({len} bytes, {} -> {}): byte {i} differs",
-                    cfg.devices[0], cfg.devices[1]
-                )));
-            }
+            rdma_checked(&qps[0], false, wr_id, &a, &b, seed, &format!("{d0} -> {d1}"))?;
             must_send[0] += pkts;
             writes += 1;
             let mut c = pools[0].get_class(class)?;
             c.as_mut_slice().fill(0);
             wr_id += 1;
-            rdma(&qps[0], true, wr_id, &c, &b)?;
-            if let Some(i) = first_mismatch(c.as_slice(), seed) {
-                return Err(MemregError::Verbs(format!(
-                    "RDMA READ {wr_id} ({len} bytes, {} <- {}): byte {i} differs",
-                    cfg.devices[0], cfg.devices[1]
-                )));
-            }
+            rdma_checked(&qps[0], true, wr_id, &c, &b, seed, &format!("{d0} <- {d1}"))?;
             must_send[0] += 1;
             must_send[1] += pkts;
             reads += 1;
@@ -279,13 +292,7 @@ pub fn run(cfg: &LoopbackConfig) -> Result<LoopbackReport, MemregError> {
             let mut e = pools[0].get_class(class)?;
             e.as_mut_slice().fill(0);
             wr_id += 1;
-            rdma(&qps[1], false, wr_id, &d, &e)?;
-            if let Some(i) = first_mismatch(e.as_slice(), seed2) {
-                return Err(MemregError::Verbs(format!(
-                    "RDMA WRITE {wr_id} ({len} bytes, {} -> {}): byte {i} differs",
-                    cfg.devices[1], cfg.devices[0]
-                )));
-            }
+            rdma_checked(&qps[1], false, wr_id, &d, &e, seed2, &format!("{d1} -> {d0}"))?;
             must_send[1] += pkts;
             writes += 1;
             bytes += 3 * len as u64;

@@ -278,11 +278,16 @@ impl Pool {
 
     /// A buffer of at least `len` bytes from the smallest class that holds it.
     pub fn get(&self, len: usize) -> Result<Buf<'_>, MemregError> {
-        let class = self.class_for(len).ok_or(MemregError::TooLarge {
+        self.get_class(self.class_holding(len)?)
+    }
+
+    /// The smallest class holding `len` bytes, or the error saying none does (built only
+    /// then: `get` is on the fast path).
+    pub(crate) fn class_holding(&self, len: usize) -> Result<usize, MemregError> {
+        self.class_for(len).ok_or_else(|| MemregError::TooLarge {
             len,
             largest: self.classes.iter().map(|c| c.size_bytes).max().unwrap_or(0),
-        })?;
-        self.get_class(class)
+        })
     }
 
     /// A buffer of class `class`.

@@ -117,6 +117,13 @@ fn an_empty_magazine_and_free_list_follow_the_pools_policy() {
     assert!(p.get_class(0).is_ok());
     drop(direct);
 
+    // By size: the smallest class that holds it, or an error naming the largest.
+    assert_eq!(c.get(300).unwrap().class(), 1);
+    assert!(matches!(
+        c.get(1 << 20),
+        Err(MemregError::TooLarge { largest: 8192, .. })
+    ));
+
     // A class of under 4 buffers is never parked: all of it stays in the free list.
     let tiny = pool(3, Exhaustion::FailFast);
     let tc = tiny.cache();
