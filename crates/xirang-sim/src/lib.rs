@@ -53,6 +53,7 @@ pub use output::{FlowResult, RunResult, Summary};
 
 use xirang_fabric::Loaded;
 
+use crate::engine::ids::{FlowId, PortId, QpId};
 use crate::output::{RequestResult, RunStats};
 use crate::time::us;
 
@@ -147,29 +148,29 @@ fn collect<Q: queue::Queue>(loaded: &Loaded, ex: &workload::Expanded, sim: &Sim<
         .requests
         .iter()
         .map(|r| {
-            let req = &sim.flows[r.request as usize];
-            let resp = &sim.flows[r.response as usize];
+            let req = &sim.flows[FlowId(r.request)];
+            let resp = &sim.flows[FlowId(r.response)];
             RequestResult {
                 workload: ex.workloads[r.workload as usize].clone(),
                 class: ex.flows[r.request as usize].class.clone(),
                 request: r.request,
                 response: r.response,
-                latency_ps: match (req.started, resp.rx_done) {
+                latency_ps: match (req.started, resp.rx.rx_done) {
                     (Some(s), Some(e)) => Some(e - s),
                     _ => None,
                 },
             }
         })
         .collect();
-    let pfc_prios = sim.pfc_prios.clone();
-    let port_name = |pi: usize| sim.port_names[pi].clone();
+    let pfc_prios = sim.net.pfc_prios.clone();
+    let port_name = |pi: PortId| sim.port_names[pi].clone();
     let flows: Vec<FlowResult> = ex
         .flows
         .iter()
         .enumerate()
         .map(|(i, d)| {
-            let f = &sim.flows[i];
-            let q0 = sim.qps.get(f.qps.start as usize).filter(|_| !f.qps.is_empty());
+            let f = &sim.flows[FlowId::from(i)];
+            let q0 = (!f.tx.qps.is_empty()).then(|| &sim.qps_tx[QpId(f.tx.qps.start)]);
             let start = f.started.unwrap_or(d.start);
             FlowResult {
                 id: i as u32,
@@ -183,23 +184,23 @@ fn collect<Q: queue::Queue>(loaded: &Loaded, ex: &workload::Expanded, sim: &Sim<
                 dport: q0.map_or(0, |q| q.dport),
                 bytes: d.bytes,
                 start_ps: start + d.time_offset,
-                fct_ps: f.finish.map(|t| t - start),
-                rx_done_ps: f.rx_done.map(|t| t - start),
+                fct_ps: f.tx.finish.map(|t| t - start),
+                rx_done_ps: f.rx.rx_done.map(|t| t - start),
                 ideal_ps: f.ideal,
                 lower_bound_ps: f.lower_bound,
                 bytes_received: if f.local.is_some() {
-                    if f.rx_done.is_some() { d.bytes } else { 0 }
+                    if f.rx.rx_done.is_some() { d.bytes } else { 0 }
                 } else {
-                    f.qps.clone().map(|q| sim.qp_received_bytes(q)).sum()
+                    f.qp_ids().map(|q| sim.qp_received_bytes(q)).sum()
                 },
                 in_collective: false,
                 nvlink: f.local.is_some(),
                 path: if f.local.is_some() {
                     Vec::new()
                 } else {
-                    sim.route_of(f.qps.start)
+                    sim.route_of(QpId(f.tx.qps.start))
                         .into_iter()
-                        .map(|p| port_name(p as usize))
+                        .map(port_name)
                         .collect()
                 },
             }
@@ -257,13 +258,13 @@ fn collect<Q: queue::Queue>(loaded: &Loaded, ex: &workload::Expanded, sim: &Sim<
         .samples
         .rates
         .iter()
-        .map(|(t, q, r)| (*t, sim.qps[*q as usize].flow, *q, *r))
+        .map(|(t, q, r)| (*t, sim.qps_tx[*q].flow.0, q.0, *r))
         .collect();
     let queue_series = sim
         .samples
         .queues
         .iter()
-        .map(|(t, p, prio, b)| (*t, port_name(*p as usize), *prio, *b))
+        .map(|(t, p, prio, b)| (*t, port_name(*p), *prio, *b))
         .collect();
     RunResult {
         flows,

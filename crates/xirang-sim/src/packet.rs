@@ -2,6 +2,7 @@
 //! an egress queue or a link's in-flight ring. The rings keep their capacity, so once they
 //! have grown the simulation allocates nothing per packet.
 
+use crate::engine::ids::{PortId, QpId, RouteId};
 use crate::time::Ps;
 
 /// What a packet is.
@@ -28,11 +29,11 @@ pub struct Packet {
     /// Data: NIC send time; echoed by the ACK for RTT measurement.
     pub ts: Ps,
     /// Queue pair the packet belongs to (unused for Pause).
-    pub qp: u32,
+    pub qp: QpId,
     /// Start of the route in the route arena.
-    pub route: u32,
+    pub route: RouteId,
     /// Switch ingress port while the packet is queued in a switch.
-    pub in_port: u32,
+    pub in_port: PortId,
     /// Bytes on the wire.
     pub size: u16,
     /// Payload bytes (Data only).

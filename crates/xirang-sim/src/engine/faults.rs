@@ -1,0 +1,359 @@
+//! Injected faults, applied where the hardware would see them and visible only in the
+//! counters it exposes: corruption and link-down loss on packets arriving at a port, MTU
+//! drops, a link trained down (each end's rate), ECN and PFC off on a switch port, a slow
+//! receiver and a degraded PCIe link at a NIC, GPUDirect RDMA off. A fault of a link acts
+//! on each of its two ends by an event of that end's own.
+
+use xirang_fabric::model::{Fabric, Node, PcieLink};
+use xirang_fabric::scenario::{Fault, FaultKind};
+use xirang_fabric::topology::parse_port_ref;
+
+use super::event::Event;
+use super::ids::{FaultId, PortId};
+use super::{NEVER, Sim};
+use crate::counters::N_PRIO;
+use crate::packet::{Kind, Packet};
+use crate::queue::Queue;
+use crate::rng::{Purpose, Stream};
+use crate::time::{PS_PER_S, PS_PER_US, Ps, Rate};
+
+/// Ethernet header (14) and FCS (4) of a frame, outside the IP MTU (the parts of
+/// `ROCEV2_HEADER_BYTES`, xirang_fabric::config).
+const ETH_HEADER_FCS_BYTES: u32 = 18;
+
+/// Receive buffer of a NIC whose host drains slowly (`slow_receiver` fault): the NIC asks
+/// its peer to pause above the XOFF level and to resume below XON. mlx5 receive buffer
+/// sizes are per-port configuration (`mlnx_qos --buffer_size`) and not in
+/// shared/reference; these levels are a modelling choice, a few jumbo frames apart.
+const NIC_RX_XOFF_BYTES: f64 = 65_536.0;
+const NIC_RX_XON_BYTES: f64 = 32_768.0;
+
+/// An injected fault as the engine applies it.
+#[derive(Debug)]
+pub(crate) struct ActiveFault {
+    kind: FaultKind,
+    /// The port whose receiver sees it.
+    port: PortId,
+    start: Ps,
+    end: Ps,
+    /// `LinkErrors`: probability that an arriving packet is corrupted, as a threshold
+    /// on a uniform u64 draw.
+    threshold: u64,
+    rng: Stream,
+    /// The kind's parameter: `SlowLink` Gbit/s, `MtuMismatch` bytes, `SlowReceiver`
+    /// Gbit/s.
+    param: f64,
+    /// What the fault changed, restored when it ends: `SlowLink` each end's rate (the
+    /// fault's port, then its peer), `EcnOff` whether RED was on.
+    saved_rates: [Option<Rate>; 2],
+    saved_red: bool,
+    /// `PcieDegraded`: the link as it trained, and as it was.
+    pcie: Option<PcieLink>,
+    saved_pcie: Option<PcieLink>,
+}
+
+/// Receive backlog of a NIC whose host drains slowly.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SlowRx {
+    drain_bps: f64,
+    backlog_bytes: f64,
+    last: Ps,
+}
+
+impl SlowRx {
+    /// Drains the backlog up to `now`.
+    fn drain_to(&mut self, now: Ps) {
+        let drained = (now - self.last) as f64 * self.drain_bps / (8.0 * PS_PER_S as f64);
+        self.backlog_bytes = (self.backlog_bytes - drained).max(0.0);
+        self.last = now;
+    }
+}
+
+impl<Q: Queue> Sim<Q> {
+    /// Applies the faults at receiving port `q` to an arriving packet; true when the
+    /// packet is lost (and accounted).
+    pub(crate) fn faulted(&mut self, q: PortId, pkt: &Packet) -> bool {
+        let now = self.now;
+        let mut lost = false;
+        for f in self.faults.iter_mut() {
+            if f.port != q || now < f.start || now >= f.end {
+                continue;
+            }
+            match f.kind {
+                FaultKind::LinkDown => lost = true,
+                FaultKind::MtuMismatch => {
+                    // The port MTU bounds the IP packet: the frame less its Ethernet
+                    // header and FCS.
+                    if u32::from(pkt.size).saturating_sub(ETH_HEADER_FCS_BYTES) as f64 > f.param {
+                        let c = &mut self.counters[q];
+                        c.rx_errors += 1;
+                        c.rx_oversize += 1;
+                        lost = true;
+                    }
+                }
+                // Applied at their start and end events.
+                FaultKind::SlowLink
+                | FaultKind::EcnOff
+                | FaultKind::PfcOff
+                | FaultKind::SlowReceiver
+                | FaultKind::PcieDegraded
+                | FaultKind::NicFunnel
+                | FaultKind::EcmpImbalance
+                | FaultKind::GdrOff
+                | FaultKind::SingleQp => {}
+                FaultKind::LinkErrors => {
+                    // PFC frames are left alone: a lost pause frame only shortens a
+                    // pause, and corrupting them would change nothing the rules read.
+                    if pkt.kind != Kind::Pause && f.rng.next_u64() < f.threshold {
+                        let c = &mut self.counters[q];
+                        c.rx_errors += 1;
+                        c.symbol_errors += 1;
+                        lost = true;
+                    }
+                }
+            }
+        }
+        if lost {
+            self.account_drop(pkt);
+        }
+        lost
+    }
+
+    /// A fault begins or (with `end`) ends at its port, or (with `peer`) at the other end
+    /// of the port's link.
+    pub(crate) fn fault_event(&mut self, i: FaultId, end: bool, peer: bool) {
+        let f = &mut self.faults[i];
+        let own = f.port;
+        let q = if peer { self.ports[own].peer } else { own };
+        let side = usize::from(peer);
+        match (f.kind, end) {
+            // Both ends count a link going down.
+            (FaultKind::LinkDown, false) => self.counters[q].link_downed += 1,
+            (FaultKind::SlowLink, false) => {
+                f.saved_rates[side] = Some(self.ports[q].rate);
+                self.ports[q].rate = Rate::from_gbps(f.param);
+            }
+            (FaultKind::SlowLink, true) => {
+                if let Some(r) = f.saved_rates[side].take() {
+                    self.ports[q].rate = r;
+                }
+            }
+            (FaultKind::EcnOff, false) => {
+                f.saved_red = self.ports[q].red.enabled;
+                self.ports[q].red.enabled = false;
+            }
+            (FaultKind::EcnOff, true) => self.ports[q].red.enabled = f.saved_red,
+            (FaultKind::PfcOff, off) => self.ports[q].pfc_off = !off,
+            (FaultKind::SlowReceiver, false) => {
+                self.ports[q].slow_rx = Some(SlowRx {
+                    drain_bps: f.param * 1e9,
+                    backlog_bytes: 0.0,
+                    last: self.now,
+                });
+            }
+            (FaultKind::PcieDegraded, false) => {
+                // Every port of the NIC sees the degraded link; each is capped at its
+                // rate on its own (a simplification for multi-port NICs, whose ports
+                // would share it).
+                let Some(link) = f.pcie else { return };
+                f.saved_pcie = self.ports[q].pcie;
+                let gbps = link.usable_gbps();
+                for p in self.nic_port_ids(q) {
+                    let port = &mut self.ports[p];
+                    port.pcie = Some(link);
+                    port.host_cap = Some(Rate::from_gbps(gbps));
+                    port.slow_rx = Some(SlowRx {
+                        drain_bps: gbps * 1e9,
+                        backlog_bytes: 0.0,
+                        last: self.now,
+                    });
+                }
+            }
+            (FaultKind::PcieDegraded, true) => {
+                let saved = f.saved_pcie;
+                for p in self.nic_port_ids(q) {
+                    let port = &mut self.ports[p];
+                    port.pcie = saved;
+                    port.host_cap = None;
+                }
+                self.end_slow_rx(q);
+            }
+            (FaultKind::SlowReceiver, true) => self.end_slow_rx(q),
+            // Applied to the flows before the run (`nic_funnel`) or per packet.
+            (
+                FaultKind::LinkDown
+                | FaultKind::LinkErrors
+                | FaultKind::MtuMismatch
+                | FaultKind::NicFunnel
+                | FaultKind::EcmpImbalance
+                | FaultKind::GdrOff
+                | FaultKind::SingleQp,
+                _,
+            ) => {}
+        }
+    }
+
+    /// The ports of the NIC that owns port `q`.
+    fn nic_port_ids(&self, q: PortId) -> Vec<PortId> {
+        let dev = self.ports[q].dev;
+        self.ports
+            .iter_enumerated()
+            .filter(|(_, p)| p.dev == dev)
+            .map(|(i, _)| i)
+            .collect()
+    }
+
+    /// A slow receiver drains at full speed again: resume whatever it paused.
+    fn end_slow_rx(&mut self, q: PortId) {
+        for q in self.nic_port_ids(q) {
+            self.ports[q].slow_rx = None;
+            for prio in 0..N_PRIO {
+                if self.ports[q].xoff & (1 << prio) != 0 {
+                    self.send_pfc(q, prio, false);
+                }
+            }
+        }
+    }
+
+    /// A slow receiver's NIC accounts a data packet into its backlog and asks its peer to
+    /// pause when the backlog passes XOFF. Delivery itself is not delayed (a
+    /// simplification: the pause, not the receive queue, is what limits the sender, and
+    /// what the counters show).
+    pub(crate) fn slow_rx_arrival(&mut self, p: PortId, pkt: &Packet) {
+        let now = self.now;
+        let prio = pkt.prio as usize;
+        let port = &mut self.ports[p];
+        let Some(rx) = port.slow_rx.as_mut() else {
+            return;
+        };
+        rx.drain_to(now);
+        rx.backlog_bytes += f64::from(pkt.size);
+        let backlog = rx.backlog_bytes;
+        let drain_bps = rx.drain_bps;
+        if backlog >= NIC_RX_XOFF_BYTES && self.net.pfc_lossless[prio] && port.xoff & (1 << prio) == 0 {
+            self.send_pfc(p, prio, true);
+            self.schedule_rx_drain(p, prio, backlog, drain_bps);
+        }
+    }
+
+    fn schedule_rx_drain(&mut self, p: PortId, prio: usize, backlog: f64, drain_bps: f64) {
+        let wait_s = (backlog - NIC_RX_XON_BYTES).max(0.0) * 8.0 / drain_bps;
+        let at = self.now + ((wait_s * PS_PER_S as f64) as Ps).max(1);
+        self.schedule(
+            at,
+            Event::RxDrain {
+                port: p,
+                prio: prio as u8,
+            },
+        );
+    }
+
+    /// A slow receiver's backlog may have drained to XON: resume the peer, or wait more.
+    pub(crate) fn rx_drain(&mut self, p: PortId, prio: usize) {
+        let now = self.now;
+        let port = &mut self.ports[p];
+        let Some(rx) = port.slow_rx.as_mut() else {
+            return;
+        };
+        if port.xoff & (1 << prio) == 0 {
+            return;
+        }
+        rx.drain_to(now);
+        let (backlog, drain_bps) = (rx.backlog_bytes, rx.drain_bps);
+        if backlog <= NIC_RX_XON_BYTES {
+            self.send_pfc(p, prio, false);
+        } else {
+            self.schedule_rx_drain(p, prio, backlog, drain_bps);
+        }
+    }
+
+    /// Injects the scenario's faults (validated by the scenario: every target is a port
+    /// with a link). Call before [`Sim::run`].
+    pub fn inject(&mut self, fabric: &Fabric, faults: &[Fault], seed: u64) {
+        for (i, f) in faults.iter().enumerate() {
+            let Ok(pr) = parse_port_ref(fabric, &f.target, None) else {
+                continue;
+            };
+            let name = fabric.port_name(pr);
+            let Some((port, _)) = self.port_names.iter_enumerated().find(|(_, n)| **n == name) else {
+                continue;
+            };
+            let start = (f.start_us * PS_PER_US as f64) as Ps;
+            let end = f.end_us.map(|e| (e * PS_PER_US as f64) as Ps).unwrap_or(NEVER);
+            let loss = f.loss.unwrap_or(0.0).clamp(0.0, 1.0);
+            let idx = self.faults.push(ActiveFault {
+                kind: f.kind,
+                port,
+                start,
+                end,
+                threshold: if loss >= 1.0 {
+                    u64::MAX
+                } else {
+                    (loss * u64::MAX as f64) as u64
+                },
+                rng: Stream::new(seed, Purpose::Fault, i as u64),
+                param: f
+                    .rate_gbps
+                    .or(f.drain_gbps)
+                    .or(f.mtu_bytes.map(f64::from))
+                    .unwrap_or(0.0),
+                saved_rates: [None, None],
+                saved_red: false,
+                pcie: match pr.node {
+                    Node::Nic(n) if f.kind == FaultKind::PcieDegraded => {
+                        let mut l = fabric.nics[n.index()].pcie;
+                        l.cur_width = f.pcie_width.unwrap_or(l.cur_width);
+                        l.cur_speed_gts = f.pcie_speed_gts.unwrap_or(l.cur_speed_gts);
+                        Some(l)
+                    }
+                    _ => None,
+                },
+                saved_pcie: None,
+            });
+            let at = |end, peer| Event::Fault {
+                fault: idx,
+                end,
+                peer,
+            };
+            match f.kind {
+                // Checked on every arriving packet, or applied to the flows before the run.
+                FaultKind::LinkErrors
+                | FaultKind::MtuMismatch
+                | FaultKind::NicFunnel
+                | FaultKind::EcmpImbalance
+                | FaultKind::SingleQp => {}
+                // Configuration: in force before the first packet. Each port of the NIC
+                // gets the cap on its own (a multi-port NIC would share it, as with
+                // `pcie_degraded`); the cap counts wire bytes, headers included.
+                FaultKind::GdrOff => {
+                    let cap = Rate::from_gbps(f.bounce_gbps.unwrap_or(0.0));
+                    for p in self.nic_port_ids(port) {
+                        self.ports[p].host_cap = Some(cap);
+                        self.ports[p].rx_cap = Some(cap);
+                        self.rx_gated = true;
+                    }
+                }
+                // Both ends of the link count it going down.
+                FaultKind::LinkDown => {
+                    self.schedule(start, at(false, false));
+                    self.schedule(start, at(false, true));
+                }
+                // A link trained down runs slower at both ends.
+                FaultKind::SlowLink => {
+                    self.schedule(start, at(false, false));
+                    self.schedule(start, at(false, true));
+                    if end != NEVER {
+                        self.schedule(end, at(true, false));
+                        self.schedule(end, at(true, true));
+                    }
+                }
+                FaultKind::EcnOff | FaultKind::PfcOff | FaultKind::SlowReceiver | FaultKind::PcieDegraded => {
+                    self.schedule(start, at(false, false));
+                    if end != NEVER {
+                        self.schedule(end, at(true, false));
+                    }
+                }
+            }
+        }
+    }
+}

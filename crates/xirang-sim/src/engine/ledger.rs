@@ -1,0 +1,127 @@
+//! The conservation ledger: every packet a device creates is delivered, dropped, or still
+//! in a queue or on a link at the end. The totals are kept as packets are created,
+//! delivered and dropped; what is in flight is counted independently by walking every
+//! queue and link, so `RunResult::check_conservation` compares two separate counts.
+
+use super::Sim;
+use crate::packet::{Kind, Packet};
+use crate::queue::Queue;
+use crate::time::Ps;
+
+/// Conservation accounting.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Ledger {
+    /// Packets created (by NICs, and PFC frames by switches).
+    pub created_packets: u64,
+    /// Their bytes.
+    pub created_bytes: u64,
+    /// Packets that reached the device they were for.
+    pub delivered_packets: u64,
+    /// Their bytes.
+    pub delivered_bytes: u64,
+    /// Packets dropped.
+    pub dropped_packets: u64,
+    /// Their bytes.
+    pub dropped_bytes: u64,
+    /// Data payload bytes sent by NICs, retransmissions included.
+    pub data_sent_bytes: u64,
+    /// Data payload bytes that reached the receiving NIC, duplicates included.
+    pub data_delivered_bytes: u64,
+    /// Data payload bytes dropped.
+    pub data_dropped_bytes: u64,
+    /// Packets alive now (created, neither delivered nor dropped).
+    #[serde(skip)]
+    pub(crate) live_packets: usize,
+    /// Most packets alive at once.
+    #[serde(skip)]
+    pub(crate) peak_live_packets: usize,
+}
+
+impl<Q: Queue> Sim<Q> {
+    /// Accounts a packet a NIC or switch creates.
+    #[inline]
+    pub(crate) fn alloc(&mut self, pkt: Packet) -> Packet {
+        let l = &mut self.ledger;
+        l.created_packets += 1;
+        l.created_bytes += u64::from(pkt.size);
+        if pkt.kind == Kind::Data {
+            l.data_sent_bytes += u64::from(pkt.payload);
+        }
+        l.live_packets += 1;
+        if l.live_packets > l.peak_live_packets {
+            l.peak_live_packets = l.live_packets;
+        }
+        pkt
+    }
+
+    /// Accounts a packet that reached the device it was for.
+    #[inline]
+    pub(crate) fn consume(&mut self, k: &Packet) {
+        let l = &mut self.ledger;
+        l.delivered_packets += 1;
+        l.delivered_bytes += u64::from(k.size);
+        if k.kind == Kind::Data {
+            l.data_delivered_bytes += u64::from(k.payload);
+        }
+        l.live_packets -= 1;
+    }
+
+    /// Accounts a packet lost in the network (admission drop, corruption, link down).
+    #[inline]
+    pub(crate) fn account_drop(&mut self, k: &Packet) {
+        let l = &mut self.ledger;
+        l.dropped_packets += 1;
+        l.dropped_bytes += u64::from(k.size);
+        if k.kind == Kind::Data {
+            l.data_dropped_bytes += u64::from(k.payload);
+        }
+        l.live_packets -= 1;
+    }
+
+    /// Packets alive (queued or on a link).
+    pub fn live_packets(&self) -> usize {
+        self.ledger.live_packets
+    }
+
+    /// Most packets alive at once.
+    pub fn peak_live_packets(&self) -> usize {
+        self.ledger.peak_live_packets
+    }
+
+    /// Bytes held by every packet ring (egress queues, PFC queues, links), at the
+    /// capacity they grew to; rings never shrink, so this is what the peak needed.
+    pub fn packet_ring_bytes(&self) -> usize {
+        let pkt = std::mem::size_of::<Packet>();
+        let flight = std::mem::size_of::<(Ps, Packet)>();
+        let queues: usize = self
+            .ports
+            .iter()
+            .map(|p| p.ctrl.capacity() * pkt + p.pr.iter().map(|s| s.queue.capacity() * pkt).sum::<usize>())
+            .sum();
+        let links: usize = self.links.iter().map(|l| l.in_flight.capacity() * flight).sum();
+        queues + links
+    }
+
+    /// What is still in the network: (packets, bytes, data payload bytes), counted by
+    /// walking every queue and link, independently of the ledger.
+    pub(crate) fn in_flight(&self) -> (usize, u64, u64) {
+        let (mut n, mut bytes, mut data) = (0usize, 0u64, 0u64);
+        let mut count = |k: &Packet| {
+            n += 1;
+            bytes += u64::from(k.size);
+            if k.kind == Kind::Data {
+                data += u64::from(k.payload);
+            }
+        };
+        for port in self.ports.iter() {
+            port.ctrl.iter().for_each(&mut count);
+            for q in port.pr.iter().map(|s| &s.queue) {
+                q.iter().for_each(&mut count);
+            }
+        }
+        for link in self.links.iter() {
+            link.in_flight.iter().for_each(|(_, k)| count(k));
+        }
+        (n, bytes, data)
+    }
+}

@@ -1,0 +1,280 @@
+//! Ports and links: a port's transmitter (one packet at a time, at the port's rate) and
+//! the directed link leaving it (propagation delay, packets in flight in arrival order).
+//!
+//! A port keeps one pending wake, when it can next send; a link keeps its packets in a
+//! ring and only its head has an `Arrive` event. Handing a packet to the device at the
+//! other end is the only way a device affects another.
+
+use std::collections::VecDeque;
+
+use xirang_fabric::config::RedProfile;
+use xirang_fabric::model::PcieLink;
+
+use super::event::Event;
+use super::ids::{PortId, QpId};
+use super::{Dev, NEVER, Sim};
+use crate::counters::N_PRIO;
+use crate::packet::{Kind, Packet};
+use crate::queue::Queue;
+use crate::rng::Stream;
+use crate::time::{Ps, Rate};
+
+/// A PFC frame is a minimum-size Ethernet frame (shared/reference/congestion-control.md §6).
+pub const PFC_FRAME_BYTES: u16 = 64;
+
+/// One port of a NIC or switch: its transmitter and (at switches) the buffer accounting of
+/// packets that entered through it.
+#[derive(Debug)]
+pub(crate) struct Port {
+    pub(crate) dev: Dev,
+    pub(crate) local: u16,
+    /// The port at the other end of this port's link.
+    pub(crate) peer: PortId,
+    pub(crate) rate: Rate,
+    pub(crate) busy_until: Ps,
+    pub(crate) wake_at: Ps,
+    /// PFC frames to send, ahead of everything.
+    pub(crate) ctrl: VecDeque<Packet>,
+    /// Invariant: bit p set iff `pr[p].queue` is non-empty. Only [`Port::push_q`] and
+    /// [`Port::pop_q`] touch the queues.
+    pub(crate) nonempty: u8,
+    /// Bit p set when a pause was received on p that may still be in force; `is_paused`
+    /// clears it once the pause ended.
+    pub(crate) pause_mask: u8,
+    /// DWRR round-robin pointer.
+    pub(crate) rr: u8,
+    /// The queue under `rr` already got its quantum for this turn.
+    pub(crate) turn_credited: bool,
+    /// Priorities on which this port told its peer to pause (XOFF sent, no XON yet).
+    pub(crate) xoff: u8,
+    /// Headroom for bytes arriving after XOFF (switch ingress).
+    pub(crate) headroom: u64,
+    /// Everything kept per priority, together, so that handling a packet touches one block.
+    pub(crate) pr: [PrioState; N_PRIO],
+    /// NIC: QPs sending through this port.
+    pub(crate) qps: Vec<QpId>,
+    pub(crate) rr_qp: usize,
+    pub(crate) ecn_rng: Option<Stream>,
+    /// RED profile of this egress port (switch ports).
+    pub(crate) red: RedProfile,
+    /// `pfc_off` fault: packets entering here are admitted as lossy and never paused.
+    pub(crate) pfc_off: bool,
+    /// `slow_receiver` fault (NIC ports): the host's drain rate and receive backlog.
+    pub(crate) slow_rx: Option<super::faults::SlowRx>,
+    /// NIC ports: the NIC's PCIe link (what it reports).
+    pub(crate) pcie: Option<PcieLink>,
+    /// `pcie_degraded` fault: the host-side rate data can leave at, and when the
+    /// host side is next free.
+    pub(crate) host_cap: Option<Rate>,
+    pub(crate) host_free_at: Ps,
+    /// `gdr_off` fault (NIC ports): the rate the host grants its senders credit at
+    /// (receive bounce through host memory), and when the next credit is free. Senders
+    /// wait for it; nothing pauses.
+    pub(crate) rx_cap: Option<Rate>,
+    pub(crate) rx_free_at: Ps,
+}
+
+/// Per-priority state of a port.
+#[derive(Debug, Default)]
+pub(crate) struct PrioState {
+    /// Egress queue (at NICs: ACKs, NACKs and CNPs only; data comes from QPs). Packets live
+    /// in the queues and link rings themselves: moving 40 bytes along a ring is cheaper than
+    /// chasing an id into a pool, and the rings never shrink, so nothing is allocated per
+    /// packet once they have grown.
+    pub(crate) queue: VecDeque<Packet>,
+    /// Switch egress bytes queued (RED input).
+    pub(crate) egr: u64,
+    /// Switch ingress accounting of packets that entered here (HPCC switch-mmu model).
+    pub(crate) ing: u64,
+    pub(crate) hdrm: u64,
+    pub(crate) deficit: i64,
+    /// PFC received: transmitter paused until this time.
+    pub(crate) paused_until: Ps,
+    /// Bytes and packets sent: the only counters touched per packet; receive counters are
+    /// derived from the peer's at the end (see [`Sim::port_counters`]).
+    pub(crate) tx_bytes: u64,
+    pub(crate) tx_packets: u64,
+    /// Peak egress queue bytes (switch ports).
+    pub(crate) watermark: u64,
+    pub(crate) pause_since: Ps,
+    pub(crate) xoff_since: Ps,
+    pub(crate) pfc_gen: u32,
+}
+
+/// The directed link leaving a port: what is on the wire, towards the peer port.
+#[derive(Debug)]
+pub(crate) struct Link {
+    pub(crate) delay: Ps,
+    /// Packets on the link with their arrival times, earliest first.
+    pub(crate) in_flight: VecDeque<(Ps, Packet)>,
+}
+
+impl Link {
+    pub(crate) fn new(delay: Ps) -> Self {
+        Link {
+            delay,
+            in_flight: VecDeque::new(),
+        }
+    }
+}
+
+impl Port {
+    pub(crate) fn new(
+        dev: Dev,
+        local: u16,
+        peer: PortId,
+        rate: Rate,
+        headroom: u64,
+        red: RedProfile,
+        ecn_rng: Option<Stream>,
+    ) -> Self {
+        Port {
+            dev,
+            local,
+            peer,
+            rate,
+            busy_until: 0,
+            wake_at: NEVER,
+            ctrl: VecDeque::new(),
+            nonempty: 0,
+            pause_mask: 0,
+            rr: 0,
+            turn_credited: false,
+            xoff: 0,
+            headroom,
+            pr: std::array::from_fn(|_| PrioState {
+                pause_since: NEVER,
+                xoff_since: NEVER,
+                ..PrioState::default()
+            }),
+            qps: Vec::new(),
+            rr_qp: 0,
+            ecn_rng,
+            red,
+            pfc_off: false,
+            slow_rx: None,
+            pcie: None,
+            host_cap: None,
+            host_free_at: 0,
+            rx_cap: None,
+            rx_free_at: 0,
+        }
+    }
+
+    #[inline]
+    pub(crate) fn push_q(&mut self, prio: usize, pkt: Packet) {
+        self.pr[prio].queue.push_back(pkt);
+        self.nonempty |= 1 << prio;
+    }
+
+    /// Pops the head of a queue; an emptied queue loses its DWRR deficit.
+    #[inline]
+    pub(crate) fn pop_q(&mut self, prio: usize) -> Packet {
+        let pkt = self.pr[prio]
+            .queue
+            .pop_front()
+            .expect("invariant: popped queues are non-empty");
+        if self.pr[prio].queue.is_empty() {
+            self.nonempty &= !(1 << prio);
+            self.pr[prio].deficit = 0;
+        }
+        pkt
+    }
+}
+
+impl<Q: Queue> Sim<Q> {
+    #[inline]
+    pub(crate) fn schedule_wake(&mut self, p: PortId, t: Ps) {
+        let port = &mut self.ports[p];
+        if port.wake_at <= t {
+            return;
+        }
+        port.wake_at = t;
+        self.schedule(t, Event::Wake(p));
+    }
+
+    /// Something may be sendable on port `p`: send now or schedule a wake.
+    #[inline]
+    pub(crate) fn kick(&mut self, p: PortId) {
+        let busy = self.ports[p].busy_until;
+        if busy > self.now {
+            self.schedule_wake(p, busy);
+        } else if self.ports[p].wake_at > self.now {
+            self.try_send(p);
+        }
+    }
+
+    pub(crate) fn try_send(&mut self, p: PortId) {
+        let busy = self.ports[p].busy_until;
+        if busy > self.now {
+            self.schedule_wake(p, busy);
+            return;
+        }
+        match self.ports[p].dev {
+            Dev::Switch(_) => self.switch_send(p),
+            Dev::Nic(_) => self.nic_send(p),
+        }
+    }
+
+    /// Puts a packet on the wire of port `p`.
+    #[inline]
+    pub(crate) fn transmit(&mut self, p: PortId, pkt: Packet) {
+        let (size, prio) = (pkt.size, pkt.prio);
+        let now = self.now;
+        let port = &mut self.ports[p];
+        let tx = port.rate.tx_time(u32::from(size));
+        port.busy_until = now + tx;
+        let st = &mut port.pr[prio as usize];
+        st.tx_bytes += u64::from(size);
+        st.tx_packets += 1;
+        if pkt.kind == Kind::Pause {
+            // Counted when sent, like the hardware counter (and like the transmit counters
+            // it is subtracted from).
+            self.counters[p].tx_pause[prio as usize] += 1;
+        }
+        let link = &mut self.links[p];
+        let at = now + tx + link.delay;
+        let was_empty = link.in_flight.is_empty();
+        link.in_flight.push_back((at, pkt));
+        self.packet_hops += 1;
+        if was_empty {
+            self.schedule(at, Event::Arrive(p));
+        }
+    }
+
+    /// The head packet of the link leaving `p` arrives at the peer port.
+    pub(crate) fn arrive(&mut self, p: PortId) {
+        let link = &mut self.links[p];
+        let (_, pkt) = link
+            .in_flight
+            .pop_front()
+            .expect("invariant: an Arrive event has a packet in flight");
+        if let Some(&(next, _)) = link.in_flight.front() {
+            self.schedule(next, Event::Arrive(p));
+        }
+        let q = self.ports[p].peer;
+        if !self.faults.is_empty() && self.faulted(q, &pkt) {
+            return;
+        }
+        match self.ports[q].dev {
+            Dev::Switch(s) => self.switch_receive(s, q, pkt),
+            Dev::Nic(_) => self.nic_receive(q, pkt),
+        }
+    }
+
+    /// Priorities of port `p` with packets waiting and no pause in force.
+    #[inline]
+    pub(crate) fn sendable(&mut self, p: PortId) -> u8 {
+        let port = &self.ports[p];
+        let mut ready = port.nonempty;
+        let mut maybe_paused = ready & port.pause_mask;
+        while maybe_paused != 0 {
+            let prio = maybe_paused.trailing_zeros() as usize;
+            maybe_paused &= maybe_paused - 1;
+            if self.is_paused(p, prio) {
+                ready &= !(1 << prio);
+            }
+        }
+        ready
+    }
+}

@@ -1,0 +1,514 @@
+//! The discrete-event engine, as components that meet only through packets on links,
+//! PFC frames and their own timers.
+//!
+//! | module | component |
+//! |---|---|
+//! | [`link`] | a port's transmitter and the directed link leaving it (serialization, propagation, the in-flight ring) |
+//! | [`pfc`] | PFC: sending, receiving and refreshing PAUSE frames, pause time accounting |
+//! | [`switch`] | a switch: shared buffer admission, XOFF/XON, strict + DWRR scheduling, RED/ECN marking |
+//! | [`nic`] | a NIC's transport: QPs, pacing, ACK/NACK/CNP, go-back-N, the ACK timeout |
+//! | [`cc_timers`] | congestion-control timers and rate changes (DCQCN decrease/increase, TIMELY on ACK) |
+//! | [`faults`] | injected faults, applied where the hardware would see them |
+//! | [`flows`] | the workload driver: flow starts, dependencies, NVLink transfers |
+//! | [`sampling`] | time series of rates, queues and counters |
+//! | [`ledger`] | the conservation ledger and what is still in flight |
+//! | [`routes`] | routes, computed once per QP with HPCC-compatible ECMP hashing |
+//! | [`event`] | the closed set of events |
+//! | [`ids`] | typed indices of the arenas |
+//!
+//! How a packet moves: a port that starts transmitting pushes the packet into the ring of
+//! the link leaving it, with its arrival time (start + serialization + propagation); only
+//! the ring's head has an `Arrive` event. A port keeps one wake time, when it can next
+//! send; a wake superseded by an earlier one stays queued and is ignored when it fires. So
+//! the event queue holds about one entry per busy port and link, not one per packet.
+//!
+//! The partition boundary: a handler runs for one device (a NIC or a switch) and touches
+//! only that device's ports, QP halves and counters, the links leaving its ports (to put
+//! packets on them) and the event queue. What one device does to another travels as a
+//! packet on a link, and so reaches the other device at least one link delay later (the
+//! lookahead a parallel engine needs). Two couplings do not follow that rule yet and are
+//! named where they are made: a `gdr_off` receiver's credit gate, which its senders read
+//! directly (`nic::Sim::rx_gate`), and a flow's dependencies (`flows`), which start a
+//! flow the moment the data it waited for arrived, wherever its sender is.
+
+pub mod cc_timers;
+pub mod event;
+pub mod faults;
+pub mod flows;
+pub mod ids;
+pub mod ledger;
+pub mod link;
+pub mod nic;
+pub mod pfc;
+pub mod routes;
+pub mod sampling;
+pub mod switch;
+
+use xirang_fabric::config::{CcAlgorithm, FabricConfig, RedProfile};
+use xirang_fabric::model::{Fabric, NicId, Node, SwitchId};
+use xirang_fabric::scenario::EcmpMode;
+
+use crate::cc::{Dcqcn, Timely};
+use crate::counters::{CounterValue, N_PRIO, PortCounters};
+use crate::queue::{EventQueue, Queue};
+use crate::rng::{Purpose, Stream};
+use crate::time::{PS_PER_NS, PS_PER_US, Ps, Rate};
+use crate::workload::FlowDef;
+
+pub use ledger::Ledger;
+pub use pfc::PfcEvent;
+pub use sampling::Samples;
+
+use event::Event;
+use faults::ActiveFault;
+use flows::Flow;
+use ids::{IdVec, PortId, QpId};
+use link::{Link, Port};
+use nic::{QpRx, QpTx};
+use routes::RouteArena;
+use switch::SwitchState;
+
+/// A time that never comes.
+pub(crate) const NEVER: Ps = Ps::MAX;
+
+/// Owner of a port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Dev {
+    Nic(NicId),
+    Switch(SwitchId),
+}
+
+/// NIC-wide identity.
+#[derive(Debug)]
+pub(crate) struct NicState {
+    pub(crate) node_id: u32,
+    pub(crate) ip: u32,
+}
+
+/// A traffic class at run time.
+#[derive(Debug, Clone)]
+pub(crate) struct ClassRt {
+    pub(crate) name: String,
+    pub(crate) prio: u8,
+    pub(crate) cc: CcAlgorithm,
+    pub(crate) dcqcn: xirang_fabric::config::DcqcnParams,
+    pub(crate) timely: xirang_fabric::config::TimelyParams,
+}
+
+/// Fabric-wide settings every device reads (the scenario's configuration; never changed
+/// during a run, so each partition of a parallel engine can hold a copy).
+#[derive(Debug, Clone)]
+pub(crate) struct NetConfig {
+    /// Priorities PFC protects.
+    pub(crate) pfc_lossless: [bool; N_PRIO],
+    pub(crate) pfc_prios: Vec<u8>,
+    /// `dynamic_th` of lossless and lossy ingress pools.
+    pub(crate) pfc_th: i8,
+    pub(crate) lossy_th: i8,
+    /// Reserved bytes per ingress port and priority.
+    pub(crate) reserved: u64,
+    pub(crate) xon_offset: u64,
+    pub(crate) pause_quanta: u16,
+    pub(crate) cnp_prio: u8,
+    pub(crate) ack_prio_high: bool,
+    /// RoCEv2 headers of a data packet.
+    pub(crate) header_bytes: u32,
+}
+
+/// Run options.
+#[derive(Debug, Clone, Copy)]
+pub struct RunOptions {
+    /// Seed of every random stream.
+    pub seed: u64,
+    /// Stop at this time (None: when every flow is done).
+    pub end: Option<Ps>,
+    /// Sampling interval for time series (None: off).
+    pub sample_interval: Option<Ps>,
+    /// ECMP hashing mode.
+    pub ecmp: xirang_fabric::scenario::EcmpMode,
+    /// `ecmp_imbalance` fault: switches hash this share of their flows to this switch
+    /// where it is one of their next hops.
+    pub hot_switch: Option<(xirang_fabric::model::SwitchId, f64)>,
+}
+
+/// The simulation state.
+///
+/// `Q` is the event queue; the default calendar queue is the fast one, [`crate::queue::HeapQueue`]
+/// is kept as the reference the benchmarks compare it with.
+pub struct Sim<Q: Queue = EventQueue> {
+    pub(crate) now: Ps,
+    pub(crate) q: Q,
+    pub(crate) ports: IdVec<PortId, Port>,
+    /// The directed link leaving each port (same index as the port).
+    pub(crate) links: IdVec<PortId, Link>,
+    /// Counters of each port that are not touched per packet.
+    pub(crate) counters: IdVec<PortId, PortCounters>,
+    /// Each port's name (`h3/mlx5_0/1`, `leaf2:7`).
+    pub(crate) port_names: IdVec<PortId, String>,
+    pub(crate) switches: Vec<SwitchState>,
+    pub(crate) nics: Vec<NicState>,
+    pub(crate) routes: RouteArena,
+    pub(crate) flows: IdVec<ids::FlowId, Flow>,
+    pub(crate) qps_tx: IdVec<QpId, QpTx>,
+    pub(crate) qps_rx: IdVec<QpId, QpRx>,
+    pub(crate) classes: Vec<ClassRt>,
+    pub(crate) dcqcn: Vec<Dcqcn>,
+    pub(crate) timely: Vec<Timely>,
+    pub(crate) net: NetConfig,
+    /// Some NIC port has a `gdr_off` credit gate.
+    pub(crate) rx_gated: bool,
+    pub(crate) flows_left: usize,
+    pub(crate) events: u64,
+    pub(crate) packet_hops: u64,
+    pub(crate) ledger: Ledger,
+    pub(crate) pfc_log: Vec<PfcEvent>,
+    pub(crate) samples: Samples,
+    pub(crate) sample_interval: Option<Ps>,
+    pub(crate) end: Option<Ps>,
+    /// Injected faults (few; checked on every arrival only when there are any).
+    pub(crate) faults: IdVec<ids::FaultId, ActiveFault>,
+}
+
+impl<Q: Queue> Sim<Q> {
+    /// Builds a simulation of `flows` on `fabric` under `config`.
+    pub fn new(fabric: &Fabric, config: &FabricConfig, flows: &[FlowDef], opts: &RunOptions) -> Sim<Q> {
+        let mut ports: IdVec<PortId, Port> = IdVec::with_capacity(fabric.links.len() * 2);
+        let mut links: IdVec<PortId, Link> = IdVec::with_capacity(fabric.links.len() * 2);
+        let mut nic_ports: Vec<Vec<PortId>> = fabric
+            .nics
+            .iter()
+            .map(|n| vec![PortId(u32::MAX); n.ports.len()])
+            .collect();
+        let mut sw_ports: Vec<Vec<PortId>> = fabric
+            .switches
+            .iter()
+            .map(|s| vec![PortId(u32::MAX); s.ports.len()])
+            .collect();
+        let dev_of = |n: Node| match n {
+            Node::Nic(x) => Dev::Nic(x),
+            Node::Switch(x) => Dev::Switch(x),
+        };
+        let pfc = &config.pfc;
+        for l in &fabric.links {
+            let base = ports.next_id().0;
+            for (end, peer) in [(l.a, base + 1), (l.b, base)] {
+                let id = ports.next_id();
+                match end.node {
+                    Node::Nic(n) => nic_ports[n.index()][end.port as usize] = id,
+                    Node::Switch(s) => sw_ports[s.index()][end.port as usize] = id,
+                }
+                let rate = Rate::from_gbps(l.rate_gbps);
+                // HPCC sizes headroom per port as 3 x rate x one-way delay
+                // (shared/reference/congestion-control.md §6).
+                let headroom = pfc.headroom_bytes.unwrap_or_else(|| {
+                    xirang_fabric::config::default_headroom_bytes(l.rate_gbps, l.delay_ns)
+                });
+                let red = match end.node {
+                    Node::Switch(s) => config
+                        .ecn
+                        .profile_at(fabric.switches[s.index()].tier, l.rate_gbps),
+                    Node::Nic(_) => RedProfile {
+                        enabled: false,
+                        ..RedProfile::default()
+                    },
+                };
+                let ecn_rng = matches!(end.node, Node::Switch(_))
+                    .then(|| Stream::new(opts.seed, Purpose::Ecn, u64::from(id.0)));
+                let mut port = Port::new(
+                    dev_of(end.node),
+                    end.port,
+                    PortId(peer),
+                    rate,
+                    headroom,
+                    red,
+                    ecn_rng,
+                );
+                if let Node::Nic(n) = end.node {
+                    port.pcie = Some(fabric.nics[n.index()].pcie);
+                }
+                ports.push(port);
+                links.push(Link::new(l.delay_ns * PS_PER_NS));
+            }
+        }
+        let n_nics = fabric.nics.len() as u32;
+        // Node ids: HPCC topologies keep the file's ids (hosts `h<id>`, switches `sw<id>`);
+        // otherwise NICs count from 0 and switches follow.
+        let hpcc_ids = fabric
+            .hosts
+            .iter()
+            .all(|h| h.nics.len() == 1 && xirang_fabric::hpcc::node_id_from_name(&h.name).is_some())
+            && fabric
+                .switches
+                .iter()
+                .all(|s| xirang_fabric::hpcc::node_id_from_name(&s.name).is_some());
+        let nic_node_id = |i: usize| {
+            if hpcc_ids {
+                xirang_fabric::hpcc::node_id_from_name(&fabric.hosts[fabric.nics[i].host.index()].name)
+                    .expect("checked")
+            } else {
+                i as u32
+            }
+        };
+        let sw_node_id = |i: usize| {
+            if hpcc_ids {
+                xirang_fabric::hpcc::node_id_from_name(&fabric.switches[i].name).expect("checked")
+            } else {
+                n_nics + i as u32
+            }
+        };
+        let seed_mix = match opts.ecmp {
+            EcmpMode::Hpcc => 0,
+            EcmpMode::Seeded => Stream::new(opts.seed, Purpose::Ecmp, 0).next_u64() as u32,
+        };
+        let switches: Vec<SwitchState> = (0..fabric.switches.len())
+            .map(|i| {
+                let mine = sw_ports[i].iter().filter(|p| p.0 != u32::MAX);
+                let total_hdrm: u64 = if pfc.enabled {
+                    mine.clone().map(|p| ports[*p].headroom).sum()
+                } else {
+                    0
+                };
+                SwitchState::new(
+                    sw_node_id(i) ^ seed_mix,
+                    config.buffer.switch_bytes,
+                    total_hdrm + mine.count() as u64 * config.buffer.reserved_bytes,
+                )
+            })
+            .collect();
+        let nics: Vec<NicState> = (0..fabric.nics.len())
+            .map(|i| {
+                let id = nic_node_id(i);
+                NicState {
+                    node_id: id,
+                    ip: xirang_fabric::hpcc::node_ip(id),
+                }
+            })
+            .collect();
+        let classes: Vec<ClassRt> = config
+            .classes
+            .iter()
+            .map(|(name, c)| ClassRt {
+                name: name.clone(),
+                prio: c.priority,
+                cc: c.cc,
+                dcqcn: c.dcqcn,
+                timely: c.timely,
+            })
+            .collect();
+        let net = NetConfig {
+            pfc_lossless: std::array::from_fn(|p| pfc.is_lossless(p as u8)),
+            pfc_prios: if pfc.enabled {
+                pfc.priorities.clone()
+            } else {
+                Vec::new()
+            },
+            pfc_th: pfc.dynamic_th,
+            lossy_th: config.buffer.lossy_dynamic_th,
+            reserved: config.buffer.reserved_bytes,
+            xon_offset: pfc.xon_offset_bytes,
+            pause_quanta: pfc.pause_quanta,
+            cnp_prio: config.cnp.priority,
+            ack_prio_high: config.cnp.ack_on_cnp_priority,
+            header_bytes: config.transport.header_bytes,
+        };
+        let port_names = ports
+            .iter()
+            .map(|p| {
+                let node = match p.dev {
+                    Dev::Nic(n) => Node::Nic(n),
+                    Dev::Switch(s) => Node::Switch(s),
+                };
+                fabric.port_name(xirang_fabric::model::PortRef { node, port: p.local })
+            })
+            .collect();
+        let mut sim = Sim {
+            now: 0,
+            // Most events are scheduled one serialization plus one link delay ahead.
+            q: Q::with_horizon(
+                fabric.links.iter().map(|l| l.delay_ns).max().unwrap_or(0) * PS_PER_NS + PS_PER_US,
+            ),
+            counters: (0..ports.len()).map(|_| PortCounters::default()).collect(),
+            port_names,
+            ports,
+            links,
+            switches,
+            nics,
+            routes: RouteArena::default(),
+            flows: IdVec::with_capacity(flows.len()),
+            qps_tx: IdVec::default(),
+            qps_rx: IdVec::default(),
+            classes,
+            dcqcn: Vec::new(),
+            timely: Vec::new(),
+            net,
+            rx_gated: false,
+            flows_left: flows.len(),
+            events: 0,
+            packet_hops: 0,
+            ledger: Ledger::default(),
+            faults: IdVec::default(),
+            pfc_log: Vec::new(),
+            samples: Samples::default(),
+            sample_interval: opts.sample_interval,
+            end: opts.end,
+        };
+        sim.add_flows(fabric, config, flows, &nic_ports, &sw_ports, opts);
+        if let Some(iv) = opts.sample_interval {
+            sim.schedule(iv, Event::Sample);
+        }
+        sim
+    }
+
+    /// Queues an event.
+    #[inline]
+    pub(crate) fn schedule(&mut self, t: Ps, e: Event) {
+        self.q.push(t, e.encode());
+    }
+
+    /// Runs until every flow is done, the end time, or no events remain. `progress` is
+    /// called with the simulated time every few thousand events.
+    pub fn run(&mut self, progress: &mut dyn FnMut(Ps)) {
+        const PROGRESS_EVERY: u64 = 1 << 16;
+        let end = self.end.unwrap_or(NEVER);
+        while self.flows_left > 0 {
+            let Some((t, e)) = self.q.pop_until(end) else {
+                if self.end.is_some() && !self.q.is_empty() {
+                    self.now = end;
+                }
+                break;
+            };
+            debug_assert!(t >= self.now, "invariant: time never goes backwards");
+            self.now = t;
+            self.dispatch(Event::decode(e));
+            self.events += 1;
+            if self.events.is_multiple_of(PROGRESS_EVERY) {
+                progress(self.now);
+            }
+        }
+        self.settle_pause_durations();
+    }
+
+    #[inline]
+    fn dispatch(&mut self, e: Event) {
+        match e {
+            Event::Wake(p) => {
+                if self.ports[p].wake_at == self.now {
+                    self.ports[p].wake_at = NEVER;
+                    self.try_send(p);
+                }
+            }
+            Event::Arrive(p) => self.arrive(p),
+            Event::FlowStart(f) => self.start_flow(f),
+            Event::DcqcnDec(q) => self.dcqcn_dec(q),
+            Event::DcqcnInc(q) => self.dcqcn_inc(q),
+            Event::Rto(q) => self.rto(q),
+            Event::PfcRefresh {
+                port,
+                prio,
+                generation,
+            } => self.pfc_refresh(port, usize::from(prio), generation),
+            Event::Sample => self.sample(),
+            Event::Fault { fault, end, peer } => self.fault_event(fault, end, peer),
+            Event::RxDrain { port, prio } => self.rx_drain(port, usize::from(prio)),
+            Event::LocalDone(f) => self.local_done(f),
+        }
+    }
+
+    /// Every port's counters under their hardware names.
+    pub fn named_counters(&self) -> Vec<CounterValue> {
+        let mut out = Vec::new();
+        for (pi, c) in self.port_counters().iter_enumerated() {
+            let name = &self.port_names[pi];
+            match self.ports[pi].dev {
+                Dev::Nic(_) => c.nic_named(name, &self.net.pfc_prios, &mut out),
+                Dev::Switch(_) => c.switch_named(name, &self.net.pfc_prios, &mut out),
+            }
+        }
+        out
+    }
+
+    /// Largest number of pending events.
+    pub fn peak_events_pending(&self) -> usize {
+        self.q.peak()
+    }
+
+    /// Current simulated time.
+    pub fn now(&self) -> Ps {
+        self.now
+    }
+
+    /// Complete counters of every port: the rarely-touched ones as kept, the per-packet ones
+    /// derived from the transmit side. A port received what its peer sent minus what is
+    /// still on the link between them.
+    pub(crate) fn port_counters(&self) -> IdVec<PortId, PortCounters> {
+        let mut on_link = vec![[[0u64; 2]; N_PRIO]; self.ports.len()];
+        for (pi, link) in self.links.iter_enumerated() {
+            for (_, k) in link.in_flight.iter() {
+                on_link[pi.idx()][k.prio as usize][0] += u64::from(k.size);
+                on_link[pi.idx()][k.prio as usize][1] += 1;
+            }
+        }
+        self.ports
+            .iter_enumerated()
+            .map(|(pi, port)| {
+                let mut c = self.counters[pi].clone();
+                // Pauses still in force count up to now, as the hardware's running
+                // duration counters do (they are settled into the totals at the end).
+                for prio in 0..N_PRIO {
+                    if port.xoff & (1 << prio) != 0 {
+                        c.tx_pause_ps[prio] += self.now - port.pr[prio].xoff_since;
+                    }
+                    if port.pr[prio].pause_since != NEVER {
+                        c.rx_pause_ps[prio] +=
+                            port.pr[prio].paused_until.min(self.now) - port.pr[prio].pause_since;
+                    }
+                }
+                c.rate_mbps = (port.rate.bps / 1e6).round() as u64;
+                c.pcie = port.pcie.map(|l| {
+                    let mts = |gts: f64| (gts * 1000.0).round() as u64;
+                    [
+                        u64::from(l.cur_width),
+                        u64::from(l.max_width),
+                        mts(l.cur_speed_gts),
+                        mts(l.max_speed_gts),
+                    ]
+                });
+                let peer = port.peer;
+                for (prio, in_link) in on_link[peer.idx()].iter().enumerate() {
+                    let (tb, tp) = (port.pr[prio].tx_bytes, port.pr[prio].tx_packets);
+                    c.tx_prio_bytes[prio] = tb;
+                    c.tx_prio_packets[prio] = tp;
+                    let (pb, pp) = (
+                        self.ports[peer].pr[prio].tx_bytes,
+                        self.ports[peer].pr[prio].tx_packets,
+                    );
+                    c.rx_prio_bytes[prio] = pb - in_link[0];
+                    c.rx_prio_packets[prio] = pp - in_link[1];
+                    if matches!(port.dev, Dev::Switch(_)) {
+                        // Egress queues carry everything but PFC frames, which bypass them.
+                        c.q_packets[prio] = tp - c.tx_pause[prio];
+                        c.q_bytes[prio] = tb - c.tx_pause[prio] * u64::from(link::PFC_FRAME_BYTES);
+                        c.q_watermark[prio] = port.pr[prio].watermark;
+                    }
+                }
+                c.tx_bytes = c.tx_prio_bytes.iter().sum();
+                c.tx_packets = c.tx_prio_packets.iter().sum();
+                c.rx_bytes = c.rx_prio_bytes.iter().sum();
+                c.rx_packets = c.rx_prio_packets.iter().sum();
+                c
+            })
+            .collect()
+    }
+}
+
+/// Index of `x` in `v`, appending it if absent: QPs share parameter sets by index.
+pub(crate) fn intern<T: PartialEq>(v: &mut Vec<T>, x: T) -> u16 {
+    let i = v.iter().position(|y| *y == x).unwrap_or_else(|| {
+        v.push(x);
+        v.len() - 1
+    });
+    u16::try_from(i).expect("invariant: fewer than 65536 distinct parameter sets")
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,474 @@
+//! A NIC's RoCE transport: queue pairs segmenting messages at the path MTU, per-QP rate
+//! limiters, round robin over the QPs of a port, an ACK per data packet, NACK on a PSN gap
+//! and go-back-N, CNPs from the notification point, and the local ACK timeout.
+//!
+//! A QP has two halves that never touch each other: [`QpTx`] at the sending NIC and
+//! [`QpRx`] at the receiving NIC, under the same [`QpId`]. They meet only through the
+//! packets they exchange.
+
+use super::event::Event;
+use super::ids::{FlowId, PortId, QpId, RouteId};
+use super::{NEVER, Sim};
+use crate::cc::{DcqcnState, TimelyState};
+use crate::packet::{Kind, Packet};
+use crate::queue::Queue;
+use crate::time::{PS_PER_NS, PS_PER_US, Ps};
+
+/// ACK size on the wire: Ethernet 14 + IPv4 20 + UDP 8 + BTH 12 + AETH 4 + ICRC 4 + FCS 4.
+/// Header sizes: shared/reference/linux-rdma-sysfs.md §4 (AETH's 4 bytes: IBTA, unconfirmed
+/// there).
+pub const ACK_BYTES: u16 = 66;
+/// CNP size: Ethernet 14 + IPv4 20 + UDP 8 + BTH 12 + 16 reserved + ICRC 4 + FCS 4 (the
+/// 16-byte CNP payload is IBTA RoCEv2 annex A17, unconfirmed in shared/reference).
+pub const CNP_BYTES: u16 = 78;
+/// The HPCC simulator's NACK generation interval, 500 µs (docs/hpcc-model.md §5).
+const NACK_INTERVAL: Ps = 500 * PS_PER_US;
+/// NCCL's default local ACK timeout: 4.096 µs x 2^20 (`NCCL_IB_TIMEOUT` 20,
+/// shared/reference/collectives-and-nccl.md §5).
+pub(crate) const ACK_TIMEOUT: Ps = 4_096 * PS_PER_NS * (1 << 20);
+
+/// The reaction point's congestion control of a QP, with the index of its parameter set.
+#[derive(Debug, Clone)]
+pub(crate) enum Cc {
+    None,
+    Dcqcn(u16, Box<DcqcnState>),
+    Timely(u16, Box<TimelyState>),
+}
+
+/// The sending half of a QP: one message of its flow.
+#[derive(Debug)]
+pub(crate) struct QpTx {
+    pub(crate) flow: FlowId,
+    pub(crate) src_port: PortId,
+    pub(crate) route: RouteId,
+    pub(crate) size: u64,
+    pub(crate) snd_nxt: u64,
+    pub(crate) snd_una: u64,
+    pub(crate) next_avail: Ps,
+    /// When the last data packet left, and its size: a rate increase re-times the gap
+    /// after it, as a NIC's rate limiter applies a new rate at once.
+    pub(crate) last_sent: Ps,
+    pub(crate) last_wire: u32,
+    pub(crate) prio: u8,
+    pub(crate) cc: Cc,
+    pub(crate) line_bps: f64,
+    pub(crate) mtu: u32,
+    pub(crate) sport: u16,
+    pub(crate) dport: u16,
+    /// The receiving NIC port (where a `gdr_off` credit gate sits).
+    pub(crate) dst_port: PortId,
+    /// This QP holds the gate's next credit, from its `next_avail` on.
+    pub(crate) rx_reserved: bool,
+    pub(crate) last_progress: Ps,
+    pub(crate) rto_pending: bool,
+    pub(crate) inc_pending: bool,
+    pub(crate) done: bool,
+}
+
+impl QpTx {
+    /// Current sending rate, bit/s.
+    #[inline]
+    pub(crate) fn rate_bps(&self) -> f64 {
+        match &self.cc {
+            Cc::None => self.line_bps,
+            Cc::Dcqcn(_, s) => s.rc,
+            Cc::Timely(_, s) => s.rate,
+        }
+    }
+}
+
+/// The receiving half of a QP.
+#[derive(Debug)]
+pub(crate) struct QpRx {
+    pub(crate) flow: FlowId,
+    pub(crate) size: u64,
+    /// Where ACKs, NACKs and CNPs go (the reverse route).
+    pub(crate) ack_route: RouteId,
+    /// The data's priority (ACKs go on it unless they ride the CNP priority).
+    pub(crate) prio: u8,
+    /// The notification point's minimum gap between CNPs; None when the QP's class does
+    /// not run DCQCN (roce_np disabled on its priority).
+    pub(crate) cnp_interval: Option<Ps>,
+    pub(crate) rx_expected: u64,
+    pub(crate) rx_next_cnp: Ps,
+    pub(crate) rx_nack_at: Ps,
+    pub(crate) rx_last_nack: u64,
+    pub(crate) rx_done: bool,
+}
+
+impl<Q: Queue> Sim<Q> {
+    /// When a `gdr_off` receiver grants QP `qi` its next credit (0: no gate, or the QP
+    /// already holds one).
+    ///
+    /// This reads the receiving NIC's gate directly: the one place a device looks at
+    /// another's state (see the module docs of `engine`). NCCL's receiver grants credit
+    /// per connection with messages; modelling those is what a partitioned engine needs.
+    #[inline]
+    pub(crate) fn rx_gate(&self, qi: QpId) -> Ps {
+        // Runs without a `gdr_off` fault (nearly all) skip the receiver lookup per QP.
+        if !self.rx_gated {
+            return 0;
+        }
+        let q = &self.qps_tx[qi];
+        let d = &self.ports[q.dst_port];
+        if d.rx_cap.is_some() && !q.rx_reserved {
+            d.rx_free_at
+        } else {
+            0
+        }
+    }
+
+    /// QP `qi` finds the receiver's credit gate busy: it takes the next credit in turn
+    /// (free at `at`) and waits for it, so that the receiver's senders share its rate in
+    /// the order they asked, as NCCL's receiver grants credit per connection.
+    fn reserve_rx(&mut self, qi: QpId, at: Ps) {
+        let header = self.net.header_bytes;
+        let q = &mut self.qps_tx[qi];
+        let wire = (q.size - q.snd_nxt).min(u64::from(q.mtu)) as u32 + header;
+        let d = &mut self.ports[q.dst_port];
+        if let Some(cap) = d.rx_cap {
+            d.rx_free_at = at + cap.tx_time(wire);
+            q.next_avail = at;
+            q.rx_reserved = true;
+        }
+    }
+
+    /// A packet arrives at NIC port `p`.
+    pub(crate) fn nic_receive(&mut self, p: PortId, pkt: Packet) {
+        match pkt.kind {
+            Kind::Data => {
+                if self.ports[p].slow_rx.is_some() {
+                    self.slow_rx_arrival(p, &pkt);
+                }
+                self.nic_rx_data(p, &pkt)
+            }
+            Kind::Ack | Kind::Nack => self.nic_rx_ack(&pkt),
+            Kind::Cnp => self.nic_rx_cnp(&pkt),
+            Kind::Pause => self.receive_pause(p, &pkt),
+        }
+        self.consume(&pkt);
+    }
+
+    /// Queues an ACK, NACK or CNP from the receiver of `qp` back to its sender.
+    fn send_ctrl(&mut self, qp: QpId, kind: Kind, seq: u64, ts: Ps) {
+        let q = &self.qps_rx[qp];
+        let prio = if kind == Kind::Cnp || self.net.ack_prio_high {
+            self.net.cnp_prio
+        } else {
+            q.prio
+        };
+        let route = q.ack_route;
+        let size = if kind == Kind::Cnp { CNP_BYTES } else { ACK_BYTES };
+        let pkt = self.alloc(Packet {
+            seq,
+            ts,
+            qp,
+            route,
+            in_port: PortId(0),
+            size,
+            payload: 0,
+            hop: 1,
+            kind,
+            prio,
+            ce: false,
+        });
+        let port = self.routes.first(route);
+        self.ports[port].push_q(prio as usize, pkt);
+        self.kick(port);
+    }
+
+    fn nic_rx_data(&mut self, p: PortId, pkt: &Packet) {
+        let now = self.now;
+        let qi = pkt.qp;
+        if pkt.ce {
+            self.counters[p].np_ecn_marked_roce_packets += 1;
+            // The NP answers CE marks only for classes running DCQCN (roce_np enabled on
+            // their priority), at most one CNP per QP per interval.
+            let q = &mut self.qps_rx[qi];
+            if let Some(interval) = q.cnp_interval
+                && now >= q.rx_next_cnp
+            {
+                q.rx_next_cnp = now + interval;
+                self.counters[p].np_cnp_sent += 1;
+                self.send_ctrl(qi, Kind::Cnp, 0, now);
+            }
+        }
+        let q = &mut self.qps_rx[qi];
+        if pkt.seq == q.rx_expected {
+            q.rx_expected += u64::from(pkt.payload);
+            let ack = q.rx_expected;
+            let complete = !q.rx_done && ack >= q.size;
+            if complete {
+                q.rx_done = true;
+            }
+            self.send_ctrl(qi, Kind::Ack, ack, pkt.ts);
+            if complete {
+                self.qp_received(qi);
+            }
+        } else if pkt.seq > q.rx_expected {
+            self.counters[p].out_of_sequence += 1;
+            let q = &mut self.qps_rx[qi];
+            if now >= q.rx_nack_at || q.rx_last_nack != q.rx_expected {
+                q.rx_nack_at = now + NACK_INTERVAL;
+                q.rx_last_nack = q.rx_expected;
+                let exp = q.rx_expected;
+                self.send_ctrl(qi, Kind::Nack, exp, pkt.ts);
+            }
+        } else {
+            // A duplicate: the sender went back (NACK or timeout) or an ACK was lost. An RC
+            // responder answers with the cumulative ACK, so a lost last ACK cannot leave
+            // the sender retransmitting forever.
+            self.counters[p].duplicate_request += 1;
+            let ack = self.qps_rx[qi].rx_expected;
+            self.send_ctrl(qi, Kind::Ack, ack, pkt.ts);
+        }
+    }
+
+    fn nic_rx_ack(&mut self, pkt: &Packet) {
+        let now = self.now;
+        let qi = pkt.qp;
+        let q = &mut self.qps_tx[qi];
+        if q.done {
+            return;
+        }
+        if pkt.seq > q.snd_una {
+            q.snd_una = pkt.seq;
+            q.last_progress = now;
+        }
+        let mut kick = false;
+        if pkt.kind == Kind::Nack {
+            let sp = q.src_port;
+            if q.snd_nxt > q.snd_una {
+                q.snd_nxt = q.snd_una;
+                kick = true;
+            }
+            self.counters[sp].packet_seq_err += 1;
+        }
+        let q = &mut self.qps_tx[qi];
+        let mut raised = false;
+        if let Cc::Timely(pi, s) = &mut q.cc {
+            let before = s.rate;
+            s.on_ack(
+                pkt.seq,
+                q.snd_nxt,
+                now.saturating_sub(pkt.ts),
+                &self.timely[*pi as usize],
+            );
+            raised = s.rate > before;
+        }
+        if q.snd_una >= q.size {
+            self.qp_complete(qi);
+        } else if kick {
+            let sp = self.qps_tx[qi].src_port;
+            self.kick(sp);
+        } else if raised {
+            self.rate_raised(qi);
+        }
+    }
+
+    fn nic_rx_cnp(&mut self, pkt: &Packet) {
+        let now = self.now;
+        let qi = pkt.qp;
+        let q = &mut self.qps_tx[qi];
+        let sp = q.src_port;
+        match &mut q.cc {
+            Cc::Dcqcn(pi, s) if !q.done => {
+                self.counters[sp].rp_cnp_handled += 1;
+                if let Some(t) = s.on_cnp(now, &self.dcqcn[*pi as usize]) {
+                    self.schedule(t, Event::DcqcnDec(qi));
+                }
+            }
+            _ => self.counters[sp].rp_cnp_ignored += 1,
+        }
+    }
+
+    /// The ACK timer of QP `qi` fired: go back to the last acknowledged byte if nothing
+    /// moved for a whole timeout.
+    pub(crate) fn rto(&mut self, qi: QpId) {
+        let now = self.now;
+        let q = &mut self.qps_tx[qi];
+        if q.done || q.snd_una >= q.snd_nxt {
+            q.rto_pending = false;
+            return;
+        }
+        let deadline = q.last_progress + ACK_TIMEOUT;
+        if deadline > now {
+            self.schedule(deadline, Event::Rto(qi));
+            return;
+        }
+        q.snd_nxt = q.snd_una;
+        q.last_progress = now;
+        let sp = q.src_port;
+        self.counters[sp].local_ack_timeout_err += 1;
+        self.schedule(now + ACK_TIMEOUT, Event::Rto(qi));
+        self.kick(sp);
+    }
+
+    /// NIC port `p`'s transmitter is free: PFC frames first, then control packets by
+    /// priority, then data from the QPs in round robin.
+    pub(crate) fn nic_send(&mut self, p: PortId) {
+        let now = self.now;
+        if let Some(pkt) = self.ports[p].ctrl.pop_front() {
+            self.transmit(p, pkt);
+            self.after_nic_tx(p);
+            return;
+        }
+        let ready = self.sendable(p);
+        if ready != 0 {
+            // Control packets, highest priority first.
+            let prio = 7 - ready.leading_zeros() as usize;
+            let pkt = self.ports[p].pop_q(prio);
+            self.transmit(p, pkt);
+            self.after_nic_tx(p);
+            return;
+        }
+        // Data waits while the host side (a degraded PCIe link) is still busy.
+        if self.ports[p].host_free_at > now {
+            self.after_nic_tx(p);
+            return;
+        }
+        // Data: round robin over QPs whose rate limiter allows a packet now.
+        let n = self.ports[p].qps.len();
+        let start = self.ports[p].rr_qp;
+        let mut any_done = false;
+        let mut chosen = None;
+        for i in 1..=n {
+            let idx = (start + i) % n;
+            let qi = self.ports[p].qps[idx];
+            let q = &self.qps_tx[qi];
+            if q.done {
+                any_done = true;
+                continue;
+            }
+            if q.snd_nxt >= q.size || q.next_avail > now {
+                continue;
+            }
+            let prio = q.prio as usize;
+            if self.is_paused(p, prio) {
+                continue;
+            }
+            let gate = self.rx_gate(qi);
+            if gate > now {
+                self.reserve_rx(qi, gate);
+                continue;
+            }
+            chosen = Some((idx, qi));
+            break;
+        }
+        if let Some((idx, qi)) = chosen {
+            self.ports[p].rr_qp = idx;
+            self.send_data(p, qi);
+        }
+        if any_done {
+            let qps = &self.qps_tx;
+            let port = &mut self.ports[p];
+            // Keep the round-robin pointer on the same QP: shift it by the finished QPs
+            // removed before it.
+            let removed_before = port.qps[..port.rr_qp.min(port.qps.len())]
+                .iter()
+                .filter(|q| qps[**q].done)
+                .count();
+            port.qps.retain(|q| !qps[*q].done);
+            port.rr_qp = (port.rr_qp - removed_before).min(port.qps.len().saturating_sub(1));
+        }
+        self.after_nic_tx(p);
+    }
+
+    fn send_data(&mut self, p: PortId, qi: QpId) {
+        let now = self.now;
+        let header = self.net.header_bytes;
+        let q = &mut self.qps_tx[qi];
+        let payload = (q.size - q.snd_nxt).min(u64::from(q.mtu)) as u32;
+        let seq = q.snd_nxt;
+        q.snd_nxt += u64::from(payload);
+        let wire = payload + header;
+        if let Cc::Dcqcn(pi, s) = &mut q.cc {
+            s.on_sent(wire, &self.dcqcn[*pi as usize]);
+        }
+        q.last_sent = now;
+        q.last_wire = wire;
+        q.next_avail = now + super::cc_timers::paced_gap(q, self.ports[p].rate.tx_time(wire));
+        let dst = q.dst_port;
+        let port = &mut self.ports[p];
+        if let Some(cap) = port.host_cap {
+            port.host_free_at = port.host_free_at.max(now) + cap.tx_time(wire);
+        }
+        let d = &mut self.ports[dst];
+        if q.rx_reserved {
+            // The credit was taken when the QP asked for it.
+            q.rx_reserved = false;
+        } else if let Some(cap) = d.rx_cap {
+            d.rx_free_at = d.rx_free_at.max(now) + cap.tx_time(wire);
+        }
+        let arm_rto = !q.rto_pending;
+        q.rto_pending = true;
+        let (prio, route) = (q.prio, q.route);
+        let pkt = self.alloc(Packet {
+            seq,
+            ts: now,
+            qp: qi,
+            route,
+            in_port: PortId(0),
+            size: wire as u16,
+            payload: payload as u16,
+            hop: 1,
+            kind: Kind::Data,
+            prio,
+            ce: false,
+        });
+        self.transmit(p, pkt);
+        if arm_rto {
+            self.schedule(now + ACK_TIMEOUT, Event::Rto(qi));
+        }
+    }
+
+    /// Schedules the next wake of NIC port `p`: when the link is free if control packets
+    /// wait, else when the earliest rate limiter or pause lets a QP send.
+    fn after_nic_tx(&mut self, p: PortId) {
+        let now = self.now;
+        let port = &self.ports[p];
+        let busy = port.busy_until.max(now);
+        let mut t = NEVER;
+        if !port.ctrl.is_empty() {
+            t = busy;
+        }
+        let mut waiting = port.nonempty;
+        while waiting != 0 {
+            let prio = waiting.trailing_zeros() as usize;
+            waiting &= waiting - 1;
+            let pause_end = port.pr[prio].paused_until;
+            t = t.min(if pause_end > now {
+                pause_end.max(busy)
+            } else {
+                busy
+            });
+        }
+        for &qi in &port.qps {
+            let q = &self.qps_tx[qi];
+            if q.done || q.snd_nxt >= q.size {
+                continue;
+            }
+            let pause_end = port.pr[q.prio as usize].paused_until;
+            let ready = q
+                .next_avail
+                .max(busy)
+                .max(port.host_free_at)
+                .max(self.rx_gate(qi))
+                .max(if pause_end > now { pause_end } else { 0 });
+            t = t.min(ready);
+        }
+        if t != NEVER {
+            debug_assert!(
+                t > now || self.ports[p].busy_until > now,
+                "invariant: nic_send sends whatever is sendable now"
+            );
+            self.schedule_wake(p, t.max(now + 1));
+        }
+    }
+
+    /// Bytes the receiver of a QP got in order.
+    pub(crate) fn qp_received_bytes(&self, qp: QpId) -> u64 {
+        let q = &self.qps_rx[qp];
+        q.rx_expected.min(q.size)
+    }
+}

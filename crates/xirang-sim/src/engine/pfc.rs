@@ -1,0 +1,162 @@
+//! Priority flow control (IEEE 802.1Qbb): PAUSE frames sent ahead of all traffic, the
+//! pause they impose on the receiving transmitter, refreshes of a pause still needed, and
+//! the pause time both ends count.
+
+use super::event::{Event, PFC_GEN_MASK};
+use super::ids::{PortId, QpId, RouteId};
+use super::link::PFC_FRAME_BYTES;
+use super::{Dev, NEVER, Sim};
+use crate::counters::N_PRIO;
+use crate::packet::{Kind, Packet};
+use crate::queue::Queue;
+use crate::time::Ps;
+
+/// A pause quantum is 512 bit times (congestion-control.md §6) = 64 bytes of line time.
+const PAUSE_QUANTUM_BYTES: u32 = 64;
+
+/// One PFC frame received, in the HPCC simulator's PFC-file terms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PfcEvent {
+    /// When it arrived.
+    pub time: Ps,
+    /// Node id of the receiving device.
+    pub node_id: u32,
+    /// True if the receiver is a switch.
+    pub at_switch: bool,
+    /// 1-based interface index of the receiving port.
+    pub ifindex: u16,
+    /// Priority.
+    pub prio: u8,
+    /// Pause (true) or resume.
+    pub pause: bool,
+}
+
+impl<Q: Queue> Sim<Q> {
+    /// Is port `p`'s transmitter paused on `prio`? Settles expired pauses' durations.
+    #[inline]
+    pub(crate) fn is_paused(&mut self, p: PortId, prio: usize) -> bool {
+        let now = self.now;
+        let port = &mut self.ports[p];
+        if port.pr[prio].paused_until > now {
+            return true;
+        }
+        port.pause_mask &= !(1 << prio);
+        if port.pr[prio].pause_since != NEVER {
+            self.counters[p].rx_pause_ps[prio] += port.pr[prio].paused_until - port.pr[prio].pause_since;
+            port.pr[prio].pause_since = NEVER;
+        }
+        false
+    }
+
+    /// Adds pause time still running at the end of the run to the counters.
+    pub(crate) fn settle_pause_durations(&mut self) {
+        let now = self.now;
+        for (port, c) in self.ports.iter_mut().zip(self.counters.iter_mut()) {
+            for prio in 0..N_PRIO {
+                if port.pr[prio].pause_since != NEVER {
+                    c.rx_pause_ps[prio] += port.pr[prio].paused_until.min(now) - port.pr[prio].pause_since;
+                    port.pr[prio].pause_since = if port.pr[prio].paused_until > now {
+                        now
+                    } else {
+                        NEVER
+                    };
+                }
+                if port.xoff & (1 << prio) != 0 {
+                    c.tx_pause_ps[prio] += now - port.pr[prio].xoff_since;
+                    port.pr[prio].xoff_since = now;
+                }
+            }
+        }
+    }
+
+    /// Sends a PFC frame out of port `p` (towards its peer) for `prio`.
+    pub(crate) fn send_pfc(&mut self, p: PortId, prio: usize, xoff: bool) {
+        let quanta = if xoff { self.net.pause_quanta } else { 0 };
+        let pkt = self.alloc(Packet {
+            seq: u64::from(quanta),
+            ts: self.now,
+            qp: QpId(u32::MAX),
+            route: RouteId(0),
+            in_port: p,
+            size: PFC_FRAME_BYTES,
+            payload: 0,
+            hop: 0,
+            kind: Kind::Pause,
+            prio: prio as u8,
+            ce: false,
+        });
+        let now = self.now;
+        let port = &mut self.ports[p];
+        port.ctrl.push_back(pkt);
+        if xoff {
+            if port.xoff & (1 << prio) == 0 {
+                port.xoff |= 1 << prio;
+                port.pr[prio].xoff_since = now;
+            }
+            port.pr[prio].pfc_gen = port.pr[prio].pfc_gen.wrapping_add(1) & PFC_GEN_MASK;
+            // Re-send XOFF when half the pause time has passed, as switches refresh pauses
+            // before they expire.
+            let half = port.rate.tx_time(u32::from(quanta) * PAUSE_QUANTUM_BYTES) / 2;
+            let generation = port.pr[prio].pfc_gen;
+            self.schedule(
+                now + half.max(1),
+                Event::PfcRefresh {
+                    port: p,
+                    prio: prio as u8,
+                    generation,
+                },
+            );
+        } else {
+            port.xoff &= !(1 << prio);
+            self.counters[p].tx_pause_ps[prio] += now - port.pr[prio].xoff_since;
+            port.pr[prio].xoff_since = NEVER;
+        }
+        self.kick(p);
+    }
+
+    /// A refresh timer fired: re-send XOFF if this pause is still the one asserted.
+    pub(crate) fn pfc_refresh(&mut self, p: PortId, prio: usize, generation: u32) {
+        let port = &self.ports[p];
+        if port.xoff & (1 << prio) != 0 && port.pr[prio].pfc_gen == generation {
+            self.send_pfc(p, prio, true);
+        }
+    }
+
+    /// Port `p` received a PFC frame from its peer.
+    pub(crate) fn receive_pause(&mut self, p: PortId, pkt: &Packet) {
+        let prio = pkt.prio as usize;
+        let quanta = pkt.seq as u32;
+        let now = self.now;
+        let paused = self.is_paused(p, prio);
+        let port = &mut self.ports[p];
+        self.counters[p].rx_pause[prio] += 1;
+        let (node_id, at_switch) = match port.dev {
+            Dev::Nic(n) => (self.nics[n.index()].node_id, false),
+            Dev::Switch(s) => (self.switches[s.index()].hash_seed, true),
+        };
+        self.pfc_log.push(PfcEvent {
+            time: now,
+            node_id,
+            at_switch,
+            ifindex: port.local + 1,
+            prio: prio as u8,
+            pause: quanta > 0,
+        });
+        if quanta > 0 {
+            if !paused {
+                port.pr[prio].pause_since = now;
+            }
+            port.pr[prio].paused_until = now + port.rate.tx_time(quanta * PAUSE_QUANTUM_BYTES);
+            port.pause_mask |= 1 << prio;
+        } else {
+            if paused {
+                self.counters[p].rx_pause_ps[prio] += now - port.pr[prio].pause_since;
+                port.pr[prio].pause_since = NEVER;
+                self.counters[p].rx_pause_transition[prio] += 1;
+            }
+            port.pr[prio].paused_until = 0;
+            port.pause_mask &= !(1 << prio);
+            self.kick(p);
+        }
+    }
+}

@@ -1,0 +1,261 @@
+//! A switch: shared-buffer admission per ingress port and priority (the HPCC simulator's
+//! switch MMU: reserved, shared with a dynamic threshold, headroom after XOFF), PFC
+//! XOFF/XON from the ingress accounting, egress scheduling (PFC frames, then the CNP
+//! priority strictly, then DWRR), and RED/ECN marking at dequeue.
+
+use xirang_fabric::model::SwitchId;
+
+use super::ids::PortId;
+use super::link::Port;
+use super::{Dev, NEVER, Sim};
+use crate::counters::N_PRIO;
+use crate::packet::{Kind, Packet};
+use crate::queue::Queue;
+
+/// DWRR quantum per visit: one jumbo frame, so equal-weight queues share bytes fairly.
+const DWRR_QUANTUM_BYTES: i64 = 9216;
+
+/// Switch-wide buffer state.
+#[derive(Debug)]
+pub(crate) struct SwitchState {
+    /// ECMP hash seed (also the node id in HPCC PFC files).
+    pub(crate) hash_seed: u32,
+    buffer: u64,
+    /// Bytes of the buffer set aside (headroom of all ports + reserved per port).
+    set_aside: u64,
+    shared_used: u64,
+    used: u64,
+}
+
+impl SwitchState {
+    pub(crate) fn new(hash_seed: u32, buffer: u64, set_aside: u64) -> Self {
+        SwitchState {
+            hash_seed,
+            buffer,
+            set_aside,
+            shared_used: 0,
+            used: 0,
+        }
+    }
+
+    /// Threshold 2^th x free shared buffer (`dynamic_th`, shared/reference/switch-config.md).
+    #[inline]
+    fn threshold(&self, th: i8) -> u64 {
+        let free = self.buffer.saturating_sub(self.set_aside + self.shared_used);
+        if th < 0 {
+            free >> (-th) as u32
+        } else {
+            free << th as u32
+        }
+    }
+}
+
+impl Port {
+    /// RED decision for a data packet leaving with `queued_bytes` still behind it
+    /// (shared/reference/congestion-control.md §1.1: marking on the egress queue, evaluated
+    /// at dequeue as the HPCC simulator does).
+    #[inline]
+    pub(crate) fn red_mark(&mut self, queued_bytes: u64) -> bool {
+        if !self.red.enabled {
+            return false;
+        }
+        let p = self.red.mark_probability(queued_bytes);
+        p >= 1.0
+            || (p > 0.0
+                && self
+                    .ecn_rng
+                    .as_mut()
+                    .expect("switch ports have an ECN stream")
+                    .uniform()
+                    < p)
+    }
+}
+
+impl<Q: Queue> Sim<Q> {
+    /// A packet arrives at switch `s` through port `inp`: a PFC frame pauses the port; a
+    /// packet is admitted into the buffer (or dropped) and queued at its egress port.
+    pub(crate) fn switch_receive(&mut self, s: SwitchId, inp: PortId, mut pkt: Packet) {
+        if pkt.kind == Kind::Pause {
+            self.receive_pause(inp, &pkt);
+            self.consume(&pkt);
+            return;
+        }
+        let out = self.routes.hop(pkt.route, pkt.hop);
+        pkt.hop += 1;
+        let prio = pkt.prio as usize;
+        let size = u64::from(pkt.size);
+        let lossless = self.net.pfc_lossless[prio] && !self.ports[inp].pfc_off;
+        let reserved = self.net.reserved;
+        let sw = &mut self.switches[s.index()];
+        if sw.used + size > sw.buffer {
+            self.counters[inp].in_discards += 1;
+            self.drop_packet(out, &pkt);
+            return;
+        }
+        // Thresholds are taken before this packet is counted (HPCC `CheckIngressAdmission`).
+        let port = &mut self.ports[inp];
+        let shared_pq = port.pr[prio].ing.saturating_sub(reserved);
+        let new = port.pr[prio].ing + size;
+        if lossless {
+            let thr = sw.threshold(self.net.pfc_th);
+            if port.pr[prio].hdrm + size > port.headroom && shared_pq + size > thr {
+                // Headroom overflow: a lossless packet is lost. Sized headroom prevents it.
+                self.counters[inp].in_discards += 1;
+                self.drop_packet(out, &pkt);
+                return;
+            }
+            if new <= reserved {
+                port.pr[prio].ing = new;
+            } else if new - reserved > thr {
+                port.pr[prio].hdrm += size;
+            } else {
+                port.pr[prio].ing = new;
+                sw.shared_used += size.min(new - reserved);
+            }
+        } else {
+            let thr = sw.threshold(self.net.lossy_th);
+            if shared_pq + size > thr {
+                self.counters[inp].in_discards += 1;
+                self.drop_packet(out, &pkt);
+                return;
+            }
+            port.pr[prio].ing = new;
+            if new > reserved {
+                sw.shared_used += size.min(new - reserved);
+            }
+        }
+        sw.used += size;
+        if lossless && port.xoff & (1 << prio) == 0 {
+            let thr = sw.threshold(self.net.pfc_th);
+            if port.pr[prio].hdrm > 0 || port.pr[prio].ing.saturating_sub(reserved) >= thr {
+                self.send_pfc(inp, prio, true);
+            }
+        }
+        pkt.in_port = inp;
+        let o = &mut self.ports[out];
+        o.pr[prio].egr += size;
+        if o.pr[prio].egr > o.pr[prio].watermark {
+            o.pr[prio].watermark = o.pr[prio].egr;
+        }
+        o.push_q(prio, pkt);
+        self.kick(out);
+    }
+
+    /// Accounts a packet dropped by admission on its way to egress port `out`.
+    fn drop_packet(&mut self, out: PortId, k: &Packet) {
+        self.account_drop(k);
+        let c = &mut self.counters[out];
+        c.tx_discards += 1;
+        c.q_dropped[k.prio as usize] += 1;
+    }
+
+    /// Picks the next queue of switch port `p`: the CNP priority strictly first, then DWRR
+    /// over the others with a quantum of one jumbo frame.
+    fn pick_queue(&mut self, p: PortId) -> Option<usize> {
+        let cnp = self.net.cnp_prio as usize;
+        let ready = self.sendable(p);
+        if ready & (1 << cnp) != 0 {
+            return Some(cnp);
+        }
+        let others = ready & !(1 << cnp);
+        if others == 0 {
+            return None;
+        }
+        let port = &mut self.ports[p];
+        // Classic DWRR: a queue gets one quantum when its turn starts and sends while its
+        // deficit covers the head packet; then the turn passes to the next ready queue.
+        // Each pass either serves or moves the pointer, so two rotations always suffice.
+        for _ in 0..3 * N_PRIO {
+            let rr = u32::from(port.rr);
+            let prio = ((rr + others.rotate_right(rr).trailing_zeros()) % N_PRIO as u32) as usize;
+            if prio as u32 != rr {
+                port.rr = prio as u8;
+                port.turn_credited = false;
+            }
+            if !port.turn_credited {
+                port.pr[prio].deficit += DWRR_QUANTUM_BYTES;
+                port.turn_credited = true;
+            }
+            let head = i64::from(port.pr[prio].queue[0].size);
+            if port.pr[prio].deficit >= head {
+                port.pr[prio].deficit -= head;
+                return Some(prio);
+            }
+            port.rr = ((prio + 1) % N_PRIO) as u8;
+            port.turn_credited = false;
+        }
+        unreachable!("invariant: DWRR serves a ready queue within two rotations")
+    }
+
+    /// Switch port `p`'s transmitter is free: send its next packet.
+    pub(crate) fn switch_send(&mut self, p: PortId) {
+        if let Some(pkt) = self.ports[p].ctrl.pop_front() {
+            self.transmit(p, pkt);
+            self.after_switch_tx(p);
+            return;
+        }
+        let Some(prio) = self.pick_queue(p) else {
+            self.wake_for_pause(p);
+            return;
+        };
+        let mut pkt = self.ports[p].pop_q(prio);
+        self.switch_dequeue(p, &mut pkt);
+        self.transmit(p, pkt);
+        self.after_switch_tx(p);
+    }
+
+    fn after_switch_tx(&mut self, p: PortId) {
+        let port = &self.ports[p];
+        if port.nonempty != 0 || !port.ctrl.is_empty() {
+            let t = port.busy_until;
+            self.schedule_wake(p, t);
+        }
+    }
+
+    /// Nothing sendable: if queues wait behind a pause, wake when it expires.
+    fn wake_for_pause(&mut self, p: PortId) {
+        let port = &self.ports[p];
+        let mut t = NEVER;
+        for prio in 0..N_PRIO {
+            if port.nonempty & (1 << prio) != 0 && port.pr[prio].paused_until > self.now {
+                t = t.min(port.pr[prio].paused_until);
+            }
+        }
+        if t != NEVER {
+            self.schedule_wake(p, t);
+        }
+    }
+
+    /// A packet leaves switch port `out`: release its buffer, decide ECN, maybe resume.
+    fn switch_dequeue(&mut self, out: PortId, pkt: &mut Packet) {
+        let prio = pkt.prio as usize;
+        let size = u64::from(pkt.size);
+        let inp = pkt.in_port;
+        let reserved = self.net.reserved;
+        let Dev::Switch(s) = self.ports[out].dev else {
+            unreachable!("invariant: switch_dequeue runs on switch ports")
+        };
+        let sw = &mut self.switches[s.index()];
+        let port = &mut self.ports[inp];
+        let from_hdrm = port.pr[prio].hdrm.min(size);
+        let from_shared = (size - from_hdrm).min(port.pr[prio].ing.saturating_sub(reserved));
+        port.pr[prio].hdrm -= from_hdrm;
+        port.pr[prio].ing -= size - from_hdrm;
+        sw.shared_used -= from_shared;
+        sw.used -= size;
+        let resume =
+            self.net.pfc_lossless[prio] && port.xoff & (1 << prio) != 0 && port.pr[prio].hdrm == 0 && {
+                let shared = port.pr[prio].ing.saturating_sub(reserved);
+                shared == 0 || shared + self.net.xon_offset <= sw.threshold(self.net.pfc_th)
+            };
+        let o = &mut self.ports[out];
+        o.pr[prio].egr -= size;
+        if pkt.kind == Kind::Data && o.red_mark(o.pr[prio].egr) {
+            self.counters[out].q_ecn_marked[prio] += 1;
+            pkt.ce = true;
+        }
+        if resume {
+            self.send_pfc(inp, prio, false);
+        }
+    }
+}
