@@ -154,24 +154,40 @@ pub struct FatTreeSpec {
     pub host: HostTemplate,
 }
 
-/// Rail-optimized cluster: hosts are grouped in scalable units; in each unit, NIC r of
-/// every host plugs into the unit's rail leaf r; every leaf connects to every spine.
+/// Rail-optimized cluster: hosts are grouped in scalable units (SUs); in each unit, NIC r of
+/// every host plugs into the unit's rail leaf r.
+///
+/// Without `spines` the fabric is built as published reference architectures build it
+/// (docs/large-fabrics.md): switches of `radix` ports, leaves to spines non-blocking or at
+/// `oversubscription`, and a core tier when one spine cannot reach every leaf. With
+/// `spines` it is the classic two-tier form: every leaf to every one of that many spines,
+/// switches as large as that needs unless `radix` is set.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RailOptimizedSpec {
     /// Number of hosts.
     pub hosts: Count,
-    /// Hosts per scalable unit (default: all hosts in one unit).
+    /// Hosts per scalable unit (default: 32, the DGX SuperPOD's SU; all hosts in one unit
+    /// when `spines` is given). The last unit may be partly filled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hosts_per_group: Option<Count>,
-    /// Number of spines.
-    pub spines: Count,
+    /// Number of spines of a classic two-tier fabric (every leaf to every spine). Leave it
+    /// out to size spines and cores from the radix.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spines: Option<Count>,
+    /// Ports per switch (default 64 when `spines` is not given; otherwise unchecked unless
+    /// set).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub radix: Option<Count>,
+    /// Which leaves share spines in a three-tier fabric.
+    #[serde(default, skip_serializing_if = "SpineGroups::is_default")]
+    pub spine_groups: SpineGroups,
     /// Downlink to uplink bandwidth ratio at the rail leaves.
     #[serde(default = "default_oversubscription")]
     pub oversubscription: f64,
     /// Host link rate.
     pub host_rate_gbps: f64,
-    /// Leaf-spine link rate.
+    /// Switch-to-switch link rate.
     pub fabric_rate_gbps: f64,
     /// One-way delay of every link.
     #[serde(default = "default_delay")]
@@ -180,6 +196,32 @@ pub struct RailOptimizedSpec {
     #[serde(default = "default_rail_host")]
     pub host: HostTemplate,
 }
+
+/// How a three-tier rail-optimized fabric groups leaves under spines (spine-leaf groups,
+/// docs/large-fabrics.md §2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SpineGroups {
+    /// A group holds the leaves of one rail in up to radix/2 units: traffic on its rail
+    /// never crosses a core.
+    #[default]
+    Rail,
+    /// A group holds every leaf of a block of units, as a fat-tree pod.
+    Units,
+}
+
+impl SpineGroups {
+    fn is_default(&self) -> bool {
+        *self == SpineGroups::Rail
+    }
+}
+
+/// Hosts per scalable unit of a DGX H100/B200 SuperPOD (shared/reference/scale-and-parallel.md
+/// §1, docs/large-fabrics.md §1).
+pub const DEFAULT_HOSTS_PER_SU: u32 = 32;
+/// Ports of the switches those reference architectures use (QM9700 class, 64 x 400G; same
+/// sources).
+pub const DEFAULT_SWITCH_RADIX: u32 = 64;
 
 /// A fabric listed element by element.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
@@ -708,6 +750,20 @@ fn rail_optimized(
     if !ok {
         return None;
     }
+    match s.spines {
+        Some(spines) => rail_classic(b, s, spines.get(), at, diags),
+        None => rail_scalable_units(b, s, at, diags),
+    }
+}
+
+/// The classic form: hosts in groups, every rail leaf cabled to every spine.
+fn rail_classic(
+    b: &mut Builder<'_>,
+    s: &RailOptimizedSpec,
+    spines: u32,
+    at: &KeyPath,
+    diags: &mut Diagnostics,
+) -> Option<()> {
     let hosts = s.hosts.get();
     let per_group = s.hosts_per_group.map_or(hosts, Count::get);
     if !hosts.is_multiple_of(per_group) {
@@ -719,7 +775,6 @@ fn rail_optimized(
     }
     let groups = hosts / per_group;
     let rails = s.host.nics;
-    let spines = s.spines.get();
     let lps = links_per_spine(
         f64::from(per_group) * s.host_rate_gbps,
         spines,
@@ -729,17 +784,36 @@ fn rail_optimized(
         diags,
     )?;
     let n_leaves = groups * rails;
+    let (leaf_ports, spine_ports) = (per_group + lps * spines, n_leaves * lps);
+    if let Some(radix) = s.radix.map(Count::get) {
+        if leaf_ports > radix {
+            diags.error(
+                &at.key("hosts_per_group"),
+                format!(
+                    "a rail leaf needs {per_group} host ports and {} uplinks = {leaf_ports} ports; \
+                     expected at most radix = {radix}",
+                    lps * spines
+                ),
+            );
+            return None;
+        }
+        if spine_ports > radix {
+            diags.error(
+                &at.key("spines"),
+                format!(
+                    "each spine needs a port for each of {n_leaves} leaves x {lps} links = \
+                     {spine_ports} ports; expected at most radix = {radix} (leave `spines` out to \
+                     add a core tier instead)"
+                ),
+            );
+            return None;
+        }
+    }
     let leaves: Vec<SwitchId> = (0..n_leaves)
-        .map(|l| {
-            b.add_switch(
-                format!("leaf{l}"),
-                Tier::Leaf,
-                (per_group + lps * spines) as usize,
-            )
-        })
+        .map(|l| b.add_switch(format!("leaf{l}"), Tier::Leaf, leaf_ports as usize))
         .collect();
     let spine_ids: Vec<SwitchId> = (0..spines)
-        .map(|p| b.add_switch(format!("spine{p}"), Tier::Spine, (n_leaves * lps) as usize))
+        .map(|p| b.add_switch(format!("spine{p}"), Tier::Spine, spine_ports as usize))
         .collect();
     for g in 0..groups {
         for h in 0..per_group {
@@ -763,6 +837,255 @@ fn rail_optimized(
                     s.fabric_rate_gbps,
                     s.link_delay_ns,
                 );
+            }
+        }
+    }
+    Some(())
+}
+
+/// The largest divisor of `n` that is at most `max` (0 when `max` is 0).
+fn largest_divisor_at_most(n: u32, max: u32) -> u32 {
+    (1..=max.min(n)).rev().find(|d| n.is_multiple_of(*d)).unwrap_or(0)
+}
+
+/// How a scalable-unit fabric is sized (docs/large-fabrics.md §3).
+#[derive(Debug, Clone, PartialEq)]
+struct SuPlan {
+    sus: u32,
+    rails: u32,
+    /// Host ports and uplinks per leaf.
+    down: u32,
+    up: u32,
+    /// Links between a leaf and each spine of its group.
+    k: u32,
+    /// Spines per group.
+    spines_per_group: u32,
+    /// Leaf indices of each spine-leaf group.
+    groups: Vec<Vec<u32>>,
+    /// Cores per core group (0: two tiers) and each group's spines' uplinks.
+    cores_per_cg: u32,
+    spine_up: Vec<u32>,
+}
+
+/// Sizes a scalable-unit fabric, or says which key makes it impossible.
+fn plan_scalable_units(s: &RailOptimizedSpec) -> Result<SuPlan, (&'static str, String)> {
+    let radix = s.radix.map_or(DEFAULT_SWITCH_RADIX, Count::get);
+    let per_su = s.hosts_per_group.map_or(DEFAULT_HOSTS_PER_SU, Count::get);
+    let hosts = s.hosts.get();
+    let rails = s.host.nics;
+    let sus = hosts.div_ceil(per_su);
+    let oversub = s.oversubscription;
+    if !(oversub.is_finite() && oversub > 0.0) {
+        return Err((
+            "oversubscription",
+            format!("expected a ratio > 0 (1 = non-blocking), found {oversub}"),
+        ));
+    }
+    let up_f = f64::from(per_su) * s.host_rate_gbps / (s.fabric_rate_gbps * oversub);
+    let up = up_f.round();
+    if up < 1.0 || (up_f - up).abs() > 1e-9 {
+        return Err((
+            "oversubscription",
+            format!(
+                "{per_su} hosts at {} Gbit/s per leaf over uplinks at {} Gbit/s gives {up_f:.3} \
+                 uplinks at {oversub}:1; expected a ratio giving a whole number of uplinks",
+                s.host_rate_gbps, s.fabric_rate_gbps
+            ),
+        ));
+    }
+    let up = up as u32;
+    if per_su + up > radix {
+        return Err((
+            "hosts_per_group",
+            format!(
+                "a rail leaf needs {per_su} host ports and {up} uplinks = {} ports; expected at \
+                 most radix = {radix} (fewer hosts per unit, more oversubscription, or a larger \
+                 radix)",
+                per_su + up
+            ),
+        ));
+    }
+    let n_leaves = sus * rails;
+    if n_leaves <= radix {
+        // Two tiers: one group holds every leaf.
+        let k = largest_divisor_at_most(up, radix / n_leaves);
+        return Ok(SuPlan {
+            sus,
+            rails,
+            down: per_su,
+            up,
+            k,
+            spines_per_group: up / k,
+            groups: vec![(0..n_leaves).collect()],
+            cores_per_cg: 0,
+            spine_up: vec![0],
+        });
+    }
+    // Three tiers: spines split their ports between leaves and cores.
+    let half = radix / 2;
+    let groups: Vec<Vec<u32>> = match s.spine_groups {
+        SpineGroups::Rail => {
+            // One leaf per unit on each rail: a group takes `half` units of one rail.
+            (0..rails)
+                .flat_map(|r| {
+                    (0..sus)
+                        .collect::<Vec<_>>()
+                        .chunks(half as usize)
+                        .map(|units| units.iter().map(|u| u * rails + r).collect::<Vec<_>>())
+                        .collect::<Vec<_>>()
+                })
+                .collect()
+        }
+        SpineGroups::Units => {
+            let per_group = half / rails;
+            if per_group == 0 {
+                return Err((
+                    "spine_groups",
+                    format!(
+                        "a group of whole units needs a spine port per leaf of a unit ({rails} \
+                         rails), more than the {half} down ports of a radix-{radix} spine; use \
+                         `rail`"
+                    ),
+                ));
+            }
+            (0..sus)
+                .collect::<Vec<_>>()
+                .chunks(per_group as usize)
+                .map(|units| {
+                    units
+                        .iter()
+                        .flat_map(|u| (0..rails).map(move |r| u * rails + r))
+                        .collect()
+                })
+                .collect()
+        }
+    };
+    let full = groups.iter().map(Vec::len).max().unwrap_or(0) as u32;
+    let k = largest_divisor_at_most(up, half / full.max(1));
+    let spines_per_group = up / k;
+    // Each spine sends up what comes down to it (non-blocking), and at least one link to
+    // every core of its core group, so that every group reaches every other. More cores
+    // can mean more uplinks on the spines of small groups, hence the loop; it ends because
+    // the cores per group only grow and a spine's uplinks are bounded by its ports.
+    let mut cores = (k * n_leaves).div_ceil(radix).max(1);
+    let spine_up = loop {
+        let spine_up: Vec<u32> = groups.iter().map(|g| (g.len() as u32 * k).max(cores)).collect();
+        if let Some((g, u)) = groups
+            .iter()
+            .zip(&spine_up)
+            .find(|(g, u)| g.len() as u32 * k + **u > radix)
+        {
+            return Err((
+                "hosts",
+                format!(
+                    "{hosts} hosts in {} spine groups need spines with {} leaf links and {u} core \
+                     links, more than radix = {radix}: the fabric would need a fourth tier",
+                    groups.len(),
+                    g.len() as u32 * k,
+                ),
+            ));
+        }
+        let need = spine_up
+            .iter()
+            .map(|u| u64::from(*u))
+            .sum::<u64>()
+            .div_ceil(u64::from(radix));
+        if need <= u64::from(cores) {
+            break spine_up;
+        }
+        cores = u32::try_from(need).unwrap_or(u32::MAX);
+    };
+    Ok(SuPlan {
+        sus,
+        rails,
+        down: per_su,
+        up,
+        k,
+        spines_per_group,
+        groups,
+        cores_per_cg: cores,
+        spine_up,
+    })
+}
+
+/// Scalable units as reference architectures build them (docs/large-fabrics.md).
+fn rail_scalable_units(
+    b: &mut Builder<'_>,
+    s: &RailOptimizedSpec,
+    at: &KeyPath,
+    diags: &mut Diagnostics,
+) -> Option<()> {
+    let plan = match plan_scalable_units(s) {
+        Ok(p) => p,
+        Err((key, msg)) => {
+            diags.error(&at.key(key), msg);
+            return None;
+        }
+    };
+    let radix = s.radix.map_or(DEFAULT_SWITCH_RADIX, Count::get) as usize;
+    let (hosts, rails) = (s.hosts.get(), plan.rails);
+    let leaves: Vec<SwitchId> = (0..plan.sus * rails)
+        .map(|l| b.add_switch(format!("leaf{l}"), Tier::Leaf, radix))
+        .collect();
+    let n_groups = plan.groups.len() as u32;
+    let spines: Vec<SwitchId> = (0..n_groups * plan.spines_per_group)
+        .map(|p| b.add_switch(format!("spine{p}"), Tier::Spine, radix))
+        .collect();
+    let cores: Vec<SwitchId> = (0..plan.spines_per_group * plan.cores_per_cg)
+        .map(|c| b.add_switch(format!("core{c}"), Tier::Core, radix))
+        .collect();
+    for h in 0..hosts {
+        let (unit, slot) = (h / plan.down, h % plan.down);
+        let nics = b.add_host(format!("h{h}"), &s.host, s.host_rate_gbps);
+        for (r, nic) in nics.into_iter().enumerate() {
+            let leaf = leaves[(unit * rails + r as u32) as usize];
+            b.cable_nic(nic, leaf, slot as u16, s.host_rate_gbps, s.link_delay_ns);
+        }
+    }
+    let (rate, delay) = (s.fabric_rate_gbps, s.link_delay_ns);
+    // Leaf uplink p*k + m goes to spine p of the leaf's group; spine down port i*k + m to
+    // the group's leaf i.
+    for (g, group) in plan.groups.iter().enumerate() {
+        for (i, &l) in group.iter().enumerate() {
+            for p in 0..plan.spines_per_group {
+                let spine = spines[(g as u32 * plan.spines_per_group + p) as usize];
+                for m in 0..plan.k {
+                    b.cable_switches(
+                        leaves[l as usize],
+                        (plan.down + p * plan.k + m) as u16,
+                        spine,
+                        (i as u32 * plan.k + m) as u16,
+                        rate,
+                        delay,
+                    );
+                }
+            }
+        }
+    }
+    if plan.cores_per_cg == 0 {
+        return Some(());
+    }
+    // Core group j joins spine j of every group; each spine's uplinks go round robin over
+    // the group's cores, continuing where the previous spine stopped, so cores fill evenly.
+    let c = plan.cores_per_cg;
+    for j in 0..plan.spines_per_group {
+        let mut next_port = vec![0u16; c as usize];
+        let mut turn = 0u32;
+        for (g, group) in plan.groups.iter().enumerate() {
+            let spine = spines[(g as u32 * plan.spines_per_group + j) as usize];
+            let first_up = group.len() as u32 * plan.k;
+            for t in 0..plan.spine_up[g] {
+                let ci = (turn % c) as usize;
+                turn += 1;
+                b.cable_switches(
+                    spine,
+                    (first_up + t) as u16,
+                    cores[(j * c) as usize + ci],
+                    next_port[ci],
+                    rate,
+                    delay,
+                );
+                next_port[ci] += 1;
             }
         }
     }

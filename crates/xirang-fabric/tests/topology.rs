@@ -4,10 +4,12 @@ use std::path::Path;
 
 use proptest::prelude::*;
 use xirang_fabric::analysis::summarize;
-use xirang_fabric::model::{Fabric, NicId, Tier};
+use xirang_fabric::model::{Fabric, NicId, Node, Tier};
 use xirang_fabric::routing::Graph;
 use xirang_fabric::scenario::{count, with_topology};
-use xirang_fabric::topology::{FatTreeSpec, HostTemplate, LeafSpineSpec, RailOptimizedSpec, TopologySpec};
+use xirang_fabric::topology::{
+    FatTreeSpec, HostTemplate, LeafSpineSpec, RailOptimizedSpec, SpineGroups, TopologySpec,
+};
 
 fn build(spec: TopologySpec) -> Fabric {
     let s = with_topology(spec);
@@ -131,7 +133,9 @@ proptest! {
         let f = build(TopologySpec::RailOptimized(RailOptimizedSpec {
             hosts: count(hosts),
             hosts_per_group: None,
-            spines: count(spines),
+            spines: Some(count(spines)),
+            radix: None,
+            spine_groups: SpineGroups::Rail,
             oversubscription: f64::from(hosts) / f64::from(spines),
             host_rate_gbps: 400.0,
             fabric_rate_gbps: 400.0,
@@ -154,5 +158,166 @@ proptest! {
             prop_assert!(h.pcie_switches.windows(2).all(|w| w[0].socket <= w[1].socket));
         }
         prop_assert!(summarize(&f).connected);
+    }
+}
+
+/// A scalable-unit fabric as the reference architectures build it: `hosts` HGX-style
+/// hosts (8 GPU/NIC pairs at 400 Gbit/s) on switches of `radix` ports.
+fn superpod(hosts: u32, per_su: u32, radix: u32, groups: SpineGroups) -> Result<Fabric, String> {
+    let s = with_topology(TopologySpec::RailOptimized(RailOptimizedSpec {
+        hosts: count(hosts),
+        hosts_per_group: Some(count(per_su)),
+        spines: None,
+        radix: Some(count(radix)),
+        spine_groups: groups,
+        oversubscription: 1.0,
+        host_rate_gbps: 400.0,
+        fabric_rate_gbps: 400.0,
+        link_delay_ns: 500,
+        host: HostTemplate::with_pairs(8),
+    }));
+    s.build(Path::new("<test>"), Path::new("."), None)
+        .map(|l| l.fabric)
+        .map_err(|e| e.to_string())
+}
+
+/// Cables by the tiers they join: (host-leaf, leaf-spine, spine-core, any other).
+fn cables(f: &Fabric) -> [usize; 4] {
+    let tier = |n: Node| match n {
+        Node::Nic(_) => None,
+        Node::Switch(s) => Some(f.switches[s.index()].tier),
+    };
+    let mut c = [0; 4];
+    for l in &f.links {
+        let i = match (tier(l.a.node), tier(l.b.node)) {
+            (None, Some(Tier::Leaf)) | (Some(Tier::Leaf), None) => 0,
+            (Some(Tier::Leaf), Some(Tier::Spine)) | (Some(Tier::Spine), Some(Tier::Leaf)) => 1,
+            (Some(Tier::Spine), Some(Tier::Core)) | (Some(Tier::Core), Some(Tier::Spine)) => 2,
+            _ => 3,
+        };
+        c[i] += 1;
+    }
+    c
+}
+
+/// No switch has more links than ports, every NIC is cabled to a switch, and the switches
+/// form one connected graph, so every host reaches every other through switches only.
+fn check_radix_and_reach(f: &Fabric, radix: usize) -> Result<(), String> {
+    for s in &f.switches {
+        let used = s.ports.iter().filter(|p| p.link.is_some()).count();
+        if used > radix || s.ports.len() > radix {
+            return Err(format!(
+                "{} uses {used} of {} ports, radix {radix}",
+                s.name,
+                s.ports.len()
+            ));
+        }
+    }
+    for n in 0..f.nics.len() as u32 {
+        if f.attached_switch(NicId(n), 0).is_none() {
+            return Err(format!("NIC {n} is not cabled to a switch"));
+        }
+    }
+    let g = Graph::new(f);
+    let first = g.index(Node::Switch(xirang_fabric::model::SwitchId(0)));
+    let mut seen = vec![false; g.len()];
+    let mut stack = vec![first];
+    seen[first as usize] = true;
+    while let Some(v) = stack.pop() {
+        if matches!(g.node(v), Node::Nic(_)) {
+            continue;
+        }
+        for a in g.adj(v) {
+            if !seen[a.peer as usize] {
+                seen[a.peer as usize] = true;
+                stack.push(a.peer);
+            }
+        }
+    }
+    match seen.iter().position(|s| !s) {
+        Some(i) => Err(format!("{} is unreachable", f.node_name(g.node(i as u32)))),
+        None => Ok(()),
+    }
+}
+
+/// The component counts the DGX SuperPOD reference architectures publish
+/// (docs/large-fabrics.md §1): units, leaves, spines, cores, and the cable counts between
+/// tiers, which equal the GPU count in a non-blocking fabric.
+#[test]
+fn scalable_units_give_the_published_component_counts() {
+    // (units, leaves, spines, cores): the B200 table, and the H100 table's 1 and 3 units.
+    let rows = [
+        (1, 8, 4, 0),
+        (2, 16, 8, 0),
+        (3, 24, 16, 0),
+        (4, 32, 16, 0),
+        (8, 64, 32, 0),
+        (16, 128, 128, 64),
+        (32, 256, 256, 128),
+        (64, 512, 512, 256),
+    ];
+    for groups in [SpineGroups::Rail, SpineGroups::Units] {
+        for (sus, leaves, spines, cores) in rows {
+            let f = superpod(32 * sus, 32, 64, groups).unwrap();
+            let gpus = 256 * sus as usize;
+            let got = (
+                f.switch_count(Tier::Leaf),
+                f.switch_count(Tier::Spine),
+                f.switch_count(Tier::Core),
+            );
+            assert_eq!(got, (leaves, spines, cores), "{sus} units, {groups:?}");
+            assert_eq!(f.gpus.len(), gpus);
+            let want = [gpus, gpus, if cores > 0 { gpus } else { 0 }, 0];
+            assert_eq!(cables(&f), want, "cables of {sus} units, {groups:?}");
+            check_radix_and_reach(&f, 64).unwrap_or_else(|e| panic!("{sus} units, {groups:?}: {e}"));
+        }
+    }
+}
+
+/// Rail groups keep a rail's traffic off the core: two hosts in different units of one
+/// spine group reach each other on rail r through one spine.
+#[test]
+fn rail_groups_keep_same_rail_traffic_below_the_core() {
+    let f = superpod(32 * 16, 32, 64, SpineGroups::Rail).unwrap();
+    let g = Graph::new(&f);
+    let (a, b) = (f.hosts[0].nics[3], f.hosts[32 * 15].nics[3]);
+    let paths = g.ecmp_paths(a, b, 4);
+    assert!(!paths.is_empty());
+    assert!(
+        paths.iter().all(|p| p.hops.len() == 4),
+        "NIC, leaf, spine, leaf, NIC"
+    );
+    // Across rails the path climbs to a core.
+    let c = f.hosts[32 * 15].nics[4];
+    assert!(g.ecmp_paths(a, c, 4).iter().all(|p| p.hops.len() == 6));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// Any number of units from 1 to 64, full or with the last one partly filled, on
+    /// either grouping: no switch exceeds its radix, every host reaches every other, and
+    /// the fabric is non-blocking (as many leaf uplinks as host ports of full units, and
+    /// at least as many core links as spine downlinks).
+    #[test]
+    fn scalable_units_respect_radix_and_connect_every_host(
+        sus in 1u32..=64,
+        missing in 0u32..32,
+        rail in any::<bool>(),
+    ) {
+        let groups = if rail { SpineGroups::Rail } else { SpineGroups::Units };
+        let hosts = (32 * sus - missing).max(1);
+        let f = superpod(hosts, 32, 64, groups).map_err(TestCaseError::fail)?;
+        prop_assert_eq!(f.hosts.len() as u32, hosts);
+        prop_assert_eq!(f.switch_count(Tier::Leaf) as u32, 8 * sus);
+        check_radix_and_reach(&f, 64).map_err(TestCaseError::fail)?;
+        let [down, up, core, other] = cables(&f);
+        prop_assert_eq!(down as u32, 8 * hosts);
+        prop_assert_eq!(up as u32, 8 * sus * 32);
+        prop_assert_eq!(other, 0);
+        prop_assert_eq!(f.switch_count(Tier::Core) > 0, sus > 8);
+        if sus > 8 {
+            prop_assert!(core >= up);
+        }
     }
 }

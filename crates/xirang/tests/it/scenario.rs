@@ -4,9 +4,42 @@ use crate::util::{root, run_expect, run_json};
 
 #[test]
 fn shipped_scenarios_check_clean() {
-    for f in ["default", "incast-16to1", "fat-tree-k8", "rail-64gpu"] {
+    for f in [
+        "default",
+        "incast-16to1",
+        "fat-tree-k8",
+        "rail-64gpu",
+        "rail-1024gpu",
+        "rail-8192gpu",
+        "rail-16384gpu",
+    ] {
         let (out, _) = run_expect(&["scenario", "check", &format!("scenarios/{f}.toml")], 0);
         assert!(out.ends_with(": ok\n"), "{out}");
+    }
+}
+
+/// The shipped large-cluster scenarios build the fabrics their headers describe, as the
+/// reference architecture's table has them (docs/large-fabrics.md).
+#[test]
+fn shipped_superpod_scenarios_build_the_published_fabrics() {
+    for (f, leaves, spines, cores) in [
+        ("rail-1024gpu", 32, 16, None),
+        ("rail-8192gpu", 256, 256, Some(128)),
+        ("rail-16384gpu", 512, 512, Some(256)),
+    ] {
+        let v = run_json(&["topo", "show", &format!("scenarios/{f}.toml"), "--json"]);
+        let count = |tier: &str| {
+            v["tiers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|t| t["tier"] == tier)
+                .map(|t| t["switches"].as_u64().unwrap())
+        };
+        assert_eq!(count("leaf"), Some(leaves), "{f}: {v}");
+        assert_eq!(count("spine"), Some(spines), "{f}");
+        assert_eq!(count("core"), cores, "{f}");
+        assert_eq!(v["connected"], true, "{f}");
     }
 }
 
