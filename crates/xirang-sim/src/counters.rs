@@ -93,12 +93,260 @@ pub struct PortCounters {
 /// hosts (`xirang-telemetry`), so the same metrics, rules and dashboards read both.
 pub use xirang_telemetry::CounterValue;
 
-fn push(out: &mut Vec<CounterValue>, entity: &str, name: String, value: u64) {
-    out.push(CounterValue {
-        entity: entity.to_string(),
-        name,
-        value,
-    });
+/// Counters with one name each, in the order a port reports them.
+const FIXED: [&str; 31] = [
+    "port_xmit_data",
+    "port_rcv_data",
+    "port_xmit_packets",
+    "port_rcv_packets",
+    "port_xmit_discards",
+    "symbol_error",
+    "port_rcv_errors",
+    "link_downed",
+    "rx_crc_errors_phy",
+    "rx_pcs_symbol_err_phy",
+    "rate",
+    "current_link_width",
+    "max_link_width",
+    "current_link_speed",
+    "max_link_speed",
+    "np_ecn_marked_roce_packets",
+    "np_cnp_sent",
+    "rp_cnp_handled",
+    "rp_cnp_ignored",
+    "out_of_sequence",
+    "packet_seq_err",
+    "local_ack_timeout_err",
+    "duplicate_request",
+    "SAI_PORT_STAT_IF_IN_OCTETS",
+    "SAI_PORT_STAT_IF_OUT_OCTETS",
+    "SAI_PORT_STAT_IF_IN_UCAST_PKTS",
+    "SAI_PORT_STAT_IF_OUT_UCAST_PKTS",
+    "SAI_PORT_STAT_IF_OUT_DISCARDS",
+    "SAI_PORT_STAT_IF_IN_ERRORS",
+    "SAI_PORT_STAT_IF_IN_DISCARDS",
+    "SAI_PORT_STAT_ETHER_RX_OVERSIZE_PKTS",
+];
+/// The switch port's speed attribute and the queue statistics, after the fixed ones.
+const FIXED2: [&str; 6] = [
+    "SAI_PORT_ATTR_SPEED",
+    "SAI_QUEUE_STAT_PACKETS",
+    "SAI_QUEUE_STAT_BYTES",
+    "SAI_QUEUE_STAT_DROPPED_PACKETS",
+    "SAI_QUEUE_STAT_WRED_ECN_MARKED_PACKETS",
+    "SAI_QUEUE_STAT_WATERMARK_BYTES",
+];
+/// Counters named per priority (`{p}` is the priority).
+const PER_PRIO: [(&str, &str); 12] = [
+    ("rx_prio", "_bytes"),
+    ("rx_prio", "_packets"),
+    ("tx_prio", "_bytes"),
+    ("tx_prio", "_packets"),
+    ("rx_prio", "_pause"),
+    ("rx_prio", "_pause_duration"),
+    ("rx_prio", "_pause_transition"),
+    ("tx_prio", "_pause"),
+    ("tx_prio", "_pause_duration"),
+    ("SAI_PORT_STAT_PFC_", "_RX_PKTS"),
+    ("SAI_PORT_STAT_PFC_", "_TX_PKTS"),
+    ("SAI_PORT_STAT_PFC_", "_RX_PAUSE_DURATION_US"),
+];
+
+/// A counter's name, as a small code: sampling compares values by code and renders names
+/// only for output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct CounterName(u16);
+
+impl CounterName {
+    const fn fixed(i: usize) -> Self {
+        CounterName(i as u16)
+    }
+    const fn fixed2(i: usize) -> Self {
+        CounterName((FIXED.len() + i) as u16)
+    }
+    const fn per_prio(t: usize, prio: usize) -> Self {
+        CounterName((FIXED.len() + FIXED2.len() + t * N_PRIO + prio) as u16)
+    }
+
+    /// The name hardware gives the counter.
+    pub fn render(self) -> String {
+        let i = self.0 as usize;
+        if let Some(n) = FIXED.get(i) {
+            return (*n).to_string();
+        }
+        if let Some(n) = FIXED2.get(i - FIXED.len()) {
+            return (*n).to_string();
+        }
+        let j = i - FIXED.len() - FIXED2.len();
+        let (pre, post) = PER_PRIO[j / N_PRIO];
+        format!("{pre}{}{post}", j % N_PRIO)
+    }
+}
+
+/// Where a counter belongs: the port, or one of its egress queues.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// The port itself.
+    Port,
+    /// Egress queue of this priority (switch ports).
+    Queue(u8),
+}
+
+/// Counters a NIC port reports at most: 11 port counters, 4 PCIe, 8 RoCE, 9 per priority.
+const NIC_SLOTS: usize = 11 + 4 + 8 + 9 * N_PRIO;
+/// Counters a switch port and its queues report at most: 9, 3 PFC per priority, 5 per queue.
+const SWITCH_SLOTS: usize = 9 + 3 * N_PRIO + 5 * N_PRIO;
+/// The size of a port's range in a sampler's table of last values (the visitors number
+/// their counters from 0 below it).
+pub const SLOTS_PER_PORT: usize = if NIC_SLOTS > SWITCH_SLOTS {
+    NIC_SLOTS
+} else {
+    SWITCH_SLOTS
+};
+
+impl PortCounters {
+    /// Calls `f` with each counter a NIC port reports, in order: its slot (stable over a
+    /// run, below [`SLOTS_PER_PORT`]), scope, name and value.
+    pub fn visit_nic(&self, pfc_prios: &[u8], f: &mut dyn FnMut(usize, Scope, CounterName, u64)) {
+        let mut slot = 0;
+        let mut emit = |slot: &mut usize, name: CounterName, value: u64| {
+            f(*slot, Scope::Port, name, value);
+            *slot += 1;
+        };
+        // port_xmit_data / port_rcv_data count 4-octet words (linux-rdma-sysfs.md §1.2).
+        emit(&mut slot, CounterName::fixed(0), self.tx_bytes / 4);
+        emit(&mut slot, CounterName::fixed(1), self.rx_bytes / 4);
+        emit(&mut slot, CounterName::fixed(2), self.tx_packets);
+        emit(&mut slot, CounterName::fixed(3), self.rx_packets);
+        emit(&mut slot, CounterName::fixed(4), self.tx_discards);
+        // PMA error counters (linux-rdma-sysfs.md §1.2), present on every real port.
+        emit(&mut slot, CounterName::fixed(5), self.symbol_errors);
+        emit(&mut slot, CounterName::fixed(6), self.rx_errors);
+        emit(&mut slot, CounterName::fixed(7), self.link_downed);
+        // The PHY's view of the same corrupted frames (mlx5 `ethtool -S`,
+        // linux-rdma-sysfs.md §2.1): each failed its FCS, and each is an error FEC
+        // could not correct. FEC-corrected bits and link-training recoveries
+        // (`rx_corrected_bits_phy`, `link_error_recovery`) need a pre-FEC error model
+        // the simulator does not have; they stay 0.
+        emit(&mut slot, CounterName::fixed(8), self.symbol_errors);
+        emit(&mut slot, CounterName::fixed(9), self.symbol_errors);
+        // sysfs `rate` ("100 Gb/sec (4X EDR)"), kept in Mbit/s so that rates such as
+        // 12.5 Gb/s stay whole.
+        emit(&mut slot, CounterName::fixed(10), self.rate_mbps);
+        // The NIC's PCIe link as sysfs gives it (/sys/bus/pci/devices/BDF/
+        // current_link_width, ...), speeds in MT/s so that 2.5 GT/s stays whole.
+        match self.pcie {
+            Some(v) => (0..4).for_each(|i| emit(&mut slot, CounterName::fixed(11 + i), v[i])),
+            None => slot += 4,
+        }
+        for (i, v) in [
+            self.np_ecn_marked_roce_packets,
+            self.np_cnp_sent,
+            self.rp_cnp_handled,
+            self.rp_cnp_ignored,
+            self.out_of_sequence,
+            self.packet_seq_err,
+            self.local_ack_timeout_err,
+            self.duplicate_request,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            emit(&mut slot, CounterName::fixed(15 + i), v);
+        }
+        for p in 0..N_PRIO {
+            emit(&mut slot, CounterName::per_prio(0, p), self.rx_prio_bytes[p]);
+            emit(&mut slot, CounterName::per_prio(1, p), self.rx_prio_packets[p]);
+            emit(&mut slot, CounterName::per_prio(2, p), self.tx_prio_bytes[p]);
+            emit(&mut slot, CounterName::per_prio(3, p), self.tx_prio_packets[p]);
+            if pfc_prios.contains(&(p as u8)) {
+                emit(&mut slot, CounterName::per_prio(4, p), self.rx_pause[p]);
+                emit(
+                    &mut slot,
+                    CounterName::per_prio(5, p),
+                    self.rx_pause_ps[p] / PS_PER_US,
+                );
+                emit(
+                    &mut slot,
+                    CounterName::per_prio(6, p),
+                    self.rx_pause_transition[p],
+                );
+                emit(&mut slot, CounterName::per_prio(7, p), self.tx_pause[p]);
+                emit(
+                    &mut slot,
+                    CounterName::per_prio(8, p),
+                    self.tx_pause_ps[p] / PS_PER_US,
+                );
+            } else {
+                slot += 5;
+            }
+        }
+        debug_assert_eq!(slot, NIC_SLOTS, "invariant: every NIC counter has its slot");
+    }
+
+    /// Calls `f` with each counter a switch port and its queues report, as
+    /// [`PortCounters::visit_nic`] does.
+    pub fn visit_switch(&self, pfc_prios: &[u8], f: &mut dyn FnMut(usize, Scope, CounterName, u64)) {
+        let mut slot = 0;
+        let mut emit = |slot: &mut usize, scope, name: CounterName, value: u64| {
+            f(*slot, scope, name, value);
+            *slot += 1;
+        };
+        for (i, v) in [
+            self.rx_bytes,
+            self.tx_bytes,
+            self.rx_packets,
+            self.tx_packets,
+            self.tx_discards,
+            self.rx_errors,
+            self.in_discards,
+            self.rx_oversize,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            emit(&mut slot, Scope::Port, CounterName::fixed(23 + i), v);
+        }
+        // The port's speed attribute (SAI_PORT_ATTR_SPEED, SONiC's PORT `speed`), Mbit/s.
+        emit(&mut slot, Scope::Port, CounterName::fixed2(0), self.rate_mbps);
+        for p in 0..N_PRIO {
+            if pfc_prios.contains(&(p as u8)) {
+                emit(
+                    &mut slot,
+                    Scope::Port,
+                    CounterName::per_prio(9, p),
+                    self.rx_pause[p],
+                );
+                emit(
+                    &mut slot,
+                    Scope::Port,
+                    CounterName::per_prio(10, p),
+                    self.tx_pause[p],
+                );
+                emit(
+                    &mut slot,
+                    Scope::Port,
+                    CounterName::per_prio(11, p),
+                    self.rx_pause_ps[p] / PS_PER_US,
+                );
+            } else {
+                slot += 3;
+            }
+        }
+        for p in 0..N_PRIO {
+            if self.q_packets[p] == 0 && self.q_dropped[p] == 0 {
+                slot += 5;
+                continue;
+            }
+            let q = Scope::Queue(p as u8);
+            emit(&mut slot, q, CounterName::fixed2(1), self.q_packets[p]);
+            emit(&mut slot, q, CounterName::fixed2(2), self.q_bytes[p]);
+            emit(&mut slot, q, CounterName::fixed2(3), self.q_dropped[p]);
+            emit(&mut slot, q, CounterName::fixed2(4), self.q_ecn_marked[p]);
+            emit(&mut slot, q, CounterName::fixed2(5), self.q_watermark[p]);
+        }
+        debug_assert_eq!(slot, SWITCH_SLOTS, "invariant: every switch counter has its slot");
+    }
 }
 
 impl PortCounters {
@@ -106,170 +354,26 @@ impl PortCounters {
     /// them. Per-priority pause counters appear only for priorities in `pfc_prios` (mlx5
     /// exposes them only where PFC is enabled).
     pub fn nic_named(&self, entity: &str, pfc_prios: &[u8], out: &mut Vec<CounterValue>) {
-        // port_xmit_data / port_rcv_data count 4-octet words (linux-rdma-sysfs.md §1.2).
-        push(out, entity, "port_xmit_data".into(), self.tx_bytes / 4);
-        push(out, entity, "port_rcv_data".into(), self.rx_bytes / 4);
-        push(out, entity, "port_xmit_packets".into(), self.tx_packets);
-        push(out, entity, "port_rcv_packets".into(), self.rx_packets);
-        push(out, entity, "port_xmit_discards".into(), self.tx_discards);
-        // PMA error counters (linux-rdma-sysfs.md §1.2), present on every real port.
-        push(out, entity, "symbol_error".into(), self.symbol_errors);
-        push(out, entity, "port_rcv_errors".into(), self.rx_errors);
-        push(out, entity, "link_downed".into(), self.link_downed);
-        // The PHY's view of the same corrupted frames (mlx5 `ethtool -S`,
-        // linux-rdma-sysfs.md §2.1): each failed its FCS, and each is an error FEC
-        // could not correct. FEC-corrected bits and link-training recoveries
-        // (`rx_corrected_bits_phy`, `link_error_recovery`) need a pre-FEC error model
-        // the simulator does not have; they stay 0.
-        push(out, entity, "rx_crc_errors_phy".into(), self.symbol_errors);
-        push(out, entity, "rx_pcs_symbol_err_phy".into(), self.symbol_errors);
-        // sysfs `rate` ("100 Gb/sec (4X EDR)"), kept in Mbit/s so that rates such as
-        // 12.5 Gb/s stay whole.
-        push(out, entity, "rate".into(), self.rate_mbps);
-        // The NIC's PCIe link as sysfs gives it (/sys/bus/pci/devices/BDF/
-        // current_link_width, ...), speeds in MT/s so that 2.5 GT/s stays whole.
-        if let Some([cur_w, max_w, cur_s, max_s]) = self.pcie {
-            push(out, entity, "current_link_width".into(), cur_w);
-            push(out, entity, "max_link_width".into(), max_w);
-            push(out, entity, "current_link_speed".into(), cur_s);
-            push(out, entity, "max_link_speed".into(), max_s);
-        }
-        for (n, v) in [
-            ("np_ecn_marked_roce_packets", self.np_ecn_marked_roce_packets),
-            ("np_cnp_sent", self.np_cnp_sent),
-            ("rp_cnp_handled", self.rp_cnp_handled),
-            ("rp_cnp_ignored", self.rp_cnp_ignored),
-            ("out_of_sequence", self.out_of_sequence),
-            ("packet_seq_err", self.packet_seq_err),
-            ("local_ack_timeout_err", self.local_ack_timeout_err),
-            ("duplicate_request", self.duplicate_request),
-        ] {
-            push(out, entity, n.into(), v);
-        }
-        for p in 0..N_PRIO {
-            push(out, entity, format!("rx_prio{p}_bytes"), self.rx_prio_bytes[p]);
-            push(
-                out,
-                entity,
-                format!("rx_prio{p}_packets"),
-                self.rx_prio_packets[p],
-            );
-            push(out, entity, format!("tx_prio{p}_bytes"), self.tx_prio_bytes[p]);
-            push(
-                out,
-                entity,
-                format!("tx_prio{p}_packets"),
-                self.tx_prio_packets[p],
-            );
-            if pfc_prios.contains(&(p as u8)) {
-                push(out, entity, format!("rx_prio{p}_pause"), self.rx_pause[p]);
-                push(
-                    out,
-                    entity,
-                    format!("rx_prio{p}_pause_duration"),
-                    self.rx_pause_ps[p] / PS_PER_US,
-                );
-                push(
-                    out,
-                    entity,
-                    format!("rx_prio{p}_pause_transition"),
-                    self.rx_pause_transition[p],
-                );
-                push(out, entity, format!("tx_prio{p}_pause"), self.tx_pause[p]);
-                push(
-                    out,
-                    entity,
-                    format!("tx_prio{p}_pause_duration"),
-                    self.tx_pause_ps[p] / PS_PER_US,
-                );
-            }
-        }
+        self.visit_nic(pfc_prios, &mut |_, _, name, value| {
+            out.push(CounterValue {
+                entity: entity.to_string(),
+                name: name.render(),
+                value,
+            })
+        });
     }
 
     /// The counters of a switch port and its queues, as SAI names them.
     pub fn switch_named(&self, entity: &str, pfc_prios: &[u8], out: &mut Vec<CounterValue>) {
-        push(out, entity, "SAI_PORT_STAT_IF_IN_OCTETS".into(), self.rx_bytes);
-        push(out, entity, "SAI_PORT_STAT_IF_OUT_OCTETS".into(), self.tx_bytes);
-        push(
-            out,
-            entity,
-            "SAI_PORT_STAT_IF_IN_UCAST_PKTS".into(),
-            self.rx_packets,
-        );
-        push(
-            out,
-            entity,
-            "SAI_PORT_STAT_IF_OUT_UCAST_PKTS".into(),
-            self.tx_packets,
-        );
-        push(
-            out,
-            entity,
-            "SAI_PORT_STAT_IF_OUT_DISCARDS".into(),
-            self.tx_discards,
-        );
-        push(out, entity, "SAI_PORT_STAT_IF_IN_ERRORS".into(), self.rx_errors);
-        push(
-            out,
-            entity,
-            "SAI_PORT_STAT_IF_IN_DISCARDS".into(),
-            self.in_discards,
-        );
-        push(
-            out,
-            entity,
-            "SAI_PORT_STAT_ETHER_RX_OVERSIZE_PKTS".into(),
-            self.rx_oversize,
-        );
-        // The port's speed attribute (SAI_PORT_ATTR_SPEED, SONiC's PORT `speed`), Mbit/s.
-        push(out, entity, "SAI_PORT_ATTR_SPEED".into(), self.rate_mbps);
-        for p in 0..N_PRIO {
-            if pfc_prios.contains(&(p as u8)) {
-                push(
-                    out,
-                    entity,
-                    format!("SAI_PORT_STAT_PFC_{p}_RX_PKTS"),
-                    self.rx_pause[p],
-                );
-                push(
-                    out,
-                    entity,
-                    format!("SAI_PORT_STAT_PFC_{p}_TX_PKTS"),
-                    self.tx_pause[p],
-                );
-                push(
-                    out,
-                    entity,
-                    format!("SAI_PORT_STAT_PFC_{p}_RX_PAUSE_DURATION_US"),
-                    self.rx_pause_ps[p] / PS_PER_US,
-                );
-            }
-        }
-        for p in 0..N_PRIO {
-            if self.q_packets[p] == 0 && self.q_dropped[p] == 0 {
-                continue;
-            }
-            let q = format!("{entity}/q{p}");
-            push(out, &q, "SAI_QUEUE_STAT_PACKETS".into(), self.q_packets[p]);
-            push(out, &q, "SAI_QUEUE_STAT_BYTES".into(), self.q_bytes[p]);
-            push(
-                out,
-                &q,
-                "SAI_QUEUE_STAT_DROPPED_PACKETS".into(),
-                self.q_dropped[p],
-            );
-            push(
-                out,
-                &q,
-                "SAI_QUEUE_STAT_WRED_ECN_MARKED_PACKETS".into(),
-                self.q_ecn_marked[p],
-            );
-            push(
-                out,
-                &q,
-                "SAI_QUEUE_STAT_WATERMARK_BYTES".into(),
-                self.q_watermark[p],
-            );
-        }
+        self.visit_switch(pfc_prios, &mut |_, scope, name, value| {
+            out.push(CounterValue {
+                entity: match scope {
+                    Scope::Port => entity.to_string(),
+                    Scope::Queue(p) => format!("{entity}/q{p}"),
+                },
+                name: name.render(),
+                value,
+            })
+        });
     }
 }

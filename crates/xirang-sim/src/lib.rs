@@ -71,6 +71,7 @@ pub fn options(loaded: &Loaded) -> RunOptions {
             .iter()
             .filter(|f| f.kind == xirang_fabric::scenario::FaultKind::EcmpImbalance)
             .find_map(|f| Some((loaded.fabric.switch_by_name(&f.target)?, f.share?))),
+        transfer_records: r.transfer_records,
     }
 }
 
@@ -87,9 +88,9 @@ pub fn simulate_with<Q: queue::Queue>(
     progress: &mut dyn FnMut(time::Ps),
 ) -> RunResult {
     let mut expanded = workload::expand(loaded, opts.seed);
-    funnel(&loaded.fabric, &loaded.scenario.faults, &mut expanded.flows);
+    funnel(&loaded.fabric, &loaded.scenario.faults, &mut expanded);
     single_qp(&loaded.scenario.faults, &mut expanded);
-    let mut sim = Sim::<Q>::new(&loaded.fabric, &loaded.scenario.config, &expanded.flows, opts);
+    let mut sim = Sim::<Q>::new(&loaded.fabric, &loaded.scenario.config, &expanded, opts);
     sim.inject(&loaded.fabric, &loaded.scenario.faults, opts.seed);
     sim.run(progress);
     collect(loaded, &expanded, &sim)
@@ -100,7 +101,7 @@ pub fn simulate_with<Q: queue::Queue>(
 fn funnel(
     fabric: &xirang_fabric::model::Fabric,
     faults: &[xirang_fabric::scenario::Fault],
-    flows: &mut [workload::FlowDef],
+    ex: &mut workload::Expanded,
 ) {
     use xirang_fabric::model::Node;
     for f in faults
@@ -115,7 +116,11 @@ fn funnel(
         };
         let host = fabric.nics[nic.index()].host;
         let on_host = |n: xirang_fabric::model::NicId| fabric.nics[n.index()].host == host;
-        for d in flows.iter_mut() {
+        // Collectives apply it to each transfer as they create it.
+        for c in &mut ex.collectives {
+            c.funnel.push(nic);
+        }
+        for d in ex.flows.iter_mut() {
             // Traffic between two NICs of the host itself is left alone: funnelled, it
             // would go from the NIC to itself.
             match (on_host(d.src), on_host(d.dst)) {
@@ -139,11 +144,15 @@ fn single_qp(faults: &[xirang_fabric::scenario::Fault], ex: &mut workload::Expan
         for d in ex.flows.iter_mut().filter(|d| usize::from(d.workload) == w) {
             d.qps = Some(1);
         }
+        for c in ex.collectives.iter_mut().filter(|c| usize::from(c.workload) == w) {
+            c.qps = Some(1);
+        }
     }
 }
 
 fn collect<Q: queue::Queue>(loaded: &Loaded, ex: &workload::Expanded, sim: &Sim<Q>) -> RunResult {
     let fabric = &loaded.fabric;
+    let id_of = |i: u32| ex.flows[i as usize].id;
     let requests = ex
         .requests
         .iter()
@@ -153,8 +162,8 @@ fn collect<Q: queue::Queue>(loaded: &Loaded, ex: &workload::Expanded, sim: &Sim<
             RequestResult {
                 workload: ex.workloads[r.workload as usize].clone(),
                 class: ex.flows[r.request as usize].class.clone(),
-                request: r.request,
-                response: r.response,
+                request: id_of(r.request),
+                response: id_of(r.response),
                 latency_ps: match (req.started, resp.rx.rx_done) {
                     (Some(s), Some(e)) => Some(e - s),
                     _ => None,
@@ -164,16 +173,17 @@ fn collect<Q: queue::Queue>(loaded: &Loaded, ex: &workload::Expanded, sim: &Sim<
         .collect();
     let pfc_prios = sim.net.pfc_prios.clone();
     let port_name = |pi: PortId| sim.port_names[pi].clone();
-    let flows: Vec<FlowResult> = ex
+    let route_names = |qp: QpId| sim.route_of(qp).into_iter().map(port_name).collect::<Vec<_>>();
+    let mut flows: Vec<FlowResult> = ex
         .flows
         .iter()
         .enumerate()
         .map(|(i, d)| {
             let f = &sim.flows[FlowId::from(i)];
-            let q0 = (!f.tx.qps.is_empty()).then(|| &sim.qps_tx[QpId(f.tx.qps.start)]);
+            let q0 = (f.tx.n_qps > 0).then(|| &sim.qps_tx[QpId(f.tx.first_qp)]);
             let start = f.started.unwrap_or(d.start);
             FlowResult {
-                id: i as u32,
+                id: d.id,
                 workload: ex.workloads[d.workload as usize].clone(),
                 class: d.class.clone(),
                 src: workload::nic_name(fabric, d.src),
@@ -198,31 +208,24 @@ fn collect<Q: queue::Queue>(loaded: &Loaded, ex: &workload::Expanded, sim: &Sim<
                 path: if f.local.is_some() {
                     Vec::new()
                 } else {
-                    sim.route_of(QpId(f.tx.qps.start))
-                        .into_iter()
-                        .map(port_name)
-                        .collect()
+                    route_names(QpId(f.tx.first_qp))
                 },
             }
         })
         .collect();
-    let mut flows = flows;
-    let collectives = ex
-        .collectives
+    flows.extend(collective_flows(loaded, ex, sim));
+    // Every flow in id order, a recorded collective's transfers among the others.
+    flows.sort_by_key(|f| f.id);
+    let collectives = sim
+        .colls
         .iter()
-        .map(|c| {
-            let mut finished = true;
-            let (mut first, mut last) = (time::Ps::MAX, 0);
-            for fi in c.flows.clone() {
-                let f = &mut flows[fi as usize];
-                f.in_collective = true;
-                first = first.min(f.start_ps);
-                match f.rx_done_ps {
-                    Some(rx) => last = last.max(f.start_ps + rx),
-                    None => finished = false,
-                }
-            }
-            let total = (finished && !c.flows.is_empty()).then(|| last - first);
+        .map(|rt| {
+            let c = &rt.run;
+            let transfers = c.per_iteration * u64::from(c.iterations);
+            let finished = transfers > 0 && rt.arrived == transfers;
+            // From the collective's start (when its first transfers start) to the last
+            // arrival.
+            let total = finished.then(|| rt.last_arrival.unwrap_or(c.start) - c.start);
             let time = total.map(|t| t / time::Ps::from(c.iterations));
             let algbw = time.map(|t| c.bytes as f64 / (t as f64 / 1e12) / 1e9);
             output::CollectiveResult {
@@ -237,6 +240,9 @@ fn collect<Q: queue::Queue>(loaded: &Loaded, ex: &workload::Expanded, sim: &Sim<
                 time_ps: time,
                 algbw_gbs: algbw,
                 busbw_gbs: algbw.map(|a| a * xirang_collective::schedule::bus_factor(c.op, c.ranks)),
+                transfers,
+                transfers_arrived: rt.arrived,
+                transfers_recorded: rt.records.is_some(),
             }
         })
         .collect();
@@ -249,6 +255,9 @@ fn collect<Q: queue::Queue>(loaded: &Loaded, ex: &workload::Expanded, sim: &Sim<
         peak_packets: sim.peak_live_packets(),
         packet_ring_bytes: sim.packet_ring_bytes(),
         peak_events_pending: sim.peak_events_pending(),
+        peak_transfers_in_flight: sim.peak_live_transfers,
+        peak_transfer_qps: sim.peak_live_transfer_qps,
+        stray_packets: sim.stray_packets,
         packets_in_flight_at_end: n,
         bytes_in_flight_at_end: bytes,
         data_bytes_in_flight_at_end: data,
@@ -275,10 +284,112 @@ fn collect<Q: queue::Queue>(loaded: &Loaded, ex: &workload::Expanded, sim: &Sim<
         stats,
         rate_series,
         queue_series,
-        counter_series: sim.samples.counters.clone(),
+        counter_series: sim
+            .samples
+            .counters
+            .iter()
+            .map(|&(t, p, scope, name, value)| {
+                let entity = match scope {
+                    counters::Scope::Port => sim.port_names[p].clone(),
+                    counters::Scope::Queue(q) => format!("{}/q{q}", sim.port_names[p]),
+                };
+                (
+                    t,
+                    counters::CounterValue {
+                        entity,
+                        name: name.render(),
+                        value,
+                    },
+                )
+            })
+            .collect(),
         skipped: ex.skipped.clone(),
         priorities_with_pfc: pfc_prios,
     }
+}
+
+/// The transfers of the collectives that record them, as flows: those that finished as
+/// they were reported, those still in flight as they are now, those never started with
+/// their collective's start time.
+fn collective_flows<Q: queue::Queue>(
+    loaded: &Loaded,
+    ex: &workload::Expanded,
+    sim: &Sim<Q>,
+) -> Vec<FlowResult> {
+    let fabric = &loaded.fabric;
+    let mut out = Vec::new();
+    // Transfers in flight at the end: their current state.
+    let mut live: Vec<Vec<Option<engine::collective::TransferRecord>>> = sim
+        .colls
+        .iter()
+        .map(|rt| rt.records.as_ref().map_or_else(Vec::new, |r| vec![None; r.len()]))
+        .collect();
+    for (i, f) in sim.flows.iter().enumerate() {
+        if let engine::flows::Origin::Transfer {
+            coll,
+            iteration,
+            index,
+        } = f.origin
+            && let Some(rec) = sim.transfer_record(FlowId::from(i))
+        {
+            let per = sim.colls[coll as usize].run.per_iteration;
+            live[coll as usize][(u64::from(iteration) * per + index) as usize] = Some(rec);
+        }
+    }
+    for (c, slot, rec) in sim.nvlink_in_flight() {
+        live[c][slot as usize] = Some(rec);
+    }
+    for (ci, rt) in sim.colls.iter().enumerate() {
+        let Some(records) = &rt.records else { continue };
+        let c = &rt.run;
+        let class = &c.class;
+        let workload = &ex.workloads[c.workload as usize];
+        rt.expansion.for_each_transfer(&mut |st| {
+            let (src, dst) = c.nics(fabric, st.channel, st.src, st.dst);
+            let local = c.same_host(st.src, st.dst);
+            let conn = (!local).then(|| rt.conns[&(st.channel, st.src, st.dst)]);
+            let spec0 = conn.map(|k| &sim.conn_specs[sim.conns[k as usize].specs.start as usize]);
+            for it in 0..c.iterations {
+                let slot = (u64::from(it) * c.per_iteration + st.index) as usize;
+                let rec = records[slot].clone().or_else(|| live[ci][slot].clone());
+                let (ideal, lower_bound) = match (&rec, spec0) {
+                    (Some(r), _) => (r.ideal, r.lower_bound),
+                    (None, None) => (c.nvlink_ps(st.bytes), c.nvlink_ps(st.bytes)),
+                    (None, Some(s)) => {
+                        sim.ideal_fct(s.route, st.bytes, sim.conns[conn.unwrap_or(0) as usize].mtu)
+                    }
+                };
+                let start = rec.as_ref().and_then(|r| r.start).unwrap_or(c.start);
+                out.push(FlowResult {
+                    id: c.first_id + slot as u64,
+                    workload: workload.clone(),
+                    class: class.clone(),
+                    src: workload::nic_name(fabric, src),
+                    dst: workload::nic_name(fabric, dst),
+                    src_node: sim.nics[src.index()].node_id,
+                    dst_node: sim.nics[dst.index()].node_id,
+                    sport: spec0.map_or(0, |s| s.sport),
+                    dport: spec0.map_or(0, |s| s.dport),
+                    bytes: st.bytes,
+                    start_ps: start,
+                    fct_ps: rec.as_ref().and_then(|r| r.finish).map(|t| t - start),
+                    rx_done_ps: rec.as_ref().and_then(|r| r.rx_done).map(|t| t - start),
+                    ideal_ps: ideal,
+                    lower_bound_ps: lower_bound,
+                    bytes_received: rec.as_ref().map_or(0, |r| r.bytes_received),
+                    in_collective: true,
+                    nvlink: local,
+                    path: spec0.map_or_else(Vec::new, |s| {
+                        sim.routes
+                            .ports_of(s.route, &sim.ports)
+                            .map(|p| sim.port_names[p].clone())
+                            .collect()
+                    }),
+                });
+            }
+        });
+    }
+    out
 }
 
 /// A value's name as scenario files spell it (the serde name of an enum variant).

@@ -13,8 +13,9 @@ use crate::time::{PS_PER_NS, PS_PER_US, Ps};
 /// One flow's outcome.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct FlowResult {
-    /// Flow index.
-    pub id: u32,
+    /// Flow id: flows are numbered in workload order, a collective's transfers iteration
+    /// by iteration in schedule order.
+    pub id: u64,
     /// Workload name.
     pub workload: String,
     /// Traffic class.
@@ -80,6 +81,12 @@ pub struct CollectiveResult {
     pub algbw_gbs: Option<f64>,
     /// Bus bandwidth, algbw x nccl-tests' factor for the operation, GB/s.
     pub busbw_gbs: Option<f64>,
+    /// Transfers of all iterations, and how many arrived.
+    pub transfers: u64,
+    /// Transfers that arrived.
+    pub transfers_arrived: u64,
+    /// Its transfers are among the run's flows (`[run] transfer_records`).
+    pub transfers_recorded: bool,
 }
 
 impl FlowResult {
@@ -97,9 +104,9 @@ pub struct RequestResult {
     /// Traffic class.
     pub class: String,
     /// Request flow id.
-    pub request: u32,
+    pub request: u64,
     /// Response flow id.
-    pub response: u32,
+    pub response: u64,
     /// Request sent to response fully received (None: unfinished).
     pub latency_ps: Option<Ps>,
 }
@@ -120,6 +127,14 @@ pub struct RunStats {
     pub packet_ring_bytes: usize,
     /// Most events pending at once.
     pub peak_events_pending: usize,
+    /// Most transfers of collectives alive at once (created, not yet sent and received).
+    pub peak_transfers_in_flight: usize,
+    /// Most QPs of those transfers at once.
+    pub peak_transfer_qps: usize,
+    /// Packets that arrived for a finished transfer's QP after its slot went to another
+    /// transfer (retransmissions and their answers still in the network): dropped on
+    /// arrival, and counted as delivered.
+    pub stray_packets: u64,
     /// Packets alive at the end (queued or on a link).
     pub packets_in_flight_at_end: usize,
     /// Bytes of those packets, counted by walking every queue and link.

@@ -21,7 +21,7 @@ pub enum Kind {
     Pause = 4,
 }
 
-/// A packet. 40 bytes.
+/// A packet. 40 bytes (the test below keeps it so).
 #[derive(Debug, Clone, Copy)]
 pub struct Packet {
     /// Data: byte offset of the payload; Ack/Nack: cumulative ACK; Pause: quanta.
@@ -30,6 +30,9 @@ pub struct Packet {
     pub ts: Ps,
     /// Queue pair the packet belongs to (unused for Pause).
     pub qp: QpId,
+    /// Generation of the QP's slot when the packet was made: a packet still in the
+    /// network after its QP finished and the slot went to another QP is told apart.
+    pub slot_gen: u32,
     /// Start of the route in the route arena.
     pub route: RouteId,
     /// Switch ingress port while the packet is queued in a switch.

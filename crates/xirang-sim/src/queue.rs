@@ -20,8 +20,9 @@ fn key(time: Ps, seq: u64) -> u128 {
     (u128::from(time) << 64) | u128::from(seq)
 }
 
+/// The time of a queue or timer key.
 #[inline]
-fn time_of(key: u128) -> Ps {
+pub fn time_of(key: u128) -> Ps {
     (key >> 64) as Ps
 }
 
@@ -37,6 +38,12 @@ pub trait Queue: Default {
     fn push(&mut self, time: Ps, ev: u64);
     /// Removes and returns the earliest event if it is not after `limit`.
     fn pop_until(&mut self, limit: Ps) -> Option<(Ps, u64)>;
+    /// Removes and returns the earliest event if it is not after `limit` and its key (time,
+    /// sequence) is below `key`: how the engine merges this queue with its timer heap.
+    fn pop_before(&mut self, key: u128, limit: Ps) -> Option<(Ps, u64)>;
+    /// Takes the next sequence number without queueing anything, for an event kept
+    /// elsewhere that must order among this queue's events as if it were here.
+    fn take_seq(&mut self) -> u64;
     /// True when nothing is pending.
     fn is_empty(&self) -> bool;
     /// Largest number of pending events seen.
@@ -49,6 +56,17 @@ impl Queue for HeapQueue {
     }
     fn pop_until(&mut self, limit: Ps) -> Option<(Ps, u64)> {
         HeapQueue::pop_until(self, limit)
+    }
+    fn pop_before(&mut self, key: u128, limit: Ps) -> Option<(Ps, u64)> {
+        let k = self.heap.min_key()?;
+        if k >= key || time_of(k) > limit {
+            return None;
+        }
+        self.heap.pop().map(|(k, e)| (time_of(k), e))
+    }
+    fn take_seq(&mut self) -> u64 {
+        self.seq += 1;
+        self.seq - 1
     }
     fn is_empty(&self) -> bool {
         HeapQueue::is_empty(self)
@@ -68,7 +86,15 @@ impl Queue for EventQueue {
     }
     #[inline]
     fn pop_until(&mut self, limit: Ps) -> Option<(Ps, u64)> {
-        EventQueue::pop_until(self, limit)
+        EventQueue::pop_before(self, u128::MAX, limit)
+    }
+    #[inline]
+    fn pop_before(&mut self, key: u128, limit: Ps) -> Option<(Ps, u64)> {
+        EventQueue::pop_before(self, key, limit)
+    }
+    fn take_seq(&mut self) -> u64 {
+        self.seq += 1;
+        self.seq - 1
     }
     fn is_empty(&self) -> bool {
         EventQueue::is_empty(self)
@@ -211,6 +237,31 @@ const BUCKET_SHIFT: u32 = 10;
 const MIN_BUCKETS: usize = 1 << 11;
 const MAX_BUCKETS: usize = 1 << 16;
 
+/// Entries an empty bucket keeps room for; larger ones are freed when they empty.
+const BUCKET_KEEP: usize = 64;
+
+/// One calendar bucket: its events in key order.
+#[derive(Debug, Default)]
+struct Bucket(std::collections::VecDeque<(u128, u64)>);
+
+impl Bucket {
+    #[inline]
+    fn push(&mut self, k: u128, ev: u64) {
+        match self.0.back() {
+            Some(&(last, _)) if last > k => {
+                // Out of order (another time inside the bucket's span): insert in place.
+                let at = self.0.partition_point(|e| e.0 < k);
+                self.0.insert(at, (k, ev));
+            }
+            _ => self.0.push_back((k, ev)),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
 /// The engine's event queue: a calendar queue with a heap for far events.
 ///
 /// The wheel should cover the delays most events are scheduled with (serialization plus
@@ -220,9 +271,11 @@ const MAX_BUCKETS: usize = 1 << 16;
 #[derive(Debug)]
 pub struct EventQueue {
     /// Invariant: bucket `b & mask` holds only events of absolute bucket number `b` in
-    /// `[cur, cur + buckets.len())`, in no particular order: buckets are small and the
-    /// minimum is found by a scan (measured cheaper than keeping them sorted).
-    buckets: Vec<Vec<(u128, u64)>>,
+    /// `[cur, cur + buckets.len())`. Each bucket is kept sorted: most hold one or two
+    /// events, but the steps of a collective put thousands at one instant, where a scan for
+    /// the minimum made every pop cost in proportion to the fabric, and a heap a logarithm
+    /// of it. Events of one instant arrive in sequence order, so they append.
+    buckets: Vec<Bucket>,
     mask: usize,
     /// Bit i set iff bucket i is non-empty.
     occupied: Vec<u64>,
@@ -252,7 +305,7 @@ impl EventQueue {
             .next_power_of_two()
             .clamp(MIN_BUCKETS, MAX_BUCKETS);
         EventQueue {
-            buckets: (0..n).map(|_| Vec::new()).collect(),
+            buckets: (0..n).map(|_| Bucket::default()).collect(),
             mask: n - 1,
             occupied: vec![0; n / 64],
             cur: 0,
@@ -287,7 +340,7 @@ impl EventQueue {
         debug_assert!(b >= self.cur, "invariant: events are never scheduled in the past");
         if b - self.cur <= self.mask as u64 {
             let slot = (b as usize) & self.mask;
-            self.buckets[slot].push((k, ev));
+            self.buckets[slot].push(k, ev);
             self.occupied[slot / 64] |= 1 << (slot % 64);
             self.in_wheel += 1;
         } else {
@@ -326,35 +379,37 @@ impl EventQueue {
         unreachable!("invariant: in_wheel counts events in occupied buckets")
     }
 
-    /// Index and key of the smallest entry of a non-empty bucket.
+    /// Key of the smallest entry of a non-empty bucket.
     #[inline]
-    fn bucket_min(&self, slot: usize) -> (usize, u128) {
-        let q = &self.buckets[slot];
-        let mut best = 0;
-        let mut best_key = q[0].0;
-        for (i, e) in q.iter().enumerate().skip(1) {
-            if e.0 < best_key {
-                best = i;
-                best_key = e.0;
-            }
-        }
-        (best, best_key)
+    fn bucket_min(&self, slot: usize) -> u128 {
+        self.buckets[slot]
+            .0
+            .front()
+            .expect("invariant: occupied buckets are non-empty")
+            .0
     }
 
     /// Removes and returns the earliest event if it is not after `limit`.
     #[inline]
     pub fn pop_until(&mut self, limit: Ps) -> Option<(Ps, u64)> {
+        self.pop_before(u128::MAX, limit)
+    }
+
+    /// Removes and returns the earliest event if it is not after `limit` and its key is
+    /// below `key`.
+    #[inline]
+    pub fn pop_before(&mut self, key: u128, limit: Ps) -> Option<(Ps, u64)> {
         let wheel = self.next_slot().map(|s| (s, self.bucket_min(s)));
         let far = self.far.min_key();
         let take_far = match (wheel, far) {
             (None, None) => return None,
             (Some(_), None) => false,
             (None, Some(_)) => true,
-            (Some((_, (_, wk))), Some(fk)) => fk < wk,
+            (Some((_, wk)), Some(fk)) => fk < wk,
         };
         if take_far {
             let fk = far.expect("far has the minimum");
-            if time_of(fk) > limit {
+            if time_of(fk) > limit || fk >= key {
                 return None;
             }
             let (k, ev) = self.far.pop().expect("non-empty");
@@ -363,13 +418,18 @@ impl EventQueue {
             self.cur = time_of(k) >> BUCKET_SHIFT;
             return Some((time_of(k), ev));
         }
-        let (slot, (idx, wk)) = wheel.expect("wheel has the minimum");
-        if time_of(wk) > limit {
+        let (slot, wk) = wheel.expect("wheel has the minimum");
+        if time_of(wk) > limit || wk >= key {
             return None;
         }
         let q = &mut self.buckets[slot];
-        let (k, ev) = q.swap_remove(idx);
+        let (k, ev) = q.0.pop_front().expect("non-empty");
         if q.is_empty() {
+            // A bucket that took a burst (a collective step's events) gives the memory
+            // back, or every bucket would keep the largest burst it ever saw.
+            if q.0.capacity() > BUCKET_KEEP {
+                q.0 = std::collections::VecDeque::new();
+            }
             self.occupied[slot / 64] &= !(1 << (slot % 64));
         }
         self.in_wheel -= 1;
@@ -379,13 +439,132 @@ impl EventQueue {
 
     /// Time of the earliest pending event.
     pub fn peek_time(&self) -> Option<Ps> {
-        let wheel = self.next_slot().map(|s| self.bucket_min(s).1);
+        let wheel = self.next_slot().map(|s| self.bucket_min(s));
         match (wheel, self.far.min_key()) {
             (None, None) => None,
             (Some(w), None) => Some(time_of(w)),
             (None, Some(f)) => Some(time_of(f)),
             (Some(w), Some(f)) => Some(time_of(w.min(f))),
         }
+    }
+}
+
+/// Timers that are usually cancelled before they fire (a QP's ACK timeout, disarmed when
+/// the QP completes): a binary min-heap of (key, slot) that knows where each slot's timer
+/// sits, so arming, re-arming and cancelling cost O(log n) and the heap holds only armed
+/// timers. Keys are (time, sequence) with sequences taken from the event queue, so the
+/// engine pops the two structures in one order.
+#[derive(Debug, Default)]
+pub struct TimerHeap {
+    heap: Vec<(u128, u32)>,
+    /// Position of each slot's timer in `heap` (`u32::MAX`: not armed).
+    pos: Vec<u32>,
+}
+
+const UNARMED: u32 = u32::MAX;
+
+impl TimerHeap {
+    /// Number of armed timers.
+    pub fn len(&self) -> usize {
+        self.heap.len()
+    }
+
+    /// True when no timer is armed.
+    pub fn is_empty(&self) -> bool {
+        self.heap.is_empty()
+    }
+
+    /// The earliest timer's key and slot.
+    #[inline]
+    pub fn peek(&self) -> Option<(u128, u32)> {
+        self.heap.first().copied()
+    }
+
+    /// Arms (or re-arms) `slot` at `time`, ordered by `seq` among equal times.
+    pub fn set(&mut self, slot: u32, time: Ps, seq: u64) {
+        let k = key(time, seq);
+        if self.pos.len() <= slot as usize {
+            self.pos.resize(slot as usize + 1, UNARMED);
+        }
+        match self.pos[slot as usize] {
+            UNARMED => {
+                self.heap.push((k, slot));
+                let i = self.heap.len() - 1;
+                self.pos[slot as usize] = i as u32;
+                self.up(i);
+            }
+            i => {
+                let i = i as usize;
+                let old = self.heap[i].0;
+                self.heap[i].0 = k;
+                if k < old {
+                    self.up(i);
+                } else {
+                    self.down(i);
+                }
+            }
+        }
+    }
+
+    /// Disarms `slot` if armed.
+    pub fn cancel(&mut self, slot: u32) {
+        let Some(&i) = self.pos.get(slot as usize) else {
+            return;
+        };
+        if i == UNARMED {
+            return;
+        }
+        let i = i as usize;
+        self.pos[slot as usize] = UNARMED;
+        let last = self.heap.pop().expect("invariant: an armed timer is in the heap");
+        if i < self.heap.len() {
+            self.heap[i] = last;
+            self.pos[last.1 as usize] = i as u32;
+            self.up(i);
+            self.down(i);
+        }
+    }
+
+    /// Removes and returns the earliest timer.
+    pub fn pop(&mut self) -> Option<(Ps, u32)> {
+        let (k, slot) = self.peek()?;
+        self.cancel(slot);
+        Some((time_of(k), slot))
+    }
+
+    fn up(&mut self, mut i: usize) {
+        while i > 0 {
+            let p = (i - 1) / 2;
+            if self.heap[i].0 >= self.heap[p].0 {
+                break;
+            }
+            self.swap(i, p);
+            i = p;
+        }
+    }
+
+    fn down(&mut self, mut i: usize) {
+        loop {
+            let (l, r) = (2 * i + 1, 2 * i + 2);
+            let mut m = i;
+            if l < self.heap.len() && self.heap[l].0 < self.heap[m].0 {
+                m = l;
+            }
+            if r < self.heap.len() && self.heap[r].0 < self.heap[m].0 {
+                m = r;
+            }
+            if m == i {
+                break;
+            }
+            self.swap(i, m);
+            i = m;
+        }
+    }
+
+    fn swap(&mut self, a: usize, b: usize) {
+        self.heap.swap(a, b);
+        self.pos[self.heap[a].1 as usize] = a as u32;
+        self.pos[self.heap[b].1 as usize] = b as u32;
     }
 }
 
@@ -435,6 +614,54 @@ mod tests {
             prop_assert!(cal.is_empty());
             prop_assert_eq!(got, want);
         }
+    }
+
+    proptest! {
+        /// The timer heap pops what a plain sorted list of the armed timers would, after
+        /// any mix of arming, re-arming and cancelling.
+        #[test]
+        fn timer_heap_matches_a_sorted_list(ops in proptest::collection::vec((0u32..20, 0u64..1000, 0u8..3), 1..300)) {
+            let mut heap = TimerHeap::default();
+            let mut model: std::collections::BTreeMap<u32, u128> = Default::default();
+            for (seq, (slot, time, op)) in ops.into_iter().enumerate() {
+                match op {
+                    0 | 1 => {
+                        heap.set(slot, time, seq as u64);
+                        model.insert(slot, key(time, seq as u64));
+                    }
+                    _ => {
+                        heap.cancel(slot);
+                        model.remove(&slot);
+                    }
+                }
+                let want = model.iter().map(|(s, k)| (*k, *s)).min();
+                prop_assert_eq!(heap.peek(), want);
+                prop_assert_eq!(heap.len(), model.len());
+            }
+            while let Some((t, slot)) = heap.pop() {
+                let k = model.remove(&slot).expect("popped an armed slot");
+                prop_assert_eq!(time_of(k), t);
+                prop_assert!(model.values().all(|o| *o > k));
+            }
+            prop_assert!(model.is_empty());
+        }
+    }
+
+    #[test]
+    fn pop_before_stops_at_the_key() {
+        let mut q = EventQueue::new();
+        q.push(10, 1);
+        let s = q.take_seq();
+        q.push(10, 2);
+        // Events at the same time order by sequence: the one before `s` pops, the one
+        // after it waits.
+        assert_eq!(q.pop_before(key(10, s), u64::MAX), Some((10, 1)));
+        assert_eq!(q.pop_before(key(10, s), u64::MAX), None);
+        assert_eq!(q.pop_before(u128::MAX, u64::MAX), Some((10, 2)));
+        let mut h = HeapQueue::new();
+        h.push(5, 1);
+        assert_eq!(Queue::pop_before(&mut h, key(5, 0), u64::MAX), None);
+        assert_eq!(Queue::pop_before(&mut h, key(5, 1), u64::MAX), Some((5, 1)));
     }
 
     #[test]

@@ -16,6 +16,8 @@ pub enum Purpose {
     Ecmp = 3,
     /// Injected faults (which packets a lossy link corrupts).
     Fault = 4,
+    /// The source ports of one collective connection's QPs.
+    Connection = 5,
 }
 
 /// One random stream.

@@ -6,9 +6,10 @@
 
 use std::collections::BTreeMap;
 
+use xirang_collective::lazy::{self, Expansion};
 use xirang_collective::schedule::{CollectiveAlgorithm, CollectiveOp, Shape};
 use xirang_fabric::Loaded;
-use xirang_fabric::model::{Fabric, GpuId, NicId, Node};
+use xirang_fabric::model::{Fabric, NicId, Node};
 use xirang_fabric::scenario::resolve_endpoint;
 use xirang_fabric::workload::{SizeDist, Workload};
 
@@ -18,6 +19,10 @@ use crate::time::{Ps, us};
 /// One message from one NIC to another.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FlowDef {
+    /// Its id in results (`FlowResult::id`): flows are numbered in workload order, and a
+    /// collective takes one id per transfer of every iteration whether its transfers are
+    /// recorded or not, so a flow keeps its id when a collective before it grows.
+    pub id: u64,
     /// Index of the workload in [`Expanded::workloads`].
     pub workload: u16,
     /// Traffic class name.
@@ -48,7 +53,9 @@ pub struct FlowDef {
     pub local: Option<Ps>,
 }
 
-/// A collective workload's transfers.
+/// A collective workload, expanded as it runs (`xirang_collective::lazy`): its ranks, how
+/// they map to hosts and NICs, and the timing of its NVLink steps. Its transfers are not
+/// listed here; the simulator creates each one when its dependencies have arrived.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CollectiveRun {
     /// Workload index.
@@ -63,8 +70,92 @@ pub struct CollectiveRun {
     pub bytes: u64,
     /// Repetitions.
     pub iterations: u32,
-    /// Flow ids of its transfers, iteration by iteration.
-    pub flows: std::ops::Range<u32>,
+    /// The schedule's shape.
+    pub shape: Shape,
+    /// Transfers per iteration.
+    pub per_iteration: u64,
+    /// Result id of iteration 0's transfer 0; transfer t of iteration i has id
+    /// `first_id + i * per_iteration + t`.
+    pub first_id: u64,
+    /// Traffic class.
+    pub class: String,
+    /// When the first iteration starts.
+    pub start: Ps,
+    /// Reduction/kernel time before a step that waited for another.
+    pub step: Ps,
+    /// NVLink: latency of a transfer between GPUs of one host.
+    pub nvlink_latency: Ps,
+    /// NVLink bandwidth each channel gets, Gbit/s (0: copies take no time).
+    pub nvlink_gbps_per_channel: f64,
+    /// Index in [`CollectiveRun::host_nics`] of each rank's host.
+    pub rank_host: Vec<u32>,
+    /// The NICs of each participating host.
+    pub host_nics: Vec<Vec<NicId>>,
+    /// The hierarchical algorithm: the NIC under each rank's GPU (None for a rank on a host
+    /// without GPUs, which uses its channel's rail). Empty for the other algorithms.
+    pub rank_nic: Vec<Option<NicId>>,
+    /// QPs per connection when a `single_qp` fault overrides the configuration.
+    pub qps: Option<u32>,
+    /// `nic_funnel` faults, in order: traffic between a host and other hosts goes through
+    /// this NIC of the host.
+    pub funnel: Vec<NicId>,
+}
+
+impl CollectiveRun {
+    /// The expansion that yields the transfers (valid: checked when the run was built).
+    pub fn expansion(&self) -> Box<dyn Expansion> {
+        lazy::build(self.op, self.algorithm, self.shape)
+            .expect("invariant: the shape was checked when the workload was expanded")
+    }
+
+    /// Both ranks on one host: the transfer goes over NVLink.
+    pub fn same_host(&self, a: u32, b: u32) -> bool {
+        self.rank_host[a as usize] == self.rank_host[b as usize]
+    }
+
+    /// The (sending, receiving) NICs of a transfer on `channel`: NIC `channel mod nics` of
+    /// each host (NCCL keeps a channel on one rail), or the NIC under each rank's GPU for
+    /// the hierarchical algorithm; then the `nic_funnel` faults.
+    pub fn nics(&self, fabric: &Fabric, channel: u32, src: u32, dst: u32) -> (NicId, NicId) {
+        let nic = |r: u32| match self.rank_nic.get(r as usize).copied().flatten() {
+            Some(n) => n,
+            None => {
+                let h = &self.host_nics[self.rank_host[r as usize] as usize];
+                h[channel as usize % h.len()]
+            }
+        };
+        let (mut a, mut b) = (nic(src), nic(dst));
+        for &f in &self.funnel {
+            let host = fabric.nics[f.index()].host;
+            let on = |n: NicId| fabric.nics[n.index()].host == host;
+            match (on(a), on(b)) {
+                (true, false) => a = f,
+                (false, true) => b = f,
+                _ => {}
+            }
+        }
+        (a, b)
+    }
+
+    /// Time of an NVLink transfer of `bytes`.
+    pub fn nvlink_ps(&self, bytes: u64) -> Ps {
+        let gbps = self.nvlink_gbps_per_channel;
+        let copy = if gbps > 0.0 {
+            bytes as f64 * 8.0 / (gbps * 1e9)
+        } else {
+            0.0
+        };
+        self.nvlink_latency + (copy * 1e12).round() as Ps
+    }
+
+    /// Every transfer of one iteration with its NICs: (sending NIC, receiving NIC, bytes,
+    /// over NVLink), in schedule order. Takes time in proportion to the schedule.
+    pub fn for_each_transfer(&self, fabric: &Fabric, f: &mut dyn FnMut(NicId, NicId, u64, bool)) {
+        self.expansion().for_each_transfer(&mut |st| {
+            let (a, b) = self.nics(fabric, st.channel, st.src, st.dst);
+            f(a, b, st.bytes, self.same_host(st.src, st.dst));
+        });
+    }
 }
 
 /// A request/response pair of an inference workload.
@@ -97,12 +188,15 @@ pub struct Expanded {
 pub fn expand(loaded: &Loaded, seed: u64) -> Expanded {
     let fabric = &loaded.fabric;
     let mut out = Expanded::default();
+    let mut next_id = 0u64;
     for (wi, (name, w)) in loaded.scenario.workloads.iter().enumerate() {
         let widx = wi as u16;
+        let first_flow = out.flows.len();
         out.workloads.push(name.clone());
         let mut rng = Stream::new(seed, Purpose::Workload, wi as u64);
         let ep = |s: &str| resolve_endpoint(fabric, s).expect("invariant: endpoints are validated at load");
         let base = FlowDef {
+            id: 0,
             workload: widx,
             class: w.class().to_string(),
             src: NicId(0),
@@ -252,13 +346,17 @@ pub fn expand(loaded: &Loaded, seed: u64) -> Expanded {
                     });
                 }
             }
-            Workload::Collective(c) => match expand_collective(loaded, c, &base, &mut out.flows) {
-                Ok(run) => out.collectives.push(CollectiveRun {
-                    workload: widx,
-                    ..run
-                }),
+            Workload::Collective(c) => match expand_collective(loaded, c, widx, next_id) {
+                Ok(run) => {
+                    next_id += run.per_iteration * u64::from(run.iterations);
+                    out.collectives.push(run);
+                }
                 Err(why) => out.skipped.push((name.clone(), why)),
             },
+        }
+        for f in &mut out.flows[first_flow..] {
+            f.id = next_id;
+            next_id += 1;
         }
     }
     out
@@ -272,40 +370,40 @@ const NCCL_SIMPLE_CHUNK_BYTES: u64 = 2 * 1024 * 1024;
 /// then move in bigger chunks.
 const MAX_CHUNKS: u32 = 8;
 
-/// Turns a collective into flows: ranks are the GPUs of the listed hosts (host by host,
-/// GPU by GPU); steps between GPUs of one host go over NVLink; steps between hosts go
-/// NIC to NIC on the channel's rail (NIC `channel mod nics` on both hosts, as NCCL keeps a
-/// channel on one rail), or, for the hierarchical algorithm, between the NICs under the
-/// two GPUs' own PCIe switches. NCCL also rotates each channel's ring so that the GPU at
-/// a host boundary is the one under that rail's NIC; the schedules keep one ring order for
-/// all channels, which changes nothing here because the simulator does not model the PCIe
-/// hop between a GPU and its NIC (the rail choice alone decides the network traffic).
+/// Prepares a collective: ranks are the GPUs of the listed hosts (host by host, GPU by
+/// GPU); steps between GPUs of one host go over NVLink; steps between hosts go NIC to NIC
+/// on the channel's rail (NIC `channel mod nics` on both hosts, as NCCL keeps a channel on
+/// one rail), or, for the hierarchical algorithm, between the NICs under the two GPUs' own
+/// PCIe switches. NCCL also rotates each channel's ring so that the GPU at a host boundary
+/// is the one under that rail's NIC; the schedules keep one ring order for all channels,
+/// which changes nothing here because the simulator does not model the PCIe hop between a
+/// GPU and its NIC (the rail choice alone decides the network traffic).
 fn expand_collective(
     loaded: &Loaded,
     c: &xirang_fabric::workload::CollectiveSpec,
-    base: &FlowDef,
-    flows: &mut Vec<FlowDef>,
+    workload: u16,
+    first_id: u64,
 ) -> Result<CollectiveRun, String> {
     let fabric = &loaded.fabric;
     // Host names were validated with the scenario.
     let hosts = fabric.hosts_named(&c.hosts);
-    // (host index in `hosts`, GPU) per rank; a host without GPUs is one rank on its NIC.
-    let mut ranks: Vec<(usize, Option<GpuId>)> = Vec::new();
+    let mut rank_host = Vec::new();
+    let mut gpus = Vec::new();
     for (hi, h) in hosts.iter().enumerate() {
         if h.nics.is_empty() {
             return Err(format!("host `{}` has no NIC", h.name));
         }
-        if h.gpus.is_empty() {
-            ranks.push((hi, None));
-        } else {
-            ranks.extend(h.gpus.iter().map(|g| (hi, Some(*g))));
+        // A host without GPUs is one rank on its NIC.
+        for g in 0..h.gpus.len().max(1) {
+            rank_host.push(hi as u32);
+            gpus.push(h.gpus.get(g).copied());
         }
     }
     let per_host = hosts.iter().map(|h| h.gpus.len().max(1)).collect::<Vec<_>>();
     if c.algorithm == CollectiveAlgorithm::Hierarchical && per_host.iter().any(|x| *x != per_host[0]) {
         return Err("the hierarchical algorithm needs the same number of GPUs on every host".to_string());
     }
-    let n = ranks.len() as u32;
+    let n = rank_host.len() as u32;
     // Pieces of at most one NCCL chunk, so that steps pipeline as NCCL's do.
     let per_piece = c.bytes / u64::from(n.max(1) * c.channels.max(1));
     let chunks = per_piece
@@ -318,68 +416,36 @@ fn expand_collective(
         chunks,
         ranks_per_host: per_host[0] as u32,
     };
-    let sched = xirang_collective::schedule::build(c.op, c.algorithm, shape)?;
+    let per_iteration = lazy::build(c.op, c.algorithm, shape)?.len();
     let cfg = &loaded.scenario.config.intra_host;
-    let first = flows.len() as u32;
-    let step = us(c.step_us);
-    let nic_of = |rank: u32, channel: u32| -> NicId {
-        let (hi, gpu) = ranks[rank as usize];
-        let h = hosts[hi];
-        match (c.algorithm, gpu) {
-            (CollectiveAlgorithm::Hierarchical, Some(g)) => fabric.nic_for_gpu(g).expect("hosts have NICs"),
-            _ => h.nics[channel as usize % h.nics.len()],
-        }
+    let rank_nic = if c.algorithm == CollectiveAlgorithm::Hierarchical {
+        gpus.iter()
+            .map(|g| g.map(|g| fabric.nic_for_gpu(g).expect("hosts have NICs")))
+            .collect()
+    } else {
+        Vec::new()
     };
-    let mut prev_terminals: Vec<u32> = Vec::new();
-    for _ in 0..c.iterations {
-        let offset = flows.len() as u32;
-        let mut has_dependent = vec![false; sched.transfers.len()];
-        for t in &sched.transfers {
-            for d in &t.deps {
-                has_dependent[*d as usize] = true;
-            }
-        }
-        for t in &sched.transfers {
-            let bytes = sched.transfer_bytes(t);
-            let same_host = ranks[t.src as usize].0 == ranks[t.dst as usize].0;
-            let local = same_host.then(|| {
-                // Each channel gets an equal share of the GPU's NVLink bandwidth.
-                let gbps = cfg.nvlink_gbps / f64::from(c.channels);
-                let copy = if gbps > 0.0 {
-                    bytes as f64 * 8.0 / (gbps * 1e9)
-                } else {
-                    0.0
-                };
-                us(cfg.nvlink_latency_us) + (copy * 1e12).round() as Ps
-            });
-            let mut after: Vec<u32> = t.deps.iter().map(|d| offset + d).collect();
-            if t.deps.is_empty() {
-                after.extend(&prev_terminals);
-            }
-            flows.push(FlowDef {
-                src: nic_of(t.src, t.channel),
-                dst: nic_of(t.dst, t.channel),
-                bytes,
-                start: us(c.start_us),
-                after_delay: if after.is_empty() { 0 } else { step },
-                after,
-                local,
-                ..base.clone()
-            });
-        }
-        prev_terminals = (0..sched.transfers.len())
-            .filter(|i| !has_dependent[*i])
-            .map(|i| offset + i as u32)
-            .collect();
-    }
     Ok(CollectiveRun {
-        workload: 0,
+        workload,
         op: c.op,
         algorithm: c.algorithm,
         ranks: n,
         bytes: c.bytes,
         iterations: c.iterations,
-        flows: first..flows.len() as u32,
+        shape,
+        per_iteration,
+        first_id,
+        class: c.class.clone(),
+        start: us(c.start_us),
+        step: us(c.step_us),
+        nvlink_latency: us(cfg.nvlink_latency_us),
+        // Each channel gets an equal share of the GPU's NVLink bandwidth.
+        nvlink_gbps_per_channel: cfg.nvlink_gbps / f64::from(c.channels),
+        rank_host,
+        host_nics: hosts.iter().map(|h| h.nics.clone()).collect(),
+        rank_nic,
+        qps: None,
+        funnel: Vec::new(),
     })
 }
 

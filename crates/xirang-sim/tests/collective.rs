@@ -99,3 +99,94 @@ fn every_schedule_runs_to_completion() {
         assert!(busbw > 1.0 && algbw < 50.0, "{op}/{algorithm}: {algbw} {busbw}");
     }
 }
+
+fn load_data(name: &str) -> Loaded {
+    Scenario::load(&Path::new("test_data/collectives").join(format!("{name}.toml")))
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// A collective's transfers are created as their dependencies arrive and give their slots
+/// back when they are sent and received, so a 256-rank collective holds a few transfers
+/// per rank and channel at a time, never its schedule.
+#[test]
+fn a_256_rank_collective_holds_only_what_it_has_in_flight() {
+    // (scenario, channels x chunks, transfers a rank and channel may hold at once). A ring
+    // rank holds one transfer on the wire and may still hold the one before, whose data
+    // arrived (which started the next) while its last ACK is on its way back; a tree node
+    // sends to up to two children and up.
+    for (file, lanes, per_lane) in [("ring-256gpu", 2, 2), ("tree-256gpu", 2, 4)] {
+        let l = load_data(file);
+        let r = run(&l);
+        let s = r.summary();
+        let c = &s.collectives[0];
+        assert!(c.finished, "{file}: {c:?}");
+        assert_eq!(c.ranks, 256);
+        assert_eq!(c.transfers_arrived, c.transfers);
+        assert!(
+            !c.transfers_recorded && r.flows.is_empty(),
+            "{file}: nothing recorded"
+        );
+        let bound = 256 * lanes * per_lane;
+        let peak = r.stats.peak_transfers_in_flight;
+        assert!(
+            peak > 0 && peak <= bound,
+            "{file}: {peak} transfers at once, bound {bound}"
+        );
+        // Only transfers between hosts have QPs (one per connection by default).
+        assert!(r.stats.peak_transfer_qps <= peak);
+        if file.starts_with("ring") {
+            assert!(
+                c.transfers as usize > 100 * peak,
+                "{file}: {} transfers, {peak} at once",
+                c.transfers
+            );
+        }
+    }
+}
+
+/// Whether a collective's transfers are reported one by one changes the results it reports
+/// and nothing the network did.
+#[test]
+fn recording_transfers_changes_only_what_is_reported() {
+    let text = rail_fabric("all_reduce", "ring", 4 << 20, 2);
+    let recorded = run(&load_text(&text));
+    let totals = run(&load_text(&format!("{text}\n[run]\ntransfer_records = 0\n")));
+    let (a, b) = (
+        &recorded.summary().collectives[0],
+        &totals.summary().collectives[0],
+    );
+    assert!(a.transfers_recorded && !b.transfers_recorded);
+    assert_eq!((a.time_ps, a.transfers_arrived), (b.time_ps, b.transfers_arrived));
+    assert_eq!(recorded.counters_csv(), totals.counters_csv());
+    assert_eq!(recorded.pfc_hpcc(0), totals.pfc_hpcc(0));
+    assert_eq!(recorded.flows.len() as u64, a.transfers);
+    assert!(totals.flows.is_empty());
+    // The recorded transfers are the schedule's, each finished, in id order.
+    assert!(recorded.flows.windows(2).all(|w| w[0].id + 1 == w[1].id));
+    assert!(
+        recorded
+            .flows
+            .iter()
+            .all(|f| f.in_collective && f.fct_ps.is_some())
+    );
+}
+
+/// On a lossy link, transfers recover by going back (and, when a last ACK is lost, after
+/// the ACK timeout): every iteration completes, and conservation holds (checked by `run`).
+/// That a packet of a finished transfer cannot reach the transfer that took its QP slot is
+/// tested in the engine's unit tests.
+#[test]
+fn a_lossy_collective_recovers_and_reused_qp_slots_stay_apart() {
+    let l = load_data("ring-lossy");
+    let r = run(&l);
+    let c = &r.summary().collectives[0];
+    assert!(c.finished && c.iterations == 3, "{c:?}");
+    let sum = |name: &str| r.counter_total(|n| n == name);
+    assert!(sum("port_rcv_errors") > 0, "the fault corrupted packets");
+    assert!(sum("packet_seq_err") > 0, "senders went back on NACKs");
+    assert!(
+        sum("local_ack_timeout_err") > 0,
+        "and timed out on lost last ACKs"
+    );
+    assert!(r.flows.iter().all(|f| f.bytes_received == f.bytes));
+}

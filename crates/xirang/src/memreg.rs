@@ -156,6 +156,21 @@ pub(crate) fn plan(a: &crate::cli::MemregPlanArgs) -> Result<Outcome> {
         c.1 = c.1.saturating_add(f.bytes);
         c.2 = f.qps.unwrap_or(cfg.transport.qps_per_connection);
     }
+    // Collectives are expanded as they run; walk each one's transfers (every iteration
+    // moves the same bytes, so one stands for all).
+    for run in &ex.collectives {
+        let iterations = u64::from(run.iterations);
+        let qps = run.qps.unwrap_or(cfg.transport.qps_per_connection);
+        run.for_each_transfer(fabric, &mut |src, dst, bytes, local| {
+            if local || src == dst {
+                return;
+            }
+            let c = conns.entry((run.workload, src.0, dst.0)).or_default();
+            c.0 = c.0.max(bytes);
+            c.1 = c.1.saturating_add(bytes.saturating_mul(iterations));
+            c.2 = qps;
+        });
+    }
     let nic_name = |id: u32| {
         let n = &fabric.nics[id as usize];
         let h = &fabric.hosts[n.host.index()].name;

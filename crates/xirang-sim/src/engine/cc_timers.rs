@@ -4,7 +4,7 @@
 //! when its rate goes up, as a NIC's rate limiter applies a new rate at once.
 
 use super::Sim;
-use super::event::Event;
+use super::event::{Event, QP_GEN_MASK};
 use super::ids::QpId;
 use super::nic::{Cc, QpTx};
 use crate::queue::Queue;
@@ -23,24 +23,28 @@ pub(crate) fn paced_gap(q: &QpTx, line_tx: Ps) -> Ps {
 
 impl<Q: Queue> Sim<Q> {
     /// DCQCN's rate-decrease check (scheduled by a CNP).
-    pub(crate) fn dcqcn_dec(&mut self, qi: QpId) {
+    pub(crate) fn dcqcn_dec(&mut self, qi: QpId, slot_gen: u32) {
         let now = self.now;
         let q = &mut self.qps_tx[qi];
-        if q.done {
+        if q.done || q.slot_gen & QP_GEN_MASK != slot_gen {
             return;
         }
         let Cc::Dcqcn(pi, s) = &mut q.cc else { return };
         if s.on_dec_check(now, &self.dcqcn[*pi as usize]) && !q.inc_pending {
             q.inc_pending = true;
             let t = s.inc_deadline.expect("set by a decrease");
-            self.schedule(t, Event::DcqcnInc(qi));
+            self.schedule(t, Event::DcqcnInc(qi, slot_gen));
         }
     }
 
     /// DCQCN's rate-increase timer.
-    pub(crate) fn dcqcn_inc(&mut self, qi: QpId) {
+    pub(crate) fn dcqcn_inc(&mut self, qi: QpId, slot_gen: u32) {
         let now = self.now;
         let q = &mut self.qps_tx[qi];
+        // The slot went to another QP since: this timer was its predecessor's.
+        if q.slot_gen & QP_GEN_MASK != slot_gen {
+            return;
+        }
         let Cc::Dcqcn(pi, s) = &mut q.cc else { return };
         if q.done {
             q.inc_pending = false;
@@ -49,12 +53,12 @@ impl<Q: Queue> Sim<Q> {
         let deadline = s.inc_deadline.expect("armed");
         if deadline > now {
             // A later decrease restarted the timer: chase the new deadline.
-            self.schedule(deadline, Event::DcqcnInc(qi));
+            self.schedule(deadline, Event::DcqcnInc(qi, slot_gen));
             return;
         }
         s.on_inc_timer(now, &self.dcqcn[*pi as usize]);
         let next = s.inc_deadline.expect("rearmed");
-        self.schedule(next, Event::DcqcnInc(qi));
+        self.schedule(next, Event::DcqcnInc(qi, slot_gen));
         self.rate_raised(qi);
     }
 

@@ -11,6 +11,11 @@ use super::ids::{FaultId, FlowId, PortId, QpId};
 pub(crate) const PFC_GEN_BITS: u32 = 21;
 /// Mask of those bits.
 pub(crate) const PFC_GEN_MASK: u32 = (1 << PFC_GEN_BITS) - 1;
+/// The low 24 bits of a QP slot's generation, carried by its timer events. A timer fires
+/// at most one DCQCN period (tens to hundreds of microseconds) after it was set, and a
+/// slot changes generation at most once per QP lifetime (at least one round trip, about a
+/// microsecond), so a stale timer cannot meet its slot 2^24 generations later.
+pub(crate) const QP_GEN_MASK: u32 = (1 << 24) - 1;
 
 /// Something that happens at a time, to one component.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,10 +27,11 @@ pub(crate) enum Event {
     Arrive(PortId),
     /// A flow's dependencies are met and its start time has come.
     FlowStart(FlowId),
-    /// A DCQCN reaction point's rate-decrease check (`rate_reduce_monitor_period`).
-    DcqcnDec(QpId),
+    /// A DCQCN reaction point's rate-decrease check (`rate_reduce_monitor_period`), for
+    /// the QP in its slot's generation `slot_gen` (low 24 bits).
+    DcqcnDec(QpId, u32),
     /// A DCQCN reaction point's rate-increase timer (`rpg_time_reset`).
-    DcqcnInc(QpId),
+    DcqcnInc(QpId, u32),
     /// A QP's local ACK timeout.
     Rto(QpId),
     /// Re-send XOFF on a port still asserting PFC; stale when the generation moved on.
@@ -41,6 +47,8 @@ pub(crate) enum Event {
     Sample,
     /// An NVLink transfer inside a host is complete.
     LocalDone(FlowId),
+    /// An NVLink transfer of a collective is complete (slot in `Sim::nvlink`).
+    NvlinkDone(u32),
     /// An injected fault begins, or (`end`) ends, at its port or (`peer`) at the port at
     /// the other end of the port's link: a fault of a link acts on each end separately.
     Fault {
@@ -71,6 +79,7 @@ const SAMPLE: u64 = 7;
 const LOCAL_DONE: u64 = 8;
 const FAULT: u64 = 9;
 const RX_DRAIN: u64 = 10;
+const NVLINK_DONE: u64 = 11;
 
 #[inline]
 fn pack(kind: u64, a: u32, b: u32) -> u64 {
@@ -86,8 +95,8 @@ impl Event {
             Event::Wake(p) => pack(WAKE, p.0, 0),
             Event::Arrive(p) => pack(ARRIVE, p.0, 0),
             Event::FlowStart(f) => pack(FLOW_START, f.0, 0),
-            Event::DcqcnDec(q) => pack(DCQCN_DEC, q.0, 0),
-            Event::DcqcnInc(q) => pack(DCQCN_INC, q.0, 0),
+            Event::DcqcnDec(q, slot_gen) => pack(DCQCN_DEC, q.0, slot_gen & QP_GEN_MASK),
+            Event::DcqcnInc(q, slot_gen) => pack(DCQCN_INC, q.0, slot_gen & QP_GEN_MASK),
             Event::Rto(q) => pack(RTO, q.0, 0),
             Event::PfcRefresh {
                 port,
@@ -100,6 +109,7 @@ impl Event {
             ),
             Event::Sample => pack(SAMPLE, 0, 0),
             Event::LocalDone(f) => pack(LOCAL_DONE, f.0, 0),
+            Event::NvlinkDone(slot) => pack(NVLINK_DONE, slot, 0),
             Event::Fault { fault, end, peer } => {
                 pack(FAULT, fault.0, u32::from(end) | (u32::from(peer) << 1))
             }
@@ -119,8 +129,8 @@ impl Event {
             WAKE => Event::Wake(PortId(a)),
             ARRIVE => Event::Arrive(PortId(a)),
             FLOW_START => Event::FlowStart(FlowId(a)),
-            DCQCN_DEC => Event::DcqcnDec(QpId(a)),
-            DCQCN_INC => Event::DcqcnInc(QpId(a)),
+            DCQCN_DEC => Event::DcqcnDec(QpId(a), b),
+            DCQCN_INC => Event::DcqcnInc(QpId(a), b),
             RTO => Event::Rto(QpId(a)),
             PFC_REFRESH => Event::PfcRefresh {
                 port: PortId(a),
@@ -129,6 +139,7 @@ impl Event {
             },
             SAMPLE => Event::Sample,
             LOCAL_DONE => Event::LocalDone(FlowId(a)),
+            NVLINK_DONE => Event::NvlinkDone(a),
             FAULT => Event::Fault {
                 fault: FaultId(a),
                 end: b & 1 == 1,
@@ -154,8 +165,8 @@ mod tests {
             id.prop_map(|a| Event::Wake(PortId(a))),
             id.prop_map(|a| Event::Arrive(PortId(a))),
             id.prop_map(|a| Event::FlowStart(FlowId(a))),
-            id.prop_map(|a| Event::DcqcnDec(QpId(a))),
-            id.prop_map(|a| Event::DcqcnInc(QpId(a))),
+            (id, 0..=QP_GEN_MASK).prop_map(|(a, g)| Event::DcqcnDec(QpId(a), g)),
+            (id, 0..=QP_GEN_MASK).prop_map(|(a, g)| Event::DcqcnInc(QpId(a), g)),
             id.prop_map(|a| Event::Rto(QpId(a))),
             (id, 0u8..8, 0..=PFC_GEN_MASK).prop_map(|(a, prio, generation)| Event::PfcRefresh {
                 port: PortId(a),
@@ -164,6 +175,7 @@ mod tests {
             }),
             Just(Event::Sample),
             id.prop_map(|a| Event::LocalDone(FlowId(a))),
+            id.prop_map(Event::NvlinkDone),
             (id, any::<bool>(), any::<bool>()).prop_map(|(a, end, peer)| Event::Fault {
                 fault: FaultId(a),
                 end,
@@ -190,8 +202,8 @@ mod tests {
             Event::Wake(PortId(1)),
             Event::Arrive(PortId(1)),
             Event::FlowStart(FlowId(1)),
-            Event::DcqcnDec(QpId(1)),
-            Event::DcqcnInc(QpId(1)),
+            Event::DcqcnDec(QpId(1), 0),
+            Event::DcqcnInc(QpId(1), 0),
             Event::Rto(QpId(1)),
             Event::PfcRefresh {
                 port: PortId(1),
@@ -200,6 +212,7 @@ mod tests {
             },
             Event::Sample,
             Event::LocalDone(FlowId(1)),
+            Event::NvlinkDone(1),
             Event::Fault {
                 fault: FaultId(1),
                 end: false,
@@ -213,6 +226,6 @@ mod tests {
         .iter()
         .map(|e| e.encode() >> 56)
         .collect();
-        assert_eq!(kinds.len(), 11);
+        assert_eq!(kinds.len(), 12);
     }
 }

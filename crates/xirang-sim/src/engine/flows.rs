@@ -7,28 +7,45 @@
 //! collective step after the one before): a flow starts the moment the last data it
 //! waits for arrives, wherever its sender is. In collectives and inference that sender is
 //! the host that received the data; an explicit flow list may name any flow.
-
-use std::ops::Range;
+//!
+//! Flows of the scenario's workloads exist from the start, in definition order. The
+//! transfers of collectives are created as they become ready (`engine::collective`) in
+//! slots that are reused once a transfer is sent and received, so what a collective holds
+//! follows what it has in flight.
 
 use xirang_fabric::config::{CcAlgorithm, FabricConfig, roce_active_mtu};
-use xirang_fabric::model::Fabric;
+use xirang_fabric::model::{Fabric, NicId};
 use xirang_fabric::scenario::EcmpMode;
 
 use super::event::Event;
 use super::ids::{FlowId, PortId, QpId, RouteId};
 use super::nic::{Cc, QpRx, QpTx};
-use super::routes::RouteBuilder;
-use super::{RunOptions, Sim, intern};
+use super::routes::RouteRequest;
+use super::{ClassRt, RunOptions, Sim, intern};
 use crate::cc::{Dcqcn, DcqcnState, Timely, TimelyState};
 use crate::queue::Queue;
 use crate::rng::{Purpose, Stream};
 use crate::time::Ps;
 use crate::workload::FlowDef;
 
+/// What a flow is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Origin {
+    /// A flow of the scenario's workloads, in its definition slot.
+    Def,
+    /// A free slot (its transfer was sent, received and reported).
+    Free,
+    /// Transfer `index` of iteration `iteration` of collective `coll`.
+    Transfer { coll: u32, iteration: u32, index: u64 },
+}
+
 /// A flow's progress. The workload driver owns the dependency fields, the sending NIC
 /// `tx`, the receiving NIC `rx`.
 #[derive(Debug)]
 pub(crate) struct Flow {
+    pub(crate) origin: Origin,
+    /// Message size.
+    pub(crate) bytes: u64,
     /// Dependencies not yet arrived.
     pub(crate) deps_left: u32,
     /// Flows waiting for this one.
@@ -50,7 +67,9 @@ pub(crate) struct Flow {
 /// The sending side of a flow.
 #[derive(Debug)]
 pub(crate) struct FlowTx {
-    pub(crate) qps: Range<u32>,
+    /// Its QPs: `n_qps` slots from `first_qp`.
+    pub(crate) first_qp: u32,
+    pub(crate) n_qps: u32,
     pub(crate) qps_left: u32,
     /// Every byte acknowledged.
     pub(crate) finish: Option<Ps>,
@@ -66,73 +85,92 @@ pub(crate) struct FlowRx {
 
 impl Flow {
     /// The flow's QPs.
-    pub(crate) fn qp_ids(&self) -> impl Iterator<Item = QpId> {
-        self.tx.qps.clone().map(QpId)
+    pub(crate) fn qp_ids(&self) -> impl Iterator<Item = QpId> + use<> {
+        (self.tx.first_qp..self.tx.first_qp + self.tx.n_qps).map(QpId)
     }
 }
 
+/// How a QP's congestion control starts: the algorithm's parameter set (interned per line
+/// rate), and the notification point's CNP gap.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum CcParams {
+    None,
+    Dcqcn(u16),
+    Timely(u16),
+}
+
+/// Everything a QP is made from, known before the run: its ports and routes.
+#[derive(Debug, Clone)]
+pub(crate) struct QpSpec {
+    pub(crate) route: RouteId,
+    pub(crate) ack_route: RouteId,
+    pub(crate) sport: u16,
+    pub(crate) dport: u16,
+    pub(crate) src_port: PortId,
+    pub(crate) dst_port: PortId,
+    pub(crate) line_bps: f64,
+    pub(crate) cc: CcParams,
+    pub(crate) cnp_interval: Option<Ps>,
+}
+
+/// The RoCE MTU of a path between two NICs: the configured one, capped by both NICs'
+/// netdev MTU.
+pub(crate) fn path_mtu(fabric: &Fabric, config: &FabricConfig, src: NicId, dst: NicId) -> u32 {
+    let src_mtu = fabric.nics[src.index()].ports[0].mtu_bytes;
+    let dst_mtu = fabric.nics[dst.index()].ports[0].mtu_bytes;
+    config
+        .transport
+        .roce_mtu_bytes
+        .min(roce_active_mtu(src_mtu).unwrap_or(256))
+        .min(roce_active_mtu(dst_mtu).unwrap_or(256))
+}
+
+/// The route keys of one QP (data, then ACK direction): source and destination IP, UDP
+/// ports.
+pub(crate) fn route_requests(
+    ips: (u32, u32),
+    src: NicId,
+    dst: NicId,
+    sport: u16,
+    dport: u16,
+) -> [RouteRequest; 2] {
+    let (src_ip, dst_ip) = ips;
+    [
+        RouteRequest {
+            src,
+            dst,
+            key: [src_ip, dst_ip, u32::from(sport) | (u32::from(dport) << 16)],
+        },
+        RouteRequest {
+            src: dst,
+            dst: src,
+            key: [dst_ip, src_ip, u32::from(dport) | (u32::from(sport) << 16)],
+        },
+    ]
+}
+
+/// The eager flows' QPs before their routes are known.
+pub(crate) struct EagerPlan {
+    /// (sport, dport) of each QP, flow by flow.
+    pub(crate) ports: Vec<(u16, u16)>,
+    /// Two route requests per QP (data, ACK).
+    pub(crate) requests: Vec<RouteRequest>,
+}
+
 impl<Q: Queue> Sim<Q> {
-    pub(crate) fn add_flows(
-        &mut self,
-        fabric: &Fabric,
-        config: &FabricConfig,
-        defs: &[FlowDef],
-        nic_ports: &[Vec<PortId>],
-        sw_ports: &[Vec<PortId>],
-        opts: &RunOptions,
-    ) {
-        let mut rb = RouteBuilder::new(fabric, nic_ports, sw_ports, opts.ecmp, opts.hot_switch);
+    /// Draws every eager QP's source port, in definition order (as RoCE NICs derive them
+    /// from QP numbers), and lists the routes they need.
+    pub(crate) fn plan_eager(&self, config: &FabricConfig, defs: &[FlowDef], opts: &RunOptions) -> EagerPlan {
         let mut sport_rng = Stream::new(opts.seed, Purpose::Ecmp, 1);
         let mut pair_sport: std::collections::BTreeMap<(u32, u32), u16> = Default::default();
         let config_qps = config.transport.qps_per_connection.max(1);
-        for d in defs {
+        let mut plan = EagerPlan {
+            ports: Vec::new(),
+            requests: Vec::new(),
+        };
+        for d in defs.iter().filter(|d| d.local.is_none()) {
             let n_qps = d.qps.unwrap_or(config_qps).max(1);
-            if let Some(dur) = d.local {
-                let at = self.qps_tx.len() as u32;
-                self.flows.push(Flow {
-                    deps_left: d.after.len() as u32,
-                    dependents: Vec::new(),
-                    earliest: d.start,
-                    after_delay: d.after_delay,
-                    local: Some(dur),
-                    started: None,
-                    tx: FlowTx {
-                        qps: at..at,
-                        qps_left: 0,
-                        finish: None,
-                    },
-                    rx: FlowRx {
-                        rx_left: 0,
-                        rx_done: None,
-                    },
-                    ideal: dur,
-                    lower_bound: dur,
-                });
-                continue;
-            }
-            let fi = self.flows.next_id();
-            let class_idx = self
-                .classes
-                .iter()
-                .position(|c| c.name == d.class)
-                .expect("invariant: classes are validated at load");
-            let class = self.classes[class_idx].clone();
-            let prio = d.prio.unwrap_or(class.prio);
-            let src_mtu = fabric.nics[d.src.index()].ports[0].mtu_bytes;
-            let dst_mtu = fabric.nics[d.dst.index()].ports[0].mtu_bytes;
-            let mtu = config
-                .transport
-                .roce_mtu_bytes
-                .min(roce_active_mtu(src_mtu).unwrap_or(256))
-                .min(roce_active_mtu(dst_mtu).unwrap_or(256));
-            let first_qp = self.qps_tx.len() as u32;
-            let per_qp = d.bytes / u64::from(n_qps);
             for k in 0..n_qps {
-                let bytes = if k == 0 {
-                    d.bytes - per_qp * u64::from(n_qps - 1)
-                } else {
-                    per_qp
-                };
                 let (sport, dport) = match (d.hpcc_ports, opts.ecmp) {
                     (Some(p), _) if k == 0 => p,
                     (_, EcmpMode::Hpcc) => {
@@ -145,88 +183,193 @@ impl<Q: Queue> Sim<Q> {
                     // the ephemeral range (49152..65535).
                     _ => (49152 + sport_rng.below(16384) as u16, 4791),
                 };
-                let src_ip = self.nics[d.src.index()].ip;
-                let dst_ip = self.nics[d.dst.index()].ip;
-                let route = rb.route(
-                    &mut self.routes,
-                    &self.nics,
-                    &self.switches,
-                    d.src,
-                    d.dst,
-                    [src_ip, dst_ip, u32::from(sport) | (u32::from(dport) << 16)],
-                );
-                let ack_route = rb.route(
-                    &mut self.routes,
-                    &self.nics,
-                    &self.switches,
-                    d.dst,
-                    d.src,
-                    [dst_ip, src_ip, u32::from(dport) | (u32::from(sport) << 16)],
-                );
-                let src_port = self.routes.first(route);
-                let line_bps = self.ports[src_port].rate.bps;
-                let (cc, cnp_interval) = match class.cc {
-                    CcAlgorithm::None => (Cc::None, None),
-                    CcAlgorithm::Dcqcn => {
-                        let p = Dcqcn::new(&class.dcqcn, line_bps);
-                        let idx = intern(&mut self.dcqcn, p);
-                        let par = &self.dcqcn[idx as usize];
-                        (
-                            Cc::Dcqcn(idx, Box::new(DcqcnState::new(par))),
-                            Some(par.cnp_interval),
-                        )
-                    }
-                    CcAlgorithm::Timely => {
-                        let p = Timely::new(&class.timely, line_bps);
-                        let idx = intern(&mut self.timely, p);
-                        (
-                            Cc::Timely(idx, Box::new(TimelyState::new(&self.timely[idx as usize]))),
-                            None,
-                        )
-                    }
-                };
-                let dst_port = self.route_end(route);
-                // Zero-byte QPs are complete from the start.
-                let empty = bytes == 0;
-                self.qps_tx.push(QpTx {
-                    flow: fi,
-                    src_port,
-                    route,
-                    size: bytes,
-                    snd_nxt: 0,
-                    snd_una: 0,
-                    next_avail: 0,
-                    last_sent: 0,
-                    last_wire: 0,
-                    prio,
-                    cc,
-                    line_bps,
-                    mtu,
-                    sport,
-                    dport,
-                    dst_port,
-                    rx_reserved: false,
-                    last_progress: 0,
-                    rto_pending: false,
-                    inc_pending: false,
-                    done: empty,
-                });
-                self.qps_rx.push(QpRx {
-                    flow: fi,
-                    size: bytes,
-                    ack_route,
-                    prio,
-                    cnp_interval,
-                    rx_expected: 0,
-                    rx_next_cnp: 0,
-                    rx_nack_at: 0,
-                    rx_last_nack: u64::MAX,
-                    rx_done: empty,
-                });
+                plan.ports.push((sport, dport));
+                let ips = (self.nics[d.src.index()].ip, self.nics[d.dst.index()].ip);
+                plan.requests
+                    .extend(route_requests(ips, d.src, d.dst, sport, dport));
             }
-            let qps = first_qp..self.qps_tx.len() as u32;
+        }
+        plan
+    }
+
+    /// A QP's fixed parts from its routes.
+    pub(crate) fn qp_spec(
+        &mut self,
+        class: &ClassRt,
+        route: RouteId,
+        ack_route: RouteId,
+        ports: (u16, u16),
+    ) -> QpSpec {
+        let src_port = self.routes.first(route);
+        let line_bps = self.ports[src_port].rate.bps;
+        let (cc, cnp_interval) = match class.cc {
+            CcAlgorithm::None => (CcParams::None, None),
+            CcAlgorithm::Dcqcn => {
+                let idx = intern(&mut self.dcqcn, Dcqcn::new(&class.dcqcn, line_bps));
+                (CcParams::Dcqcn(idx), Some(self.dcqcn[idx as usize].cnp_interval))
+            }
+            CcAlgorithm::Timely => {
+                let idx = intern(&mut self.timely, Timely::new(&class.timely, line_bps));
+                (CcParams::Timely(idx), None)
+            }
+        };
+        QpSpec {
+            route,
+            ack_route,
+            sport: ports.0,
+            dport: ports.1,
+            src_port,
+            dst_port: self.route_end(route),
+            line_bps,
+            cc,
+            cnp_interval,
+        }
+    }
+
+    /// Creates QP slot `qi` (a new slot at the end, or a reused one) for `bytes` of flow `f`.
+    pub(crate) fn make_qp(&mut self, qi: QpId, f: FlowId, spec: &QpSpec, bytes: u64, prio: u8, mtu: u32) {
+        // A reused slot keeps its boxed congestion-control state and starts it afresh, so
+        // a transfer allocates nothing.
+        let old = if qi.idx() < self.qps_tx.len() {
+            std::mem::replace(&mut self.qps_tx[qi].cc, Cc::None)
+        } else {
+            Cc::None
+        };
+        let cc = match (spec.cc, old) {
+            (CcParams::None, _) => Cc::None,
+            (CcParams::Dcqcn(i), Cc::Dcqcn(_, mut b)) => {
+                *b = DcqcnState::new(&self.dcqcn[i as usize]);
+                Cc::Dcqcn(i, b)
+            }
+            (CcParams::Dcqcn(i), _) => Cc::Dcqcn(i, Box::new(DcqcnState::new(&self.dcqcn[i as usize]))),
+            (CcParams::Timely(i), Cc::Timely(_, mut b)) => {
+                *b = TimelyState::new(&self.timely[i as usize]);
+                Cc::Timely(i, b)
+            }
+            (CcParams::Timely(i), _) => Cc::Timely(i, Box::new(TimelyState::new(&self.timely[i as usize]))),
+        };
+        // Zero-byte QPs are complete from the start.
+        let empty = bytes == 0;
+        let slot_gen = self
+            .qps_tx
+            .get(qi.idx())
+            .map_or(0, |q| q.slot_gen.wrapping_add(1));
+        let tx = QpTx {
+            flow: f,
+            slot_gen,
+            src_port: spec.src_port,
+            route: spec.route,
+            size: bytes,
+            snd_nxt: 0,
+            snd_una: 0,
+            next_avail: 0,
+            last_sent: 0,
+            last_wire: 0,
+            prio,
+            cc,
+            line_bps: spec.line_bps,
+            mtu,
+            sport: spec.sport,
+            dport: spec.dport,
+            dst_port: spec.dst_port,
+            rx_reserved: false,
+            last_progress: 0,
+            rto_pending: false,
+            inc_pending: false,
+            done: empty,
+        };
+        let rx = QpRx {
+            flow: f,
+            slot_gen,
+            size: bytes,
+            ack_route: spec.ack_route,
+            prio,
+            cnp_interval: spec.cnp_interval,
+            rx_expected: 0,
+            rx_next_cnp: 0,
+            rx_nack_at: 0,
+            rx_last_nack: u64::MAX,
+            rx_done: empty,
+        };
+        if qi.idx() == self.qps_tx.len() {
+            self.qps_tx.push(tx);
+            self.qps_rx.push(rx);
+        } else {
+            self.qps_tx[qi] = tx;
+            self.qps_rx[qi] = rx;
+        }
+    }
+
+    /// Creates the scenario's flows and their QPs, routes given (`plan_eager`'s requests,
+    /// in order). Start events are queued by the caller.
+    pub(crate) fn add_flows(
+        &mut self,
+        fabric: &Fabric,
+        config: &FabricConfig,
+        defs: &[FlowDef],
+        plan: &EagerPlan,
+        routes: &[RouteId],
+    ) {
+        let config_qps = config.transport.qps_per_connection.max(1);
+        let mut qp_at = 0usize;
+        for d in defs {
+            if let Some(dur) = d.local {
+                let at = self.qps_tx.len() as u32;
+                self.flows.push(Flow {
+                    origin: Origin::Def,
+                    bytes: d.bytes,
+                    deps_left: d.after.len() as u32,
+                    dependents: Vec::new(),
+                    earliest: d.start,
+                    after_delay: d.after_delay,
+                    local: Some(dur),
+                    started: None,
+                    tx: FlowTx {
+                        first_qp: at,
+                        n_qps: 0,
+                        qps_left: 0,
+                        finish: None,
+                    },
+                    rx: FlowRx {
+                        rx_left: 0,
+                        rx_done: None,
+                    },
+                    ideal: dur,
+                    lower_bound: dur,
+                });
+                continue;
+            }
+            let n_qps = d.qps.unwrap_or(config_qps).max(1);
+            let fi = self.flows.next_id();
+            let class = self
+                .classes
+                .iter()
+                .find(|c| c.name == d.class)
+                .expect("invariant: classes are validated at load")
+                .clone();
+            let prio = d.prio.unwrap_or(class.prio);
+            let mtu = path_mtu(fabric, config, d.src, d.dst);
+            let first_qp = self.qps_tx.len() as u32;
+            let per_qp = d.bytes / u64::from(n_qps);
+            for k in 0..n_qps {
+                let bytes = if k == 0 {
+                    d.bytes - per_qp * u64::from(n_qps - 1)
+                } else {
+                    per_qp
+                };
+                let spec = self.qp_spec(
+                    &class,
+                    routes[2 * qp_at],
+                    routes[2 * qp_at + 1],
+                    plan.ports[qp_at],
+                );
+                qp_at += 1;
+                self.make_qp(self.qps_tx.next_id(), fi, &spec, bytes, prio, mtu);
+            }
             let (ideal, lower_bound) = self.ideal_fct(self.qps_tx[QpId(first_qp)].route, d.bytes, mtu);
             self.flows.push(Flow {
+                origin: Origin::Def,
+                bytes: d.bytes,
                 deps_left: d.after.len() as u32,
                 dependents: Vec::new(),
                 earliest: d.start,
@@ -234,8 +377,9 @@ impl<Q: Queue> Sim<Q> {
                 local: None,
                 started: None,
                 tx: FlowTx {
-                    qps_left: qps.len() as u32,
-                    qps,
+                    first_qp,
+                    n_qps,
+                    qps_left: n_qps,
                     finish: None,
                 },
                 rx: FlowRx {
@@ -249,9 +393,6 @@ impl<Q: Queue> Sim<Q> {
         for (fi, d) in defs.iter().enumerate() {
             for &a in &d.after {
                 self.flows[FlowId(a)].dependents.push(FlowId::from(fi));
-            }
-            if d.after.is_empty() {
-                self.schedule(d.start, Event::FlowStart(FlowId::from(fi)));
             }
         }
     }
@@ -272,7 +413,7 @@ impl<Q: Queue> Sim<Q> {
     /// serialization twice, so a real FCT can come in under it; the second value is a
     /// strict lower bound: every wire byte at the bottleneck plus the propagation delay
     /// there and back.
-    fn ideal_fct(&self, route: RouteId, bytes: u64, mtu: u32) -> (Ps, Ps) {
+    pub(crate) fn ideal_fct(&self, route: RouteId, bytes: u64, mtu: u32) -> (Ps, Ps) {
         let mut delay = 0;
         let mut tx_one = 0;
         let mut bottleneck = f64::INFINITY;
@@ -298,8 +439,7 @@ impl<Q: Queue> Sim<Q> {
             self.schedule(now + dur, Event::LocalDone(f));
             return;
         }
-        let qps = flow.tx.qps.clone();
-        for qi in qps.map(QpId) {
+        for qi in flow.qp_ids() {
             let q = &mut self.qps_tx[qi];
             if q.done {
                 // A zero-byte message completes as it starts.
@@ -319,6 +459,7 @@ impl<Q: Queue> Sim<Q> {
         self.flows[f].tx.finish = Some(self.now);
         self.flows_left -= 1;
         self.flow_arrived(f);
+        self.maybe_retire(f);
     }
 
     fn qp_received_empty(&mut self, qi: QpId) {
@@ -341,18 +482,22 @@ impl<Q: Queue> Sim<Q> {
             return;
         }
         self.flow_arrived(f);
+        self.maybe_retire(f);
     }
 
     /// The sender of QP `qi` has every byte acknowledged.
     pub(crate) fn qp_complete(&mut self, qi: QpId) {
         let q = &mut self.qps_tx[qi];
         q.done = true;
+        q.rto_pending = false;
+        self.rto.cancel(qi.0);
         let f = q.flow;
         let flow = &mut self.flows[f];
         flow.tx.qps_left -= 1;
         if flow.tx.qps_left == 0 {
             flow.tx.finish = Some(self.now);
             self.flows_left -= 1;
+            self.maybe_retire(f);
         }
     }
 
@@ -360,6 +505,15 @@ impl<Q: Queue> Sim<Q> {
     fn flow_arrived(&mut self, f: FlowId) {
         let flow = &mut self.flows[f];
         flow.rx.rx_done = Some(self.now);
+        if let Origin::Transfer {
+            coll,
+            iteration,
+            index,
+        } = flow.origin
+        {
+            self.transfer_arrived(coll as usize, iteration, index);
+            return;
+        }
         let deps = std::mem::take(&mut flow.dependents);
         for &d in &deps {
             let dep = &mut self.flows[d];
@@ -370,6 +524,76 @@ impl<Q: Queue> Sim<Q> {
             }
         }
         self.flows[f].dependents = deps;
+    }
+
+    /// Allocates a slot for a transfer's flow and `n_qps` consecutive QP slots.
+    pub(crate) fn alloc_transfer(&mut self, n_qps: u32) -> (FlowId, u32) {
+        let f = self.free_flows.pop().unwrap_or_else(|| self.flows.next_id());
+        let first_qp = if n_qps == 0 {
+            0
+        } else {
+            match self.free_qps.iter_mut().find(|(n, _)| *n == n_qps) {
+                Some((_, list)) if !list.is_empty() => list.pop().expect("non-empty"),
+                _ => self.qps_tx.len() as u32,
+            }
+        };
+        self.live_transfers += 1;
+        self.peak_live_transfers = self.peak_live_transfers.max(self.live_transfers);
+        self.live_transfer_qps += n_qps as usize;
+        self.peak_live_transfer_qps = self.peak_live_transfer_qps.max(self.live_transfer_qps);
+        (f, first_qp)
+    }
+
+    /// Puts a flow into its slot (a new slot at the end, or a reused one).
+    pub(crate) fn place_flow(&mut self, f: FlowId, flow: Flow) {
+        if f.idx() == self.flows.len() {
+            self.flows.push(flow);
+        } else {
+            self.flows[f] = flow;
+        }
+    }
+
+    /// A transfer that is sent and received gives its slots back, after reporting itself.
+    fn maybe_retire(&mut self, f: FlowId) {
+        let flow = &self.flows[f];
+        let Origin::Transfer {
+            coll,
+            iteration,
+            index,
+        } = flow.origin
+        else {
+            return;
+        };
+        if flow.tx.finish.is_none() || flow.rx.rx_done.is_none() {
+            return;
+        }
+        let (first, n) = (flow.tx.first_qp, flow.tx.n_qps);
+        self.record_transfer(coll as usize, iteration, index, f);
+        for qi in (first..first + n).map(QpId) {
+            self.rto.cancel(qi.0);
+            // Leave the port's round robin now: the slot will serve another QP, maybe on
+            // another port. The pointer keeps pointing at the same QP, as when the port
+            // drops finished QPs itself.
+            let sp = self.qps_tx[qi].src_port;
+            let port = &mut self.ports[sp];
+            if let Some(pos) = port.qps.iter().position(|q| *q == qi) {
+                port.qps.remove(pos);
+                if pos < port.rr_qp {
+                    port.rr_qp -= 1;
+                }
+                port.rr_qp = port.rr_qp.min(port.qps.len().saturating_sub(1));
+            }
+        }
+        if n > 0 {
+            match self.free_qps.iter_mut().find(|(k, _)| *k == n) {
+                Some((_, list)) => list.push(first),
+                None => self.free_qps.push((n, vec![first])),
+            }
+        }
+        self.flows[f].origin = Origin::Free;
+        self.free_flows.push(f);
+        self.live_transfers -= 1;
+        self.live_transfer_qps -= n as usize;
     }
 
     /// Data path of a QP as egress port ids, sender NIC first.

@@ -9,7 +9,8 @@
 //! | [`nic`] | a NIC's transport: QPs, pacing, ACK/NACK/CNP, go-back-N, the ACK timeout |
 //! | [`cc_timers`] | congestion-control timers and rate changes (DCQCN decrease/increase, TIMELY on ACK) |
 //! | [`faults`] | injected faults, applied where the hardware would see them |
-//! | [`flows`] | the workload driver: flow starts, dependencies, NVLink transfers |
+//! | [`flows`] | the workload driver: flow starts, dependencies, NVLink transfers, slots of transfers made during the run |
+//! | [`collective`] | collectives expanded as they run, over connections set up before it |
 //! | [`sampling`] | time series of rates, queues and counters |
 //! | [`ledger`] | the conservation ledger and what is still in flight |
 //! | [`routes`] | routes, computed once per QP with HPCC-compatible ECMP hashing |
@@ -32,6 +33,7 @@
 //! flow the moment the data it waited for arrived, wherever its sender is.
 
 pub mod cc_timers;
+pub mod collective;
 pub mod event;
 pub mod faults;
 pub mod flows;
@@ -50,18 +52,19 @@ use xirang_fabric::scenario::EcmpMode;
 
 use crate::cc::{Dcqcn, Timely};
 use crate::counters::{CounterValue, N_PRIO, PortCounters};
-use crate::queue::{EventQueue, Queue};
+use crate::queue::{EventQueue, Queue, TimerHeap, time_of};
 use crate::rng::{Purpose, Stream};
 use crate::time::{PS_PER_NS, PS_PER_US, Ps, Rate};
-use crate::workload::FlowDef;
+use crate::workload::Expanded;
 
 pub use ledger::Ledger;
 pub use pfc::PfcEvent;
 pub use sampling::Samples;
 
+use collective::{CollectiveRt, Conn};
 use event::Event;
 use faults::ActiveFault;
-use flows::Flow;
+use flows::{Flow, QpSpec};
 use ids::{IdVec, PortId, QpId};
 use link::{Link, Port};
 use nic::{QpRx, QpTx};
@@ -129,6 +132,9 @@ pub struct RunOptions {
     /// `ecmp_imbalance` fault: switches hash this share of their flows to this switch
     /// where it is one of their next hops.
     pub hot_switch: Option<(xirang_fabric::model::SwitchId, f64)>,
+    /// Collectives report their transfers one by one while they have this many in all
+    /// (`[run] transfer_records`).
+    pub transfer_records: u64,
 }
 
 /// The simulation state.
@@ -151,6 +157,25 @@ pub struct Sim<Q: Queue = EventQueue> {
     pub(crate) flows: IdVec<ids::FlowId, Flow>,
     pub(crate) qps_tx: IdVec<QpId, QpTx>,
     pub(crate) qps_rx: IdVec<QpId, QpRx>,
+    /// Flow slots of finished transfers, and runs of QP slots by length, to reuse.
+    pub(crate) free_flows: Vec<ids::FlowId>,
+    pub(crate) free_qps: Vec<(u32, Vec<u32>)>,
+    /// ACK timers of the QPs (see `nic::Sim::arm_rto`).
+    pub(crate) rto: TimerHeap,
+    pub(crate) colls: Vec<CollectiveRt>,
+    /// Collectives' NVLink transfers under way, and free slots.
+    pub(crate) nvlink: Vec<collective::NvlinkTransfer>,
+    pub(crate) free_nvlink: Vec<u32>,
+    pub(crate) conns: Vec<Conn>,
+    pub(crate) conn_specs: Vec<QpSpec>,
+    /// Transfers of collectives alive (created, not yet sent and received), their QPs,
+    /// and the most of each at once.
+    pub(crate) live_transfers: usize,
+    pub(crate) peak_live_transfers: usize,
+    pub(crate) live_transfer_qps: usize,
+    pub(crate) peak_live_transfer_qps: usize,
+    /// Packets that arrived for a QP slot after it went to another QP.
+    pub(crate) stray_packets: u64,
     pub(crate) classes: Vec<ClassRt>,
     pub(crate) dcqcn: Vec<Dcqcn>,
     pub(crate) timely: Vec<Timely>,
@@ -170,8 +195,9 @@ pub struct Sim<Q: Queue = EventQueue> {
 }
 
 impl<Q: Queue> Sim<Q> {
-    /// Builds a simulation of `flows` on `fabric` under `config`.
-    pub fn new(fabric: &Fabric, config: &FabricConfig, flows: &[FlowDef], opts: &RunOptions) -> Sim<Q> {
+    /// Builds a simulation of the expanded workloads on `fabric` under `config`.
+    pub fn new(fabric: &Fabric, config: &FabricConfig, ex: &Expanded, opts: &RunOptions) -> Sim<Q> {
+        let flows = &ex.flows;
         let mut ports: IdVec<PortId, Port> = IdVec::with_capacity(fabric.links.len() * 2);
         let mut links: IdVec<PortId, Link> = IdVec::with_capacity(fabric.links.len() * 2);
         let mut nic_ports: Vec<Vec<PortId>> = fabric
@@ -323,9 +349,19 @@ impl<Q: Queue> Sim<Q> {
             .collect();
         let mut sim = Sim {
             now: 0,
-            // Most events are scheduled one serialization plus one link delay ahead.
+            // Most events are scheduled one serialization plus one link delay ahead, or,
+            // in a collective, one NVLink step (a piece's copy plus the kernel time).
             q: Q::with_horizon(
-                fabric.links.iter().map(|l| l.delay_ns).max().unwrap_or(0) * PS_PER_NS + PS_PER_US,
+                ex.collectives
+                    .iter()
+                    .map(|c| {
+                        let pieces = u64::from(c.shape.ranks * c.shape.channels * c.shape.chunks);
+                        c.nvlink_ps(c.bytes / pieces.max(1)) + c.step
+                    })
+                    .chain([fabric.links.iter().map(|l| l.delay_ns).max().unwrap_or(0) * PS_PER_NS])
+                    .max()
+                    .unwrap_or(0)
+                    + PS_PER_US,
             ),
             counters: (0..ports.len()).map(|_| PortCounters::default()).collect(),
             port_names,
@@ -337,6 +373,19 @@ impl<Q: Queue> Sim<Q> {
             flows: IdVec::with_capacity(flows.len()),
             qps_tx: IdVec::default(),
             qps_rx: IdVec::default(),
+            free_flows: Vec::new(),
+            free_qps: Vec::new(),
+            rto: TimerHeap::default(),
+            colls: Vec::new(),
+            nvlink: Vec::new(),
+            free_nvlink: Vec::new(),
+            conns: Vec::new(),
+            conn_specs: Vec::new(),
+            live_transfers: 0,
+            peak_live_transfers: 0,
+            live_transfer_qps: 0,
+            peak_live_transfer_qps: 0,
+            stray_packets: 0,
             classes,
             dcqcn: Vec::new(),
             timely: Vec::new(),
@@ -352,11 +401,80 @@ impl<Q: Queue> Sim<Q> {
             sample_interval: opts.sample_interval,
             end: opts.end,
         };
-        sim.add_flows(fabric, config, flows, &nic_ports, &sw_ports, opts);
+        // Every route of the run at once, destination by destination: the flows' QPs,
+        // then each collective's connections.
+        let eager = sim.plan_eager(config, flows, opts);
+        let mut requests = eager.requests.clone();
+        let plans: Vec<_> = ex
+            .collectives
+            .iter()
+            .map(|run| {
+                let first = requests.len();
+                let plan = sim.plan_collective(fabric, config, run, opts, &mut requests);
+                (plan, first..requests.len())
+            })
+            .collect();
+        let routes = {
+            let mut rb = routes::RouteBuilder::new(
+                fabric,
+                &nic_ports,
+                &sw_ports,
+                &sim.nics,
+                &sim.switches,
+                opts.ecmp,
+                opts.hot_switch,
+            );
+            rb.compute(&requests, &mut sim.routes, &sim.switches)
+        };
+        sim.add_flows(fabric, config, flows, &eager, &routes[..eager.requests.len()]);
+        let mut budget = opts.transfer_records;
+        for (run, (plan, span)) in ex.collectives.iter().zip(plans) {
+            let total = run.per_iteration * u64::from(run.iterations);
+            let record = total <= budget;
+            if record {
+                budget -= total;
+            }
+            sim.add_collective(fabric, config, run.clone(), plan, &routes[span], record);
+        }
+        // Start events in flow id order, the scenario's flows and each collective's first
+        // transfers alike.
+        enum First {
+            Flow(usize),
+            Transfer(usize, xirang_collective::lazy::Step),
+        }
+        let mut firsts: Vec<(u64, First)> = flows
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| d.after.is_empty())
+            .map(|(i, d)| (d.id, First::Flow(i)))
+            .collect();
+        for c in 0..sim.colls.len() {
+            let base = sim.colls[c].run.first_id;
+            firsts.extend(
+                sim.collective_begin(c)
+                    .into_iter()
+                    .map(|st| (base + st.index, First::Transfer(c, st))),
+            );
+        }
+        firsts.sort_by_key(|(id, _)| *id);
+        for (_, first) in firsts {
+            match first {
+                First::Flow(i) => sim.schedule(flows[i].start, Event::FlowStart(ids::FlowId::from(i))),
+                First::Transfer(c, st) => {
+                    let at = sim.colls[c].run.start;
+                    sim.new_transfer(c, 0, st, at);
+                }
+            }
+        }
         if let Some(iv) = opts.sample_interval {
             sim.schedule(iv, Event::Sample);
         }
         sim
+    }
+
+    /// Nothing is pending: no event and no armed timer.
+    pub(crate) fn idle(&self) -> bool {
+        self.q.is_empty() && self.rto.is_empty()
     }
 
     /// Queues an event.
@@ -371,15 +489,28 @@ impl<Q: Queue> Sim<Q> {
         const PROGRESS_EVERY: u64 = 1 << 16;
         let end = self.end.unwrap_or(NEVER);
         while self.flows_left > 0 {
-            let Some((t, e)) = self.q.pop_until(end) else {
-                if self.end.is_some() && !self.q.is_empty() {
-                    self.now = end;
-                }
-                break;
+            // The event queue and the ACK timers share one sequence, so popping whichever
+            // holds the smaller (time, sequence) keeps the order one queue would have.
+            let timer = self.rto.peek();
+            let e = match self.q.pop_before(timer.map_or(u128::MAX, |(k, _)| k), end) {
+                Some((t, e)) => (t, Event::decode(e)),
+                None => match timer {
+                    Some((k, qp)) if time_of(k) <= end => {
+                        self.rto.pop();
+                        (time_of(k), Event::Rto(QpId(qp)))
+                    }
+                    _ => {
+                        if self.end.is_some() && !self.idle() {
+                            self.now = end;
+                        }
+                        break;
+                    }
+                },
             };
+            let (t, e) = e;
             debug_assert!(t >= self.now, "invariant: time never goes backwards");
             self.now = t;
-            self.dispatch(Event::decode(e));
+            self.dispatch(e);
             self.events += 1;
             if self.events.is_multiple_of(PROGRESS_EVERY) {
                 progress(self.now);
@@ -399,8 +530,8 @@ impl<Q: Queue> Sim<Q> {
             }
             Event::Arrive(p) => self.arrive(p),
             Event::FlowStart(f) => self.start_flow(f),
-            Event::DcqcnDec(q) => self.dcqcn_dec(q),
-            Event::DcqcnInc(q) => self.dcqcn_inc(q),
+            Event::DcqcnDec(q, slot_gen) => self.dcqcn_dec(q, slot_gen),
+            Event::DcqcnInc(q, slot_gen) => self.dcqcn_inc(q, slot_gen),
             Event::Rto(q) => self.rto(q),
             Event::PfcRefresh {
                 port,
@@ -411,6 +542,7 @@ impl<Q: Queue> Sim<Q> {
             Event::Fault { fault, end, peer } => self.fault_event(fault, end, peer),
             Event::RxDrain { port, prio } => self.rx_drain(port, usize::from(prio)),
             Event::LocalDone(f) => self.local_done(f),
+            Event::NvlinkDone(slot) => self.nvlink_done(slot),
         }
     }
 

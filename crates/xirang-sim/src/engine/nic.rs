@@ -39,6 +39,8 @@ pub(crate) enum Cc {
 #[derive(Debug)]
 pub(crate) struct QpTx {
     pub(crate) flow: FlowId,
+    /// Generation of the slot (see `Packet::slot_gen`).
+    pub(crate) slot_gen: u32,
     pub(crate) src_port: PortId,
     pub(crate) route: RouteId,
     pub(crate) size: u64,
@@ -81,6 +83,8 @@ impl QpTx {
 #[derive(Debug)]
 pub(crate) struct QpRx {
     pub(crate) flow: FlowId,
+    /// Generation of the slot (see `Packet::slot_gen`).
+    pub(crate) slot_gen: u32,
     pub(crate) size: u64,
     /// Where ACKs, NACKs and CNPs go (the reverse route).
     pub(crate) ack_route: RouteId,
@@ -143,7 +147,7 @@ impl<Q: Queue> Sim<Q> {
                 self.nic_rx_data(p, &pkt)
             }
             Kind::Ack | Kind::Nack => self.nic_rx_ack(&pkt),
-            Kind::Cnp => self.nic_rx_cnp(&pkt),
+            Kind::Cnp => self.nic_rx_cnp(p, &pkt),
             Kind::Pause => self.receive_pause(p, &pkt),
         }
         self.consume(&pkt);
@@ -157,12 +161,13 @@ impl<Q: Queue> Sim<Q> {
         } else {
             q.prio
         };
-        let route = q.ack_route;
+        let (route, slot_gen) = (q.ack_route, q.slot_gen);
         let size = if kind == Kind::Cnp { CNP_BYTES } else { ACK_BYTES };
         let pkt = self.alloc(Packet {
             seq,
             ts,
             qp,
+            slot_gen,
             route,
             in_port: PortId(0),
             size,
@@ -180,6 +185,15 @@ impl<Q: Queue> Sim<Q> {
     fn nic_rx_data(&mut self, p: PortId, pkt: &Packet) {
         let now = self.now;
         let qi = pkt.qp;
+        if self.qps_rx[qi].slot_gen != pkt.slot_gen {
+            // A retransmission still in the network when its QP finished, whose slot now
+            // serves another QP. The responder counts the duplicate; its ACK would find no
+            // sender waiting, so none is made (a simplification: the link back carries one
+            // ACK less than on a real fabric).
+            self.counters[p].duplicate_request += 1;
+            self.stray_packets += 1;
+            return;
+        }
         if pkt.ce {
             self.counters[p].np_ecn_marked_roce_packets += 1;
             // The NP answers CE marks only for classes running DCQCN (roce_np enabled on
@@ -228,6 +242,11 @@ impl<Q: Queue> Sim<Q> {
         let now = self.now;
         let qi = pkt.qp;
         let q = &mut self.qps_tx[qi];
+        // A finished QP (or one whose slot went to another QP since) has nothing to learn.
+        if q.slot_gen != pkt.slot_gen {
+            self.stray_packets += 1;
+            return;
+        }
         if q.done {
             return;
         }
@@ -266,20 +285,31 @@ impl<Q: Queue> Sim<Q> {
         }
     }
 
-    fn nic_rx_cnp(&mut self, pkt: &Packet) {
+    fn nic_rx_cnp(&mut self, p: PortId, pkt: &Packet) {
         let now = self.now;
         let qi = pkt.qp;
         let q = &mut self.qps_tx[qi];
-        let sp = q.src_port;
+        let (slot_gen, sp) = (q.slot_gen, q.src_port);
+        // A CNP for a QP whose slot went to another QP since counts where it arrived.
+        let mine = slot_gen == pkt.slot_gen;
+        self.stray_packets += u64::from(!mine);
         match &mut q.cc {
-            Cc::Dcqcn(pi, s) if !q.done => {
+            Cc::Dcqcn(pi, s) if !q.done && mine => {
                 self.counters[sp].rp_cnp_handled += 1;
                 if let Some(t) = s.on_cnp(now, &self.dcqcn[*pi as usize]) {
-                    self.schedule(t, Event::DcqcnDec(qi));
+                    self.schedule(t, Event::DcqcnDec(qi, slot_gen));
                 }
             }
-            _ => self.counters[sp].rp_cnp_ignored += 1,
+            _ => self.counters[if mine { sp } else { p }].rp_cnp_ignored += 1,
         }
+    }
+
+    /// Arms QP `qi`'s ACK timer at `at`. ACK timers live in their own heap, so that a QP
+    /// that completes takes its timer with it (with a 4.3 s timeout, a timer left in the
+    /// event queue would outlive nearly every run and every QP).
+    fn arm_rto(&mut self, qi: QpId, at: Ps) {
+        let seq = self.q.take_seq();
+        self.rto.set(qi.0, at, seq);
     }
 
     /// The ACK timer of QP `qi` fired: go back to the last acknowledged byte if nothing
@@ -293,14 +323,14 @@ impl<Q: Queue> Sim<Q> {
         }
         let deadline = q.last_progress + ACK_TIMEOUT;
         if deadline > now {
-            self.schedule(deadline, Event::Rto(qi));
+            self.arm_rto(qi, deadline);
             return;
         }
         q.snd_nxt = q.snd_una;
         q.last_progress = now;
         let sp = q.src_port;
         self.counters[sp].local_ack_timeout_err += 1;
-        self.schedule(now + ACK_TIMEOUT, Event::Rto(qi));
+        self.arm_rto(qi, now + ACK_TIMEOUT);
         self.kick(sp);
     }
 
@@ -402,11 +432,12 @@ impl<Q: Queue> Sim<Q> {
         }
         let arm_rto = !q.rto_pending;
         q.rto_pending = true;
-        let (prio, route) = (q.prio, q.route);
+        let (prio, route, slot_gen) = (q.prio, q.route, q.slot_gen);
         let pkt = self.alloc(Packet {
             seq,
             ts: now,
             qp: qi,
+            slot_gen,
             route,
             in_port: PortId(0),
             size: wire as u16,
@@ -418,7 +449,7 @@ impl<Q: Queue> Sim<Q> {
         });
         self.transmit(p, pkt);
         if arm_rto {
-            self.schedule(now + ACK_TIMEOUT, Event::Rto(qi));
+            self.arm_rto(qi, now + ACK_TIMEOUT);
         }
     }
 

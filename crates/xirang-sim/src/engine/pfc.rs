@@ -76,6 +76,7 @@ impl<Q: Queue> Sim<Q> {
             seq: u64::from(quanta),
             ts: self.now,
             qp: QpId(u32::MAX),
+            slot_gen: 0,
             route: RouteId(0),
             in_port: p,
             size: PFC_FRAME_BYTES,

@@ -60,18 +60,41 @@ impl RouteArena {
     }
 }
 
-/// Computes routes for a run: the fabric's graph, each destination's next-hop lists (kept
-/// while routes to it are computed), and how switches hash.
+/// One route to compute: from a NIC to a NIC, hashed by a flow key (source IP,
+/// destination IP, ports).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RouteRequest {
+    pub(crate) src: NicId,
+    pub(crate) dst: NicId,
+    pub(crate) key: [u32; 3],
+}
+
+/// Where the next-hop search for a destination starts: its leaf when the destination NIC
+/// has a single link, to a switch (every NIC under one leaf then shares the search; the
+/// leaf's last hop is the NIC's own port), else the NIC itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Target {
+    Leaf(u32),
+    Nic(u32),
+}
+
+/// Computes routes for a run: the fabric's graph with every node's neighbours in the
+/// order the search visits them, and how switches hash.
 pub(crate) struct RouteBuilder<'a> {
     fabric: &'a Fabric,
     graph: Graph,
-    hop_cache: Vec<Option<Vec<Vec<Adj>>>>,
+    /// Neighbours of each node sorted by (rank of the neighbour, local port), as CSR.
+    nbr_start: Vec<u32>,
+    nbrs: Vec<Adj>,
     nic_ports: &'a [Vec<PortId>],
     sw_ports: &'a [Vec<PortId>],
-    ecmp: EcmpMode,
     /// `ecmp_imbalance`: the favoured switch and the share of flows sent to it, as a
     /// threshold on a 32-bit hash.
     hot_switch: Option<(SwitchId, u64)>,
+    /// The search's work space, kept between destinations.
+    dist: Vec<u32>,
+    lists: Vec<Vec<Adj>>,
+    queue: VecDeque<u32>,
 }
 
 impl<'a> RouteBuilder<'a> {
@@ -79,63 +102,163 @@ impl<'a> RouteBuilder<'a> {
         fabric: &'a Fabric,
         nic_ports: &'a [Vec<PortId>],
         sw_ports: &'a [Vec<PortId>],
+        nics: &[NicState],
+        switches: &[SwitchState],
         ecmp: EcmpMode,
         hot_switch: Option<(SwitchId, f64)>,
     ) -> Self {
+        let graph = Graph::new(fabric);
+        // HPCC orders next hops by the addresses of its node objects: hosts (small, heap)
+        // below switches (megabytes each, mmap'd top down), so hosts ascend and switches
+        // descend by id (docs/hpcc-model.md §3). Otherwise: ascending ids. The order does
+        // not depend on the destination, so it is sorted once.
+        let rank = |idx: u32| -> u64 {
+            match (graph.node(idx), ecmp) {
+                (Node::Nic(n), _) => u64::from(nics[n.index()].node_id),
+                (Node::Switch(s), EcmpMode::Hpcc) => (1 << 40) - u64::from(switches[s.index()].hash_seed),
+                (Node::Switch(s), EcmpMode::Seeded) => (1 << 32) + u64::from(s.0),
+            }
+        };
+        let mut nbr_start = Vec::with_capacity(graph.len() + 1);
+        let mut nbrs = Vec::new();
+        for v in 0..graph.len() as u32 {
+            nbr_start.push(nbrs.len() as u32);
+            let first = nbrs.len();
+            nbrs.extend_from_slice(graph.adj(v));
+            let mine = &mut nbrs[first..];
+            mine.sort_by_key(|a| (rank(a.peer), a.port));
+            if ecmp == EcmpMode::Hpcc {
+                // Parallel links to one neighbour count once, as in that simulator's
+                // neighbour map.
+                let mut kept: Vec<Adj> = mine.to_vec();
+                kept.dedup_by_key(|a| a.peer);
+                nbrs.truncate(first);
+                nbrs.extend(kept);
+            }
+        }
+        nbr_start.push(nbrs.len() as u32);
+        let n = graph.len();
         RouteBuilder {
             fabric,
-            graph: Graph::new(fabric),
-            hop_cache: vec![None; fabric.nics.len()],
+            graph,
+            nbr_start,
+            nbrs,
             nic_ports,
             sw_ports,
-            ecmp,
             hot_switch: hot_switch
                 .map(|(s, share)| (s, (share.clamp(0.0, 1.0) * f64::from(u32::MAX)) as u64)),
+            dist: vec![u32::MAX; n],
+            lists: vec![Vec::new(); n],
+            queue: VecDeque::new(),
         }
     }
 
-    /// Computes a route from `src` to `dst` hop by hop, as switches would forward it: at
-    /// each node one of the equal-cost next hops is picked by MurmurHash3 of the flow key
-    /// with the node's seed (HPCC switch-node.cc `EcmpHash`). Appends it to `arena` and
-    /// returns it; the route lists the egress port at every hop, NIC first.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn route(
+    fn target(&self, dst: NicId) -> Target {
+        let linked: Vec<_> = (0..self.fabric.nics[dst.index()].ports.len() as u16)
+            .filter(|p| self.fabric.nics[dst.index()].ports[*p as usize].link.is_some())
+            .collect();
+        match linked.as_slice() {
+            [p] => match self.fabric.attached_switch(dst, *p) {
+                Some(sw) => Target::Leaf(self.graph.index(sw.node)),
+                None => Target::Nic(dst.0),
+            },
+            _ => Target::Nic(dst.0),
+        }
+    }
+
+    /// Computes every route of `reqs`, appending them to `arena`; returns each request's
+    /// route. Requests are taken destination by destination, so the search's tables exist
+    /// for one destination at a time.
+    pub(crate) fn compute(
         &mut self,
+        reqs: &[RouteRequest],
         arena: &mut RouteArena,
-        nics: &[NicState],
         switches: &[SwitchState],
-        src: NicId,
-        dst: NicId,
-        key: [u32; 3],
-    ) -> RouteId {
-        let (graph, ecmp) = (&self.graph, self.ecmp);
-        let lists = self.hop_cache[dst.index()].get_or_insert_with(|| {
-            // HPCC orders next hops by the addresses of its node objects: hosts (small,
-            // heap) below switches (megabytes each, mmap'd top down), so hosts ascend and
-            // switches descend by id (docs/hpcc-model.md §3). Otherwise: ascending ids.
-            let rank = |idx: u32| -> u64 {
-                match (graph.node(idx), ecmp) {
-                    (Node::Nic(n), _) => u64::from(nics[n.index()].node_id),
-                    (Node::Switch(s), EcmpMode::Hpcc) => (1 << 40) - u64::from(switches[s.index()].hash_seed),
-                    (Node::Switch(s), EcmpMode::Seeded) => (1 << 32) + u64::from(s.0),
-                }
+    ) -> Vec<RouteId> {
+        let mut order: Vec<(Target, u32)> = reqs
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (self.target(r.dst), i as u32))
+            .collect();
+        order.sort_unstable();
+        let mut out = vec![RouteId(u32::MAX); reqs.len()];
+        let mut at = 0;
+        while at < order.len() {
+            let target = order[at].0;
+            let end = at + order[at..].iter().take_while(|(t, _)| *t == target).count();
+            let root = match target {
+                Target::Leaf(l) | Target::Nic(l) => l,
             };
-            next_hop_lists(graph, graph.index(Node::Nic(dst)), &rank, ecmp == EcmpMode::Hpcc)
-        });
+            self.search(root);
+            for &(_, i) in &order[at..end] {
+                out[i as usize] = self.walk(&reqs[i as usize], root, target, arena, switches);
+            }
+            at = end;
+        }
+        out
+    }
+
+    /// Next hops towards `root` for every node, in the order a BFS from `root` discovers
+    /// them (the HPCC simulator's `CalculateRoute`): nodes are expanded in BFS order with
+    /// their neighbours visited by rank, and a node's list grows as its closer neighbours
+    /// are expanded. Hosts are never expanded (they do not forward).
+    fn search(&mut self, root: u32) {
+        self.dist.iter_mut().for_each(|d| *d = u32::MAX);
+        self.lists.iter_mut().for_each(Vec::clear);
+        self.queue.clear();
+        self.dist[root as usize] = 0;
+        self.queue.push_back(root);
+        while let Some(now) = self.queue.pop_front() {
+            let (a, b) = (
+                self.nbr_start[now as usize] as usize,
+                self.nbr_start[now as usize + 1] as usize,
+            );
+            for a in &self.nbrs[a..b] {
+                let peer = a.peer as usize;
+                if self.dist[peer] == u32::MAX {
+                    self.dist[peer] = self.dist[now as usize] + 1;
+                    if matches!(self.graph.node(a.peer), Node::Switch(_)) {
+                        self.queue.push_back(a.peer);
+                    }
+                }
+                if self.dist[now as usize] + 1 == self.dist[peer] {
+                    self.lists[peer].push(Adj {
+                        port: a.peer_port,
+                        link: a.link,
+                        peer: now,
+                        peer_port: a.port,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Walks a route from the request's source towards the searched root, picking at each
+    /// node one of the equal-cost next hops by MurmurHash3 of the flow key with the node's
+    /// seed (HPCC switch-node.cc `EcmpHash`); from a leaf root, the last hop is the leaf's
+    /// port to the destination NIC.
+    fn walk(
+        &self,
+        r: &RouteRequest,
+        root: u32,
+        target: Target,
+        arena: &mut RouteArena,
+        switches: &[SwitchState],
+    ) -> RouteId {
+        let graph = &self.graph;
         let mut bytes = [0u8; 12];
-        for (i, k) in key.iter().enumerate() {
+        for (i, k) in r.key.iter().enumerate() {
             bytes[i * 4..i * 4 + 4].copy_from_slice(&k.to_le_bytes());
         }
         let start = RouteId::from(arena.ports.len());
-        let mut at = graph.index(Node::Nic(src));
-        let target = graph.index(Node::Nic(dst));
-        while at != target {
-            let hops = &lists[at as usize];
+        let mut at = graph.index(Node::Nic(r.src));
+        while at != root {
+            let hops = &self.lists[at as usize];
             assert!(
                 !hops.is_empty(),
                 "invariant: every flow's endpoints are connected ({} to {})",
-                self.fabric.node_name(Node::Nic(src)),
-                self.fabric.node_name(Node::Nic(dst))
+                self.fabric.node_name(Node::Nic(r.src)),
+                self.fabric.node_name(Node::Nic(r.dst))
             );
             let (pick, port) = match graph.node(at) {
                 Node::Switch(s) => {
@@ -171,50 +294,24 @@ impl<'a> RouteBuilder<'a> {
             arena.ports.push(port);
             at = pick.peer;
         }
+        if let Target::Leaf(_) = target {
+            let Node::Switch(leaf) = graph.node(root) else {
+                unreachable!("invariant: a leaf target is a switch")
+            };
+            let p = self
+                .fabric
+                .attached_switch(r.dst, self.linked_port(r.dst))
+                .expect("invariant: a leaf target has its NIC cabled to it");
+            arena.ports.push(self.sw_ports[leaf.index()][p.port as usize]);
+        }
         start
     }
-}
 
-/// Next hops towards `dst` for every node, in the order a BFS from `dst` discovers them
-/// (the HPCC simulator's `CalculateRoute`): nodes are expanded in BFS order with their
-/// neighbours visited by `rank`, and a node's list grows as its closer neighbours are
-/// expanded. Hosts are never expanded (they do not forward). With `one_per_neighbour`,
-/// parallel links to the same neighbour count once, as in that simulator's neighbour map.
-fn next_hop_lists(
-    graph: &Graph,
-    dst: u32,
-    rank: &dyn Fn(u32) -> u64,
-    one_per_neighbour: bool,
-) -> Vec<Vec<Adj>> {
-    let n = graph.len();
-    let mut dist = vec![u32::MAX; n];
-    let mut lists: Vec<Vec<Adj>> = vec![Vec::new(); n];
-    let mut queue = VecDeque::new();
-    dist[dst as usize] = 0;
-    queue.push_back(dst);
-    let is_switch = |i: u32| matches!(graph.node(i), Node::Switch(_));
-    while let Some(now) = queue.pop_front() {
-        let mut nbrs: Vec<Adj> = graph.adj(now).to_vec();
-        nbrs.sort_by_key(|a| (rank(a.peer), a.port));
-        if one_per_neighbour {
-            nbrs.dedup_by_key(|a| a.peer);
-        }
-        for a in nbrs {
-            if dist[a.peer as usize] == u32::MAX {
-                dist[a.peer as usize] = dist[now as usize] + 1;
-                if is_switch(a.peer) {
-                    queue.push_back(a.peer);
-                }
-            }
-            if dist[now as usize] + 1 == dist[a.peer as usize] {
-                lists[a.peer as usize].push(Adj {
-                    port: a.peer_port,
-                    link: a.link,
-                    peer: now,
-                    peer_port: a.port,
-                });
-            }
-        }
+    fn linked_port(&self, dst: NicId) -> u16 {
+        self.fabric.nics[dst.index()]
+            .ports
+            .iter()
+            .position(|p| p.link.is_some())
+            .expect("invariant: a leaf target has a linked port") as u16
     }
-    lists
 }

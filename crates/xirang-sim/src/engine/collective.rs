@@ -1,0 +1,430 @@
+//! Collectives in the engine: each collective runs its lazy expansion
+//! (`xirang_collective::lazy`), which yields a transfer when the transfers it waits for have
+//! arrived; the engine creates the transfer's flow and QPs then, in slots it reuses, so a
+//! collective of thousands of ranks holds what it has in flight and never its whole
+//! schedule.
+//!
+//! NCCL opens its connections (one per channel and peer, `NCCL_IB_QPS_PER_CONNECTION` QPs
+//! each) when the communicator is created and sends every step over them; so here each
+//! (channel, sender, receiver) is a connection whose QPs' source ports, routes and rates
+//! are fixed before the run, and each transfer gets fresh QP state on them (the
+//! congestion-control state starts at line rate per transfer: a simplification, since a
+//! real QP keeps its rate from one step to the next).
+
+use std::collections::HashMap;
+use std::ops::Range;
+
+use xirang_collective::lazy::{Expansion, Step};
+use xirang_fabric::config::FabricConfig;
+use xirang_fabric::model::{Fabric, NicId};
+use xirang_fabric::scenario::EcmpMode;
+
+use super::event::Event;
+use super::flows::{Flow, FlowRx, FlowTx, Origin, QpSpec, path_mtu, route_requests};
+use super::ids::{FlowId, QpId, RouteId};
+use super::routes::RouteRequest;
+use super::{ClassRt, RunOptions, Sim};
+use crate::queue::Queue;
+use crate::rng::{Purpose, Stream, splitmix};
+use crate::time::Ps;
+use crate::workload::CollectiveRun;
+
+/// The HPCC simulator numbers source ports from 10000 (docs/hpcc-model.md §6); in that
+/// ECMP mode a connection's QPs take consecutive ports from there, by channel.
+const HPCC_FIRST_SPORT: u16 = 10000;
+/// The UDP destination port of RoCE v2 (IANA), and the one the HPCC simulator uses.
+const ROCE_V2_DPORT: u16 = 4791;
+const HPCC_DPORT: u16 = 100;
+
+/// One NCCL connection between two ranks on one channel.
+#[derive(Debug)]
+pub(crate) struct Conn {
+    pub(crate) mtu: u32,
+    /// Its QPs' fixed parts, in `Sim::conn_specs`.
+    pub(crate) specs: Range<u32>,
+}
+
+/// What a recorded collective keeps of each transfer for the results.
+#[derive(Debug, Clone)]
+pub(crate) struct TransferRecord {
+    pub(crate) start: Option<Ps>,
+    pub(crate) finish: Option<Ps>,
+    pub(crate) rx_done: Option<Ps>,
+    pub(crate) ideal: Ps,
+    pub(crate) lower_bound: Ps,
+    pub(crate) bytes_received: u64,
+}
+
+/// A collective's NVLink transfer under way: a delay that needs no port, no QP and no
+/// flow slot, only what its arrival reports.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct NvlinkTransfer {
+    coll: u32,
+    iteration: u32,
+    index: u64,
+    start: Ps,
+    bytes: u64,
+}
+
+/// A collective while it runs.
+pub(crate) struct CollectiveRt {
+    pub(crate) run: CollectiveRun,
+    pub(crate) expansion: Box<dyn Expansion>,
+    pub(crate) iteration: u32,
+    terminals_left: u64,
+    /// Connection of each (channel, sender rank, receiver rank) on different hosts.
+    pub(crate) conns: HashMap<(u32, u32, u32), u32>,
+    class: ClassRt,
+    pub(crate) arrived: u64,
+    pub(crate) last_arrival: Option<Ps>,
+    /// One entry per transfer of every iteration when the run records them.
+    pub(crate) records: Option<Vec<Option<TransferRecord>>>,
+    scratch: Vec<Step>,
+    /// The last NVLink transfer's size and time.
+    nvlink_last: (u64, Ps),
+}
+
+/// A collective's connections before their routes are known.
+pub(crate) struct CollectivePlan {
+    keys: Vec<(u32, u32, u32)>,
+    /// (src NIC, dst NIC) and the (sport, dport) of each QP, connection by connection.
+    ends: Vec<(NicId, NicId)>,
+    ports: Vec<Vec<(u16, u16)>>,
+}
+
+impl<Q: Queue> Sim<Q> {
+    /// Lists every network connection of a collective with its QPs' ports and the routes
+    /// they need (appended to `requests`).
+    pub(crate) fn plan_collective(
+        &self,
+        fabric: &Fabric,
+        config: &FabricConfig,
+        run: &CollectiveRun,
+        opts: &RunOptions,
+        requests: &mut Vec<RouteRequest>,
+    ) -> CollectivePlan {
+        let n_qps = run.qps.unwrap_or(config.transport.qps_per_connection).max(1);
+        let mut keys = Vec::new();
+        run.expansion().connections(&mut |c, a, b| {
+            if !run.same_host(a, b) {
+                keys.push((c, a, b));
+            }
+        });
+        let mut plan = CollectivePlan {
+            ends: Vec::with_capacity(keys.len()),
+            ports: Vec::with_capacity(keys.len()),
+            keys,
+        };
+        for &(c, a, b) in &plan.keys {
+            let (src, dst) = run.nics(fabric, c, a, b);
+            // Each connection draws its QPs' source ports from a stream of its own, so a
+            // connection's ports do not depend on which others exist.
+            let id = splitmix(splitmix(splitmix(u64::from(run.workload)) ^ u64::from(c)) ^ u64::from(a))
+                ^ u64::from(b);
+            let mut rng = Stream::new(opts.seed, Purpose::Connection, id);
+            let ports: Vec<(u16, u16)> = (0..n_qps)
+                .map(|k| match opts.ecmp {
+                    EcmpMode::Hpcc => (HPCC_FIRST_SPORT.wrapping_add((c * n_qps + k) as u16), HPCC_DPORT),
+                    // The ephemeral range, as for every RoCE v2 QP (see `plan_eager`).
+                    EcmpMode::Seeded => (49152 + rng.below(16384) as u16, ROCE_V2_DPORT),
+                })
+                .collect();
+            let ips = (self.nics[src.index()].ip, self.nics[dst.index()].ip);
+            for &(sport, dport) in &ports {
+                requests.extend(route_requests(ips, src, dst, sport, dport));
+            }
+            plan.ends.push((src, dst));
+            plan.ports.push(ports);
+        }
+        plan
+    }
+
+    /// Sets a collective up from its plan and routes (in the order `plan_collective`
+    /// requested them); `record` keeps a result per transfer.
+    pub(crate) fn add_collective(
+        &mut self,
+        fabric: &Fabric,
+        config: &FabricConfig,
+        run: CollectiveRun,
+        plan: CollectivePlan,
+        routes: &[RouteId],
+        record: bool,
+    ) {
+        let class = self
+            .classes
+            .iter()
+            .find(|c| c.name == run.class)
+            .expect("invariant: classes are validated at load")
+            .clone();
+        let mut conns = HashMap::with_capacity(plan.keys.len());
+        let mut r = 0;
+        for (i, key) in plan.keys.iter().enumerate() {
+            let (src, dst) = plan.ends[i];
+            let first = self.conn_specs.len() as u32;
+            for &ports in &plan.ports[i] {
+                let spec = self.qp_spec(&class, routes[r], routes[r + 1], ports);
+                r += 2;
+                self.conn_specs.push(spec);
+            }
+            conns.insert(*key, self.conns.len() as u32);
+            self.conns.push(Conn {
+                mtu: path_mtu(fabric, config, src, dst),
+                specs: first..self.conn_specs.len() as u32,
+            });
+        }
+        let expansion = run.expansion();
+        let total = run.per_iteration * u64::from(run.iterations);
+        self.flows_left += total as usize;
+        self.colls.push(CollectiveRt {
+            terminals_left: expansion.terminals(),
+            records: record.then(|| vec![None; total as usize]),
+            expansion,
+            iteration: 0,
+            conns,
+            class,
+            arrived: 0,
+            last_arrival: None,
+            scratch: Vec::new(),
+            nvlink_last: (u64::MAX, 0),
+            run,
+        });
+    }
+
+    /// The transfers a collective starts with (its first iteration's).
+    pub(crate) fn collective_begin(&mut self, c: usize) -> Vec<Step> {
+        let mut out = Vec::new();
+        if self.colls[c].run.iterations > 0 {
+            self.colls[c].expansion.begin(&mut out);
+        }
+        out
+    }
+
+    /// Creates transfer `st` of collective `c`'s iteration `iteration`, to start at `at`.
+    pub(crate) fn new_transfer(&mut self, c: usize, iteration: u32, st: Step, at: Ps) {
+        let rt = &self.colls[c];
+        let origin = Origin::Transfer {
+            coll: c as u32,
+            iteration,
+            index: st.index,
+        };
+        let earliest = rt.run.start;
+        if rt.run.same_host(st.src, st.dst) {
+            // It is done one NVLink time after it starts; nothing happens in between. A
+            // collective's pieces take one or two sizes, so the time is remembered.
+            let dur = match rt.nvlink_last {
+                (b, d) if b == st.bytes => d,
+                _ => {
+                    let d = rt.run.nvlink_ps(st.bytes);
+                    self.colls[c].nvlink_last = (st.bytes, d);
+                    d
+                }
+            };
+            let t = NvlinkTransfer {
+                coll: c as u32,
+                iteration,
+                index: st.index,
+                start: at,
+                bytes: st.bytes,
+            };
+            let slot = match self.free_nvlink.pop() {
+                Some(s) => {
+                    self.nvlink[s as usize] = t;
+                    s
+                }
+                None => {
+                    self.nvlink.push(t);
+                    (self.nvlink.len() - 1) as u32
+                }
+            };
+            self.live_transfers += 1;
+            self.peak_live_transfers = self.peak_live_transfers.max(self.live_transfers);
+            self.schedule(at + dur, Event::NvlinkDone(slot));
+            return;
+        }
+        let conn_id = *rt
+            .conns
+            .get(&(st.channel, st.src, st.dst))
+            .expect("invariant: every network transfer's connection was set up");
+        let prio = rt.class.prio;
+        let conn = &self.conns[conn_id as usize];
+        let (specs, mtu) = (conn.specs.clone(), conn.mtu);
+        let n = specs.end - specs.start;
+        let (f, first_qp) = self.alloc_transfer(n);
+        let per_qp = st.bytes / u64::from(n);
+        for k in 0..n {
+            let bytes = if k == 0 {
+                st.bytes - per_qp * u64::from(n - 1)
+            } else {
+                per_qp
+            };
+            let spec: QpSpec = self.conn_specs[(specs.start + k) as usize].clone();
+            self.make_qp(QpId(first_qp + k), f, &spec, bytes, prio, mtu);
+        }
+        // The standalone FCT is reported only with the transfer's record.
+        let (ideal, lower_bound) = if rt_records(&self.colls[c]) {
+            let route = self.conn_specs[specs.start as usize].route;
+            self.ideal_fct(route, st.bytes, mtu)
+        } else {
+            (0, 0)
+        };
+        let flow = transfer_flow(
+            origin,
+            st.bytes,
+            earliest,
+            None,
+            first_qp,
+            n,
+            (ideal, lower_bound),
+        );
+        self.place_flow(f, flow);
+        self.schedule(at, Event::FlowStart(f));
+    }
+
+    /// Transfer `index` of collective `c` arrived: start what it readied, and the next
+    /// iteration once the last terminal transfer of this one is in.
+    pub(crate) fn transfer_arrived(&mut self, c: usize, iteration: u32, index: u64) {
+        let now = self.now;
+        let rt = &mut self.colls[c];
+        rt.arrived += 1;
+        rt.last_arrival = Some(now);
+        let mut out = std::mem::take(&mut rt.scratch);
+        let terminal = rt.expansion.arrived(index, &mut out);
+        // Every transfer readied here waited for another: the per-step kernel time
+        // applies, as it does to the next iteration's first transfers.
+        let at = (now + rt.run.step).max(rt.run.start);
+        let mut next_iteration = false;
+        if terminal {
+            rt.terminals_left -= 1;
+            if rt.terminals_left == 0 && rt.iteration + 1 < rt.run.iterations {
+                rt.iteration += 1;
+                rt.terminals_left = rt.expansion.terminals();
+                next_iteration = true;
+            }
+        }
+        for st in out.drain(..) {
+            self.new_transfer(c, iteration, st, at);
+        }
+        if next_iteration {
+            self.colls[c].expansion.begin(&mut out);
+            for st in out.drain(..) {
+                self.new_transfer(c, iteration + 1, st, at);
+            }
+        }
+        self.colls[c].scratch = out;
+    }
+
+    /// An NVLink transfer is done: it is sent and received at once.
+    pub(crate) fn nvlink_done(&mut self, slot: u32) {
+        let t = self.nvlink[slot as usize];
+        self.free_nvlink.push(slot);
+        self.live_transfers -= 1;
+        self.flows_left -= 1;
+        let c = t.coll as usize;
+        let now = self.now;
+        let per = self.colls[c].run.per_iteration;
+        if let Some(records) = &mut self.colls[c].records {
+            let dur = now - t.start;
+            records[(u64::from(t.iteration) * per + t.index) as usize] = Some(TransferRecord {
+                start: Some(t.start),
+                finish: Some(now),
+                rx_done: Some(now),
+                ideal: dur,
+                lower_bound: dur,
+                bytes_received: t.bytes,
+            });
+        }
+        self.transfer_arrived(c, t.iteration, t.index);
+    }
+
+    /// The NVLink transfers still under way, as records (for a run that ended first).
+    pub(crate) fn nvlink_in_flight(&self) -> impl Iterator<Item = (usize, u64, TransferRecord)> + '_ {
+        let free: std::collections::BTreeSet<u32> = self.free_nvlink.iter().copied().collect();
+        self.nvlink
+            .iter()
+            .enumerate()
+            .filter(move |(i, _)| !free.contains(&(*i as u32)))
+            .filter(|(_, t)| self.colls[t.coll as usize].records.is_some())
+            .map(|(_, t)| {
+                let per = self.colls[t.coll as usize].run.per_iteration;
+                let rec = TransferRecord {
+                    start: Some(t.start),
+                    finish: None,
+                    rx_done: None,
+                    ideal: self.colls[t.coll as usize].run.nvlink_ps(t.bytes),
+                    lower_bound: self.colls[t.coll as usize].run.nvlink_ps(t.bytes),
+                    bytes_received: 0,
+                };
+                (t.coll as usize, u64::from(t.iteration) * per + t.index, rec)
+            })
+    }
+
+    /// A transfer about to give its slots back reports itself, if its collective records.
+    pub(crate) fn record_transfer(&mut self, c: usize, iteration: u32, index: u64, f: FlowId) {
+        let Some(rec) = self.transfer_record(f) else {
+            return;
+        };
+        let per = self.colls[c].run.per_iteration;
+        if let Some(records) = &mut self.colls[c].records {
+            records[(u64::from(iteration) * per + index) as usize] = Some(rec);
+        }
+    }
+
+    /// What flow `f` reports, if it belongs to a recording collective.
+    pub(crate) fn transfer_record(&self, f: FlowId) -> Option<TransferRecord> {
+        let flow = &self.flows[f];
+        let Origin::Transfer { coll, .. } = flow.origin else {
+            return None;
+        };
+        self.colls[coll as usize].records.as_ref()?;
+        let bytes_received = if flow.local.is_some() {
+            if flow.rx.rx_done.is_some() { flow.bytes } else { 0 }
+        } else {
+            flow.qp_ids().map(|q| self.qp_received_bytes(q)).sum()
+        };
+        Some(TransferRecord {
+            start: flow.started,
+            finish: flow.tx.finish,
+            rx_done: flow.rx.rx_done,
+            ideal: flow.ideal,
+            lower_bound: flow.lower_bound,
+            bytes_received,
+        })
+    }
+}
+
+fn rt_records(rt: &CollectiveRt) -> bool {
+    rt.records.is_some()
+}
+
+fn transfer_flow(
+    origin: Origin,
+    bytes: u64,
+    earliest: Ps,
+    local: Option<Ps>,
+    first_qp: u32,
+    n_qps: u32,
+    (ideal, lower_bound): (Ps, Ps),
+) -> Flow {
+    Flow {
+        origin,
+        bytes,
+        deps_left: 0,
+        dependents: Vec::new(),
+        earliest,
+        after_delay: 0,
+        local,
+        started: None,
+        tx: FlowTx {
+            first_qp,
+            n_qps,
+            qps_left: n_qps,
+            finish: None,
+        },
+        rx: FlowRx {
+            rx_left: n_qps,
+            rx_done: None,
+        },
+        ideal,
+        lower_bound,
+    }
+}
