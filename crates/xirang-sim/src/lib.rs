@@ -347,7 +347,7 @@ fn collective_flows<Q: queue::Queue>(
         rt.expansion.for_each_transfer(&mut |st| {
             let (src, dst) = c.nics(fabric, st.channel, st.src, st.dst);
             let local = c.same_host(st.src, st.dst);
-            let conn = (!local).then(|| rt.conns[&(st.channel, st.src, st.dst)]);
+            let conn = (!local).then(|| rt.conns.get(st.channel, st.src, st.dst));
             let spec0 = conn.map(|k| &sim.conn_specs[sim.conns[k as usize].specs.start as usize]);
             for it in 0..c.iterations {
                 let slot = (u64::from(it) * c.per_iteration + st.index) as usize;

@@ -190,3 +190,47 @@ fn a_lossy_collective_recovers_and_reused_qp_slots_stay_apart() {
     );
     assert!(r.flows.iter().all(|f| f.bytes_received == f.bytes));
 }
+
+/// A run cut by its end time reports only the arrivals that happened before it, at the
+/// times the full run has them, NVLink steps included (made slow, 100 µs each, so that
+/// cuts fall among them): an engine that settles steps ahead of the clock must not count
+/// them early.
+#[test]
+fn a_run_cut_by_its_end_time_reports_only_arrivals_before_it() {
+    let text = format!(
+        "{}\n[config.intra_host]\nnvlink_latency_us = 100\n",
+        rail_fabric("all_reduce", "ring", 4 << 20, 2)
+    );
+    let full = run(&load_text(&text));
+    let time_ps = full.summary().collectives[0].time_ps.expect("finished");
+    let by_id: std::collections::HashMap<u64, _> = full.flows.iter().map(|f| (f.id, f)).collect();
+    for eighths in [3, 4, 5] {
+        let end_ps = time_ps / 8 * eighths;
+        let cut = run(&load_text(&format!(
+            "{text}\n[run]\nend_us = {}\n",
+            end_ps as f64 / 1e6
+        )));
+        let c = &cut.summary().collectives[0];
+        assert!(!c.finished, "{c:?}");
+        let done: Vec<_> = cut.flows.iter().filter(|f| f.fct_ps.is_some()).collect();
+        assert!(!done.is_empty() && (done.len() as u64) < c.transfers);
+        assert_eq!(done.len() as u64, c.transfers_arrived, "cut at {end_ps} ps");
+        for f in &done {
+            let finish = f.start_ps + f.fct_ps.unwrap_or_default();
+            assert!(
+                finish <= end_ps,
+                "transfer {} done at {finish} ps, cut at {end_ps}",
+                f.id
+            );
+            let g = by_id[&f.id];
+            assert_eq!(
+                (f.start_ps, f.fct_ps),
+                (g.start_ps, g.fct_ps),
+                "transfer {}",
+                f.id
+            );
+        }
+        // Some of them are NVLink steps.
+        assert!(done.iter().any(|f| f.src_node == f.dst_node));
+    }
+}

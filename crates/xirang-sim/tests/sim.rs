@@ -15,6 +15,11 @@ fn load_text(text: &str, base: &Path) -> Loaded {
         .unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// A scenario of `test_data/sim`.
+fn load_data(name: &str) -> Loaded {
+    load_file(&format!("test_data/sim/{name}.toml"))
+}
+
 fn load_file(path: &str) -> Loaded {
     Scenario::load(Path::new(path)).unwrap_or_else(|e| panic!("{e}"))
 }
@@ -35,23 +40,10 @@ fn counter(r: &RunResult, entity: &str, name: &str) -> u64 {
         .value
 }
 
-const TWO_HOSTS: &str = r#"
-[topology.leaf_spine]
-leaves = 1
-spines = 1
-hosts_per_leaf = 3
-host_rate_gbps = 100
-fabric_rate_gbps = 100
-link_delay_ns = 1000
-"#;
-
 /// Acceptance 1: one flow on an empty 100 Gbit/s path reaches line rate minus headers.
 #[test]
 fn single_flow_reaches_line_rate_minus_headers() {
-    let text = format!(
-        "{TWO_HOSTS}\n[workloads.one.flows]\nlist = [{{ src = \"h0\", dst = \"h1\", bytes = 100_000_000 }}]\n"
-    );
-    let l = load_text(&text, Path::new("."));
+    let l = load_data("line-rate");
     let r = run(&l, &options(&l));
     let f = &r.flows[0];
     let fct = f.fct_ps.expect("finished") as f64 / 1e12;
@@ -80,24 +72,7 @@ fn single_flow_reaches_line_rate_minus_headers() {
 /// say, and a finding for the tuner, not a convergence property.
 #[test]
 fn two_dcqcn_flows_converge_to_fair_share() {
-    let text = format!(
-        "{TWO_HOSTS}
-[config.classes.training]
-priority = 3
-cc = \"dcqcn\"
-
-[config.classes.training.dcqcn]
-min_time_between_cnps_us = 50.0
-
-[workloads.pair.flows]
-class = \"training\"
-list = [
-  {{ src = \"h0\", dst = \"h2\", bytes = 1_000_000_000 }},
-  {{ src = \"h1\", dst = \"h2\", bytes = 1_000_000_000, start_us = 1000 }},
-]
-"
-    );
-    let l = load_text(&text, Path::new("."));
+    let l = load_data("dcqcn-fairness");
     let at = |t_us: u64| {
         let mut o = options(&l);
         o.end = Some(t_us * PS_PER_US);
@@ -270,19 +245,7 @@ fn matches_the_hpcc_simulator_on_incast16_4mb() {
 /// Inference traffic: request latency is measured and reported per workload.
 #[test]
 fn inference_requests_report_latency() {
-    let text = format!(
-        "{TWO_HOSTS}
-[workloads.rpc.inference]
-clients = [\"h0\"]
-servers = [\"h1\", \"h2\"]
-requests_per_sec = 100_000
-request = {{ fixed = 4096 }}
-response = {{ uniform = {{ min_bytes = 10_000, max_bytes = 100_000 }} }}
-service_us = 5
-duration_us = 1000
-"
-    );
-    let l = load_text(&text, Path::new("."));
+    let l = load_data("inference");
     let r = run(&l, &options(&l));
     let s = r.summary();
     let lat = &s.latency[0];
@@ -374,25 +337,7 @@ list = [
 /// letting one starve the other.
 #[test]
 fn dwrr_shares_a_port_between_two_priorities() {
-    let text = format!(
-        "{TWO_HOSTS}
-[config.classes.a]
-priority = 3
-cc = \"none\"
-
-[config.classes.b]
-priority = 4
-cc = \"none\"
-
-[workloads.pair.flows]
-class = \"a\"
-list = [
-  {{ src = \"h0\", dst = \"h2\", bytes = 100_000_000, class = \"a\" }},
-  {{ src = \"h1\", dst = \"h2\", bytes = 100_000_000, class = \"b\" }},
-]
-"
-    );
-    let l = load_text(&text, Path::new("."));
+    let l = load_data("dwrr");
     let mut o = options(&l);
     o.end = Some(2_000 * PS_PER_US);
     let r = run(&l, &o);
@@ -412,46 +357,7 @@ list = [
 /// do not spin. (That duplicates are answered is tested in the engine's unit tests.)
 #[test]
 fn lost_acks_do_not_stall_flows_and_paused_hosts_do_not_spin() {
-    let text = r#"
-[topology.leaf_spine]
-leaves = 1
-spines = 1
-hosts_per_leaf = 5
-host_rate_gbps = 100
-fabric_rate_gbps = 100
-
-[config.cnp]
-ack_on_cnp_priority = false
-
-[config.pfc]
-priorities = [4]
-
-[config.buffer]
-switch_bytes = 1_048_576
-
-[config.classes.lossy]
-priority = 3
-cc = "none"
-
-[config.classes.lossless]
-priority = 4
-cc = "dcqcn"
-
-[workloads.lossy.incast]
-receiver = "h0"
-sender_hosts = ["h1", "h2", "h3"]
-bytes = 2_000_000
-class = "lossy"
-
-[workloads.both_ways.flows]
-class = "lossless"
-list = [
-  { src = "h4", dst = "h1", bytes = 3_000_000 },
-  { src = "h1", dst = "h4", bytes = 3_000_000 },
-  { src = "h2", dst = "h4", bytes = 3_000_000 },
-]
-"#;
-    let l = load_text(text, Path::new("."));
+    let l = load_data("lost-acks");
     let r = run(&l, &options(&l));
     assert!(r.summary().drops > 0);
     assert!(r.flows.iter().all(|f| f.fct_ps.is_some()), "every flow finishes");
@@ -482,4 +388,51 @@ fn sampled_counters_are_consistent_during_pfc() {
             .iter()
             .any(|(_, c)| c.name.starts_with("SAI_PORT_STAT_PFC_3_TX"))
     );
+}
+
+/// The scenario matrix: one congested incast under every congestion control with and
+/// without PFC, summarised in a table whose every figure is pinned by a snapshot
+/// (`cargo insta review` after a deliberate change). Any change to the engine's
+/// behaviour shows here first.
+#[test]
+fn scenario_matrix_of_congestion_control_and_pfc() {
+    use std::fmt::Write as _;
+    let base = load_data("matrix-incast");
+    let mut table =
+        String::from("cc      pfc  finished  drops  pfc_frames  ecn_marks  cnps  fct_mean_us  fct_max_us\n");
+    for cc in ["none", "dcqcn", "timely"] {
+        for pfc in [true, false] {
+            let mut s = base.scenario.clone();
+            s.config.pfc.enabled = pfc;
+            s.config.classes.get_mut("bulk").unwrap().cc =
+                serde_json::from_value(serde_json::json!(cc)).unwrap();
+            let l = s.build(&base.file, Path::new("test_data/sim"), None).unwrap();
+            let r = run(&l, &options(&l));
+            let sum = r.summary();
+            let fcts: Vec<f64> = r
+                .flows
+                .iter()
+                .filter_map(|f| f.fct_ps)
+                .map(|p| p as f64 / 1e6)
+                .collect();
+            let mean = fcts.iter().sum::<f64>() / fcts.len().max(1) as f64;
+            let max = fcts.iter().copied().fold(0.0, f64::max);
+            writeln!(
+                table,
+                "{cc:<7} {:<4} {:>3}/{:<5} {:>5}  {:>10}  {:>9}  {:>4}  {mean:>11.1}  {max:>10.1}",
+                if pfc { "on" } else { "off" },
+                fcts.len(),
+                r.flows.len(),
+                sum.drops,
+                sum.pfc_frames,
+                sum.ecn_marks,
+                sum.cnps,
+            )
+            .unwrap();
+            if pfc {
+                assert_eq!(sum.drops, 0, "{cc}: PFC on drops nothing");
+            }
+        }
+    }
+    insta::assert_snapshot!(table);
 }

@@ -37,24 +37,30 @@ fn published(name: &str) -> (Option<f64>, Option<f64>) {
 
 /// One (scenario, engine) measurement.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-struct Measurement {
-    scenario: String,
+pub(crate) struct Measurement {
+    pub(crate) scenario: String,
     engine: String,
     runs: u32,
-    best_wall_s: f64,
+    pub(crate) best_wall_s: f64,
     median_wall_s: f64,
-    events: u64,
-    packet_hops: u64,
-    events_per_s: f64,
-    packet_hops_per_s: f64,
-    peak_packets_in_flight: usize,
-    peak_rss_bytes: u64,
+    pub(crate) events: u64,
+    pub(crate) packet_hops: u64,
+    pub(crate) events_per_s: f64,
+    pub(crate) packet_hops_per_s: f64,
+    pub(crate) peak_packets_in_flight: usize,
+    pub(crate) peak_rss_bytes: u64,
     rss_growth_bytes: u64,
     /// Packet rings (queues and links) at their grown size over peak packets in flight.
-    bytes_per_packet_in_flight: f64,
+    pub(crate) bytes_per_packet_in_flight: f64,
     /// RSS growth over peak packets: an upper bound that also counts routes, flows and
     /// results.
     rss_growth_per_packet: f64,
+    /// Simulated time at the end, ps (absent from older binaries' figures).
+    #[serde(default)]
+    pub(crate) sim_time_ps: Option<u64>,
+    /// Most transfers of collectives alive at once.
+    #[serde(default)]
+    pub(crate) peak_transfers_in_flight: Option<usize>,
 }
 
 fn rss_bytes(field: &str) -> u64 {
@@ -105,10 +111,15 @@ fn measure_here(path: &Path, engine: &str, runs: u32) -> Result<Measurement> {
         rss_growth_bytes: growth,
         bytes_per_packet_in_flight: r.stats.packet_ring_bytes as f64 / r.stats.peak_packets.max(1) as f64,
         rss_growth_per_packet: growth as f64 / r.stats.peak_packets.max(1) as f64,
+        sim_time_ps: Some(r.stats.sim_time_ps),
+        peak_transfers_in_flight: Some(r.stats.peak_transfers_in_flight),
     })
 }
 
 pub(crate) fn run(a: &BenchArgs) -> Result<Outcome> {
+    if a.scale && a.child.is_none() {
+        return crate::bench_scale::run(a);
+    }
     if let Some(engine) = &a.child {
         let [path] = a.scenarios.as_slice() else {
             bail!("--child takes exactly one scenario")

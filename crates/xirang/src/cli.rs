@@ -622,6 +622,26 @@ pub(crate) struct BenchArgs {
     /// Internal: measure one scenario with one engine in this process.
     #[arg(long, hide = true, value_parser = ["calendar", "heap"])]
     pub(crate) child: Option<String>,
+    /// The scale benchmark instead: ring and tree AllReduce of 256 MiB on rail-optimized
+    /// fabrics of scalable units from 128 GPUs up to --max-gpus, the classic
+    /// rail fabric (one group, 8 spines) up to 1,024 GPUs, and 4 MB permutations on k = 8,
+    /// 16 and 32 fat trees, each case in a fresh process (expect about an hour at the
+    /// default sizes on two cores).
+    #[arg(long, conflicts_with_all = ["scenarios", "no_reference"])]
+    pub(crate) scale: bool,
+    /// Largest fabric of --scale, in GPUs.
+    #[arg(long, default_value_t = 16384, requires = "scale")]
+    pub(crate) max_gpus: u32,
+    /// Only the --scale cases whose name contains this text (e.g. `ring`, `perm`).
+    #[arg(long, requires = "scale")]
+    pub(crate) only: Option<String>,
+    /// A previous xirang binary to run the same --scale cases with, where it can read them
+    /// (it needs `bench --child`; cases it cannot load are reported as such).
+    #[arg(long, requires = "scale")]
+    pub(crate) reference_binary: Option<PathBuf>,
+    /// Print the --scale table as markdown (for BENCHMARKS.md).
+    #[arg(long, requires = "scale")]
+    pub(crate) markdown: bool,
 }
 
 /// `xirang sim`.

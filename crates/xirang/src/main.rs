@@ -3,6 +3,7 @@
 
 mod audit;
 mod bench;
+mod bench_scale;
 mod cli;
 mod cmd;
 mod diagnose;

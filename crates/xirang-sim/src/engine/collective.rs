@@ -11,7 +11,6 @@
 //! congestion-control state starts at line rate per transfer: a simplification, since a
 //! real QP keeps its rate from one step to the next).
 
-use std::collections::HashMap;
 use std::ops::Range;
 
 use xirang_collective::lazy::{Expansion, Step};
@@ -73,7 +72,7 @@ pub(crate) struct CollectiveRt {
     pub(crate) iteration: u32,
     terminals_left: u64,
     /// Connection of each (channel, sender rank, receiver rank) on different hosts.
-    pub(crate) conns: HashMap<(u32, u32, u32), u32>,
+    pub(crate) conns: ConnIndex,
     class: ClassRt,
     pub(crate) arrived: u64,
     pub(crate) last_arrival: Option<Ps>,
@@ -82,6 +81,57 @@ pub(crate) struct CollectiveRt {
     scratch: Vec<Step>,
     /// The last NVLink transfer's size and time.
     nvlink_last: (u64, Ps),
+}
+
+/// The connection of each (channel, sender, receiver), looked up once per network transfer:
+/// the pairs grouped by (channel, sender), each group a few receivers long (one in a ring,
+/// up to three in a tree), so a lookup is an index and a short scan, with no hashing.
+pub(crate) struct ConnIndex {
+    ranks: u32,
+    /// Start of each (channel, sender)'s entries in `entries`, and one past the last.
+    start: Vec<u32>,
+    /// (receiver, connection), by (channel, sender) and then as planned.
+    entries: Vec<(u32, u32)>,
+}
+
+impl ConnIndex {
+    fn new(channels: u32, ranks: u32, conns: &[((u32, u32, u32), u32)]) -> Self {
+        let groups = channels as usize * ranks as usize;
+        let mut start = vec![0u32; groups + 1];
+        for &((c, a, _), _) in conns {
+            start[(c * ranks + a) as usize + 1] += 1;
+        }
+        for g in 0..groups {
+            start[g + 1] += start[g];
+        }
+        let mut fill = start.clone();
+        let mut entries = vec![(0, 0); conns.len()];
+        for &((c, a, b), id) in conns {
+            let g = (c * ranks + a) as usize;
+            entries[fill[g] as usize] = (b, id);
+            fill[g] += 1;
+        }
+        ConnIndex {
+            ranks,
+            start,
+            entries,
+        }
+    }
+
+    /// The connection from `src` to `dst` on `channel`.
+    ///
+    /// # Panics
+    /// When it was never planned: every network transfer's connection is set up before the
+    /// run (an engine bug otherwise).
+    pub(crate) fn get(&self, channel: u32, src: u32, dst: u32) -> u32 {
+        let g = (channel * self.ranks + src) as usize;
+        let group = &self.entries[self.start[g] as usize..self.start[g + 1] as usize];
+        group
+            .iter()
+            .find(|e| e.0 == dst)
+            .expect("invariant: every network transfer's connection was set up")
+            .1
+    }
 }
 
 /// A collective's connections before their routes are known.
@@ -156,7 +206,7 @@ impl<Q: Queue> Sim<Q> {
             .find(|c| c.name == run.class)
             .expect("invariant: classes are validated at load")
             .clone();
-        let mut conns = HashMap::with_capacity(plan.keys.len());
+        let mut conns = Vec::with_capacity(plan.keys.len());
         let mut r = 0;
         for (i, key) in plan.keys.iter().enumerate() {
             let (src, dst) = plan.ends[i];
@@ -166,7 +216,7 @@ impl<Q: Queue> Sim<Q> {
                 r += 2;
                 self.conn_specs.push(spec);
             }
-            conns.insert(*key, self.conns.len() as u32);
+            conns.push((*key, self.conns.len() as u32));
             self.conns.push(Conn {
                 mtu: path_mtu(fabric, config, src, dst),
                 specs: first..self.conn_specs.len() as u32,
@@ -180,7 +230,7 @@ impl<Q: Queue> Sim<Q> {
             records: record.then(|| vec![None; total as usize]),
             expansion,
             iteration: 0,
-            conns,
+            conns: ConnIndex::new(run.shape.channels, run.shape.ranks, &conns),
             class,
             arrived: 0,
             last_arrival: None,
@@ -241,10 +291,7 @@ impl<Q: Queue> Sim<Q> {
             self.schedule(at + dur, Event::NvlinkDone(slot));
             return;
         }
-        let conn_id = *rt
-            .conns
-            .get(&(st.channel, st.src, st.dst))
-            .expect("invariant: every network transfer's connection was set up");
+        let conn_id = rt.conns.get(st.channel, st.src, st.dst);
         let prio = rt.class.prio;
         let conn = &self.conns[conn_id as usize];
         let (specs, mtu) = (conn.specs.clone(), conn.mtu);

@@ -89,7 +89,7 @@ fn pack(kind: u64, a: u32, b: u32) -> u64 {
 
 impl Event {
     /// The queue's 8-byte form.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn encode(self) -> u64 {
         match self {
             Event::Wake(p) => pack(WAKE, p.0, 0),
@@ -121,7 +121,7 @@ impl Event {
     ///
     /// # Panics
     /// On a kind no [`Event::encode`] produces (a corrupted queue: an engine bug).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn decode(e: u64) -> Event {
         let a = e as u32;
         let b = ((e >> 32) & 0xFF_FFFF) as u32;

@@ -161,14 +161,14 @@ impl Port {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     pub(crate) fn push_q(&mut self, prio: usize, pkt: Packet) {
         self.pr[prio].queue.push_back(pkt);
         self.nonempty |= 1 << prio;
     }
 
     /// Pops the head of a queue; an emptied queue loses its DWRR deficit.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn pop_q(&mut self, prio: usize) -> Packet {
         let pkt = self.pr[prio]
             .queue
@@ -183,7 +183,7 @@ impl Port {
 }
 
 impl<Q: Queue> Sim<Q> {
-    #[inline]
+    #[inline(always)]
     pub(crate) fn schedule_wake(&mut self, p: PortId, t: Ps) {
         let port = &mut self.ports[p];
         if port.wake_at <= t {
@@ -194,7 +194,7 @@ impl<Q: Queue> Sim<Q> {
     }
 
     /// Something may be sendable on port `p`: send now or schedule a wake.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn kick(&mut self, p: PortId) {
         let busy = self.ports[p].busy_until;
         if busy > self.now {
@@ -217,7 +217,7 @@ impl<Q: Queue> Sim<Q> {
     }
 
     /// Puts a packet on the wire of port `p`.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn transmit(&mut self, p: PortId, pkt: Packet) {
         let (size, prio) = (pkt.size, pkt.prio);
         let now = self.now;
@@ -263,7 +263,7 @@ impl<Q: Queue> Sim<Q> {
     }
 
     /// Priorities of port `p` with packets waiting and no pause in force.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn sendable(&mut self, p: PortId) -> u8 {
         let port = &self.ports[p];
         let mut ready = port.nonempty;

@@ -478,7 +478,7 @@ impl<Q: Queue> Sim<Q> {
     }
 
     /// Queues an event.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn schedule(&mut self, t: Ps, e: Event) {
         self.q.push(t, e.encode());
     }
@@ -519,7 +519,7 @@ impl<Q: Queue> Sim<Q> {
         self.settle_pause_durations();
     }
 
-    #[inline]
+    #[inline(always)]
     fn dispatch(&mut self, e: Event) {
         match e {
             Event::Wake(p) => {

@@ -33,7 +33,7 @@ pub struct PfcEvent {
 
 impl<Q: Queue> Sim<Q> {
     /// Is port `p`'s transmitter paused on `prio`? Settles expired pauses' durations.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn is_paused(&mut self, p: PortId, prio: usize) -> bool {
         let now = self.now;
         let port = &mut self.ports[p];

@@ -116,3 +116,48 @@ fn bench_measures_a_scenario() {
     assert!(m["packet_hops_per_s"].as_f64().unwrap() > 0.0);
     assert!(m["bytes_per_packet_in_flight"].as_f64().unwrap() > 0.0);
 }
+
+/// `bench --scale` writes each case's scenario, runs it in a child process with this binary
+/// and the reference one, and reports what a binary could not run instead of failing.
+#[test]
+fn bench_scale_runs_each_case_with_both_binaries() {
+    let exe = env!("CARGO_BIN_EXE_xirang");
+    let v = run_json(&[
+        "bench",
+        "--scale",
+        "--max-gpus",
+        "128",
+        "--only",
+        "perm-k8",
+        "--reference-binary",
+        exe,
+        "--json",
+    ]);
+    let rows = v.as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{v}");
+    for r in rows {
+        assert_eq!(r["case"], "perm-k8");
+        assert_eq!(r["gpus"], 128);
+        let f = &r["figures"];
+        assert!(f["packet_hops"].as_u64().unwrap() > 100_000, "{r}");
+        assert!(f["peak_rss_bytes"].as_u64().unwrap() > 0);
+    }
+    assert_eq!(
+        rows[0]["figures"]["packet_hops"],
+        rows[1]["figures"]["packet_hops"]
+    );
+    // A reference that cannot run the cases is reported, row by row.
+    let v = run_json(&[
+        "bench",
+        "--scale",
+        "--max-gpus",
+        "128",
+        "--only",
+        "perm-k8",
+        "--reference-binary",
+        "/nonexistent/xirang",
+        "--json",
+    ]);
+    let err = v[1]["error"].as_str().unwrap();
+    assert!(err.contains("cannot run /nonexistent/xirang"), "{err}");
+}
