@@ -341,10 +341,9 @@ impl Bucket {
 #[derive(Debug)]
 pub struct EventQueue {
     /// Invariant: bucket `b & mask` holds only events of absolute bucket number `b` in
-    /// `[cur, cur + buckets.len())`. Each bucket is kept sorted: most hold one or two
-    /// events, but the steps of a collective put thousands at one instant, where a scan for
-    /// the minimum made every pop cost in proportion to the fabric, and a heap a logarithm
-    /// of it. Events of one instant arrive in sequence order, so they append.
+    /// `[cur, cur + buckets.len())`. A bucket is scanned while small and kept sorted once
+    /// large ([`Bucket`]): most hold one or two events, but the steps of a collective put
+    /// thousands at one instant.
     buckets: Vec<Bucket>,
     mask: usize,
     /// Bit i set iff bucket i is non-empty.
