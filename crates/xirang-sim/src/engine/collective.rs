@@ -19,7 +19,7 @@ use xirang_fabric::model::{Fabric, NicId};
 use xirang_fabric::scenario::EcmpMode;
 
 use super::event::Event;
-use super::flows::{Flow, FlowRx, FlowTx, Origin, QpSpec, path_mtu, route_requests};
+use super::flows::{Flow, Origin, QpSpec, path_mtu, route_requests};
 use super::ids::{FlowId, QpId, RouteId};
 use super::routes::RouteRequest;
 use super::{ClassRt, RunOptions, Sim};
@@ -308,21 +308,13 @@ impl<Q: Queue> Sim<Q> {
             self.make_qp(QpId(first_qp + k), f, &spec, bytes, prio, mtu);
         }
         // The standalone FCT is reported only with the transfer's record.
-        let (ideal, lower_bound) = if rt_records(&self.colls[c]) {
+        let (ideal, lower_bound) = if self.colls[c].records.is_some() {
             let route = self.conn_specs[specs.start as usize].route;
             self.ideal_fct(route, st.bytes, mtu)
         } else {
             (0, 0)
         };
-        let flow = transfer_flow(
-            origin,
-            st.bytes,
-            earliest,
-            None,
-            first_qp,
-            n,
-            (ideal, lower_bound),
-        );
+        let flow = Flow::new(origin, st.bytes, earliest, None, first_qp, n, ideal, lower_bound);
         self.place_flow(f, flow);
         self.schedule(at, Event::FlowStart(f));
     }
@@ -436,42 +428,5 @@ impl<Q: Queue> Sim<Q> {
             lower_bound: flow.lower_bound,
             bytes_received,
         })
-    }
-}
-
-fn rt_records(rt: &CollectiveRt) -> bool {
-    rt.records.is_some()
-}
-
-fn transfer_flow(
-    origin: Origin,
-    bytes: u64,
-    earliest: Ps,
-    local: Option<Ps>,
-    first_qp: u32,
-    n_qps: u32,
-    (ideal, lower_bound): (Ps, Ps),
-) -> Flow {
-    Flow {
-        origin,
-        bytes,
-        deps_left: 0,
-        dependents: Vec::new(),
-        earliest,
-        after_delay: 0,
-        local,
-        started: None,
-        tx: FlowTx {
-            first_qp,
-            n_qps,
-            qps_left: n_qps,
-            finish: None,
-        },
-        rx: FlowRx {
-            rx_left: n_qps,
-            rx_done: None,
-        },
-        ideal,
-        lower_bound,
     }
 }

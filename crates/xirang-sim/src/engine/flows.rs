@@ -84,6 +84,43 @@ pub(crate) struct FlowRx {
 }
 
 impl Flow {
+    /// A flow not started, waiting for nothing, over `n_qps` QPs from `first_qp` (none for
+    /// a local transfer of `local` time).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        origin: Origin,
+        bytes: u64,
+        earliest: Ps,
+        local: Option<Ps>,
+        first_qp: u32,
+        n_qps: u32,
+        ideal: Ps,
+        lower_bound: Ps,
+    ) -> Flow {
+        Flow {
+            origin,
+            bytes,
+            deps_left: 0,
+            dependents: Vec::new(),
+            earliest,
+            after_delay: 0,
+            local,
+            started: None,
+            tx: FlowTx {
+                first_qp,
+                n_qps,
+                qps_left: n_qps,
+                finish: None,
+            },
+            rx: FlowRx {
+                rx_left: n_qps,
+                rx_done: None,
+            },
+            ideal,
+            lower_bound,
+        }
+    }
+
     /// The flow's QPs.
     pub(crate) fn qp_ids(&self) -> impl Iterator<Item = QpId> + use<> {
         (self.tx.first_qp..self.tx.first_qp + self.tx.n_qps).map(QpId)
@@ -316,26 +353,9 @@ impl<Q: Queue> Sim<Q> {
             if let Some(dur) = d.local {
                 let at = self.qps_tx.len() as u32;
                 self.flows.push(Flow {
-                    origin: Origin::Def,
-                    bytes: d.bytes,
                     deps_left: d.after.len() as u32,
-                    dependents: Vec::new(),
-                    earliest: d.start,
                     after_delay: d.after_delay,
-                    local: Some(dur),
-                    started: None,
-                    tx: FlowTx {
-                        first_qp: at,
-                        n_qps: 0,
-                        qps_left: 0,
-                        finish: None,
-                    },
-                    rx: FlowRx {
-                        rx_left: 0,
-                        rx_done: None,
-                    },
-                    ideal: dur,
-                    lower_bound: dur,
+                    ..Flow::new(Origin::Def, d.bytes, d.start, Some(dur), at, 0, dur, dur)
                 });
                 continue;
             }
@@ -368,26 +388,18 @@ impl<Q: Queue> Sim<Q> {
             }
             let (ideal, lower_bound) = self.ideal_fct(self.qps_tx[QpId(first_qp)].route, d.bytes, mtu);
             self.flows.push(Flow {
-                origin: Origin::Def,
-                bytes: d.bytes,
                 deps_left: d.after.len() as u32,
-                dependents: Vec::new(),
-                earliest: d.start,
                 after_delay: d.after_delay,
-                local: None,
-                started: None,
-                tx: FlowTx {
+                ..Flow::new(
+                    Origin::Def,
+                    d.bytes,
+                    d.start,
+                    None,
                     first_qp,
                     n_qps,
-                    qps_left: n_qps,
-                    finish: None,
-                },
-                rx: FlowRx {
-                    rx_left: n_qps,
-                    rx_done: None,
-                },
-                ideal,
-                lower_bound,
+                    ideal,
+                    lower_bound,
+                )
             });
         }
         for (fi, d) in defs.iter().enumerate() {

@@ -121,18 +121,20 @@ fn bench_measures_a_scenario() {
 /// and the reference one, and reports what a binary could not run instead of failing.
 #[test]
 fn bench_scale_runs_each_case_with_both_binaries() {
-    let exe = env!("CARGO_BIN_EXE_xirang");
-    let v = run_json(&[
-        "bench",
-        "--scale",
-        "--max-gpus",
-        "128",
-        "--only",
-        "perm-k8",
-        "--reference-binary",
-        exe,
-        "--json",
-    ]);
+    let scale = |reference: &str| {
+        run_json(&[
+            "bench",
+            "--scale",
+            "--max-gpus",
+            "128",
+            "--only",
+            "perm-k8",
+            "--reference-binary",
+            reference,
+            "--json",
+        ])
+    };
+    let v = scale(env!("CARGO_BIN_EXE_xirang"));
     let rows = v.as_array().unwrap();
     assert_eq!(rows.len(), 2, "{v}");
     for r in rows {
@@ -147,17 +149,7 @@ fn bench_scale_runs_each_case_with_both_binaries() {
         rows[1]["figures"]["packet_hops"]
     );
     // A reference that cannot run the cases is reported, row by row.
-    let v = run_json(&[
-        "bench",
-        "--scale",
-        "--max-gpus",
-        "128",
-        "--only",
-        "perm-k8",
-        "--reference-binary",
-        "/nonexistent/xirang",
-        "--json",
-    ]);
+    let v = scale("/nonexistent/xirang");
     let err = v[1]["error"].as_str().unwrap();
     assert!(err.contains("cannot run /nonexistent/xirang"), "{err}");
 }
