@@ -33,6 +33,7 @@ pub mod config;
 pub mod diag;
 pub mod hpcc;
 pub mod model;
+pub mod partition;
 pub mod routing;
 pub mod scenario;
 pub mod topology;

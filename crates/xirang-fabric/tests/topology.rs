@@ -321,3 +321,37 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_fat_tree_splits_by_pods_and_never_divides_a_host() {
+    use xirang_fabric::partition::partition;
+    let f = fat_tree(4);
+    let p = partition(&f, 2, &[]);
+    assert_eq!((p.parts, p.split_above, p.groups), (2, Some(Tier::Core), 4));
+    // Two pods each, balanced by ports; only pod-to-core links are cut.
+    assert_eq!(p.members[0].hosts, 8);
+    assert_eq!(p.members[1].hosts, 8);
+    assert!(p.cut_links > 0 && p.lookahead_ns == Some(1000));
+    for l in &f.links {
+        if p.of(&f, l.a.node) != p.of(&f, l.b.node) {
+            let tiers: Vec<_> = [l.a.node, l.b.node]
+                .iter()
+                .filter_map(|n| match n {
+                    Node::Switch(s) => Some(f.switches[s.index()].tier),
+                    Node::Nic(_) => None,
+                })
+                .collect();
+            assert!(tiers.contains(&Tier::Core), "cut below the core");
+        }
+    }
+    // One partition asked: nothing is cut.
+    let one = partition(&f, 1, &[]);
+    assert_eq!((one.parts, one.cut_links, one.lookahead_ns), (1, 0, None));
+    // Coupled hosts of different pods share a partition.
+    let c = partition(
+        &f,
+        4,
+        &[(xirang_fabric::model::HostId(0), xirang_fabric::model::HostId(15))],
+    );
+    assert_eq!(c.host_part[0], c.host_part[15]);
+}
