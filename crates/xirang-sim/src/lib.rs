@@ -4,9 +4,8 @@
 //! metrics (flow completion times, request latency) and the counters real NICs and switches
 //! expose, under their real names. Components:
 //!
-//! - engine: integer picosecond time, a calendar queue keyed by (time, event), a run loop
-//!   in windows of one link delay, per-flow routes computed once with HPCC-compatible
-//!   ECMP hashing;
+//! - engine: integer picosecond time, a 4-ary event heap with (time, sequence) keys,
+//!   a packet pool, per-flow routes computed once with HPCC-compatible ECMP hashing;
 //! - links and ports: serialization plus propagation, 8 priorities, PFC frames first, the CNP
 //!   priority strictly next, DWRR between the others;
 //! - switches: shared buffer with dynamic thresholds per ingress priority group, PFC XOFF/XON

@@ -1,12 +1,7 @@
-//! Event queues keyed by (time, event).
+//! Event queues keyed by (time, sequence number).
 //!
-//! Events at the same time pop in an order that depends only on what the events are and
-//! on the instant, never on which partition of a parallel run scheduled them or when, so
-//! every partition count gives the same run, bit for bit. The order is a hash of the
-//! event's code and the time, a bijection of the code at each instant: two events with
-//! equal keys are the same event for the same component (their order cannot matter), and
-//! no component is first at every instant, as a fixed order by id would make the lowest
-//! port win every tie of a synchronized incast (real switches arbitrate between inputs).
+//! The sequence number is a global insertion counter, so events at the same time pop in
+//! the order they were scheduled and every run is bit-identical on any machine.
 //!
 //! [`EventQueue`] is a calendar queue (a timing wheel): near-future events go into buckets
 //! of 2^10 ps, with a bitmap to find the next non-empty bucket; events
@@ -18,18 +13,11 @@
 
 use crate::time::Ps;
 
-/// Ordering key: time in the high 64 bits, the event's tie-break in the low 64, so ordering
-/// is one 128-bit comparison.
+/// Ordering key: time in the high 64 bits, sequence in the low 64, so ordering is one
+/// 128-bit comparison.
 #[inline]
-pub fn key(time: Ps, ev: u64) -> u128 {
-    (u128::from(time) << 64) | u128::from(tie_break(time, ev))
-}
-
-/// The order of events at one instant: SplitMix64 is a bijection of `u64`, so at a given
-/// time distinct events get distinct values.
-#[inline(always)]
-fn tie_break(time: Ps, ev: u64) -> u64 {
-    crate::rng::splitmix(ev ^ crate::rng::splitmix(time))
+fn key(time: Ps, seq: u64) -> u128 {
+    (u128::from(time) << 64) | u128::from(seq)
 }
 
 /// The time of a queue or timer key.
@@ -38,7 +26,7 @@ pub fn time_of(key: u128) -> Ps {
     (key >> 64) as Ps
 }
 
-/// What the engine needs of an event queue. Implementations must pop in (time, event)
+/// What the engine needs of an event queue. Implementations must pop in (time, insertion)
 /// order.
 pub trait Queue: Default {
     /// An empty queue tuned for events mostly scheduled up to `horizon` ahead.
@@ -51,10 +39,11 @@ pub trait Queue: Default {
     /// Removes and returns the earliest event if it is not after `limit`.
     fn pop_until(&mut self, limit: Ps) -> Option<(Ps, u64)>;
     /// Removes and returns the earliest event if it is not after `limit` and its key (time,
-    /// event) is below `key`: how the engine merges this queue with its timer heap.
+    /// sequence) is below `key`: how the engine merges this queue with its timer heap.
     fn pop_before(&mut self, key: u128, limit: Ps) -> Option<(Ps, u64)>;
-    /// Time of the earliest pending event.
-    fn peek_time(&self) -> Option<Ps>;
+    /// Takes the next sequence number without queueing anything, for an event kept
+    /// elsewhere that must order among this queue's events as if it were here.
+    fn take_seq(&mut self) -> u64;
     /// True when nothing is pending.
     fn is_empty(&self) -> bool;
     /// Largest number of pending events seen.
@@ -75,8 +64,9 @@ impl Queue for HeapQueue {
         }
         self.heap.pop().map(|(k, e)| (time_of(k), e))
     }
-    fn peek_time(&self) -> Option<Ps> {
-        self.heap.min_key().map(time_of)
+    fn take_seq(&mut self) -> u64 {
+        self.seq += 1;
+        self.seq - 1
     }
     fn is_empty(&self) -> bool {
         HeapQueue::is_empty(self)
@@ -102,9 +92,9 @@ impl Queue for EventQueue {
     fn pop_before(&mut self, key: u128, limit: Ps) -> Option<(Ps, u64)> {
         EventQueue::pop_before(self, key, limit)
     }
-    #[inline]
-    fn peek_time(&self) -> Option<Ps> {
-        EventQueue::peek_time(self)
+    fn take_seq(&mut self) -> u64 {
+        self.seq += 1;
+        self.seq - 1
     }
     fn is_empty(&self) -> bool {
         EventQueue::is_empty(self)
@@ -194,11 +184,12 @@ impl Heap {
     }
 }
 
-/// A plain (time, event)-ordered queue on a [`Heap`]: the reference implementation for
+/// A plain (time, sequence)-ordered queue on a [`Heap`]: the reference implementation for
 /// tests and benchmarks.
 #[derive(Debug, Default)]
 pub struct HeapQueue {
     heap: Heap,
+    seq: u64,
     peak: usize,
 }
 
@@ -215,7 +206,8 @@ impl HeapQueue {
 
     /// Schedules `ev` at `time`.
     pub fn push(&mut self, time: Ps, ev: u64) {
-        self.heap.push(key(time, ev), ev);
+        self.heap.push(key(time, self.seq), ev);
+        self.seq += 1;
         self.peak = self.peak.max(self.heap.len());
     }
 
@@ -252,12 +244,12 @@ const SMALL_BUCKET: usize = 32;
 
 /// One calendar bucket. Most hold one or two events, but the steps of a collective put
 /// thousands at one instant, where a scan for the minimum made every pop cost in
-/// proportion to the fabric; a large bucket becomes a binary heap (events of one instant
-/// come in any key order, so a sorted list would pay an insertion in the middle).
+/// proportion to the fabric (and a heap, a logarithm of it); events of one instant arrive
+/// in sequence order, so a sorted bucket takes them by appending.
 #[derive(Debug)]
 enum Bucket {
     Small(Vec<(u128, u64)>),
-    Sorted(std::collections::BinaryHeap<std::cmp::Reverse<(u128, u64)>>),
+    Sorted(std::collections::VecDeque<(u128, u64)>),
 }
 
 impl Default for Bucket {
@@ -279,16 +271,24 @@ impl Bucket {
     #[inline(never)]
     fn push_large(&mut self, k: u128, ev: u64) {
         if let Bucket::Small(v) = self {
-            let h = std::mem::take(v).into_iter().map(std::cmp::Reverse).collect();
-            *self = Bucket::Sorted(h);
+            let mut d: std::collections::VecDeque<_> = std::mem::take(v).into();
+            d.make_contiguous().sort_unstable_by_key(|e| e.0);
+            *self = Bucket::Sorted(d);
         }
-        let Bucket::Sorted(h) = self else {
-            unreachable!("invariant: a full small bucket was just made a heap")
+        let Bucket::Sorted(d) = self else {
+            unreachable!("invariant: a full small bucket was just sorted")
         };
-        h.push(std::cmp::Reverse((k, ev)));
+        match d.back() {
+            Some(&(last, _)) if last > k => {
+                // Out of order (another time inside the bucket's span): in place.
+                let at = d.partition_point(|e| e.0 < k);
+                d.insert(at, (k, ev));
+            }
+            _ => d.push_back((k, ev)),
+        }
     }
 
-    /// The smallest key, and where it is in a small bucket (`usize::MAX` in a heap).
+    /// The smallest key, and where it is in a small bucket (`usize::MAX` when sorted).
     #[inline]
     fn min(&self) -> (usize, u128) {
         match self {
@@ -303,9 +303,9 @@ impl Bucket {
                 }
                 (best, best_key)
             }
-            Bucket::Sorted(h) => (
+            Bucket::Sorted(d) => (
                 usize::MAX,
-                h.peek().expect("invariant: occupied buckets are non-empty").0.0,
+                d.front().expect("invariant: occupied buckets are non-empty").0,
             ),
         }
     }
@@ -318,9 +318,9 @@ impl Bucket {
                 let e = v.swap_remove(idx);
                 (e, v.is_empty())
             }
-            Bucket::Sorted(h) => {
-                let e = h.pop().expect("invariant: occupied buckets are non-empty").0;
-                let empty = h.is_empty();
+            Bucket::Sorted(d) => {
+                let e = d.pop_front().expect("invariant: occupied buckets are non-empty");
+                let empty = d.is_empty();
                 if empty {
                     // A bucket that took a burst gives its memory back, or every bucket
                     // would keep the largest burst it ever saw.
@@ -352,6 +352,7 @@ pub struct EventQueue {
     cur: u64,
     in_wheel: usize,
     far: Heap,
+    seq: u64,
     peak: usize,
 }
 
@@ -379,6 +380,7 @@ impl EventQueue {
             cur: 0,
             in_wheel: 0,
             far: Heap::default(),
+            seq: 0,
             peak: 0,
         }
     }
@@ -401,7 +403,8 @@ impl EventQueue {
     /// Schedules `ev` at `time`, which must not be before the last popped event.
     #[inline]
     pub fn push(&mut self, time: Ps, ev: u64) {
-        let k = key(time, ev);
+        let k = key(time, self.seq);
+        self.seq += 1;
         let b = time >> BUCKET_SHIFT;
         debug_assert!(b >= self.cur, "invariant: events are never scheduled in the past");
         if b - self.cur <= self.mask as u64 {
@@ -508,8 +511,8 @@ impl EventQueue {
 /// Timers that are usually cancelled before they fire (a QP's ACK timeout, disarmed when
 /// the QP completes): a binary min-heap of (key, slot) that knows where each slot's timer
 /// sits, so arming, re-arming and cancelling cost O(log n) and the heap holds only armed
-/// timers. Keys are (time, event) as in the event queue, so the engine pops the two
-/// structures in one order.
+/// timers. Keys are (time, sequence) with sequences taken from the event queue, so the
+/// engine pops the two structures in one order.
 #[derive(Debug, Default)]
 pub struct TimerHeap {
     heap: Vec<(u128, u32)>,
@@ -536,10 +539,9 @@ impl TimerHeap {
         self.heap.first().copied()
     }
 
-    /// Arms (or re-arms) `slot` at `time`, ordered by `ev` (the timer's event code) among
-    /// equal times.
-    pub fn set(&mut self, slot: u32, time: Ps, ev: u64) {
-        let k = key(time, ev);
+    /// Arms (or re-arms) `slot` at `time`, ordered by `seq` among equal times.
+    pub fn set(&mut self, slot: u32, time: Ps, seq: u64) {
+        let k = key(time, seq);
         if self.pos.len() <= slot as usize {
             self.pos.resize(slot as usize + 1, UNARMED);
         }
@@ -632,7 +634,7 @@ mod tests {
 
     proptest! {
         /// The calendar queue pops exactly what the reference heap pops, in (time,
-        /// event) order, for any mix of near, far and equal times scheduled during
+        /// insertion) order, for any mix of near, far and equal times scheduled during
         /// dispatch, bursts that turn a bucket sorted included.
         #[test]
         fn calendar_queue_matches_the_reference(
@@ -707,18 +709,18 @@ mod tests {
     #[test]
     fn pop_before_stops_at_the_key() {
         let mut q = EventQueue::new();
-        let (lo, hi) = if key(10, 1) < key(10, 3) { (1, 3) } else { (3, 1) };
-        q.push(10, hi);
-        q.push(10, lo);
-        // Events at the same time order by their keys, whatever order they came in: the
-        // one below the key pops, the one at it waits.
-        assert_eq!(q.pop_before(key(10, hi), u64::MAX), Some((10, lo)));
-        assert_eq!(q.pop_before(key(10, hi), u64::MAX), None);
-        assert_eq!(q.pop_before(u128::MAX, u64::MAX), Some((10, hi)));
+        q.push(10, 1);
+        let s = q.take_seq();
+        q.push(10, 2);
+        // Events at the same time order by sequence: the one before `s` pops, the one
+        // after it waits.
+        assert_eq!(q.pop_before(key(10, s), u64::MAX), Some((10, 1)));
+        assert_eq!(q.pop_before(key(10, s), u64::MAX), None);
+        assert_eq!(q.pop_before(u128::MAX, u64::MAX), Some((10, 2)));
         let mut h = HeapQueue::new();
         h.push(5, 1);
-        assert_eq!(Queue::pop_before(&mut h, key(5, 1), u64::MAX), None);
-        assert_eq!(Queue::pop_before(&mut h, key(5, 1) + 1, u64::MAX), Some((5, 1)));
+        assert_eq!(Queue::pop_before(&mut h, key(5, 0), u64::MAX), None);
+        assert_eq!(Queue::pop_before(&mut h, key(5, 1), u64::MAX), Some((5, 1)));
     }
 
     #[test]

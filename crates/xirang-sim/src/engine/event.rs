@@ -2,9 +2,7 @@
 //!
 //! Events travel through the queue as a `u64` (kind in the top byte, a 32-bit target in
 //! the low half, 24 bits of detail between), because the queue moves millions of them and
-//! an 8-byte payload keeps a bucket entry at 24 bytes. The code is also the order of
-//! events at equal times (`crate::queue`). Samples are not events: the run loop takes
-//! them between windows, before any event of their instant (`engine::run`). [`Event::encode`] and
+//! an 8-byte payload keeps a bucket entry at 24 bytes. [`Event::encode`] and
 //! [`Event::decode`] are exact inverses for every value an event can hold (tested).
 
 use super::ids::{FaultId, FlowId, PortId, QpId};
@@ -45,6 +43,8 @@ pub(crate) enum Event {
         /// Generation of the XOFF this refresh belongs to.
         generation: u32,
     },
+    /// Take a counter sample.
+    Sample,
     /// An NVLink transfer inside a host is complete.
     LocalDone(FlowId),
     /// An NVLink transfer of a collective is complete (slot in `Sim::nvlink`).
@@ -75,6 +75,7 @@ const DCQCN_DEC: u64 = 3;
 const DCQCN_INC: u64 = 4;
 const RTO: u64 = 5;
 const PFC_REFRESH: u64 = 6;
+const SAMPLE: u64 = 7;
 const LOCAL_DONE: u64 = 8;
 const FAULT: u64 = 9;
 const RX_DRAIN: u64 = 10;
@@ -106,6 +107,7 @@ impl Event {
                 port.0,
                 ((generation & PFC_GEN_MASK) << 3) | u32::from(prio & 7),
             ),
+            Event::Sample => pack(SAMPLE, 0, 0),
             Event::LocalDone(f) => pack(LOCAL_DONE, f.0, 0),
             Event::NvlinkDone(slot) => pack(NVLINK_DONE, slot, 0),
             Event::Fault { fault, end, peer } => {
@@ -135,6 +137,7 @@ impl Event {
                 prio: (b & 7) as u8,
                 generation: b >> 3,
             },
+            SAMPLE => Event::Sample,
             LOCAL_DONE => Event::LocalDone(FlowId(a)),
             NVLINK_DONE => Event::NvlinkDone(a),
             FAULT => Event::Fault {
@@ -170,6 +173,7 @@ mod tests {
                 prio,
                 generation
             }),
+            Just(Event::Sample),
             id.prop_map(|a| Event::LocalDone(FlowId(a))),
             id.prop_map(Event::NvlinkDone),
             (id, any::<bool>(), any::<bool>()).prop_map(|(a, end, peer)| Event::Fault {
@@ -206,6 +210,7 @@ mod tests {
                 prio: 0,
                 generation: 0,
             },
+            Event::Sample,
             Event::LocalDone(FlowId(1)),
             Event::NvlinkDone(1),
             Event::Fault {
@@ -221,6 +226,6 @@ mod tests {
         .iter()
         .map(|e| e.encode() >> 56)
         .collect();
-        assert_eq!(kinds.len(), 11);
+        assert_eq!(kinds.len(), 12);
     }
 }

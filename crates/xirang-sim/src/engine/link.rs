@@ -90,13 +90,10 @@ pub(crate) struct PrioState {
     pub(crate) deficit: i64,
     /// PFC received: transmitter paused until this time.
     pub(crate) paused_until: Ps,
-    /// Bytes and packets sent, and arrived from the peer's link (whatever happens to them
-    /// here): the only counters touched per packet. A port's receive counters are kept
-    /// at the port itself, so that a partition can report the ports it owns.
+    /// Bytes and packets sent: the only counters touched per packet; receive counters are
+    /// derived from the peer's at the end (see [`Sim::port_counters`]).
     pub(crate) tx_bytes: u64,
     pub(crate) tx_packets: u64,
-    pub(crate) rx_bytes: u64,
-    pub(crate) rx_packets: u64,
     /// Peak egress queue bytes (switch ports).
     pub(crate) watermark: u64,
     pub(crate) pause_since: Ps,
@@ -256,9 +253,6 @@ impl<Q: Queue> Sim<Q> {
             self.schedule(next, Event::Arrive(p));
         }
         let q = self.ports[p].peer;
-        let st = &mut self.ports[q].pr[pkt.prio as usize];
-        st.rx_bytes += u64::from(pkt.size);
-        st.rx_packets += 1;
         if !self.faults.is_empty() && self.faulted(q, &pkt) {
             return;
         }

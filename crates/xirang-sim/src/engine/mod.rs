@@ -14,7 +14,6 @@
 //! | [`sampling`] | time series of rates, queues and counters |
 //! | [`ledger`] | the conservation ledger and what is still in flight |
 //! | [`routes`] | routes, computed once per QP with HPCC-compatible ECMP hashing |
-//! | [`run`] | the run loop: windows of one lookahead, samples between them, the stop rule |
 //! | [`event`] | the closed set of events |
 //! | [`ids`] | typed indices of the arenas |
 //!
@@ -44,7 +43,6 @@ pub mod link;
 pub mod nic;
 pub mod pfc;
 pub mod routes;
-pub mod run;
 pub mod sampling;
 pub mod switch;
 
@@ -54,7 +52,7 @@ use xirang_fabric::scenario::EcmpMode;
 
 use crate::cc::{Dcqcn, Timely};
 use crate::counters::{CounterValue, N_PRIO, PortCounters};
-use crate::queue::{EventQueue, Queue, TimerHeap};
+use crate::queue::{EventQueue, Queue, TimerHeap, time_of};
 use crate::rng::{Purpose, Stream};
 use crate::time::{PS_PER_NS, PS_PER_US, Ps, Rate};
 use crate::workload::Expanded;
@@ -192,8 +190,6 @@ pub struct Sim<Q: Queue = EventQueue> {
     pub(crate) samples: Samples,
     pub(crate) sample_interval: Option<Ps>,
     pub(crate) end: Option<Ps>,
-    /// The run loop's window (`engine::run`): the shortest link delay.
-    pub(crate) grid: Ps,
     /// Injected faults (few; checked on every arrival only when there are any).
     pub(crate) faults: IdVec<ids::FaultId, ActiveFault>,
 }
@@ -404,7 +400,6 @@ impl<Q: Queue> Sim<Q> {
             samples: Samples::default(),
             sample_interval: opts.sample_interval,
             end: opts.end,
-            grid: run::grid(fabric),
         };
         // Every route of the run at once, destination by destination: the flows' QPs,
         // then each collective's connections.
@@ -471,7 +466,15 @@ impl<Q: Queue> Sim<Q> {
                 }
             }
         }
+        if let Some(iv) = opts.sample_interval {
+            sim.schedule(iv, Event::Sample);
+        }
         sim
+    }
+
+    /// Nothing is pending: no event and no armed timer.
+    pub(crate) fn idle(&self) -> bool {
+        self.q.is_empty() && self.rto.is_empty()
     }
 
     /// Queues an event.
@@ -480,8 +483,44 @@ impl<Q: Queue> Sim<Q> {
         self.q.push(t, e.encode());
     }
 
+    /// Runs until every flow is done, the end time, or no events remain. `progress` is
+    /// called with the simulated time every few thousand events.
+    pub fn run(&mut self, progress: &mut dyn FnMut(Ps)) {
+        const PROGRESS_EVERY: u64 = 1 << 16;
+        let end = self.end.unwrap_or(NEVER);
+        while self.flows_left > 0 {
+            // The event queue and the ACK timers share one sequence, so popping whichever
+            // holds the smaller (time, sequence) keeps the order one queue would have.
+            let timer = self.rto.peek();
+            let e = match self.q.pop_before(timer.map_or(u128::MAX, |(k, _)| k), end) {
+                Some((t, e)) => (t, Event::decode(e)),
+                None => match timer {
+                    Some((k, qp)) if time_of(k) <= end => {
+                        self.rto.pop();
+                        (time_of(k), Event::Rto(QpId(qp)))
+                    }
+                    _ => {
+                        if self.end.is_some() && !self.idle() {
+                            self.now = end;
+                        }
+                        break;
+                    }
+                },
+            };
+            let (t, e) = e;
+            debug_assert!(t >= self.now, "invariant: time never goes backwards");
+            self.now = t;
+            self.dispatch(e);
+            self.events += 1;
+            if self.events.is_multiple_of(PROGRESS_EVERY) {
+                progress(self.now);
+            }
+        }
+        self.settle_pause_durations();
+    }
+
     #[inline(always)]
-    pub(crate) fn dispatch(&mut self, e: Event) {
+    fn dispatch(&mut self, e: Event) {
         match e {
             Event::Wake(p) => {
                 if self.ports[p].wake_at == self.now {
@@ -499,6 +538,7 @@ impl<Q: Queue> Sim<Q> {
                 prio,
                 generation,
             } => self.pfc_refresh(port, usize::from(prio), generation),
+            Event::Sample => self.sample(),
             Event::Fault { fault, end, peer } => self.fault_event(fault, end, peer),
             Event::RxDrain { port, prio } => self.rx_drain(port, usize::from(prio)),
             Event::LocalDone(f) => self.local_done(f),
@@ -530,8 +570,16 @@ impl<Q: Queue> Sim<Q> {
     }
 
     /// Complete counters of every port: the rarely-touched ones as kept, the per-packet ones
-    /// from the port's transmit and arrival counts.
+    /// derived from the transmit side. A port received what its peer sent minus what is
+    /// still on the link between them.
     pub(crate) fn port_counters(&self) -> IdVec<PortId, PortCounters> {
+        let mut on_link = vec![[[0u64; 2]; N_PRIO]; self.ports.len()];
+        for (pi, link) in self.links.iter_enumerated() {
+            for (_, k) in link.in_flight.iter() {
+                on_link[pi.idx()][k.prio as usize][0] += u64::from(k.size);
+                on_link[pi.idx()][k.prio as usize][1] += 1;
+            }
+        }
         self.ports
             .iter_enumerated()
             .map(|(pi, port)| {
@@ -557,12 +605,17 @@ impl<Q: Queue> Sim<Q> {
                         mts(l.max_speed_gts),
                     ]
                 });
-                for (prio, st) in port.pr.iter().enumerate() {
-                    let (tb, tp) = (st.tx_bytes, st.tx_packets);
+                let peer = port.peer;
+                for (prio, in_link) in on_link[peer.idx()].iter().enumerate() {
+                    let (tb, tp) = (port.pr[prio].tx_bytes, port.pr[prio].tx_packets);
                     c.tx_prio_bytes[prio] = tb;
                     c.tx_prio_packets[prio] = tp;
-                    c.rx_prio_bytes[prio] = st.rx_bytes;
-                    c.rx_prio_packets[prio] = st.rx_packets;
+                    let (pb, pp) = (
+                        self.ports[peer].pr[prio].tx_bytes,
+                        self.ports[peer].pr[prio].tx_packets,
+                    );
+                    c.rx_prio_bytes[prio] = pb - in_link[0];
+                    c.rx_prio_packets[prio] = pp - in_link[1];
                     if matches!(port.dev, Dev::Switch(_)) {
                         // Egress queues carry everything but PFC frames, which bypass them.
                         c.q_packets[prio] = tp - c.tx_pause[prio];

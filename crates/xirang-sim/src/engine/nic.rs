@@ -308,7 +308,8 @@ impl<Q: Queue> Sim<Q> {
     /// that completes takes its timer with it (with a 4.3 s timeout, a timer left in the
     /// event queue would outlive nearly every run and every QP).
     fn arm_rto(&mut self, qi: QpId, at: Ps) {
-        self.rto.set(qi.0, at, Event::Rto(qi).encode());
+        let seq = self.q.take_seq();
+        self.rto.set(qi.0, at, seq);
     }
 
     /// The ACK timer of QP `qi` fired: go back to the last acknowledged byte if nothing

@@ -5,6 +5,7 @@
 //! position in what the port reports) and keeps changed values as codes; names are
 //! rendered when results are collected, never in the sampling event.
 
+use super::event::Event;
 use super::ids::{PortId, QpId};
 use super::{Dev, Sim};
 use crate::counters::{CounterName, N_PRIO, SLOTS_PER_PORT, Scope};
@@ -29,7 +30,6 @@ pub struct Samples {
 }
 
 impl<Q: Queue> Sim<Q> {
-    /// Takes a sample at `self.now` (the run loop's, between windows).
     pub(crate) fn sample(&mut self) {
         let now = self.now;
         for (qi, q) in self.qps_tx.iter_enumerated() {
@@ -67,6 +67,12 @@ impl<Q: Queue> Sim<Q> {
                 Dev::Nic(_) => c.visit_nic(&self.net.pfc_prios, &mut keep),
                 Dev::Switch(_) => c.visit_switch(&self.net.pfc_prios, &mut keep),
             }
+        }
+        // Keep sampling only while something else can still happen.
+        if let Some(iv) = self.sample_interval
+            && !self.idle()
+        {
+            self.schedule(now + iv, Event::Sample);
         }
     }
 }
