@@ -194,6 +194,11 @@ pub const RULES: &[RuleInfo] = &[
         layer: Layer::Inputs,
         title: "a file the audit needs could not be read or understood",
     },
+    RuleInfo {
+        id: "INPUT-BAD-NAME",
+        layer: Layer::Inputs,
+        title: "a name or value read from a host does not fit its grammar (never used in a command)",
+    },
 ];
 
 /// A RoCE port must reach this IB MTU to use jumbo frames (linux-rdma-sysfs.md §4).
@@ -1255,6 +1260,61 @@ fn tclass(c: &Cluster, out: &mut Vec<Finding>) {
 }
 
 fn inputs(c: &Cluster, out: &mut Vec<Finding>) {
+    use xirang_host::names::{Kind, check};
+    for h in &c.hosts {
+        let mut bad = Vec::new();
+        if let Err(e) = check(Kind::Hostname, &h.hostname) {
+            bad.push(("etc/hostname".to_string(), e));
+        }
+        for d in &h.rdma {
+            let dir = format!("sys/class/infiniband/{}", d.name);
+            if let Err(e) = check(Kind::RdmaDevice, &d.name) {
+                bad.push((dir.clone(), e));
+            }
+            for (file, kind, v) in [
+                ("board_id", Kind::BoardId, &d.board_id),
+                ("fw_ver", Kind::FwVersion, &d.fw_ver),
+                ("hca_type", Kind::HcaType, &d.hca_type),
+                ("device (PCI address)", Kind::PciAddress, &d.pci),
+            ] {
+                if let Some(v) = v
+                    && let Err(e) = check(kind, v)
+                {
+                    bad.push((format!("{dir}/{file}"), e));
+                }
+            }
+            for n in &d.netdevs {
+                if let Err(e) = check(Kind::Netdev, n) {
+                    bad.push((format!("{dir}/device/net/{n}"), e));
+                }
+            }
+        }
+        for n in &h.netdevs {
+            if let Err(e) = check(Kind::Netdev, &n.name) {
+                bad.push((format!("sys/class/net/{}", n.name), e));
+            }
+        }
+        bad.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut seen = Vec::new();
+        bad.retain(|(_, e)| {
+            let fresh = !seen.contains(e);
+            if fresh {
+                seen.push(e.clone());
+            }
+            fresh
+        });
+        for (path, e) in bad {
+            out.push(Finding {
+                rule: "INPUT-BAD-NAME",
+                severity: Severity::Error,
+                layer: Layer::Inputs,
+                entity: h.hostname.clone(),
+                message: e.to_string(),
+                evidence: vec![ev(h, &path, &e.value)],
+                fix: "find out why the host reports it (a misconfigured or compromised node writes its own sysfs and snapshot); the rollout skips the node until it fits".into(),
+            });
+        }
+    }
     for (path, why) in &c.unreadable {
         out.push(Finding {
             rule: "INPUT-UNREADABLE",

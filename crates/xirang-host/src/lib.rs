@@ -6,10 +6,13 @@
 //!   symlinks resolved inside it and never outside;
 //! - [`sysfs`]: `/sys/class/infiniband`, `/sys/class/net`, `/sys/bus/pci` → [`inventory`];
 //! - [`snapshot`]: capture a host into one `.tar.gz`, load it back;
+//! - [`names`]: the grammar of names and values read from a host, checked before any
+//!   becomes a path or an argument;
 //! - [`parse`]: `ethtool -S`, `ibv_devinfo -v`, `nvidia-smi topo -m`, `mlnx_qos -i`,
 //!   `lspci -vvv` / `-tv`.
 
 pub mod inventory;
+pub mod names;
 pub mod parse;
 pub mod snapshot;
 pub mod sysfs;

@@ -173,6 +173,7 @@ pub fn capture(root: &Path, run_commands: bool) -> (MemTree, Manifest) {
         c.copy_file(&join(COMMANDS_DIR, &name));
     }
     let mut commands = Vec::new();
+    let mut skipped = Vec::new();
     if run_commands {
         let mut run = |name: String, argv: Vec<&str>| {
             let (status, output) = run_command(&argv);
@@ -186,6 +187,14 @@ pub fn capture(root: &Path, run_commands: bool) -> (MemTree, Manifest) {
             });
         };
         for (n, has_rdma) in &netdevs {
+            // The name becomes a tool's argument and a file name: only when it fits.
+            if let Err(e) = crate::names::check(crate::names::Kind::Netdev, n) {
+                skipped.push((
+                    format!("sys/class/net/{n}"),
+                    format!("its tools were not run: {e}"),
+                ));
+                continue;
+            }
             run(format!("ethtool-S-{n}"), vec!["ethtool", "-S", n]);
             if *has_rdma {
                 run(format!("mlnx_qos-i-{n}"), vec!["mlnx_qos", "-i", n]);
@@ -195,6 +204,7 @@ pub fn capture(root: &Path, run_commands: bool) -> (MemTree, Manifest) {
         run("nvidia-smi-topo-m".into(), vec!["nvidia-smi", "topo", "-m"]);
         run("lspci-vvv".into(), vec!["lspci", "-vvv"]);
     }
+    c.unreadable.extend(skipped);
     let hostname = c
         .out
         .read_text("etc/hostname")

@@ -515,6 +515,11 @@ fn host_values(
 }
 
 fn run_ethtool_s(ifname: &str) -> Option<String> {
+    // A name read from sysfs becomes ethtool's argument only when it fits the grammar
+    // (`-h` would be read as an option).
+    if !xirang_host::names::fits(xirang_host::names::Kind::Netdev, ifname) {
+        return None;
+    }
     let out = std::process::Command::new("ethtool")
         .args(["-S", ifname])
         .stderr(std::process::Stdio::null())

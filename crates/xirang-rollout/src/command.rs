@@ -317,7 +317,7 @@ impl Driver for CommandDriver {
         if let Some(c) = self.policy.commands.collect.clone() {
             let mut v = BTreeMap::new();
             v.insert("node", node.to_string());
-            let line = crate::policy::fill(&c, &v);
+            let line = crate::policy::fill(&c, &v).map_err(|e| format!("collect command `{c}`: {e}"))?;
             let out_file = self.out_file(0);
             let out = run_shell(&line, &self.inv.dir, self.stdin.as_ref(), &out_file, self.timeout);
             if !out.ok() {

@@ -402,11 +402,27 @@ fn node_values(node: &str) -> BTreeMap<&'static str, String> {
     v
 }
 
-/// The rollback command for every NIC of a node.
+/// A command filled for running: a value that cannot be one word of it (only a plan
+/// made before values were checked against their grammar can hold one) refuses the step.
+fn command_for(template: &str, v: &BTreeMap<&'static str, String>) -> Result<String, RolloutError> {
+    fill(template, v).map_err(|e| {
+        RolloutError::Refused(format!(
+            "{}: a value cannot be put in the command `{template}`: {e}",
+            v.get("node").map_or("", String::as_str)
+        ))
+    })
+}
+
+/// A command filled for showing.
+fn shown_command(template: &str, v: &BTreeMap<&'static str, String>) -> String {
+    fill(template, v).unwrap_or_else(|e| format!("(cannot be run: {e})"))
+}
+
+/// The rollback command for every NIC of a node, as shown in a report.
 pub fn rollback_commands(meta: &Meta, node: &PlannedNode) -> Vec<String> {
     node.nics
         .iter()
-        .map(|u| fill(&meta.policy.commands.rollback, &values(&node.name, u)))
+        .map(|u| shown_command(&meta.policy.commands.rollback, &values(&node.name, u)))
         .collect()
 }
 
@@ -458,7 +474,7 @@ pub fn rollback_targets(
                     node: n.name.clone(),
                     nic: u.clone(),
                     phase,
-                    command: fill(&meta.policy.commands.rollback, &values(&n.name, u)),
+                    command: command_for(&meta.policy.commands.rollback, &values(&n.name, u))?,
                 });
             }
         }
@@ -947,7 +963,7 @@ impl<'a, D: Driver> Executor<'a, D> {
             let mut cmds = Vec::new();
             let mut intents = Vec::new();
             for (node, u) in &jobs {
-                let cmd = fill(&self.meta.policy.commands.flash, &values(&node.name, u));
+                let cmd = command_for(&self.meta.policy.commands.flash, &values(&node.name, u))?;
                 (self.say)(&format!("{}/{}: {} → {}: {cmd}", node.name, u.nic, u.from, u.to));
                 intents.push(NewEvent {
                     actor: EXECUTOR,
@@ -1064,7 +1080,7 @@ impl<'a, D: Driver> Executor<'a, D> {
             }
             if let Some(b) = &policy.gates.benchmark {
                 if let Some(c) = &b.command {
-                    let cmd = fill(c, &node_values(&n.name));
+                    let cmd = command_for(c, &node_values(&n.name))?;
                     let out = self.run_one(Job {
                         node: n.name.clone(),
                         nic: None,
@@ -1441,7 +1457,7 @@ pub fn preview(meta: &Meta, st: &State) -> Vec<String> {
             match st.nic(&n.name, &u.nic) {
                 NicPhase::Pending => out.push(format!(
                     "  would run: {}",
-                    fill(&meta.policy.commands.flash, &values(&n.name, u))
+                    shown_command(&meta.policy.commands.flash, &values(&n.name, u))
                 )),
                 NicPhase::Flashed => out.push(format!("  {}/{}: already flashed", n.name, u.nic)),
                 NicPhase::Preexisting => out.push(format!("  {}/{}: was on target already", n.name, u.nic)),

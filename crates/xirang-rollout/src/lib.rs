@@ -14,6 +14,7 @@ pub mod plan;
 pub mod policy;
 pub mod simulate;
 pub mod store;
+pub mod template;
 
 use std::path::{Path, PathBuf};
 

@@ -115,7 +115,38 @@ struct Candidate<'a> {
     group: String,
 }
 
+/// The values of a node that would go into its commands and paths, each against its
+/// grammar: a node with one that does not fit is skipped, never commanded.
+fn bad_values(node: &Node) -> Vec<String> {
+    use xirang_host::names::{Kind, check};
+    let mut bad = Vec::new();
+    if let Err(e) = check(Kind::Hostname, &node.name) {
+        bad.push(e.to_string());
+    }
+    for nic in &node.nics {
+        let values = [
+            (Kind::RdmaDevice, Some(&nic.name)),
+            (Kind::PciAddress, nic.pci.as_ref()),
+            (Kind::BoardId, nic.board_id.as_ref()),
+            (Kind::HcaType, nic.hca_type.as_ref()),
+            (Kind::FwVersion, nic.fw.as_ref()),
+        ];
+        for (kind, v) in values {
+            if let Some(v) = v
+                && let Err(e) = check(kind, v)
+            {
+                bad.push(format!("{}: {e}", nic.name));
+            }
+        }
+    }
+    bad
+}
+
 fn classify<'a>(node: &'a Node, policy: &Policy) -> Result<Candidate<'a>, String> {
+    let bad = bad_values(node);
+    if !bad.is_empty() {
+        return Err(format!("refused: {}", bad.join("; ")));
+    }
     let mut nics = Vec::new();
     let mut on_target = 0;
     let mut blocked = Vec::new();

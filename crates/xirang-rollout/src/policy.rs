@@ -193,7 +193,9 @@ impl Default for Gates {
 
 /// Command templates, run by `sh -c` on the executor's machine in the inventory
 /// directory. Placeholders: `{node} {nic} {pci} {hca_type} {board_id} {image} {target}
-/// {previous}`; values are shell-quoted when substituted. `flash` and `rollback` have no
+/// {previous}`; a template is parsed as a command line and every value stays one word
+/// (or part of its word) for the local shell, and for the remote one behind `ssh` or
+/// `sh -c` ([`crate::template`]). `flash` and `rollback` have no
 /// default and must use `{node}`: they run here and must reach the node (for example
 /// `ssh {node} mlxfwmanager -d {pci} -i {image} -u -y`), so that a forgotten template
 /// never burns the executor's own NIC.
@@ -273,38 +275,13 @@ pub fn unknown_placeholder(template: &str) -> Option<String> {
     None
 }
 
-/// Quotes a value for `sh`.
-pub fn shell_quote(s: &str) -> String {
-    if !s.is_empty()
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_./:=@,+".contains(&b))
-    {
-        s.to_string()
-    } else {
-        format!("'{}'", s.replace('\'', "'\\''"))
-    }
-}
+pub use crate::template::shell_quote;
+use crate::template::{Template, TemplateError};
 
-/// Fills a template; every value is shell-quoted.
-pub fn fill(template: &str, values: &BTreeMap<&str, String>) -> String {
-    let mut out = String::with_capacity(template.len() + 32);
-    let mut rest = template;
-    while let Some(i) = rest.find('{') {
-        out.push_str(&rest[..i]);
-        let after = &rest[i + 1..];
-        match after.find('}') {
-            Some(end) if values.contains_key(&after[..end]) => {
-                out.push_str(&shell_quote(&values[&after[..end]]));
-                rest = &after[end + 1..];
-            }
-            _ => {
-                out.push('{');
-                rest = after;
-            }
-        }
-    }
-    out.push_str(rest);
-    out
+/// Fills a template: parsed as a command line, every value one word (or part of the
+/// template's word) at every shell level it reaches (see [`crate::template`]).
+pub fn fill(template: &str, values: &BTreeMap<&str, String>) -> Result<String, TemplateError> {
+    Template::parse(template, PLACEHOLDERS)?.render(values)
 }
 
 impl Policy {
@@ -406,6 +383,12 @@ impl Policy {
             if let Some(c) = &b.command {
                 per_node.push(("gates.benchmark.command", c));
             }
+        }
+        for (key, t) in per_node.iter().chain(&templates) {
+            if key.ends_with(".baseline") || key.ends_with(".result") {
+                continue;
+            }
+            Template::parse(t, PLACEHOLDERS).map_err(|e| format!("{key}: {e}"))?;
         }
         for (key, t) in per_node {
             if t.trim().is_empty() {

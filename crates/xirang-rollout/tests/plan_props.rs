@@ -311,3 +311,34 @@ fn a_nic_without_the_values_its_commands_need_blocks_its_node() {
         p.skipped[0].reason
     );
 }
+
+#[test]
+fn a_node_reporting_a_value_outside_its_grammar_is_skipped_never_commanded() {
+    let spec = xirang_rollout::fleet::SyntheticSpec {
+        nodes: 4,
+        ..Default::default()
+    };
+    let policy = xirang_rollout::simulate::default_policy(&xirang_rollout::simulate::SimSpec::default());
+    for (field, value) in [
+        ("pci", "0000:01:00.0;echo INJECTED"),
+        ("board_id", "MT_0000000359'$(reboot)'"),
+        ("fw", "22.38.1002\nreboot"),
+        ("node", "-oProxyCommand=sh"),
+    ] {
+        let mut fleet = Fleet::synthetic(&spec, 1);
+        let n = &mut fleet.nodes[2];
+        match field {
+            "pci" => n.nics[0].pci = Some(value.into()),
+            "board_id" => n.nics[0].board_id = Some(value.into()),
+            "fw" => n.nics[0].fw = Some(value.into()),
+            _ => n.name = value.into(),
+        }
+        let name = n.name.clone();
+        let p = plan(&fleet, &policy);
+        let skipped: Vec<_> = p.skipped.iter().filter(|s| s.reason.starts_with("refused")).collect();
+        assert_eq!(skipped.len(), 1, "{field}: {:?}", p.skipped);
+        assert_eq!(skipped[0].name, name);
+        assert!(skipped[0].reason.contains("does not fit its grammar"), "{}", skipped[0].reason);
+        assert!(p.waves.iter().flat_map(|w| &w.nodes).all(|n| n.name != name));
+    }
+}

@@ -261,7 +261,12 @@ pub fn mlx5_script(cx: &Context<'_>) -> Artifact {
     s.push_str(
         "#\n# Usage:  mlx5-congestion.sh IF...            dry run: prints every change, writes nothing\n#         mlx5-congestion.sh --apply IF...    writes; saves the previous values first\n#         mlx5-congestion.sh --rollback FILE  writes back the values saved in FILE\n# Roll back: --apply saves every value it replaces to mlx5-congestion.rollback (or\n# $XIRANG_ROLLBACK) before writing; run --rollback with that file. It refuses to overwrite\n# an existing rollback file, and refuses an interface without ecn/roce_rp and ecn/roce_np\n# (not an mlx5 physical function under MLNX_OFED).\n# The values take effect at once and last until reboot; mlxconfig makes them permanent.\n\n",
     );
-    s.push_str("set -eu\nSYSFS=\"${XIRANG_SYSFS:-/sys}\"\nROLLBACK=\"${XIRANG_ROLLBACK:-mlx5-congestion.rollback}\"\n\n");
+    s.push_str("set -eu\nSYSFS=\"${XIRANG_SYSFS:-/sys}\"\nROLLBACK=\"${XIRANG_ROLLBACK:-mlx5-congestion.rollback}\"\n");
+    // The rollback file's argument is a path, not an interface: only the other modes'
+    // arguments are checked.
+    s.push_str("if [ \"${1:-}\" != \"--rollback\" ]; then\n");
+    s.push_str(VALID_IF);
+    s.push_str("fi\n\n");
     s.push_str("# knob directory, file, value\nKNOBS='\n");
     if let Some((_, d)) = &params {
         for (dir, file, value) in mlx5_knobs(d, cx.config.cnp.dscp, cx.config.cnp.priority) {
@@ -281,6 +286,27 @@ pub fn mlx5_script(cx: &Context<'_>) -> Artifact {
     }
 }
 
+/// Interface names as `xirang_host::names` admits them (the kernel's dev_valid_name,
+/// narrowed to letters, digits and `_ . - @ +`, no leading `-` or `.`, 1-15 bytes): an
+/// argument from the operator, often pasted from `ls /sys/class/net`, becomes a path and
+/// a tool's argument only when it fits. `LC_ALL=C` makes the bracket ranges and `${#}`
+/// byte-wise in every shell.
+const VALID_IF: &str = r#"LC_ALL=C
+export LC_ALL
+valid_if() {
+    case $1 in
+        ''|-*|.*|*[!A-Za-z0-9_.@+-]*) return 1 ;;
+    esac
+    [ "${#1}" -le 15 ]
+}
+first=${1:-}
+for IF in "$@"; do
+    if [ "$first" = --apply ]; then first=; continue; fi
+    first=
+    valid_if "$IF" || { printf 'error: %s is not an interface name (expected 1-15 letters, digits or _ . - @ +, not starting with - or .)\n' "$IF" | tr -c '[:print:]\n' '?' >&2; exit 2; }
+done
+"#;
+
 /// The part of the mlx5 script that does not depend on the recommendation.
 const MLX5_BODY: &str = r#"usage() {
     echo "usage: $0 [--apply] IF... | --rollback FILE" >&2
@@ -292,6 +318,13 @@ if [ "${1:-}" = "--rollback" ]; then
     [ -r "$2" ] || { echo "error: cannot read rollback file $2" >&2; exit 2; }
     while IFS='	' read -r path value; do
         [ -n "$path" ] || continue
+        # Only the knob files this script writes: a rollback file is data, not a list of
+        # paths to overwrite anywhere.
+        case $path in
+            *..*) echo "error: $2: $path is not a knob path" >&2; exit 2 ;;
+            "$SYSFS"/class/net/*/ecn/roce_rp/*|"$SYSFS"/class/net/*/ecn/roce_np/*) ;;
+            *) echo "error: $2: $path is not under $SYSFS/class/net/IF/ecn" >&2; exit 2 ;;
+        esac
         [ -w "$path" ] || { echo "error: $path is not writable" >&2; exit 1; }
         printf '%s\n' "$value" > "$path"
         echo "restored $path = $value"
@@ -368,6 +401,7 @@ pub fn mlnx_qos_script(cx: &Context<'_>) -> Artifact {
         bits.join(",")
     );
     s.push_str("#\n# Usage:  mlnx_qos.sh IF...          dry run: prints the commands\n#         mlnx_qos.sh --apply IF...  runs them, after saving `mlnx_qos -i IF` to mlnx_qos.before.IF\n# Roll back: mlnx_qos.before.IF holds the settings before; set them again with mlnx_qos\n# (--trust, --pfc, --dscp2prio set/del).\n\nset -eu\n");
+    s.push_str(VALID_IF);
     s.push_str("APPLY=0\nif [ \"${1:-}\" = \"--apply\" ]; then APPLY=1; shift; fi\n[ $# -ge 1 ] || { echo \"usage: $0 [--apply] IF...\" >&2; exit 2; }\n");
     s.push_str("run() { if [ \"$APPLY\" = 1 ]; then echo \"+ $*\"; \"$@\"; else echo \"$*\"; fi; }\n");
     s.push_str(
@@ -468,8 +502,15 @@ pub fn sonic(cx: &Context<'_>) -> Vec<Artifact> {
             executable: false,
         });
     }
+    // The tier names a file here: only the tiers rendered.
+    let tier_names: Vec<&str> = tiers.iter().map(|t| t.as_str()).collect();
+    let tier_check = format!(
+        "case $1 in\n    {}) ;;\n    *) echo \"error: unknown tier (expected one of {})\" >&2; exit 2 ;;\nesac\n",
+        tier_names.join("|"),
+        tier_names.join(", ")
+    );
     script.push_str(
-        "#\n# Usage:  apply-sonic.sh TIER           dry run: prints the commands\n#         apply-sonic.sh --apply TIER   checkpoints the running config as xirang-before,\n#                                       then applies sonic-TIER.patch.json\n# Roll back: sudo config rollback xirang-before\n\nset -eu\nAPPLY=0\nif [ \"${1:-}\" = \"--apply\" ]; then APPLY=1; shift; fi\n[ $# -eq 1 ] || { echo \"usage: $0 [--apply] TIER\" >&2; exit 2; }\nPATCH=\"sonic-$1.patch.json\"\n[ -r \"$PATCH\" ] || { echo \"error: no $PATCH here\" >&2; exit 2; }\nrun() { if [ \"$APPLY\" = 1 ]; then echo \"+ $*\"; \"$@\"; else echo \"$*\"; fi; }\nrun sudo config checkpoint xirang-before\nrun sudo config apply-patch \"$PATCH\"\n[ \"$APPLY\" = 1 ] || echo \"dry run: nothing applied; pass --apply\"\n",
+        &"#\n# Usage:  apply-sonic.sh TIER           dry run: prints the commands\n#         apply-sonic.sh --apply TIER   checkpoints the running config as xirang-before,\n#                                       then applies sonic-TIER.patch.json\n# Roll back: sudo config rollback xirang-before\n\nset -eu\nAPPLY=0\nif [ \"${1:-}\" = \"--apply\" ]; then APPLY=1; shift; fi\n[ $# -eq 1 ] || { echo \"usage: $0 [--apply] TIER\" >&2; exit 2; }\n{TIER_CHECK}PATCH=\"sonic-$1.patch.json\"\n[ -r \"$PATCH\" ] || { echo \"error: no $PATCH here\" >&2; exit 2; }\nrun() { if [ \"$APPLY\" = 1 ]; then echo \"+ $*\"; \"$@\"; else echo \"$*\"; fi; }\nrun sudo config checkpoint xirang-before\nrun sudo config apply-patch \"$PATCH\"\n[ \"$APPLY\" = 1 ] || echo \"dry run: nothing applied; pass --apply\"\n".replace("{TIER_CHECK}", &tier_check),
     );
     out.push(Artifact {
         name: "apply-sonic.sh".into(),

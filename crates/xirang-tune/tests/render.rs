@@ -309,3 +309,200 @@ fn mlx5_script_refuses_hosts_without_the_knobs() {
     assert_eq!(code, 2);
     assert!(err.contains("dce_tcp_rtt does not exist"), "{err}");
 }
+
+/// Names an interface directory can have (anything but `/` and NUL, not `.` or `..`),
+/// biased to what breaks quoting and option parsing.
+fn hostile_ifname() -> impl proptest::strategy::Strategy<Value = String> {
+    use proptest::prelude::*;
+    let pieces = prop::sample::select(vec![
+        "eth0",
+        "a",
+        "'",
+        "\"",
+        ";",
+        "$(",
+        ")",
+        "`",
+        "\n",
+        "\\",
+        " ",
+        "-",
+        "--apply",
+        ".",
+        "..",
+        "*",
+        "@",
+        "+",
+        "_",
+        "é",
+        "\t",
+        "$IF",
+        "%s",
+        "touch PWNED",
+        "0123456789",
+    ]);
+    prop::collection::vec(pieces, 1..5)
+        .prop_map(|v| v.concat())
+        .prop_filter("a directory name", |s| !s.contains('/') && s != "." && s != "..")
+}
+
+fn fake_mlnx_qos(dir: &Path) -> PathBuf {
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let p = bin.join("mlnx_qos");
+    // Records its argv NUL-separated, one call per line of the count.
+    std::fs::write(&p, "#!/bin/sh\nprintf '%s\\000' \"$#\" \"$@\" >> \"$XLOG\"\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    bin
+}
+
+fn mlnx_qos_calls(log: &Path) -> Vec<Vec<String>> {
+    let bytes = std::fs::read(log).unwrap_or_default();
+    let f: Vec<String> = bytes
+        .split(|&b| b == 0)
+        .map(|x| String::from_utf8_lossy(x).into_owned())
+        .collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < f.len() && !f[i].is_empty() {
+        let n: usize = f[i].parse().unwrap();
+        out.push(f[i + 1..i + 1 + n].to_vec());
+        i += 1 + n;
+    }
+    out
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 48, ..Default::default() })]
+
+    /// An interface named by a host (a directory in its sysfs) reaches a path or a tool's
+    /// argument only when it fits `xirang_host::names`' grammar; otherwise the scripts
+    /// refuse before touching anything, whatever the name holds.
+    #[test]
+    fn hostile_interface_names_never_reach_a_path_or_a_tool(name in hostile_ifname()) {
+        let l = loaded();
+        let cx = context(&l);
+        let tmp = tempfile::tempdir().unwrap();
+        let work = tmp.path().join("work");
+        std::fs::create_dir_all(&work).unwrap();
+        let mlx5 = tmp.path().join("mlx5-congestion.sh");
+        std::fs::write(&mlx5, render::mlx5_script(&cx).text).unwrap();
+        let qos = tmp.path().join("mlnx_qos.sh");
+        std::fs::write(&qos, render::mlnx_qos_script(&cx).text).unwrap();
+        let sysfs = tmp.path().join("sys");
+        fake_sysfs(&sysfs, &["eth0", name.as_str()]);
+        let before = snapshot(&sysfs);
+        let rollback = tmp.path().join("rb");
+        let fits = xirang_host::names::fits(xirang_host::names::Kind::Netdev, &name);
+
+        let o = Command::new("sh")
+            .arg(&mlx5)
+            .args(["--apply", "eth0", name.as_str()])
+            .current_dir(&work)
+            .env("XIRANG_SYSFS", &sysfs)
+            .env("XIRANG_ROLLBACK", &rollback)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        if fits {
+            proptest::prop_assert_eq!(o.status.code(), Some(0), "{:?}: {}", name, err);
+            let rp = sysfs.join("class/net").join(&name).join("ecn/roce_rp");
+            proptest::prop_assert_eq!(std::fs::read_to_string(rp.join("rpg_time_reset")).unwrap(), "30\n");
+            // Every saved path is a knob of one of the two interfaces.
+            let saved = std::fs::read_to_string(&rollback).unwrap();
+            proptest::prop_assert_eq!(saved.lines().count(), 2 * (19 + 2));
+        } else {
+            proptest::prop_assert_eq!(o.status.code(), Some(2), "{:?}", name);
+            proptest::prop_assert!(err.contains("is not an interface name"), "{}", err);
+            proptest::prop_assert_eq!(snapshot(&sysfs), before.clone());
+            proptest::prop_assert!(!rollback.exists());
+        }
+
+        let bin = fake_mlnx_qos(tmp.path());
+        let log = tmp.path().join("qos.log");
+        let o = Command::new("sh")
+            .arg(&qos)
+            .args(["--apply", name.as_str()])
+            .current_dir(&work)
+            .env("PATH", format!("{}:/usr/bin:/bin", bin.display()))
+            .env("XLOG", &log)
+            .output()
+            .unwrap();
+        let calls = mlnx_qos_calls(&log);
+        if fits {
+            proptest::prop_assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+            // The saved settings, trust, PFC, one DSCP map per class and one for CNPs.
+            proptest::prop_assert_eq!(calls.len(), 3 + cx.config.classes.len() + 1);
+            for c in &calls {
+                proptest::prop_assert_eq!(&c[..2], &["-i".to_string(), name.clone()][..]);
+            }
+            let saved = work.join(format!("mlnx_qos.before.{}", name));
+            proptest::prop_assert!(saved.exists());
+        } else {
+            proptest::prop_assert_eq!(o.status.code(), Some(2));
+            proptest::prop_assert!(calls.is_empty(), "{:?}", calls);
+        }
+        // Nothing ran that the name spelled.
+        proptest::prop_assert!(!work.join("PWNED").exists() && !tmp.path().join("PWNED").exists());
+        let entries: Vec<_> = std::fs::read_dir(&work).unwrap().map(|e| e.unwrap().file_name()).collect();
+        proptest::prop_assert!(entries.len() <= 1, "{:?}", entries);
+    }
+}
+
+#[test]
+fn a_rollback_file_only_writes_back_knob_files() {
+    let l = loaded();
+    let cx = context(&l);
+    let tmp = tempfile::tempdir().unwrap();
+    let script = tmp.path().join("mlx5-congestion.sh");
+    std::fs::write(&script, render::mlx5_script(&cx).text).unwrap();
+    let sysfs = tmp.path().join("sys");
+    fake_sysfs(&sysfs, &["eth0"]);
+    let victim = tmp.path().join("victim");
+    std::fs::write(&victim, "keep\n").unwrap();
+    let rb = tmp.path().join("rb");
+    for path in [
+        victim.display().to_string(),
+        format!(
+            "{}/class/net/eth0/ecn/roce_rp/../../../../../victim",
+            sysfs.display()
+        ),
+    ] {
+        std::fs::write(&rb, format!("{path}\tpwned\n")).unwrap();
+        let (code, _, err) = sh(&script, &sysfs, &rb, &["--rollback", rb.to_str().unwrap()]);
+        assert_eq!(code, 2, "{path}: {err}");
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep\n");
+    }
+}
+
+#[test]
+fn apply_sonic_takes_only_a_rendered_tier() {
+    let l = loaded();
+    let cx = context(&l);
+    let tmp = tempfile::tempdir().unwrap();
+    for a in render::sonic(&cx) {
+        std::fs::write(tmp.path().join(&a.name), &a.text).unwrap();
+    }
+    std::fs::write(tmp.path().join("sonic-../x.patch.json"), "[]").ok();
+    for tier in ["../x", "leaf;id", "-x", ""] {
+        let o = Command::new("sh")
+            .arg("apply-sonic.sh")
+            .arg(tier)
+            .current_dir(tmp.path())
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{tier}");
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("unknown tier"),
+            "{tier}"
+        );
+    }
+    let o = Command::new("sh")
+        .arg("apply-sonic.sh")
+        .arg("leaf")
+        .current_dir(tmp.path())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+}
