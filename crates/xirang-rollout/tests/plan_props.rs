@@ -335,10 +335,18 @@ fn a_node_reporting_a_value_outside_its_grammar_is_skipped_never_commanded() {
         }
         let name = n.name.clone();
         let p = plan(&fleet, &policy);
-        let skipped: Vec<_> = p.skipped.iter().filter(|s| s.reason.starts_with("refused")).collect();
+        let skipped: Vec<_> = p
+            .skipped
+            .iter()
+            .filter(|s| s.reason.starts_with("refused"))
+            .collect();
         assert_eq!(skipped.len(), 1, "{field}: {:?}", p.skipped);
         assert_eq!(skipped[0].name, name);
-        assert!(skipped[0].reason.contains("does not fit its grammar"), "{}", skipped[0].reason);
+        assert!(
+            skipped[0].reason.contains("does not fit its grammar"),
+            "{}",
+            skipped[0].reason
+        );
         assert!(p.waves.iter().flat_map(|w| &w.nodes).all(|n| n.name != name));
     }
 }

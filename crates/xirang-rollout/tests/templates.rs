@@ -341,3 +341,32 @@ fn the_issues_reproduction_runs_one_command_on_each_side() {
     assert_eq!(got.len(), 3, "{got:?}");
     assert_eq!(got[1].1[1], "0000:01:00.0;echo INJECTED");
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    /// The template parser takes the operator's text: any string either parses or gives a
+    /// column and a reason, and a parsed template renders any values without panicking.
+    #[test]
+    fn any_template_parses_or_says_where_and_renders_any_values(
+        t in prop_oneof![
+            any::<String>(),
+            prop::collection::vec(prop::sample::select(vec![
+                "ssh ", "{node} ", "'", "\"", "sh -c ", "sudo ", "-o ", "x ", "&& ", "| ", "> ", "2>&1 ",
+                "{pci}", "\\", "\n", "#", ";", "(", ")", "{", "}", "=", "A=b ",
+            ]), 0..12).prop_map(|v| v.concat()),
+        ],
+        value in hostile(),
+    ) {
+        let mut v = BTreeMap::new();
+        v.insert("node", s("n1"));
+        v.insert("pci", value);
+        match fill(&t, &v) {
+            Ok(_) => {}
+            Err(xirang_rollout::template::TemplateError::Syntax { column, what }) => {
+                prop_assert!(column <= t.chars().count() + 1 && !what.is_empty());
+            }
+            Err(xirang_rollout::template::TemplateError::Value { .. }) => {}
+        }
+    }
+}
