@@ -316,6 +316,11 @@ pub enum CcAlgorithm {
     Dcqcn,
     /// TIMELY (RTT gradient, rate based).
     Timely,
+    /// HPCC (in-band network telemetry from every switch hop, window and rate).
+    Hpcc,
+    /// DCTCP-style control (ECN echoed per ACK, one cut per window; rate based with a
+    /// window, as the HPCC simulator runs it).
+    Dctcp,
     /// No congestion control: send at line rate (PFC alone protects lossless classes).
     None,
 }
@@ -326,6 +331,8 @@ impl CcAlgorithm {
         match self {
             CcAlgorithm::Dcqcn => "dcqcn",
             CcAlgorithm::Timely => "timely",
+            CcAlgorithm::Hpcc => "hpcc",
+            CcAlgorithm::Dctcp => "dctcp",
             CcAlgorithm::None => "none",
         }
     }
@@ -348,6 +355,12 @@ pub struct TrafficClass {
     /// TIMELY parameters (used when `cc = "timely"`).
     #[serde(default)]
     pub timely: TimelyParams,
+    /// HPCC parameters (used when `cc = "hpcc"`).
+    #[serde(default)]
+    pub hpcc: HpccParams,
+    /// DCTCP parameters (used when `cc = "dctcp"`).
+    #[serde(default)]
+    pub dctcp: DctcpParams,
 }
 
 /// Typical RoCE data DSCP 26: shared/reference/switch-config.md, Maps.
@@ -373,6 +386,8 @@ pub fn default_classes() -> BTreeMap<String, TrafficClass> {
             cc: CcAlgorithm::Dcqcn,
             dcqcn: DcqcnParams::default(),
             timely: TimelyParams::default(),
+            hpcc: HpccParams::default(),
+            dctcp: DctcpParams::default(),
         },
     );
     m.insert(
@@ -383,6 +398,8 @@ pub fn default_classes() -> BTreeMap<String, TrafficClass> {
             cc: CcAlgorithm::Timely,
             dcqcn: DcqcnParams::default(),
             timely: TimelyParams::default(),
+            hpcc: HpccParams::default(),
+            dctcp: DctcpParams::default(),
         },
     );
     m
@@ -510,6 +527,68 @@ impl Default for TimelyParams {
             min_rtt_us: 20.0,
             min_rate_mbps: 1000.0,
             hai_below_t_low: false,
+        }
+    }
+}
+
+/// HPCC parameters (shared/reference/congestion-control.md §3). Defaults are the HPCC
+/// simulator's reference runs at 100 Gbit/s (shared/fixtures/reference-scenarios/SOURCE.md:
+/// eta 0.95, maxStage 0, window = max BDP, T = max RTT, AI 40 Mbit/s; its run.py:
+/// fast react on, minimum rate 1000 Mbit/s).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HpccParams {
+    /// Target utilisation eta. Default 0.95.
+    pub eta: f64,
+    /// maxStage: additive-only updates before a multiplicative one (the paper uses 5; the
+    /// reference runs 0, every update multiplicative). Default 0.
+    pub max_stage: u32,
+    /// Additive step, Mbit/s. Default 40 (10 x 100/25, the simulator's rule at 100 Gbit/s).
+    pub ai_mbps: f64,
+    /// Rate floor, Mbit/s. Default 1000.
+    pub min_rate_mbps: f64,
+    /// React to every ACK between the once-per-RTT updates (without committing the
+    /// reference rate). Default on.
+    pub fast_react: bool,
+    /// INT byte and queue counters are in units of 128 x `int_multi` and 80 x `int_multi`
+    /// bytes (the simulator's INT_MULTI, port rate / 25 Gbit/s). 0: from the NIC rate.
+    pub int_multi: u32,
+}
+
+impl Default for HpccParams {
+    fn default() -> Self {
+        HpccParams {
+            eta: 0.95,
+            max_stage: 0,
+            ai_mbps: 40.0,
+            min_rate_mbps: 1000.0,
+            fast_react: true,
+            int_multi: 0,
+        }
+    }
+}
+
+/// DCTCP parameters. Defaults are the HPCC simulator's DCTCP reference run at 100 Gbit/s
+/// (shared/fixtures/reference-scenarios/SOURCE.md: g 1/16, AI 615 Mbit/s, which its run.py
+/// derives as one 1000-byte packet per 13 µs RTT; minimum rate 1000 Mbit/s). The switches'
+/// step marking is the ECN profile's job (Kmin = Kmax, Pmax 1).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DctcpParams {
+    /// Alpha gain g. Default 1/16.
+    pub g: f64,
+    /// Additive increase per window, Mbit/s. Default 615.
+    pub ai_mbps: f64,
+    /// Rate floor, Mbit/s. Default 1000.
+    pub min_rate_mbps: f64,
+}
+
+impl Default for DctcpParams {
+    fn default() -> Self {
+        DctcpParams {
+            g: 1.0 / 16.0,
+            ai_mbps: 615.0,
+            min_rate_mbps: 1000.0,
         }
     }
 }

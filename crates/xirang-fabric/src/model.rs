@@ -279,7 +279,91 @@ pub struct Fabric {
     pub links: Vec<Link>,
 }
 
+/// The largest base RTT and bandwidth-delay product between two NICs, as the HPCC
+/// simulator computes them for its window and its `T` (scratch/third.cc, GLOBAL_T 1): over
+/// the first shortest path found by a breadth-first search that crosses switches only,
+/// RTT = 2 x the propagation delays + one payload's serialization on every link, one way,
+/// and BDP = RTT x the path's slowest link.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BaseRtt {
+    /// Largest base RTT, ns.
+    pub max_rtt_ns: f64,
+    /// Largest bandwidth-delay product, bytes.
+    pub max_bdp_bytes: u64,
+}
+
 impl Fabric {
+    /// [`BaseRtt`] for `payload_bytes` per packet. NICs attached alike (the same switch
+    /// port's neighbours with equal links) share one search, so a fat tree costs one
+    /// search per leaf switch.
+    pub fn base_rtt(&self, payload_bytes: u32) -> BaseRtt {
+        let n_sw = self.switches.len();
+        // Switch adjacency: (neighbour switch, delay ns, rate Gbit/s); NIC attachments.
+        let mut adj: Vec<Vec<(usize, u64, f64)>> = vec![Vec::new(); n_sw];
+        let mut attach: Vec<(usize, u64, f64)> = Vec::new();
+        for l in &self.links {
+            match (l.a.node, l.b.node) {
+                (Node::Switch(a), Node::Switch(b)) => {
+                    adj[a.index()].push((b.index(), l.delay_ns, l.rate_gbps));
+                    adj[b.index()].push((a.index(), l.delay_ns, l.rate_gbps));
+                }
+                (Node::Nic(_), Node::Switch(s)) | (Node::Switch(s), Node::Nic(_)) => {
+                    attach.push((s.index(), l.delay_ns, l.rate_gbps));
+                }
+                (Node::Nic(_), Node::Nic(_)) => {
+                    // A back-to-back cable: one link.
+                    attach.push((usize::MAX, l.delay_ns, l.rate_gbps));
+                }
+            }
+        }
+        let tx_ns = |gbps: f64| f64::from(payload_bytes) * 8.0 / gbps;
+        let mut kinds: Vec<(usize, u64, u64)> = attach
+            .iter()
+            .map(|&(s, d, r)| (s, d, r.to_bits()))
+            .collect();
+        kinds.sort_unstable();
+        kinds.dedup();
+        let mut best = BaseRtt {
+            max_rtt_ns: 0.0,
+            max_bdp_bytes: 0,
+        };
+        let mut keep = |delay: f64, tx: f64, bw: f64| {
+            let rtt = 2.0 * delay + tx;
+            best.max_rtt_ns = best.max_rtt_ns.max(rtt);
+            best.max_bdp_bytes = best.max_bdp_bytes.max((rtt * bw / 8.0) as u64);
+        };
+        // Per switch: (delay, serialization, min rate) from the source NIC, set once.
+        let mut at: Vec<Option<(f64, f64, f64)>> = vec![None; n_sw];
+        let mut queue = std::collections::VecDeque::new();
+        for &(s, d, r) in &kinds {
+            let r = f64::from_bits(r);
+            if s == usize::MAX {
+                keep(d as f64, tx_ns(r), r);
+                continue;
+            }
+            at.iter_mut().for_each(|x| *x = None);
+            at[s] = Some((d as f64, tx_ns(r), r));
+            queue.clear();
+            queue.push_back(s);
+            while let Some(u) = queue.pop_front() {
+                let (du, tu, bu) = at[u].expect("queued switches are reached");
+                for &(v, dv, rv) in &adj[u] {
+                    if at[v].is_none() {
+                        at[v] = Some((du + dv as f64, tu + tx_ns(rv), bu.min(rv)));
+                        queue.push_back(v);
+                    }
+                }
+            }
+            // To every NIC attached to a reached switch.
+            for &(t, d2, r2) in &kinds {
+                if let Some(sw) = at.get(t).copied().flatten() {
+                    keep(sw.0 + d2 as f64, sw.1 + tx_ns(f64::from_bits(r2)), sw.2.min(f64::from_bits(r2)));
+                }
+            }
+        }
+        best
+    }
+
     /// Human name of a node (`h3/mlx5_0`, `spine1`).
     pub fn node_name(&self, node: Node) -> String {
         match node {

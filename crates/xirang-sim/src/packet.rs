@@ -21,6 +21,12 @@ pub enum Kind {
     Pause = 4,
 }
 
+/// Marks a `ts` that holds an INT record's index instead of a send time: HPCC's QPs
+/// measure no RTT, and a send time never reaches 2^63 ps (107 days), so the packet stays
+/// 40 bytes and the record lives out of line (`engine::Sim::ints`). The ACK echoes `ts`,
+/// so it carries the record back, as the HPCC simulator's ACK carries the INT header.
+pub const INT_TAG: u64 = 1 << 63;
+
 /// A packet. 40 bytes (the test below keeps it so).
 #[derive(Debug, Clone, Copy)]
 pub struct Packet {
@@ -49,6 +55,14 @@ pub struct Packet {
     pub prio: u8,
     /// ECN Congestion Experienced.
     pub ce: bool,
+}
+
+impl Packet {
+    /// The index of the INT record the packet carries, if any.
+    #[inline]
+    pub fn int_index(&self) -> Option<u32> {
+        (self.ts & INT_TAG != 0).then_some((self.ts & !INT_TAG) as u32)
+    }
 }
 
 #[cfg(test)]

@@ -62,6 +62,24 @@ impl<Q: Queue> Sim<Q> {
         self.rate_raised(qi);
     }
 
+    /// The QP's rate changed either way: the packet after the last one leaves one gap at
+    /// the new rate after it (the HPCC simulator's `ChangeRate` shifts `m_nextAvail` by
+    /// the difference of the two gaps).
+    pub(crate) fn rate_changed(&mut self, qi: QpId) {
+        let q = &mut self.qps_tx[qi];
+        if q.done || q.snd_nxt >= q.size || q.last_wire == 0 {
+            return;
+        }
+        let line_tx = self.ports[q.src_port].rate.tx_time(q.last_wire);
+        let at = q.last_sent + paced_gap(q, line_tx);
+        let sooner = at < q.next_avail;
+        q.next_avail = at;
+        if sooner {
+            let sp = q.src_port;
+            self.kick(sp);
+        }
+    }
+
     /// The QP's rate went up: the packet after the last one may leave sooner.
     pub(crate) fn rate_raised(&mut self, qi: QpId) {
         let now = self.now;

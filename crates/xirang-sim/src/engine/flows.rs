@@ -22,7 +22,7 @@ use super::ids::{FlowId, PortId, QpId, RouteId};
 use super::nic::{Cc, QpRx, QpTx};
 use super::routes::RouteRequest;
 use super::{ClassRt, RunOptions, Sim, intern};
-use crate::cc::{Dcqcn, DcqcnState, Timely, TimelyState};
+use crate::cc::{Dcqcn, DcqcnState, Dctcp, DctcpState, Hpcc, HpccState, Timely, TimelyState};
 use crate::queue::Queue;
 use crate::rng::{Purpose, Stream};
 use crate::time::Ps;
@@ -134,6 +134,8 @@ pub(crate) enum CcParams {
     None,
     Dcqcn(u16),
     Timely(u16),
+    Hpcc(u16),
+    Dctcp(u16),
 }
 
 /// Everything a QP is made from, known before the run: its ports and routes.
@@ -148,6 +150,10 @@ pub(crate) struct QpSpec {
     pub(crate) line_bps: f64,
     pub(crate) cc: CcParams,
     pub(crate) cnp_interval: Option<Ps>,
+    /// The receiver echoes CE marks in its ACKs (DCTCP).
+    pub(crate) echo_ecn: bool,
+    /// In-flight bytes allowed at line rate (0: no window).
+    pub(crate) win_bytes: u64,
 }
 
 /// The RoCE MTU of a path between two NICs: the configured one, capped by both NICs'
@@ -249,6 +255,26 @@ impl<Q: Queue> Sim<Q> {
                 let idx = intern(&mut self.timely, Timely::new(&class.timely, line_bps));
                 (CcParams::Timely(idx), None)
             }
+            CcAlgorithm::Hpcc => {
+                let b = self.base_rtt.expect("computed when a class runs HPCC");
+                let idx = intern(
+                    &mut self.hpcc,
+                    Hpcc::new(&class.hpcc, line_bps, b.max_rtt_ns, b.max_bdp_bytes),
+                );
+                (CcParams::Hpcc(idx), None)
+            }
+            CcAlgorithm::Dctcp => {
+                let b = self.base_rtt.expect("computed when a class runs DCTCP");
+                let idx = intern(&mut self.dctcp, Dctcp::new(&class.dctcp, line_bps, b.max_bdp_bytes));
+                (CcParams::Dctcp(idx), None)
+            }
+        };
+        // HPCC and DCTCP QPs are window-limited as the HPCC simulator runs them (HAS_WIN
+        // and VAR_WIN in its run.py); DCQCN and TIMELY are paced only.
+        let win_bytes = match cc {
+            CcParams::Hpcc(i) => self.hpcc[i as usize].win_bytes,
+            CcParams::Dctcp(i) => self.dctcp[i as usize].win_bytes,
+            _ => 0,
         };
         QpSpec {
             route,
@@ -260,6 +286,8 @@ impl<Q: Queue> Sim<Q> {
             line_bps,
             cc,
             cnp_interval,
+            echo_ecn: matches!(class.cc, CcAlgorithm::Dctcp),
+            win_bytes,
         }
     }
 
@@ -284,6 +312,16 @@ impl<Q: Queue> Sim<Q> {
                 Cc::Timely(i, b)
             }
             (CcParams::Timely(i), _) => Cc::Timely(i, Box::new(TimelyState::new(&self.timely[i as usize]))),
+            (CcParams::Hpcc(i), Cc::Hpcc(_, mut b)) => {
+                *b = HpccState::new(&self.hpcc[i as usize]);
+                Cc::Hpcc(i, b)
+            }
+            (CcParams::Hpcc(i), _) => Cc::Hpcc(i, Box::new(HpccState::new(&self.hpcc[i as usize]))),
+            (CcParams::Dctcp(i), Cc::Dctcp(_, mut b)) => {
+                *b = DctcpState::new(&self.dctcp[i as usize]);
+                Cc::Dctcp(i, b)
+            }
+            (CcParams::Dctcp(i), _) => Cc::Dctcp(i, Box::new(DctcpState::new(&self.dctcp[i as usize]))),
         };
         // Zero-byte QPs are complete from the start.
         let empty = bytes == 0;
@@ -310,6 +348,7 @@ impl<Q: Queue> Sim<Q> {
             dport: spec.dport,
             dst_port: spec.dst_port,
             rx_reserved: false,
+            win_bytes: spec.win_bytes,
             last_progress: 0,
             rto_pending: false,
             inc_pending: false,
@@ -322,6 +361,7 @@ impl<Q: Queue> Sim<Q> {
             ack_route: spec.ack_route,
             prio,
             cnp_interval: spec.cnp_interval,
+            echo_ecn: spec.echo_ecn,
             rx_expected: 0,
             rx_next_cnp: 0,
             rx_nack_at: 0,

@@ -64,11 +64,21 @@ impl<Q: Queue> Sim<Q> {
             l.data_delivered_bytes += u64::from(k.payload);
         }
         l.live_packets -= 1;
+        // A data packet's INT went on in its ACK (or was returned by the receiver); an
+        // ACK's INT ends here.
+        if k.kind != Kind::Data
+            && let Some(i) = k.int_index()
+        {
+            self.ints.give_back(i);
+        }
     }
 
     /// Accounts a packet lost in the network (admission drop, corruption, link down).
     #[inline]
     pub(crate) fn account_drop(&mut self, k: &Packet) {
+        if let Some(i) = k.int_index() {
+            self.ints.give_back(i);
+        }
         let l = &mut self.ledger;
         l.dropped_packets += 1;
         l.dropped_bytes += u64::from(k.size);

@@ -50,7 +50,7 @@ use xirang_fabric::config::{CcAlgorithm, FabricConfig, RedProfile};
 use xirang_fabric::model::{Fabric, NicId, Node, SwitchId};
 use xirang_fabric::scenario::EcmpMode;
 
-use crate::cc::{Dcqcn, Timely};
+use crate::cc::{Dcqcn, Dctcp, Hpcc, Timely};
 use crate::counters::{CounterValue, N_PRIO, PortCounters};
 use crate::queue::{EventQueue, Queue, TimerHeap, time_of};
 use crate::rng::{Purpose, Stream};
@@ -96,6 +96,44 @@ pub(crate) struct ClassRt {
     pub(crate) cc: CcAlgorithm,
     pub(crate) dcqcn: xirang_fabric::config::DcqcnParams,
     pub(crate) timely: xirang_fabric::config::TimelyParams,
+    pub(crate) hpcc: xirang_fabric::config::HpccParams,
+    pub(crate) dctcp: xirang_fabric::config::DctcpParams,
+}
+
+/// INT records of the HPCC packets in flight, by index (`Packet::int_index`): a record is
+/// taken when an HPCC QP sends a data packet, written by every switch the packet leaves,
+/// handed to the ACK by the receiver, and returned when the ACK reaches the sender or the
+/// packet is lost. Capacity follows the packets in flight, reused afterwards.
+#[derive(Debug, Default)]
+pub(crate) struct IntSlab {
+    pub(crate) records: Vec<crate::cc::int::Record>,
+    free: Vec<u32>,
+    pub(crate) live: usize,
+}
+
+impl IntSlab {
+    pub(crate) fn take(&mut self, multi: u8) -> u32 {
+        self.live += 1;
+        let rec = crate::cc::int::Record {
+            multi,
+            ..Default::default()
+        };
+        match self.free.pop() {
+            Some(i) => {
+                self.records[i as usize] = rec;
+                i
+            }
+            None => {
+                self.records.push(rec);
+                u32::try_from(self.records.len() - 1).expect("invariant: fewer than 2^32 INT records in flight")
+            }
+        }
+    }
+
+    pub(crate) fn give_back(&mut self, i: u32) {
+        self.live -= 1;
+        self.free.push(i);
+    }
 }
 
 /// Fabric-wide settings every device reads (the scenario's configuration; never changed
@@ -179,6 +217,12 @@ pub struct Sim<Q: Queue = EventQueue> {
     pub(crate) classes: Vec<ClassRt>,
     pub(crate) dcqcn: Vec<Dcqcn>,
     pub(crate) timely: Vec<Timely>,
+    pub(crate) hpcc: Vec<Hpcc>,
+    pub(crate) dctcp: Vec<Dctcp>,
+    /// The fabric's largest base RTT and BDP (HPCC's T and the window of HPCC and DCTCP
+    /// QPs); computed only when a class runs one of them.
+    pub(crate) base_rtt: Option<xirang_fabric::model::BaseRtt>,
+    pub(crate) ints: IntSlab,
     pub(crate) net: NetConfig,
     /// Some NIC port has a `gdr_off` credit gate.
     pub(crate) rx_gated: bool,
@@ -319,8 +363,14 @@ impl<Q: Queue> Sim<Q> {
                 cc: c.cc,
                 dcqcn: c.dcqcn,
                 timely: c.timely,
+                hpcc: c.hpcc,
+                dctcp: c.dctcp,
             })
             .collect();
+        let windowed = classes
+            .iter()
+            .any(|c| matches!(c.cc, CcAlgorithm::Hpcc | CcAlgorithm::Dctcp));
+        let base_rtt = windowed.then(|| fabric.base_rtt(config.transport.roce_mtu_bytes));
         let net = NetConfig {
             pfc_lossless: std::array::from_fn(|p| pfc.is_lossless(p as u8)),
             pfc_prios: if pfc.enabled {
@@ -389,6 +439,10 @@ impl<Q: Queue> Sim<Q> {
             classes,
             dcqcn: Vec::new(),
             timely: Vec::new(),
+            hpcc: Vec::new(),
+            dctcp: Vec::new(),
+            base_rtt,
+            ints: IntSlab::default(),
             net,
             rx_gated: false,
             flows_left: flows.len(),

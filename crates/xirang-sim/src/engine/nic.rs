@@ -9,8 +9,8 @@
 use super::event::Event;
 use super::ids::{FlowId, PortId, QpId, RouteId};
 use super::{NEVER, Sim};
-use crate::cc::{DcqcnState, TimelyState};
-use crate::packet::{Kind, Packet};
+use crate::cc::{DcqcnState, DctcpState, HpccState, TimelyState, int, var_window};
+use crate::packet::{INT_TAG, Kind, Packet};
 use crate::queue::Queue;
 use crate::time::{PS_PER_NS, PS_PER_US, Ps};
 
@@ -33,6 +33,8 @@ pub(crate) enum Cc {
     None,
     Dcqcn(u16, Box<DcqcnState>),
     Timely(u16, Box<TimelyState>),
+    Hpcc(u16, Box<HpccState>),
+    Dctcp(u16, Box<DctcpState>),
 }
 
 /// The sending half of a QP: one message of its flow.
@@ -61,6 +63,8 @@ pub(crate) struct QpTx {
     pub(crate) dst_port: PortId,
     /// This QP holds the gate's next credit, from its `next_avail` on.
     pub(crate) rx_reserved: bool,
+    /// In-flight bytes allowed at line rate, scaled by the current rate (0: no window).
+    pub(crate) win_bytes: u64,
     pub(crate) last_progress: Ps,
     pub(crate) rto_pending: bool,
     pub(crate) inc_pending: bool,
@@ -75,7 +79,17 @@ impl QpTx {
             Cc::None => self.line_bps,
             Cc::Dcqcn(_, s) => s.rc,
             Cc::Timely(_, s) => s.rate,
+            Cc::Hpcc(_, s) => s.rate,
+            Cc::Dctcp(_, s) => s.rate,
         }
+    }
+
+    /// The window stops the QP: as many bytes in flight as its rate allows (the HPCC
+    /// simulator's `IsWinBound`, checked before a packet, so one packet may overshoot).
+    #[inline]
+    pub(crate) fn win_bound(&self) -> bool {
+        self.win_bytes != 0
+            && self.snd_nxt - self.snd_una >= var_window(self.win_bytes, self.rate_bps(), self.line_bps)
     }
 }
 
@@ -93,6 +107,8 @@ pub(crate) struct QpRx {
     /// The notification point's minimum gap between CNPs; None when the QP's class does
     /// not run DCQCN (roce_np disabled on its priority).
     pub(crate) cnp_interval: Option<Ps>,
+    /// ACKs echo the CE mark of the packet they answer (DCTCP's ECN-Echo).
+    pub(crate) echo_ecn: bool,
     pub(crate) rx_expected: u64,
     pub(crate) rx_next_cnp: Ps,
     pub(crate) rx_nack_at: Ps,
@@ -154,7 +170,7 @@ impl<Q: Queue> Sim<Q> {
     }
 
     /// Queues an ACK, NACK or CNP from the receiver of `qp` back to its sender.
-    fn send_ctrl(&mut self, qp: QpId, kind: Kind, seq: u64, ts: Ps) {
+    fn send_ctrl(&mut self, qp: QpId, kind: Kind, seq: u64, ts: Ps, ce: bool) {
         let q = &self.qps_rx[qp];
         let prio = if kind == Kind::Cnp || self.net.ack_prio_high {
             self.net.cnp_prio
@@ -162,7 +178,14 @@ impl<Q: Queue> Sim<Q> {
             q.prio
         };
         let (route, slot_gen) = (q.ack_route, q.slot_gen);
-        let size = if kind == Kind::Cnp { CNP_BYTES } else { ACK_BYTES };
+        let size = if kind == Kind::Cnp {
+            CNP_BYTES
+        } else if ts & INT_TAG != 0 {
+            // The ACK carries the data packet's INT back.
+            ACK_BYTES + int::HEADER_BYTES as u16
+        } else {
+            ACK_BYTES
+        };
         let pkt = self.alloc(Packet {
             seq,
             ts,
@@ -175,7 +198,7 @@ impl<Q: Queue> Sim<Q> {
             hop: 1,
             kind,
             prio,
-            ce: false,
+            ce,
         });
         let port = self.routes.first(route);
         self.ports[port].push_q(prio as usize, pkt);
@@ -192,6 +215,7 @@ impl<Q: Queue> Sim<Q> {
             // ACK less than on a real fabric).
             self.counters[p].duplicate_request += 1;
             self.stray_packets += 1;
+            self.drop_int(pkt);
             return;
         }
         if pkt.ce {
@@ -204,10 +228,11 @@ impl<Q: Queue> Sim<Q> {
             {
                 q.rx_next_cnp = now + interval;
                 self.counters[p].np_cnp_sent += 1;
-                self.send_ctrl(qi, Kind::Cnp, 0, now);
+                self.send_ctrl(qi, Kind::Cnp, 0, now, false);
             }
         }
         let q = &mut self.qps_rx[qi];
+        let ece = pkt.ce && q.echo_ecn;
         if pkt.seq == q.rx_expected {
             q.rx_expected += u64::from(pkt.payload);
             let ack = q.rx_expected;
@@ -215,7 +240,7 @@ impl<Q: Queue> Sim<Q> {
             if complete {
                 q.rx_done = true;
             }
-            self.send_ctrl(qi, Kind::Ack, ack, pkt.ts);
+            self.send_ctrl(qi, Kind::Ack, ack, pkt.ts, ece);
             if complete {
                 self.qp_received(qi);
             }
@@ -226,7 +251,10 @@ impl<Q: Queue> Sim<Q> {
                 q.rx_nack_at = now + NACK_INTERVAL;
                 q.rx_last_nack = q.rx_expected;
                 let exp = q.rx_expected;
-                self.send_ctrl(qi, Kind::Nack, exp, pkt.ts);
+                self.send_ctrl(qi, Kind::Nack, exp, pkt.ts, ece);
+            } else {
+                // No answer: the packet's INT ends here.
+                self.drop_int(pkt);
             }
         } else {
             // A duplicate: the sender went back (NACK or timeout) or an ACK was lost. An RC
@@ -234,7 +262,15 @@ impl<Q: Queue> Sim<Q> {
             // the sender retransmitting forever.
             self.counters[p].duplicate_request += 1;
             let ack = self.qps_rx[qi].rx_expected;
-            self.send_ctrl(qi, Kind::Ack, ack, pkt.ts);
+            self.send_ctrl(qi, Kind::Ack, ack, pkt.ts, ece);
+        }
+    }
+
+    /// Returns the INT record of a packet that will not be answered or delivered.
+    #[inline]
+    pub(crate) fn drop_int(&mut self, pkt: &Packet) {
+        if let Some(i) = pkt.int_index() {
+            self.ints.give_back(i);
         }
     }
 
@@ -250,6 +286,7 @@ impl<Q: Queue> Sim<Q> {
         if q.done {
             return;
         }
+        let was_bound = q.win_bound();
         if pkt.seq > q.snd_una {
             q.snd_una = pkt.seq;
             q.last_progress = now;
@@ -265,19 +302,42 @@ impl<Q: Queue> Sim<Q> {
         }
         let q = &mut self.qps_tx[qi];
         let mut raised = false;
-        if let Cc::Timely(pi, s) = &mut q.cc {
-            let before = s.rate;
-            s.on_ack(
-                pkt.seq,
-                q.snd_nxt,
-                now.saturating_sub(pkt.ts),
-                &self.timely[*pi as usize],
-            );
-            raised = s.rate > before;
+        let mut changed = false;
+        match &mut q.cc {
+            Cc::Timely(pi, s) => {
+                let before = s.rate;
+                s.on_ack(
+                    pkt.seq,
+                    q.snd_nxt,
+                    now.saturating_sub(pkt.ts),
+                    &self.timely[*pi as usize],
+                );
+                raised = s.rate > before;
+            }
+            Cc::Hpcc(pi, s) => {
+                if let Some(i) = pkt.int_index() {
+                    let rec = self.ints.records[i as usize];
+                    changed = s.on_ack(pkt.seq, q.snd_nxt, &rec, &self.hpcc[*pi as usize]);
+                }
+            }
+            Cc::Dctcp(pi, s) => {
+                // The new rate applies from the next packet: the simulator sets it without
+                // re-timing the one already scheduled.
+                s.on_ack(pkt.seq, q.snd_nxt, pkt.ce, u64::from(q.mtu), &self.dctcp[*pi as usize]);
+            }
+            Cc::None | Cc::Dcqcn(..) => {}
         }
-        if q.snd_una >= q.size {
+        let unbound = was_bound && !self.qps_tx[qi].win_bound();
+        if self.qps_tx[qi].snd_una >= self.qps_tx[qi].size {
             self.qp_complete(qi);
-        } else if kick {
+        } else if changed {
+            // HPCC re-times the next packet both ways (the simulator's `ChangeRate`).
+            self.rate_changed(qi);
+            if unbound {
+                let sp = self.qps_tx[qi].src_port;
+                self.kick(sp);
+            }
+        } else if kick || unbound {
             let sp = self.qps_tx[qi].src_port;
             self.kick(sp);
         } else if raised {
@@ -370,7 +430,7 @@ impl<Q: Queue> Sim<Q> {
                 any_done = true;
                 continue;
             }
-            if q.snd_nxt >= q.size || q.next_avail > now {
+            if q.snd_nxt >= q.size || q.next_avail > now || q.win_bound() {
                 continue;
             }
             let prio = q.prio as usize;
@@ -411,7 +471,16 @@ impl<Q: Queue> Sim<Q> {
         let payload = (q.size - q.snd_nxt).min(u64::from(q.mtu)) as u32;
         let seq = q.snd_nxt;
         q.snd_nxt += u64::from(payload);
-        let wire = payload + header;
+        // An HPCC packet carries INT: its bytes on the wire, its record out of line.
+        let (ts, int_bytes) = match &q.cc {
+            Cc::Hpcc(pi, _) => {
+                let multi = self.hpcc[*pi as usize].multi as u8;
+                (INT_TAG | u64::from(self.ints.take(multi)), int::HEADER_BYTES)
+            }
+            _ => (now, 0),
+        };
+        let q = &mut self.qps_tx[qi];
+        let wire = payload + header + int_bytes;
         if let Cc::Dcqcn(pi, s) = &mut q.cc {
             s.on_sent(wire, &self.dcqcn[*pi as usize]);
         }
@@ -435,7 +504,7 @@ impl<Q: Queue> Sim<Q> {
         let (prio, route, slot_gen) = (q.prio, q.route, q.slot_gen);
         let pkt = self.alloc(Packet {
             seq,
-            ts: now,
+            ts,
             qp: qi,
             slot_gen,
             route,
@@ -476,7 +545,8 @@ impl<Q: Queue> Sim<Q> {
         }
         for &qi in &port.qps {
             let q = &self.qps_tx[qi];
-            if q.done || q.snd_nxt >= q.size {
+            // A window-bound QP waits for an ACK, which kicks the port.
+            if q.done || q.snd_nxt >= q.size || q.win_bound() {
                 continue;
             }
             let pause_end = port.pr[q.prio as usize].paused_until;

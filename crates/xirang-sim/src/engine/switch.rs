@@ -11,6 +11,7 @@ use super::{Dev, NEVER, Sim};
 use crate::counters::N_PRIO;
 use crate::packet::{Kind, Packet};
 use crate::queue::Queue;
+use crate::time::PS_PER_NS;
 
 /// DWRR quantum per visit: one jumbo frame, so equal-weight queues share bytes fairly.
 const DWRR_QUANTUM_BYTES: i64 = 9216;
@@ -253,6 +254,24 @@ impl<Q: Queue> Sim<Q> {
         if pkt.kind == Kind::Data && o.red_mark(o.pr[prio].egr) {
             self.counters[out].q_ecn_marked[prio] += 1;
             pkt.ce = true;
+        }
+        if pkt.kind == Kind::Data
+            && let Some(i) = pkt.int_index()
+        {
+            // HPCC's INT hop at egress dequeue (the simulator's SwitchNotifyDequeue): the
+            // port's bytes sent before this packet, its queue (every priority) after it.
+            let o = &self.ports[out];
+            let tx_bytes: u64 = o.pr.iter().map(|s| s.tx_bytes).sum();
+            let qlen: u64 = o.pr.iter().map(|s| s.egr).sum();
+            let rec = &mut self.ints.records[i as usize];
+            let hop = crate::cc::int::Hop::encode(
+                self.now / PS_PER_NS,
+                tx_bytes,
+                qlen,
+                o.rate.bps,
+                u64::from(rec.multi),
+            );
+            rec.push(hop);
         }
         if resume {
             self.send_pfc(inp, prio, false);
