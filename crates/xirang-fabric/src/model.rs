@@ -317,10 +317,7 @@ impl Fabric {
             }
         }
         let tx_ns = |gbps: f64| f64::from(payload_bytes) * 8.0 / gbps;
-        let mut kinds: Vec<(usize, u64, u64)> = attach
-            .iter()
-            .map(|&(s, d, r)| (s, d, r.to_bits()))
-            .collect();
+        let mut kinds: Vec<(usize, u64, u64)> = attach.iter().map(|&(s, d, r)| (s, d, r.to_bits())).collect();
         kinds.sort_unstable();
         kinds.dedup();
         let mut best = BaseRtt {
@@ -357,7 +354,11 @@ impl Fabric {
             // To every NIC attached to a reached switch.
             for &(t, d2, r2) in &kinds {
                 if let Some(sw) = at.get(t).copied().flatten() {
-                    keep(sw.0 + d2 as f64, sw.1 + tx_ns(f64::from_bits(r2)), sw.2.min(f64::from_bits(r2)));
+                    keep(
+                        sw.0 + d2 as f64,
+                        sw.1 + tx_ns(f64::from_bits(r2)),
+                        sw.2.min(f64::from_bits(r2)),
+                    );
                 }
             }
         }

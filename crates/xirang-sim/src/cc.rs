@@ -831,4 +831,139 @@ mod tests {
         }
         assert_eq!(steps, [100, 100, 100, 100, 100, 500, 500, 500]);
     }
+
+    fn reference_hpcc(max_stage: u32) -> Hpcc {
+        // The reference incast's fabric: T = 12 480 ns, window 156 000 B at 100 Gbit/s.
+        let p = HpccParams {
+            max_stage,
+            int_multi: 4,
+            ..HpccParams::default()
+        };
+        Hpcc::new(&p, 100e9, 12_480.0, 156_000)
+    }
+
+    /// One hop's INT at `ns`, the port having sent `bytes` in all, with `qlen` queued.
+    fn hop(ns: u64, bytes: u64, qlen: u64) -> int::Record {
+        let mut r = int::Record {
+            multi: 4,
+            ..Default::default()
+        };
+        r.push(int::Hop::encode(ns, bytes, qlen, 100e9, 4));
+        r
+    }
+
+    /// Bytes a 100 Gbit/s port sends in `ns` at `load`.
+    fn sent(ns: u64, load: f64) -> u64 {
+        (ns as f64 * 100e9 * load / 8e9) as u64
+    }
+
+    #[test]
+    fn hpcc_cuts_when_a_hop_runs_above_eta_and_adds_below_it() {
+        let p = reference_hpcc(5);
+        let mut s = HpccState::new(&p);
+        let mut seq = 1_000;
+        assert!(
+            !s.on_ack(seq, 2_000, &hop(0, 0, 0), &p),
+            "the first ACK is the baseline"
+        );
+        // A saturated hop with a standing queue: U above eta, the rate falls.
+        let (mut t, mut bytes) = (0, 0);
+        for _ in 0..20 {
+            t += 2_000;
+            bytes += sent(2_000, 1.0);
+            seq += 200_000;
+            s.on_ack(seq, seq + 1_000, &hop(t, bytes, 100_000), &p);
+        }
+        let low = s.rate;
+        assert!(low < 0.9 * p.max_bps, "{low}");
+        assert!(s.u > p.eta, "{}", s.u);
+        // An idle hop: U falls below eta; with maxStage 5 the first updates are additive.
+        let mut last = s.cur_rate;
+        let mut steps = Vec::new();
+        for _ in 0..30 {
+            t += 2_000;
+            bytes += sent(2_000, 0.2);
+            seq += 200_000;
+            s.on_ack(seq, seq + 1_000, &hop(t, bytes, 0), &p);
+            steps.push(s.cur_rate - last);
+            last = s.cur_rate;
+        }
+        assert!(s.u < p.eta, "{}", s.u);
+        assert!(s.rate > low);
+        // Once U is below eta, every five additive steps of AI are followed by one
+        // multiplicative increase (incStage reaches maxStage).
+        let additive = steps.iter().filter(|d| (**d - p.ai_bps).abs() < 1.0).count();
+        let larger = steps.iter().filter(|d| **d > p.ai_bps + 1.0).count();
+        assert!(additive >= 10 && larger >= 2, "{steps:?}");
+    }
+
+    #[test]
+    fn hpcc_fast_react_moves_the_rate_but_commits_once_per_rtt() {
+        let p = reference_hpcc(0);
+        let mut s = HpccState::new(&p);
+        s.on_ack(1_000, 100_000, &hop(0, 0, 0), &p);
+        // ACKs below the last update's snd_nxt: fast react only.
+        assert!(s.on_ack(2_000, 101_000, &hop(1_000, sent(1_000, 1.0), 200_000), &p));
+        assert!(s.rate < p.max_bps);
+        assert_eq!(s.cur_rate, p.max_bps, "not committed");
+        // The ACK past snd_nxt commits.
+        s.on_ack(100_001, 102_000, &hop(2_000, sent(2_000, 1.0), 200_000), &p);
+        assert_eq!(s.cur_rate, s.rate);
+        assert!(s.cur_rate < p.max_bps);
+    }
+
+    #[test]
+    fn int_fields_wrap_as_the_reference_encodes_them() {
+        let a = int::Hop::encode((1 << 24) - 10, (1 << 20) * 512 - 512, 0, 100e9, 4);
+        let b = int::Hop::encode((1 << 24) + 30, (1 << 20) * 512 + 1024, 1_000_000, 100e9, 4);
+        assert_eq!(b.time_delta(&a), 40);
+        assert_eq!(b.bytes_delta(&a, 4), 3 * 512);
+        assert_eq!(b.qlen_bytes(4), 1_000_000 / 320 * 320);
+    }
+
+    fn reference_dctcp() -> Dctcp {
+        Dctcp::new(&DctcpParams::default(), 100e9, 156_000)
+    }
+
+    #[test]
+    fn dctcp_alpha_converges_to_the_marked_fraction() {
+        let p = reference_dctcp();
+        let mut s = DctcpState::new(&p);
+        let mtu = 1_000;
+        // Windows of 100 packets, one in four marked.
+        let mut seq = 0;
+        for _ in 0..400 {
+            let snd_nxt = seq + 100 * mtu;
+            for k in 0..100 {
+                seq += mtu;
+                s.on_ack(seq, snd_nxt, k % 4 == 0, mtu, &p);
+            }
+        }
+        assert!((s.alpha - 0.25).abs() < 0.02, "alpha {}", s.alpha);
+    }
+
+    #[test]
+    fn dctcp_cuts_once_per_window_and_adds_when_unmarked() {
+        let p = reference_dctcp();
+        let mut s = DctcpState::new(&p);
+        let mtu = 1_000;
+        s.on_ack(mtu, 10 * mtu, false, mtu, &p);
+        let start = s.rate;
+        // Every ACK of the window marked: one cut, by alpha/2 (alpha 1 at first).
+        s.on_ack(2 * mtu, 20 * mtu, true, mtu, &p);
+        let cut = s.rate;
+        assert!((cut / start - 0.5).abs() < 0.05, "{cut} after {start}");
+        for k in 3..=20 {
+            s.on_ack(k * mtu, 20 * mtu, true, mtu, &p);
+        }
+        assert_eq!(s.rate, cut, "no second cut before the window's end");
+        // Past the window: the next marked ACK cuts again.
+        s.on_ack(21 * mtu, 40 * mtu, true, mtu, &p);
+        assert!(s.rate < cut);
+        // Unmarked windows add AI once each.
+        let r = s.rate;
+        s.on_ack(41 * mtu, 60 * mtu, false, mtu, &p);
+        s.on_ack(61 * mtu, 80 * mtu, false, mtu, &p);
+        assert!((s.rate - (r + 2.0 * p.ai_bps)).abs() < 1.0, "{} vs {}", s.rate, r);
+    }
 }

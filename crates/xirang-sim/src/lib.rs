@@ -247,7 +247,7 @@ fn collect<Q: queue::Queue>(loaded: &Loaded, ex: &workload::Expanded, sim: &Sim<
         })
         .collect();
     let counters = sim.named_counters();
-    let (n, bytes, data) = sim.in_flight();
+    let (n, bytes, data, int_packets) = sim.in_flight();
     let stats = RunStats {
         sim_time_ps: sim.now(),
         events: sim.events,
@@ -261,6 +261,8 @@ fn collect<Q: queue::Queue>(loaded: &Loaded, ex: &workload::Expanded, sim: &Sim<
         packets_in_flight_at_end: n,
         bytes_in_flight_at_end: bytes,
         data_bytes_in_flight_at_end: data,
+        int_packets_at_end: int_packets,
+        int_records_at_end: sim.ints.live,
         ledger: sim.ledger,
     };
     let rate_series = sim

@@ -141,6 +141,13 @@ pub struct RunStats {
     pub bytes_in_flight_at_end: u64,
     /// Data payload bytes of those packets.
     pub data_bytes_in_flight_at_end: u64,
+    /// Of those packets, the ones carrying an INT record (HPCC).
+    #[serde(skip)]
+    pub int_packets_at_end: usize,
+    /// INT records not returned at the end: one per packet carrying one, or the engine
+    /// leaked (or double-freed) a record.
+    #[serde(skip)]
+    pub int_records_at_end: usize,
     /// Conservation ledger.
     pub ledger: Ledger,
 }
@@ -474,6 +481,12 @@ impl RunResult {
                 l.data_delivered_bytes,
                 l.data_dropped_bytes,
                 s.data_bytes_in_flight_at_end
+            ));
+        }
+        if s.int_records_at_end != s.int_packets_at_end {
+            errors.push(format!(
+                "INT records: {} outstanding for {} packets carrying one",
+                s.int_records_at_end, s.int_packets_at_end
             ));
         }
         for f in &self.flows {

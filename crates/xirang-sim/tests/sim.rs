@@ -205,10 +205,11 @@ fn pfc_ports(text: &str) -> BTreeSet<(String, String)> {
         .collect()
 }
 
-/// Acceptance 8: fidelity against the HPCC ns-3 simulator on its own incast run.
+/// Acceptance 8 (and the HPCC/DCTCP issue's acceptance 1): fidelity against the HPCC ns-3
+/// simulator on its own incast run, for each of its four congestion controls.
 #[test]
 fn matches_the_hpcc_simulator_on_incast16_4mb() {
-    for cc in ["dcqcn", "timely"] {
+    for cc in ["dcqcn", "timely", "hpcc", "dctcp"] {
         let l = load_file(&format!("../../scenarios/reference/incast16-4mb-{cc}.toml"));
         let r = run(&l, &options(&l));
         let ours = fcts(&r.fct_hpcc());
@@ -240,6 +241,62 @@ fn matches_the_hpcc_simulator_on_incast16_4mb() {
         );
         assert_eq!(pfc_ports(&r.pfc_hpcc(0)), theirs_pfc, "{cc}: PFC locations");
     }
+}
+
+/// Acceptance (HPCC/DCTCP issue) 3: DCQCN, TIMELY, HPCC and DCTCP classes share one
+/// incast through a leaf-spine fabric: bytes and INT records are conserved (checked by
+/// `run`), PFC keeps it lossless, every class finishes, and a rerun is identical.
+#[test]
+fn four_congestion_controls_share_a_run_conserved_and_deterministic() {
+    let mut text = String::from(
+        r#"
+[topology.leaf_spine]
+leaves = 2
+spines = 2
+hosts_per_leaf = 4
+host_rate_gbps = 100
+fabric_rate_gbps = 100
+
+[config.ecn.leaf]
+kmin_bytes = 100_000
+kmax_bytes = 400_000
+pmax = 0.2
+
+[config.ecn.spine]
+kmin_bytes = 100_000
+kmax_bytes = 400_000
+pmax = 0.2
+"#,
+    );
+    let ccs = ["dcqcn", "timely", "hpcc", "dctcp"];
+    for (i, cc) in ccs.iter().enumerate() {
+        text.push_str(&format!(
+            "\n[config.classes.{cc}]\npriority = {}\ncc = \"{cc}\"\n",
+            [3, 4, 3, 4][i]
+        ));
+    }
+    for (i, cc) in ccs.iter().enumerate() {
+        text.push_str(&format!(
+            "\n[workloads.{cc}.flows]\nclass = \"{cc}\"\nlist = [\n  {{ src = \"h{}\", dst = \"h0\", bytes = 2_000_000, start_us = 0 }},\n  {{ src = \"h{}\", dst = \"h1\", bytes = 1_000_000, start_us = 20 }},\n]\n",
+            4 + i,
+            [2, 3, 5, 6][i]
+        ));
+    }
+    let l = load_text(&text, Path::new("."));
+    let r = run(&l, &options(&l));
+    assert_eq!(r.summary().drops, 0, "PFC keeps the lossless priorities lossless");
+    for f in &r.flows {
+        assert!(
+            f.fct_ps.is_some() && f.bytes_received == f.bytes,
+            "flow {} unfinished",
+            f.id
+        );
+        assert!(f.fct_ps.unwrap() >= f.lower_bound_ps);
+    }
+    let again = run(&l, &options(&l));
+    assert_eq!(r.fct_hpcc(), again.fct_hpcc());
+    assert_eq!(r.counters_csv(), again.counters_csv());
+    assert_eq!(r.pfc_hpcc(0), again.pfc_hpcc(0));
 }
 
 /// Inference traffic: request latency is measured and reported per workload.
@@ -312,7 +369,7 @@ list = [
         fn random_runs_conserve_and_respect_bounds(
             flows in proptest::collection::vec((any::<u8>(), any::<u8>(), 1u32..3_000_000, 0u16..200), 1..12),
             pfc in any::<bool>(),
-            cc in prop::sample::select(vec!["dcqcn", "timely", "none"]),
+            cc in prop::sample::select(vec!["dcqcn", "timely", "hpcc", "dctcp", "none"]),
             buffer_kib in 512u32..8192,
         ) {
             let text = scenario(&flows, pfc, cc, buffer_kib);

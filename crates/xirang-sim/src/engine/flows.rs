@@ -265,7 +265,10 @@ impl<Q: Queue> Sim<Q> {
             }
             CcAlgorithm::Dctcp => {
                 let b = self.base_rtt.expect("computed when a class runs DCTCP");
-                let idx = intern(&mut self.dctcp, Dctcp::new(&class.dctcp, line_bps, b.max_bdp_bytes));
+                let idx = intern(
+                    &mut self.dctcp,
+                    Dctcp::new(&class.dctcp, line_bps, b.max_bdp_bytes),
+                );
                 (CcParams::Dctcp(idx), None)
             }
         };

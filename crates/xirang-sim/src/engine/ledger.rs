@@ -114,10 +114,11 @@ impl<Q: Queue> Sim<Q> {
 
     /// What is still in the network: (packets, bytes, data payload bytes), counted by
     /// walking every queue and link, independently of the ledger.
-    pub(crate) fn in_flight(&self) -> (usize, u64, u64) {
-        let (mut n, mut bytes, mut data) = (0usize, 0u64, 0u64);
+    pub(crate) fn in_flight(&self) -> (usize, u64, u64, usize) {
+        let (mut n, mut bytes, mut data, mut int) = (0usize, 0u64, 0u64, 0usize);
         let mut count = |k: &Packet| {
             n += 1;
+            int += usize::from(k.int_index().is_some());
             bytes += u64::from(k.size);
             if k.kind == Kind::Data {
                 data += u64::from(k.payload);
@@ -132,6 +133,6 @@ impl<Q: Queue> Sim<Q> {
         for link in self.links.iter() {
             link.in_flight.iter().for_each(|(_, k)| count(k));
         }
-        (n, bytes, data)
+        (n, bytes, data, int)
     }
 }

@@ -125,7 +125,8 @@ impl IntSlab {
             }
             None => {
                 self.records.push(rec);
-                u32::try_from(self.records.len() - 1).expect("invariant: fewer than 2^32 INT records in flight")
+                u32::try_from(self.records.len() - 1)
+                    .expect("invariant: fewer than 2^32 INT records in flight")
             }
         }
     }

@@ -323,7 +323,13 @@ impl<Q: Queue> Sim<Q> {
             Cc::Dctcp(pi, s) => {
                 // The new rate applies from the next packet: the simulator sets it without
                 // re-timing the one already scheduled.
-                s.on_ack(pkt.seq, q.snd_nxt, pkt.ce, u64::from(q.mtu), &self.dctcp[*pi as usize]);
+                s.on_ack(
+                    pkt.seq,
+                    q.snd_nxt,
+                    pkt.ce,
+                    u64::from(q.mtu),
+                    &self.dctcp[*pi as usize],
+                );
             }
             Cc::None | Cc::Dcqcn(..) => {}
         }
