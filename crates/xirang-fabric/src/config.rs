@@ -355,11 +355,11 @@ pub struct TrafficClass {
     /// TIMELY parameters (used when `cc = "timely"`).
     #[serde(default)]
     pub timely: TimelyParams,
-    /// HPCC parameters (used when `cc = "hpcc"`).
-    #[serde(default)]
+    /// HPCC parameters (used when `cc = "hpcc"`; written out only when set).
+    #[serde(default, skip_serializing_if = "HpccParams::is_default")]
     pub hpcc: HpccParams,
-    /// DCTCP parameters (used when `cc = "dctcp"`).
-    #[serde(default)]
+    /// DCTCP parameters (used when `cc = "dctcp"`; written out only when set).
+    #[serde(default, skip_serializing_if = "DctcpParams::is_default")]
     pub dctcp: DctcpParams,
 }
 
@@ -555,6 +555,13 @@ pub struct HpccParams {
     pub int_multi: u32,
 }
 
+impl HpccParams {
+    /// Whether every field has its default.
+    pub fn is_default(&self) -> bool {
+        *self == HpccParams::default()
+    }
+}
+
 impl Default for HpccParams {
     fn default() -> Self {
         HpccParams {
@@ -581,6 +588,13 @@ pub struct DctcpParams {
     pub ai_mbps: f64,
     /// Rate floor, Mbit/s. Default 1000.
     pub min_rate_mbps: f64,
+}
+
+impl DctcpParams {
+    /// Whether every field has its default.
+    pub fn is_default(&self) -> bool {
+        *self == DctcpParams::default()
+    }
 }
 
 impl Default for DctcpParams {

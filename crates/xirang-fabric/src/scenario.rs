@@ -974,6 +974,24 @@ impl Scenario {
                 d.error(&at.key(k), "expected at least 1".to_string());
             }
         }
+        if t.algorithms.is_empty() {
+            d.error(
+                &at.key("algorithms"),
+                "expected at least one algorithm".to_string(),
+            );
+        }
+        for (i, a) in t.algorithms.iter().enumerate() {
+            if !crate::tune::SEARCHABLE_ALGORITHMS.contains(a) {
+                d.error(
+                    &at.key("algorithms").index(i),
+                    format!(
+                        "`{}`: expected one of {}",
+                        a.as_str(),
+                        crate::tune::SEARCHABLE_ALGORITHMS.map(|a| a.as_str()).join(", ")
+                    ),
+                );
+            }
+        }
         if !(0.0..=1.0).contains(&t.max_pause_ratio) {
             d.error(
                 &at.key("max_pause_ratio"),
@@ -1007,7 +1025,13 @@ impl Scenario {
                     }
                     for c in &p.choices {
                         if !crate::tune::SEARCHABLE_ALGORITHMS.iter().any(|a| a.as_str() == c) {
-                            d.error(&pat.key("choices"), format!("`{c}`: expected dcqcn or timely"));
+                            d.error(
+                                &pat.key("choices"),
+                                format!(
+                                    "`{c}`: expected one of {}",
+                                    crate::tune::SEARCHABLE_ALGORITHMS.map(|a| a.as_str()).join(", ")
+                                ),
+                            );
                         }
                     }
                 }
@@ -1522,6 +1546,37 @@ impl FabricConfig {
                 ("min_rtt_us", t.min_rtt_us),
                 ("min_rate_mbps", t.min_rate_mbps),
             ] {
+                if !(v.is_finite() && v > 0.0) {
+                    d.error(&tat.key(k), format!("expected a value > 0, found {v}"));
+                }
+            }
+            let h = &c.hpcc;
+            let hat = cat.key("hpcc");
+            if !(h.eta > 0.0 && h.eta <= 1.0) {
+                d.error(
+                    &hat.key("eta"),
+                    format!("expected a target utilisation in (0, 1], found {}", h.eta),
+                );
+            }
+            for (k, v) in [("ai_mbps", h.ai_mbps), ("min_rate_mbps", h.min_rate_mbps)] {
+                if !(v.is_finite() && v > 0.0) {
+                    d.error(&hat.key(k), format!("expected a value > 0, found {v}"));
+                }
+            }
+            // The INT record holds the multiplier in a byte; the simulator's INT_MULTI is the
+            // NIC rate / 25 Gbit/s, 16 at 400 Gbit/s.
+            if h.int_multi > u32::from(u8::MAX) {
+                d.error(
+                    &hat.key("int_multi"),
+                    format!("expected 0 (from the NIC rate) or 1..255, found {}", h.int_multi),
+                );
+            }
+            let t = &c.dctcp;
+            let tat = cat.key("dctcp");
+            if !(t.g > 0.0 && t.g <= 1.0) {
+                d.error(&tat.key("g"), format!("expected a gain in (0, 1], found {}", t.g));
+            }
+            for (k, v) in [("ai_mbps", t.ai_mbps), ("min_rate_mbps", t.min_rate_mbps)] {
                 if !(v.is_finite() && v > 0.0) {
                     d.error(&tat.key(k), format!("expected a value > 0, found {v}"));
                 }

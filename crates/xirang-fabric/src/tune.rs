@@ -7,7 +7,7 @@
 //! (`classes.training.dcqcn.rpg_ai_rate_mbps`, `ecn.leaf.kmin_bytes`,
 //! `transport.qps_per_connection`), so any numeric setting can be searched. Two names are
 //! not plain paths: `classes.<class>.cc` picks the congestion-control algorithm
-//! (`dcqcn` or `timely`), and `ecn.<tier>.kmax_ratio` sets Kmax as a multiple of Kmin so
+//! (`dcqcn`, `timely`, `hpcc` or `dctcp`), and `ecn.<tier>.kmax_ratio` sets Kmax as a multiple of Kmin so
 //! that a search cannot put Kmax below Kmin.
 
 use std::collections::BTreeMap;
@@ -38,6 +38,11 @@ pub struct TuneSpec {
     pub max_pause_ratio: f64,
     /// Include the built-in search space.
     pub builtin_space: bool,
+    /// Algorithms the fabric can run, which the built-in space chooses from per class:
+    /// HPCC needs switches and NICs with in-band network telemetry, DCTCP a host transport
+    /// that implements it. Default `dcqcn` and `timely`.
+    #[serde(skip_serializing_if = "is_default_algorithms")]
+    pub algorithms: Vec<CcAlgorithm>,
     /// Parameters to add to the search space, or to narrow built-in ones of the same name.
     #[serde(rename = "param", skip_serializing_if = "Vec::is_empty")]
     pub params: Vec<ParamSpec>,
@@ -66,9 +71,18 @@ impl Default for TuneSpec {
             weights: BTreeMap::new(),
             max_pause_ratio: DEFAULT_MAX_PAUSE_RATIO,
             builtin_space: true,
+            algorithms: DEFAULT_ALGORITHMS.to_vec(),
             params: Vec::new(),
         }
     }
+}
+
+/// Algorithms a tune chooses from unless the scenario says its fabric runs others:
+/// DCQCN (mlx5 firmware, SONiC ECN) and TIMELY (MISSION 2.1).
+pub const DEFAULT_ALGORITHMS: [CcAlgorithm; 2] = [CcAlgorithm::Dcqcn, CcAlgorithm::Timely];
+
+fn is_default_algorithms(a: &[CcAlgorithm]) -> bool {
+    a == DEFAULT_ALGORITHMS
 }
 
 /// One searched parameter.
@@ -86,7 +100,7 @@ pub struct ParamSpec {
     /// Search the logarithm (for ranges spanning orders of magnitude).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub log: bool,
-    /// Values to choose from (`classes.<class>.cc`: `dcqcn`, `timely`).
+    /// Values to choose from (`classes.<class>.cc`: `dcqcn`, `timely`, `hpcc`, `dctcp`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub choices: Vec<String>,
 }
@@ -123,20 +137,38 @@ impl std::fmt::Display for ParamValue {
 }
 
 /// Algorithms a search may choose (`none` is never a tuning result).
-pub const SEARCHABLE_ALGORITHMS: [CcAlgorithm; 2] = [CcAlgorithm::Dcqcn, CcAlgorithm::Timely];
+pub const SEARCHABLE_ALGORITHMS: [CcAlgorithm; 4] = [
+    CcAlgorithm::Dcqcn,
+    CcAlgorithm::Timely,
+    CcAlgorithm::Hpcc,
+    CcAlgorithm::Dctcp,
+];
 
 fn tier_of(name: &str) -> Option<Tier> {
     Tier::ALL.into_iter().find(|t| t.as_str() == name)
 }
 
-/// The configuration as a TOML tree with every tier's ECN profile written out, so that
-/// `ecn.<tier>.*` paths exist.
+/// The configuration as a TOML tree with every tier's ECN profile and every class's HPCC
+/// and DCTCP parameters written out (a configuration omits them at their defaults), so
+/// that `ecn.<tier>.*` and `classes.<class>.{hpcc,dctcp}.*` paths exist.
 fn tree(config: &FabricConfig, tiers: &[Tier]) -> toml::Value {
     let mut c = config.clone();
     for t in tiers {
         c.ecn.set(*t, c.ecn.profile(*t));
     }
-    toml::Value::try_from(&c).expect("invariant: the configuration serializes to TOML")
+    let mut v = toml::Value::try_from(&c).expect("invariant: the configuration serializes to TOML");
+    for (name, class) in &c.classes {
+        if let Some(t) = lookup_mut(&mut v, &format!("classes.{name}")).and_then(|x| x.as_table_mut()) {
+            for (key, params) in [
+                ("hpcc", toml::Value::try_from(class.hpcc)),
+                ("dctcp", toml::Value::try_from(class.dctcp)),
+            ] {
+                t.entry(key)
+                    .or_insert_with(|| params.expect("invariant: parameters serialize to TOML"));
+            }
+        }
+    }
+    v
 }
 
 fn lookup<'a>(v: &'a toml::Value, path: &str) -> Option<&'a toml::Value> {
@@ -221,7 +253,12 @@ pub fn apply(
                 let a = SEARCHABLE_ALGORITHMS
                     .into_iter()
                     .find(|a| a.as_str() == c)
-                    .ok_or_else(|| format!("{name}: `{c}` is not dcqcn or timely"))?;
+                    .ok_or_else(|| {
+                        format!(
+                            "{name}: `{c}` is not one of {}",
+                            SEARCHABLE_ALGORITHMS.map(|a| a.as_str()).join(", ")
+                        )
+                    })?;
                 algorithms.push((class, a));
             }
             (["ecn", tier, "kmax_ratio"], ParamValue::Number(r)) => ratios.push((tier, *r)),

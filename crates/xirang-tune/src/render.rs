@@ -258,6 +258,22 @@ pub fn mlx5_script(cx: &Context<'_>) -> Artifact {
             "# NOTE: class `{n}` (priority {p}) was tuned with TIMELY, which mlx5 firmware does not\n#   implement; its priority is left as it is. Deploy it on a stack with RTT-based congestion\n#   control, or tune again with `classes.{n}.cc` fixed to dcqcn."
         );
     }
+    for (n, p) in &cx.classes_on(CcAlgorithm::Hpcc) {
+        let h = cx.config.classes[n].hpcc;
+        let _ = writeln!(
+            s,
+            "# NOTE: class `{n}` (priority {p}) was tuned with HPCC (eta {}, maxStage {}, AI {} Mbit/s). HPCC\n#   needs in-band network telemetry from every switch on the path and a NIC congestion\n#   control that reads it; the DCQCN knobs written here do not configure it, and its\n#   priority is left as it is. Deploy it only where switches and NICs support INT-based\n#   HPCC, or tune again with `classes.{n}.cc` fixed to dcqcn.",
+            h.eta, h.max_stage, h.ai_mbps
+        );
+    }
+    for (n, p) in &cx.classes_on(CcAlgorithm::Dctcp) {
+        let d = cx.config.classes[n].dctcp;
+        let _ = writeln!(
+            s,
+            "# NOTE: class `{n}` (priority {p}) was tuned with DCTCP (g {}, AI {} Mbit/s), a host transport's\n#   window control on ECN echoes, which mlx5 firmware does not run; its priority is left as\n#   it is. The switches' step marking is in apply-sonic.sh; the hosts need a transport\n#   that implements DCTCP.",
+            d.g, d.ai_mbps
+        );
+    }
     s.push_str(
         "#\n# Usage:  mlx5-congestion.sh IF...            dry run: prints every change, writes nothing\n#         mlx5-congestion.sh --apply IF...    writes; saves the previous values first\n#         mlx5-congestion.sh --rollback FILE  writes back the values saved in FILE\n# Roll back: --apply saves every value it replaces to mlx5-congestion.rollback (or\n# $XIRANG_ROLLBACK) before writing; run --rollback with that file. It refuses to overwrite\n# an existing rollback file, and refuses an interface without ecn/roce_rp and ecn/roce_np\n# (not an mlx5 physical function under MLNX_OFED).\n# The values take effect at once and last until reboot; mlxconfig makes them permanent.\n\n",
     );

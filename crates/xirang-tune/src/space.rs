@@ -4,7 +4,8 @@
 use serde::Serialize;
 use xirang_fabric::Loaded;
 use xirang_fabric::config::{
-    CcAlgorithm, DcqcnParams, EcnConfig, FabricConfig, RedProfile, TimelyParams, TransportConfig,
+    CcAlgorithm, DcqcnParams, DctcpParams, EcnConfig, FabricConfig, HpccParams, RedProfile, TimelyParams,
+    TransportConfig,
 };
 use xirang_fabric::model::Tier;
 use xirang_fabric::tune::{ParamKind, ParamSpec, ParamValue, param_kind};
@@ -101,13 +102,17 @@ pub fn builtin(loaded: &Loaded) -> Vec<Param> {
     const DCQCN: &str = "congestion-control.md §1.4-1.5 (firmware default, DCQCN paper, published tuning)";
     const TIMELY: &str = "congestion-control.md §2 (TIMELY paper and HPCC simulator)";
     const ECN: &str = "congestion-control.md §5 (5 KB in the DCQCN paper to SONiC's 2 MB)";
+    const HPCC: &str = "congestion-control.md §3 (HPCC paper: eta 95 %, maxStage 5; the HPCC simulator: maxStage 0, AI 40 Mbit/s at 100 Gbit/s)";
+    const DCTCP: &str = "reference-scenarios/SOURCE.md (the HPCC simulator's DCTCP: g 1/16, AI 615 Mbit/s)";
+    let algorithms = &loaded.scenario.tune.algorithms;
+    let runs = |a: CcAlgorithm| algorithms.contains(&a);
     let mut v = Vec::new();
     for c in active_classes(loaded) {
         let p = |k: &str| format!("classes.{c}.{k}");
         v.push(Param {
             name: p("cc"),
-            domain: Domain::Choice(vec!["dcqcn".into(), "timely".into()]),
-            source: "MISSION 2.1: DCQCN or TIMELY per traffic class",
+            domain: Domain::Choice(algorithms.iter().map(|a| a.as_str().to_string()).collect()),
+            source: "MISSION 2.1: an algorithm per traffic class, among those the fabric runs ([tune] algorithms)",
         });
         // The firmware takes whole numbers (µs, Mbit/s, percent): the search does too, so
         // that what it judged is what `mlx5-congestion.sh` writes.
@@ -128,6 +133,15 @@ pub fn builtin(loaded: &Loaded) -> Vec<Param> {
         v.push(num(p("timely.t_high_us"), 50.0, 1000.0, true, false, TIMELY));
         v.push(num(p("timely.beta"), 0.1, 0.9, false, false, TIMELY));
         v.push(num(p("timely.add_step_mbps"), 10.0, 1000.0, true, false, TIMELY));
+        if runs(CcAlgorithm::Hpcc) {
+            v.push(num(p("hpcc.eta"), 0.8, 0.99, false, false, HPCC));
+            v.push(num(p("hpcc.max_stage"), 0.0, 5.0, false, true, HPCC));
+            v.push(num(p("hpcc.ai_mbps"), 5.0, 400.0, true, false, HPCC));
+        }
+        if runs(CcAlgorithm::Dctcp) {
+            v.push(num(p("dctcp.g"), 1.0 / 256.0, 0.25, true, false, DCTCP));
+            v.push(num(p("dctcp.ai_mbps"), 50.0, 2000.0, true, false, DCTCP));
+        }
     }
     for t in loaded.fabric.tiers() {
         let p = |k: &str| format!("ecn.{}.{k}", t.as_str());
@@ -157,7 +171,7 @@ pub fn space(loaded: &Loaded) -> Vec<Param> {
     };
     let tiers = loaded.fabric.tiers();
     for p in &spec.params {
-        let param = from_spec(&loaded.scenario.config, &tiers, p);
+        let param = from_spec(&loaded.scenario.config, &tiers, p, &spec.algorithms);
         match v.iter_mut().find(|x| x.name == p.name) {
             Some(slot) => *slot = param,
             None => v.push(param),
@@ -166,12 +180,12 @@ pub fn space(loaded: &Loaded) -> Vec<Param> {
     v
 }
 
-fn from_spec(config: &FabricConfig, tiers: &[Tier], p: &ParamSpec) -> Param {
+fn from_spec(config: &FabricConfig, tiers: &[Tier], p: &ParamSpec, algorithms: &[CcAlgorithm]) -> Param {
     // The scenario was validated: the kind resolves and numeric ranges are present.
     let kind = param_kind(config, tiers, &p.name).unwrap_or(ParamKind::Real);
     let domain = match kind {
         ParamKind::Algorithm => Domain::Choice(if p.choices.is_empty() {
-            vec!["dcqcn".into(), "timely".into()]
+            algorithms.iter().map(|a| a.as_str().to_string()).collect()
         } else {
             p.choices.clone()
         }),
@@ -210,6 +224,8 @@ pub fn vendor(config: &FabricConfig) -> FabricConfig {
         class.cc = CcAlgorithm::Dcqcn;
         class.dcqcn = DcqcnParams::default();
         class.timely = TimelyParams::default();
+        class.hpcc = HpccParams::default();
+        class.dctcp = DctcpParams::default();
     }
     c.ecn = EcnConfig::default();
     c.transport.qps_per_connection = TransportConfig::default().qps_per_connection;
@@ -285,7 +301,12 @@ pub fn effective(
         .iter()
         .map(|(name, v)| {
             let segs: Vec<&str> = name.split('.').collect();
-            if let ["classes", class, algo @ ("dcqcn" | "timely"), _] = segs.as_slice()
+            if let [
+                "classes",
+                class,
+                algo @ ("dcqcn" | "timely" | "hpcc" | "dctcp"),
+                _,
+            ] = segs.as_slice()
                 && algorithm(class).is_some_and(|a| a != *algo)
                 && let Some((_, vv)) = vendor.iter().find(|(n, _)| n == name)
             {
@@ -294,4 +315,64 @@ pub fn effective(
             (name.clone(), v.clone())
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+    use xirang_fabric::scenario::Scenario;
+
+    fn default_scenario() -> Loaded {
+        Scenario::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/default.toml"))
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn names(space: &[Param]) -> Vec<&str> {
+        space.iter().map(|p| p.name.as_str()).collect()
+    }
+
+    #[test]
+    fn hpcc_and_dctcp_are_offered_only_where_the_fabric_runs_them() {
+        let mut l = default_scenario();
+        let plain = builtin(&l);
+        assert!(
+            !names(&plain)
+                .iter()
+                .any(|n| n.contains(".hpcc.") || n.contains(".dctcp."))
+        );
+        let cc = plain.iter().find(|p| p.name.ends_with(".cc")).unwrap();
+        assert_eq!(cc.domain, Domain::Choice(vec!["dcqcn".into(), "timely".into()]));
+
+        l.scenario.tune.algorithms = xirang_fabric::tune::SEARCHABLE_ALGORITHMS.to_vec();
+        let all = builtin(&l);
+        for k in [
+            "hpcc.eta",
+            "hpcc.max_stage",
+            "hpcc.ai_mbps",
+            "dctcp.g",
+            "dctcp.ai_mbps",
+        ] {
+            assert!(names(&all).iter().any(|n| n.ends_with(k)), "{k} missing");
+        }
+        let cc = all.iter().find(|p| p.name.ends_with(".cc")).unwrap();
+        assert_eq!(
+            cc.domain,
+            Domain::Choice(vec![
+                "dcqcn".into(),
+                "timely".into(),
+                "hpcc".into(),
+                "dctcp".into()
+            ])
+        );
+        // Every offered parameter names a real setting of the configuration.
+        let tiers = l.fabric.tiers();
+        for p in &all {
+            assert!(
+                param_kind(&l.scenario.config, &tiers, &p.name).is_ok(),
+                "{}",
+                p.name
+            );
+        }
+    }
 }

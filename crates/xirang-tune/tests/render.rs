@@ -506,3 +506,30 @@ fn apply_sonic_takes_only_a_rendered_tier() {
         .unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
 }
+
+/// A recommendation on HPCC or DCTCP says plainly that mlx5's DCQCN knobs do not run it,
+/// and what each needs, instead of writing knobs that would not apply.
+#[test]
+fn hpcc_and_dctcp_classes_are_flagged_in_the_nic_script() {
+    let l = loaded();
+    let cx = context(&l);
+    let mut c = cx.config.clone();
+    c.classes.get_mut("inference").unwrap().cc = CcAlgorithm::Hpcc;
+    c.classes.get_mut("training").unwrap().cc = CcAlgorithm::Dctcp;
+    let config: &'static _ = Box::leak(Box::new(c));
+    let cx = Context { config, ..cx };
+    let text = render::mlx5_script(&cx).text;
+    assert!(
+        text.contains("class `inference` (priority 4) was tuned with HPCC"),
+        "{text}"
+    );
+    assert!(
+        text.contains("in-band network telemetry from every switch"),
+        "{text}"
+    );
+    assert!(
+        text.contains("class `training` (priority 3) was tuned with DCTCP"),
+        "{text}"
+    );
+    assert!(text.contains("No traffic class uses DCQCN"), "{text}");
+}

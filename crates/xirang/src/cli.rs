@@ -685,6 +685,10 @@ pub(crate) enum HpccCc {
     Dcqcn,
     /// TIMELY.
     Timely,
+    /// HPCC.
+    Hpcc,
+    /// DCTCP.
+    Dctcp,
 }
 
 /// Parses `20ms`, `500us`, `1.5s`, `800ns` (or a bare number of µs) into µs.

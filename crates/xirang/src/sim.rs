@@ -17,11 +17,15 @@ use crate::cmd::write_atomic;
 /// The reference settings for runs on HPCC input files: the shipped reference scenarios.
 const REFERENCE_DCQCN: &str = include_str!("../../../scenarios/reference/incast16-4mb-dcqcn.toml");
 const REFERENCE_TIMELY: &str = include_str!("../../../scenarios/reference/incast16-4mb-timely.toml");
+const REFERENCE_HPCC: &str = include_str!("../../../scenarios/reference/incast16-4mb-hpcc.toml");
+const REFERENCE_DCTCP: &str = include_str!("../../../scenarios/reference/incast16-4mb-dctcp.toml");
 
 fn load_hpcc(topo: &Path, flows: &Path, cc: HpccCc) -> Result<Loaded> {
     let template = match cc {
         HpccCc::Dcqcn => REFERENCE_DCQCN,
         HpccCc::Timely => REFERENCE_TIMELY,
+        HpccCc::Hpcc => REFERENCE_HPCC,
+        HpccCc::Dctcp => REFERENCE_DCTCP,
     };
     let mut s = Scenario::parse(template, Path::new("<reference settings>"))?;
     let abs = |p: &Path| -> Result<String> {
@@ -44,6 +48,8 @@ fn load_hpcc(topo: &Path, flows: &Path, cc: HpccCc) -> Result<Loaded> {
         match cc {
             HpccCc::Dcqcn => "dcqcn",
             HpccCc::Timely => "timely",
+            HpccCc::Hpcc => "hpcc",
+            HpccCc::Dctcp => "dctcp",
         }
     );
     Ok(s.build(topo, Path::new("."), None)?)
