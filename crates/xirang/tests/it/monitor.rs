@@ -596,6 +596,100 @@ fn make_certs(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf, std::path:
     (p("ca.crt"), p("server.crt"), p("server.key"))
 }
 
+/// A client certificate signed by `make_certs`'s CA in `dir`: (certificate, key).
+fn make_client_cert(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let p = |n: &str| dir.join(n);
+    must(Command::new("openssl").args([
+        "req",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+        "-keyout",
+        p("client.key").to_str().unwrap(),
+        "-out",
+        p("client.csr").to_str().unwrap(),
+        "-subj",
+        "/CN=prometheus",
+    ]));
+    std::fs::write(
+        p("client.ext"),
+        "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=clientAuth\n",
+    )
+    .unwrap();
+    must(Command::new("openssl").args([
+        "x509",
+        "-req",
+        "-in",
+        p("client.csr").to_str().unwrap(),
+        "-CA",
+        p("ca.crt").to_str().unwrap(),
+        "-CAkey",
+        p("ca.key").to_str().unwrap(),
+        "-CAcreateserial",
+        "-out",
+        p("client.crt").to_str().unwrap(),
+        "-days",
+        "2",
+        "-extfile",
+        p("client.ext").to_str().unwrap(),
+    ]));
+    (p("client.crt"), p("client.key"))
+}
+
+/// `client_auth_type: RequireAndVerifyClientCert`: a client without a certificate signed
+/// by `client_ca_file` is refused at the handshake; one with it is served. Relative file
+/// names are read beside the web config.
+#[test]
+fn required_client_certificates_are_verified() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ca, _, _) = make_certs(dir.path());
+    let (client_cert, client_key) = make_client_cert(dir.path());
+    let web = dir.path().join("web.yml");
+    std::fs::write(
+        &web,
+        "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: ca.crt\n",
+    )
+    .unwrap();
+    let procfs = root().join("crates/xirang-host/test_data/sysfs/procfs");
+    let port = free_port();
+    let _agent = Guard(
+        Command::new(env!("CARGO_BIN_EXE_xirang"))
+            .args(["monitor", "--root", procfs.to_str().unwrap(), "--interval", "1s"])
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .args(["--web-config", web.to_str().unwrap()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let url = format!("https://127.0.0.1:{port}/metrics");
+    let ca_s = ca.to_str().unwrap();
+    let with_cert = [
+        "--cacert",
+        ca_s,
+        "--cert",
+        client_cert.to_str().unwrap(),
+        "--key",
+        client_key.to_str().unwrap(),
+    ];
+    let t0 = Instant::now();
+    while curl(&with_cert, &url) != (true, "200".into()) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the agent did not answer at {url}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (ok, code) = curl(&["--cacert", ca_s], &url);
+    assert!(
+        !ok && code != "200",
+        "served without a client certificate: {code}"
+    );
+    assert_eq!(curl(&with_cert, &url), (true, "200".into()));
+}
+
 /// `curl` of a URL: its exit status and the HTTP status it printed.
 fn curl(args: &[&str], url: &str) -> (bool, String) {
     let o = Command::new("curl")
