@@ -7,7 +7,8 @@
 //! - [`alerts`]: threshold rules over the signals;
 //! - [`history`]: the local SQLite history (raw samples, 1-minute roll-ups, retention,
 //!   bounded size, crash-safe);
-//! - [`replay`]: a simulator output directory as a series of rounds.
+//! - [`replay`]: a simulator output directory as a series of rounds;
+//! - [`web`]: the exporter-toolkit web configuration (TLS, basic authentication).
 
 pub mod alerts;
 pub mod collect;
@@ -15,3 +16,4 @@ pub mod expose;
 pub mod history;
 pub mod replay;
 pub mod serve;
+pub mod web;

@@ -1,6 +1,7 @@
 //! The agent: a sampling thread (collector → alert rules → history) and an HTTP server
 //! with `/metrics` (Prometheus text, or OpenMetrics when the scraper asks for it) and
-//! `/healthz`, on loopback by default.
+//! `/healthz`, on loopback by default; over TLS and behind basic authentication when a
+//! web configuration ([`crate::web`]) says so.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -8,8 +9,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use xirang_telemetry::metric::Metric;
@@ -19,9 +21,18 @@ use crate::alerts::{Evaluator, Rule, alert_points};
 use crate::collect::{Collector, Point, Round};
 use crate::expose;
 use crate::history::{History, Retention, SeriesKey};
+use crate::web::{BasicAuth, Web};
 
 /// How often history is rolled up and trimmed.
 const MAINTAIN_EVERY: Duration = Duration::from_secs(3600);
+
+/// How long a client has to complete the TLS handshake before its connection is dropped
+/// (a scraper on a LAN takes milliseconds; this only frees stalled connections).
+const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Pause after a failed `accept` (out of file descriptors, say) before the next one, so a
+/// persistent failure does not spin the runtime.
+const ACCEPT_RETRY_PAUSE: Duration = Duration::from_millis(100);
 
 /// What the agent runs with.
 pub struct AgentConfig {
@@ -35,6 +46,8 @@ pub struct AgentConfig {
     pub retention: Retention,
     /// Alert rules.
     pub rules: Vec<Rule>,
+    /// TLS and basic authentication, from `--web-config`; plain HTTP when `None`.
+    pub web: Option<Web>,
 }
 
 /// The latest round and the agent's own figures, shared with the HTTP handlers.
@@ -205,6 +218,67 @@ async fn healthz(State((shared, interval)): State<(Shared, Duration)>) -> Respon
     }
 }
 
+/// Refuses requests without valid basic-auth credentials: 401 with `WWW-Authenticate`.
+async fn require_auth(State(auth): State<Arc<BasicAuth>>, req: Request, next: Next) -> Response {
+    let header = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    // bcrypt takes tens of milliseconds on a cache miss: off the single-threaded runtime.
+    let ok = tokio::task::spawn_blocking(move || auth.check(header.as_deref()))
+        .await
+        .unwrap_or(false);
+    if ok {
+        next.run(req).await
+    } else {
+        (
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, "Basic realm=\"xirang monitor\"")],
+            "Unauthorized\n",
+        )
+            .into_response()
+    }
+}
+
+/// Serves `app` over TLS: a failed or stalled handshake drops that connection only.
+async fn serve_tls(
+    listener: tokio::net::TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+    app: Router,
+) -> Result<(), AgentError> {
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    loop {
+        let (tcp, peer) = match listener.accept().await {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("xirang monitor: accept: {e}");
+                tokio::time::sleep(ACCEPT_RETRY_PAUSE).await;
+                continue;
+            }
+        };
+        let acceptor = acceptor.clone();
+        let app = app.clone();
+        tokio::spawn(async move {
+            let stream = match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => {
+                    eprintln!("xirang monitor: TLS handshake with {peer}: {e}");
+                    return;
+                }
+                Err(_) => {
+                    eprintln!("xirang monitor: TLS handshake with {peer}: timed out");
+                    return;
+                }
+            };
+            let service = hyper_util::service::TowerToHyperService::new(app);
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
 /// Why the agent stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
@@ -287,9 +361,16 @@ pub fn run(
         .map_err(AgentError::Runtime)?;
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::from_std(listener).map_err(AgentError::Runtime)?;
-        let app = Router::new()
+        let mut app = Router::new()
             .route("/metrics", get(metrics).with_state(shared.clone()))
             .route("/healthz", get(healthz).with_state((shared, interval)));
-        axum::serve(listener, app).await.map_err(AgentError::Runtime)
+        // Every path, as node_exporter does (unknown paths too: a 404 tells nothing then).
+        if let Some(auth) = cfg.web.as_ref().and_then(|w| w.basic_auth.clone()) {
+            app = app.layer(middleware::from_fn_with_state(auth, require_auth));
+        }
+        match cfg.web.as_ref().and_then(|w| w.tls.clone()) {
+            Some(tls) => serve_tls(listener, tls, app).await,
+            None => axum::serve(listener, app).await.map_err(AgentError::Runtime),
+        }
     })
 }

@@ -304,8 +304,19 @@ pub(crate) struct MonitorArgs {
     #[arg(long)]
     pub(crate) root: Option<PathBuf>,
     /// Address to serve /metrics and /healthz on (loopback by default).
+    /// A non-loopback address needs --web-config (TLS and/or basic auth) or
+    /// --insecure-listen.
     #[arg(long, default_value = "127.0.0.1:9316")]
     pub(crate) listen: std::net::SocketAddr,
+    /// Web configuration file in the Prometheus exporter-toolkit format (node_exporter's
+    /// --web.config.file): TLS (`tls_server_config`) and basic authentication
+    /// (`basic_auth_users`, bcrypt hashes).
+    #[arg(long, visible_alias = "web.config.file", value_name = "FILE")]
+    pub(crate) web_config: Option<PathBuf>,
+    /// Allow a non-loopback --listen without --web-config: anyone who reaches the port
+    /// reads the host's metrics over plain HTTP.
+    #[arg(long)]
+    pub(crate) insecure_listen: bool,
     /// Sampling interval (e.g. 10s, 500ms, 1m).
     #[arg(long, default_value = "10s")]
     pub(crate) interval: String,

@@ -9,6 +9,7 @@ use xirang_monitor::alerts::{self, Evaluator, Rule};
 use xirang_monitor::collect::{Collector, Source};
 use xirang_monitor::history::{History, Retention};
 use xirang_monitor::serve::{self, AgentConfig};
+use xirang_monitor::web::{self, Web};
 use xirang_monitor::{expose, replay};
 
 use crate::Outcome;
@@ -87,10 +88,16 @@ pub(crate) fn run(a: &MonitorArgs) -> Result<Outcome> {
     if a.once {
         return once(collector, interval, rules, a.json);
     }
+    let web = web_config(a)?;
     eprintln!(
-        "xirang monitor: sampling {} every {:?}, serving http://{}/metrics",
+        "xirang monitor: sampling {} every {:?}, serving {}://{}/metrics",
         root.display(),
         interval,
+        if web.as_ref().is_some_and(|w| w.tls.is_some()) {
+            "https"
+        } else {
+            "http"
+        },
         a.listen
     );
     let cfg = AgentConfig {
@@ -99,6 +106,7 @@ pub(crate) fn run(a: &MonitorArgs) -> Result<Outcome> {
         history: a.history.clone(),
         retention,
         rules,
+        web,
     };
     serve::run(collector, cfg, |problems| {
         for p in problems {
@@ -106,6 +114,43 @@ pub(crate) fn run(a: &MonitorArgs) -> Result<Outcome> {
         }
     })?;
     Ok(Outcome::Clean)
+}
+
+/// Exit status of a refused `--listen` (a usage error, as clap's own).
+const EXIT_USAGE: i32 = 2;
+
+/// Loads `--web-config` and refuses a non-loopback `--listen` that nothing protects.
+fn web_config(a: &MonitorArgs) -> Result<Option<Web>> {
+    let web = match &a.web_config {
+        Some(p) => Some(web::load(p)?.build()?),
+        None => None,
+    };
+    let protected = web.as_ref().is_some_and(Web::protects);
+    if !a.listen.ip().is_loopback() && !protected && !a.insecure_listen {
+        let why = match &a.web_config {
+            Some(p) => format!("{} configures neither TLS nor basic authentication", p.display()),
+            None => "no --web-config was given".to_string(),
+        };
+        eprintln!(
+            "error: --listen {}: not a loopback address, and {why}: anyone who reaches the port \
+             would read this host's metrics over plain HTTP.\n\
+             Give --web-config FILE (the Prometheus exporter-toolkit format, as node_exporter's \
+             --web.config.file: tls_server_config and/or basic_auth_users), or \
+             --insecure-listen to serve plain HTTP anyway.",
+            a.listen
+        );
+        std::process::exit(EXIT_USAGE);
+    }
+    if let Some(w) = &web
+        && w.basic_auth.is_some()
+        && w.tls.is_none()
+    {
+        eprintln!(
+            "xirang monitor: warning: basic authentication without TLS: passwords travel in \
+             clear text (add tls_server_config to the web configuration)"
+        );
+    }
+    Ok(web)
 }
 
 fn once(mut collector: Collector, interval: Duration, rules: Vec<Rule>, json: bool) -> Result<Outcome> {

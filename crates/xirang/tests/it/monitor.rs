@@ -106,11 +106,22 @@ fn start_agent(host: &Path) -> (Guard, u16) {
 /// Starts Prometheus scraping the agent every second, storing under `dir`; returns it
 /// once ready, and its port.
 fn start_prometheus(prometheus: &str, dir: &Path, agent_port: u16) -> (Guard, u16) {
+    start_prometheus_with(
+        prometheus,
+        dir,
+        &format!("  - job_name: xirang\n    static_configs:\n      - targets: ['127.0.0.1:{agent_port}']\n"),
+    )
+}
+
+/// Starts Prometheus with these `scrape_configs` entries (YAML, indented by two).
+fn start_prometheus_with(prometheus: &str, dir: &Path, scrape_configs: &str) -> (Guard, u16) {
     let prom_port = free_port();
     let config = dir.join("prometheus.yml");
     std::fs::write(
         &config,
-        format!("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n  - job_name: xirang\n    static_configs:\n      - targets: ['127.0.0.1:{agent_port}']\n"),
+        format!(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n{scrape_configs}"
+        ),
     )
     .unwrap();
     let prom = Guard(
@@ -515,4 +526,370 @@ fn a_recorded_snapshot_series_replays_as_rounds() {
         .unwrap()["value"]
         .as_f64();
     assert_eq!(total, Some(90.0));
+}
+
+/// Runs a command that must succeed (the test's certificate tooling).
+fn must(cmd: &mut Command) {
+    let o = cmd.output().unwrap();
+    assert!(
+        o.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// A CA and a server certificate it signs, for 127.0.0.1 and localhost (openssl CLI);
+/// returns the CA file, the certificate and the key.
+fn make_certs(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
+    let p = |n: &str| dir.join(n);
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    must(Command::new("openssl").args(["req", "-x509"]).args(ec).args([
+        "-keyout",
+        p("ca.key").to_str().unwrap(),
+        "-out",
+        p("ca.crt").to_str().unwrap(),
+        "-days",
+        "2",
+        "-subj",
+        "/CN=xirang test CA",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign,cRLSign",
+    ]));
+    must(Command::new("openssl").args(["req"]).args(ec).args([
+        "-keyout",
+        p("server.key").to_str().unwrap(),
+        "-out",
+        p("server.csr").to_str().unwrap(),
+        "-subj",
+        "/CN=localhost",
+    ]));
+    std::fs::write(
+        p("server.ext"),
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    must(Command::new("openssl").args([
+        "x509",
+        "-req",
+        "-in",
+        p("server.csr").to_str().unwrap(),
+        "-CA",
+        p("ca.crt").to_str().unwrap(),
+        "-CAkey",
+        p("ca.key").to_str().unwrap(),
+        "-CAcreateserial",
+        "-out",
+        p("server.crt").to_str().unwrap(),
+        "-days",
+        "2",
+        "-extfile",
+        p("server.ext").to_str().unwrap(),
+    ]));
+    (p("ca.crt"), p("server.crt"), p("server.key"))
+}
+
+/// A client certificate signed by `make_certs`'s CA in `dir`: (certificate, key).
+fn make_client_cert(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let p = |n: &str| dir.join(n);
+    must(Command::new("openssl").args([
+        "req",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+        "-keyout",
+        p("client.key").to_str().unwrap(),
+        "-out",
+        p("client.csr").to_str().unwrap(),
+        "-subj",
+        "/CN=prometheus",
+    ]));
+    std::fs::write(
+        p("client.ext"),
+        "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=clientAuth\n",
+    )
+    .unwrap();
+    must(Command::new("openssl").args([
+        "x509",
+        "-req",
+        "-in",
+        p("client.csr").to_str().unwrap(),
+        "-CA",
+        p("ca.crt").to_str().unwrap(),
+        "-CAkey",
+        p("ca.key").to_str().unwrap(),
+        "-CAcreateserial",
+        "-out",
+        p("client.crt").to_str().unwrap(),
+        "-days",
+        "2",
+        "-extfile",
+        p("client.ext").to_str().unwrap(),
+    ]));
+    (p("client.crt"), p("client.key"))
+}
+
+/// `client_auth_type: RequireAndVerifyClientCert`: a client without a certificate signed
+/// by `client_ca_file` is refused at the handshake; one with it is served. Relative file
+/// names are read beside the web config.
+#[test]
+fn required_client_certificates_are_verified() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ca, _, _) = make_certs(dir.path());
+    let (client_cert, client_key) = make_client_cert(dir.path());
+    let web = dir.path().join("web.yml");
+    std::fs::write(
+        &web,
+        "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: ca.crt\n",
+    )
+    .unwrap();
+    let procfs = root().join("crates/xirang-host/test_data/sysfs/procfs");
+    let port = free_port();
+    let _agent = Guard(
+        Command::new(env!("CARGO_BIN_EXE_xirang"))
+            .args(["monitor", "--root", procfs.to_str().unwrap(), "--interval", "1s"])
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .args(["--web-config", web.to_str().unwrap()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let url = format!("https://127.0.0.1:{port}/metrics");
+    let ca_s = ca.to_str().unwrap();
+    let with_cert = [
+        "--cacert",
+        ca_s,
+        "--cert",
+        client_cert.to_str().unwrap(),
+        "--key",
+        client_key.to_str().unwrap(),
+    ];
+    let t0 = Instant::now();
+    while curl(&with_cert, &url) != (true, "200".into()) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the agent did not answer at {url}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (ok, code) = curl(&["--cacert", ca_s], &url);
+    assert!(
+        !ok && code != "200",
+        "served without a client certificate: {code}"
+    );
+    assert_eq!(curl(&with_cert, &url), (true, "200".into()));
+}
+
+/// `curl` of a URL: its exit status and the HTTP status it printed.
+fn curl(args: &[&str], url: &str) -> (bool, String) {
+    let o = Command::new("curl")
+        .args(["-sS", "--max-time", "5", "-o", "/dev/null", "-w", "%{http_code}"])
+        .args(args)
+        .arg(url)
+        .output()
+        .expect("curl is not installed: scripts/install-test-deps.sh installs it");
+    (
+        o.status.success(),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+    )
+}
+
+/// bcrypt's lowest cost: the test's hash verifies in about a millisecond.
+const TEST_BCRYPT_COST: u32 = 4;
+
+/// Issue 25 point 3: the agent behind TLS and basic auth from an exporter-toolkit web
+/// config, scraped by a real Prometheus over https with basic auth; requests without or
+/// with wrong credentials get 401, plain HTTP gets nothing, and the server survives it.
+#[test]
+fn prometheus_scrapes_the_agent_over_tls_with_basic_auth() {
+    let prometheus = prometheus_binary();
+    let dir = tempfile::tempdir().unwrap();
+    let host = dir.path().join("host");
+    port_tree(&host);
+    write_counters(&host, 0.0);
+    let (ca, cert, key) = make_certs(dir.path());
+    let hash = bcrypt::hash("scrape-secret", TEST_BCRYPT_COST).unwrap();
+    let web = dir.path().join("web.yml");
+    std::fs::write(
+        &web,
+        format!(
+            "tls_server_config:\n  cert_file: {}\n  key_file: {}\n  min_version: TLS12\nbasic_auth_users:\n  prom: '{hash}'\n",
+            cert.display(),
+            key.display()
+        ),
+    )
+    .unwrap();
+    let port = free_port();
+    let _agent = Guard(
+        Command::new(env!("CARGO_BIN_EXE_xirang"))
+            .args(["monitor", "--root", host.to_str().unwrap(), "--interval", "1s"])
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .args(["--web.config.file", web.to_str().unwrap()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let url = format!("https://127.0.0.1:{port}/metrics");
+    let ca_s = ca.to_str().unwrap();
+    let t0 = Instant::now();
+    while curl(&["--cacert", ca_s, "-u", "prom:scrape-secret"], &url) != (true, "200".into()) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the agent did not answer at {url}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(curl(&["--cacert", ca_s], &url), (true, "401".into()));
+    assert_eq!(
+        curl(&["--cacert", ca_s, "-u", "prom:wrong"], &url),
+        (true, "401".into())
+    );
+    assert_eq!(
+        curl(&["--cacert", ca_s, "-u", "nobody:scrape-secret"], &url),
+        (true, "401".into())
+    );
+    // Every path is protected, as in node_exporter.
+    assert_eq!(
+        curl(&["--cacert", ca_s], &format!("https://127.0.0.1:{port}/healthz")),
+        (true, "401".into())
+    );
+    assert_eq!(
+        curl(
+            &["--cacert", ca_s],
+            &format!("https://127.0.0.1:{port}/no-such-path")
+        ),
+        (true, "401".into())
+    );
+    let o = Command::new("curl")
+        .args([
+            "-sS",
+            "--max-time",
+            "5",
+            "-D",
+            "-",
+            "-o",
+            "/dev/null",
+            "--cacert",
+            ca_s,
+        ])
+        .arg(&url)
+        .output()
+        .unwrap();
+    let head = String::from_utf8_lossy(&o.stdout).to_lowercase();
+    assert!(head.contains("www-authenticate: basic"), "{head}");
+    // Plain HTTP gets no answer, and the failed handshake does not stop the server.
+    let (ok, code) = curl(&[], &format!("http://127.0.0.1:{port}/metrics"));
+    assert!(
+        !ok && code != "200" && code != "401",
+        "plain HTTP answered {code}"
+    );
+    // A client that does not trust the CA is refused at the handshake.
+    assert!(!curl(&[], &url).0);
+    assert_eq!(
+        curl(&["--cacert", ca_s, "-u", "prom:scrape-secret"], &url),
+        (true, "200".into())
+    );
+
+    let (_prom, prom_port) = start_prometheus_with(
+        prometheus,
+        dir.path(),
+        &format!(
+            "  - job_name: xirang-tls\n    scheme: https\n    tls_config:\n      ca_file: {ca_s}\n    basic_auth:\n      username: prom\n      password: scrape-secret\n    static_configs:\n      - targets: ['127.0.0.1:{port}']\n"
+        ),
+    );
+    let value = |q: &str| -> Option<f64> {
+        let enc = q
+            .replace('{', "%7B")
+            .replace('}', "%7D")
+            .replace('"', "%22")
+            .replace('=', "%3D");
+        let body = get(&format!("http://127.0.0.1:{prom_port}/api/v1/query?query={enc}"))?;
+        let v: serde_json::Value = serde_json::from_str(&body).ok()?;
+        v["data"]["result"][0]["value"][1].as_str()?.parse().ok()
+    };
+    let t0 = Instant::now();
+    loop {
+        let up = value("up{job=\"xirang-tls\"}");
+        let series = value("count(node_infiniband_port_data_transmitted_bytes_total{job=\"xirang-tls\"})");
+        if up == Some(1.0) && series.is_some_and(|n| n >= 1.0) {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "Prometheus did not scrape the agent over TLS: up={up:?}, series={series:?}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// A non-loopback --listen needs a web config, or --insecure-listen.
+#[test]
+fn a_non_loopback_listen_needs_a_web_config_or_insecure_listen() {
+    let procfs = root().join("crates/xirang-host/test_data/sysfs/procfs");
+    let port = free_port();
+    let listen = format!("0.0.0.0:{port}");
+    let (_, err) = run_expect(
+        &["monitor", "--root", procfs.to_str().unwrap(), "--listen", &listen],
+        2,
+    );
+    assert!(
+        err.contains("not a loopback address")
+            && err.contains("--web-config")
+            && err.contains("--insecure-listen"),
+        "{err}"
+    );
+    // A web config that protects nothing does not count.
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("web.yml");
+    std::fs::write(&empty, "").unwrap();
+    let (_, err) = run_expect(
+        &[
+            "monitor",
+            "--root",
+            procfs.to_str().unwrap(),
+            "--listen",
+            &listen,
+            "--web-config",
+            empty.to_str().unwrap(),
+        ],
+        2,
+    );
+    assert!(err.contains("neither TLS nor basic authentication"), "{err}");
+    // A refused key stops the agent with the file and the key path.
+    let bad = dir.path().join("bad.yml");
+    std::fs::write(
+        &bad,
+        "tls_server_config:\n  cert_file: c\n  key_file: k\n  cipher_suites: [x]\n",
+    )
+    .unwrap();
+    let (_, err) = run_expect(&["monitor", "--web-config", bad.to_str().unwrap()], 1);
+    assert!(
+        err.contains(&format!("{}: tls_server_config.cipher_suites", bad.display()))
+            && err.contains("not supported"),
+        "{err}"
+    );
+    let _agent = Guard(
+        Command::new(env!("CARGO_BIN_EXE_xirang"))
+            .args(["monitor", "--root", procfs.to_str().unwrap(), "--interval", "1s"])
+            .args(["--listen", &listen, "--insecure-listen"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for(
+        &format!("http://127.0.0.1:{port}/metrics"),
+        "the agent with --insecure-listen",
+    );
 }
