@@ -117,3 +117,17 @@ fn explicit_example_has_what_it_says() {
     assert_eq!((s.pcie.gpus_with_pix_nic, s.pcie.gpus_with_sys_nic_only), (1, 1));
     assert_eq!(s.sample_pair.unwrap().path_mtu_bytes, 1500);
 }
+
+/// Every shipped scenario is named after its file: results land in `out/<name>` and
+/// benchmarks print the name, so a copied file that keeps its template's name would
+/// overwrite or mislabel another scenario's figures.
+#[test]
+fn shipped_scenarios_are_named_after_their_files() {
+    let mut all = files("../../scenarios");
+    all.extend(files("../../scenarios/reference"));
+    for p in all {
+        let s = Scenario::load(&p).unwrap_or_else(|e| panic!("{e}")).scenario;
+        let stem = p.file_stem().unwrap().to_string_lossy().into_owned();
+        assert_eq!(s.name, stem, "{}", p.display());
+    }
+}
