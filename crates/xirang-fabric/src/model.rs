@@ -365,6 +365,34 @@ impl Fabric {
         best
     }
 
+    /// For each NIC, the id of the part of the fabric its links reach (NICs with equal ids
+    /// have a path between them; a NIC without a link is alone in its part).
+    pub fn nic_components(&self) -> Vec<usize> {
+        let n_nic = self.nics.len();
+        let index = |node: Node| match node {
+            Node::Nic(n) => n.index(),
+            Node::Switch(s) => n_nic + s.index(),
+        };
+        let mut parent: Vec<usize> = (0..n_nic + self.switches.len()).collect();
+        fn root(parent: &mut [usize], mut x: usize) -> usize {
+            while parent[x] != x {
+                parent[x] = parent[parent[x]];
+                x = parent[x];
+            }
+            x
+        }
+        for l in &self.links {
+            let (a, b) = (
+                root(&mut parent, index(l.a.node)),
+                root(&mut parent, index(l.b.node)),
+            );
+            if a != b {
+                parent[a.max(b)] = a.min(b);
+            }
+        }
+        (0..n_nic).map(|i| root(&mut parent, i)).collect()
+    }
+
     /// Human name of a node (`h3/mlx5_0`, `spine1`).
     pub fn node_name(&self, node: Node) -> String {
         match node {

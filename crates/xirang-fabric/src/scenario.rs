@@ -1077,6 +1077,33 @@ impl Scenario {
             }
         };
         check_class(w.class(), &at.key("class"), d);
+        // Every pair of NICs a workload joins must have a path of links between them: the
+        // simulator routes every flow before it starts.
+        let parts = fabric.nic_components();
+        let part = |e: &str| resolve_endpoint(fabric, e).ok().map(|n| parts[n.index()]);
+        let unreachable = |a: &str, b: &str| matches!((part(a), part(b)), (Some(x), Some(y)) if x != y);
+        let no_path =
+            |a: &str, b: &str| format!("`{b}` cannot be reached from `{a}`: no links join their NICs");
+        // A set of hosts that must all reach each other (`all` when the workload uses
+        // every host).
+        let check_joined = |list: &[String], at: &KeyPath, d: &mut Diagnostics| {
+            let names: Vec<String> = if list.is_empty() {
+                fabric
+                    .hosts
+                    .iter()
+                    .filter(|h| !h.nics.is_empty())
+                    .map(|h| h.name.clone())
+                    .collect()
+            } else {
+                list.to_vec()
+            };
+            if let Some(first) = names.first()
+                && let Some(i) = names.iter().position(|x| unreachable(first, x))
+            {
+                let at = if list.is_empty() { at.clone() } else { at.index(i) };
+                d.error(&at, no_path(first, &names[i]));
+            }
+        };
         let same_nic = |a: &str, b: &str| match (resolve_endpoint(fabric, a), resolve_endpoint(fabric, b)) {
             (Ok(x), Ok(y)) => x == y,
             _ => false,
@@ -1107,6 +1134,8 @@ impl Scenario {
                             &at.key("dst"),
                             format!("`{}` is the sender's own NIC; a flow needs two NICs", fl.dst),
                         );
+                    } else if unreachable(&fl.src, &fl.dst) {
+                        d.error(&at.key("dst"), no_path(&fl.src, &fl.dst));
                     }
                     check_start(fl.start_us, &at.key("start_us"), d);
                     if let Some(c) = &fl.class {
@@ -1145,7 +1174,23 @@ impl Scenario {
                             &at.key("sender_hosts").index(i),
                             format!("`{s}` is the receiver's NIC; it cannot send to itself"),
                         );
+                    } else if unreachable(&x.receiver, s) {
+                        d.error(&at.key("sender_hosts").index(i), no_path(&x.receiver, s));
                     }
+                }
+                if x.sender_hosts.is_empty()
+                    && let Some(h) = fabric
+                        .hosts
+                        .iter()
+                        .find(|h| !h.nics.is_empty() && unreachable(&x.receiver, &h.name))
+                {
+                    d.error(
+                        &at.key("receiver"),
+                        format!(
+                            "{}; senders are picked among every host: list reachable ones in `sender_hosts`",
+                            no_path(&x.receiver, &h.name)
+                        ),
+                    );
                 }
                 if x.senders.is_none() && x.sender_hosts.is_empty() {
                     d.error(
@@ -1171,6 +1216,7 @@ impl Scenario {
                     check_ep(s, &at.key("hosts").index(i), d);
                 }
                 check_distinct(&x.hosts, &at.key("hosts"), d);
+                check_joined(&x.hosts, &at.key("hosts"), d);
                 check_start(x.start_us, &at.key("start_us"), d);
             }
             Workload::AllToAll(x) => {
@@ -1178,6 +1224,7 @@ impl Scenario {
                     check_ep(s, &at.key("hosts").index(i), d);
                 }
                 check_distinct(&x.hosts, &at.key("hosts"), d);
+                check_joined(&x.hosts, &at.key("hosts"), d);
                 check_start(x.start_us, &at.key("start_us"), d);
             }
             Workload::Collective(x) => {
@@ -1232,6 +1279,8 @@ impl Scenario {
                             &at.key("clients").index(i),
                             format!("`{c}` is also a server (`{sv}`); a NIC cannot send requests to itself"),
                         );
+                    } else if let Some(sv) = x.servers.iter().find(|sv| unreachable(c, sv)) {
+                        d.error(&at.key("clients").index(i), no_path(c, sv));
                     }
                 }
                 if !(x.requests_per_sec.is_finite() && x.requests_per_sec > 0.0) {
