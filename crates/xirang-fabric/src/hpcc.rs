@@ -113,6 +113,20 @@ impl<'a> Tokens<'a> {
         })
     }
 
+    /// Nothing may follow what the header declared: a file with more lines than its count
+    /// says is a file whose count is wrong.
+    fn end(&mut self, count: &str, n: u32) -> Result<(), HpccError> {
+        match self.it.next() {
+            None => Ok(()),
+            Some((line, t)) => Err(HpccError {
+                line,
+                message: format!(
+                    "expected the end of the file after the {n} {count} the first line declares, found `{t}`"
+                ),
+            }),
+        }
+    }
+
     fn with<T>(&mut self, what: &str, f: impl FnOnce(&str) -> Option<T>) -> Result<T, HpccError> {
         let (line, t) = self.next(what)?;
         f(t).ok_or_else(|| HpccError {
@@ -221,6 +235,7 @@ pub fn parse_topology(text: &str) -> Result<HpccTopology, HpccError> {
             error_rate,
         });
     }
+    t.end("links", n_links)?;
     Ok(HpccTopology {
         n_nodes,
         switches,
@@ -232,7 +247,10 @@ pub fn parse_topology(text: &str) -> Result<HpccTopology, HpccError> {
 pub fn parse_flows(text: &str) -> Result<Vec<HpccFlow>, HpccError> {
     let mut t = Tokens::new(text);
     let n: u32 = t.parse("the flow count")?;
-    let mut flows = Vec::with_capacity(n as usize);
+    // The count is the file's word: reserve no more than its lines can hold (a flow line
+    // has at least 11 characters).
+    const MIN_FLOW_LINE_BYTES: usize = 11;
+    let mut flows = Vec::with_capacity((n as usize).min(text.len() / MIN_FLOW_LINE_BYTES));
     for _ in 0..n {
         let src = t.parse("a source node id")?;
         let dst = t.parse("a destination node id")?;
@@ -251,6 +269,7 @@ pub fn parse_flows(text: &str) -> Result<Vec<HpccFlow>, HpccError> {
             start_ps,
         });
     }
+    t.end("flows", n)?;
     Ok(flows)
 }
 
@@ -403,6 +422,24 @@ mod tests {
             e.to_string(),
             "line 2: expected a source node id, found the end of the file"
         );
+    }
+
+    #[test]
+    fn more_lines_than_the_header_declares_is_an_error() {
+        let e = parse_flows("1\n1 2 3 100 1000 2.0\n1 3 3 100 1000 2.0\n").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "line 3: expected the end of the file after the 1 flows the first line declares, found `1`"
+        );
+        let e = parse_topology("3 1 1\n2\n0 2 100Gbps 1000ns 0\n1 2 100Gbps 1000ns 0\n").unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("line 4: expected the end of the file after the 1 links"),
+            "{e}"
+        );
+        // A huge count is not trusted for memory: the file runs out first.
+        let e = parse_flows("4000000000\n1 2 3 100 1000 2.0\n").unwrap_err();
+        assert!(e.to_string().contains("found the end of the file"), "{e}");
     }
 
     #[test]

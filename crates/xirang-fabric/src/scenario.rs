@@ -493,7 +493,38 @@ impl Scenario {
                     let text = read_relative(base_dir, &h.file)?;
                     match hpcc::parse_flows(&text) {
                         Ok(flows) => {
+                            let parts = fabric.nic_components();
+                            let part = |id: u32| {
+                                fabric
+                                    .host_by_name(&format!("h{id}"))
+                                    .and_then(|h| fabric.hosts[h.index()].nics.first())
+                                    .map(|n| parts[n.index()])
+                            };
                             for (i, f) in flows.iter().enumerate() {
+                                if f.src == f.dst {
+                                    d.error(
+                                        &at.key("file"),
+                                        format!(
+                                            "`{}` flow {}: node {} sends to itself; a flow needs two hosts",
+                                            h.file,
+                                            i + 1,
+                                            f.src
+                                        ),
+                                    );
+                                } else if let (Some(a), Some(b)) = (part(f.src), part(f.dst))
+                                    && a != b
+                                {
+                                    d.error(
+                                        &at.key("file"),
+                                        format!(
+                                            "`{}` flow {}: node {} cannot be reached from node {}: no links join them",
+                                            h.file,
+                                            i + 1,
+                                            f.dst,
+                                            f.src
+                                        ),
+                                    );
+                                }
                                 for id in [f.src, f.dst] {
                                     if fabric.host_by_name(&format!("h{id}")).is_none() {
                                         d.error(

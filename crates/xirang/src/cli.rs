@@ -721,11 +721,19 @@ pub(crate) fn parse_duration_us(s: &str) -> Result<f64, String> {
             ));
         }
     };
-    if !(v.is_finite() && v > 0.0) {
-        return Err(format!("expected a positive duration, found `{s}`"));
+    let us = v * scale;
+    if !(us.is_finite() && us > 0.0 && us <= MAX_SIM_DURATION_US) {
+        return Err(format!(
+            "expected a duration above 0 and at most {} days of simulated time, found `{s}`",
+            MAX_SIM_DURATION_US / 86_400e6
+        ));
     }
-    Ok(v * scale)
+    Ok(us)
 }
+
+/// The simulator's clock counts picoseconds in 64 bits (213 days); a bound well inside
+/// it, far beyond any run, keeps a typo from saturating the clock silently.
+const MAX_SIM_DURATION_US: f64 = 100.0 * 86_400e6;
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum ScenarioCmd {

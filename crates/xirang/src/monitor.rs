@@ -35,11 +35,19 @@ pub(crate) fn parse_duration(s: &str) -> Result<Duration> {
         _ => bail!("`{s}`: expected a duration like 500ms, 10s, 5m, 2h or 30d (unit ms, s, m, h or d)"),
     };
     anyhow::ensure!(
-        secs.is_finite() && secs > 0.0,
-        "`{s}`: expected a positive duration"
+        secs.is_finite() && (MIN_DURATION_S..=MAX_DURATION_S).contains(&secs),
+        "`{s}`: expected a duration from 1ms to {} days",
+        MAX_DURATION_S / 86_400.0
     );
     Ok(Duration::from_secs_f64(secs))
 }
+
+/// Shortest duration accepted: the smallest unit written (an interval that rounds to
+/// nothing would make the agent sample without pause).
+const MIN_DURATION_S: f64 = 1e-3;
+/// Longest: ten years, more than any retention or look-back needs, far inside what a
+/// `Duration` and the history's millisecond timestamps hold.
+const MAX_DURATION_S: f64 = 10.0 * 365.0 * 86_400.0;
 
 fn rules(a: &MonitorArgs) -> Result<Vec<Rule>> {
     Ok(match &a.alerts {

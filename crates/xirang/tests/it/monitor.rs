@@ -346,6 +346,34 @@ fn monitor_once_and_query_through_the_binary() {
         err.contains("--interval") && err.contains("expected a duration"),
         "{err}"
     );
+    // Durations a `Duration` cannot hold, or that round to nothing, are errors, not
+    // panics or a busy loop (issue 21).
+    for (flag, d) in [
+        ("--interval", "999999999999999999999999999d"),
+        ("--interval", "0.0001ms"),
+        ("--raw-retention", "99999999999999999999d"),
+    ] {
+        let (_, err) = run_expect(&["monitor", "--once", flag, d], 1);
+        assert!(
+            err.contains(flag) && err.contains("from 1ms to 3650 days"),
+            "{flag} {d}: {err}"
+        );
+    }
+    let (_, err) = run_expect(
+        &[
+            "monitor",
+            "query",
+            "--since",
+            "99999999999d",
+            "--history",
+            "/no/such.sqlite",
+        ],
+        1,
+    );
+    assert!(
+        err.contains("--since") && err.contains("from 1ms to 3650 days"),
+        "{err}"
+    );
     let (_, err) = run_expect(&["monitor", "query", "--history", "/no/such.sqlite"], 1);
     assert!(err.contains("/no/such.sqlite"), "{err}");
 }

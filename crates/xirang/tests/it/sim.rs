@@ -96,8 +96,29 @@ fn sim_says_what_it_skips_and_rejects_bad_input() {
     );
     let (_, err) = run_expect(&["sim", "scenarios/default.toml", "--until", "3pc"], 2);
     assert!(err.contains("unknown unit"), "{err}");
+    // Durations beyond the clock are refused, not saturated (issue 21).
+    for d in ["999999999999s", "9000000000000000000000000", "30000000000ms"] {
+        let (_, err) = run_expect(&["sim", "scenarios/default.toml", "--until", d], 2);
+        assert!(err.contains("at most 100 days"), "{d}: {err}");
+    }
     let (_, err) = run_expect(&["sim"], 1);
     assert!(err.contains("give a scenario file"), "{err}");
+    // A flow from a host to itself in an HPCC flow file is refused with its line (issue 21).
+    let dir = tempfile::tempdir().unwrap();
+    let flows = dir.path().join("self.flow");
+    std::fs::write(&flows, "1\n3 3 3 100 1000 2.0\n").unwrap();
+    let (_, err) = run_expect(
+        &[
+            "sim",
+            "--hpcc-topology",
+            "scenarios/reference/fattree_k8_128h_100g.txt",
+            "--hpcc-flows",
+            flows.to_str().unwrap(),
+            "--quiet",
+        ],
+        1,
+    );
+    assert!(err.contains("flow 1: node 3 sends to itself"), "{err}");
 }
 
 #[test]
