@@ -48,7 +48,7 @@ pub mod rng;
 pub mod time;
 pub mod workload;
 
-pub use engine::{Ledger, PfcEvent, RunOptions, Sim};
+pub use engine::{Ledger, PfcEvent, RETRY_CNT, RunOptions, Sim};
 pub use output::{FlowResult, RunResult, Summary};
 
 use xirang_fabric::Loaded;
@@ -195,6 +195,7 @@ fn collect<Q: queue::Queue>(loaded: &Loaded, ex: &workload::Expanded, sim: &Sim<
                 bytes: d.bytes,
                 start_ps: start + d.time_offset,
                 fct_ps: f.tx.finish.map(|t| t - start),
+                failed: f.tx.failed,
                 rx_done_ps: f.rx.rx_done.map(|t| t - start),
                 ideal_ps: f.ideal,
                 lower_bound_ps: f.lower_bound,
@@ -258,6 +259,7 @@ fn collect<Q: queue::Queue>(loaded: &Loaded, ex: &workload::Expanded, sim: &Sim<
         peak_transfers_in_flight: sim.peak_live_transfers,
         peak_transfer_qps: sim.peak_live_transfer_qps,
         stray_packets: sim.stray_packets,
+        qps_failed: sim.qps_failed,
         packets_in_flight_at_end: n,
         bytes_in_flight_at_end: bytes,
         data_bytes_in_flight_at_end: data,
@@ -375,6 +377,8 @@ fn collective_flows<Q: queue::Queue>(
                     bytes: st.bytes,
                     start_ps: start,
                     fct_ps: rec.as_ref().and_then(|r| r.finish).map(|t| t - start),
+                    // A collective's failed transfer shows as the collective unfinished.
+                    failed: false,
                     rx_done_ps: rec.as_ref().and_then(|r| r.rx_done).map(|t| t - start),
                     ideal_ps: ideal,
                     lower_bound_ps: lower_bound,

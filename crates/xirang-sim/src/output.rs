@@ -38,6 +38,10 @@ pub struct FlowResult {
     pub start_ps: Ps,
     /// Completion time: start to the ACK of the last byte at the sender (None: unfinished).
     pub fct_ps: Option<Ps>,
+    /// A QP of the flow gave up after its retries (a retry-exceeded completion error): the
+    /// flow will never finish.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub failed: bool,
     /// Start to the arrival of the last byte at the receiver.
     pub rx_done_ps: Option<Ps>,
     /// FCT on an empty network as the HPCC simulator estimates it (its standalone FCT);
@@ -111,6 +115,10 @@ pub struct RequestResult {
     pub latency_ps: Option<Ps>,
 }
 
+fn is_zero(x: &u64) -> bool {
+    *x == 0
+}
+
 /// Totals of a run.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RunStats {
@@ -135,6 +143,9 @@ pub struct RunStats {
     /// transfer (retransmissions and their answers still in the network): dropped on
     /// arrival, and counted as delivered.
     pub stray_packets: u64,
+    /// QPs that gave up after their retries (each fails its message).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub qps_failed: u64,
     /// Packets alive at the end (queued or on a link).
     pub packets_in_flight_at_end: usize,
     /// Bytes of those packets, counted by walking every queue and link.

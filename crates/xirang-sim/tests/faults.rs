@@ -121,6 +121,37 @@ fn a_link_down_window_counts_at_the_nic_end_and_traffic_recovers() {
     );
 }
 
+/// Issue 21: a link down for good makes the sender's QP give up after NCCL's retry count
+/// instead of retransmitting every timeout forever; the run ends by itself and says which
+/// flow failed.
+#[test]
+fn a_link_down_for_good_fails_the_flow_after_its_retries() {
+    let text = format!("{FABRIC}\n[[faults]]\nkind = \"link_down\"\ntarget = \"h2/mlx5_0\"\nstart_us = 50\n");
+    let r = run(&load(&text));
+    let failed: Vec<_> = r.flows.iter().filter(|f| f.failed).collect();
+    assert!(!failed.is_empty(), "a flow through the dead link fails");
+    for f in &failed {
+        assert!(f.fct_ps.is_none() && f.bytes_received < f.bytes);
+        assert!(
+            f.src.starts_with("h2/") || f.dst.starts_with("h2/"),
+            "{} -> {}",
+            f.src,
+            f.dst
+        );
+    }
+    assert!(
+        r.flows.iter().filter(|f| !f.failed).all(|f| f.fct_ps.is_some()),
+        "the others finish"
+    );
+    assert_eq!(r.stats.qps_failed as usize, failed.len());
+    // One timeout per retry and the last one: 8 per failed QP at the sender.
+    let timeouts: u64 = nonzero(&r, "local_ack_timeout_err").iter().map(|(_, v)| v).sum();
+    assert_eq!(timeouts, 8 * r.stats.qps_failed);
+    // Eight timeouts of 4.3 s, then the run stops.
+    let t = r.stats.sim_time_ps as f64 / 1e12;
+    assert!((34.0..36.0).contains(&t), "{t} s");
+}
+
 #[test]
 fn bad_faults_are_errors_with_their_key() {
     for (fault, want) in [

@@ -125,6 +125,19 @@ pub(crate) fn run(a: &SimArgs) -> Result<Outcome> {
         write_atomic(&out_dir, "counters_series.csv", &result.counter_series_csv())?;
     }
     let summary = result.summary();
+    let failed: Vec<&xirang_sim::output::FlowResult> = result.flows.iter().filter(|f| f.failed).collect();
+    if summary.stats.qps_failed > 0 {
+        eprintln!(
+            "warning: {} QP(s) gave up after {} ACK timeouts in a row (NCCL_IB_RETRY_CNT; a retry-exceeded completion error), failing {} flow(s){}: their path is down or loses every packet",
+            summary.stats.qps_failed,
+            xirang_sim::RETRY_CNT + 1,
+            failed.len(),
+            failed
+                .first()
+                .map(|f| format!(", first {} -> {} (flow {})", f.src, f.dst, f.id))
+                .unwrap_or_default()
+        );
+    }
     for c in summary.collectives.iter().filter(|c| !c.finished) {
         eprintln!(
             "warning: collective `{}` did not finish before the run stopped; raise --until",

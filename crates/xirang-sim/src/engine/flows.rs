@@ -73,6 +73,8 @@ pub(crate) struct FlowTx {
     pub(crate) qps_left: u32,
     /// Every byte acknowledged.
     pub(crate) finish: Option<Ps>,
+    /// A QP gave up after its retries (the requester's retry-exceeded completion error).
+    pub(crate) failed: bool,
 }
 
 /// The receiving side of a flow.
@@ -110,6 +112,7 @@ impl Flow {
                 first_qp,
                 n_qps,
                 qps_left: n_qps,
+                failed: false,
                 finish: None,
             },
             rx: FlowRx {
@@ -353,6 +356,7 @@ impl<Q: Queue> Sim<Q> {
             rx_reserved: false,
             win_bytes: spec.win_bytes,
             last_progress: 0,
+            timeouts: 0,
             rto_pending: false,
             inc_pending: false,
             done: empty,
@@ -553,6 +557,24 @@ impl<Q: Queue> Sim<Q> {
             flow.tx.finish = Some(self.now);
             self.flows_left -= 1;
             self.maybe_retire(f);
+        }
+    }
+
+    /// The sender of QP `qi` gave up: its ACK timer expired more often in a row than the
+    /// QP's retry count allows. The message fails (a real requester completes it with a
+    /// retry-exceeded error and the QP goes to the error state), so the flow never
+    /// finishes and nothing waiting for it starts; the run goes on without it.
+    pub(crate) fn qp_failed(&mut self, qi: QpId) {
+        let q = &mut self.qps_tx[qi];
+        q.done = true;
+        q.rto_pending = false;
+        let f = q.flow;
+        self.qps_failed += 1;
+        let flow = &mut self.flows[f];
+        flow.tx.failed = true;
+        flow.tx.qps_left -= 1;
+        if flow.tx.qps_left == 0 {
+            self.flows_left -= 1;
         }
     }
 

@@ -58,6 +58,7 @@ use crate::time::{PS_PER_NS, PS_PER_US, Ps, Rate};
 use crate::workload::Expanded;
 
 pub use ledger::Ledger;
+pub use nic::RETRY_CNT;
 pub use pfc::PfcEvent;
 pub use sampling::Samples;
 
@@ -215,6 +216,8 @@ pub struct Sim<Q: Queue = EventQueue> {
     pub(crate) peak_live_transfer_qps: usize,
     /// Packets that arrived for a QP slot after it went to another QP.
     pub(crate) stray_packets: u64,
+    /// QPs that gave up after their retries.
+    pub(crate) qps_failed: u64,
     pub(crate) classes: Vec<ClassRt>,
     pub(crate) dcqcn: Vec<Dcqcn>,
     pub(crate) timely: Vec<Timely>,
@@ -437,6 +440,7 @@ impl<Q: Queue> Sim<Q> {
             live_transfer_qps: 0,
             peak_live_transfer_qps: 0,
             stray_packets: 0,
+            qps_failed: 0,
             classes,
             dcqcn: Vec::new(),
             timely: Vec::new(),

@@ -26,6 +26,10 @@ const NACK_INTERVAL: Ps = 500 * PS_PER_US;
 /// NCCL's default local ACK timeout: 4.096 µs x 2^20 (`NCCL_IB_TIMEOUT` 20,
 /// shared/reference/collectives-and-nccl.md §5).
 pub(crate) const ACK_TIMEOUT: Ps = 4_096 * PS_PER_NS * (1 << 20);
+/// NCCL's default transport retry count, `NCCL_IB_RETRY_CNT` 7
+/// (shared/reference/collectives-and-nccl.md §5): after that many timeouts in a row the
+/// requester gives up (about 30 s at the default timeout).
+pub const RETRY_CNT: u8 = 7;
 
 /// The reaction point's congestion control of a QP, with the index of its parameter set.
 #[derive(Debug, Clone)]
@@ -66,6 +70,8 @@ pub(crate) struct QpTx {
     /// In-flight bytes allowed at line rate, scaled by the current rate (0: no window).
     pub(crate) win_bytes: u64,
     pub(crate) last_progress: Ps,
+    /// ACK timeouts since the last progress.
+    pub(crate) timeouts: u8,
     pub(crate) rto_pending: bool,
     pub(crate) inc_pending: bool,
     pub(crate) done: bool,
@@ -290,6 +296,7 @@ impl<Q: Queue> Sim<Q> {
         if pkt.seq > q.snd_una {
             q.snd_una = pkt.seq;
             q.last_progress = now;
+            q.timeouts = 0;
         }
         let mut kick = false;
         if pkt.kind == Kind::Nack {
@@ -392,10 +399,16 @@ impl<Q: Queue> Sim<Q> {
             self.arm_rto(qi, deadline);
             return;
         }
-        q.snd_nxt = q.snd_una;
-        q.last_progress = now;
         let sp = q.src_port;
         self.counters[sp].local_ack_timeout_err += 1;
+        if q.timeouts >= RETRY_CNT {
+            self.qp_failed(qi);
+            return;
+        }
+        q.timeouts += 1;
+        let q = &mut self.qps_tx[qi];
+        q.snd_nxt = q.snd_una;
+        q.last_progress = now;
         self.arm_rto(qi, now + ACK_TIMEOUT);
         self.kick(sp);
     }
