@@ -649,10 +649,15 @@ impl Scenario {
                 }
                 if let Some(r) = o.link_rate_gbps {
                     match fabric.port_link(p) {
-                        Some(l) if r.is_finite() && r > 0.0 => fabric.links[l.index()].rate_gbps = r,
+                        Some(l) if r.is_finite() && r > 0.0 && r <= crate::topology::MAX_LINK_RATE_GBPS => {
+                            fabric.links[l.index()].rate_gbps = r
+                        }
                         Some(_) => d.error(
                             &at.key("link_rate_gbps"),
-                            format!("expected a rate > 0 Gbit/s, found {r}"),
+                            format!(
+                                "expected a rate above 0 and at most {} Gbit/s, found {r:?}",
+                                crate::topology::MAX_LINK_RATE_GBPS
+                            ),
                         ),
                         None => d.error(&at.key("target"), format!("`{}`: no link on this port", o.target)),
                     }

@@ -544,11 +544,19 @@ fn check_size(spec: &TopologySpec, at: &KeyPath, diags: &mut Diagnostics) -> Opt
     Some(())
 }
 
+/// Fastest link rate accepted, Gbit/s. The fastest Ethernet ports being standardised run
+/// at 1.6 Tbit/s (IEEE 802.3dj); ten times that leaves room for what comes next while a
+/// typo (an extra few zeros) still fails here instead of sizing a switch by it.
+pub const MAX_LINK_RATE_GBPS: f64 = 16_000.0;
+
 fn check_rate(v: f64, at: &KeyPath, diags: &mut Diagnostics) -> bool {
-    if v.is_finite() && v > 0.0 {
+    if v.is_finite() && v > 0.0 && v <= MAX_LINK_RATE_GBPS {
         true
     } else {
-        diags.error(at, format!("expected a rate > 0 Gbit/s, found {v}"));
+        diags.error(
+            at,
+            format!("expected a rate above 0 and at most {MAX_LINK_RATE_GBPS} Gbit/s, found {v:?}"),
+        );
         false
     }
 }
@@ -580,6 +588,17 @@ fn links_per_spine(
     }
     let per_spine = down_gbps / oversub / (f64::from(spines) * fabric_gbps);
     let rounded = per_spine.round();
+    // A port index is 16 bits: no leaf has more uplinks than that.
+    if rounded * f64::from(spines) > f64::from(u16::MAX) {
+        diags.error(
+            &at.key("oversubscription"),
+            format!(
+                "{down_gbps} Gbit/s of host links at {oversub}:1 needs {rounded} uplinks per spine, more than a switch has ports (at most {})",
+                u16::MAX
+            ),
+        );
+        return None;
+    }
     if rounded < 1.0 || (per_spine - rounded).abs() > 1e-9 {
         let valid: Vec<String> = (1..=4)
             .map(|k| down_gbps / (f64::from(k * spines) * fabric_gbps))

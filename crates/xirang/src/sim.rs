@@ -55,6 +55,9 @@ fn load_hpcc(topo: &Path, flows: &Path, cc: HpccCc) -> Result<Loaded> {
     Ok(s.build(topo, Path::new("."), None)?)
 }
 
+/// The files only a sampled run writes.
+const SAMPLED_FILES: [&str; 3] = ["rates.csv", "queues.csv", "counters_series.csv"];
+
 pub(crate) fn run(a: &SimArgs) -> Result<Outcome> {
     let loaded = match (&a.scenario, &a.hpcc_topology, &a.hpcc_flows) {
         (Some(f), None, None) => crate::cmd::load(f)?,
@@ -123,6 +126,16 @@ pub(crate) fn run(a: &SimArgs) -> Result<Outcome> {
         write_atomic(&out_dir, "rates.csv", &result.rates_csv())?;
         write_atomic(&out_dir, "queues.csv", &result.queues_csv())?;
         write_atomic(&out_dir, "counters_series.csv", &result.counter_series_csv())?;
+    } else {
+        // An unsampled run into a directory a sampled run used: the old series must not
+        // pass for this run's (issue 21: `diagnose --sim-out` read them as current).
+        for name in SAMPLED_FILES {
+            let p = out_dir.join(name);
+            if p.is_file() {
+                std::fs::remove_file(&p)
+                    .with_context(|| format!("removing the previous run's {}", p.display()))?;
+            }
+        }
     }
     let summary = result.summary();
     let failed: Vec<&xirang_sim::output::FlowResult> = result.flows.iter().filter(|f| f.failed).collect();

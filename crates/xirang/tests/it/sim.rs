@@ -48,6 +48,13 @@ fn sim_writes_every_output_and_a_summary() {
         serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
     assert_eq!(summary["summary"]["drops"], 0);
     assert!(summary["summary"]["stats"]["packet_hops"].as_u64().unwrap() > 100_000);
+    // An unsampled run into the same directory leaves no series of the previous run
+    // behind for `diagnose --sim-out` to read as its own (issue 21).
+    run_expect(&["sim", "scenarios/incast-16to1.toml", "--out", o, "--quiet"], 0);
+    for f in ["rates.csv", "queues.csv", "counters_series.csv"] {
+        assert!(!out.join(f).exists(), "{f} of the previous run left behind");
+    }
+    assert!(out.join("fct.txt").is_file());
 }
 
 #[test]
