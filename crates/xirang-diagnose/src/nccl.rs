@@ -350,6 +350,19 @@ pub fn diagnose(logs: &[Log]) -> Result<Vec<Finding>, LogError> {
             name: log.name.clone(),
             message: e.to_string(),
         })?;
+        // "No fault found" is only said about data that was there: a file with no result
+        // table and no line NCCL wrote is not a log of either (issue 21).
+        if rep.tests.is_empty()
+            && !log
+                .text
+                .lines()
+                .any(|l| l.contains("NCCL") || l.contains(ABORT_TEXT))
+        {
+            return Err(LogError {
+                name: log.name.clone(),
+                message: "no nccl-tests result table and no line NCCL wrote: expected the output of an nccl-tests binary or an NCCL_DEBUG=INFO log".into(),
+            });
+        }
         let f = facts(log, &rep);
         out.extend(diagnose_one(log, &f));
         if f.hosts.len() == 2 {

@@ -245,6 +245,21 @@ fn pcie_summary(fabric: &Fabric) -> PcieSummary {
     s
 }
 
+/// A name as the inside of a DOT quoted string: `"` and `\` escaped, line breaks as
+/// `\n` (names come from scenario and topology files, which allow any text).
+fn dot_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' | '\r' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// Renders the fabric in Graphviz DOT: one node per host and switch, tiers on ranks,
 /// each cable an edge labelled with its rate (and the NIC for host edges).
 pub fn to_dot(fabric: &Fabric) -> String {
@@ -253,8 +268,8 @@ pub fn to_dot(fabric: &Fabric) -> String {
     for h in &fabric.hosts {
         out.push_str(&format!(
             "    \"{}\" [shape=box, label=\"{}\\n{} GPU / {} NIC\"];\n",
-            h.name,
-            h.name,
+            dot_escape(&h.name),
+            dot_escape(&h.name),
             h.gpus.len(),
             h.nics.len()
         ));
@@ -265,19 +280,21 @@ pub fn to_dot(fabric: &Fabric) -> String {
         for s in fabric.switches.iter().filter(|s| s.tier == tier) {
             out.push_str(&format!(
                 "    \"{}\" [shape=ellipse, label=\"{}\\n{}\"];\n",
-                s.name, s.name, tier
+                dot_escape(&s.name),
+                dot_escape(&s.name),
+                tier
             ));
         }
         out.push_str("  }\n");
     }
     let end_name = |n: Node| match n {
-        Node::Nic(id) => fabric.hosts[fabric.nics[id.index()].host.index()].name.clone(),
-        Node::Switch(s) => fabric.switches[s.index()].name.clone(),
+        Node::Nic(id) => dot_escape(&fabric.hosts[fabric.nics[id.index()].host.index()].name),
+        Node::Switch(s) => dot_escape(&fabric.switches[s.index()].name),
     };
     for l in &fabric.links {
         let label = match (l.a.node, l.b.node) {
             (Node::Nic(n), _) | (_, Node::Nic(n)) => {
-                format!("{} {}G", fabric.nics[n.index()].name, l.rate_gbps)
+                format!("{} {}G", dot_escape(&fabric.nics[n.index()].name), l.rate_gbps)
             }
             _ => format!("{}G", l.rate_gbps),
         };

@@ -355,3 +355,36 @@ fn a_fat_tree_splits_by_pods_and_never_divides_a_host() {
     );
     assert_eq!(c.host_part[0], c.host_part[15]);
 }
+
+/// Issue 21: names may hold any text; `topo dot` escapes them so the graph still parses
+/// (every quote that delimits a string is unescaped, every other one escaped).
+#[test]
+fn dot_escapes_quotes_and_backslashes_in_names() {
+    let text = std::fs::read_to_string("test_data/scenarios/ok/0001_explicit_two_hosts.toml")
+        .unwrap()
+        .replace("name = \"a\"", "name = 'a\"b\\c'")
+        .replace("a = \"a/mlx5_0\"", "a = 'a\"b\\c/mlx5_0'")
+        .replace("name = \"tor0\"", "name = 'tor\"0'")
+        .replace("b = \"tor0\"", "b = 'tor\"0'")
+        .replace("b = \"tor0:3\"", "b = 'tor\"0:3'")
+        .replace("src = \"a\"", "src = 'a\"b\\c'");
+    let p = std::path::Path::new("test.toml");
+    let l = xirang_fabric::scenario::Scenario::parse(&text, p)
+        .and_then(|s| s.build(p, std::path::Path::new("test_data/scenarios/ok"), Some(&text)))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let dot = xirang_fabric::analysis::to_dot(&l.fabric);
+    assert!(dot.contains(r#""a\"b\\c""#), "{dot}");
+    assert!(dot.contains(r#""tor\"0""#), "{dot}");
+    for line in dot.lines() {
+        // Quotes not preceded by an odd run of backslashes delimit strings: an even count.
+        let b = line.as_bytes();
+        let mut delimiters = 0;
+        for (i, &c) in b.iter().enumerate() {
+            if c == b'"' {
+                let slashes = b[..i].iter().rev().take_while(|&&x| x == b'\\').count();
+                delimiters += usize::from(slashes % 2 == 0);
+            }
+        }
+        assert_eq!(delimiters % 2, 0, "unbalanced quotes: {line}");
+    }
+}
