@@ -181,6 +181,19 @@ fn fake_sysfs(root: &Path, ifaces: &[&str]) {
     }
 }
 
+/// A temporary directory with the recommendation's `mlx5-congestion.sh` and a fake sysfs
+/// tree with `ifaces`: (directory, script, sysfs root).
+fn mlx5_bed(ifaces: &[&str]) -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let l = loaded();
+    let cx = context(&l);
+    let tmp = tempfile::tempdir().unwrap();
+    let script = tmp.path().join("mlx5-congestion.sh");
+    std::fs::write(&script, render::mlx5_script(&cx).text).unwrap();
+    let sysfs = tmp.path().join("sys");
+    fake_sysfs(&sysfs, ifaces);
+    (tmp, script, sysfs)
+}
+
 /// Every file under `root` with its content, sorted.
 fn snapshot(root: &Path) -> Vec<(PathBuf, String)> {
     let mut v = Vec::new();
@@ -216,13 +229,7 @@ fn sh(script: &Path, sysfs: &Path, rollback: &Path, args: &[&str]) -> (i32, Stri
 
 #[test]
 fn mlx5_script_dry_run_apply_and_rollback() {
-    let l = loaded();
-    let cx = context(&l);
-    let tmp = tempfile::tempdir().unwrap();
-    let script = tmp.path().join("mlx5-congestion.sh");
-    std::fs::write(&script, render::mlx5_script(&cx).text).unwrap();
-    let sysfs = tmp.path().join("sys");
-    fake_sysfs(&sysfs, &["eth0", "eth1"]);
+    let (tmp, script, sysfs) = mlx5_bed(&["eth0", "eth1"]);
     let rollback = tmp.path().join("rb");
     let before = snapshot(&sysfs);
 
@@ -287,13 +294,7 @@ fn mlx5_script_dry_run_apply_and_rollback() {
 
 #[test]
 fn mlx5_script_refuses_hosts_without_the_knobs() {
-    let l = loaded();
-    let cx = context(&l);
-    let tmp = tempfile::tempdir().unwrap();
-    let script = tmp.path().join("mlx5-congestion.sh");
-    std::fs::write(&script, render::mlx5_script(&cx).text).unwrap();
-    let sysfs = tmp.path().join("sys");
-    fake_sysfs(&sysfs, &["eth0"]);
+    let (tmp, script, sysfs) = mlx5_bed(&["eth0"]);
     std::fs::create_dir_all(sysfs.join("class/net/eno1")).unwrap();
     let before = snapshot(&sysfs);
     let rollback = tmp.path().join("rb");
@@ -452,13 +453,7 @@ proptest::proptest! {
 
 #[test]
 fn a_rollback_file_only_writes_back_knob_files() {
-    let l = loaded();
-    let cx = context(&l);
-    let tmp = tempfile::tempdir().unwrap();
-    let script = tmp.path().join("mlx5-congestion.sh");
-    std::fs::write(&script, render::mlx5_script(&cx).text).unwrap();
-    let sysfs = tmp.path().join("sys");
-    fake_sysfs(&sysfs, &["eth0"]);
+    let (tmp, script, sysfs) = mlx5_bed(&["eth0"]);
     let victim = tmp.path().join("victim");
     std::fs::write(&victim, "keep\n").unwrap();
     let rb = tmp.path().join("rb");

@@ -566,18 +566,20 @@ fn must(cmd: &mut Command) {
     );
 }
 
-/// A CA and a server certificate it signs, for 127.0.0.1 and localhost (openssl CLI);
-/// returns the CA file, the certificate and the key.
+/// EC P-256 key options for `openssl req`.
+const EC_KEY: [&str; 5] = [
+    "-newkey",
+    "ec",
+    "-pkeyopt",
+    "ec_paramgen_curve:prime256v1",
+    "-nodes",
+];
+
+/// A test CA in `dir`, and a server certificate for 127.0.0.1/localhost signed by it:
+/// (CA certificate, server certificate, server key).
 fn make_certs(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
     let p = |n: &str| dir.join(n);
-    let ec = [
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:prime256v1",
-        "-nodes",
-    ];
-    must(Command::new("openssl").args(["req", "-x509"]).args(ec).args([
+    must(Command::new("openssl").args(["req", "-x509"]).args(EC_KEY).args([
         "-keyout",
         p("ca.key").to_str().unwrap(),
         "-out",
@@ -591,79 +593,56 @@ fn make_certs(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf, std::path:
         "-addext",
         "keyUsage=critical,keyCertSign,cRLSign",
     ]));
-    must(Command::new("openssl").args(["req"]).args(ec).args([
-        "-keyout",
-        p("server.key").to_str().unwrap(),
-        "-out",
-        p("server.csr").to_str().unwrap(),
-        "-subj",
+    let (crt, key) = issue_cert(
+        dir,
+        "server",
         "/CN=localhost",
-    ]));
-    std::fs::write(
-        p("server.ext"),
         "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\n",
-    )
-    .unwrap();
-    must(Command::new("openssl").args([
-        "x509",
-        "-req",
-        "-in",
-        p("server.csr").to_str().unwrap(),
-        "-CA",
-        p("ca.crt").to_str().unwrap(),
-        "-CAkey",
-        p("ca.key").to_str().unwrap(),
-        "-CAcreateserial",
-        "-out",
-        p("server.crt").to_str().unwrap(),
-        "-days",
-        "2",
-        "-extfile",
-        p("server.ext").to_str().unwrap(),
-    ]));
-    (p("ca.crt"), p("server.crt"), p("server.key"))
+    );
+    (p("ca.crt"), crt, key)
 }
 
 /// A client certificate signed by `make_certs`'s CA in `dir`: (certificate, key).
 fn make_client_cert(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
-    let p = |n: &str| dir.join(n);
-    must(Command::new("openssl").args([
-        "req",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:prime256v1",
-        "-nodes",
-        "-keyout",
-        p("client.key").to_str().unwrap(),
-        "-out",
-        p("client.csr").to_str().unwrap(),
-        "-subj",
+    issue_cert(
+        dir,
+        "client",
         "/CN=prometheus",
-    ]));
-    std::fs::write(
-        p("client.ext"),
         "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=clientAuth\n",
     )
-    .unwrap();
+}
+
+/// A key and a certificate `NAME.crt` for `subject` with the extensions `ext`, signed by
+/// the CA `make_certs` wrote in `dir`: (certificate, key).
+fn issue_cert(dir: &Path, name: &str, subject: &str, ext: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let p = |suffix: &str| dir.join(format!("{name}.{suffix}"));
+    must(Command::new("openssl").args(["req"]).args(EC_KEY).args([
+        "-keyout",
+        p("key").to_str().unwrap(),
+        "-out",
+        p("csr").to_str().unwrap(),
+        "-subj",
+        subject,
+    ]));
+    std::fs::write(p("ext"), ext).unwrap();
     must(Command::new("openssl").args([
         "x509",
         "-req",
         "-in",
-        p("client.csr").to_str().unwrap(),
+        p("csr").to_str().unwrap(),
         "-CA",
-        p("ca.crt").to_str().unwrap(),
+        dir.join("ca.crt").to_str().unwrap(),
         "-CAkey",
-        p("ca.key").to_str().unwrap(),
+        dir.join("ca.key").to_str().unwrap(),
         "-CAcreateserial",
         "-out",
-        p("client.crt").to_str().unwrap(),
+        p("crt").to_str().unwrap(),
         "-days",
         "2",
         "-extfile",
-        p("client.ext").to_str().unwrap(),
+        p("ext").to_str().unwrap(),
     ]));
-    (p("client.crt"), p("client.key"))
+    (p("crt"), p("key"))
 }
 
 /// `client_auth_type: RequireAndVerifyClientCert`: a client without a certificate signed
