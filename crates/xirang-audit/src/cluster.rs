@@ -20,6 +20,9 @@ pub enum AuditError {
         /// What went wrong.
         reason: String,
     },
+    /// A file could not be read (missing, not a file, too large, not UTF-8).
+    #[error(transparent)]
+    Read(#[from] xirang_files::ReadError),
     /// A TOML file (topology, policy) is malformed.
     #[error("{path}: {message}")]
     Toml {
@@ -142,6 +145,11 @@ impl Default for Policy {
     }
 }
 
+/// Largest cabling or policy file read: a cabling file lists one line per cable, about
+/// 80 bytes; 64 MiB holds the cables of a fabric of hundreds of thousands of NICs.
+pub const INVENTORY_FILE_LIMIT: xirang_files::Limit =
+    xirang_files::Limit::new(64 << 20, "cabling or policy file");
+
 /// Everything the audit looks at.
 #[derive(Debug, Clone, Default)]
 pub struct Cluster {
@@ -240,7 +248,7 @@ impl Cluster {
             }
         }
         if let Some(p) = topology {
-            let text = std::fs::read_to_string(p).map_err(|e| io_err(p, e))?;
+            let text = xirang_files::read_text(p, INVENTORY_FILE_LIMIT)?;
             let cabling: Cabling = toml::from_str(&text).map_err(|e| AuditError::Toml {
                 path: p.to_path_buf(),
                 message: e.to_string(),
@@ -249,13 +257,24 @@ impl Cluster {
             c.cabling = Some(cabling);
         }
         if let Some(p) = policy {
-            let text = std::fs::read_to_string(p).map_err(|e| io_err(p, e))?;
+            let text = xirang_files::read_text(p, INVENTORY_FILE_LIMIT)?;
             c.policy = toml::from_str(&text).map_err(|e| AuditError::Toml {
                 path: p.to_path_buf(),
                 message: e.to_string(),
             })?;
         }
         Ok(c)
+    }
+
+    /// The configuration file of switch `name` that could not be read, and why.
+    fn unreadable_switch(&self, name: &str) -> Option<(&str, &str)> {
+        self.unreadable.iter().find_map(|(file, why)| {
+            let p = Path::new(file);
+            let named = p.file_stem().is_some_and(|s| s == name)
+                || (p.file_name().is_some_and(|f| f == "config_db.json")
+                    && p.parent().and_then(|d| d.file_name()).is_some_and(|d| d == name));
+            named.then_some((file.as_str(), why.as_str()))
+        })
     }
 
     /// Every cable's ends must be hosts and switches that were loaded; cables to NICs a
@@ -275,6 +294,14 @@ impl Cluster {
             let known_switch =
                 |s: &str| self.switches.is_empty() || self.switches.iter().any(|x| x.name == s);
             if !known_switch(&cable.switch) {
+                // A configuration that failed to read is the cause to report, not the
+                // missing switch it leaves behind.
+                if let Some((file, why)) = self.unreadable_switch(&cable.switch) {
+                    return Err(err(format!(
+                        "switch `{}`: its configuration {file} could not be read: {why}",
+                        cable.switch
+                    )));
+                }
                 return Err(err(format!(
                     "switch `{}` is not among the switch configurations",
                     cable.switch

@@ -9,14 +9,9 @@ use xirang_fabric::diag::{KeyPath, line_of_offset};
 /// An input file that could not be read.
 #[derive(Debug, Error)]
 pub enum InputError {
-    /// IO.
-    #[error("reading {path}: {source}")]
-    Io {
-        /// File.
-        path: String,
-        /// Cause.
-        source: std::io::Error,
-    },
+    /// The file could not be read (missing, not a file, too large, not UTF-8).
+    #[error(transparent)]
+    Read(#[from] xirang_files::ReadError),
     /// Syntax or a value out of range.
     #[error("{path}:{line}: {message}")]
     Invalid {
@@ -47,12 +42,12 @@ impl<T> Parsed<'_, T> {
     }
 }
 
+/// Largest planner input read (model and serving descriptions are a few KB).
+pub const INPUT_LIMIT: xirang_files::Limit = xirang_files::Limit::new(16 << 20, "planner input file");
+
 /// Reads a file.
 pub(crate) fn read(path: &Path) -> Result<String, InputError> {
-    std::fs::read_to_string(path).map_err(|source| InputError::Io {
-        path: path.display().to_string(),
-        source,
-    })
+    Ok(xirang_files::read_text(path, INPUT_LIMIT)?)
 }
 
 /// Parses TOML text; a syntax or type error names its line.

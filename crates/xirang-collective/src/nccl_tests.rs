@@ -216,6 +216,18 @@ struct Pending {
     fields: Vec<String>,
 }
 
+/// Largest log read. nccl-tests logs are tens of KB (the 80-GPU run in
+/// test_data is 46 KB with every collective); `NCCL_DEBUG=INFO` adds a few hundred lines
+/// per rank, a few MB at a thousand ranks. 64 MiB is well above that and bounds memory.
+pub const LOG_LIMIT: xirang_files::Limit = xirang_files::Limit::new(64 << 20, "nccl-tests log");
+
+/// A log's text, read with [`LOG_LIMIT`]. A byte that is not UTF-8 (a binary write
+/// interleaved by another rank) is replaced rather than rejecting every line around it;
+/// the line of the first one is returned so the caller can say so.
+pub fn read_log(path: &std::path::Path) -> Result<xirang_files::LossyText, xirang_files::ReadError> {
+    xirang_files::read_text_lossy(path, LOG_LIMIT)
+}
+
 /// Parses a whole nccl-tests or rccl-tests log.
 pub fn parse(text: &str) -> Result<Report, ParseError> {
     let mut tests: Vec<TestRun> = Vec::new();

@@ -351,7 +351,7 @@ pub fn diagnose(logs: &[Log]) -> Result<Vec<Finding>, LogError> {
             message: e.to_string(),
         })?;
         // "No fault found" is only said about data that was there: a file with no result
-        // table and no line NCCL wrote is not a log of either (issue 21).
+        // table and no line NCCL wrote is not a log of either.
         if rep.tests.is_empty()
             && !log
                 .text

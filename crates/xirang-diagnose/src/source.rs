@@ -50,8 +50,8 @@ pub fn from_history(path: &Path, since_ms: i64, until_ms: i64) -> Result<Window,
         path: path.display().to_string(),
         message: m,
     };
-    if !path.is_file() {
-        return Err(err("no such file".into()));
+    if let Err(e) = xirang_files::open_regular(path) {
+        return Err(err(e.detail()));
     }
     let h = History::open(path, Retention::default()).map_err(|e| err(e.to_string()))?;
     let mut series = Vec::new();
@@ -161,6 +161,15 @@ pub fn from_prometheus(url: &str, since_ms: i64, until_ms: i64) -> Result<Window
 /// with `--sample`): times are from the run's start (Unix ms 0 = the run's start), and
 /// every counter starts at 0, as a simulated fabric does.
 pub fn from_sim_out(dir: &Path) -> Result<Window, SourceError> {
+    // The final counters alone are one sample: rates, rises and flaps need a series.
+    if dir.join("counters.csv").is_file() && !dir.join("counters_series.csv").is_file() {
+        return Err(SourceError::SimOut {
+            path: dir.display().to_string(),
+            message: "an unsampled run (no counters_series.csv): diagnosis reads counters over time; \
+                      run it again with --sample (for example --sample 10us)"
+                .to_string(),
+        });
+    }
     let replay = xirang_monitor::replay::load(dir).map_err(|e| SourceError::SimOut {
         path: dir.display().to_string(),
         message: e.to_string(),
@@ -172,10 +181,13 @@ pub fn from_sim_out(dir: &Path) -> Result<Window, SourceError> {
     let mut w = window_from_samples(format!("sim-out {}", dir.display()), samples);
     let links = dir.join("links.csv");
     if links.is_file() {
-        let text = std::fs::read_to_string(&links).map_err(|e| SourceError::SimOut {
-            path: links.display().to_string(),
-            message: e.to_string(),
-        })?;
+        let text =
+            xirang_files::read_text(&links, xirang_monitor::replay::SIM_OUTPUT_LIMIT).map_err(|e| {
+                SourceError::SimOut {
+                    path: links.display().to_string(),
+                    message: e.detail(),
+                }
+            })?;
         add_links(&mut w, &text).map_err(|message| SourceError::SimOut {
             path: links.display().to_string(),
             message,
@@ -183,10 +195,13 @@ pub fn from_sim_out(dir: &Path) -> Result<Window, SourceError> {
     }
     let flows = dir.join("flows.json");
     if flows.is_file() {
-        let text = std::fs::read_to_string(&flows).map_err(|e| SourceError::SimOut {
-            path: flows.display().to_string(),
-            message: e.to_string(),
-        })?;
+        let text =
+            xirang_files::read_text(&flows, xirang_monitor::replay::SIM_OUTPUT_LIMIT).map_err(|e| {
+                SourceError::SimOut {
+                    path: flows.display().to_string(),
+                    message: e.detail(),
+                }
+            })?;
         w.flows = crate::paths::flows_from_json(&text).map_err(|message| SourceError::SimOut {
             path: flows.display().to_string(),
             message,

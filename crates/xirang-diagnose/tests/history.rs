@@ -53,5 +53,9 @@ fn a_symbol_error_ramp_in_the_history_is_a_link_finding() {
     assert!(diagnose_window(&quiet).is_empty());
     // A missing file is an error naming it.
     let e = from_history(&dir.path().join("none.sqlite"), 0, 1).unwrap_err();
-    assert!(e.to_string().contains("none.sqlite: no such file"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("none.sqlite: cannot read: No such file or directory"),
+        "{e}"
+    );
 }

@@ -265,8 +265,16 @@ pub(crate) fn humanize_serde_message(msg: &str) -> String {
 
 fn expected_words(e: &str) -> String {
     match e {
-        "u8" | "u16" | "u32" | "u64" | "usize" => "a non-negative integer".to_string(),
-        "i8" | "i16" | "i32" | "i64" => "an integer".to_string(),
+        // The range, not just the sign: 70,000 is a non-negative integer, and still
+        // wrong for a u16.
+        "u8" => format!("an integer 0..={}", u8::MAX),
+        "u16" => format!("an integer 0..={}", u16::MAX),
+        "u32" => format!("an integer 0..={}", u32::MAX),
+        "u64" | "usize" => "a non-negative integer".to_string(),
+        "i8" => format!("an integer {}..={}", i8::MIN, i8::MAX),
+        "i16" => format!("an integer {}..={}", i16::MIN, i16::MAX),
+        "i32" => format!("an integer {}..={}", i32::MIN, i32::MAX),
+        "i64" => "an integer".to_string(),
         "f32" | "f64" => "a number".to_string(),
         "a boolean" | "bool" => "true or false".to_string(),
         "a string" => "a string".to_string(),
@@ -317,7 +325,11 @@ mod tests {
         );
         assert_eq!(
             humanize_serde_message("invalid value: integer `-3`, expected u32"),
-            "expected a non-negative integer, found -3"
+            "expected an integer 0..=4294967295, found -3"
+        );
+        assert_eq!(
+            humanize_serde_message("invalid value: integer `70000`, expected u16"),
+            "expected an integer 0..=65535, found 70000"
         );
     }
 }

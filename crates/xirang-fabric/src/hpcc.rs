@@ -14,6 +14,15 @@ use crate::diag::{Diagnostics, KeyPath};
 use crate::model::{SwitchId, Tier};
 use crate::topology::{Builder, HpccTopologySpec};
 
+/// Largest HPCC topology or flow file read: 256 MiB holds a flow file of about seven
+/// million flows (a line is about 35 bytes) and a topology file of millions of links.
+pub const FILE_LIMIT: xirang_files::Limit = xirang_files::Limit::new(256 << 20, "HPCC input file");
+
+/// Most nodes an HPCC topology file may declare: the same bound as the NIC ports a
+/// generator builds ([`crate::topology::MAX_GENERATED_NICS`]); every node is a host or a
+/// switch with its own ports.
+pub const MAX_NODES: u32 = crate::topology::MAX_GENERATED_NICS as u32;
+
 /// A parse error in an HPCC file: line and what was expected.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HpccError {
@@ -191,11 +200,49 @@ fn decimal_to_scaled(s: &str, exp10: u32) -> Option<u64> {
     Some(v)
 }
 
+impl HpccTopology {
+    /// Each node's switch tier, by node id (`None` for hosts): switches next to a host are
+    /// leaves, next to a leaf spines, the rest cores.
+    pub fn tiers(&self) -> Vec<Option<Tier>> {
+        let n = self.n_nodes as usize;
+        let mut is_switch = vec![false; n];
+        for s in &self.switches {
+            is_switch[*s as usize] = true;
+        }
+        let mut tier = vec![None; n];
+        for l in &self.links {
+            for (x, y) in [(l.a, l.b), (l.b, l.a)] {
+                if is_switch[x as usize] && !is_switch[y as usize] {
+                    tier[x as usize] = Some(Tier::Leaf);
+                }
+            }
+        }
+        for l in &self.links {
+            for (x, y) in [(l.a, l.b), (l.b, l.a)] {
+                if is_switch[x as usize] && tier[x as usize].is_none() && tier[y as usize] == Some(Tier::Leaf)
+                {
+                    tier[x as usize] = Some(Tier::Spine);
+                }
+            }
+        }
+        for (t, s) in tier.iter_mut().zip(&is_switch) {
+            if *s && t.is_none() {
+                *t = Some(Tier::Core);
+            }
+        }
+        tier
+    }
+}
+
 /// Parses an HPCC topology file.
 pub fn parse_topology(text: &str) -> Result<HpccTopology, HpccError> {
     let mut t = Tokens::new(text);
-    let n_nodes: u32 = t.parse("the node count")?;
-    let n_switches: u32 = t.parse("the switch count")?;
+    let n_nodes: u32 = t.with(&format!("a node count of 2..={MAX_NODES}"), |s| {
+        s.parse().ok().filter(|n| (2..=MAX_NODES).contains(n))
+    })?;
+    let n_switches: u32 = t.with(&format!("a switch count of at most the {n_nodes} nodes"), |s| {
+        s.parse().ok().filter(|n| *n <= n_nodes)
+    })?;
     let n_links: u32 = t.parse("the link count")?;
     let mut switches = Vec::new();
     for _ in 0..n_switches {
@@ -223,10 +270,27 @@ pub fn parse_topology(text: &str) -> Result<HpccTopology, HpccError> {
                 })
         };
         let a = node(&mut t)?;
+        let line = t.last_line;
         let b = node(&mut t)?;
-        let rate_gbps = t.with("a rate like `100Gbps`", parse_rate_gbps)?;
-        let delay_ns = t.with("a delay like `0.001ms` or `1000ns`", parse_delay_ns)?;
-        let error_rate: f64 = t.parse("an error rate")?;
+        if a == b {
+            return Err(HpccError {
+                line,
+                message: format!("expected a link between two nodes, found node {a} linked to itself"),
+            });
+        }
+        let max_rate = crate::topology::MAX_LINK_RATE_GBPS;
+        let rate_gbps = t.with(
+            &format!("a rate like `100Gbps`, above 0 and at most {max_rate}Gbps"),
+            |s| parse_rate_gbps(s).filter(|r| *r > 0.0 && *r <= max_rate),
+        )?;
+        let max_delay = crate::limits::MAX_LINK_DELAY_NS;
+        let delay_ns = t.with(
+            &format!("a delay like `0.001ms` or `1000ns`, at most {max_delay}ns"),
+            |s| parse_delay_ns(s).filter(|d| *d <= max_delay),
+        )?;
+        let error_rate: f64 = t.with("an error rate 0..=1", |s| {
+            s.parse().ok().filter(|r: &f64| (0.0..=1.0).contains(r))
+        })?;
         links.push(HpccLink {
             a,
             b,
@@ -258,8 +322,14 @@ pub fn parse_flows(text: &str) -> Result<Vec<HpccFlow>, HpccError> {
             s.parse::<u8>().ok().filter(|p| *p < 8)
         })?;
         let dport = t.parse("a destination port")?;
-        let bytes = t.parse("a size in bytes")?;
-        let start_ps = t.with("a start time in seconds", |s| decimal_to_scaled(s, 12))?;
+        let max_bytes = crate::limits::MAX_TRANSFER_BYTES;
+        let bytes = t.with(&format!("a size of 1..={max_bytes} bytes"), |s| {
+            s.parse().ok().filter(|b| (1..=max_bytes).contains(b))
+        })?;
+        let max_ps = (crate::limits::MAX_SIM_TIME_US * 1e6) as u64;
+        let start_ps = t.with("a start time in seconds, at most 3600", |s| {
+            decimal_to_scaled(s, 12).filter(|p| *p <= max_ps)
+        })?;
         flows.push(HpccFlow {
             src,
             dst,
@@ -307,9 +377,25 @@ pub(crate) fn build_topology(
         is_switch[*s as usize] = true;
     }
     let mut degree = vec![0usize; n];
-    for l in &topo.links {
+    for (li, l) in topo.links.iter().enumerate() {
         degree[l.a as usize] += 1;
         degree[l.b as usize] += 1;
+        // A port index is 16 bits.
+        if let Some(x) = [l.a, l.b]
+            .into_iter()
+            .find(|x| degree[*x as usize] > usize::from(u16::MAX))
+        {
+            diags.error(
+                &at.key("file"),
+                format!(
+                    "`{}` link {}: node {x} has more than {} links, more than a switch has ports",
+                    spec.file,
+                    li + 1,
+                    u16::MAX
+                ),
+            );
+            return None;
+        }
         if l.error_rate != 0.0 {
             diags.warning(
                 &at.key("file"),
@@ -320,22 +406,7 @@ pub(crate) fn build_topology(
             );
         }
     }
-    // Tiers: switches next to a host are leaves, next to a leaf spines, the rest cores.
-    let mut tier = vec![None; n];
-    for l in &topo.links {
-        for (x, y) in [(l.a, l.b), (l.b, l.a)] {
-            if is_switch[x as usize] && !is_switch[y as usize] {
-                tier[x as usize] = Some(Tier::Leaf);
-            }
-        }
-    }
-    for l in &topo.links {
-        for (x, y) in [(l.a, l.b), (l.b, l.a)] {
-            if is_switch[x as usize] && tier[x as usize].is_none() && tier[y as usize] == Some(Tier::Leaf) {
-                tier[x as usize] = Some(Tier::Spine);
-            }
-        }
-    }
+    let tier = topo.tiers();
     // Host port rate: the rate of the host's first link.
     let mut host_rate = vec![0.0f64; n];
     for l in &topo.links {
@@ -416,7 +487,10 @@ mod tests {
     #[test]
     fn flow_errors_name_the_line() {
         let e = parse_flows("2\n1 2 3 100 1000 2.0\n1 2 3 100 abc 2.0\n").unwrap_err();
-        assert_eq!(e.to_string(), "line 3: expected a size in bytes, found `abc`");
+        assert_eq!(
+            e.to_string(),
+            "line 3: expected a size of 1..=1099511627776 bytes, found `abc`"
+        );
         let e = parse_flows("2\n1 2 3 100 1000 2.0\n").unwrap_err();
         assert_eq!(
             e.to_string(),

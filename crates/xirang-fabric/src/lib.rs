@@ -7,7 +7,8 @@
 //!   `shared/reference`.
 //! - [`topology`]: generators (leaf-spine, fat-tree, rail-optimized), explicit lists and
 //!   HPCC topology files.
-//! - [`scenario`]: TOML scenario files with precise errors.
+//! - [`scenario`]: TOML scenario files with precise errors; [`limits`]: the range of
+//!   every number they give.
 //! - [`routing`]: ECMP path enumeration and path MTU; [`analysis`]: bisection, diameter,
 //!   oversubscription.
 //!
@@ -32,6 +33,7 @@ pub mod analysis;
 pub mod config;
 pub mod diag;
 pub mod hpcc;
+pub mod limits;
 pub mod model;
 pub mod partition;
 pub mod routing;

@@ -11,9 +11,13 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{FabricConfig, MIN_MTU_BYTES, RedProfile};
+use crate::config::{
+    FabricConfig, MAX_HEADER_BYTES, MAX_MTU_BYTES, MAX_ROCE_MTU_BYTES, MAX_WR_DEPTH, MIN_MTU_BYTES,
+    RedProfile,
+};
 use crate::diag::{Diagnostic, Diagnostics, KeyPath, Severity, humanize_serde_message, line_of_offset};
 use crate::hpcc::{self, HpccFlow};
+use crate::limits;
 use crate::model::{Fabric, Node, PcieLink, Tier};
 use crate::topology::{self, TopologySpec, parse_port_ref, unknown_name};
 use crate::units::Count;
@@ -317,19 +321,20 @@ pub enum EcmpMode {
     Hpcc,
 }
 
+/// Largest scenario file read. An explicit list of a 16,384-GPU rail fabric (what
+/// `xirang scenario expand scenarios/rail-16384gpu.toml` writes) is 13.5 MB; this leaves
+/// room for explicit fabrics ten times that size while keeping a wrong file (a disk
+/// image, `/dev/zero`) from filling memory.
+pub const SCENARIO_LIMIT: xirang_files::Limit = xirang_files::Limit::new(256 << 20, "scenario file");
+
 /// Errors from loading a scenario.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ScenarioError {
-    /// The file (or a file it names) could not be read.
-    #[error("{}: cannot read: {source}", path.display())]
-    Io {
-        /// The path.
-        path: PathBuf,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
+    /// The file (or a file it names) could not be read: missing, not a file, larger
+    /// than its format's limit, or not UTF-8.
+    #[error(transparent)]
+    Read(#[from] xirang_files::ReadError),
     /// The scenario is invalid; every error found is listed.
     #[error("{}", render_all(file, diagnostics))]
     Invalid {
@@ -376,10 +381,7 @@ impl Scenario {
 
     /// Reads, parses, validates and builds the scenario at `path`.
     pub fn load(path: &Path) -> Result<Loaded, ScenarioError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ScenarioError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let text = xirang_files::read_text(path, SCENARIO_LIMIT)?;
         let scenario = Scenario::parse(&text, path)?;
         let base = path.parent().unwrap_or(Path::new("."));
         scenario.build(path, base, Some(&text))
@@ -436,15 +438,23 @@ impl Scenario {
         let mut d = Diagnostics::default();
         let root = KeyPath::root();
         self.config.validate(&root.key("config"), &mut d);
-        for (k, v) in [
-            ("end_us", self.run.end_us),
-            ("sample_interval_us", self.run.sample_interval_us),
+        // 0 means "no end" and "no sampling".
+        for (k, v, check) in [
+            (
+                "end_us",
+                self.run.end_us,
+                limits::end_time_us as fn(f64) -> Result<(), String>,
+            ),
+            (
+                "sample_interval_us",
+                self.run.sample_interval_us,
+                limits::sample_interval_us,
+            ),
         ] {
-            if !(v.is_finite() && v >= 0.0) {
-                d.error(
-                    &root.key("run").key(k),
-                    format!("expected a time >= 0 µs, found {v}"),
-                );
+            if v != 0.0
+                && let Err(m) = check(v)
+            {
+                d.error(&root.key("run").key(k), m);
             }
         }
 
@@ -570,19 +580,20 @@ impl Scenario {
     fn check_buffers(&self, fabric: &Fabric, at: &KeyPath, d: &mut Diagnostics) {
         let cfg = &self.config;
         for sw in &fabric.switches {
+            // Saturating: sizes are bounded, but a sum that could wrap must never pass.
             let mut headroom = 0u64;
             let mut ports = 0u64;
             for p in sw.ports.iter().filter_map(|p| p.link) {
                 let l = &fabric.links[p.index()];
                 ports += 1;
                 if cfg.pfc.enabled {
-                    headroom += cfg
-                        .pfc
-                        .headroom_bytes
-                        .unwrap_or_else(|| crate::config::default_headroom_bytes(l.rate_gbps, l.delay_ns));
+                    headroom =
+                        headroom.saturating_add(cfg.pfc.headroom_bytes.unwrap_or_else(|| {
+                            crate::config::default_headroom_bytes(l.rate_gbps, l.delay_ns)
+                        }));
                 }
             }
-            let aside = headroom + ports * cfg.buffer.reserved_bytes;
+            let aside = headroom.saturating_add(ports.saturating_mul(cfg.buffer.reserved_bytes));
             if aside >= cfg.buffer.switch_bytes {
                 d.error(
                     at,
@@ -591,7 +602,7 @@ impl Scenario {
                          reserved for its {ports} ports; expected more than {aside} bytes",
                         cfg.buffer.switch_bytes,
                         sw.name,
-                        ports * cfg.buffer.reserved_bytes
+                        ports.saturating_mul(cfg.buffer.reserved_bytes)
                     ),
                 );
                 return;
@@ -795,14 +806,10 @@ impl Scenario {
                     ),
                 );
             }
-            if !(f.start_us.is_finite() && f.start_us >= 0.0) {
-                d.error(
-                    &at.key("start_us"),
-                    format!("expected a time >= 0 µs, found {}", f.start_us),
-                );
-            }
+            limits::check_time_us(f.start_us, &at.key("start_us"), d);
             if let Some(e) = f.end_us
-                && !(e.is_finite() && e > f.start_us)
+                && limits::check_time_us(e, &at.key("end_us"), d)
+                && e <= f.start_us
             {
                 d.error(
                     &at.key("end_us"),
@@ -1001,13 +1008,13 @@ impl Scenario {
     fn validate_tune(&self, tiers: &[Tier], at: &KeyPath, d: &mut Diagnostics) {
         use crate::tune::{ParamKind, param_kind};
         let t = &self.tune;
-        for (k, v) in [
-            ("budget", t.budget),
-            ("search_seeds", t.search_seeds),
-            ("held_out_seeds", t.held_out_seeds),
+        for (k, v, max) in [
+            ("budget", t.budget, crate::tune::MAX_BUDGET),
+            ("search_seeds", t.search_seeds, crate::tune::MAX_SEEDS),
+            ("held_out_seeds", t.held_out_seeds, crate::tune::MAX_SEEDS),
         ] {
-            if v == 0 {
-                d.error(&at.key(k), "expected at least 1".to_string());
+            if !(1..=max).contains(&v) {
+                d.error(&at.key(k), format!("expected 1..={max}, found {v}"));
             }
         }
         if t.algorithms.is_empty() {
@@ -1031,7 +1038,10 @@ impl Scenario {
         if !(0.0..=1.0).contains(&t.max_pause_ratio) {
             d.error(
                 &at.key("max_pause_ratio"),
-                format!("expected a share between 0 and 1, found {}", t.max_pause_ratio),
+                format!(
+                    "expected a share between 0 and 1, found {}",
+                    limits::Num(t.max_pause_ratio)
+                ),
             );
         }
         for (class, w) in &t.weights {
@@ -1108,9 +1118,7 @@ impl Scenario {
             }
         };
         let check_start = |s: f64, at: &KeyPath, d: &mut Diagnostics| {
-            if !(s.is_finite() && s >= 0.0) {
-                d.error(at, format!("expected a time >= 0 µs, found {s}"));
-            }
+            limits::check_time_us(s, at, d);
         };
         check_class(w.class(), &at.key("class"), d);
         // Every pair of NICs a workload joins must have a path of links between them: the
@@ -1185,9 +1193,7 @@ impl Scenario {
                             format!("expected a priority 0..7, found {p}"),
                         );
                     }
-                    if fl.bytes == 0 {
-                        d.error(&at.key("bytes"), "expected a size >= 1 byte, found 0".to_string());
-                    }
+                    limits::check_transfer_bytes(fl.bytes, &at.key("bytes"), d);
                     for a in &fl.after {
                         if !ids.contains(&a.as_str()) {
                             d.error(&at.key("after"), unknown_name("flow id", a, ids.iter().copied()));
@@ -1245,6 +1251,7 @@ impl Scenario {
                         ),
                     );
                 }
+                limits::check_transfer_bytes(x.bytes, &at.key("bytes"), d);
                 check_start(x.start_us, &at.key("start_us"), d);
             }
             Workload::Permutation(x) => {
@@ -1253,6 +1260,7 @@ impl Scenario {
                 }
                 check_distinct(&x.hosts, &at.key("hosts"), d);
                 check_joined(&x.hosts, &at.key("hosts"), d);
+                limits::check_transfer_bytes(x.bytes, &at.key("bytes"), d);
                 check_start(x.start_us, &at.key("start_us"), d);
             }
             Workload::AllToAll(x) => {
@@ -1261,6 +1269,7 @@ impl Scenario {
                 }
                 check_distinct(&x.hosts, &at.key("hosts"), d);
                 check_joined(&x.hosts, &at.key("hosts"), d);
+                limits::check_transfer_bytes(x.bytes, &at.key("bytes"), d);
                 check_start(x.start_us, &at.key("start_us"), d);
             }
             Workload::Collective(x) => {
@@ -1274,21 +1283,18 @@ impl Scenario {
                         ),
                     );
                 }
-                if x.iterations == 0 {
+                if !(1..=limits::MAX_ITERATIONS).contains(&x.iterations) {
                     d.error(
                         &at.key("iterations"),
-                        "expected at least 1 iteration, found 0".to_string(),
+                        format!(
+                            "expected 1..={} iterations, found {}",
+                            limits::MAX_ITERATIONS,
+                            x.iterations
+                        ),
                     );
                 }
-                if !(x.step_us.is_finite() && x.step_us >= 0.0) {
-                    d.error(
-                        &at.key("step_us"),
-                        format!("expected a time >= 0 µs, found {}", x.step_us),
-                    );
-                }
-                if x.bytes == 0 {
-                    d.error(&at.key("bytes"), "expected a size >= 1 byte, found 0".to_string());
-                }
+                limits::check_time_us(x.step_us, &at.key("step_us"), d);
+                limits::check_transfer_bytes(x.bytes, &at.key("bytes"), d);
                 check_distinct(&x.hosts, &at.key("hosts"), d);
                 for (i, h) in x.hosts.iter().enumerate() {
                     if fabric.host_by_name(h).is_none() {
@@ -1322,8 +1328,23 @@ impl Scenario {
                 if !(x.requests_per_sec.is_finite() && x.requests_per_sec > 0.0) {
                     d.error(
                         &at.key("requests_per_sec"),
-                        format!("expected a rate > 0, found {}", x.requests_per_sec),
+                        format!("expected a rate > 0, found {}", limits::Num(x.requests_per_sec)),
                     );
+                } else if x.duration_us.is_finite() && x.duration_us > 0.0 {
+                    // Every request is created before the run starts.
+                    let expected = x.clients.len() as f64 * x.requests_per_sec * x.duration_us / 1e6;
+                    if expected > limits::MAX_INFERENCE_REQUESTS {
+                        d.error(
+                            &at.key("requests_per_sec"),
+                            format!(
+                                "{} clients at {} requests/s for {} µs make about {expected:.3e} requests; expected at most {:e} per workload (lower the rate, the duration or the clients)",
+                                x.clients.len(),
+                                limits::Num(x.requests_per_sec),
+                                limits::Num(x.duration_us),
+                                limits::MAX_INFERENCE_REQUESTS
+                            ),
+                        );
+                    }
                 }
                 for (key, dist) in [("request", &x.request), ("response", &x.response)] {
                     if let Err(m) = dist.check() {
@@ -1331,14 +1352,12 @@ impl Scenario {
                     }
                 }
                 check_start(x.start_us, &at.key("start_us"), d);
-                if !(x.duration_us.is_finite() && x.duration_us > 0.0) {
-                    d.error(
-                        &at.key("duration_us"),
-                        format!("expected a duration > 0 µs, found {}", x.duration_us),
-                    );
-                }
+                limits::check_period_us(x.duration_us, &at.key("duration_us"), d);
+                limits::check_time_us(x.service_us, &at.key("service_us"), d);
             }
-            Workload::HpccFlows(_) => {}
+            Workload::HpccFlows(h) => {
+                limits::check_time_us(h.time_offset_us, &at.key("time_offset_us"), d);
+            }
         }
     }
 }
@@ -1393,6 +1412,17 @@ fn after_cycle(list: &[crate::workload::FlowSpec]) -> Option<(usize, Vec<String>
 impl SizeDist {
     /// Checks the distribution is usable.
     pub fn check(&self) -> Result<(), String> {
+        let max = limits::MAX_TRANSFER_BYTES;
+        let largest = match self {
+            SizeDist::Fixed(b) => *b,
+            SizeDist::Uniform { max_bytes, .. } => *max_bytes,
+            SizeDist::Cdf(points) => points.iter().map(|p| p.0).max().unwrap_or(0),
+        };
+        if largest > max {
+            return Err(format!(
+                "expected sizes of at most {max} bytes (1 TiB), found {largest}"
+            ));
+        }
         match self {
             SizeDist::Fixed(0) => Err("expected a size >= 1 byte, found 0".to_string()),
             SizeDist::Fixed(_) => Ok(()),
@@ -1416,8 +1446,7 @@ impl SizeDist {
 }
 
 fn read_relative(base: &Path, file: &str) -> Result<String, ScenarioError> {
-    let p = base.join(file);
-    std::fs::read_to_string(&p).map_err(|source| ScenarioError::Io { path: p, source })
+    Ok(xirang_files::read_text(&base.join(file), hpcc::FILE_LIMIT)?)
 }
 
 /// An endpoint string resolved to a NIC: `host` (first NIC), `host/nic`, or `host/GPUi`
@@ -1468,10 +1497,10 @@ impl FabricConfig {
             ("nic_bytes", self.mtu.nic_bytes),
             ("switch_bytes", self.mtu.switch_bytes),
         ] {
-            if m < MIN_MTU_BYTES {
+            if !(MIN_MTU_BYTES..=MAX_MTU_BYTES).contains(&m) {
                 d.error(
                     &at.key("mtu").key(key),
-                    format!("expected an MTU >= {MIN_MTU_BYTES}, found {m}"),
+                    format!("expected an MTU of {MIN_MTU_BYTES}..={MAX_MTU_BYTES} bytes, found {m}"),
                 );
             }
         }
@@ -1593,9 +1622,7 @@ impl FabricConfig {
                 ("dce_tcp_rtt_us", dc.dce_tcp_rtt_us),
                 ("rate_reduce_monitor_period_us", dc.rate_reduce_monitor_period_us),
             ] {
-                if !(v.is_finite() && v > 0.0) {
-                    d.error(&dat.key(k), format!("expected a period > 0 µs, found {v}"));
-                }
+                limits::check_period_us(v, &dat.key(k), d);
             }
             for (k, v) in [
                 ("rpg_ai_rate_mbps", dc.rpg_ai_rate_mbps),
@@ -1603,50 +1630,57 @@ impl FabricConfig {
                 ("rpg_min_rate_mbps", dc.rpg_min_rate_mbps),
                 ("rpg_max_rate_mbps", dc.rpg_max_rate_mbps),
                 ("rate_to_set_on_first_cnp_mbps", dc.rate_to_set_on_first_cnp_mbps),
-                ("min_time_between_cnps_us", dc.min_time_between_cnps_us),
             ] {
-                if !(v.is_finite() && v >= 0.0) {
-                    d.error(&dat.key(k), format!("expected a value >= 0, found {v}"));
-                }
+                limits::check_rate_mbps(v, false, &dat.key(k), d);
             }
+            limits::check_time_us(
+                dc.min_time_between_cnps_us,
+                &dat.key("min_time_between_cnps_us"),
+                d,
+            );
             let t = &c.timely;
             let tat = cat.key("timely");
-            if !(t.t_low_us > 0.0 && t.t_low_us < t.t_high_us) {
+            if limits::check_period_us(t.t_high_us, &tat.key("t_high_us"), d)
+                && !(t.t_low_us > 0.0 && t.t_low_us < t.t_high_us)
+            {
                 d.error(
                     &tat.key("t_low_us"),
                     format!(
                         "expected 0 < t_low_us < t_high_us, found {} and {}",
-                        t.t_low_us, t.t_high_us
+                        limits::Num(t.t_low_us),
+                        limits::Num(t.t_high_us)
                     ),
                 );
             }
             for (k, v) in [("ewma_alpha", t.ewma_alpha), ("beta", t.beta)] {
                 if !(v > 0.0 && v <= 1.0) {
-                    d.error(&tat.key(k), format!("expected a fraction in (0, 1], found {v}"));
+                    d.error(
+                        &tat.key(k),
+                        format!("expected a fraction in (0, 1], found {}", limits::Num(v)),
+                    );
                 }
             }
             for (k, v) in [
                 ("add_step_mbps", t.add_step_mbps),
                 ("hai_step_mbps", t.hai_step_mbps),
-                ("min_rtt_us", t.min_rtt_us),
                 ("min_rate_mbps", t.min_rate_mbps),
             ] {
-                if !(v.is_finite() && v > 0.0) {
-                    d.error(&tat.key(k), format!("expected a value > 0, found {v}"));
-                }
+                limits::check_rate_mbps(v, true, &tat.key(k), d);
             }
+            limits::check_period_us(t.min_rtt_us, &tat.key("min_rtt_us"), d);
             let h = &c.hpcc;
             let hat = cat.key("hpcc");
             if !(h.eta > 0.0 && h.eta <= 1.0) {
                 d.error(
                     &hat.key("eta"),
-                    format!("expected a target utilisation in (0, 1], found {}", h.eta),
+                    format!(
+                        "expected a target utilisation in (0, 1], found {}",
+                        limits::Num(h.eta)
+                    ),
                 );
             }
             for (k, v) in [("ai_mbps", h.ai_mbps), ("min_rate_mbps", h.min_rate_mbps)] {
-                if !(v.is_finite() && v > 0.0) {
-                    d.error(&hat.key(k), format!("expected a value > 0, found {v}"));
-                }
+                limits::check_rate_mbps(v, true, &hat.key(k), d);
             }
             // The INT record holds the multiplier in a byte; the simulator's INT_MULTI is the
             // NIC rate / 25 Gbit/s, 16 at 400 Gbit/s.
@@ -1659,12 +1693,13 @@ impl FabricConfig {
             let t = &c.dctcp;
             let tat = cat.key("dctcp");
             if !(t.g > 0.0 && t.g <= 1.0) {
-                d.error(&tat.key("g"), format!("expected a gain in (0, 1], found {}", t.g));
+                d.error(
+                    &tat.key("g"),
+                    format!("expected a gain in (0, 1], found {}", limits::Num(t.g)),
+                );
             }
             for (k, v) in [("ai_mbps", t.ai_mbps), ("min_rate_mbps", t.min_rate_mbps)] {
-                if !(v.is_finite() && v > 0.0) {
-                    d.error(&tat.key(k), format!("expected a value > 0, found {v}"));
-                }
+                limits::check_rate_mbps(v, true, &tat.key(k), d);
             }
         }
         if self.cnp.priority > 7 {
@@ -1674,12 +1709,41 @@ impl FabricConfig {
             );
         }
         let tr = at.key("transport");
-        if self.transport.roce_mtu_bytes < MIN_MTU_BYTES {
+        if !(MIN_MTU_BYTES..=MAX_ROCE_MTU_BYTES).contains(&self.transport.roce_mtu_bytes) {
             d.error(
                 &tr.key("roce_mtu_bytes"),
                 format!(
-                    "expected an MTU >= {MIN_MTU_BYTES}, found {}",
+                    "expected a RoCE MTU of {MIN_MTU_BYTES}..={MAX_ROCE_MTU_BYTES} bytes (the largest IB MTU), found {}",
                     self.transport.roce_mtu_bytes
+                ),
+            );
+        }
+        if !(1..=crate::config::MAX_IB_TIMEOUT).contains(&self.transport.ib_timeout) {
+            d.error(
+                &tr.key("ib_timeout"),
+                format!(
+                    "expected an ACK timeout exponent of 1..={} (4.096 µs x 2^n; NCCL_IB_TIMEOUT), found {}",
+                    crate::config::MAX_IB_TIMEOUT,
+                    self.transport.ib_timeout
+                ),
+            );
+        }
+        if self.transport.retry_cnt > crate::config::DEFAULT_RETRY_CNT {
+            d.error(
+                &tr.key("retry_cnt"),
+                format!(
+                    "expected a retry count of 0..={} (NCCL_IB_RETRY_CNT), found {}",
+                    crate::config::DEFAULT_RETRY_CNT,
+                    self.transport.retry_cnt
+                ),
+            );
+        }
+        if self.transport.header_bytes > MAX_HEADER_BYTES {
+            d.error(
+                &tr.key("header_bytes"),
+                format!(
+                    "expected at most {MAX_HEADER_BYTES} header bytes per packet, found {}",
+                    self.transport.header_bytes
                 ),
             );
         }
@@ -1692,25 +1756,51 @@ impl FabricConfig {
                 ),
             );
         }
-        if self.transport.wr_depth == 0 {
+        if !(1..=MAX_WR_DEPTH).contains(&self.transport.wr_depth) {
             d.error(
                 &tr.key("wr_depth"),
-                "expected a queue depth >= 1, found 0".to_string(),
+                format!(
+                    "expected a queue depth of 1..={MAX_WR_DEPTH} (max_qp_wr of ConnectX NICs), found {}",
+                    self.transport.wr_depth
+                ),
             );
         }
+        let nv = self.intra_host.nvlink_gbps;
+        if !(nv.is_finite() && nv > 0.0 && nv <= topology::MAX_LINK_RATE_GBPS) {
+            d.error(
+                &at.key("intra_host").key("nvlink_gbps"),
+                format!(
+                    "expected a rate above 0 and at most {} Gbit/s, found {}",
+                    topology::MAX_LINK_RATE_GBPS,
+                    limits::Num(nv)
+                ),
+            );
+        }
+        limits::check_time_us(
+            self.intra_host.nvlink_latency_us,
+            &at.key("intra_host").key("nvlink_latency_us"),
+            d,
+        );
         for (k, v) in [
-            ("nvlink_gbps", self.intra_host.nvlink_gbps),
-            ("nvlink_latency_us", self.intra_host.nvlink_latency_us),
+            ("switch_bytes", self.buffer.switch_bytes),
+            ("reserved_bytes", self.buffer.reserved_bytes),
         ] {
-            if !(v.is_finite() && v >= 0.0) {
-                d.error(
-                    &at.key("intra_host").key(k),
-                    format!("expected a value >= 0, found {v}"),
-                );
-            }
+            limits::check_buffer_bytes(v, &at.key("buffer").key(k), d);
+        }
+        limits::check_buffer_bytes(self.pfc.xon_offset_bytes, &pfc.key("xon_offset_bytes"), d);
+        if let Some(h) = self.pfc.headroom_bytes {
+            limits::check_buffer_bytes(h, &pfc.key("headroom_bytes"), d);
         }
         let mem = &self.memory;
         let mat = at.key("memory");
+        for (k, v) in [
+            ("region_bytes", mem.region_bytes),
+            ("buffer_bytes", mem.buffer_bytes),
+            ("page_bytes", mem.page_bytes),
+            ("cache_line_bytes", mem.cache_line_bytes),
+        ] {
+            limits::check_buffer_bytes(v, &mat.key(k), d);
+        }
         if !mem.page_bytes.is_power_of_two() || mem.page_bytes < 4096 {
             d.error(
                 &mat.key("page_bytes"),
@@ -1743,6 +1833,8 @@ impl FabricConfig {
 
 impl RedProfile {
     fn validate(&self, at: &KeyPath, d: &mut Diagnostics) {
+        limits::check_buffer_bytes(self.kmin_bytes, &at.key("kmin_bytes"), d);
+        limits::check_buffer_bytes(self.kmax_bytes, &at.key("kmax_bytes"), d);
         if self.kmin_bytes > self.kmax_bytes {
             d.error(
                 &at.key("kmin_bytes"),
@@ -1755,7 +1847,7 @@ impl RedProfile {
         if !(self.pmax >= 0.0 && self.pmax <= 1.0) {
             d.error(
                 &at.key("pmax"),
-                format!("expected a probability 0..1, found {}", self.pmax),
+                format!("expected a probability 0..1, found {}", limits::Num(self.pmax)),
             );
         }
     }

@@ -555,7 +555,10 @@ fn check_rate(v: f64, at: &KeyPath, diags: &mut Diagnostics) -> bool {
     } else {
         diags.error(
             at,
-            format!("expected a rate above 0 and at most {MAX_LINK_RATE_GBPS} Gbit/s, found {v:?}"),
+            format!(
+                "expected a rate above 0 and at most {MAX_LINK_RATE_GBPS} Gbit/s, found {}",
+                crate::limits::Num(v)
+            ),
         );
         false
     }
@@ -623,6 +626,7 @@ fn links_per_spine(
 fn leaf_spine(b: &mut Builder<'_>, s: &LeafSpineSpec, at: &KeyPath, diags: &mut Diagnostics) -> Option<()> {
     let ok = check_rate(s.host_rate_gbps, &at.key("host_rate_gbps"), diags)
         & check_rate(s.fabric_rate_gbps, &at.key("fabric_rate_gbps"), diags)
+        & crate::limits::check_delay_ns(s.link_delay_ns, &at.key("link_delay_ns"), diags)
         & check_host(&s.host, &at.key("host"), diags);
     if !ok {
         return None;
@@ -684,6 +688,7 @@ fn fat_tree(b: &mut Builder<'_>, s: &FatTreeSpec, at: &KeyPath, diags: &mut Diag
     }
     let ok = check_rate(s.host_rate_gbps, &at.key("host_rate_gbps"), diags)
         & check_rate(s.fabric_rate_gbps, &at.key("fabric_rate_gbps"), diags)
+        & crate::limits::check_delay_ns(s.link_delay_ns, &at.key("link_delay_ns"), diags)
         & check_host(&s.host, &at.key("host"), diags);
     if !ok {
         return None;
@@ -765,6 +770,7 @@ fn rail_optimized(
 ) -> Option<()> {
     let ok = check_rate(s.host_rate_gbps, &at.key("host_rate_gbps"), diags)
         & check_rate(s.fabric_rate_gbps, &at.key("fabric_rate_gbps"), diags)
+        & crate::limits::check_delay_ns(s.link_delay_ns, &at.key("link_delay_ns"), diags)
         & check_host(&s.host, &at.key("host"), diags);
     if !ok {
         return None;
@@ -1223,7 +1229,9 @@ fn explicit(b: &mut Builder<'_>, s: &ExplicitTopology, at: &KeyPath, diags: &mut
     let mut next_free: Vec<u16> = vec![0; b.fabric.switches.len()];
     for (li, l) in s.links.iter().enumerate() {
         let lat = at.key("links").index(li);
-        if !check_rate(l.rate_gbps, &lat.key("rate_gbps"), diags) {
+        if !(check_rate(l.rate_gbps, &lat.key("rate_gbps"), diags)
+            & crate::limits::check_delay_ns(l.delay_ns, &lat.key("delay_ns"), diags))
+        {
             continue;
         }
         let a = resolve_end(&b.fabric, &l.a, &mut next_free, &lat.key("a"), diags);

@@ -388,3 +388,80 @@ fn dot_escapes_quotes_and_backslashes_in_names() {
         assert_eq!(delimiters % 2, 0, "unbalanced quotes: {line}");
     }
 }
+
+/// A fabric from an HPCC topology file: `attach[h]` is host h's switch (or none), `links`
+/// join switches by index.
+fn hpcc_fabric(attach: &[Option<usize>], n_switches: usize, links: &[(usize, usize)]) -> Fabric {
+    let hosts = attach.len();
+    let mut lines = Vec::new();
+    for (h, a) in attach.iter().enumerate() {
+        if let Some(s) = a {
+            lines.push(format!("{h} {} 100Gbps 0.001ms 0", hosts + s));
+        }
+    }
+    for (a, b) in links {
+        lines.push(format!("{} {} 100Gbps 0.001ms 0", hosts + a, hosts + b));
+    }
+    let switches: Vec<String> = (0..n_switches).map(|s| (hosts + s).to_string()).collect();
+    let text = format!(
+        "{} {} {}\n{}\n{}\n",
+        hosts + n_switches,
+        n_switches,
+        lines.len(),
+        switches.join(" "),
+        lines.join("\n")
+    );
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("t.txt"), text).unwrap();
+    let scenario = "[topology.hpcc]\nfile = \"t.txt\"\n";
+    let p = dir.path().join("s.toml");
+    xirang_fabric::scenario::Scenario::parse(scenario, &p)
+        .and_then(|s| s.build(&p, dir.path(), Some(scenario)))
+        .unwrap_or_else(|e| panic!("{e}"))
+        .fabric
+}
+
+/// Diameter and connectivity the slow, obvious way: a search from every NIC.
+fn naive_diameter(f: &Fabric) -> (u32, bool) {
+    let g = Graph::new(f);
+    let n = f.nics.len() as u32;
+    let (mut diameter, mut connected) = (0, true);
+    for a in 0..n {
+        if g.adj(a).is_empty() {
+            return (0, false);
+        }
+        let d = g.distances_to(a);
+        for b in (0..n).filter(|b| *b != a) {
+            if d[b as usize] == xirang_fabric::routing::UNREACHABLE {
+                connected = false;
+            } else {
+                diameter = diameter.max(d[b as usize]);
+            }
+        }
+    }
+    (diameter, connected)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// The word-parallel searches of `summarize` agree with one search per NIC, on random
+    /// fabrics with more than 64 attachment switches (two batches), unlinked hosts and
+    /// several components.
+    #[test]
+    fn diameter_and_connectivity_match_a_search_from_every_nic(
+        n_switches in 1usize..100,
+        attach in prop::collection::vec(prop::option::weighted(0.98, 0usize..100), 2..140),
+        links in prop::collection::vec((0usize..100, 0usize..100), 0..220),
+    ) {
+        let attach: Vec<Option<usize>> = attach.into_iter().map(|a| a.map(|s| s % n_switches)).collect();
+        let links: Vec<(usize, usize)> = links
+            .into_iter()
+            .map(|(a, b)| (a % n_switches, b % n_switches))
+            .filter(|(a, b)| a != b)
+            .collect();
+        let f = hpcc_fabric(&attach, n_switches, &links);
+        let s = summarize(&f);
+        prop_assert_eq!((s.diameter_hops, s.connected), naive_diameter(&f));
+    }
+}

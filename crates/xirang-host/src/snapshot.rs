@@ -99,12 +99,12 @@ pub struct CommandRecord {
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {
     /// I/O on the archive file.
-    #[error("{path}: {source}")]
+    #[error("{path}: {cause}")]
     Io {
         /// The archive.
         path: PathBuf,
-        /// The error.
-        source: std::io::Error,
+        /// The error (part of the message, so not a `source`).
+        cause: std::io::Error,
     },
     /// The file is not a gzip-compressed tar archive, or is damaged.
     #[error("{path}: not a xirang snapshot (expected a .tar.gz archive): {reason}")]
@@ -352,10 +352,15 @@ fn run_command(argv: &[&str]) -> (String, Option<Vec<u8>>) {
 /// Writes a tree as a `.tar.gz` archive, atomically: into a temporary file beside
 /// `path`, renamed over it only once complete, so a crash never leaves half an archive.
 pub fn write_archive(tree: &MemTree, path: &Path) -> Result<(), SnapshotError> {
-    let io = |source| SnapshotError::Io {
+    let io = |cause| SnapshotError::Io {
         path: path.to_path_buf(),
-        source,
+        cause,
     };
+    // Never replace a FIFO, a device or a directory with the archive.
+    let path = &xirang_files::replaceable(path).map_err(|e| SnapshotError::Format {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })?;
     let tmp = path.with_file_name(format!(".{}.tmp", base_name(&path.to_string_lossy())));
     let file = std::fs::File::create(&tmp).map_err(io)?;
     let mut b = tar::Builder::new(GzEncoder::new(file, Compression::default()));
@@ -397,9 +402,17 @@ pub fn write_archive(tree: &MemTree, path: &Path) -> Result<(), SnapshotError> {
 
 /// Loads a snapshot archive into memory.
 pub fn load(path: &Path) -> Result<MemTree, SnapshotError> {
-    let file = std::fs::File::open(path).map_err(|source| SnapshotError::Io {
-        path: path.to_path_buf(),
-        source,
+    // A FIFO named as a snapshot must not stall the reader; the archive's size is bounded
+    // by what decompressing it may produce (MAX_ARCHIVE_BYTES).
+    let file = xirang_files::open(path).map_err(|e| match e {
+        xirang_files::ReadError::Io { cause, .. } => SnapshotError::Io {
+            path: path.to_path_buf(),
+            cause,
+        },
+        other => SnapshotError::Format {
+            path: path.to_path_buf(),
+            reason: other.detail(),
+        },
     })?;
     let fmt = |reason: String| SnapshotError::Format {
         path: path.to_path_buf(),

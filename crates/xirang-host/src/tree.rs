@@ -465,9 +465,10 @@ impl DirTree {
         use std::os::unix::fs::OpenOptionsExt;
         let f = std::fs::OpenOptions::new()
             .read(true)
-            .custom_flags(libc::O_NOFOLLOW)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
             .open(self.path(path))
-            .ok()?;
+            .ok()
+            .filter(is_regular)?;
         match f.read_at(buf, 0) {
             Ok(n) if n < buf.len() => {
                 let out = buf[..n].to_vec();
@@ -505,7 +506,12 @@ impl Tree for DirTree {
             path: path.to_string(),
             reason,
         };
-        let file = std::fs::File::open(self.path(path)).map_err(|e| err(e.to_string()))?;
+        // Non-blocking, and regular files only: a FIFO or a device in a copied tree must
+        // not stall the reader.
+        let file = xirang_files::open_regular(&self.path(path)).map_err(|e| match e {
+            xirang_files::ReadError::Io { cause, .. } => err(cause.to_string()),
+            other => err(other.detail()),
+        })?;
         let mut bytes = Vec::new();
         // sysfs reports a size of 4096 for every attribute, so the limit is enforced
         // while reading rather than from the metadata.
@@ -529,7 +535,7 @@ impl Tree for DirTree {
         };
         let file = std::fs::OpenOptions::new()
             .read(true)
-            .custom_flags(libc::O_NOFOLLOW)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
             .open(self.path(path));
         let file = match file {
             Ok(f) => f,
@@ -546,6 +552,14 @@ impl Tree for DirTree {
             }
             Err(e) => return Err(err(e.to_string())),
         };
+        // A FIFO or a device in a copied tree is not an attribute: reading it could block
+        // or never end.
+        if let Ok(m) = file.metadata()
+            && !m.is_file()
+            && !m.is_dir()
+        {
+            return Err(err(format!("is a {}, expected a file", special_kind(&m))));
+        }
         // One read of a page-sized buffer takes a whole sysfs attribute; a short read of a
         // regular file means its end. Only longer files take the general path, which
         // also saves the size query `read_to_end` makes first.
@@ -586,6 +600,26 @@ impl Tree for DirTree {
 
     fn describe(&self) -> String {
         self.root.display().to_string()
+    }
+}
+
+fn is_regular(f: &std::fs::File) -> bool {
+    f.metadata().is_ok_and(|m| m.is_file())
+}
+
+fn special_kind(m: &std::fs::Metadata) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    let t = m.file_type();
+    if t.is_fifo() {
+        "FIFO"
+    } else if t.is_char_device() {
+        "character device"
+    } else if t.is_block_device() {
+        "block device"
+    } else if t.is_socket() {
+        "socket"
+    } else {
+        "special file"
     }
 }
 

@@ -109,6 +109,10 @@ pub fn class_size(bytes: u64, p: &PlanParams) -> u64 {
         .min(p.max_buffer_bytes)
 }
 
+/// Largest headroom: ten times the need on top of it. A region that much larger than its
+/// traffic defeats the "large enough, no larger" rule the plan exists for.
+pub const MAX_HEADROOM: f64 = 10.0;
+
 /// Plans every NIC's pool from the connections' ends.
 pub fn plan(ends: &[ConnectionEnd], p: &PlanParams) -> Result<Plan, MemregError> {
     if p.wr_depth == 0 || p.max_buffer_bytes == 0 || p.cache_line_bytes == 0 {
@@ -122,9 +126,10 @@ pub fn plan(ends: &[ConnectionEnd], p: &PlanParams) -> Result<Plan, MemregError>
             p.base_page_bytes, p.pin_page_bytes
         )));
     }
-    if !(p.headroom.is_finite() && p.headroom >= 0.0) {
+    if !(p.headroom.is_finite() && (0.0..=MAX_HEADROOM).contains(&p.headroom)) {
         return Err(MemregError::Config(format!(
-            "expected a headroom of 0 or more, found {}",
+            "expected a headroom of 0..={MAX_HEADROOM} (0 to {}% on top of the need), found {:?}",
+            MAX_HEADROOM * 100.0,
             p.headroom
         )));
     }
@@ -163,11 +168,13 @@ pub fn plan(ends: &[ConnectionEnd], p: &PlanParams) -> Result<Plan, MemregError>
                 bytes,
             });
         }
+        // Saturating throughout: an impossible plan must read as huge, never wrap to small.
         let with_headroom = (need as f64 * (1.0 + p.headroom)).ceil() as u64;
         let region = with_headroom
             .div_ceil(p.pin_page_bytes)
             .saturating_mul(p.pin_page_bytes);
-        *hosts.entry(host.to_string()).or_default() += region;
+        let h = hosts.entry(host.to_string()).or_default();
+        *h = h.saturating_add(region);
         nics.push(NicPlan {
             nic: nic.to_string(),
             host: host.to_string(),

@@ -74,11 +74,14 @@ pub fn parse_rules(text: &str, path: &str) -> Result<Vec<Rule>, RulesError> {
     Ok(f.rule)
 }
 
+/// Largest alert rules file read (the shipped one is a few KB).
+pub const RULES_LIMIT: xirang_files::Limit = xirang_files::Limit::new(16 << 20, "alert rules file");
+
 /// Loads rules from a file.
 pub fn load_rules(path: &Path) -> Result<Vec<Rule>, RulesError> {
-    let text = std::fs::read_to_string(path).map_err(|e| RulesError {
+    let text = xirang_files::read_text(path, RULES_LIMIT).map_err(|e| RulesError {
         path: path.display().to_string(),
-        message: e.to_string(),
+        message: e.detail(),
     })?;
     parse_rules(&text, &path.display().to_string())
 }

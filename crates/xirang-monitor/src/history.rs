@@ -216,13 +216,12 @@ pub struct MaintainReport {
 #[derive(Debug, thiserror::Error)]
 pub enum HistoryError {
     /// A SQLite call failed.
-    #[error("history database {path}: {source}")]
+    #[error("history database {path}: {cause}")]
     Sqlite {
         /// The database file.
         path: PathBuf,
-        /// The SQLite error.
-        #[source]
-        source: rusqlite::Error,
+        /// The SQLite error (part of the message, so not a `source`).
+        cause: rusqlite::Error,
     },
     /// The file exists but is not a SQLite database.
     #[error(
@@ -375,6 +374,18 @@ impl History {
     pub fn open(path: &Path, retention: Retention) -> Result<History, HistoryError> {
         let p = path.to_path_buf();
         let sql = |e: rusqlite::Error| sql_error(&p, e);
+        // A FIFO or a device is no database, and a non-SQLite file must be refused before
+        // SQLite opens it.
+        match xirang_files::database(path) {
+            Err(e) => {
+                return Err(HistoryError::ForeignDatabase {
+                    path: p,
+                    detail: e.detail(),
+                });
+            }
+            Ok(xirang_files::Database::Other) => return Err(HistoryError::NotADatabase { path: p }),
+            Ok(_) => {}
+        }
         let conn = Connection::open(path).map_err(sql)?;
         // A reader (`xirang monitor query`) may hold the file briefly.
         conn.busy_timeout(Duration::from_secs(5)).map_err(sql)?;
@@ -862,7 +873,7 @@ fn sql_error(path: &Path, e: rusqlite::Error) -> HistoryError {
             path,
             detail: e.to_string(),
         },
-        _ => HistoryError::Sqlite { path, source: e },
+        _ => HistoryError::Sqlite { path, cause: e },
     }
 }
 

@@ -72,6 +72,10 @@ fn parse_rows(text: &str, path: &str, with_time: bool) -> Result<Vec<(u64, Count
     Ok(rows)
 }
 
+/// Largest simulator output file read: a sampled run of a large fabric writes series of
+/// hundreds of MB; 4 GiB is the most this reader holds in memory.
+pub const SIM_OUTPUT_LIMIT: xirang_files::Limit = xirang_files::Limit::new(4 << 30, "simulator output file");
+
 /// Loads a simulator output directory.
 pub fn load(dir: &Path) -> Result<Replay, ReplayError> {
     let series = dir.join("counters_series.csv");
@@ -87,9 +91,9 @@ pub fn load(dir: &Path) -> Result<Replay, ReplayError> {
         });
     };
     let p = path.display().to_string();
-    let text = std::fs::read_to_string(&path).map_err(|e| ReplayError {
+    let text = xirang_files::read_text(&path, SIM_OUTPUT_LIMIT).map_err(|e| ReplayError {
         path: p.clone(),
-        message: e.to_string(),
+        message: e.detail(),
     })?;
     let rows = parse_rows(&text, &p, with_time)?;
     // Carry every counter forward: the series lists only changes.

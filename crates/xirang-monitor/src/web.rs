@@ -21,14 +21,9 @@ use serde::Deserialize;
 /// the key path in it.
 #[derive(Debug, thiserror::Error)]
 pub enum WebConfigError {
-    /// The file could not be read.
-    #[error("{file}: {source}")]
-    Read {
-        /// The web configuration file.
-        file: PathBuf,
-        /// Error.
-        source: std::io::Error,
-    },
+    /// The file could not be read (missing, not a file, too large, not UTF-8).
+    #[error(transparent)]
+    Read(#[from] xirang_files::ReadError),
     /// Not YAML of the expected shape (the message carries the line when the YAML
     /// library knows it).
     #[error("{file}: {key}: {message}")]
@@ -370,12 +365,14 @@ pub fn parse(text: &str, file: &Path) -> Result<WebSettings, WebConfigError> {
     })
 }
 
+/// Largest web configuration file read (a few lines in practice).
+pub const WEB_CONFIG_LIMIT: xirang_files::Limit = xirang_files::Limit::new(1 << 20, "web configuration file");
+/// Largest certificate or key file read: a chain of a few certificates is a few KB.
+pub const PEM_LIMIT: xirang_files::Limit = xirang_files::Limit::new(1 << 20, "PEM file");
+
 /// Reads and parses a web configuration file.
 pub fn load(file: &Path) -> Result<WebSettings, WebConfigError> {
-    let text = std::fs::read_to_string(file).map_err(|source| WebConfigError::Read {
-        file: file.to_owned(),
-        source,
-    })?;
+    let text = xirang_files::read_text(file, WEB_CONFIG_LIMIT)?;
     parse(&text, file)
 }
 
@@ -403,9 +400,15 @@ impl WebSettings {
         }
     }
 
+    /// A PEM file's bytes, read with a cap and without waiting on a FIFO.
+    fn pem(&self, key: &str, path: &Path) -> Result<Vec<u8>, WebConfigError> {
+        xirang_files::read_bytes(path, PEM_LIMIT).map_err(|e| self.material(key, path, e))
+    }
+
     fn certs(&self, key: &str, path: &Path) -> Result<Vec<CertificateDer<'static>>, WebConfigError> {
-        let certs = CertificateDer::pem_file_iter(path)
-            .and_then(|it| it.collect::<Result<Vec<_>, _>>())
+        let pem = self.pem(key, path)?;
+        let certs = CertificateDer::pem_slice_iter(&pem)
+            .collect::<Result<Vec<_>, _>>()
             .map_err(|e| self.material(key, path, e))?;
         if certs.is_empty() {
             return Err(self.material(key, path, "no PEM certificate in it"));
@@ -415,7 +418,7 @@ impl WebSettings {
 
     fn server_config(&self, t: &TlsSettings) -> Result<rustls::ServerConfig, WebConfigError> {
         let certs = self.certs("tls_server_config.cert_file", &t.cert_file)?;
-        let key = PrivateKeyDer::from_pem_file(&t.key_file)
+        let key = PrivateKeyDer::from_pem_slice(&self.pem("tls_server_config.key_file", &t.key_file)?)
             .map_err(|e| self.material("tls_server_config.key_file", &t.key_file, e))?;
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let versions: Vec<&'static rustls::SupportedProtocolVersion> = [

@@ -292,7 +292,7 @@ pub fn run_shell(line: &str, dir: &Path, stdin: Option<&File>, out: &Path, timeo
 }
 
 fn read_tail(p: &Path) -> String {
-    let Ok(mut f) = File::open(p) else {
+    let Ok(mut f) = xirang_files::open_regular(p) else {
         return String::new();
     };
     let len = f.metadata().map(|m| m.len()).unwrap_or(0);
@@ -422,7 +422,8 @@ impl Driver for CommandDriver {
         if phase == Phase::After && path == self.policy.path_for(&b.baseline, node) {
             return Err(format!("{shown}: the result file is the baseline file"));
         }
-        let f = File::open(&path).map_err(|e| format!("{shown}: {e}"))?;
+        // A result is a file the benchmark wrote: never wait on a FIFO put in its place.
+        let f = xirang_files::open_regular(&path).map_err(|e| e.to_string())?;
         if let Some(since) = since_ms {
             let mtime_ms = f
                 .metadata()

@@ -35,7 +35,10 @@ pub enum RolloutError {
         /// Cause.
         reason: String,
     },
-    /// A TOML file does not parse.
+    /// A file could not be read (missing, not a file, too large, not UTF-8).
+    #[error(transparent)]
+    Read(Box<xirang_files::ReadError>),
+    /// A TOML file does not parse, or a value in it is out of range or inconsistent.
     #[error("{path}:{line}: {message}")]
     Toml {
         /// File.

@@ -284,10 +284,14 @@ pub fn fill(template: &str, values: &BTreeMap<&str, String>) -> Result<String, T
     Template::parse(template, PLACEHOLDERS)?.render(values)
 }
 
+/// Largest policy file read: policies are a few dozen lines.
+pub const POLICY_LIMIT: xirang_files::Limit = xirang_files::Limit::new(16 << 20, "rollout policy");
+
 impl Policy {
     /// Reads and checks a policy file.
     pub fn load(path: &Path) -> Result<Policy, RolloutError> {
-        let text = std::fs::read_to_string(path).map_err(|e| RolloutError::io(path, e))?;
+        let text =
+            xirang_files::read_text(path, POLICY_LIMIT).map_err(|e| RolloutError::Read(Box::new(e)))?;
         let mut p: Policy = toml::from_str(&text).map_err(|e| RolloutError::toml(path, &text, &e))?;
         let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
         p.base_dir = std::fs::canonicalize(if dir.as_os_str().is_empty() {
@@ -305,8 +309,17 @@ impl Policy {
                 }
             }
         }
-        p.check()
-            .map_err(|m| RolloutError::Policy(format!("{}: {m}", path.display())))?;
+        // Each message starts with the key it is about: point at its line.
+        p.check().map_err(|m| {
+            let key = m.split_once(": ").map(|(k, _)| k).filter(|k| !k.contains(' '));
+            RolloutError::Toml {
+                path: path.to_path_buf(),
+                line: key
+                    .and_then(|k| xirang_fabric::diag::KeyPath::parse(k).line_in(&text))
+                    .unwrap_or(1),
+                message: m,
+            }
+        })?;
         Ok(p)
     }
 
@@ -330,7 +343,7 @@ impl Policy {
         }
         let fr = &self.stages.fractions;
         if fr.iter().any(|f| !f.is_finite()) {
-            return Err("stages.fractions: expected numbers".into());
+            return Err(format!("stages.fractions: expected finite shares, found {fr:?}"));
         }
         if fr.is_empty() {
             return Err("stages.fractions: expected at least one stage".into());
@@ -344,7 +357,9 @@ impl Policy {
             }
         }
         if fr[0] <= 0.0 || (fr[fr.len() - 1] - 1.0).abs() > 1e-9 {
-            return Err("stages.fractions: expected shares in (0, 1] ending with 1.0 (every node)".into());
+            return Err(format!(
+                "stages.fractions: expected shares in (0, 1] ending with 1.0 (every node), found {fr:?}"
+            ));
         }
         for k in DomainKind::ALL {
             let s = self.limits.share(k);
@@ -357,20 +372,24 @@ impl Policy {
         }
         if !(self.gates.soak_s >= 0.0 && self.gates.soak_s <= MAX_SOAK_S) {
             return Err(format!(
-                "gates.soak_s: expected seconds between 0 and {MAX_SOAK_S} (one day)"
+                "gates.soak_s: expected seconds between 0 and {MAX_SOAK_S} (one day), found {}",
+                self.gates.soak_s
             ));
         }
         if let Some(b) = &self.gates.benchmark
             && !(b.min_ratio > 0.0 && b.min_ratio <= 2.0)
         {
-            return Err("gates.benchmark.min_ratio: expected a ratio in (0, 2]".into());
+            return Err(format!(
+                "gates.benchmark.min_ratio: expected a ratio in (0, 2], found {}",
+                b.min_ratio
+            ));
         }
         let templates = vec![
             ("commands.flash", self.commands.flash.as_str()),
             ("commands.rollback", self.commands.rollback.as_str()),
         ];
         if self.commands.parallel == 0 {
-            return Err("commands.parallel: expected at least 1".into());
+            return Err("commands.parallel: expected at least 1, found 0".into());
         }
         // `collect` and the benchmark templates are per node: `{node}` only.
         let mut per_node: Vec<(&str, &str)> = Vec::new();

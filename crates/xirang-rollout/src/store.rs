@@ -78,6 +78,10 @@ pub struct Store {
     path: String,
 }
 
+/// The SQLite application id of a rollout state file, `XRRO` in ASCII: set at creation,
+/// checked before any other SQLite call on an existing file.
+pub const APPLICATION_ID: u32 = u32::from_be_bytes(*b"XRRO");
+
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS log (
@@ -101,6 +105,56 @@ impl Store {
         RolloutError::State {
             path: self.path.clone(),
             message: e.to_string(),
+        }
+    }
+
+    /// Whether the file at `path` may be opened as a state file: ours (our application
+    /// id, or a state file written before ids were set: id 0 with our `meta` and `log`
+    /// tables and nothing else), or, when `fresh` is allowed, nothing yet or an empty
+    /// file. Anything else is another program's file and is not touched: opening it with
+    /// SQLite would already change its journal mode.
+    fn check_owner(path: &Path, fresh: bool) -> Result<(), RolloutError> {
+        let p = path.display().to_string();
+        let refuse = |what: &str| RolloutError::State {
+            path: p.clone(),
+            message: format!(
+                "{what}, not a rollout state file; refusing to touch it (choose another --state file)"
+            ),
+        };
+        match xirang_files::database(path).map_err(|e| RolloutError::State {
+            path: p.clone(),
+            message: e.to_string(),
+        })? {
+            xirang_files::Database::Absent | xirang_files::Database::Empty if fresh => Ok(()),
+            xirang_files::Database::Absent => Err(RolloutError::State {
+                path: p.clone(),
+                message: "no such state file: run `xirang rollout start` first".into(),
+            }),
+            xirang_files::Database::Empty => Err(refuse("an empty file")),
+            xirang_files::Database::Other => Err(refuse("not an SQLite database")),
+            xirang_files::Database::Sqlite { application_id } if application_id == APPLICATION_ID => Ok(()),
+            xirang_files::Database::Sqlite { application_id: 0 } => {
+                let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+                    .map_err(|e| refuse(&format!("an unreadable database ({e})")))?;
+                let mut names: Vec<String> = conn
+                    .prepare(
+                        "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%'",
+                    )
+                    .and_then(|mut st| st.query_map([], |r| r.get(0))?.collect())
+                    .map_err(|e| refuse(&format!("an unreadable database ({e})")))?;
+                names.sort();
+                if names == ["log", "meta"] {
+                    Ok(())
+                } else {
+                    Err(refuse(&format!(
+                        "another program's SQLite database (tables: {})",
+                        names.join(", ")
+                    )))
+                }
+            }
+            xirang_files::Database::Sqlite { application_id } => Err(refuse(&format!(
+                "another program's SQLite database (application id {application_id:#x})"
+            ))),
         }
     }
 
@@ -134,8 +188,12 @@ impl Store {
     /// Creates the state file for a new rollout (the plan, the policy and the `started`
     /// event, in one transaction); refuses a file that already holds one.
     pub fn create(path: &Path, meta: &Meta, ts_ms: i64) -> Result<Store, RolloutError> {
+        Store::check_owner(path, true)?;
         let s = Store::connect(path)?;
         s.conn.execute_batch(SCHEMA).map_err(|e| s.err(e))?;
+        s.conn
+            .pragma_update(None, "application_id", APPLICATION_ID as i64)
+            .map_err(|e| s.err(e))?;
         let existing: Option<String> = s
             .conn
             .query_row("SELECT value FROM meta WHERE key = 'meta'", [], |r| r.get(0))
@@ -195,12 +253,7 @@ impl Store {
 
     /// Opens an existing state file.
     pub fn open(path: &Path) -> Result<Store, RolloutError> {
-        if !path.is_file() {
-            return Err(RolloutError::State {
-                path: path.display().to_string(),
-                message: "no such state file: run `xirang rollout start` first".into(),
-            });
-        }
+        Store::check_owner(path, false)?;
         let s = Store::connect(path)?;
         s.conn.execute_batch(SCHEMA).map_err(|e| s.err(e))?;
         Ok(s)

@@ -51,15 +51,15 @@ fn policy_errors_name_file_line_and_expectation() {
                 "ssh {node} flint -d {pci} -i {image} burn",
                 "flint -d {pci} -i {image} burn",
             ),
-            "policy DIR/policy.toml: commands.flash: expected {node} in the command: it runs on this machine and must reach the node (for example `ssh {node} ...`)",
+            "DIR/policy.toml:3: commands.flash: expected {node} in the command: it runs on this machine and must reach the node (for example `ssh {node} ...`)",
         ),
         (
             &format!("{OK}[gates]\nsoak_s = 1e20\n"),
-            "policy DIR/policy.toml: gates.soak_s: expected seconds between 0 and 86400 (one day)",
+            "DIR/policy.toml:12: gates.soak_s: expected seconds between 0 and 86400 (one day), found 100000000000000000000",
         ),
         (
             &format!("{OK}[stages]\nfractions = [0.1, nan, 1.0]\n"),
-            "policy DIR/policy.toml: stages.fractions: expected numbers",
+            "DIR/policy.toml:12: stages.fractions: expected finite shares, found [0.1, NaN, 1.0]",
         ),
         (
             "[[firmware]]\nhca_type = \"MT4125\"\ntarget = \"1\"\nallowed_from = []\nimage = \"x\"\ncolour = 1\n",
@@ -71,31 +71,31 @@ fn policy_errors_name_file_line_and_expectation() {
         ),
         (
             &OK.replace("hca_type = \"MT4125\"\n", ""),
-            "policy DIR/policy.toml: firmware[0]: expected `hca_type` or `board_id` (which NICs the target is for)",
+            "DIR/policy.toml:6: firmware[0]: expected `hca_type` or `board_id` (which NICs the target is for)",
         ),
         (
             &format!("{OK}[stages]\nfractions = [0.1, 0.05, 1.0]\n"),
-            "policy DIR/policy.toml: stages.fractions: expected increasing shares, found 0.1 then 0.05",
+            "DIR/policy.toml:12: stages.fractions: expected increasing shares, found 0.1 then 0.05",
         ),
         (
             &format!("{OK}[stages]\nfractions = [0.1, 0.5]\n"),
-            "policy DIR/policy.toml: stages.fractions: expected shares in (0, 1] ending with 1.0 (every node)",
+            "DIR/policy.toml:12: stages.fractions: expected shares in (0, 1] ending with 1.0 (every node), found [0.1, 0.5]",
         ),
         (
             &format!("{OK}[limits]\nrack = 0\n"),
-            "policy DIR/policy.toml: limits.rack: expected a share in (0, 1], found 0",
+            "DIR/policy.toml:12: limits.rack: expected a share in (0, 1], found 0",
         ),
         (
             &OK.replace("-d {pci} -i {image}", "-d {pcie} -i {image}"),
-            "policy DIR/policy.toml: commands.flash: unknown placeholder {pcie}; expected one of {node} {nic} {pci} {hca_type} {board_id} {image} {target} {previous}",
+            "DIR/policy.toml:3: commands.flash: unknown placeholder {pcie}; expected one of {node} {nic} {pci} {hca_type} {board_id} {image} {target} {previous}",
         ),
         (
             &OK.replace("[commands]\n", "[commands]\ncollect = \"scp {nic}\"\n"),
-            "policy DIR/policy.toml: commands.collect: placeholder {nic} cannot be used here; expected only {node}",
+            "DIR/policy.toml:3: commands.collect: placeholder {nic} cannot be used here; expected only {node}",
         ),
         (
             &OK.replace("[commands]\n", "[commands]\nparallel = 0\n"),
-            "policy DIR/policy.toml: commands.parallel: expected at least 1",
+            "DIR/policy.toml:3: commands.parallel: expected at least 1, found 0",
         ),
     ];
     for (text, want) in cases {
@@ -103,7 +103,11 @@ fn policy_errors_name_file_line_and_expectation() {
         assert!(got.starts_with(want), "\n got: {got}\nwant: {want}");
     }
     let e = Policy::load(Path::new("/nonexistent/policy.toml")).unwrap_err();
-    assert!(matches!(e, RolloutError::Io { .. }), "{e}");
+    assert!(matches!(e, RolloutError::Read(_)), "{e}");
+    assert_eq!(
+        e.to_string(),
+        "/nonexistent/policy.toml: cannot read: No such file or directory (os error 2)"
+    );
 }
 
 #[test]

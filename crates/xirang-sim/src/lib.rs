@@ -48,7 +48,7 @@ pub mod rng;
 pub mod time;
 pub mod workload;
 
-pub use engine::{Ledger, PfcEvent, RETRY_CNT, RunOptions, Sim};
+pub use engine::{Ledger, PfcEvent, Progress, RunOptions, Sim};
 pub use output::{FlowResult, RunResult, Summary};
 
 use xirang_fabric::Loaded;
@@ -76,8 +76,8 @@ pub fn options(loaded: &Loaded) -> RunOptions {
 }
 
 /// Expands the scenario's workloads, runs them, and collects the results. `progress`
-/// receives the simulated time now and then.
-pub fn simulate(loaded: &Loaded, opts: &RunOptions, progress: &mut dyn FnMut(time::Ps)) -> RunResult {
+/// receives how far the run is now and then.
+pub fn simulate(loaded: &Loaded, opts: &RunOptions, progress: &mut dyn FnMut(Progress)) -> RunResult {
     simulate_with::<queue::EventQueue>(loaded, opts, progress)
 }
 
@@ -85,7 +85,7 @@ pub fn simulate(loaded: &Loaded, opts: &RunOptions, progress: &mut dyn FnMut(tim
 pub fn simulate_with<Q: queue::Queue>(
     loaded: &Loaded,
     opts: &RunOptions,
-    progress: &mut dyn FnMut(time::Ps),
+    progress: &mut dyn FnMut(Progress),
 ) -> RunResult {
     let mut expanded = workload::expand(loaded, opts.seed);
     funnel(&loaded.fabric, &loaded.scenario.faults, &mut expanded);

@@ -71,21 +71,16 @@ pub enum SonicError {
         /// The offending text.
         found: String,
     },
-    /// The file could not be read.
-    #[error("{}: {source}", .path.display())]
-    Io {
-        /// The file that failed to read.
-        path: PathBuf,
-        /// The underlying I/O error.
-        source: std::io::Error,
-    },
+    /// The file could not be read (missing, not a file, too large, not UTF-8).
+    #[error(transparent)]
+    Read(#[from] xirang_files::ReadError),
     /// A parse error in a named file; the path is prefixed so that multi-file audits say which.
-    #[error("{}: {source}", .path.display())]
+    #[error("{}: {inner}", .path.display())]
     InFile {
         /// The file whose content failed to parse.
         path: PathBuf,
-        /// The parse error inside it.
-        source: Box<SonicError>,
+        /// The parse error inside it (part of the message, so not a `source`).
+        inner: Box<SonicError>,
     },
 }
 
@@ -391,15 +386,16 @@ pub fn parse(text: &str) -> Result<ConfigDb, SonicError> {
     decode::parse_document(text)
 }
 
+/// Largest `config_db.json` read: a 64-port switch's full configuration is a few hundred
+/// KB, a multi-ASIC chassis's a few MB; 64 MiB is far above both.
+pub const CONFIG_DB_LIMIT: xirang_files::Limit = xirang_files::Limit::new(64 << 20, "SONiC config_db.json");
+
 /// Reads and parses a `config_db.json`; errors are prefixed with `path`.
 pub fn load(path: &Path) -> Result<ConfigDb, SonicError> {
-    let text = std::fs::read_to_string(path).map_err(|source| SonicError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let text = xirang_files::read_text(path, CONFIG_DB_LIMIT)?;
     parse(&text).map_err(|e| SonicError::InFile {
         path: path.to_path_buf(),
-        source: Box::new(e),
+        inner: Box::new(e),
     })
 }
 

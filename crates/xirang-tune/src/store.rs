@@ -18,12 +18,20 @@ use crate::eval::RunMetrics;
 #[derive(Debug, Error)]
 pub enum StoreError {
     /// SQLite.
-    #[error("trial log {path}: {source}")]
+    #[error("trial log {path}: {cause}")]
     Sqlite {
         /// File.
         path: String,
-        /// Cause.
-        source: rusqlite::Error,
+        /// Cause (part of the message, so not a `source`).
+        cause: rusqlite::Error,
+    },
+    /// The file is not a trial log: another program's database, or not a database.
+    #[error("{path}: {what}, not a trial log; refusing to touch it (use another --out directory)")]
+    Foreign {
+        /// File.
+        path: String,
+        /// What it is.
+        what: String,
     },
     /// The log belongs to another tune.
     #[error(
@@ -58,20 +66,59 @@ pub struct Store {
     path: String,
 }
 
+/// The SQLite application id of a trial log, `XRTU` in ASCII.
+pub const APPLICATION_ID: u32 = u32::from_be_bytes(*b"XRTU");
+
 impl Store {
     /// Opens (`resume`) or creates the log at `path` for the tune identified by `identity`
     /// (name, value pairs).
     pub fn open(path: &Path, resume: bool, identity: &[(&str, String)]) -> Result<Store, StoreError> {
         let p = path.display().to_string();
-        let sql = |source| StoreError::Sqlite {
+        let sql = |cause| StoreError::Sqlite {
             path: p.clone(),
-            source,
+            cause,
         };
-        let existed = path.exists();
+        let foreign = |what: String| StoreError::Foreign {
+            path: p.clone(),
+            what,
+        };
+        // What the file is, before SQLite opens it (opening changes its journal mode).
+        let existed = match xirang_files::database(path).map_err(|e| foreign(e.detail()))? {
+            xirang_files::Database::Absent => false,
+            xirang_files::Database::Empty => true,
+            xirang_files::Database::Other => return Err(foreign("not an SQLite database".into())),
+            xirang_files::Database::Sqlite { application_id } if application_id == APPLICATION_ID => true,
+            xirang_files::Database::Sqlite { application_id: 0 } => {
+                // A trial log from before application ids: our two tables and nothing else.
+                let ro = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+                    .map_err(sql)?;
+                let mut names: Vec<String> = ro
+                    .prepare(
+                        "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%'",
+                    )
+                    .and_then(|mut st| st.query_map([], |r| r.get(0))?.collect())
+                    .map_err(sql)?;
+                names.sort();
+                if names != ["evals", "meta"] {
+                    return Err(foreign(format!(
+                        "another program's SQLite database (tables: {})",
+                        names.join(", ")
+                    )));
+                }
+                true
+            }
+            xirang_files::Database::Sqlite { application_id } => {
+                return Err(foreign(format!(
+                    "another program's SQLite database (application id {application_id:#x})"
+                )));
+            }
+        };
         if existed && !resume {
             return Err(StoreError::Exists(p));
         }
         let conn = Connection::open(path).map_err(sql)?;
+        conn.pragma_update(None, "application_id", i64::from(APPLICATION_ID))
+            .map_err(sql)?;
         conn.pragma_update(None, "journal_mode", "WAL").map_err(sql)?;
         conn.pragma_update(None, "synchronous", "NORMAL").map_err(sql)?;
         conn.execute_batch(
@@ -106,9 +153,9 @@ impl Store {
 
     /// Every stored simulation.
     pub fn load(&self) -> Result<HashMap<EvalKey, RunMetrics>, StoreError> {
-        let sql = |source| StoreError::Sqlite {
+        let sql = |cause| StoreError::Sqlite {
             path: self.path.clone(),
-            source,
+            cause,
         };
         let mut st = self
             .conn
@@ -150,9 +197,9 @@ impl Store {
                 "INSERT OR REPLACE INTO evals (candidate, rung, seed, params, metrics, wall_s) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
                 params![key.0, key.1, key.2 as i64, params_json, json, wall_s],
             )
-            .map_err(|source| StoreError::Sqlite {
+            .map_err(|cause| StoreError::Sqlite {
                 path: self.path.clone(),
-                source,
+                cause,
             })?;
         Ok(())
     }
@@ -162,9 +209,9 @@ impl Store {
         self.conn
             .query_row("SELECT COUNT(*) FROM evals", [], |r| r.get::<_, i64>(0))
             .map(|n| n as u64)
-            .map_err(|source| StoreError::Sqlite {
+            .map_err(|cause| StoreError::Sqlite {
                 path: self.path.clone(),
-                source,
+                cause,
             })
     }
 }

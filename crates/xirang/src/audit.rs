@@ -1,6 +1,6 @@
 //! `xirang audit`: rules over hosts, switches and cabling; exit 1 on any error finding.
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use xirang_audit::{Cluster, Severity, audit, model, report};
 
 use crate::Outcome;
@@ -25,9 +25,7 @@ pub(crate) fn run(a: &AuditArgs) -> Result<Outcome> {
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_else(|| "audited".into());
         let (_, text) = model::to_scenario(&cluster, &name);
-        let tmp = path.with_extension("toml.tmp");
-        std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
-        std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
+        xirang_files::write_atomic(path, text.as_bytes())?;
         eprintln!("fabric model written to {}", path.display());
     }
     let (h, s) = (cluster.hosts.len(), cluster.switches.len());

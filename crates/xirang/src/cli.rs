@@ -362,14 +362,14 @@ pub(crate) enum MonitorCmd {
 /// `xirang monitor bench`.
 #[derive(Debug, Args)]
 pub(crate) struct MonitorBenchArgs {
-    /// NICs in the synthetic host.
-    #[arg(long, default_value_t = 8)]
+    /// NICs in the synthetic host (1 to 64).
+    #[arg(long, default_value_t = 8, value_parser = count::<1, 64>)]
     pub(crate) nics: usize,
-    /// Rounds and renders timed in-process.
-    #[arg(long, default_value_t = 200)]
+    /// Rounds and renders timed in-process (1 to 1,000,000).
+    #[arg(long, default_value_t = 200, value_parser = count::<1, 1_000_000>)]
     pub(crate) rounds: usize,
-    /// HTTP scrapes of each exporter.
-    #[arg(long, default_value_t = 100)]
+    /// HTTP scrapes of each exporter (1 to 100,000).
+    #[arg(long, default_value_t = 100, value_parser = count::<1, 100_000>)]
     pub(crate) scrapes: usize,
 }
 
@@ -457,8 +457,8 @@ pub(crate) struct HostSnapshotArgs {
 pub(crate) struct TuneArgs {
     /// Scenario file (default: the built-in default scenario).
     pub(crate) scenario: Option<PathBuf>,
-    /// Candidate settings to try (default: the scenario's `tune.budget`, 96).
-    #[arg(long)]
+    /// Candidate settings to try (default: the scenario's `tune.budget`, 96; at most 10,000).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=i64::from(xirang_fabric::tune::MAX_BUDGET)))]
     pub(crate) budget: Option<u32>,
     /// Output directory (default: out/tune-<scenario name>).
     #[arg(long)]
@@ -495,8 +495,8 @@ pub(crate) struct BatchingArgs {
     /// Scenario whose hosts run the tensor-parallel group (default: the built-in default).
     #[arg(long)]
     pub(crate) scenario: Option<PathBuf>,
-    /// Requests per simulated run.
-    #[arg(long, default_value_t = 20_000)]
+    /// Requests per simulated run (100 to 10,000,000: a p99 needs at least 100).
+    #[arg(long, default_value_t = 20_000, value_parser = count::<100, 10_000_000>)]
     pub(crate) requests: usize,
     /// Seed of the arrival process.
     #[arg(long, default_value_t = 1)]
@@ -621,8 +621,8 @@ pub(crate) enum ProtoArg {
 pub(crate) struct BenchArgs {
     /// Scenario files (default: the incast, permutation and websearch reference scenarios).
     pub(crate) scenarios: Vec<PathBuf>,
-    /// Runs per scenario and engine; the best and median are reported.
-    #[arg(long, default_value_t = 3)]
+    /// Runs per scenario and engine; the best and median are reported (1 to 100).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub(crate) runs: u32,
     /// Skip the plain-heap reference engine.
     #[arg(long)]
@@ -640,8 +640,8 @@ pub(crate) struct BenchArgs {
     /// default sizes on two cores).
     #[arg(long, conflicts_with_all = ["scenarios", "no_reference"])]
     pub(crate) scale: bool,
-    /// Largest fabric of --scale, in GPUs.
-    #[arg(long, default_value_t = 16384, requires = "scale")]
+    /// Largest fabric of --scale, in GPUs (128 to 131,072).
+    #[arg(long, default_value_t = 16384, requires = "scale", value_parser = clap::value_parser!(u32).range(128..=131_072))]
     pub(crate) max_gpus: u32,
     /// Only the --scale cases whose name contains this text (e.g. `ring`, `perm`).
     #[arg(long, requires = "scale")]
@@ -675,11 +675,12 @@ pub(crate) struct SimArgs {
     /// Seed of every random stream (default: the scenario's).
     #[arg(long)]
     pub(crate) seed: Option<u64>,
-    /// Stop at this simulated time, e.g. 20ms, 500us, 2s (default: when all flows finish).
-    #[arg(long, value_parser = parse_duration_us)]
+    /// Stop at this simulated time, e.g. 20ms, 500us, 2s (default: when all flows finish;
+    /// at most one hour).
+    #[arg(long, value_parser = parse_until_us)]
     pub(crate) until: Option<f64>,
-    /// Sample rates, queue depths and counters at this interval, e.g. 10us.
-    #[arg(long, value_parser = parse_duration_us)]
+    /// Sample rates, queue depths and counters at this interval, e.g. 10us (at least 0.1us).
+    #[arg(long, value_parser = parse_sample_us)]
     pub(crate) sample: Option<f64>,
     /// Print the summary as JSON.
     #[arg(long)]
@@ -702,38 +703,47 @@ pub(crate) enum HpccCc {
     Dctcp,
 }
 
+/// A count in `MIN..=MAX`: the range every count flag states in its help.
+fn count<const MIN: usize, const MAX: usize>(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(v) if (MIN..=MAX).contains(&v) => Ok(v),
+        _ => Err(format!("expected a whole number {MIN}..={MAX}, found `{s}`")),
+    }
+}
+
 /// Parses `20ms`, `500us`, `1.5s`, `800ns` (or a bare number of µs) into µs.
 pub(crate) fn parse_duration_us(s: &str) -> Result<f64, String> {
     let s = s.trim();
-    let split = s.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let v: f64 = num
-        .parse()
-        .map_err(|_| format!("expected a duration like 20ms, 500us or 2s, found `{s}`"))?;
-    let scale = match unit {
-        "" | "us" => 1.0,
-        "ns" => 1e-3,
-        "ms" => 1e3,
-        "s" => 1e6,
-        _ => {
-            return Err(format!(
-                "unknown unit `{unit}` in `{s}`; expected ns, us, ms or s"
-            ));
-        }
-    };
+    // The unit is a suffix, so that `1e3us` keeps its exponent.
+    let (num, scale) = [("ns", 1e-3), ("us", 1.0), ("µs", 1.0), ("ms", 1e3), ("s", 1e6)]
+        .into_iter()
+        .find_map(|(unit, scale)| s.strip_suffix(unit).map(|n| (n, scale)))
+        .unwrap_or((s, 1.0));
+    let v: f64 = num.parse().map_err(|_| {
+        format!("expected a duration like 20ms, 500us, 800ns or 2s (a bare number is µs), found `{s}`")
+    })?;
     let us = v * scale;
-    if !(us.is_finite() && us > 0.0 && us <= MAX_SIM_DURATION_US) {
+    if !(us.is_finite() && us > 0.0 && us <= xirang_fabric::limits::MAX_SIM_TIME_US) {
         return Err(format!(
-            "expected a duration above 0 and at most {} days of simulated time, found `{s}`",
-            MAX_SIM_DURATION_US / 86_400e6
+            "expected a duration above 0 and at most one hour of simulated time, found `{s}`"
         ));
     }
     Ok(us)
 }
 
-/// The simulator's clock counts picoseconds in 64 bits (213 days); a bound well inside
-/// it, far beyond any run, keeps a typo from saturating the clock silently.
-const MAX_SIM_DURATION_US: f64 = 100.0 * 86_400e6;
+/// `--until`: a duration that is a valid end time.
+fn parse_until_us(s: &str) -> Result<f64, String> {
+    let us = parse_duration_us(s)?;
+    xirang_fabric::limits::end_time_us(us)?;
+    Ok(us)
+}
+
+/// `--sample`: a duration that is a valid sampling interval.
+fn parse_sample_us(s: &str) -> Result<f64, String> {
+    let us = parse_duration_us(s)?;
+    xirang_fabric::limits::sample_interval_us(us)?;
+    Ok(us)
+}
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum ScenarioCmd {
@@ -818,17 +828,17 @@ pub(crate) enum DiagnoseCmd {
 /// `xirang diagnose bench`.
 #[derive(Debug, Args)]
 pub(crate) struct DiagnoseBenchArgs {
-    /// Hosts.
-    #[arg(long, default_value_t = 1024)]
+    /// Hosts (1 to 100,000).
+    #[arg(long, default_value_t = 1024, value_parser = count::<1, 100_000>)]
     pub(crate) hosts: usize,
-    /// NIC ports per host.
-    #[arg(long, default_value_t = 8)]
+    /// NIC ports per host (1 to 64).
+    #[arg(long, default_value_t = 8, value_parser = count::<1, 64>)]
     pub(crate) nics: usize,
-    /// Window length.
-    #[arg(long, default_value_t = 10)]
+    /// Window length, minutes (1 to 1,440).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1440))]
     pub(crate) minutes: u32,
-    /// Timed repetitions (the median is reported).
-    #[arg(long, default_value_t = 5)]
+    /// Timed repetitions; the median is reported (1 to 1,000).
+    #[arg(long, default_value_t = 5, value_parser = count::<1, 1000>)]
     pub(crate) runs: usize,
     /// Also time reading the window back from a monitor history file (written first,
     /// untimed, in a temporary directory).

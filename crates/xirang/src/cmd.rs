@@ -63,12 +63,10 @@ pub(crate) fn out(s: &str) -> Result<()> {
     Ok(())
 }
 
-/// Writes `text` to `dir/name` through a temporary file, so a reader never sees half a file.
+/// Writes `text` to `dir/name` so that a reader never sees half a file, and never over a
+/// FIFO, a device or a directory.
 pub(crate) fn write_atomic(dir: &std::path::Path, name: &str, text: &str) -> Result<()> {
-    let tmp = dir.join(format!(".{name}.tmp"));
-    std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, dir.join(name)).with_context(|| format!("writing {}", dir.join(name).display()))?;
-    Ok(())
+    Ok(xirang_files::write_atomic(&dir.join(name), text.as_bytes())?)
 }
 
 pub(crate) fn load(file: &std::path::Path) -> Result<xirang_fabric::Loaded> {

@@ -9,24 +9,19 @@ use crate::Outcome;
 use crate::cli::{DiagnoseArgs, DiagnoseBenchArgs, DiagnoseNcclArgs, DiagnoseSuiteArgs};
 use crate::cmd::out;
 
-/// Largest log read (nccl-tests logs with NCCL_DEBUG=INFO run to a few MiB).
-const MAX_LOG_BYTES: u64 = 64 << 20;
-
 pub(crate) fn nccl(a: &DiagnoseNcclArgs) -> Result<Outcome> {
     let mut logs = Vec::new();
     for p in &a.logs {
-        let meta = std::fs::metadata(p).with_context(|| format!("reading {}", p.display()))?;
-        anyhow::ensure!(
-            meta.len() <= MAX_LOG_BYTES,
-            "{}: {} bytes, more than the {} MiB a log may have",
-            p.display(),
-            meta.len(),
-            MAX_LOG_BYTES >> 20
-        );
-        let bytes = std::fs::read(p).with_context(|| format!("reading {}", p.display()))?;
+        let log = xirang_collective::nccl_tests::read_log(p)?;
+        if let Some(line) = log.first_invalid_line {
+            eprintln!(
+                "warning: {}:{line}: bytes that are not UTF-8 text, read as U+FFFD (the first such line)",
+                p.display()
+            );
+        }
         logs.push(Log {
             name: p.display().to_string(),
-            text: String::from_utf8_lossy(&bytes).into_owned(),
+            text: log.text,
         });
     }
     let findings = diagnose(&logs)?;
@@ -107,6 +102,18 @@ pub(crate) fn counters(a: &DiagnoseArgs) -> Result<Outcome> {
             "nothing to read: give --history FILE, --prometheus URL or --sim-out DIR (or `xirang diagnose nccl LOG...`)"
         ),
     };
+    // "No fault found" is a statement about data that was there.
+    if window.series.is_empty() {
+        anyhow::bail!(
+            "{}: no counters{}: nothing to diagnose",
+            window.source,
+            if window.relative {
+                String::new()
+            } else {
+                format!(" in the last {}", a.since)
+            }
+        );
+    }
     if !a.json {
         eprintln!(
             "read {} series from {}{}",

@@ -49,8 +49,26 @@ fn main() -> ExitCode {
             }) {
                 return ExitCode::from(EXIT_OK);
             }
-            let _ = writeln!(std::io::stderr(), "error: {e:#}");
+            let _ = writeln!(std::io::stderr(), "error: {}", chain_message(&e));
             ExitCode::from(EXIT_FINDINGS)
         }
     }
+}
+
+/// The error and its causes, joined by `: ` as anyhow's `{:#}` does, but with a cause
+/// left out when the message before it already says it: many errors put their cause in
+/// their own message and return it as their `source` too, which would print it twice.
+fn chain_message(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
 }

@@ -9,9 +9,20 @@ use crate::Outcome;
 use crate::cmd::{out, table};
 
 pub(crate) fn bench(a: &crate::cli::MemregBenchArgs) -> Result<Outcome> {
+    // Bounds that keep one run to minutes: a get+put pair takes tens of ns and a
+    // registration microseconds (BENCHMARKS.md), so a billion pairs and ten million
+    // registrations are already long runs.
+    const MAX_PAIRS: u64 = 1_000_000_000;
+    const MAX_REGISTRATIONS: u64 = 10_000_000;
     anyhow::ensure!(
-        a.pairs > 0 && a.registrations > 0,
-        "expected --pairs and --registrations above 0"
+        (1..=MAX_PAIRS).contains(&a.pairs),
+        "--pairs: expected 1..={MAX_PAIRS}, found {}",
+        a.pairs
+    );
+    anyhow::ensure!(
+        (1..=MAX_REGISTRATIONS).contains(&a.registrations),
+        "--registrations: expected 1..={MAX_REGISTRATIONS}, found {}",
+        a.registrations
     );
     let rows = xirang_memreg::bench::run(a.size, a.pairs, a.registrations)?;
     let pool_1 = rows

@@ -306,11 +306,8 @@ fn replay_snapshots(
 
 fn query(q: &MonitorQueryArgs) -> Result<Outcome> {
     let since = parse_duration(&q.since).context("--since")?;
-    anyhow::ensure!(
-        q.history.is_file(),
-        "--history {}: no such file",
-        q.history.display()
-    );
+    // A missing file, a FIFO or a directory is named as such before SQLite sees it.
+    xirang_files::open_regular(&q.history).context("--history")?;
     let h = History::open(&q.history, Retention::default())?;
     let now = (now_ns() / 1_000_000) as i64;
     let from = now - since.as_millis() as i64;

@@ -57,8 +57,16 @@ fn template(a: &NcclCheckArgs) -> Result<(Platform, String)> {
             .with_context(|| format!("{}: the scenario has no hosts", s.display()))?;
         return Ok((p, format!("hosts as in {}", s.display())));
     }
-    if a.nics == 0 || !(a.nic_gbps.is_finite() && a.nic_gbps > 0.0) {
-        bail!("--nics and --nic-gbps must be positive");
+    let max_nics = xirang_fabric::topology::MAX_DEVICES_PER_HOST;
+    let max_gbps = xirang_fabric::topology::MAX_LINK_RATE_GBPS;
+    if !(1..=max_nics).contains(&a.nics) {
+        bail!("--nics: expected 1..={max_nics} NICs per node, found {}", a.nics);
+    }
+    if !(a.nic_gbps.is_finite() && a.nic_gbps > 0.0 && a.nic_gbps <= max_gbps) {
+        bail!(
+            "--nic-gbps: expected a rate above 0 and at most {max_gbps} Gbit/s, found {}",
+            xirang_fabric::limits::Num(a.nic_gbps)
+        );
     }
     let cfg = FabricConfig::default();
     let nvlink = cfg.intra_host.nvlink_gbps > 0.0;
@@ -109,7 +117,14 @@ struct FileReport<'a> {
 
 /// `xirang nccl check FILE`.
 pub(crate) fn check(a: &NcclCheckArgs) -> Result<Outcome> {
-    let text = std::fs::read_to_string(&a.file).with_context(|| format!("reading {}", a.file.display()))?;
+    let log = nccl_tests::read_log(&a.file)?;
+    if let Some(line) = log.first_invalid_line {
+        eprintln!(
+            "warning: {}:{line}: bytes that are not UTF-8 text, read as U+FFFD (the first such line)",
+            a.file.display()
+        );
+    }
+    let text = log.text;
     let report = nccl_tests::parse(&text)
         .map_err(|e| anyhow::anyhow!("{}:{}: {}", a.file.display(), e.line, e.message))?;
     if report.tests.is_empty() {
@@ -184,7 +199,14 @@ fn check_one<'a>(
         (Some(c), Some(p)) => {
             let rc = check_run(run, c, &p, force);
             if rc.sizes.is_empty() {
-                not_checked = Some(format!("the model has no {force:?} for {c:?} on this platform"));
+                not_checked = Some(match force {
+                    Some((al, pr)) => format!(
+                        "the model has no {}/{} for {c:?} on this platform",
+                        al.nccl_name(),
+                        pr.nccl_name()
+                    ),
+                    None => format!("the model has no algorithm for {c:?} on this platform"),
+                });
                 None
             } else {
                 Some(rc)

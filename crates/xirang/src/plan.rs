@@ -66,8 +66,14 @@ const MIB: f64 = 1024.0 * 1024.0;
 pub(crate) fn overlap(a: &OverlapArgs) -> Result<Outcome> {
     let model = ModelFile::load(&a.file)?;
     let (_, platform, desc) = scenario_platform(a.scenario.as_deref())?;
-    if !(a.first_bucket_mib.is_finite() && a.first_bucket_mib > 0.0) {
-        anyhow::bail!("--first-bucket-mib must be positive");
+    // A bucket is at most a model's gradients; 64 GiB is the gradients of a 32-billion-
+    // parameter model in bf16, and larger buckets all behave as one.
+    const MAX_BUCKET_MIB: f64 = 65_536.0;
+    if !(a.first_bucket_mib.is_finite() && a.first_bucket_mib > 0.0 && a.first_bucket_mib <= MAX_BUCKET_MIB) {
+        anyhow::bail!(
+            "--first-bucket-mib: expected a size above 0 and at most {MAX_BUCKET_MIB} MiB, found {}",
+            xirang_fabric::limits::Num(a.first_bucket_mib)
+        );
     }
     let first = (a.first_bucket_mib * MIB) as u64;
     let allreduce_us = |bytes: u64| choose(Coll::AllReduce, bytes, &platform).map_or(0.0, |p| p.time_us);
@@ -141,9 +147,6 @@ pub(crate) fn overlap(a: &OverlapArgs) -> Result<Outcome> {
 pub(crate) fn batching(a: &BatchingArgs) -> Result<Outcome> {
     use xirang_collective::batching::{self, ServingFile};
     let f = ServingFile::load(&a.file)?;
-    if a.requests < 100 {
-        anyhow::bail!("--requests: expected at least 100 to estimate a p99");
-    }
     let (_, template, _) = scenario_platform(a.scenario.as_deref())?;
     // The tensor-parallel group fills hosts before spanning them.
     let mut p = template;

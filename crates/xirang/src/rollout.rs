@@ -407,7 +407,8 @@ fn simulate_cmd(a: &RolloutSimArgs) -> Result<Outcome> {
     };
     anyhow::ensure!(
         (0.0..=1.0).contains(&a.degrade_share),
-        "--degrade-share: expected a share in [0, 1]"
+        "--degrade-share: expected a share in [0, 1], found {}",
+        xirang_fabric::limits::Num(a.degrade_share)
     );
     let mut spec = SimSpec {
         seed: a.seed,
@@ -416,8 +417,20 @@ fn simulate_cmd(a: &RolloutSimArgs) -> Result<Outcome> {
         degradation,
         ..SimSpec::default()
     };
+    let max = xirang_rollout::fleet::MAX_SYNTHETIC_NODES;
+    anyhow::ensure!(
+        (1..=max).contains(&a.nodes),
+        "--nodes: expected 1..={max} nodes, found {}",
+        a.nodes
+    );
+    anyhow::ensure!(
+        (1..=a.nodes).contains(&a.rack_size),
+        "--rack-size: expected 1..={} nodes per rack (at most the fleet), found {}",
+        a.nodes,
+        a.rack_size
+    );
     spec.fleet.nodes = a.nodes;
-    spec.fleet.rack_size = a.rack_size.max(1);
+    spec.fleet.rack_size = a.rack_size;
     let policy = match &a.policy {
         Some(p) => Policy::load(p)?,
         None => default_policy(&spec),

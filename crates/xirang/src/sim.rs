@@ -12,7 +12,7 @@ use xirang_sim::time::{PS_PER_US, us};
 
 use crate::Outcome;
 use crate::cli::{HpccCc, SimArgs};
-use crate::cmd::write_atomic;
+use xirang_files::OutputDir;
 
 /// The reference settings for runs on HPCC input files: the shipped reference scenarios.
 const REFERENCE_DCQCN: &str = include_str!("../../../scenarios/reference/incast16-4mb-dcqcn.toml");
@@ -42,6 +42,19 @@ fn load_hpcc(topo: &Path, flows: &Path, cc: HpccCc) -> Result<Loaded> {
             f.file = abs(flows)?;
         }
     }
+    // The reference settings name ECN profiles for the tiers of their own fat tree; a file
+    // without some tier must not be blamed for profiles its user never wrote. (A file that
+    // does not parse is reported with its line by the build below.)
+    if let Ok(text) = xirang_files::read_text(topo, xirang_fabric::hpcc::FILE_LIMIT)
+        && let Ok(t) = xirang_fabric::hpcc::parse_topology(&text)
+    {
+        let present = t.tiers();
+        for tier in xirang_fabric::model::Tier::ALL {
+            if !present.contains(&Some(tier)) {
+                s.config.ecn.clear(tier);
+            }
+        }
+    }
     s.name = format!(
         "{}-{}",
         flows.file_stem().unwrap_or_default().to_string_lossy(),
@@ -55,8 +68,22 @@ fn load_hpcc(topo: &Path, flows: &Path, cc: HpccCc) -> Result<Loaded> {
     Ok(s.build(topo, Path::new("."), None)?)
 }
 
-/// The files only a sampled run writes.
-const SAMPLED_FILES: [&str; 3] = ["rates.csv", "queues.csv", "counters_series.csv"];
+/// Every file a run writes into its output directory: a directory holding anything else
+/// is not a previous run's and is not replaced.
+const SIM_FILES: [&str; 9] = [
+    "fct.txt",
+    "pfc.txt",
+    "flows.json",
+    "counters.csv",
+    "links.csv",
+    "summary.json",
+    "rates.csv",
+    "queues.csv",
+    "counters_series.csv",
+];
+
+/// Steps of the progress bar.
+const PROGRESS_STEPS: u64 = 1000;
 
 pub(crate) fn run(a: &SimArgs) -> Result<Outcome> {
     let loaded = match (&a.scenario, &a.hpcc_topology, &a.hpcc_flows) {
@@ -81,23 +108,33 @@ pub(crate) fn run(a: &SimArgs) -> Result<Outcome> {
             &loaded.scenario.name
         })
     });
-    std::fs::create_dir_all(&out_dir).with_context(|| format!("creating {}", out_dir.display()))?;
+    // Refuse someone else's directory before the run, not after it.
+    let out = OutputDir::create(&out_dir, &SIM_FILES)?;
 
+    // Progress is finished transfers of all of them, with an estimate of the time left;
+    // with an end time, simulated time against it, whichever is further along.
     let bar = if a.quiet {
         ProgressBar::hidden()
     } else {
-        let b = match opts.end {
-            Some(e) => ProgressBar::new(e / PS_PER_US),
-            None => ProgressBar::new_spinner(),
-        };
+        let b = ProgressBar::new(PROGRESS_STEPS);
         b.set_style(
-            ProgressStyle::with_template("{spinner} simulated {pos} us {bar:30} {len} us  [{elapsed}]")
+            ProgressStyle::with_template("{spinner} {bar:30} {percent}% {msg}  [{elapsed} < {eta}]")
                 .expect("valid template"),
         );
         b
     };
     let t0 = Instant::now();
-    let result = xirang_sim::simulate(&loaded, &opts, &mut |now| bar.set_position(now / PS_PER_US));
+    let result = xirang_sim::simulate(&loaded, &opts, &mut |p| {
+        let by_work = p.done as f64 / p.total.max(1) as f64;
+        let by_time = opts.end.map_or(0.0, |e| p.now as f64 / e.max(1) as f64);
+        bar.set_position((by_work.max(by_time).min(1.0) * PROGRESS_STEPS as f64) as u64);
+        bar.set_message(format!(
+            "{}/{} transfers, simulated {:.1} us",
+            p.done,
+            p.total,
+            p.now as f64 / PS_PER_US as f64
+        ));
+    });
     let wall = t0.elapsed();
     bar.finish_and_clear();
     for (w, why) in &result.skipped {
@@ -113,29 +150,20 @@ pub(crate) fn run(a: &SimArgs) -> Result<Outcome> {
             _ => None,
         })
         .unwrap_or(0);
-    write_atomic(&out_dir, "fct.txt", &result.fct_hpcc())?;
-    write_atomic(&out_dir, "pfc.txt", &result.pfc_hpcc(offset))?;
-    write_atomic(&out_dir, "flows.json", &result.flows_json())?;
-    write_atomic(&out_dir, "counters.csv", &result.counters_csv())?;
-    write_atomic(
-        &out_dir,
+    out.write("fct.txt", result.fct_hpcc().as_bytes())?;
+    out.write("pfc.txt", result.pfc_hpcc(offset).as_bytes())?;
+    out.write("flows.json", result.flows_json().as_bytes())?;
+    out.write("counters.csv", result.counters_csv().as_bytes())?;
+    out.write(
         "links.csv",
-        &xirang_sim::output::links_csv(&loaded.fabric),
+        xirang_sim::output::links_csv(&loaded.fabric).as_bytes(),
     )?;
+    // Only a sampled run writes the series; the directory is replaced whole, so a
+    // previous sampled run's series cannot pass for this run's.
     if opts.sample_interval.is_some() {
-        write_atomic(&out_dir, "rates.csv", &result.rates_csv())?;
-        write_atomic(&out_dir, "queues.csv", &result.queues_csv())?;
-        write_atomic(&out_dir, "counters_series.csv", &result.counter_series_csv())?;
-    } else {
-        // An unsampled run into a directory a sampled run used: the old series must not
-        // pass for this run's (issue 21: `diagnose --sim-out` read them as current).
-        for name in SAMPLED_FILES {
-            let p = out_dir.join(name);
-            if p.is_file() {
-                std::fs::remove_file(&p)
-                    .with_context(|| format!("removing the previous run's {}", p.display()))?;
-            }
-        }
+        out.write("rates.csv", result.rates_csv().as_bytes())?;
+        out.write("queues.csv", result.queues_csv().as_bytes())?;
+        out.write("counters_series.csv", result.counter_series_csv().as_bytes())?;
     }
     let summary = result.summary();
     let failed: Vec<&xirang_sim::output::FlowResult> = result.flows.iter().filter(|f| f.failed).collect();
@@ -143,12 +171,26 @@ pub(crate) fn run(a: &SimArgs) -> Result<Outcome> {
         eprintln!(
             "warning: {} QP(s) gave up after {} ACK timeouts in a row (NCCL_IB_RETRY_CNT; a retry-exceeded completion error), failing {} flow(s){}: their path is down or loses every packet",
             summary.stats.qps_failed,
-            xirang_sim::RETRY_CNT + 1,
+            loaded.scenario.config.transport.retry_cnt + 1,
             failed.len(),
             failed
                 .first()
                 .map(|f| format!(", first {} -> {} (flow {})", f.src, f.dst, f.id))
                 .unwrap_or_default()
+        );
+    }
+    let timeouts = result.counter_total(|n| n == "local_ack_timeout_err");
+    if timeouts > 0 {
+        let t = &loaded.scenario.config.transport;
+        eprintln!(
+            "warning: {timeouts} ACK timeout(s) of {:.3} s each (config.transport.ib_timeout {}, NCCL_IB_TIMEOUT) \
+             stalled QPs whose packets were lost ({} dropped in switches, {} corrupted on links): go-back-N \
+             recovers a lost packet that no later packet exposes only after the timeout, so the FCTs of those \
+             flows measure the timeout, not the fabric. Find the loss, or model a shorter NCCL_IB_TIMEOUT.",
+            t.ack_timeout_ps() as f64 / 1e12,
+            t.ib_timeout,
+            summary.drops,
+            result.counter_total(|n| n == "port_rcv_errors" || n == "SAI_PORT_STAT_IF_IN_ERRORS"),
         );
     }
     for c in summary.collectives.iter().filter(|c| !c.finished) {
@@ -167,11 +209,11 @@ pub(crate) fn run(a: &SimArgs) -> Result<Outcome> {
         "packet_hops_per_second": summary.stats.packet_hops as f64 / wall_s.max(1e-9),
         "out_dir": out_dir.display().to_string(),
     });
-    write_atomic(
-        &out_dir,
+    out.write(
         "summary.json",
-        &(serde_json::to_string_pretty(&report)? + "\n"),
+        (serde_json::to_string_pretty(&report)? + "\n").as_bytes(),
     )?;
+    out.commit()?;
     if let Err(e) = result.check_conservation() {
         bail!("conservation check failed (a simulator bug):\n{e}");
     }

@@ -58,7 +58,6 @@ use crate::time::{PS_PER_NS, PS_PER_US, Ps, Rate};
 use crate::workload::Expanded;
 
 pub use ledger::Ledger;
-pub use nic::RETRY_CNT;
 pub use pfc::PfcEvent;
 pub use sampling::Samples;
 
@@ -156,6 +155,21 @@ pub(crate) struct NetConfig {
     pub(crate) ack_prio_high: bool,
     /// RoCEv2 headers of a data packet.
     pub(crate) header_bytes: u32,
+    /// Local ACK timeout (`NCCL_IB_TIMEOUT`).
+    pub(crate) ack_timeout: Ps,
+    /// Timeouts in a row before a QP gives up (`NCCL_IB_RETRY_CNT`).
+    pub(crate) retry_cnt: u8,
+}
+
+/// How far a run is: what a progress bar shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Progress {
+    /// Simulated time.
+    pub now: Ps,
+    /// Flows and collective transfers finished (or failed).
+    pub done: u64,
+    /// Flows and collective transfers in the whole run.
+    pub total: u64,
 }
 
 /// Run options.
@@ -390,6 +404,8 @@ impl<Q: Queue> Sim<Q> {
             cnp_prio: config.cnp.priority,
             ack_prio_high: config.cnp.ack_on_cnp_priority,
             header_bytes: config.transport.header_bytes,
+            ack_timeout: config.transport.ack_timeout_ps(),
+            retry_cnt: config.transport.retry_cnt,
         };
         let port_names = ports
             .iter()
@@ -543,10 +559,12 @@ impl<Q: Queue> Sim<Q> {
     }
 
     /// Runs until every flow is done, the end time, or no events remain. `progress` is
-    /// called with the simulated time every few thousand events.
-    pub fn run(&mut self, progress: &mut dyn FnMut(Ps)) {
+    /// called every few thousand events.
+    pub fn run(&mut self, progress: &mut dyn FnMut(Progress)) {
         const PROGRESS_EVERY: u64 = 1 << 16;
         let end = self.end.unwrap_or(NEVER);
+        // Every flow and every collective transfer is counted before the run starts.
+        let total = self.flows_left as u64;
         while self.flows_left > 0 {
             // The event queue and the ACK timers share one sequence, so popping whichever
             // holds the smaller (time, sequence) keeps the order one queue would have.
@@ -572,7 +590,11 @@ impl<Q: Queue> Sim<Q> {
             self.dispatch(e);
             self.events += 1;
             if self.events.is_multiple_of(PROGRESS_EVERY) {
-                progress(self.now);
+                progress(Progress {
+                    now: self.now,
+                    done: total - self.flows_left as u64,
+                    total,
+                });
             }
         }
         self.settle_pause_durations();

@@ -12,7 +12,7 @@ use super::{NEVER, Sim};
 use crate::cc::{DcqcnState, DctcpState, HpccState, TimelyState, int, var_window};
 use crate::packet::{INT_TAG, Kind, Packet};
 use crate::queue::Queue;
-use crate::time::{PS_PER_NS, PS_PER_US, Ps};
+use crate::time::{PS_PER_US, Ps};
 
 /// ACK size on the wire: Ethernet 14 + IPv4 20 + UDP 8 + BTH 12 + AETH 4 + ICRC 4 + FCS 4.
 /// Header sizes: shared/reference/linux-rdma-sysfs.md §4 (AETH's 4 bytes: IBTA, unconfirmed
@@ -23,13 +23,6 @@ pub const ACK_BYTES: u16 = 66;
 pub const CNP_BYTES: u16 = 78;
 /// The HPCC simulator's NACK generation interval, 500 µs (docs/hpcc-model.md §5).
 const NACK_INTERVAL: Ps = 500 * PS_PER_US;
-/// NCCL's default local ACK timeout: 4.096 µs x 2^20 (`NCCL_IB_TIMEOUT` 20,
-/// shared/reference/collectives-and-nccl.md §5).
-pub(crate) const ACK_TIMEOUT: Ps = 4_096 * PS_PER_NS * (1 << 20);
-/// NCCL's default transport retry count, `NCCL_IB_RETRY_CNT` 7
-/// (shared/reference/collectives-and-nccl.md §5): after that many timeouts in a row the
-/// requester gives up (about 30 s at the default timeout).
-pub const RETRY_CNT: u8 = 7;
 
 /// The reaction point's congestion control of a QP, with the index of its parameter set.
 #[derive(Debug, Clone)]
@@ -394,14 +387,14 @@ impl<Q: Queue> Sim<Q> {
             q.rto_pending = false;
             return;
         }
-        let deadline = q.last_progress + ACK_TIMEOUT;
+        let deadline = q.last_progress + self.net.ack_timeout;
         if deadline > now {
             self.arm_rto(qi, deadline);
             return;
         }
         let sp = q.src_port;
         self.counters[sp].local_ack_timeout_err += 1;
-        if q.timeouts >= RETRY_CNT {
+        if q.timeouts >= self.net.retry_cnt {
             self.qp_failed(qi);
             return;
         }
@@ -409,7 +402,7 @@ impl<Q: Queue> Sim<Q> {
         let q = &mut self.qps_tx[qi];
         q.snd_nxt = q.snd_una;
         q.last_progress = now;
-        self.arm_rto(qi, now + ACK_TIMEOUT);
+        self.arm_rto(qi, now + self.net.ack_timeout);
         self.kick(sp);
     }
 
@@ -537,7 +530,7 @@ impl<Q: Queue> Sim<Q> {
         });
         self.transmit(p, pkt);
         if arm_rto {
-            self.arm_rto(qi, now + ACK_TIMEOUT);
+            self.arm_rto(qi, now + self.net.ack_timeout);
         }
     }
 

@@ -74,13 +74,10 @@ pub fn parse_pg_profile_lookup(text: &str) -> Result<Vec<PgProfileLookup>, Sonic
 
 /// Reads and parses a `pg_profile_lookup.ini`; errors are prefixed with `path`.
 pub fn load_pg_profile_lookup(path: &Path) -> Result<Vec<PgProfileLookup>, SonicError> {
-    let text = std::fs::read_to_string(path).map_err(|source| SonicError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let text = xirang_files::read_text(path, super::CONFIG_DB_LIMIT)?;
     parse_pg_profile_lookup(&text).map_err(|e| SonicError::InFile {
         path: path.to_path_buf(),
-        source: Box::new(e),
+        inner: Box::new(e),
     })
 }
 

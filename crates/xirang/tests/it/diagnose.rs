@@ -21,7 +21,7 @@ fn nccl_logs_abort_exits_1_with_evidence_healthy_exits_0() {
     assert_eq!(out, "No fault found.\n");
     let (_, err) = run_expect(&["diagnose", "nccl", "/nonexistent.log"], 1);
     assert!(err.contains("/nonexistent.log"), "{err}");
-    // An empty or unrelated file is an error, not a clean bill of health (issue 21).
+    // An empty or unrelated file is an error, not a clean bill of health.
     let dir = tempfile::tempdir().unwrap();
     for (name, text) in [("empty.log", ""), ("noise.log", "hello\nworld 1 2 3\n")] {
         let p = dir.path().join(name);

@@ -6,6 +6,7 @@
 
 mod diagnose;
 mod host;
+mod inputs;
 mod memreg;
 mod monitor;
 mod nccl;

@@ -41,8 +41,10 @@ fn memreg_bench_times_every_way_on_one_and_two_threads() {
         "{v:#}"
     );
     let (_, err) = run_expect(&["memreg", "bench", "--pairs", "0"], 1);
+    assert!(err.contains("--pairs: expected 1..=1000000000, found 0"), "{err}");
+    let (_, err) = run_expect(&["memreg", "bench", "--pairs", "100000000000000"], 1);
     assert!(
-        err.contains("expected --pairs and --registrations above 0"),
+        err.contains("--pairs: expected 1..=1000000000, found 100000000000000"),
         "{err}"
     );
 }

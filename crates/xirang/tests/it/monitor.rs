@@ -347,7 +347,7 @@ fn monitor_once_and_query_through_the_binary() {
         "{err}"
     );
     // Durations a `Duration` cannot hold, or that round to nothing, are errors, not
-    // panics or a busy loop (issue 21).
+    // panics or a busy loop.
     for (flag, d) in [
         ("--interval", "999999999999999999999999999d"),
         ("--interval", "0.0001ms"),

@@ -49,7 +49,7 @@ fn sim_writes_every_output_and_a_summary() {
     assert_eq!(summary["summary"]["drops"], 0);
     assert!(summary["summary"]["stats"]["packet_hops"].as_u64().unwrap() > 100_000);
     // An unsampled run into the same directory leaves no series of the previous run
-    // behind for `diagnose --sim-out` to read as its own (issue 21).
+    // behind for `diagnose --sim-out` to read as its own.
     run_expect(&["sim", "scenarios/incast-16to1.toml", "--out", o, "--quiet"], 0);
     for f in ["rates.csv", "queues.csv", "counters_series.csv"] {
         assert!(!out.join(f).exists(), "{f} of the previous run left behind");
@@ -102,15 +102,28 @@ fn sim_says_what_it_skips_and_rejects_bad_input() {
         "{err}"
     );
     let (_, err) = run_expect(&["sim", "scenarios/default.toml", "--until", "3pc"], 2);
-    assert!(err.contains("unknown unit"), "{err}");
-    // Durations beyond the clock are refused, not saturated (issue 21).
-    for d in ["999999999999s", "9000000000000000000000000", "30000000000ms"] {
+    assert!(err.contains("expected a duration like 20ms"), "{err}");
+    // Durations beyond the clock are refused, not saturated; an exponent is a number's,
+    // not a unit's.
+    for d in [
+        "999999999999s",
+        "9000000000000000000000000",
+        "30000000000ms",
+        "1e300s",
+        "inf",
+    ] {
         let (_, err) = run_expect(&["sim", "scenarios/default.toml", "--until", d], 2);
-        assert!(err.contains("at most 100 days"), "{d}: {err}");
+        assert!(err.contains("at most one hour of simulated time"), "{d}: {err}");
     }
+    // An interval that would round to nothing is refused too.
+    let (_, err) = run_expect(&["sim", "scenarios/default.toml", "--sample", "1ns"], 2);
+    assert!(
+        err.contains("expected a sampling interval of 0.1..=3.6e9 µs, found 0.001"),
+        "{err}"
+    );
     let (_, err) = run_expect(&["sim"], 1);
     assert!(err.contains("give a scenario file"), "{err}");
-    // A flow from a host to itself in an HPCC flow file is refused with its line (issue 21).
+    // A flow from a host to itself in an HPCC flow file is refused with its line.
     let dir = tempfile::tempdir().unwrap();
     let flows = dir.path().join("self.flow");
     std::fs::write(&flows, "1\n3 3 3 100 1000 2.0\n").unwrap();

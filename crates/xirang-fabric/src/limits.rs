@@ -1,0 +1,204 @@
+//! The range of every number a scenario gives that has no natural bound of its own, and
+//! the checks that hold values to them. docs/limits.md lists them all with their reasons.
+//!
+//! The simulator converts times to integer picoseconds and multiplies sizes, rates and
+//! counts together; these bounds keep every such product inside a `u64` and every run
+//! finite, so a typo (`1e300`, an extra few zeros) is an error with its key path rather
+//! than a wrapped value, a saturated one, or a run that never ends.
+
+use std::fmt;
+
+use crate::diag::{Diagnostics, KeyPath};
+
+/// A number as a message shows what the user wrote: plainly, or with an exponent when
+/// it is huge or tiny (`1e300`, not three hundred digits).
+#[derive(Debug, Clone, Copy)]
+pub struct Num(pub f64);
+
+impl fmt::Display for Num {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let a = self.0.abs();
+        if a.is_finite() && (a >= 1e9 || (a > 0.0 && a < 1e-4)) {
+            write!(f, "{:e}", self.0)
+        } else {
+            write!(f, "{}", self.0)
+        }
+    }
+}
+
+/// Latest simulated time a scenario may name, and longest duration: one hour. A `u64` of
+/// picoseconds holds 213 days, so sums of a few such times (a start plus a duration plus
+/// a delay) stay far from wrapping; and a packet-level run of even one simulated second
+/// at cluster scale takes hours, so an hour is no real limit.
+pub const MAX_SIM_TIME_US: f64 = 3.6e9;
+
+/// Longest link propagation delay: 10 ms, about 2,000 km of fibre at the 1.98e8 m/s
+/// propagation speed of shared/reference/congestion-control.md's headroom formula (PFC
+/// headroom section). Data-centre links are metres to kilometres (nanoseconds to
+/// microseconds); this admits long-haul links and refuses a delay of `u64::MAX`, which
+/// wraps when converted to picoseconds.
+pub const MAX_LINK_DELAY_NS: u64 = 10_000_000;
+
+/// Largest single transfer: a flow, a collective's buffer, a message size. 1 TiB is 64
+/// times the 16 GiB nccl-tests sweeps usually end at, and a million such transfers
+/// (the most NICs a generated fabric has, each sending one) still sum to less than a
+/// `u64` of bytes in the conservation ledger.
+pub const MAX_TRANSFER_BYTES: u64 = 1 << 40;
+
+/// Largest buffer, threshold or memory size (switch buffer, ECN thresholds, PFC headroom,
+/// registered regions): 1 TiB, far above the largest switch buffers (tens of MB) and
+/// host memories, so that products of sizes and port counts stay in a `u64`.
+pub const MAX_BUFFER_BYTES: u64 = 1 << 40;
+
+/// Most back-to-back repetitions of one collective. nccl-tests runs 20 by default
+/// (`-n`); 100,000 leaves room for long steady-state runs.
+pub const MAX_ITERATIONS: u32 = 100_000;
+
+/// Most requests one inference workload may generate (clients x rate x duration). The
+/// simulator creates every request and its response up front; a million requests is
+/// about two million flows, a few hundred MB.
+pub const MAX_INFERENCE_REQUESTS: f64 = 1e6;
+
+/// Shortest counter sampling interval: 0.1 µs, about one MTU-sized packet's
+/// serialization at the common rates (a 1,048-byte frame takes 83.84 ns at 100 Gbit/s,
+/// a 4,158-byte frame 83.16 ns at 400 Gbit/s): a finer interval records nothing new and
+/// multiplies the time series. An interval that rounds to 0 ps would never advance.
+pub const MIN_SAMPLE_INTERVAL_US: f64 = 0.1;
+
+/// `expected a time 0..=MAX µs` with the key path, for start times and delays.
+pub fn check_time_us(v: f64, at: &KeyPath, d: &mut Diagnostics) -> bool {
+    if v.is_finite() && (0.0..=MAX_SIM_TIME_US).contains(&v) {
+        true
+    } else {
+        d.error(
+            at,
+            format!(
+                "expected a time 0..={MAX_SIM_TIME_US:e} µs (one hour), found {}",
+                Num(v)
+            ),
+        );
+        false
+    }
+}
+
+/// `expected a period above 0 and at most MAX µs`, for intervals and durations.
+pub fn check_period_us(v: f64, at: &KeyPath, d: &mut Diagnostics) -> bool {
+    if v.is_finite() && v > 0.0 && v <= MAX_SIM_TIME_US {
+        true
+    } else {
+        d.error(
+            at,
+            format!(
+                "expected a duration above 0 and at most {MAX_SIM_TIME_US:e} µs (one hour), found {}",
+                Num(v)
+            ),
+        );
+        false
+    }
+}
+
+/// A sampling interval, as the scenario's `[run]` or `--sample` gives it.
+pub fn sample_interval_us(v: f64) -> Result<(), String> {
+    if v.is_finite() && (MIN_SAMPLE_INTERVAL_US..=MAX_SIM_TIME_US).contains(&v) {
+        Ok(())
+    } else {
+        Err(format!(
+            "expected a sampling interval of {MIN_SAMPLE_INTERVAL_US}..={MAX_SIM_TIME_US:e} µs, found {}",
+            Num(v)
+        ))
+    }
+}
+
+/// An end time, as the scenario's `[run]` or `--until` gives it.
+pub fn end_time_us(v: f64) -> Result<(), String> {
+    if v.is_finite() && v > 0.0 && v <= MAX_SIM_TIME_US {
+        Ok(())
+    } else {
+        Err(format!(
+            "expected an end time above 0 and at most {MAX_SIM_TIME_US:e} µs (one hour), found {}",
+            Num(v)
+        ))
+    }
+}
+
+/// A link delay in nanoseconds.
+pub fn check_delay_ns(v: u64, at: &KeyPath, d: &mut Diagnostics) -> bool {
+    if v <= MAX_LINK_DELAY_NS {
+        true
+    } else {
+        d.error(
+            at,
+            format!("expected a propagation delay of at most {MAX_LINK_DELAY_NS} ns (10 ms, 2,000 km of fibre), found {v}"),
+        );
+        false
+    }
+}
+
+/// A transfer size: at least one byte, at most [`MAX_TRANSFER_BYTES`].
+pub fn check_transfer_bytes(v: u64, at: &KeyPath, d: &mut Diagnostics) -> bool {
+    if (1..=MAX_TRANSFER_BYTES).contains(&v) {
+        true
+    } else {
+        d.error(
+            at,
+            format!("expected a size of 1..={MAX_TRANSFER_BYTES} bytes (1 TiB), found {v}"),
+        );
+        false
+    }
+}
+
+/// A buffer or memory size of at most [`MAX_BUFFER_BYTES`].
+pub fn check_buffer_bytes(v: u64, at: &KeyPath, d: &mut Diagnostics) -> bool {
+    if v <= MAX_BUFFER_BYTES {
+        true
+    } else {
+        d.error(
+            at,
+            format!("expected at most {MAX_BUFFER_BYTES} bytes (1 TiB), found {v}"),
+        );
+        false
+    }
+}
+
+/// A rate in Mbit/s, as congestion-control parameters give it: `0..=` the fastest link.
+pub fn check_rate_mbps(v: f64, positive: bool, at: &KeyPath, d: &mut Diagnostics) -> bool {
+    let max = crate::topology::MAX_LINK_RATE_GBPS * 1e3;
+    let low_ok = if positive { v > 0.0 } else { v >= 0.0 };
+    if v.is_finite() && low_ok && v <= max {
+        true
+    } else {
+        let low = if positive { "above 0" } else { "of 0 or more" };
+        d.error(
+            at,
+            format!(
+                "expected a rate {low} and at most {max} Mbit/s (the fastest link), found {}",
+                Num(v)
+            ),
+        );
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bounds_keep_picosecond_sums_inside_a_u64() {
+        let hour_ps = (MAX_SIM_TIME_US * 1e6) as u64;
+        let delay_ps = MAX_LINK_DELAY_NS * 1_000;
+        // A start, a duration, a service time, and a thousand-hop path of the longest links.
+        assert!(
+            hour_ps
+                .checked_mul(3)
+                .and_then(|x| x.checked_add(delay_ps * 1_000))
+                .is_some()
+        );
+        // A million of the largest transfers fit the byte ledger.
+        assert!(
+            MAX_TRANSFER_BYTES
+                .checked_mul(crate::topology::MAX_GENERATED_NICS)
+                .is_some()
+        );
+    }
+}
