@@ -114,11 +114,27 @@ pub fn from_prometheus(url: &str, since_ms: i64, until_ms: i64) -> Result<Window
         .body_mut()
         .read_json()
         .map_err(|e| err(format!("the answer is not JSON: {e}")))?;
+    let series = series_from_query_range(&body).map_err(err)?;
+    Ok(Window {
+        source: format!("prometheus {base}"),
+        since_ms,
+        until_ms,
+        series,
+        relative: false,
+        ..Window::default()
+    })
+}
+
+/// The series of a Prometheus `query_range` answer (`{"status": "success", "data":
+/// {"result": [{"metric": {...}, "values": [[t, "v"], ...]}]}}`). A series without a
+/// `__name__` and a point that is not `[number, "number"]` are skipped: the answer is
+/// outside input.
+pub fn series_from_query_range(body: &serde_json::Value) -> Result<Vec<Series>, String> {
     if body["status"] != "success" {
-        return Err(err(format!(
+        return Err(format!(
             "query failed: {}",
             body["error"].as_str().unwrap_or("no error text")
-        )));
+        ));
     }
     let mut series = Vec::new();
     for r in body["data"]["result"].as_array().into_iter().flatten() {
@@ -147,14 +163,7 @@ pub fn from_prometheus(url: &str, since_ms: i64, until_ms: i64) -> Result<Window
             points,
         });
     }
-    Ok(Window {
-        source: format!("prometheus {base}"),
-        since_ms,
-        until_ms,
-        series,
-        relative: false,
-        ..Window::default()
-    })
+    Ok(series)
 }
 
 /// Reads the rules' counters from a simulator output directory (`xirang sim --out`,

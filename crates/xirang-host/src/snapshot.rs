@@ -414,11 +414,17 @@ pub fn load(path: &Path) -> Result<MemTree, SnapshotError> {
             reason: other.detail(),
         },
     })?;
+    load_from(file, path)
+}
+
+/// Loads a snapshot archive from any reader (`path` names it in errors and in the tree):
+/// what [`load`] does after opening the file, and what the fuzz target drives.
+pub fn load_from(reader: impl Read, path: &Path) -> Result<MemTree, SnapshotError> {
     let fmt = |reason: String| SnapshotError::Format {
         path: path.to_path_buf(),
         reason,
     };
-    let mut archive = tar::Archive::new(GzDecoder::new(file).take(MAX_ARCHIVE_BYTES));
+    let mut archive = tar::Archive::new(GzDecoder::new(reader).take(MAX_ARCHIVE_BYTES));
     let mut tree = MemTree::new(path.display().to_string());
     let entries = archive.entries().map_err(|e| fmt(e.to_string()))?;
     for entry in entries {

@@ -28,7 +28,10 @@ pub struct Replay {
     pub rounds: Vec<(u64, Vec<CounterValue>)>,
 }
 
-fn parse_rows(text: &str, path: &str, with_time: bool) -> Result<Vec<(u64, CounterValue)>, ReplayError> {
+/// The rows of a simulator's counter CSV: `time_us,entity,counter,value` when
+/// `with_time` (the series), else `entity,counter,value` (the final counters, at time 0).
+/// `path` names the file in errors, with the line.
+pub fn parse_rows(text: &str, path: &str, with_time: bool) -> Result<Vec<(u64, CounterValue)>, ReplayError> {
     let mut rows = Vec::new();
     for (i, line) in text.lines().enumerate().skip(1) {
         if line.trim().is_empty() {

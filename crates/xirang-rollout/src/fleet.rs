@@ -130,7 +130,12 @@ impl FleetFile {
     /// Reads a `fleet.toml`.
     pub fn load(path: &Path) -> Result<FleetFile, RolloutError> {
         let text = xirang_files::read_text(path, FLEET_LIMIT).map_err(|e| RolloutError::Read(Box::new(e)))?;
-        toml::from_str(&text).map_err(|e| RolloutError::toml(path, &text, &e))
+        FleetFile::parse(&text, path)
+    }
+
+    /// Parses a `fleet.toml`'s text; `path` names it in errors.
+    pub fn parse(text: &str, path: &Path) -> Result<FleetFile, RolloutError> {
+        toml::from_str(text).map_err(|e| RolloutError::toml(path, text, &e))
     }
 }
 

@@ -292,7 +292,13 @@ impl Policy {
     pub fn load(path: &Path) -> Result<Policy, RolloutError> {
         let text =
             xirang_files::read_text(path, POLICY_LIMIT).map_err(|e| RolloutError::Read(Box::new(e)))?;
-        let mut p: Policy = toml::from_str(&text).map_err(|e| RolloutError::toml(path, &text, &e))?;
+        Policy::parse(&text, path)
+    }
+
+    /// Parses and checks a policy's text; `path` names the file in errors, and relative
+    /// benchmark paths are taken from its directory.
+    pub fn parse(text: &str, path: &Path) -> Result<Policy, RolloutError> {
+        let mut p: Policy = toml::from_str(text).map_err(|e| RolloutError::toml(path, text, &e))?;
         let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
         p.base_dir = std::fs::canonicalize(if dir.as_os_str().is_empty() {
             Path::new(".")
@@ -315,7 +321,7 @@ impl Policy {
             RolloutError::Toml {
                 path: path.to_path_buf(),
                 line: key
-                    .and_then(|k| xirang_fabric::diag::KeyPath::parse(k).line_in(&text))
+                    .and_then(|k| xirang_fabric::diag::KeyPath::parse(k).line_in(text))
                     .unwrap_or(1),
                 message: m,
             }

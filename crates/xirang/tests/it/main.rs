@@ -5,6 +5,7 @@
 //!   the human-readable reports.
 
 mod diagnose;
+mod fuzz_inputs;
 mod host;
 mod inputs;
 mod memreg;
