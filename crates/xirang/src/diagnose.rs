@@ -171,7 +171,11 @@ pub(crate) fn counters(a: &DiagnoseArgs) -> Result<Outcome> {
                 }
             }
             for (name, f) in files.iter().filter(|(_, f)| f.is_file()) {
-                data.push((name.clone(), std::fs::read(f)?));
+                // The inventory's own limit: these are the files `--inventory` was read from.
+                data.push((
+                    name.clone(),
+                    xirang_files::read_bytes(f, xirang_audit::cluster::INVENTORY_FILE_LIMIT)?,
+                ));
             }
         }
         write_bundle(path, &findings, window.source.clone(), data)?;
