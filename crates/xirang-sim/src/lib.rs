@@ -267,12 +267,31 @@ fn collect<Q: queue::Queue>(loaded: &Loaded, ex: &workload::Expanded, sim: &Sim<
         int_records_at_end: sim.ints.live,
         ledger: sim.ledger,
     };
-    let rate_series = sim
+    let mut rate_series: Vec<(time::Ps, u64, u32, f64)> = sim
         .samples
         .rates
         .iter()
-        .map(|(t, q, r)| (*t, sim.qps_tx[*q].flow.0, q.0, *r))
+        .map(|&(t, of, qp, r)| {
+            let id = match of {
+                engine::sampling::RateOf::Flow(i) => ex.flows[i as usize].id,
+                engine::sampling::RateOf::Transfer {
+                    coll,
+                    iteration,
+                    index,
+                } => {
+                    let run = &sim.colls[coll as usize].run;
+                    run.first_id + u64::from(iteration) * run.per_iteration + index
+                }
+            };
+            (t, id, qp, r)
+        })
         .collect();
+    // By flow, as a run divided among partitions would gather them.
+    rate_series.sort_by_key(|&(t, id, qp, _)| (t, id, qp));
+    let mut pfc = sim.pfc_log.clone();
+    // Port by port within an instant: the order of devices at one instant is the
+    // engine's business, and a parallel run gathers each port's events from where it ran.
+    pfc.sort_by_key(|e| (e.time, e.at_switch, e.node_id, e.ifindex));
     let queue_series = sim
         .samples
         .queues
@@ -284,7 +303,7 @@ fn collect<Q: queue::Queue>(loaded: &Loaded, ex: &workload::Expanded, sim: &Sim<
         requests,
         collectives,
         counters,
-        pfc: sim.pfc_log.clone(),
+        pfc,
         stats,
         rate_series,
         queue_series,
@@ -333,6 +352,7 @@ fn collective_flows<Q: queue::Queue>(
             coll,
             iteration,
             index,
+            ..
         } = f.origin
             && let Some(rec) = sim.transfer_record(FlowId::from(i))
         {

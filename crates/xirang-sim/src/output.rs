@@ -178,8 +178,8 @@ pub struct RunResult {
     pub pfc: Vec<PfcEvent>,
     /// Totals.
     pub stats: RunStats,
-    /// (time, flow id, QP index, rate bit/s) samples.
-    pub rate_series: Vec<(Ps, u32, u32, f64)>,
+    /// (time, flow id, the QP's place in its flow, rate bit/s) samples.
+    pub rate_series: Vec<(Ps, u64, u32, f64)>,
     /// (time, `switch:port`, priority, queued bytes) samples.
     pub queue_series: Vec<(Ps, String, u8, u64)>,
     /// (time, counter) samples of counters that changed since the previous sample.

@@ -1,7 +1,10 @@
-//! Event queues keyed by (time, sequence number).
+//! Event queues keyed by (time, tie).
 //!
-//! The sequence number is a global insertion counter, so events at the same time pop in
-//! the order they were scheduled and every run is bit-identical on any machine.
+//! The tie orders events at the same time. The engine makes it from the event itself,
+//! never from when it was queued (`engine::Sim::tie`: the device the event is for, the
+//! device that scheduled it, that device's own count of events it scheduled), so events
+//! pop in one order however the fabric is divided among partitions, and every run is
+//! bit-identical on any machine.
 //!
 //! [`EventQueue`] is a calendar queue (a timing wheel): near-future events go into buckets
 //! of 2^10 ps, with a bitmap to find the next non-empty bucket; events
@@ -13,11 +16,17 @@
 
 use crate::time::Ps;
 
-/// Ordering key: time in the high 64 bits, sequence in the low 64, so ordering is one
+/// Ordering key: time in the high 64 bits, tie in the low 64, so ordering is one
 /// 128-bit comparison.
 #[inline]
-fn key(time: Ps, seq: u64) -> u128 {
-    (u128::from(time) << 64) | u128::from(seq)
+pub fn key(time: Ps, tie: u64) -> u128 {
+    (u128::from(time) << 64) | u128::from(tie)
+}
+
+/// The tie of a queue or timer key.
+#[inline]
+pub fn tie_of(key: u128) -> u64 {
+    key as u64
 }
 
 /// The time of a queue or timer key.
@@ -26,24 +35,25 @@ pub fn time_of(key: u128) -> Ps {
     (key >> 64) as Ps
 }
 
-/// What the engine needs of an event queue. Implementations must pop in (time, insertion)
-/// order.
-pub trait Queue: Default {
+/// What the engine needs of an event queue. Implementations must pop in (time, tie)
+/// order; the engine never queues two events with one key.
+pub trait Queue: Default + Send {
     /// An empty queue tuned for events mostly scheduled up to `horizon` ahead.
     fn with_horizon(horizon: Ps) -> Self {
         let _ = horizon;
         Self::default()
     }
-    /// Schedules `ev` at `time` (never before the last popped event).
-    fn push(&mut self, time: Ps, ev: u64);
-    /// Removes and returns the earliest event if it is not after `limit`.
-    fn pop_until(&mut self, limit: Ps) -> Option<(Ps, u64)>;
+    /// Schedules `ev` at `time` (never before the last popped event), ordered by `tie`
+    /// among events at that time.
+    fn push(&mut self, time: Ps, tie: u64, ev: u64);
+    /// Removes and returns the earliest event (its key and itself) if it is not after
+    /// `limit`.
+    fn pop_until(&mut self, limit: Ps) -> Option<(u128, u64)>;
     /// Removes and returns the earliest event if it is not after `limit` and its key (time,
-    /// sequence) is below `key`: how the engine merges this queue with its timer heap.
-    fn pop_before(&mut self, key: u128, limit: Ps) -> Option<(Ps, u64)>;
-    /// Takes the next sequence number without queueing anything, for an event kept
-    /// elsewhere that must order among this queue's events as if it were here.
-    fn take_seq(&mut self) -> u64;
+    /// tie) is below `key`: how the engine merges this queue with its timer heap.
+    fn pop_before(&mut self, key: u128, limit: Ps) -> Option<(u128, u64)>;
+    /// Time of the earliest pending event.
+    fn peek_time(&self) -> Option<Ps>;
     /// True when nothing is pending.
     fn is_empty(&self) -> bool;
     /// Largest number of pending events seen.
@@ -51,22 +61,21 @@ pub trait Queue: Default {
 }
 
 impl Queue for HeapQueue {
-    fn push(&mut self, time: Ps, ev: u64) {
-        HeapQueue::push(self, time, ev)
+    fn push(&mut self, time: Ps, tie: u64, ev: u64) {
+        HeapQueue::push(self, time, tie, ev)
     }
-    fn pop_until(&mut self, limit: Ps) -> Option<(Ps, u64)> {
+    fn pop_until(&mut self, limit: Ps) -> Option<(u128, u64)> {
         HeapQueue::pop_until(self, limit)
     }
-    fn pop_before(&mut self, key: u128, limit: Ps) -> Option<(Ps, u64)> {
+    fn pop_before(&mut self, key: u128, limit: Ps) -> Option<(u128, u64)> {
         let k = self.heap.min_key()?;
         if k >= key || time_of(k) > limit {
             return None;
         }
-        self.heap.pop().map(|(k, e)| (time_of(k), e))
+        self.heap.pop()
     }
-    fn take_seq(&mut self) -> u64 {
-        self.seq += 1;
-        self.seq - 1
+    fn peek_time(&self) -> Option<Ps> {
+        self.heap.min_key().map(time_of)
     }
     fn is_empty(&self) -> bool {
         HeapQueue::is_empty(self)
@@ -81,20 +90,19 @@ impl Queue for EventQueue {
         EventQueue::with_horizon(horizon)
     }
     #[inline]
-    fn push(&mut self, time: Ps, ev: u64) {
-        EventQueue::push(self, time, ev)
+    fn push(&mut self, time: Ps, tie: u64, ev: u64) {
+        EventQueue::push(self, time, tie, ev)
     }
     #[inline]
-    fn pop_until(&mut self, limit: Ps) -> Option<(Ps, u64)> {
+    fn pop_until(&mut self, limit: Ps) -> Option<(u128, u64)> {
         EventQueue::pop_before(self, u128::MAX, limit)
     }
     #[inline]
-    fn pop_before(&mut self, key: u128, limit: Ps) -> Option<(Ps, u64)> {
+    fn pop_before(&mut self, key: u128, limit: Ps) -> Option<(u128, u64)> {
         EventQueue::pop_before(self, key, limit)
     }
-    fn take_seq(&mut self) -> u64 {
-        self.seq += 1;
-        self.seq - 1
+    fn peek_time(&self) -> Option<Ps> {
+        EventQueue::peek_time(self)
     }
     fn is_empty(&self) -> bool {
         EventQueue::is_empty(self)
@@ -137,7 +145,9 @@ impl Heap {
         let e = self.heap[i];
         while i > 0 {
             let parent = (i - 1) / ARITY;
-            if e.0 < self.heap[parent].0 {
+            // Whole entries compare: should two events ever share a key (a tie's count
+            // wrapped), the event itself decides, never where it sits.
+            if e < self.heap[parent] {
                 self.heap[i] = self.heap[parent];
                 i = parent;
             } else {
@@ -164,15 +174,15 @@ impl Heap {
             }
             let end = (first + ARITY).min(n);
             let mut best = first;
-            let mut best_key = self.heap[first].0;
+            let mut best_entry = self.heap[first];
             for c in first + 1..end {
-                let k = self.heap[c].0;
-                if k < best_key {
+                let k = self.heap[c];
+                if k < best_entry {
                     best = c;
-                    best_key = k;
+                    best_entry = k;
                 }
             }
-            if best_key < last.0 {
+            if best_entry < last {
                 self.heap[i] = self.heap[best];
                 i = best;
             } else {
@@ -184,12 +194,11 @@ impl Heap {
     }
 }
 
-/// A plain (time, sequence)-ordered queue on a [`Heap`]: the reference implementation for
+/// A plain (time, tie)-ordered queue on a [`Heap`]: the reference implementation for
 /// tests and benchmarks.
 #[derive(Debug, Default)]
 pub struct HeapQueue {
     heap: Heap,
-    seq: u64,
     peak: usize,
 }
 
@@ -204,19 +213,18 @@ impl HeapQueue {
         self.peak
     }
 
-    /// Schedules `ev` at `time`.
-    pub fn push(&mut self, time: Ps, ev: u64) {
-        self.heap.push(key(time, self.seq), ev);
-        self.seq += 1;
+    /// Schedules `ev` at `time`, ordered by `tie` among events at that time.
+    pub fn push(&mut self, time: Ps, tie: u64, ev: u64) {
+        self.heap.push(key(time, tie), ev);
         self.peak = self.peak.max(self.heap.len());
     }
 
-    /// Removes the earliest event if it is not after `limit`.
-    pub fn pop_until(&mut self, limit: Ps) -> Option<(Ps, u64)> {
+    /// Removes the earliest event (key and event) if it is not after `limit`.
+    pub fn pop_until(&mut self, limit: Ps) -> Option<(u128, u64)> {
         if time_of(self.heap.min_key()?) > limit {
             return None;
         }
-        self.heap.pop().map(|(k, e)| (time_of(k), e))
+        self.heap.pop()
     }
 
     /// Number of pending events.
@@ -242,14 +250,33 @@ const MAX_BUCKETS: usize = 1 << 16;
 /// permutation's busier buckets paid for sorted inserts more than the scans they saved.
 const SMALL_BUCKET: usize = 32;
 
-/// One calendar bucket. Most hold one or two events, but the steps of a collective put
-/// thousands at one instant, where a scan for the minimum made every pop cost in
-/// proportion to the fabric (and a heap, a logarithm of it); events of one instant arrive
-/// in sequence order, so a sorted bucket takes them by appending.
+/// Buffers of large buckets kept for reuse (a few wheels' worth of bursts at once).
+const MAX_POOLED: usize = 64;
+
+/// One calendar bucket. Most hold one or two events and are scanned. A collective's
+/// ring steps run in lockstep, so thousands of packet events can share an instant: a
+/// bucket past [`SMALL_BUCKET`] events becomes large, is sorted once when its first event
+/// is due (pushes arrive in no particular key order: ties order by device, not by when
+/// an event was queued), and takes the few events queued into it after that in a small
+/// heap beside the sorted run.
 #[derive(Debug)]
 enum Bucket {
     Small(Vec<(u128, u64)>),
-    Sorted(std::collections::VecDeque<(u128, u64)>),
+    Large {
+        /// Sorted once `sorted`; `pos` entries already taken from its front.
+        items: Vec<(u128, u64)>,
+        pos: usize,
+        sorted: bool,
+        late: std::collections::BinaryHeap<std::cmp::Reverse<(u128, u64)>>,
+    },
+}
+
+/// Where a bucket's smallest entry is.
+#[derive(Debug, Clone, Copy)]
+enum At {
+    Small(usize),
+    Run,
+    Late,
 }
 
 impl Default for Bucket {
@@ -260,74 +287,168 @@ impl Default for Bucket {
 
 impl Bucket {
     #[inline(always)]
-    fn push(&mut self, k: u128, ev: u64) {
+    fn push(&mut self, k: u128, ev: u64, pool: &mut Vec<Vec<(u128, u64)>>) {
         match self {
             Bucket::Small(v) if v.len() < SMALL_BUCKET => v.push((k, ev)),
-            _ => self.push_large(k, ev),
+            _ => self.push_large(k, ev, pool),
         }
     }
 
     #[cold]
     #[inline(never)]
-    fn push_large(&mut self, k: u128, ev: u64) {
+    fn push_large(&mut self, k: u128, ev: u64, pool: &mut Vec<Vec<(u128, u64)>>) {
         if let Bucket::Small(v) = self {
-            let mut d: std::collections::VecDeque<_> = std::mem::take(v).into();
-            d.make_contiguous().sort_unstable_by_key(|e| e.0);
-            *self = Bucket::Sorted(d);
+            // Large buckets come and go by the thousand in a collective: their buffers
+            // are reused, not allocated each time.
+            let mut items = pool.pop().unwrap_or_default();
+            items.clear();
+            items.extend_from_slice(v);
+            v.clear();
+            *self = Bucket::Large {
+                items,
+                pos: 0,
+                sorted: false,
+                late: std::collections::BinaryHeap::new(),
+            };
         }
-        let Bucket::Sorted(d) = self else {
-            unreachable!("invariant: a full small bucket was just sorted")
+        let Bucket::Large {
+            items, sorted, late, ..
+        } = self
+        else {
+            unreachable!("invariant: a full small bucket was just made large")
         };
-        match d.back() {
-            Some(&(last, _)) if last > k => {
-                // Out of order (another time inside the bucket's span): in place.
-                let at = d.partition_point(|e| e.0 < k);
-                d.insert(at, (k, ev));
-            }
-            _ => d.push_back((k, ev)),
+        if *sorted {
+            late.push(std::cmp::Reverse((k, ev)));
+        } else {
+            items.push((k, ev));
         }
     }
 
-    /// The smallest key, and where it is in a small bucket (`usize::MAX` when sorted).
+    /// Sorts a large bucket's run if it is not yet: done once, when its first event is due.
     #[inline]
-    fn min(&self) -> (usize, u128) {
+    fn prepare(&mut self, scratch: &mut Vec<(u128, u64)>, order: &mut Vec<u64>) {
+        if let Bucket::Large { items, sorted, .. } = self
+            && !*sorted
+        {
+            sort_bucket(items, scratch, order);
+            *sorted = true;
+        }
+    }
+
+    /// The smallest entry and where it is. A large bucket must be prepared.
+    #[inline]
+    fn min(&self) -> (At, (u128, u64)) {
         match self {
             Bucket::Small(v) => {
                 let mut best = 0;
-                let mut best_key = v[0].0;
+                let mut best_entry = v[0];
                 for (i, e) in v.iter().enumerate().skip(1) {
-                    if e.0 < best_key {
+                    // Keys first; the event only when keys are equal (see `prepare`).
+                    if e.0 < best_entry.0 || (e.0 == best_entry.0 && e.1 < best_entry.1) {
                         best = i;
-                        best_key = e.0;
+                        best_entry = *e;
                     }
                 }
-                (best, best_key)
+                (At::Small(best), best_entry)
             }
-            Bucket::Sorted(d) => (
-                usize::MAX,
-                d.front().expect("invariant: occupied buckets are non-empty").0,
-            ),
+            Bucket::Large { items, pos, late, .. } => {
+                let run = items.get(*pos);
+                match (run, late.peek()) {
+                    (Some(r), Some(l)) if l.0 < *r => (At::Late, l.0),
+                    (Some(r), _) => (At::Run, *r),
+                    (None, Some(l)) => (At::Late, l.0),
+                    (None, None) => unreachable!("invariant: occupied buckets are non-empty"),
+                }
+            }
+        }
+    }
+
+    /// The smallest key, without preparing (a scan of an unsorted large bucket).
+    fn min_key_slow(&self) -> u128 {
+        match self {
+            Bucket::Large {
+                items,
+                pos,
+                sorted: false,
+                late,
+            } => items[*pos..]
+                .iter()
+                .map(|e| e.0)
+                .chain(late.peek().map(|l| l.0.0))
+                .min()
+                .expect("invariant: occupied buckets are non-empty"),
+            _ => self.min().1.0,
         }
     }
 
     /// Removes the entry `min` found; true when the bucket is then empty.
     #[inline]
-    fn take(&mut self, idx: usize) -> ((u128, u64), bool) {
-        match self {
-            Bucket::Small(v) => {
+    fn take(&mut self, at: At, pool: &mut Vec<Vec<(u128, u64)>>) -> ((u128, u64), bool) {
+        match (self, at) {
+            (Bucket::Small(v), At::Small(idx)) => {
                 let e = v.swap_remove(idx);
                 (e, v.is_empty())
             }
-            Bucket::Sorted(d) => {
-                let e = d.pop_front().expect("invariant: occupied buckets are non-empty");
-                let empty = d.is_empty();
+            (b @ Bucket::Large { .. }, at) => {
+                let Bucket::Large { items, pos, late, .. } = b else {
+                    unreachable!()
+                };
+                let e = match at {
+                    At::Run => {
+                        *pos += 1;
+                        items[*pos - 1]
+                    }
+                    _ => late.pop().expect("invariant: the late heap had the minimum").0,
+                };
+                let empty = *pos == items.len() && late.is_empty();
                 if empty {
-                    // A bucket that took a burst gives its memory back, or every bucket
-                    // would keep the largest burst it ever saw.
-                    *self = Bucket::default();
+                    // A bucket that took a burst gives its buffer to the pool, or every
+                    // bucket would keep the largest burst it ever saw.
+                    if pool.len() < MAX_POOLED {
+                        pool.push(std::mem::take(items));
+                    }
+                    *b = Bucket::default();
                 }
                 (e, empty)
             }
+            (Bucket::Small(_), _) => unreachable!("invariant: a small bucket's minimum is in it"),
+        }
+    }
+}
+
+/// Sorts a bucket's entries by (key, event): the entries' order by 32 bits (the time
+/// within the bucket, then the tie's top 22 bits, where the engine's ties put the device
+/// an event is for) is found by sorting plain `u64`s (those bits and the entry's index),
+/// the entries are moved once into that order, and each run of entries those bits do
+/// not tell apart (a device's events at one instant: one to three) is finished by
+/// insertion. Sorting the 24-byte entries themselves cost four times more (BENCHMARKS.md).
+fn sort_bucket(items: &mut Vec<(u128, u64)>, scratch: &mut Vec<(u128, u64)>, order: &mut Vec<u64>) {
+    let prefix = |e: &(u128, u64)| -> u64 {
+        let time_in_bucket = time_of(e.0) & ((1 << BUCKET_SHIFT) - 1);
+        (time_in_bucket << (32 - BUCKET_SHIFT)) | (tie_of(e.0) >> (32 + BUCKET_SHIFT))
+    };
+    order.clear();
+    order.extend(
+        items
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (prefix(e) << 32) | i as u64),
+    );
+    order.sort_unstable();
+    scratch.clear();
+    scratch.extend(order.iter().map(|o| items[(*o & 0xFFFF_FFFF) as usize]));
+    std::mem::swap(items, scratch);
+    // Within a run of equal prefixes, whole entries decide: should two events ever share
+    // a key (a tie's count wrapped), the event decides, never where it was queued.
+    for i in 1..items.len() {
+        if order[i] >> 32 != order[i - 1] >> 32 {
+            continue;
+        }
+        let mut j = i;
+        while j > 0 && order[j] >> 32 == order[j - 1] >> 32 && items[j] < items[j - 1] {
+            items.swap(j, j - 1);
+            order.swap(j, j - 1);
+            j -= 1;
         }
     }
 }
@@ -352,8 +473,12 @@ pub struct EventQueue {
     cur: u64,
     in_wheel: usize,
     far: Heap,
-    seq: u64,
     peak: usize,
+    /// The bucket sort's buffers, kept between buckets.
+    scratch: Vec<(u128, u64)>,
+    order: Vec<u64>,
+    /// Buffers of emptied large buckets.
+    pool: Vec<Vec<(u128, u64)>>,
 }
 
 impl Default for EventQueue {
@@ -380,8 +505,10 @@ impl EventQueue {
             cur: 0,
             in_wheel: 0,
             far: Heap::default(),
-            seq: 0,
             peak: 0,
+            scratch: Vec::new(),
+            order: Vec::new(),
+            pool: Vec::new(),
         }
     }
 
@@ -400,16 +527,16 @@ impl EventQueue {
         self.peak
     }
 
-    /// Schedules `ev` at `time`, which must not be before the last popped event.
+    /// Schedules `ev` at `time`, which must not be before the last popped event, ordered
+    /// by `tie` among events at that time.
     #[inline]
-    pub fn push(&mut self, time: Ps, ev: u64) {
-        let k = key(time, self.seq);
-        self.seq += 1;
+    pub fn push(&mut self, time: Ps, tie: u64, ev: u64) {
+        let k = key(time, tie);
         let b = time >> BUCKET_SHIFT;
         debug_assert!(b >= self.cur, "invariant: events are never scheduled in the past");
         if b - self.cur <= self.mask as u64 {
             let slot = (b as usize) & self.mask;
-            self.buckets[slot].push(k, ev);
+            self.buckets[slot].push(k, ev, &mut self.pool);
             self.occupied[slot / 64] |= 1 << (slot % 64);
             self.in_wheel += 1;
         } else {
@@ -450,20 +577,23 @@ impl EventQueue {
 
     /// Where the smallest entry of a non-empty bucket is, and its key.
     #[inline]
-    fn bucket_min(&self, slot: usize) -> (usize, u128) {
-        self.buckets[slot].min()
+    fn bucket_min(&mut self, slot: usize) -> (At, u128) {
+        let b = &mut self.buckets[slot];
+        b.prepare(&mut self.scratch, &mut self.order);
+        let (at, e) = b.min();
+        (at, e.0)
     }
 
-    /// Removes and returns the earliest event if it is not after `limit`.
+    /// Removes and returns the earliest event (key and event) if it is not after `limit`.
     #[inline]
-    pub fn pop_until(&mut self, limit: Ps) -> Option<(Ps, u64)> {
+    pub fn pop_until(&mut self, limit: Ps) -> Option<(u128, u64)> {
         self.pop_before(u128::MAX, limit)
     }
 
-    /// Removes and returns the earliest event if it is not after `limit` and its key is
-    /// below `key`.
+    /// Removes and returns the earliest event (key and event) if it is not after `limit`
+    /// and its key is below `key`.
     #[inline]
-    pub fn pop_before(&mut self, key: u128, limit: Ps) -> Option<(Ps, u64)> {
+    pub fn pop_before(&mut self, key: u128, limit: Ps) -> Option<(u128, u64)> {
         let wheel = self.next_slot().map(|s| (s, self.bucket_min(s)));
         let far = self.far.min_key();
         let take_far = match (wheel, far) {
@@ -481,24 +611,24 @@ impl EventQueue {
             // Moving the cursor forward keeps every wheel event inside the window: they
             // were all at or after this (minimum) event.
             self.cur = time_of(k) >> BUCKET_SHIFT;
-            return Some((time_of(k), ev));
+            return Some((k, ev));
         }
         let (slot, (idx, wk)) = wheel.expect("wheel has the minimum");
         if time_of(wk) > limit || wk >= key {
             return None;
         }
-        let ((k, ev), empty) = self.buckets[slot].take(idx);
+        let ((k, ev), empty) = self.buckets[slot].take(idx, &mut self.pool);
         if empty {
             self.occupied[slot / 64] &= !(1 << (slot % 64));
         }
         self.in_wheel -= 1;
         self.cur = time_of(k) >> BUCKET_SHIFT;
-        Some((time_of(k), ev))
+        Some((k, ev))
     }
 
     /// Time of the earliest pending event.
     pub fn peek_time(&self) -> Option<Ps> {
-        let wheel = self.next_slot().map(|s| self.bucket_min(s).1);
+        let wheel = self.next_slot().map(|s| self.buckets[s].min_key_slow());
         match (wheel, self.far.min_key()) {
             (None, None) => None,
             (Some(w), None) => Some(time_of(w)),
@@ -511,8 +641,8 @@ impl EventQueue {
 /// Timers that are usually cancelled before they fire (a QP's ACK timeout, disarmed when
 /// the QP completes): a binary min-heap of (key, slot) that knows where each slot's timer
 /// sits, so arming, re-arming and cancelling cost O(log n) and the heap holds only armed
-/// timers. Keys are (time, sequence) with sequences taken from the event queue, so the
-/// engine pops the two structures in one order.
+/// timers. Keys are (time, tie) with ties made as the event queue's are, so the engine
+/// pops the two structures in one order.
 #[derive(Debug, Default)]
 pub struct TimerHeap {
     heap: Vec<(u128, u32)>,
@@ -539,9 +669,9 @@ impl TimerHeap {
         self.heap.first().copied()
     }
 
-    /// Arms (or re-arms) `slot` at `time`, ordered by `seq` among equal times.
-    pub fn set(&mut self, slot: u32, time: Ps, seq: u64) {
-        let k = key(time, seq);
+    /// Arms (or re-arms) `slot` at `time`, ordered by `tie` among equal times.
+    pub fn set(&mut self, slot: u32, time: Ps, tie: u64) {
+        let k = key(time, tie);
         if self.pos.len() <= slot as usize {
             self.pos.resize(slot as usize + 1, UNARMED);
         }
@@ -633,12 +763,12 @@ mod tests {
     use proptest::prelude::*;
 
     proptest! {
-        /// The calendar queue pops exactly what the reference heap pops, in (time,
-        /// insertion) order, for any mix of near, far and equal times scheduled during
-        /// dispatch, bursts that turn a bucket sorted included.
+        /// The calendar queue pops exactly what the reference heap pops, in (time, tie)
+        /// order, for any mix of near, far and equal times scheduled during dispatch, with
+        /// ties in any order, bursts that turn a bucket into a heap included.
         #[test]
         fn calendar_queue_matches_the_reference(
-            ops in proptest::collection::vec((0u64..5, 0u64..200_000, 0usize..24), 1..400)
+            ops in proptest::collection::vec((0u64..5, 0u64..200_000, 0usize..24, 0u64..1000), 1..400)
         ) {
             let mut cal = EventQueue::new();
             let mut reference = HeapQueue::default();
@@ -646,19 +776,21 @@ mod tests {
             let mut now = 0;
             let mut got = Vec::new();
             let mut want = Vec::new();
-            for (scale, dt, pushes) in ops {
+            for (scale, dt, pushes, tie) in ops {
                 // Delays from picoseconds to beyond the wheel's horizon.
                 let delay = dt * 10u64.pow(scale as u32);
-                for _ in 0..pushes.max(1) {
-                    cal.push(now + delay, id);
-                    reference.push(now + delay, id);
+                for k in 0..pushes.max(1) {
+                    // Ties out of queueing order; the id keeps every key distinct.
+                    let t = ((tie * 7919 + k as u64 * 104_729) % 1000) << 32 | id;
+                    cal.push(now + delay, t, id);
+                    reference.push(now + delay, t, id);
                     id += 1;
                 }
                 let a = cal.pop_until(u64::MAX);
                 let b = reference.pop_until(u64::MAX);
                 prop_assert_eq!(a, b);
-                if let Some((t, _)) = a {
-                    now = t;
+                if let Some((k, _)) = a {
+                    now = time_of(k);
                     got.push(a);
                     want.push(b);
                 }
@@ -709,30 +841,32 @@ mod tests {
     #[test]
     fn pop_before_stops_at_the_key() {
         let mut q = EventQueue::new();
-        q.push(10, 1);
-        let s = q.take_seq();
-        q.push(10, 2);
-        // Events at the same time order by sequence: the one before `s` pops, the one
-        // after it waits.
-        assert_eq!(q.pop_before(key(10, s), u64::MAX), Some((10, 1)));
-        assert_eq!(q.pop_before(key(10, s), u64::MAX), None);
-        assert_eq!(q.pop_before(u128::MAX, u64::MAX), Some((10, 2)));
+        q.push(10, 7, 2);
+        q.push(10, 3, 1);
+        // Events at the same time order by tie, not by when they were queued: the one
+        // below the key pops, the one above it waits.
+        assert_eq!(q.pop_before(key(10, 5), u64::MAX), Some((key(10, 3), 1)));
+        assert_eq!(q.pop_before(key(10, 5), u64::MAX), None);
+        assert_eq!(q.pop_before(u128::MAX, u64::MAX), Some((key(10, 7), 2)));
         let mut h = HeapQueue::new();
-        h.push(5, 1);
-        assert_eq!(Queue::pop_before(&mut h, key(5, 0), u64::MAX), None);
-        assert_eq!(Queue::pop_before(&mut h, key(5, 1), u64::MAX), Some((5, 1)));
+        h.push(5, 1, 1);
+        assert_eq!(Queue::pop_before(&mut h, key(5, 1), u64::MAX), None);
+        assert_eq!(
+            Queue::pop_before(&mut h, key(5, 2), u64::MAX),
+            Some((key(5, 1), 1))
+        );
     }
 
     #[test]
     fn pop_until_respects_the_limit() {
         let mut q = EventQueue::new();
-        q.push(10, 1);
-        q.push(1 << 40, 2);
+        q.push(10, 0, 1);
+        q.push(1 << 40, 0, 2);
         assert_eq!(q.peek_time(), Some(10));
         assert_eq!(q.pop_until(9), None);
-        assert_eq!(q.pop_until(10), Some((10, 1)));
+        assert_eq!(q.pop_until(10), Some((key(10, 0), 1)));
         assert_eq!(q.pop_until(1 << 39), None);
-        assert_eq!(q.pop_until(u64::MAX), Some((1 << 40, 2)));
+        assert_eq!(q.pop_until(u64::MAX), Some((key(1 << 40, 0), 2)));
         assert!(q.is_empty());
     }
 }

@@ -412,13 +412,13 @@ fn plot_rates(samples: &[Sample]) -> String {
         let Some(s) = samples.first() else {
             return Ok(());
         };
-        let mut count: BTreeMap<u32, usize> = BTreeMap::new();
-        for (_, _, qp, _) in &s.run.rate_series {
-            *count.entry(*qp).or_default() += 1;
+        let mut count: BTreeMap<(u64, u32), usize> = BTreeMap::new();
+        for (_, flow, qp, _) in &s.run.rate_series {
+            *count.entry((*flow, *qp)).or_default() += 1;
         }
-        let mut qps: Vec<(u32, usize)> = count.into_iter().collect();
+        let mut qps: Vec<((u64, u32), usize)> = count.into_iter().collect();
         qps.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-        let chosen: Vec<u32> = qps.iter().take(4).map(|x| x.0).collect();
+        let chosen: Vec<(u64, u32)> = qps.iter().take(4).map(|x| x.0).collect();
         let xmax = s.run.rate_series.iter().map(|r| us(r.0)).fold(1.0, f64::max);
         // Rates are kept in bit/s.
         let ymax = s.run.rate_series.iter().map(|r| r.3 / 1e9).fold(1.0, f64::max) * 1.1;
@@ -436,17 +436,17 @@ fn plot_rates(samples: &[Sample]) -> String {
             .x_desc("time (µs)")
             .y_desc("rate (Gbit/s)")
             .draw()?;
-        for (k, qp) in chosen.iter().enumerate() {
+        for (k, &(flow, qp)) in chosen.iter().enumerate() {
             let pts: Vec<(f64, f64)> = s
                 .run
                 .rate_series
                 .iter()
-                .filter(|r| r.2 == *qp)
+                .filter(|r| (r.1, r.2) == (flow, qp))
                 .map(|r| (us(r.0), r.3 / 1e9))
                 .collect();
             chart
                 .draw_series(LineSeries::new(pts, color(k).stroke_width(2)))?
-                .label(format!("QP {qp}"))
+                .label(format!("flow {flow} QP {qp}"))
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color(k).stroke_width(2)));
         }
         chart

@@ -21,6 +21,7 @@ use xirang_fabric::scenario::EcmpMode;
 use super::event::Event;
 use super::flows::{Flow, Origin, QpSpec, path_mtu, route_requests};
 use super::ids::{FlowId, QpId, RouteId};
+use super::nic::RxOwner;
 use super::routes::RouteRequest;
 use super::{ClassRt, RunOptions, Sim};
 use crate::queue::Queue;
@@ -41,10 +42,14 @@ pub(crate) struct Conn {
     pub(crate) mtu: u32,
     /// Its QPs' fixed parts, in `Sim::conn_specs`.
     pub(crate) specs: Range<u32>,
+    /// First slots of its QP groups free for its next transfer.
+    pub(crate) free: Vec<u32>,
 }
 
-/// What a recorded collective keeps of each transfer for the results.
-#[derive(Debug, Clone)]
+/// What a recorded collective keeps of each transfer for the results: the sender's part
+/// (start, finish, ideal times) and the receiver's (when every byte arrived, how many
+/// did), each written where it happens.
+#[derive(Debug, Clone, Default)]
 pub(crate) struct TransferRecord {
     pub(crate) start: Option<Ps>,
     pub(crate) finish: Option<Ps>,
@@ -58,6 +63,8 @@ pub(crate) struct TransferRecord {
 /// flow slot, only what its arrival reports.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct NvlinkTransfer {
+    /// Dense index of the host's first NIC, where the completion happens.
+    pub(crate) dev: u32,
     coll: u32,
     iteration: u32,
     index: u64,
@@ -220,6 +227,7 @@ impl<Q: Queue> Sim<Q> {
             self.conns.push(Conn {
                 mtu: path_mtu(fabric, config, src, dst),
                 specs: first..self.conn_specs.len() as u32,
+                free: Vec::new(),
             });
         }
         let expansion = run.expansion();
@@ -252,13 +260,9 @@ impl<Q: Queue> Sim<Q> {
     /// Creates transfer `st` of collective `c`'s iteration `iteration`, to start at `at`.
     pub(crate) fn new_transfer(&mut self, c: usize, iteration: u32, st: Step, at: Ps) {
         let rt = &self.colls[c];
-        let origin = Origin::Transfer {
-            coll: c as u32,
-            iteration,
-            index: st.index,
-        };
         let earliest = rt.run.start;
         if rt.run.same_host(st.src, st.dst) {
+            let dev = rt.run.host_nics[rt.run.rank_host[st.src as usize] as usize][0].index() as u32;
             // It is done one NVLink time after it starts; nothing happens in between. A
             // collective's pieces take one or two sizes, so the time is remembered.
             let dur = match rt.nvlink_last {
@@ -270,6 +274,7 @@ impl<Q: Queue> Sim<Q> {
                 }
             };
             let t = NvlinkTransfer {
+                dev,
                 coll: c as u32,
                 iteration,
                 index: st.index,
@@ -292,20 +297,47 @@ impl<Q: Queue> Sim<Q> {
             return;
         }
         let conn_id = rt.conns.get(st.channel, st.src, st.dst);
+        let origin = Origin::Transfer {
+            coll: c as u32,
+            iteration,
+            index: st.index,
+            conn: conn_id,
+        };
         let prio = rt.class.prio;
         let conn = &self.conns[conn_id as usize];
         let (specs, mtu) = (conn.specs.clone(), conn.mtu);
         let n = specs.end - specs.start;
-        let (f, first_qp) = self.alloc_transfer(n);
-        let per_qp = st.bytes / u64::from(n);
+        let (f, first_qp) = self.alloc_transfer(conn_id, n);
+        // An empty piece still moves a byte: NCCL's protocols signal every step, and the
+        // receiver learns of the transfer only from its packets.
+        let wire_bytes = st.bytes.max(1);
+        let per_qp = wire_bytes / u64::from(n);
+        let first = QpId(first_qp);
+        let owner = RxOwner::Transfer {
+            first,
+            coll: c as u32,
+            iteration,
+            index: st.index,
+        };
+        let mut receiving = 0;
         for k in 0..n {
             let bytes = if k == 0 {
-                st.bytes - per_qp * u64::from(n - 1)
+                wire_bytes - per_qp * u64::from(n - 1)
             } else {
                 per_qp
             };
             let spec: QpSpec = self.conn_specs[(specs.start + k) as usize].clone();
-            self.make_qp(QpId(first_qp + k), f, &spec, bytes, prio, mtu);
+            let qi = QpId(first_qp + k);
+            let rx = self.make_qp(qi, f, &spec, bytes, prio, mtu, owner);
+            if bytes > 0 {
+                receiving += 1;
+                self.rx_init[qi] = Some(rx);
+            }
+        }
+        // The first QP counts the transfer's QPs, and those with data (it always has some).
+        if let Some(init) = &mut self.rx_init[first] {
+            init.group_left = receiving;
+            init.group_size = n;
         }
         // The standalone FCT is reported only with the transfer's record.
         let (ideal, lower_bound) = if self.colls[c].records.is_some() {
@@ -314,7 +346,8 @@ impl<Q: Queue> Sim<Q> {
         } else {
             (0, 0)
         };
-        let flow = Flow::new(origin, st.bytes, earliest, None, first_qp, n, ideal, lower_bound);
+        let dev = self.ports[self.conn_specs[specs.start as usize].src_port].dev_idx;
+        let flow = Flow::new(origin, dev, earliest, None, first_qp, n, ideal, lower_bound);
         self.place_flow(f, flow);
         self.schedule(at, Event::FlowStart(f));
     }
@@ -357,7 +390,7 @@ impl<Q: Queue> Sim<Q> {
         let t = self.nvlink[slot as usize];
         self.free_nvlink.push(slot);
         self.live_transfers -= 1;
-        self.flows_left -= 1;
+        self.flow_done();
         let c = t.coll as usize;
         let now = self.now;
         let per = self.colls[c].run.per_iteration;
@@ -397,33 +430,61 @@ impl<Q: Queue> Sim<Q> {
             })
     }
 
-    /// A transfer about to give its slots back reports itself, if its collective records.
-    pub(crate) fn record_transfer(&mut self, c: usize, iteration: u32, index: u64, f: FlowId) {
-        let Some(rec) = self.transfer_record(f) else {
-            return;
-        };
+    /// The record of transfer `index` of iteration `iteration`, if collective `c` records.
+    fn record_mut(&mut self, c: usize, iteration: u32, index: u64) -> Option<&mut TransferRecord> {
         let per = self.colls[c].run.per_iteration;
-        if let Some(records) = &mut self.colls[c].records {
-            records[(u64::from(iteration) * per + index) as usize] = Some(rec);
+        let records = self.colls[c].records.as_mut()?;
+        let r = &mut records[(u64::from(iteration) * per + index) as usize];
+        Some(r.get_or_insert_with(TransferRecord::default))
+    }
+
+    /// A transfer the sender is done with reports the sender's part, if its collective
+    /// records.
+    pub(crate) fn record_transfer_sent(&mut self, c: usize, iteration: u32, index: u64, f: FlowId) {
+        let flow = &self.flows[f];
+        let (start, finish, ideal, lower_bound) =
+            (flow.started, flow.tx.finish, flow.ideal, flow.lower_bound);
+        if let Some(r) = self.record_mut(c, iteration, index) {
+            r.start = start;
+            r.finish = finish;
+            r.ideal = ideal;
+            r.lower_bound = lower_bound;
         }
     }
 
-    /// What flow `f` reports, if it belongs to a recording collective.
+    /// Every byte of the transfer whose first QP is `first` arrived: the receiver's part of
+    /// its record, then what the collective does next.
+    pub(crate) fn transfer_received(&mut self, first: QpId, c: usize, iteration: u32, index: u64) {
+        let n = self.qps_rx[first].group_size;
+        let bytes: u64 = (first.0..first.0 + n)
+            .map(|q| self.qp_received_bytes(QpId(q)))
+            .sum();
+        let now = self.now;
+        if let Some(r) = self.record_mut(c, iteration, index) {
+            r.rx_done = Some(now);
+            r.bytes_received = bytes;
+        }
+        self.transfer_arrived(c, iteration, index);
+    }
+
+    /// What the sender of in-flight transfer `f` reports, if its collective records: its
+    /// part of the record, with the bytes its receiver has so far.
     pub(crate) fn transfer_record(&self, f: FlowId) -> Option<TransferRecord> {
         let flow = &self.flows[f];
         let Origin::Transfer { coll, .. } = flow.origin else {
             return None;
         };
         self.colls[coll as usize].records.as_ref()?;
-        let bytes_received = if flow.local.is_some() {
-            if flow.rx.rx_done.is_some() { flow.bytes } else { 0 }
-        } else {
-            flow.qp_ids().map(|q| self.qp_received_bytes(q)).sum()
-        };
+        // The receiver's halves, where they belong to this transfer already.
+        let bytes_received = flow
+            .qp_ids()
+            .filter(|q| self.qps_rx[*q].slot_gen == self.qps_tx[*q].slot_gen)
+            .map(|q| self.qp_received_bytes(q))
+            .sum();
         Some(TransferRecord {
             start: flow.started,
             finish: flow.tx.finish,
-            rx_done: flow.rx.rx_done,
+            rx_done: None,
             ideal: flow.ideal,
             lower_bound: flow.lower_bound,
             bytes_received,

@@ -43,8 +43,6 @@ pub(crate) enum Event {
         /// Generation of the XOFF this refresh belongs to.
         generation: u32,
     },
-    /// Take a counter sample.
-    Sample,
     /// An NVLink transfer inside a host is complete.
     LocalDone(FlowId),
     /// An NVLink transfer of a collective is complete (slot in `Sim::nvlink`).
@@ -75,7 +73,7 @@ const DCQCN_DEC: u64 = 3;
 const DCQCN_INC: u64 = 4;
 const RTO: u64 = 5;
 const PFC_REFRESH: u64 = 6;
-const SAMPLE: u64 = 7;
+// 7 was the sample event, now the run loop's own.
 const LOCAL_DONE: u64 = 8;
 const FAULT: u64 = 9;
 const RX_DRAIN: u64 = 10;
@@ -107,7 +105,6 @@ impl Event {
                 port.0,
                 ((generation & PFC_GEN_MASK) << 3) | u32::from(prio & 7),
             ),
-            Event::Sample => pack(SAMPLE, 0, 0),
             Event::LocalDone(f) => pack(LOCAL_DONE, f.0, 0),
             Event::NvlinkDone(slot) => pack(NVLINK_DONE, slot, 0),
             Event::Fault { fault, end, peer } => {
@@ -137,7 +134,6 @@ impl Event {
                 prio: (b & 7) as u8,
                 generation: b >> 3,
             },
-            SAMPLE => Event::Sample,
             LOCAL_DONE => Event::LocalDone(FlowId(a)),
             NVLINK_DONE => Event::NvlinkDone(a),
             FAULT => Event::Fault {
@@ -173,7 +169,6 @@ mod tests {
                 prio,
                 generation
             }),
-            Just(Event::Sample),
             id.prop_map(|a| Event::LocalDone(FlowId(a))),
             id.prop_map(Event::NvlinkDone),
             (id, any::<bool>(), any::<bool>()).prop_map(|(a, end, peer)| Event::Fault {
@@ -210,7 +205,6 @@ mod tests {
                 prio: 0,
                 generation: 0,
             },
-            Event::Sample,
             Event::LocalDone(FlowId(1)),
             Event::NvlinkDone(1),
             Event::Fault {
@@ -226,6 +220,6 @@ mod tests {
         .iter()
         .map(|e| e.encode() >> 56)
         .collect();
-        assert_eq!(kinds.len(), 12);
+        assert_eq!(kinds.len(), 11);
     }
 }

@@ -52,6 +52,13 @@ pub(crate) struct ActiveFault {
     saved_pcie: Option<PcieLink>,
 }
 
+impl ActiveFault {
+    /// The port whose receiver sees the fault.
+    pub(crate) fn port(&self) -> PortId {
+        self.port
+    }
+}
+
 /// Receive backlog of a NIC whose host drains slowly.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct SlowRx {

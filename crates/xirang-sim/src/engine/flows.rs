@@ -19,7 +19,7 @@ use xirang_fabric::scenario::EcmpMode;
 
 use super::event::Event;
 use super::ids::{FlowId, PortId, QpId, RouteId};
-use super::nic::{Cc, QpRx, QpTx};
+use super::nic::{Cc, QpRx, QpTx, RxOwner};
 use super::routes::RouteRequest;
 use super::{ClassRt, RunOptions, Sim, intern};
 use crate::cc::{Dcqcn, DcqcnState, Dctcp, DctcpState, Hpcc, HpccState, Timely, TimelyState};
@@ -35,8 +35,14 @@ pub(crate) enum Origin {
     Def,
     /// A free slot (its transfer was sent, received and reported).
     Free,
-    /// Transfer `index` of iteration `iteration` of collective `coll`.
-    Transfer { coll: u32, iteration: u32, index: u64 },
+    /// Transfer `index` of iteration `iteration` of collective `coll`, on connection
+    /// `conn` (whose QP slots it uses).
+    Transfer {
+        coll: u32,
+        iteration: u32,
+        index: u64,
+        conn: u32,
+    },
 }
 
 /// A flow's progress. The workload driver owns the dependency fields, the sending NIC
@@ -44,8 +50,9 @@ pub(crate) enum Origin {
 #[derive(Debug)]
 pub(crate) struct Flow {
     pub(crate) origin: Origin,
-    /// Message size.
-    pub(crate) bytes: u64,
+    /// Dense index of the sending device (a NIC; for a transfer inside a host, the host's
+    /// first NIC): where its start and its NVLink completion happen.
+    pub(crate) dev: u32,
     /// Dependencies not yet arrived.
     pub(crate) deps_left: u32,
     /// Flows waiting for this one.
@@ -91,7 +98,7 @@ impl Flow {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         origin: Origin,
-        bytes: u64,
+        dev: u32,
         earliest: Ps,
         local: Option<Ps>,
         first_qp: u32,
@@ -101,7 +108,7 @@ impl Flow {
     ) -> Flow {
         Flow {
             origin,
-            bytes,
+            dev,
             deps_left: 0,
             dependents: Vec::new(),
             earliest,
@@ -297,8 +304,20 @@ impl<Q: Queue> Sim<Q> {
         }
     }
 
-    /// Creates QP slot `qi` (a new slot at the end, or a reused one) for `bytes` of flow `f`.
-    pub(crate) fn make_qp(&mut self, qi: QpId, f: FlowId, spec: &QpSpec, bytes: u64, prio: u8, mtu: u32) {
+    /// Creates QP slot `qi` (a new slot at the end, or a reused one) for `bytes` of flow `f`:
+    /// puts its sending half in the slot and returns its receiving half, for the caller
+    /// to install (a scenario flow's at once, a transfer's when its first packet arrives).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn make_qp(
+        &mut self,
+        qi: QpId,
+        f: FlowId,
+        spec: &QpSpec,
+        bytes: u64,
+        prio: u8,
+        mtu: u32,
+        owner: RxOwner,
+    ) -> QpRx {
         // A reused slot keeps its boxed congestion-control state and starts it afresh, so
         // a transfer allocates nothing.
         let old = if qi.idx() < self.qps_tx.len() {
@@ -362,7 +381,9 @@ impl<Q: Queue> Sim<Q> {
             done: empty,
         };
         let rx = QpRx {
-            flow: f,
+            owner,
+            group_left: 0,
+            group_size: 0,
             slot_gen,
             size: bytes,
             ack_route: spec.ack_route,
@@ -377,11 +398,14 @@ impl<Q: Queue> Sim<Q> {
         };
         if qi.idx() == self.qps_tx.len() {
             self.qps_tx.push(tx);
-            self.qps_rx.push(rx);
         } else {
             self.qps_tx[qi] = tx;
-            self.qps_rx[qi] = rx;
         }
+        // Both halves' arenas cover every slot, an uninstalled receiving half marked
+        // by a generation no packet carries.
+        self.qps_rx.grow_to(self.qps_tx.len(), QpRx::placeholder);
+        self.rx_init.grow_to(self.qps_tx.len(), || None);
+        rx
     }
 
     /// Creates the scenario's flows and their QPs, routes given (`plan_eager`'s requests,
@@ -402,7 +426,16 @@ impl<Q: Queue> Sim<Q> {
                 self.flows.push(Flow {
                     deps_left: d.after.len() as u32,
                     after_delay: d.after_delay,
-                    ..Flow::new(Origin::Def, d.bytes, d.start, Some(dur), at, 0, dur, dur)
+                    ..Flow::new(
+                        Origin::Def,
+                        d.src.index() as u32,
+                        d.start,
+                        Some(dur),
+                        at,
+                        0,
+                        dur,
+                        dur,
+                    )
                 });
                 continue;
             }
@@ -418,6 +451,7 @@ impl<Q: Queue> Sim<Q> {
             let mtu = path_mtu(fabric, config, d.src, d.dst);
             let first_qp = self.qps_tx.len() as u32;
             let per_qp = d.bytes / u64::from(n_qps);
+            let mut receiving = 0;
             for k in 0..n_qps {
                 let bytes = if k == 0 {
                     d.bytes - per_qp * u64::from(n_qps - 1)
@@ -431,15 +465,18 @@ impl<Q: Queue> Sim<Q> {
                     plan.ports[qp_at],
                 );
                 qp_at += 1;
-                self.make_qp(self.qps_tx.next_id(), fi, &spec, bytes, prio, mtu);
+                let id = self.qps_tx.next_id();
+                let rx = self.make_qp(id, fi, &spec, bytes, prio, mtu, RxOwner::Flow(fi));
+                self.qps_rx[id] = rx;
+                receiving += u32::from(bytes > 0);
             }
             let (ideal, lower_bound) = self.ideal_fct(self.qps_tx[QpId(first_qp)].route, d.bytes, mtu);
-            self.flows.push(Flow {
+            let mut flow = Flow {
                 deps_left: d.after.len() as u32,
                 after_delay: d.after_delay,
                 ..Flow::new(
                     Origin::Def,
-                    d.bytes,
+                    d.src.index() as u32,
                     d.start,
                     None,
                     first_qp,
@@ -447,7 +484,11 @@ impl<Q: Queue> Sim<Q> {
                     ideal,
                     lower_bound,
                 )
-            });
+            };
+            // QPs a message too small to split leaves empty send nothing: the receiver
+            // waits only for the others.
+            flow.rx.rx_left = receiving;
+            self.flows.push(flow);
         }
         for (fi, d) in defs.iter().enumerate() {
             for &a in &d.after {
@@ -501,8 +542,8 @@ impl<Q: Queue> Sim<Q> {
         for qi in flow.qp_ids() {
             let q = &mut self.qps_tx[qi];
             if q.done {
-                // A zero-byte message completes as it starts.
-                self.qp_received_empty(qi);
+                // An empty QP (a message smaller than its QPs) is sent as it starts.
+                self.qp_sent_empty(qi);
                 continue;
             }
             q.next_avail = now;
@@ -516,32 +557,51 @@ impl<Q: Queue> Sim<Q> {
     /// An NVLink transfer is complete: it is sent and received at once.
     pub(crate) fn local_done(&mut self, f: FlowId) {
         self.flows[f].tx.finish = Some(self.now);
-        self.flows_left -= 1;
+        self.flow_done();
         self.flow_arrived(f);
-        self.maybe_retire(f);
     }
 
-    fn qp_received_empty(&mut self, qi: QpId) {
+    fn qp_sent_empty(&mut self, qi: QpId) {
         let f = self.qps_tx[qi].flow;
         let flow = &mut self.flows[f];
         flow.tx.qps_left -= 1;
         if flow.tx.qps_left == 0 {
-            flow.tx.finish = Some(self.now);
-            self.flows_left -= 1;
+            self.flow_sent(f);
         }
-        self.qp_received(qi);
+    }
+
+    /// Every QP of flow `f` is sent (each byte acknowledged): the sender is done with it.
+    fn flow_sent(&mut self, f: FlowId) {
+        self.flows[f].tx.finish = Some(self.now);
+        self.flow_done();
+        if matches!(self.flows[f].origin, Origin::Transfer { .. }) {
+            self.retire_transfer(f);
+        }
     }
 
     /// The receiver of QP `qi` has every byte.
     pub(crate) fn qp_received(&mut self, qi: QpId) {
-        let f = self.qps_rx[qi].flow;
-        let flow = &mut self.flows[f];
-        flow.rx.rx_left -= 1;
-        if flow.rx.rx_left > 0 {
-            return;
+        match self.qps_rx[qi].owner {
+            RxOwner::Flow(f) => {
+                let flow = &mut self.flows[f];
+                flow.rx.rx_left -= 1;
+                if flow.rx.rx_left == 0 {
+                    self.flow_arrived(f);
+                }
+            }
+            RxOwner::Transfer {
+                first,
+                coll,
+                iteration,
+                index,
+            } => {
+                let left = &mut self.qps_rx[first].group_left;
+                *left -= 1;
+                if *left == 0 {
+                    self.transfer_received(first, coll as usize, iteration, index);
+                }
+            }
         }
-        self.flow_arrived(f);
-        self.maybe_retire(f);
     }
 
     /// The sender of QP `qi` has every byte acknowledged.
@@ -554,9 +614,7 @@ impl<Q: Queue> Sim<Q> {
         let flow = &mut self.flows[f];
         flow.tx.qps_left -= 1;
         if flow.tx.qps_left == 0 {
-            flow.tx.finish = Some(self.now);
-            self.flows_left -= 1;
-            self.maybe_retire(f);
+            self.flow_sent(f);
         }
     }
 
@@ -574,23 +632,14 @@ impl<Q: Queue> Sim<Q> {
         flow.tx.failed = true;
         flow.tx.qps_left -= 1;
         if flow.tx.qps_left == 0 {
-            self.flows_left -= 1;
+            self.flow_done();
         }
     }
 
-    /// All of a flow's data arrived: start the flows waiting for it.
+    /// All of a scenario flow's data arrived: start the flows waiting for it.
     fn flow_arrived(&mut self, f: FlowId) {
         let flow = &mut self.flows[f];
         flow.rx.rx_done = Some(self.now);
-        if let Origin::Transfer {
-            coll,
-            iteration,
-            index,
-        } = flow.origin
-        {
-            self.transfer_arrived(coll as usize, iteration, index);
-            return;
-        }
         let deps = std::mem::take(&mut flow.dependents);
         for &d in &deps {
             let dep = &mut self.flows[d];
@@ -603,15 +652,17 @@ impl<Q: Queue> Sim<Q> {
         self.flows[f].dependents = deps;
     }
 
-    /// Allocates a slot for a transfer's flow and `n_qps` consecutive QP slots.
-    pub(crate) fn alloc_transfer(&mut self, n_qps: u32) -> (FlowId, u32) {
+    /// Allocates a slot for a transfer's flow, and a group of QP slots on connection
+    /// `conn` (one of its own, or a new one): a connection's slots serve only its own
+    /// transfers, so the receiver of a slot is always the same NIC.
+    pub(crate) fn alloc_transfer(&mut self, conn: u32, n_qps: u32) -> (FlowId, u32) {
         let f = self.free_flows.pop().unwrap_or_else(|| self.flows.next_id());
         let first_qp = if n_qps == 0 {
             0
         } else {
-            match self.free_qps.iter_mut().find(|(n, _)| *n == n_qps) {
-                Some((_, list)) if !list.is_empty() => list.pop().expect("non-empty"),
-                _ => self.qps_tx.len() as u32,
+            match self.conns[conn as usize].free.pop() {
+                Some(first) => first,
+                None => self.qps_tx.len() as u32,
             }
         };
         self.live_transfers += 1;
@@ -630,27 +681,26 @@ impl<Q: Queue> Sim<Q> {
         }
     }
 
-    /// A transfer that is sent and received gives its slots back, after reporting itself.
-    fn maybe_retire(&mut self, f: FlowId) {
+    /// A transfer the sender is done with (every byte acknowledged, so every byte arrived
+    /// before) reports what the sender saw and gives its slots back.
+    fn retire_transfer(&mut self, f: FlowId) {
         let flow = &self.flows[f];
         let Origin::Transfer {
             coll,
             iteration,
             index,
+            conn,
         } = flow.origin
         else {
-            return;
+            unreachable!("invariant: only transfers retire")
         };
-        if flow.tx.finish.is_none() || flow.rx.rx_done.is_none() {
-            return;
-        }
         let (first, n) = (flow.tx.first_qp, flow.tx.n_qps);
-        self.record_transfer(coll as usize, iteration, index, f);
+        self.record_transfer_sent(coll as usize, iteration, index, f);
         for qi in (first..first + n).map(QpId) {
             self.rto.cancel(qi.0);
-            // Leave the port's round robin now: the slot will serve another QP, maybe on
-            // another port. The pointer keeps pointing at the same QP, as when the port
-            // drops finished QPs itself.
+            // Leave the port's round robin now: the slot will serve another transfer. The
+            // pointer keeps pointing at the same QP, as when the port drops finished QPs
+            // itself.
             let sp = self.qps_tx[qi].src_port;
             let port = &mut self.ports[sp];
             if let Some(pos) = port.qps.iter().position(|q| *q == qi) {
@@ -662,10 +712,7 @@ impl<Q: Queue> Sim<Q> {
             }
         }
         if n > 0 {
-            match self.free_qps.iter_mut().find(|(k, _)| *k == n) {
-                Some((_, list)) => list.push(first),
-                None => self.free_qps.push((n, vec![first])),
-            }
+            self.conns[conn as usize].free.push(first);
         }
         self.flows[f].origin = Origin::Free;
         self.free_flows.push(f);

@@ -113,6 +113,13 @@ impl<I: From<usize> + Copy, T> IdVec<I, T> {
     pub fn get(&self, i: usize) -> Option<&T> {
         self.items.get(i)
     }
+
+    /// Grows the arena to at least `n` items, the new ones made by `f`.
+    pub fn grow_to(&mut self, n: usize, f: impl FnMut() -> T) {
+        if self.items.len() < n {
+            self.items.resize_with(n, f);
+        }
+    }
 }
 
 impl<I, T> FromIterator<T> for IdVec<I, T> {

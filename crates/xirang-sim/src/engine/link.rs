@@ -27,6 +27,8 @@ pub const PFC_FRAME_BYTES: u16 = 64;
 #[derive(Debug)]
 pub(crate) struct Port {
     pub(crate) dev: Dev,
+    /// The device's dense index (`Sim::dev_index`): what event ties name.
+    pub(crate) dev_idx: u32,
     pub(crate) local: u16,
     /// The port at the other end of this port's link.
     pub(crate) peer: PortId,
@@ -90,10 +92,12 @@ pub(crate) struct PrioState {
     pub(crate) deficit: i64,
     /// PFC received: transmitter paused until this time.
     pub(crate) paused_until: Ps,
-    /// Bytes and packets sent: the only counters touched per packet; receive counters are
-    /// derived from the peer's at the end (see [`Sim::port_counters`]).
+    /// Bytes and packets sent and received: the only counters touched per packet (a
+    /// packet counts as received when it reaches the port, whatever happens to it then).
     pub(crate) tx_bytes: u64,
     pub(crate) tx_packets: u64,
+    pub(crate) rx_bytes: u64,
+    pub(crate) rx_packets: u64,
     /// Peak egress queue bytes (switch ports).
     pub(crate) watermark: u64,
     pub(crate) pause_since: Ps,
@@ -105,22 +109,27 @@ pub(crate) struct PrioState {
 #[derive(Debug)]
 pub(crate) struct Link {
     pub(crate) delay: Ps,
+    /// Dense index of the device at the other end (where `Arrive` events happen).
+    pub(crate) to_dev: u32,
     /// Packets on the link with their arrival times, earliest first.
     pub(crate) in_flight: VecDeque<(Ps, Packet)>,
 }
 
 impl Link {
-    pub(crate) fn new(delay: Ps) -> Self {
+    pub(crate) fn new(delay: Ps, to_dev: u32) -> Self {
         Link {
             delay,
+            to_dev,
             in_flight: VecDeque::new(),
         }
     }
 }
 
 impl Port {
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         dev: Dev,
+        dev_idx: u32,
         local: u16,
         peer: PortId,
         rate: Rate,
@@ -130,6 +139,7 @@ impl Port {
     ) -> Self {
         Port {
             dev,
+            dev_idx,
             local,
             peer,
             rate,
@@ -253,6 +263,9 @@ impl<Q: Queue> Sim<Q> {
             self.schedule(next, Event::Arrive(p));
         }
         let q = self.ports[p].peer;
+        let st = &mut self.ports[q].pr[pkt.prio as usize];
+        st.rx_bytes += u64::from(pkt.size);
+        st.rx_packets += 1;
         if !self.faults.is_empty() && self.faulted(q, &pkt) {
             return;
         }

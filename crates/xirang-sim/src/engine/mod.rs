@@ -52,7 +52,7 @@ use xirang_fabric::scenario::EcmpMode;
 
 use crate::cc::{Dcqcn, Dctcp, Hpcc, Timely};
 use crate::counters::{CounterValue, N_PRIO, PortCounters};
-use crate::queue::{EventQueue, Queue, TimerHeap, time_of};
+use crate::queue::{EventQueue, Queue, TimerHeap, tie_of, time_of};
 use crate::rng::{Purpose, Stream};
 use crate::time::{PS_PER_NS, PS_PER_US, Ps, Rate};
 use crate::workload::Expanded;
@@ -73,6 +73,29 @@ use switch::SwitchState;
 
 /// A time that never comes.
 pub(crate) const NEVER: Ps = Ps::MAX;
+
+/// Bits of an event tie for the device the event is for, and for the device that
+/// scheduled it; the rest count that device's events (see [`Sim::tie`]).
+const TIE_DEV_BITS: u32 = 21;
+const TIE_SEQ_BITS: u32 = 64 - 2 * TIE_DEV_BITS;
+const TIE_SEQ_MASK: u64 = (1 << TIE_SEQ_BITS) - 1;
+/// The device index of what belongs to no device (nothing today; the run loop's own
+/// bookkeeping would).
+pub(crate) const GLOBAL_DEV: u32 = (1 << TIE_DEV_BITS) - 1;
+/// Most devices (NICs and switches) a run may have: device indices fit a tie's field,
+/// below [`GLOBAL_DEV`].
+pub const MAX_DEVICES: usize = GLOBAL_DEV as usize;
+
+/// The permutation of device indices at instant `t` (see [`Sim::tie`]).
+#[inline(always)]
+fn instant_mask(t: Ps) -> u32 {
+    // Fibonacci hashing: one multiplication, and the top bits depend on every bit of t.
+    (t.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - TIE_DEV_BITS)) as u32
+}
+
+/// A run ends at the end of the first window of this width in which every flow is done
+/// (see [`Sim::run`]): one microsecond, about one link delay in the fabrics Xirang models.
+pub const END_GRID_PS: Ps = PS_PER_US;
 
 /// Owner of a port.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -198,6 +221,13 @@ pub struct RunOptions {
 pub struct Sim<Q: Queue = EventQueue> {
     pub(crate) now: Ps,
     pub(crate) q: Q,
+    /// The device whose event is being handled: what [`Sim::schedule`] names as the
+    /// scheduler of the events it queues.
+    pub(crate) cur: u32,
+    /// Events each device has scheduled (wrapping): the last part of a tie.
+    pub(crate) dev_seq: Vec<u32>,
+    /// While the run is set up, each device schedules its own first events.
+    pub(crate) in_setup: bool,
     pub(crate) ports: IdVec<PortId, Port>,
     /// The directed link leaving each port (same index as the port).
     pub(crate) links: IdVec<PortId, Link>,
@@ -211,9 +241,11 @@ pub struct Sim<Q: Queue = EventQueue> {
     pub(crate) flows: IdVec<ids::FlowId, Flow>,
     pub(crate) qps_tx: IdVec<QpId, QpTx>,
     pub(crate) qps_rx: IdVec<QpId, QpRx>,
-    /// Flow slots of finished transfers, and runs of QP slots by length, to reuse.
+    /// Receiving halves of transfers' QPs not yet installed (see `nic::QpRx`).
+    pub(crate) rx_init: IdVec<QpId, Option<QpRx>>,
+    /// Flow slots of finished transfers, to reuse (their QP slots go back to their
+    /// connection: `collective::Conn::free`).
     pub(crate) free_flows: Vec<ids::FlowId>,
-    pub(crate) free_qps: Vec<(u32, Vec<u32>)>,
     /// ACK timers of the QPs (see `nic::Sim::arm_rto`).
     pub(crate) rto: TimerHeap,
     pub(crate) colls: Vec<CollectiveRt>,
@@ -245,6 +277,8 @@ pub struct Sim<Q: Queue = EventQueue> {
     /// Some NIC port has a `gdr_off` credit gate.
     pub(crate) rx_gated: bool,
     pub(crate) flows_left: usize,
+    /// When the last flow was done.
+    pub(crate) done_at: Option<Ps>,
     pub(crate) events: u64,
     pub(crate) packet_hops: u64,
     pub(crate) ledger: Ledger,
@@ -276,6 +310,15 @@ impl<Q: Queue> Sim<Q> {
             Node::Nic(x) => Dev::Nic(x),
             Node::Switch(x) => Dev::Switch(x),
         };
+        assert!(
+            fabric.nics.len() + fabric.switches.len() <= MAX_DEVICES,
+            "invariant: scenario validation keeps devices below MAX_DEVICES"
+        );
+        let n_nics_usize = fabric.nics.len();
+        let dev_index = |n: Node| match n {
+            Node::Nic(x) => x.index() as u32,
+            Node::Switch(x) => (n_nics_usize + x.index()) as u32,
+        };
         let pfc = &config.pfc;
         for l in &fabric.links {
             let base = ports.next_id().0;
@@ -304,6 +347,7 @@ impl<Q: Queue> Sim<Q> {
                     .then(|| Stream::new(opts.seed, Purpose::Ecn, u64::from(id.0)));
                 let mut port = Port::new(
                     dev_of(end.node),
+                    dev_index(end.node),
                     end.port,
                     PortId(peer),
                     rate,
@@ -315,7 +359,12 @@ impl<Q: Queue> Sim<Q> {
                     port.pcie = Some(fabric.nics[n.index()].pcie);
                 }
                 ports.push(port);
-                links.push(Link::new(l.delay_ns * PS_PER_NS));
+                let far = if end.node == l.a.node && end.port == l.a.port {
+                    l.b
+                } else {
+                    l.a
+                };
+                links.push(Link::new(l.delay_ns * PS_PER_NS, dev_index(far.node)));
             }
         }
         let n_nics = fabric.nics.len() as u32;
@@ -417,8 +466,12 @@ impl<Q: Queue> Sim<Q> {
                 fabric.port_name(xirang_fabric::model::PortRef { node, port: p.local })
             })
             .collect();
+        let n_devs = fabric.nics.len() + fabric.switches.len();
         let mut sim = Sim {
             now: 0,
+            cur: GLOBAL_DEV,
+            dev_seq: vec![0; n_devs + 1],
+            in_setup: true,
             // Most events are scheduled one serialization plus one link delay ahead, or,
             // in a collective, one NVLink step (a piece's copy plus the kernel time).
             q: Q::with_horizon(
@@ -443,8 +496,8 @@ impl<Q: Queue> Sim<Q> {
             flows: IdVec::with_capacity(flows.len()),
             qps_tx: IdVec::default(),
             qps_rx: IdVec::default(),
+            rx_init: IdVec::default(),
             free_flows: Vec::new(),
-            free_qps: Vec::new(),
             rto: TimerHeap::default(),
             colls: Vec::new(),
             nvlink: Vec::new(),
@@ -467,6 +520,7 @@ impl<Q: Queue> Sim<Q> {
             net,
             rx_gated: false,
             flows_left: flows.len(),
+            done_at: None,
             events: 0,
             packet_hops: 0,
             ledger: Ledger::default(),
@@ -541,9 +595,6 @@ impl<Q: Queue> Sim<Q> {
                 }
             }
         }
-        if let Some(iv) = opts.sample_interval {
-            sim.schedule(iv, Event::Sample);
-        }
         sim
     }
 
@@ -552,52 +603,145 @@ impl<Q: Queue> Sim<Q> {
         self.q.is_empty() && self.rto.is_empty()
     }
 
+    /// The tie of an event for device `target` scheduled now: the device it is for, the
+    /// device scheduling it (the one whose event is being handled), and that device's
+    /// count of events it scheduled. Events at one time run device by device, and each
+    /// device's in an order that depends only on what devices did before, never on the
+    /// order the queue received them in; so the order is the same however the fabric is
+    /// divided among partitions. (During set-up each device schedules its own first events.)
+    ///
+    /// The device field is the device's index permuted by a hash of the time (an XOR, so
+    /// still one value per device): which of two devices goes first at an instant changes
+    /// from instant to instant, as it does on real hardware, instead of always favouring
+    /// the lower index (a fixed order made one sender win every simultaneous grab of a
+    /// shared credit gate).
+    #[inline(always)]
+    pub(crate) fn tie(&mut self, t: Ps, target: u32) -> u64 {
+        let source = if self.in_setup { target } else { self.cur };
+        let slot = (source as usize).min(self.dev_seq.len() - 1);
+        let seq = self.dev_seq[slot];
+        self.dev_seq[slot] = seq.wrapping_add(1);
+        (u64::from(target ^ instant_mask(t)) << (TIE_DEV_BITS + TIE_SEQ_BITS))
+            | (u64::from(source) << TIE_SEQ_BITS)
+            | (u64::from(seq) & TIE_SEQ_MASK)
+    }
+
+    /// The device an event happens at.
+    #[inline(always)]
+    pub(crate) fn target_of(&self, e: Event) -> u32 {
+        match e {
+            Event::Wake(p) | Event::PfcRefresh { port: p, .. } | Event::RxDrain { port: p, .. } => {
+                self.ports[p].dev_idx
+            }
+            Event::Arrive(p) => self.links[p].to_dev,
+            Event::FlowStart(f) | Event::LocalDone(f) => self.flows[f].dev,
+            Event::DcqcnDec(q, _) | Event::DcqcnInc(q, _) | Event::Rto(q) => {
+                self.ports[self.qps_tx[q].src_port].dev_idx
+            }
+            Event::NvlinkDone(slot) => self.nvlink[slot as usize].dev,
+            Event::Fault { fault, peer, .. } => {
+                let p = self.faults[fault].port();
+                let p = if peer { self.ports[p].peer } else { p };
+                self.ports[p].dev_idx
+            }
+        }
+    }
+
     /// Queues an event.
     #[inline(always)]
     pub(crate) fn schedule(&mut self, t: Ps, e: Event) {
-        self.q.push(t, e.encode());
+        let tie = self.tie(t, self.target_of(e));
+        self.q.push(t, tie, e.encode());
+    }
+
+    /// A flow (or collective transfer) is done: sent, or failed.
+    #[inline]
+    pub(crate) fn flow_done(&mut self) {
+        self.flows_left -= 1;
+        if self.flows_left == 0 {
+            self.done_at = Some(self.now);
+        }
     }
 
     /// Runs until every flow is done, the end time, or no events remain. `progress` is
     /// called every few thousand events.
+    ///
+    /// The run goes in windows of [`END_GRID_PS`] and stops at the end of the first window
+    /// in which every flow is done, so what happens at the last instants (ACKs still on
+    /// their way, pauses lifting) does not depend on which device finished last, nor on
+    /// how a parallel run divides the fabric. Counter samples are taken at every multiple
+    /// of the sampling interval, after the events of that instant, up to the end.
     pub fn run(&mut self, progress: &mut dyn FnMut(Progress)) {
         const PROGRESS_EVERY: u64 = 1 << 16;
+        self.in_setup = false;
         let end = self.end.unwrap_or(NEVER);
         // Every flow and every collective transfer is counted before the run starts.
         let total = self.flows_left as u64;
-        while self.flows_left > 0 {
-            // The event queue and the ACK timers share one sequence, so popping whichever
-            // holds the smaller (time, sequence) keeps the order one queue would have.
-            let timer = self.rto.peek();
-            let e = match self.q.pop_before(timer.map_or(u128::MAX, |(k, _)| k), end) {
-                Some((t, e)) => (t, Event::decode(e)),
-                None => match timer {
-                    Some((k, qp)) if time_of(k) <= end => {
-                        self.rto.pop();
-                        (time_of(k), Event::Rto(QpId(qp)))
-                    }
-                    _ => {
-                        if self.end.is_some() && !self.idle() {
-                            self.now = end;
+        let iv = self.sample_interval.unwrap_or(NEVER);
+        let mut next_sample = iv;
+        loop {
+            // The grid window of the next event (windows holding nothing are skipped:
+            // nothing in them could end the run).
+            let next = self.next_event_time().unwrap_or(self.now).max(self.now);
+            let limit = ((next / END_GRID_PS + 1) * END_GRID_PS - 1).min(end);
+            loop {
+                // The event queue and the ACK timers order by the same keys, so popping
+                // whichever holds the smaller key keeps the order one queue would have.
+                let timer = self.rto.peek();
+                let (k, e) = match self.q.pop_before(timer.map_or(u128::MAX, |(k, _)| k), limit) {
+                    Some((k, e)) => (k, Event::decode(e)),
+                    None => match timer {
+                        Some((k, qp)) if time_of(k) <= limit => {
+                            self.rto.pop();
+                            (k, Event::Rto(QpId(qp)))
                         }
-                        break;
-                    }
-                },
-            };
-            let (t, e) = e;
-            debug_assert!(t >= self.now, "invariant: time never goes backwards");
-            self.now = t;
-            self.dispatch(e);
-            self.events += 1;
-            if self.events.is_multiple_of(PROGRESS_EVERY) {
-                progress(Progress {
-                    now: self.now,
-                    done: total - self.flows_left as u64,
-                    total,
-                });
+                        _ => break,
+                    },
+                };
+                let t = time_of(k);
+                while next_sample < t {
+                    self.now = next_sample;
+                    self.sample();
+                    next_sample = next_sample.saturating_add(iv);
+                }
+                debug_assert!(t >= self.now, "invariant: time never goes backwards");
+                self.now = t;
+                self.cur = (tie_of(k) >> (TIE_DEV_BITS + TIE_SEQ_BITS)) as u32 ^ instant_mask(t);
+                self.dispatch(e);
+                self.events += 1;
+                if self.events.is_multiple_of(PROGRESS_EVERY) {
+                    progress(Progress {
+                        now: self.now,
+                        done: total - self.flows_left as u64,
+                        total,
+                    });
+                }
+            }
+            while next_sample <= limit && next_sample != NEVER {
+                self.now = next_sample;
+                self.sample();
+                next_sample = next_sample.saturating_add(iv);
+            }
+            if limit >= end {
+                if !self.idle() {
+                    self.now = end;
+                }
+                break;
+            }
+            if self.flows_left == 0 || self.idle() {
+                break;
             }
         }
         self.settle_pause_durations();
+    }
+
+    /// Time of the earliest pending event or timer.
+    fn next_event_time(&self) -> Option<Ps> {
+        let timer = self.rto.peek().map(|(k, _)| time_of(k));
+        match (self.q.peek_time(), timer) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     #[inline(always)]
@@ -619,7 +763,6 @@ impl<Q: Queue> Sim<Q> {
                 prio,
                 generation,
             } => self.pfc_refresh(port, usize::from(prio), generation),
-            Event::Sample => self.sample(),
             Event::Fault { fault, end, peer } => self.fault_event(fault, end, peer),
             Event::RxDrain { port, prio } => self.rx_drain(port, usize::from(prio)),
             Event::LocalDone(f) => self.local_done(f),
@@ -651,16 +794,8 @@ impl<Q: Queue> Sim<Q> {
     }
 
     /// Complete counters of every port: the rarely-touched ones as kept, the per-packet ones
-    /// derived from the transmit side. A port received what its peer sent minus what is
-    /// still on the link between them.
+    /// from the port's own transmit and receive counts.
     pub(crate) fn port_counters(&self) -> IdVec<PortId, PortCounters> {
-        let mut on_link = vec![[[0u64; 2]; N_PRIO]; self.ports.len()];
-        for (pi, link) in self.links.iter_enumerated() {
-            for (_, k) in link.in_flight.iter() {
-                on_link[pi.idx()][k.prio as usize][0] += u64::from(k.size);
-                on_link[pi.idx()][k.prio as usize][1] += 1;
-            }
-        }
         self.ports
             .iter_enumerated()
             .map(|(pi, port)| {
@@ -686,17 +821,12 @@ impl<Q: Queue> Sim<Q> {
                         mts(l.max_speed_gts),
                     ]
                 });
-                let peer = port.peer;
-                for (prio, in_link) in on_link[peer.idx()].iter().enumerate() {
+                for prio in 0..N_PRIO {
                     let (tb, tp) = (port.pr[prio].tx_bytes, port.pr[prio].tx_packets);
                     c.tx_prio_bytes[prio] = tb;
                     c.tx_prio_packets[prio] = tp;
-                    let (pb, pp) = (
-                        self.ports[peer].pr[prio].tx_bytes,
-                        self.ports[peer].pr[prio].tx_packets,
-                    );
-                    c.rx_prio_bytes[prio] = pb - in_link[0];
-                    c.rx_prio_packets[prio] = pp - in_link[1];
+                    c.rx_prio_bytes[prio] = port.pr[prio].rx_bytes;
+                    c.rx_prio_packets[prio] = port.pr[prio].rx_packets;
                     if matches!(port.dev, Dev::Switch(_)) {
                         // Egress queues carry everything but PFC frames, which bypass them.
                         c.q_packets[prio] = tp - c.tx_pause[prio];

@@ -92,10 +92,57 @@ impl QpTx {
     }
 }
 
+/// What a QP's data is for, at the receiver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RxOwner {
+    /// A flow of the scenario's workloads (its receiving half is `Sim::flows[f].rx`).
+    Flow(FlowId),
+    /// A collective's transfer, whose QPs are `first..first + n`; the first QP's
+    /// [`QpRx::group_left`] counts those still receiving.
+    Transfer {
+        first: QpId,
+        coll: u32,
+        iteration: u32,
+        index: u64,
+    },
+}
+
+impl QpRx {
+    /// The receiving half of a slot nothing was installed in: no packet carries its
+    /// generation.
+    pub(crate) fn placeholder() -> QpRx {
+        QpRx {
+            owner: RxOwner::Flow(FlowId(u32::MAX)),
+            group_left: 0,
+            group_size: 0,
+            slot_gen: u32::MAX,
+            size: 0,
+            ack_route: RouteId(0),
+            prio: 0,
+            cnp_interval: None,
+            echo_ecn: false,
+            rx_expected: 0,
+            rx_next_cnp: 0,
+            rx_nack_at: 0,
+            rx_last_nack: u64::MAX,
+            rx_done: true,
+        }
+    }
+}
+
 /// The receiving half of a QP.
-#[derive(Debug)]
+///
+/// A collective's QP slots are reused transfer after transfer. The receiver takes the
+/// new transfer's half (from `Sim::rx_init`) when that transfer's first packet arrives,
+/// never when the sender made it: what the receiver knows of the sender travels in
+/// packets, so a parallel run, where the sender may be elsewhere, sees it at the same
+/// instant.
+#[derive(Debug, Clone)]
 pub(crate) struct QpRx {
-    pub(crate) flow: FlowId,
+    pub(crate) owner: RxOwner,
+    /// On a transfer's first QP: its QPs with data still to receive, and all its QPs.
+    pub(crate) group_left: u32,
+    pub(crate) group_size: u32,
     /// Generation of the slot (see `Packet::slot_gen`).
     pub(crate) slot_gen: u32,
     pub(crate) size: u64,
@@ -207,7 +254,7 @@ impl<Q: Queue> Sim<Q> {
     fn nic_rx_data(&mut self, p: PortId, pkt: &Packet) {
         let now = self.now;
         let qi = pkt.qp;
-        if self.qps_rx[qi].slot_gen != pkt.slot_gen {
+        if self.qps_rx[qi].slot_gen != pkt.slot_gen && !self.install_rx(qi, pkt.slot_gen) {
             // A retransmission still in the network when its QP finished, whose slot now
             // serves another QP. The responder counts the duplicate; its ACK would find no
             // sender waiting, so none is made (a simplification: the link back carries one
@@ -374,8 +421,9 @@ impl<Q: Queue> Sim<Q> {
     /// that completes takes its timer with it (with a 4.3 s timeout, a timer left in the
     /// event queue would outlive nearly every run and every QP).
     fn arm_rto(&mut self, qi: QpId, at: Ps) {
-        let seq = self.q.take_seq();
-        self.rto.set(qi.0, at, seq);
+        let dev = self.ports[self.qps_tx[qi].src_port].dev_idx;
+        let tie = self.tie(at, dev);
+        self.rto.set(qi.0, at, tie);
     }
 
     /// The ACK timer of QP `qi` fired: go back to the last acknowledged byte if nothing
@@ -583,5 +631,28 @@ impl<Q: Queue> Sim<Q> {
     pub(crate) fn qp_received_bytes(&self, qp: QpId) -> u64 {
         let q = &self.qps_rx[qp];
         q.rx_expected.min(q.size)
+    }
+
+    /// The first packet of a new transfer on a reused QP slot: the receiver takes the
+    /// halves of all the transfer's QPs at once (a later QP's first packet may come
+    /// first). False when nothing waits for this generation: the packet belongs to an
+    /// earlier transfer of the slot.
+    fn install_rx(&mut self, qi: QpId, slot_gen: u32) -> bool {
+        let Some(init) = self.rx_init.get(qi.idx()).and_then(Option::as_ref) else {
+            return false;
+        };
+        if init.slot_gen != slot_gen {
+            return false;
+        }
+        let RxOwner::Transfer { first, .. } = init.owner else {
+            unreachable!("invariant: only transfers' QPs wait in rx_init")
+        };
+        let n = self.rx_init[first].as_ref().map_or(0, |f| f.group_size);
+        for q in (first.0..first.0 + n).map(QpId) {
+            if let Some(r) = self.rx_init[q].take() {
+                self.qps_rx[q] = r;
+            }
+        }
+        true
     }
 }

@@ -5,12 +5,19 @@
 //! position in what the port reports) and keeps changed values as codes; names are
 //! rendered when results are collected, never in the sampling event.
 
-use super::event::Event;
-use super::ids::{PortId, QpId};
+use super::flows::Origin;
+use super::ids::PortId;
 use super::{Dev, Sim};
 use crate::counters::{CounterName, N_PRIO, SLOTS_PER_PORT, Scope};
 use crate::queue::Queue;
 use crate::time::Ps;
+
+/// Whose rate a sample is: a scenario flow by its definition slot, or a transfer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RateOf {
+    Flow(u32),
+    Transfer { coll: u32, iteration: u32, index: u64 },
+}
 
 /// A counter never sampled.
 const UNSEEN: u64 = u64::MAX;
@@ -23,8 +30,9 @@ pub struct Samples {
     pub(crate) counters: Vec<(Ps, PortId, Scope, CounterName, u64)>,
     /// Last value of each (port, slot); `UNSEEN` before its first report.
     last: Vec<u64>,
-    /// (time, qp, rate bit/s) of sending QPs.
-    pub rates: Vec<(Ps, QpId, f64)>,
+    /// (time, what the QP's flow is, the QP's place in its flow, rate bit/s) of sending
+    /// QPs: named by their flow, not by their slot, which a collective reuses.
+    pub(crate) rates: Vec<(Ps, RateOf, u32, f64)>,
     /// (time, port, prio, bytes) of non-empty switch egress queues.
     pub queues: Vec<(Ps, PortId, u8, u64)>,
 }
@@ -33,10 +41,26 @@ impl<Q: Queue> Sim<Q> {
     pub(crate) fn sample(&mut self) {
         let now = self.now;
         for (qi, q) in self.qps_tx.iter_enumerated() {
-            if q.done || self.flows[q.flow].started.is_none() {
+            let flow = &self.flows[q.flow];
+            if q.done || flow.started.is_none() {
                 continue;
             }
-            self.samples.rates.push((now, qi, q.rate_bps()));
+            let origin = match flow.origin {
+                Origin::Transfer {
+                    coll,
+                    iteration,
+                    index,
+                    ..
+                } => RateOf::Transfer {
+                    coll,
+                    iteration,
+                    index,
+                },
+                _ => RateOf::Flow(q.flow.0),
+            };
+            self.samples
+                .rates
+                .push((now, origin, qi.0 - flow.tx.first_qp, q.rate_bps()));
         }
         for (pi, port) in self.ports.iter_enumerated() {
             if matches!(port.dev, Dev::Switch(_)) {
@@ -67,12 +91,6 @@ impl<Q: Queue> Sim<Q> {
                 Dev::Nic(_) => c.visit_nic(&self.net.pfc_prios, &mut keep),
                 Dev::Switch(_) => c.visit_switch(&self.net.pfc_prios, &mut keep),
             }
-        }
-        // Keep sampling only while something else can still happen.
-        if let Some(iv) = self.sample_interval
-            && !self.idle()
-        {
-            self.schedule(now + iv, Event::Sample);
         }
     }
 }

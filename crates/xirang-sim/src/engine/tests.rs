@@ -69,6 +69,7 @@ fn red_marking_follows_the_red_line() {
     let mut port = Port::new(
         Dev::Switch(SwitchId(0)),
         0,
+        0,
         PortId(1),
         Rate::from_gbps(100.0),
         0,
