@@ -235,3 +235,35 @@ fn native_expansions_hold_state_in_proportion_to_ranks_and_channels() {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Every transfer waits only for transfers its own sending rank received: what a
+    /// parallel simulation relies on to give a host's ranks to one partition and never
+    /// look at another's arrivals (`xirang_sim::parallel::plan`).
+    #[test]
+    fn transfers_wait_only_for_what_their_sender_received(
+        case in 0usize..8,
+        hosts in 1u32..7,
+        per_host in 1u32..5,
+        channels in 1u32..4,
+        chunks in 1u32..4,
+    ) {
+        let (op, alg) = cases()[case];
+        let ranks = hosts * per_host;
+        prop_assume!(ranks >= 2);
+        let shape = Shape { ranks, bytes: 1 << 20, channels, chunks, ranks_per_host: per_host };
+        let s = schedule::build(op, alg, shape).map_err(TestCaseError::fail)?;
+        for (i, t) in s.transfers.iter().enumerate() {
+            for &d in &t.deps {
+                let dep = &s.transfers[d as usize];
+                prop_assert_eq!(
+                    dep.dst, t.src,
+                    "{:?}/{:?}: transfer {} from rank {} waits for transfer {} to rank {}",
+                    op, alg, i, t.src, d, dep.dst
+                );
+            }
+        }
+    }
+}

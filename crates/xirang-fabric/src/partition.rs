@@ -85,7 +85,7 @@ pub fn partition(fabric: &Fabric, n: usize, couplings: &[(HostId, HostId)]) -> P
     let top = fabric.switches.iter().map(|s| s.tier).max();
     // Set aside the top tier, then the tiers below it, until there are enough groups; the
     // leaves always stay with their hosts.
-    let mut best: Option<(Option<Tier>, Sets, usize)> = None;
+    let mut best: Option<(Option<Tier>, Sets, usize, usize)> = None;
     for cut in [None, Some(Tier::Core), Some(Tier::Spine)] {
         if cut.is_some_and(|c| top.is_none_or(|t| c > t)) {
             continue;
@@ -107,14 +107,25 @@ pub fn partition(fabric: &Fabric, n: usize, couplings: &[(HostId, HostId)]) -> P
             })
             .count();
         let enough = groups >= n;
-        if best.as_ref().is_none_or(|(_, _, g)| groups > *g) {
-            best = Some((cut, sets, groups));
+        // More groups first; with as many (coupled hosts can join every group into one),
+        // more switches set aside still gives something to divide.
+        let aside_switches = fabric
+            .switches
+            .iter()
+            .filter(|s| cut.is_some_and(|c| s.tier >= c))
+            .count();
+        let items = groups + aside_switches;
+        if best
+            .as_ref()
+            .is_none_or(|(_, _, g, i)| (groups, items.min(n)) > (*g, (*i).min(n)))
+        {
+            best = Some((cut, sets, groups, items));
         }
         if enough {
             break;
         }
     }
-    let (split_above, mut sets, groups) = best.expect("invariant: the first candidate is always kept");
+    let (split_above, mut sets, groups, _) = best.expect("invariant: the first candidate is always kept");
     let is_aside = |u: usize| u >= hosts && split_above.is_some_and(|c| fabric.switches[u - hosts].tier >= c);
     // Ports per unit.
     let mut ports = vec![0usize; hosts + fabric.switches.len()];

@@ -43,13 +43,14 @@ pub mod counters;
 pub mod engine;
 pub mod output;
 pub mod packet;
+pub mod parallel;
 pub mod queue;
 pub mod rng;
 pub mod time;
 pub mod workload;
 
 pub use engine::{Ledger, PfcEvent, Progress, RunOptions, Sim};
-pub use output::{FlowResult, RunResult, Summary};
+pub use output::{EngineStats, FlowResult, RunResult, Summary};
 
 use xirang_fabric::Loaded;
 
@@ -87,13 +88,29 @@ pub fn simulate_with<Q: queue::Queue>(
     opts: &RunOptions,
     progress: &mut dyn FnMut(Progress),
 ) -> RunResult {
+    let expanded = prepare(loaded, opts);
+    run_prepared::<Q>(loaded, opts, &expanded, progress)
+}
+
+/// The scenario's workloads expanded, with the faults that rewrite flows applied.
+fn prepare(loaded: &Loaded, opts: &RunOptions) -> workload::Expanded {
     let mut expanded = workload::expand(loaded, opts.seed);
     funnel(&loaded.fabric, &loaded.scenario.faults, &mut expanded);
     single_qp(&loaded.scenario.faults, &mut expanded);
-    let mut sim = Sim::<Q>::new(&loaded.fabric, &loaded.scenario.config, &expanded, opts);
+    expanded
+}
+
+/// Runs prepared workloads serially and collects the results.
+fn run_prepared<Q: queue::Queue>(
+    loaded: &Loaded,
+    opts: &RunOptions,
+    expanded: &workload::Expanded,
+    progress: &mut dyn FnMut(Progress),
+) -> RunResult {
+    let mut sim = Sim::<Q>::new(&loaded.fabric, &loaded.scenario.config, expanded, opts);
     sim.inject(&loaded.fabric, &loaded.scenario.faults, opts.seed);
     sim.run(progress);
-    collect(loaded, &expanded, &sim)
+    collect(loaded, expanded, &sim)
 }
 
 /// Applies `nic_funnel` faults: every flow from or to a NIC of the target's host uses the
@@ -253,11 +270,6 @@ fn collect<Q: queue::Queue>(loaded: &Loaded, ex: &workload::Expanded, sim: &Sim<
         sim_time_ps: sim.now(),
         events: sim.events,
         packet_hops: sim.packet_hops,
-        peak_packets: sim.peak_live_packets(),
-        packet_ring_bytes: sim.packet_ring_bytes(),
-        peak_events_pending: sim.peak_events_pending(),
-        peak_transfers_in_flight: sim.peak_live_transfers,
-        peak_transfer_qps: sim.peak_live_transfer_qps,
         stray_packets: sim.stray_packets,
         qps_failed: sim.qps_failed,
         packets_in_flight_at_end: n,
@@ -299,6 +311,13 @@ fn collect<Q: queue::Queue>(loaded: &Loaded, ex: &workload::Expanded, sim: &Sim<
         .map(|(t, p, prio, b)| (*t, port_name(*p), *prio, *b))
         .collect();
     RunResult {
+        engine: output::EngineStats {
+            peak_packets: sim.peak_live_packets(),
+            packet_ring_bytes: sim.packet_ring_bytes(),
+            peak_events_pending: sim.peak_events_pending(),
+            peak_transfers_in_flight: sim.peak_live_transfers,
+            peak_transfer_qps: sim.peak_live_transfer_qps,
+        },
         flows,
         requests,
         collectives,
@@ -332,8 +351,8 @@ fn collect<Q: queue::Queue>(loaded: &Loaded, ex: &workload::Expanded, sim: &Sim<
 }
 
 /// The transfers of the collectives that record them, as flows: those that finished as
-/// they were reported, those still in flight as they are now, those never started with
-/// their collective's start time.
+/// they were reported, those still in flight as they are now (`Sim::record_in_flight`),
+/// those never started with their collective's start time.
 fn collective_flows<Q: queue::Queue>(
     loaded: &Loaded,
     ex: &workload::Expanded,
@@ -341,29 +360,7 @@ fn collective_flows<Q: queue::Queue>(
 ) -> Vec<FlowResult> {
     let fabric = &loaded.fabric;
     let mut out = Vec::new();
-    // Transfers in flight at the end: their current state.
-    let mut live: Vec<Vec<Option<engine::collective::TransferRecord>>> = sim
-        .colls
-        .iter()
-        .map(|rt| rt.records.as_ref().map_or_else(Vec::new, |r| vec![None; r.len()]))
-        .collect();
-    for (i, f) in sim.flows.iter().enumerate() {
-        if let engine::flows::Origin::Transfer {
-            coll,
-            iteration,
-            index,
-            ..
-        } = f.origin
-            && let Some(rec) = sim.transfer_record(FlowId::from(i))
-        {
-            let per = sim.colls[coll as usize].run.per_iteration;
-            live[coll as usize][(u64::from(iteration) * per + index) as usize] = Some(rec);
-        }
-    }
-    for (c, slot, rec) in sim.nvlink_in_flight() {
-        live[c][slot as usize] = Some(rec);
-    }
-    for (ci, rt) in sim.colls.iter().enumerate() {
+    for rt in &sim.colls {
         let Some(records) = &rt.records else { continue };
         let c = &rt.run;
         let class = &c.class;
@@ -375,12 +372,13 @@ fn collective_flows<Q: queue::Queue>(
             let spec0 = conn.map(|k| &sim.conn_specs[sim.conns[k as usize].specs.start as usize]);
             for it in 0..c.iterations {
                 let slot = (u64::from(it) * c.per_iteration + st.index) as usize;
-                let rec = records[slot].clone().or_else(|| live[ci][slot].clone());
+                let rec = records[slot].clone();
                 let (ideal, lower_bound) = match (&rec, spec0) {
                     (Some(r), _) => (r.ideal, r.lower_bound),
                     (None, None) => (c.nvlink_ps(st.bytes), c.nvlink_ps(st.bytes)),
-                    (None, Some(s)) => {
-                        sim.ideal_fct(s.route, st.bytes, sim.conns[conn.unwrap_or(0) as usize].mtu)
+                    (None, Some(_)) => {
+                        let k = &sim.conns[conn.unwrap_or(0) as usize];
+                        k.path.fct(st.bytes, k.mtu, sim.net.header_bytes)
                     }
                 };
                 let start = rec.as_ref().and_then(|r| r.start).unwrap_or(c.start);

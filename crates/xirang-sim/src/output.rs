@@ -128,17 +128,6 @@ pub struct RunStats {
     pub events: u64,
     /// Packets put on any link (data, ACK, NACK, CNP and PFC frames).
     pub packet_hops: u64,
-    /// Most packets alive at once.
-    pub peak_packets: usize,
-    /// Memory of all packet rings (queues and links) at their grown size; over
-    /// `peak_packets` it is the memory cost of a packet in flight.
-    pub packet_ring_bytes: usize,
-    /// Most events pending at once.
-    pub peak_events_pending: usize,
-    /// Most transfers of collectives alive at once (created, not yet sent and received).
-    pub peak_transfers_in_flight: usize,
-    /// Most QPs of those transfers at once.
-    pub peak_transfer_qps: usize,
     /// Packets that arrived for a finished transfer's QP after its slot went to another
     /// transfer (retransmissions and their answers still in the network): dropped on
     /// arrival, and counted as delivered.
@@ -166,6 +155,8 @@ pub struct RunStats {
 /// Everything a run produced.
 #[derive(Debug, Clone)]
 pub struct RunResult {
+    /// What the run cost the engine (not a result: a parallel run's figures differ).
+    pub engine: EngineStats,
     /// Flows in definition order.
     pub flows: Vec<FlowResult>,
     /// Inference requests.
@@ -188,6 +179,25 @@ pub struct RunResult {
     pub skipped: Vec<(String, String)>,
     /// Priorities PFC protects in this run.
     pub priorities_with_pfc: Vec<u8>,
+}
+
+/// What a run cost the engine: its peaks of memory and work. A run divided among
+/// partitions reports the sum of the partitions' peaks, which bounds the run's (the
+/// partitions need not peak at once), so these are kept apart from the results, which
+/// are the same however the run is divided.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct EngineStats {
+    /// Most packets alive at once.
+    pub peak_packets: usize,
+    /// Memory of all packet rings (queues and links) at their grown size; over
+    /// `peak_packets` it is the memory cost of a packet in flight.
+    pub packet_ring_bytes: usize,
+    /// Most events pending at once.
+    pub peak_events_pending: usize,
+    /// Most transfers of collectives alive at once (created, not yet sent and received).
+    pub peak_transfers_in_flight: usize,
+    /// Most QPs of those transfers at once.
+    pub peak_transfer_qps: usize,
 }
 
 /// Nearest-rank percentile of sorted values (q in 0..=100).

@@ -127,13 +127,13 @@ fn a_256_rank_collective_holds_only_what_it_has_in_flight() {
             "{file}: nothing recorded"
         );
         let bound = 256 * lanes * per_lane;
-        let peak = r.stats.peak_transfers_in_flight;
+        let peak = r.engine.peak_transfers_in_flight;
         assert!(
             peak > 0 && peak <= bound,
             "{file}: {peak} transfers at once, bound {bound}"
         );
         // Only transfers between hosts have QPs (one per connection by default).
-        assert!(r.stats.peak_transfer_qps <= peak);
+        assert!(r.engine.peak_transfer_qps <= peak);
         if file.starts_with("ring") {
             assert!(
                 c.transfers as usize > 100 * peak,

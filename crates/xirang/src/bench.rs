@@ -106,13 +106,13 @@ fn measure_here(path: &Path, engine: &str, runs: u32) -> Result<Measurement> {
         packet_hops: r.stats.packet_hops,
         events_per_s: r.stats.events as f64 / best,
         packet_hops_per_s: r.stats.packet_hops as f64 / best,
-        peak_packets_in_flight: r.stats.peak_packets,
+        peak_packets_in_flight: r.engine.peak_packets,
         peak_rss_bytes: peak,
         rss_growth_bytes: growth,
-        bytes_per_packet_in_flight: r.stats.packet_ring_bytes as f64 / r.stats.peak_packets.max(1) as f64,
-        rss_growth_per_packet: growth as f64 / r.stats.peak_packets.max(1) as f64,
+        bytes_per_packet_in_flight: r.engine.packet_ring_bytes as f64 / r.engine.peak_packets.max(1) as f64,
+        rss_growth_per_packet: growth as f64 / r.engine.peak_packets.max(1) as f64,
         sim_time_ps: Some(r.stats.sim_time_ps),
-        peak_transfers_in_flight: Some(r.stats.peak_transfers_in_flight),
+        peak_transfers_in_flight: Some(r.engine.peak_transfers_in_flight),
     })
 }
 

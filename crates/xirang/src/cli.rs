@@ -682,6 +682,14 @@ pub(crate) struct SimArgs {
     /// Sample rates, queue depths and counters at this interval, e.g. 10us (at least 0.1us).
     #[arg(long, value_parser = parse_sample_us)]
     pub(crate) sample: Option<f64>,
+    /// Run on this many threads (1 to 256), the fabric divided into as many partitions
+    /// (or --partitions); the outputs are the serial run's, byte for byte.
+    #[arg(long, default_value_t = 1, value_parser = count::<1, MAX_THREADS>)]
+    pub(crate) threads: usize,
+    /// Divide the fabric into this many partitions (1 to 256; default: --threads), each
+    /// thread running its share.
+    #[arg(long, value_parser = count::<1, MAX_PARTITIONS>)]
+    pub(crate) partitions: Option<usize>,
     /// Print the summary as JSON.
     #[arg(long)]
     pub(crate) json: bool,
@@ -689,6 +697,13 @@ pub(crate) struct SimArgs {
     #[arg(long)]
     pub(crate) quiet: bool,
 }
+
+/// Most threads of one `sim` process: past the cores of any one machine, more only
+/// adds synchronization.
+pub(crate) const MAX_THREADS: usize = 256;
+/// Most partitions of one run: every partition builds the whole fabric's routes, so
+/// memory grows with the count.
+pub(crate) const MAX_PARTITIONS: usize = 256;
 
 /// Algorithm for runs on HPCC input files.
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]

@@ -70,13 +70,14 @@ fn load_hpcc(topo: &Path, flows: &Path, cc: HpccCc) -> Result<Loaded> {
 
 /// Every file a run writes into its output directory: a directory holding anything else
 /// is not a previous run's and is not replaced.
-const SIM_FILES: [&str; 9] = [
+const SIM_FILES: [&str; 10] = [
     "fct.txt",
     "pfc.txt",
     "flows.json",
     "counters.csv",
     "links.csv",
     "summary.json",
+    "engine.json",
     "rates.csv",
     "queues.csv",
     "counters_series.csv",
@@ -124,7 +125,8 @@ pub(crate) fn run(a: &SimArgs) -> Result<Outcome> {
         b
     };
     let t0 = Instant::now();
-    let result = xirang_sim::simulate(&loaded, &opts, &mut |p| {
+    let parts = a.partitions.unwrap_or(a.threads);
+    let mut on_progress = |p: xirang_sim::Progress| {
         let by_work = p.done as f64 / p.total.max(1) as f64;
         let by_time = opts.end.map_or(0.0, |e| p.now as f64 / e.max(1) as f64);
         bar.set_position((by_work.max(by_time).min(1.0) * PROGRESS_STEPS as f64) as u64);
@@ -134,7 +136,17 @@ pub(crate) fn run(a: &SimArgs) -> Result<Outcome> {
             p.total,
             p.now as f64 / PS_PER_US as f64
         ));
-    });
+    };
+    let (result, parallel) = if parts > 1 || a.threads > 1 {
+        let (r, report) =
+            xirang_sim::parallel::simulate_threads(&loaded, &opts, parts, a.threads, &mut on_progress);
+        if let Some(why) = &report.plan.serial_because {
+            bar.suspend(|| eprintln!("note: running serially: {why}"));
+        }
+        (r, Some(report))
+    } else {
+        (xirang_sim::simulate(&loaded, &opts, &mut on_progress), None)
+    };
     let wall = t0.elapsed();
     bar.finish_and_clear();
     for (w, why) in &result.skipped {
@@ -200,19 +212,33 @@ pub(crate) fn run(a: &SimArgs) -> Result<Outcome> {
         );
     }
     let wall_s = wall.as_secs_f64();
-    let report = serde_json::json!({
+    // summary.json holds results only, the same for any thread count; how the run went
+    // (time, peaks, partitions) goes to engine.json.
+    let results = serde_json::json!({
         "scenario": loaded.scenario.name,
         "seed": opts.seed,
         "summary": summary,
+    });
+    let engine = serde_json::json!({
         "wall_seconds": wall_s,
         "events_per_second": summary.stats.events as f64 / wall_s.max(1e-9),
         "packet_hops_per_second": summary.stats.packet_hops as f64 / wall_s.max(1e-9),
-        "out_dir": out_dir.display().to_string(),
+        "engine": result.engine,
+        "parallel": parallel.as_ref().map(parallel_json),
     });
     out.write(
         "summary.json",
-        (serde_json::to_string_pretty(&report)? + "\n").as_bytes(),
+        (serde_json::to_string_pretty(&results)? + "\n").as_bytes(),
     )?;
+    out.write(
+        "engine.json",
+        (serde_json::to_string_pretty(&engine)? + "\n").as_bytes(),
+    )?;
+    let mut report = results;
+    if let (Some(r), Some(e)) = (report.as_object_mut(), engine.as_object()) {
+        r.extend(e.clone());
+        r.insert("out_dir".to_string(), out_dir.display().to_string().into());
+    }
     out.commit()?;
     if let Err(e) = result.check_conservation() {
         bail!("conservation check failed (a simulator bug):\n{e}");
@@ -223,6 +249,19 @@ pub(crate) fn run(a: &SimArgs) -> Result<Outcome> {
         crate::cmd::out(&render(&loaded.scenario.name, &summary, wall_s, &out_dir))?;
     }
     Ok(Outcome::Clean)
+}
+
+/// How a parallel run was divided and what its synchronization cost.
+fn parallel_json(r: &xirang_sim::parallel::Report) -> serde_json::Value {
+    serde_json::json!({
+        "partitions": r.plan.parts(),
+        "threads": r.threads,
+        "lookahead_ns": (r.plan.parts() > 1).then_some(r.plan.lookahead_ps / xirang_sim::time::PS_PER_NS),
+        "cut_links": r.plan.partition.cut_links,
+        "windows": r.stats.windows,
+        "packets_between_partitions": r.stats.shipped,
+        "serial_because": r.plan.serial_because,
+    })
 }
 
 fn opt(v: Option<f64>, prec: usize) -> String {

@@ -19,7 +19,7 @@ use xirang_fabric::model::{Fabric, NicId};
 use xirang_fabric::scenario::EcmpMode;
 
 use super::event::Event;
-use super::flows::{Flow, Origin, QpSpec, path_mtu, route_requests};
+use super::flows::{Flow, Origin, PathTerms, QpSpec, path_mtu, route_requests};
 use super::ids::{FlowId, QpId, RouteId};
 use super::nic::RxOwner;
 use super::routes::RouteRequest;
@@ -40,6 +40,8 @@ const HPCC_DPORT: u16 = 100;
 #[derive(Debug)]
 pub(crate) struct Conn {
     pub(crate) mtu: u32,
+    /// Its first QP's route, for the standalone FCT of its transfers.
+    pub(crate) path: PathTerms,
     /// Its QPs' fixed parts, in `Sim::conn_specs`.
     pub(crate) specs: Range<u32>,
     /// First slots of its QP groups free for its next transfer.
@@ -224,15 +226,17 @@ impl<Q: Queue> Sim<Q> {
                 self.conn_specs.push(spec);
             }
             conns.push((*key, self.conns.len() as u32));
+            let mtu = path_mtu(fabric, config, src, dst);
             self.conns.push(Conn {
-                mtu: path_mtu(fabric, config, src, dst),
+                mtu,
+                path: self.path_terms(self.conn_specs[first as usize].route, mtu),
                 specs: first..self.conn_specs.len() as u32,
                 free: Vec::new(),
             });
         }
         let expansion = run.expansion();
         let total = run.per_iteration * u64::from(run.iterations);
-        self.flows_left += total as usize;
+        self.flows_total += total;
         self.colls.push(CollectiveRt {
             terminals_left: expansion.terminals(),
             records: record.then(|| vec![None; total as usize]),
@@ -255,6 +259,18 @@ impl<Q: Queue> Sim<Q> {
             self.colls[c].expansion.begin(&mut out);
         }
         out
+    }
+
+    /// The device transfer `st` of collective `c` starts at: the sending NIC, or for a
+    /// transfer inside a host, the host's first NIC.
+    pub(crate) fn transfer_dev(&self, c: usize, st: Step) -> u32 {
+        let rt = &self.colls[c];
+        if rt.run.same_host(st.src, st.dst) {
+            rt.run.host_nics[rt.run.rank_host[st.src as usize] as usize][0].index() as u32
+        } else {
+            let conn = &self.conns[rt.conns.get(st.channel, st.src, st.dst) as usize];
+            self.ports[self.conn_specs[conn.specs.start as usize].src_port].dev_idx
+        }
     }
 
     /// Creates transfer `st` of collective `c`'s iteration `iteration`, to start at `at`.
@@ -305,7 +321,7 @@ impl<Q: Queue> Sim<Q> {
         };
         let prio = rt.class.prio;
         let conn = &self.conns[conn_id as usize];
-        let (specs, mtu) = (conn.specs.clone(), conn.mtu);
+        let (specs, mtu, path) = (conn.specs.clone(), conn.mtu, conn.path);
         let n = specs.end - specs.start;
         let (f, first_qp) = self.alloc_transfer(conn_id, n);
         // An empty piece still moves a byte: NCCL's protocols signal every step, and the
@@ -320,6 +336,7 @@ impl<Q: Queue> Sim<Q> {
             index: st.index,
         };
         let mut receiving = 0;
+        let mut halves = std::mem::take(&mut self.rx_scratch);
         for k in 0..n {
             let bytes = if k == 0 {
                 wire_bytes - per_qp * u64::from(n - 1)
@@ -331,18 +348,22 @@ impl<Q: Queue> Sim<Q> {
             let rx = self.make_qp(qi, f, &spec, bytes, prio, mtu, owner);
             if bytes > 0 {
                 receiving += 1;
-                self.rx_init[qi] = Some(rx);
+                halves.push((qi, rx));
             }
         }
         // The first QP counts the transfer's QPs, and those with data (it always has some).
-        if let Some(init) = &mut self.rx_init[first] {
-            init.group_left = receiving;
-            init.group_size = n;
+        if let Some((_, first_rx)) = halves.first_mut() {
+            first_rx.group_left = receiving;
+            first_rx.group_size = n;
         }
+        let receiver = self.ports[self.conn_specs[specs.start as usize].dst_port].dev_idx;
+        for (qi, rx) in halves.drain(..) {
+            self.place_rx_init(qi, rx, receiver);
+        }
+        self.rx_scratch = halves;
         // The standalone FCT is reported only with the transfer's record.
         let (ideal, lower_bound) = if self.colls[c].records.is_some() {
-            let route = self.conn_specs[specs.start as usize].route;
-            self.ideal_fct(route, st.bytes, mtu)
+            path.fct(st.bytes, mtu, self.net.header_bytes)
         } else {
             (0, 0)
         };
@@ -408,28 +429,6 @@ impl<Q: Queue> Sim<Q> {
         self.transfer_arrived(c, t.iteration, t.index);
     }
 
-    /// The NVLink transfers still under way, as records (for a run that ended first).
-    pub(crate) fn nvlink_in_flight(&self) -> impl Iterator<Item = (usize, u64, TransferRecord)> + '_ {
-        let free: std::collections::BTreeSet<u32> = self.free_nvlink.iter().copied().collect();
-        self.nvlink
-            .iter()
-            .enumerate()
-            .filter(move |(i, _)| !free.contains(&(*i as u32)))
-            .filter(|(_, t)| self.colls[t.coll as usize].records.is_some())
-            .map(|(_, t)| {
-                let per = self.colls[t.coll as usize].run.per_iteration;
-                let rec = TransferRecord {
-                    start: Some(t.start),
-                    finish: None,
-                    rx_done: None,
-                    ideal: self.colls[t.coll as usize].run.nvlink_ps(t.bytes),
-                    lower_bound: self.colls[t.coll as usize].run.nvlink_ps(t.bytes),
-                    bytes_received: 0,
-                };
-                (t.coll as usize, u64::from(t.iteration) * per + t.index, rec)
-            })
-    }
-
     /// The record of transfer `index` of iteration `iteration`, if collective `c` records.
     fn record_mut(&mut self, c: usize, iteration: u32, index: u64) -> Option<&mut TransferRecord> {
         let per = self.colls[c].run.per_iteration;
@@ -467,27 +466,64 @@ impl<Q: Queue> Sim<Q> {
         self.transfer_arrived(c, iteration, index);
     }
 
-    /// What the sender of in-flight transfer `f` reports, if its collective records: its
-    /// part of the record, with the bytes its receiver has so far.
-    pub(crate) fn transfer_record(&self, f: FlowId) -> Option<TransferRecord> {
-        let flow = &self.flows[f];
-        let Origin::Transfer { coll, .. } = flow.origin else {
-            return None;
-        };
-        self.colls[coll as usize].records.as_ref()?;
-        // The receiver's halves, where they belong to this transfer already.
-        let bytes_received = flow
-            .qp_ids()
-            .filter(|q| self.qps_rx[*q].slot_gen == self.qps_tx[*q].slot_gen)
-            .map(|q| self.qp_received_bytes(q))
-            .sum();
-        Some(TransferRecord {
-            start: flow.started,
-            finish: flow.tx.finish,
-            rx_done: None,
-            ideal: flow.ideal,
-            lower_bound: flow.lower_bound,
-            bytes_received,
-        })
+    /// A run that ended with transfers under way: each device writes what it has of
+    /// them into their records, as it would have on finishing. The sender its part (start
+    /// and standalone times) of network transfers it still sends and of NVLink transfers,
+    /// the receiver the bytes it has so far of transfers it still receives. Each writes
+    /// only its own fields, so the records of a partitioned run, merged, are the serial
+    /// run's.
+    pub(crate) fn record_in_flight(&mut self) {
+        if self.colls.iter().all(|rt| rt.records.is_none()) {
+            return;
+        }
+        for i in 0..self.flows.len() {
+            let f = FlowId::from(i);
+            if let Origin::Transfer {
+                coll,
+                iteration,
+                index,
+                ..
+            } = self.flows[f].origin
+                && self.owns(self.flows[f].dev)
+            {
+                self.record_transfer_sent(coll as usize, iteration, index, f);
+            }
+        }
+        let free: std::collections::BTreeSet<u32> = self.free_nvlink.iter().copied().collect();
+        for slot in 0..self.nvlink.len() as u32 {
+            if free.contains(&slot) {
+                continue;
+            }
+            let t = self.nvlink[slot as usize];
+            let ps = self.colls[t.coll as usize].run.nvlink_ps(t.bytes);
+            if let Some(r) = self.record_mut(t.coll as usize, t.iteration, t.index) {
+                r.start = Some(t.start);
+                r.ideal = ps;
+                r.lower_bound = ps;
+            }
+        }
+        // Receiving halves in place (installed: their first packet came), of transfers not
+        // yet received.
+        for qi in 0..self.qps_rx.len() as u32 {
+            let q = &self.qps_rx[QpId(qi)];
+            let RxOwner::Transfer {
+                coll,
+                iteration,
+                index,
+                ..
+            } = q.owner
+            else {
+                continue;
+            };
+            let bytes = self.qp_received_bytes(QpId(qi));
+            let per = self.colls[coll as usize].run.per_iteration;
+            if let Some(records) = &mut self.colls[coll as usize].records {
+                let r = records[(u64::from(iteration) * per + index) as usize]
+                    .get_or_insert_with(TransferRecord::default);
+                if r.rx_done.is_none() {
+                    r.bytes_received += bytes;
+                }
+            }
+        }
     }
 }

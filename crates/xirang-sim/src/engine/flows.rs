@@ -28,6 +28,28 @@ use crate::rng::{Purpose, Stream};
 use crate::time::Ps;
 use crate::workload::FlowDef;
 
+/// A route's terms of the standalone FCT: its propagation delay, one MTU's
+/// serialization at every hop, and its slowest rate.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PathTerms {
+    delay: Ps,
+    tx_one: Ps,
+    bottleneck_bps: f64,
+}
+
+impl PathTerms {
+    /// The standalone FCT of `bytes` and its strict lower bound (see `Sim::ideal_fct`).
+    pub(crate) fn fct(self, bytes: u64, mtu: u32, header_bytes: u32) -> (Ps, Ps) {
+        let pkts = bytes.div_ceil(u64::from(mtu)).max(1);
+        let wire = bytes + pkts * u64::from(header_bytes);
+        let at_bottleneck = (wire as f64 * 8.0 * 1e12 / self.bottleneck_bps).floor() as Ps;
+        (
+            2 * self.delay + self.tx_one + at_bottleneck,
+            2 * self.delay + at_bottleneck,
+        )
+    }
+}
+
 /// What a flow is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Origin {
@@ -350,6 +372,7 @@ impl<Q: Queue> Sim<Q> {
         };
         // Zero-byte QPs are complete from the start.
         let empty = bytes == 0;
+        // A new slot's first QP is generation 0 (a placeholder is u32::MAX).
         let slot_gen = self
             .qps_tx
             .get(qi.idx())
@@ -396,11 +419,9 @@ impl<Q: Queue> Sim<Q> {
             rx_last_nack: u64::MAX,
             rx_done: empty,
         };
-        if qi.idx() == self.qps_tx.len() {
-            self.qps_tx.push(tx);
-        } else {
-            self.qps_tx[qi] = tx;
-        }
+        // Slots between those in use (another partition's block) hold placeholders.
+        self.qps_tx.grow_to(qi.idx() + 1, QpTx::placeholder);
+        self.qps_tx[qi] = tx;
         // Both halves' arenas cover every slot, an uninstalled receiving half marked
         // by a generation no packet carries.
         self.qps_rx.grow_to(self.qps_tx.len(), QpRx::placeholder);
@@ -514,19 +535,26 @@ impl<Q: Queue> Sim<Q> {
     /// strict lower bound: every wire byte at the bottleneck plus the propagation delay
     /// there and back.
     pub(crate) fn ideal_fct(&self, route: RouteId, bytes: u64, mtu: u32) -> (Ps, Ps) {
-        let mut delay = 0;
-        let mut tx_one = 0;
-        let mut bottleneck = f64::INFINITY;
+        self.path_terms(route, mtu).fct(bytes, mtu, self.net.header_bytes)
+    }
+
+    /// What [`Sim::ideal_fct`] needs of a route, at the ports' current rates (set-up
+    /// takes them before any fault slows a link: the standalone FCT is the healthy
+    /// fabric's, and a transfer made later reads it from its connection, never from
+    /// ports another partition may own).
+    pub(crate) fn path_terms(&self, route: RouteId, mtu: u32) -> PathTerms {
+        let mut t = PathTerms {
+            delay: 0,
+            tx_one: 0,
+            bottleneck_bps: f64::INFINITY,
+        };
         for p in self.routes.ports_of(route, &self.ports) {
             let port = &self.ports[p];
-            delay += self.links[p].delay;
-            tx_one += port.rate.tx_time(mtu);
-            bottleneck = bottleneck.min(port.rate.bps);
+            t.delay += self.links[p].delay;
+            t.tx_one += port.rate.tx_time(mtu);
+            t.bottleneck_bps = t.bottleneck_bps.min(port.rate.bps);
         }
-        let pkts = bytes.div_ceil(u64::from(mtu)).max(1);
-        let wire = bytes + pkts * u64::from(self.net.header_bytes);
-        let at_bottleneck = (wire as f64 * 8.0 * 1e12 / bottleneck).floor() as Ps;
-        (2 * delay + tx_one + at_bottleneck, 2 * delay + at_bottleneck)
+        t
     }
 
     /// A flow's start time came and its dependencies arrived: its QPs join their port's
@@ -662,7 +690,7 @@ impl<Q: Queue> Sim<Q> {
         } else {
             match self.conns[conn as usize].free.pop() {
                 Some(first) => first,
-                None => self.qps_tx.len() as u32,
+                None => self.new_qp_group(n_qps),
             }
         };
         self.live_transfers += 1;

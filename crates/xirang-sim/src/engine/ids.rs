@@ -120,6 +120,11 @@ impl<I: From<usize> + Copy, T> IdVec<I, T> {
             self.items.resize_with(n, f);
         }
     }
+
+    /// Keeps the first `n` items.
+    pub fn truncate(&mut self, n: usize) {
+        self.items.truncate(n);
+    }
 }
 
 impl<I, T> FromIterator<T> for IdVec<I, T> {

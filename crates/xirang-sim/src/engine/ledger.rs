@@ -37,6 +37,24 @@ pub struct Ledger {
     pub(crate) peak_live_packets: usize,
 }
 
+impl Ledger {
+    /// Adds another partition's accounts (its peak to this one's: a bound, since the
+    /// two need not have peaked at once).
+    pub(crate) fn absorb(&mut self, o: &Ledger) {
+        self.created_packets += o.created_packets;
+        self.created_bytes += o.created_bytes;
+        self.delivered_packets += o.delivered_packets;
+        self.delivered_bytes += o.delivered_bytes;
+        self.dropped_packets += o.dropped_packets;
+        self.dropped_bytes += o.dropped_bytes;
+        self.data_sent_bytes += o.data_sent_bytes;
+        self.data_delivered_bytes += o.data_delivered_bytes;
+        self.data_dropped_bytes += o.data_dropped_bytes;
+        self.live_packets += o.live_packets;
+        self.peak_live_packets += o.peak_live_packets;
+    }
+}
+
 impl<Q: Queue> Sim<Q> {
     /// Accounts a packet a NIC or switch creates.
     #[inline]
@@ -102,7 +120,7 @@ impl<Q: Queue> Sim<Q> {
     /// capacity they grew to; rings never shrink, so this is what the peak needed.
     pub fn packet_ring_bytes(&self) -> usize {
         let pkt = std::mem::size_of::<Packet>();
-        let flight = std::mem::size_of::<(Ps, Packet)>();
+        let flight = std::mem::size_of::<(Ps, u64, Packet)>();
         let queues: usize = self
             .ports
             .iter()
@@ -131,7 +149,7 @@ impl<Q: Queue> Sim<Q> {
             }
         }
         for link in self.links.iter() {
-            link.in_flight.iter().for_each(|(_, k)| count(k));
+            link.in_flight.iter().for_each(|(_, _, k)| count(k));
         }
         (n, bytes, data, int)
     }

@@ -111,8 +111,15 @@ pub(crate) struct Link {
     pub(crate) delay: Ps,
     /// Dense index of the device at the other end (where `Arrive` events happen).
     pub(crate) to_dev: u32,
-    /// Packets on the link with their arrival times, earliest first.
-    pub(crate) in_flight: VecDeque<(Ps, Packet)>,
+    /// The device at the other end is in another partition: packets put on this link
+    /// go to the partition's outbox, and arrive there.
+    pub(crate) cut: bool,
+    /// Packets on the link with their arrival times and the ties of their `Arrive`
+    /// events, earliest first. A packet's tie is taken when it is sent, so its arrival
+    /// orders the same whoever queues the event: the sender for a packet put on an empty
+    /// link, the receiver when the packet before it arrives, or, across a partition, the
+    /// receiving partition when the packet reaches it.
+    pub(crate) in_flight: VecDeque<(Ps, u64, Packet)>,
 }
 
 impl Link {
@@ -120,6 +127,7 @@ impl Link {
         Link {
             delay,
             to_dev,
+            cut: false,
             in_flight: VecDeque::new(),
         }
     }
@@ -242,25 +250,41 @@ impl<Q: Queue> Sim<Q> {
             // it is subtracted from).
             self.counters[p].tx_pause[prio as usize] += 1;
         }
-        let link = &mut self.links[p];
-        let at = now + tx + link.delay;
-        let was_empty = link.in_flight.is_empty();
-        link.in_flight.push_back((at, pkt));
+        let (delay, to_dev, cut) = {
+            let l = &self.links[p];
+            (l.delay, l.to_dev, l.cut)
+        };
+        let at = now + tx + delay;
+        let tie = self.tie(at, to_dev);
         self.packet_hops += 1;
+        if cut {
+            self.ship(p, at, tie, pkt);
+            return;
+        }
+        self.put_on_link(p, at, tie, pkt);
+    }
+
+    /// Puts a packet on the ring of the link leaving `p`, and queues its arrival if it
+    /// is the ring's head.
+    #[inline(always)]
+    pub(crate) fn put_on_link(&mut self, p: PortId, at: Ps, tie: u64, pkt: Packet) {
+        let link = &mut self.links[p];
+        let was_empty = link.in_flight.is_empty();
+        link.in_flight.push_back((at, tie, pkt));
         if was_empty {
-            self.schedule(at, Event::Arrive(p));
+            self.q.push(at, tie, Event::Arrive(p).encode());
         }
     }
 
     /// The head packet of the link leaving `p` arrives at the peer port.
     pub(crate) fn arrive(&mut self, p: PortId) {
         let link = &mut self.links[p];
-        let (_, pkt) = link
+        let (_, _, pkt) = link
             .in_flight
             .pop_front()
             .expect("invariant: an Arrive event has a packet in flight");
-        if let Some(&(next, _)) = link.in_flight.front() {
-            self.schedule(next, Event::Arrive(p));
+        if let Some(&(next, tie, _)) = link.in_flight.front() {
+            self.q.push(next, tie, Event::Arrive(p).encode());
         }
         let q = self.ports[p].peer;
         let st = &mut self.ports[q].pr[pkt.prio as usize];

@@ -41,6 +41,7 @@ pub mod ids;
 pub mod ledger;
 pub mod link;
 pub mod nic;
+pub mod part;
 pub mod pfc;
 pub mod routes;
 pub mod sampling;
@@ -72,11 +73,11 @@ use routes::RouteArena;
 use switch::SwitchState;
 
 /// A time that never comes.
-pub(crate) const NEVER: Ps = Ps::MAX;
+pub const NEVER: Ps = Ps::MAX;
 
 /// Bits of an event tie for the device the event is for, and for the device that
 /// scheduled it; the rest count that device's events (see [`Sim::tie`]).
-const TIE_DEV_BITS: u32 = 21;
+pub(crate) const TIE_DEV_BITS: u32 = 21;
 const TIE_SEQ_BITS: u32 = 64 - 2 * TIE_DEV_BITS;
 const TIE_SEQ_MASK: u64 = (1 << TIE_SEQ_BITS) - 1;
 /// The device index of what belongs to no device (nothing today; the run loop's own
@@ -228,6 +229,20 @@ pub struct Sim<Q: Queue = EventQueue> {
     pub(crate) dev_seq: Vec<u32>,
     /// While the run is set up, each device schedules its own first events.
     pub(crate) in_setup: bool,
+    /// The partition this is, in a parallel run.
+    pub(crate) part: Option<part::PartMap>,
+    /// What this partition sends each other one at the end of the window.
+    pub(crate) outbox: Vec<part::Outbox>,
+    /// Packets sent to other partitions.
+    pub(crate) shipped_packets: u64,
+    /// The other partitions' peaks of pending events, once merged (`Sim::merge`).
+    pub(crate) merged_peak_pending: usize,
+    /// Transfers' QP slot ids: the first one after the scenario's flows', and the block
+    /// being taken from (see `part::QP_BLOCK`).
+    pub(crate) qp_base: u32,
+    pub(crate) qp_next: u32,
+    pub(crate) qp_block_left: u32,
+    pub(crate) qp_blocks_taken: u32,
     pub(crate) ports: IdVec<PortId, Port>,
     /// The directed link leaving each port (same index as the port).
     pub(crate) links: IdVec<PortId, Link>,
@@ -243,6 +258,8 @@ pub struct Sim<Q: Queue = EventQueue> {
     pub(crate) qps_rx: IdVec<QpId, QpRx>,
     /// Receiving halves of transfers' QPs not yet installed (see `nic::QpRx`).
     pub(crate) rx_init: IdVec<QpId, Option<QpRx>>,
+    /// A transfer's receiving halves while it is made (kept: nothing allocated per transfer).
+    pub(crate) rx_scratch: Vec<(QpId, QpRx)>,
     /// Flow slots of finished transfers, to reuse (their QP slots go back to their
     /// connection: `collective::Conn::free`).
     pub(crate) free_flows: Vec<ids::FlowId>,
@@ -276,15 +293,20 @@ pub struct Sim<Q: Queue = EventQueue> {
     pub(crate) net: NetConfig,
     /// Some NIC port has a `gdr_off` credit gate.
     pub(crate) rx_gated: bool,
-    pub(crate) flows_left: usize,
-    /// When the last flow was done.
-    pub(crate) done_at: Option<Ps>,
+    /// Flows and collective transfers in the whole run, and those this run (partition)
+    /// has done (sent, or failed).
+    pub(crate) flows_total: u64,
+    pub(crate) flows_done: u64,
+    /// When this run (partition) last did one.
+    pub(crate) last_done_at: Option<Ps>,
     pub(crate) events: u64,
     pub(crate) packet_hops: u64,
     pub(crate) ledger: Ledger,
     pub(crate) pfc_log: Vec<PfcEvent>,
     pub(crate) samples: Samples,
     pub(crate) sample_interval: Option<Ps>,
+    /// When the next counter sample is due.
+    pub(crate) next_sample: Ps,
     pub(crate) end: Option<Ps>,
     /// Injected faults (few; checked on every arrival only when there are any).
     pub(crate) faults: IdVec<ids::FaultId, ActiveFault>,
@@ -293,6 +315,19 @@ pub struct Sim<Q: Queue = EventQueue> {
 impl<Q: Queue> Sim<Q> {
     /// Builds a simulation of the expanded workloads on `fabric` under `config`.
     pub fn new(fabric: &Fabric, config: &FabricConfig, ex: &Expanded, opts: &RunOptions) -> Sim<Q> {
+        Sim::new_part(fabric, config, ex, opts, None)
+    }
+
+    /// Builds the partition `part` of a parallel run (None: the whole run). Every
+    /// partition sets up the whole fabric and every flow, and starts only what its own
+    /// devices start.
+    pub fn new_part(
+        fabric: &Fabric,
+        config: &FabricConfig,
+        ex: &Expanded,
+        opts: &RunOptions,
+        part: Option<part::PartMap>,
+    ) -> Sim<Q> {
         let flows = &ex.flows;
         let mut ports: IdVec<PortId, Port> = IdVec::with_capacity(fabric.links.len() * 2);
         let mut links: IdVec<PortId, Link> = IdVec::with_capacity(fabric.links.len() * 2);
@@ -472,6 +507,14 @@ impl<Q: Queue> Sim<Q> {
             cur: GLOBAL_DEV,
             dev_seq: vec![0; n_devs + 1],
             in_setup: true,
+            outbox: vec![part::Outbox::default(); part.as_ref().map_or(0, |p| usize::from(p.parts))],
+            part,
+            shipped_packets: 0,
+            merged_peak_pending: 0,
+            qp_base: 0,
+            qp_next: 0,
+            qp_block_left: 0,
+            qp_blocks_taken: 0,
             // Most events are scheduled one serialization plus one link delay ahead, or,
             // in a collective, one NVLink step (a piece's copy plus the kernel time).
             q: Q::with_horizon(
@@ -497,6 +540,7 @@ impl<Q: Queue> Sim<Q> {
             qps_tx: IdVec::default(),
             qps_rx: IdVec::default(),
             rx_init: IdVec::default(),
+            rx_scratch: Vec::new(),
             free_flows: Vec::new(),
             rto: TimerHeap::default(),
             colls: Vec::new(),
@@ -519,8 +563,9 @@ impl<Q: Queue> Sim<Q> {
             ints: IntSlab::default(),
             net,
             rx_gated: false,
-            flows_left: flows.len(),
-            done_at: None,
+            flows_total: flows.len() as u64,
+            flows_done: 0,
+            last_done_at: None,
             events: 0,
             packet_hops: 0,
             ledger: Ledger::default(),
@@ -528,6 +573,7 @@ impl<Q: Queue> Sim<Q> {
             pfc_log: Vec::new(),
             samples: Samples::default(),
             sample_interval: opts.sample_interval,
+            next_sample: NEVER,
             end: opts.end,
         };
         // Every route of the run at once, destination by destination: the flows' QPs,
@@ -556,6 +602,14 @@ impl<Q: Queue> Sim<Q> {
             rb.compute(&requests, &mut sim.routes, &sim.switches)
         };
         sim.add_flows(fabric, config, flows, &eager, &routes[..eager.requests.len()]);
+        sim.qp_base = sim.qps_tx.len() as u32;
+        // A link whose far end another partition owns is cut: what this partition puts on
+        // it goes to that partition's outbox.
+        if let Some(p) = &sim.part {
+            for (pi, link) in sim.links.iter_mut().enumerate() {
+                link.cut = p.owns(sim.ports[PortId::from(pi)].dev_idx) && !p.owns(link.to_dev);
+            }
+        }
         let mut budget = opts.transfer_records;
         for (run, (plan, span)) in ex.collectives.iter().zip(plans) {
             let total = run.per_iteration * u64::from(run.iterations);
@@ -590,8 +644,11 @@ impl<Q: Queue> Sim<Q> {
             match first {
                 First::Flow(i) => sim.schedule(flows[i].start, Event::FlowStart(ids::FlowId::from(i))),
                 First::Transfer(c, st) => {
-                    let at = sim.colls[c].run.start;
-                    sim.new_transfer(c, 0, st, at);
+                    // Only its sender makes a transfer (and hands the receiver its half).
+                    if sim.owns(sim.transfer_dev(c, st)) {
+                        let at = sim.colls[c].run.start;
+                        sim.new_transfer(c, 0, st, at);
+                    }
                 }
             }
         }
@@ -650,17 +707,27 @@ impl<Q: Queue> Sim<Q> {
     /// Queues an event.
     #[inline(always)]
     pub(crate) fn schedule(&mut self, t: Ps, e: Event) {
-        let tie = self.tie(t, self.target_of(e));
+        let target = self.target_of(e);
+        // Set-up builds every device in every partition; each queues only its own
+        // devices' first events. Once running, a device only ever schedules events for
+        // itself or for devices it shares a partition with (a flow that starts when
+        // another arrived has its sender with that receiver: `crate::parallel::plan`).
+        if self.in_setup && !self.owns(target) {
+            return;
+        }
+        debug_assert!(
+            self.owns(target),
+            "invariant: events are queued where their device runs"
+        );
+        let tie = self.tie(t, target);
         self.q.push(t, tie, e.encode());
     }
 
     /// A flow (or collective transfer) is done: sent, or failed.
     #[inline]
     pub(crate) fn flow_done(&mut self) {
-        self.flows_left -= 1;
-        if self.flows_left == 0 {
-            self.done_at = Some(self.now);
-        }
+        self.flows_done += 1;
+        self.last_done_at = Some(self.now);
     }
 
     /// Runs until every flow is done, the end time, or no events remain. `progress` is
@@ -672,71 +739,96 @@ impl<Q: Queue> Sim<Q> {
     /// how a parallel run divides the fabric. Counter samples are taken at every multiple
     /// of the sampling interval, after the events of that instant, up to the end.
     pub fn run(&mut self, progress: &mut dyn FnMut(Progress)) {
-        const PROGRESS_EVERY: u64 = 1 << 16;
-        self.in_setup = false;
         let end = self.end.unwrap_or(NEVER);
-        // Every flow and every collective transfer is counted before the run starts.
-        let total = self.flows_left as u64;
-        let iv = self.sample_interval.unwrap_or(NEVER);
-        let mut next_sample = iv;
+        self.start_run();
         loop {
             // The grid window of the next event (windows holding nothing are skipped:
             // nothing in them could end the run).
             let next = self.next_event_time().unwrap_or(self.now).max(self.now);
             let limit = ((next / END_GRID_PS + 1) * END_GRID_PS - 1).min(end);
-            loop {
-                // The event queue and the ACK timers order by the same keys, so popping
-                // whichever holds the smaller key keeps the order one queue would have.
-                let timer = self.rto.peek();
-                let (k, e) = match self.q.pop_before(timer.map_or(u128::MAX, |(k, _)| k), limit) {
-                    Some((k, e)) => (k, Event::decode(e)),
-                    None => match timer {
-                        Some((k, qp)) if time_of(k) <= limit => {
-                            self.rto.pop();
-                            (k, Event::Rto(QpId(qp)))
-                        }
-                        _ => break,
-                    },
-                };
-                let t = time_of(k);
-                while next_sample < t {
-                    self.now = next_sample;
-                    self.sample();
-                    next_sample = next_sample.saturating_add(iv);
-                }
-                debug_assert!(t >= self.now, "invariant: time never goes backwards");
-                self.now = t;
-                self.cur = (tie_of(k) >> (TIE_DEV_BITS + TIE_SEQ_BITS)) as u32 ^ instant_mask(t);
-                self.dispatch(e);
-                self.events += 1;
-                if self.events.is_multiple_of(PROGRESS_EVERY) {
-                    progress(Progress {
-                        now: self.now,
-                        done: total - self.flows_left as u64,
-                        total,
-                    });
-                }
-            }
-            while next_sample <= limit && next_sample != NEVER {
-                self.now = next_sample;
-                self.sample();
-                next_sample = next_sample.saturating_add(iv);
-            }
+            self.run_until(limit, progress);
             if limit >= end {
-                if !self.idle() {
-                    self.now = end;
-                }
+                self.stop_at_end(end, !self.idle());
                 break;
             }
-            if self.flows_left == 0 || self.idle() {
+            if self.flows_done == self.flows_total || self.idle() {
                 break;
             }
         }
+        self.finish_run();
+    }
+
+    /// Ends set-up: from now on events are scheduled by the device handling one.
+    pub fn start_run(&mut self) {
+        self.in_setup = false;
+        self.next_sample = self.sample_interval.unwrap_or(NEVER);
+    }
+
+    /// Handles every event and takes every sample due up to `limit` (inclusive).
+    pub fn run_until(&mut self, limit: Ps, progress: &mut dyn FnMut(Progress)) {
+        const PROGRESS_EVERY: u64 = 1 << 16;
+        let iv = self.sample_interval.unwrap_or(NEVER);
+        loop {
+            // The event queue and the ACK timers order by the same keys, so popping
+            // whichever holds the smaller key keeps the order one queue would have.
+            let timer = self.rto.peek();
+            let (k, e) = match self.q.pop_before(timer.map_or(u128::MAX, |(k, _)| k), limit) {
+                Some((k, e)) => (k, Event::decode(e)),
+                None => match timer {
+                    Some((k, qp)) if time_of(k) <= limit => {
+                        self.rto.pop();
+                        (k, Event::Rto(QpId(qp)))
+                    }
+                    _ => break,
+                },
+            };
+            let t = time_of(k);
+            while self.next_sample < t {
+                self.now = self.next_sample;
+                self.sample();
+                self.next_sample = self.next_sample.saturating_add(iv);
+            }
+            debug_assert!(t >= self.now, "invariant: time never goes backwards");
+            self.now = t;
+            self.cur = (tie_of(k) >> (TIE_DEV_BITS + TIE_SEQ_BITS)) as u32 ^ instant_mask(t);
+            self.dispatch(e);
+            self.events += 1;
+            if self.events.is_multiple_of(PROGRESS_EVERY) {
+                progress(Progress {
+                    now: self.now,
+                    done: self.flows_done,
+                    total: self.flows_total,
+                });
+            }
+        }
+        while self.next_sample <= limit && self.next_sample != NEVER {
+            self.now = self.next_sample;
+            self.sample();
+            self.next_sample = self.next_sample.saturating_add(iv);
+        }
+    }
+
+    /// The run stopped at its end time: time stands there if anything was still to
+    /// happen (`busy`, over every partition).
+    pub fn stop_at_end(&mut self, end: Ps, busy: bool) {
+        if busy {
+            self.now = end;
+        }
+    }
+
+    /// Settles what runs on after the last event (pause durations still in force).
+    pub fn finish_run(&mut self) {
         self.settle_pause_durations();
+        self.record_in_flight();
+    }
+
+    /// Flows and collective transfers this run (partition) has done, of all in the run.
+    pub fn flows_done(&self) -> (u64, u64) {
+        (self.flows_done, self.flows_total)
     }
 
     /// Time of the earliest pending event or timer.
-    fn next_event_time(&self) -> Option<Ps> {
+    pub fn next_event_time(&self) -> Option<Ps> {
         let timer = self.rto.peek().map(|(k, _)| time_of(k));
         match (self.q.peek_time(), timer) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -785,7 +877,7 @@ impl<Q: Queue> Sim<Q> {
 
     /// Largest number of pending events.
     pub fn peak_events_pending(&self) -> usize {
-        self.q.peak()
+        self.q.peak() + self.merged_peak_pending
     }
 
     /// Current simulated time.

@@ -71,6 +71,37 @@ pub(crate) struct QpTx {
 }
 
 impl QpTx {
+    /// A slot no QP has used yet (between the blocks a partition takes): done, and of a
+    /// generation the slot's first QP follows.
+    pub(crate) fn placeholder() -> QpTx {
+        QpTx {
+            flow: FlowId(u32::MAX),
+            slot_gen: u32::MAX,
+            src_port: PortId(0),
+            route: RouteId(0),
+            size: 0,
+            snd_nxt: 0,
+            snd_una: 0,
+            next_avail: 0,
+            last_sent: 0,
+            last_wire: 0,
+            prio: 0,
+            cc: Cc::None,
+            line_bps: 0.0,
+            mtu: 0,
+            sport: 0,
+            dport: 0,
+            dst_port: PortId(0),
+            rx_reserved: false,
+            win_bytes: 0,
+            last_progress: 0,
+            timeouts: 0,
+            rto_pending: false,
+            inc_pending: false,
+            done: true,
+        }
+    }
+
     /// Current sending rate, bit/s.
     #[inline]
     pub(crate) fn rate_bps(&self) -> f64 {

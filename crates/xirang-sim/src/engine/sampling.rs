@@ -41,8 +41,11 @@ impl<Q: Queue> Sim<Q> {
     pub(crate) fn sample(&mut self) {
         let now = self.now;
         for (qi, q) in self.qps_tx.iter_enumerated() {
+            if q.done {
+                continue;
+            }
             let flow = &self.flows[q.flow];
-            if q.done || flow.started.is_none() {
+            if flow.started.is_none() {
                 continue;
             }
             let origin = match flow.origin {
@@ -62,7 +65,11 @@ impl<Q: Queue> Sim<Q> {
                 .rates
                 .push((now, origin, qi.0 - flow.tx.first_qp, q.rate_bps()));
         }
+        // A partition samples its own ports (a QP sends only where it was made).
         for (pi, port) in self.ports.iter_enumerated() {
+            if !self.owns(port.dev_idx) {
+                continue;
+            }
             if matches!(port.dev, Dev::Switch(_)) {
                 for prio in 0..N_PRIO {
                     if port.pr[prio].egr > 0 {
@@ -77,6 +84,10 @@ impl<Q: Queue> Sim<Q> {
             samples.last = vec![UNSEEN; counters.len() * SLOTS_PER_PORT];
         }
         for (pi, c) in counters.iter_enumerated() {
+            let dev = self.ports[pi].dev_idx;
+            if !self.part.as_ref().is_none_or(|p| p.owns(dev)) {
+                continue;
+            }
             let base = pi.idx() * SLOTS_PER_PORT;
             let (last, out) = (&mut samples.last, &mut samples.counters);
             let mut keep = |slot: usize, scope: Scope, name: CounterName, value: u64| {

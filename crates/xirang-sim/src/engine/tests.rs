@@ -47,7 +47,7 @@ list = [{ src = "h0", dst = "h1", bytes = 10_000 }]
     };
     sim.ledger.live_packets += 1;
     sim.nic_receive(rx_port, dup);
-    let (_, ack) = sim.links[rx_port]
+    let (_, _, ack) = sim.links[rx_port]
         .in_flight
         .front()
         .copied()

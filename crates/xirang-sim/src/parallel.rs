@@ -1,0 +1,512 @@
+//! Parallel runs. The fabric is divided into partitions (`xirang_fabric::partition`),
+//! each a [`Sim`] that handles only the events of its own devices; they meet only through
+//! packets on the links cut between them. The run goes in windows no longer than the
+//! lookahead (the shortest delay of a cut link), and after each window the partitions
+//! exchange what crossed and agree on the next window: a conservative, YAWNS-style
+//! synchronization (shared/reference/scale-and-parallel.md §3). A packet sent in a window
+//! arrives after it, so no partition ever receives an event in its past.
+//!
+//! Event ties name devices, never partitions (`Sim::tie`), and the run stops on the same
+//! grid as the serial one, so every output is byte-identical to the serial run's for
+//! any number of partitions and threads (`tests/parallel.rs` checks it over random
+//! scenarios).
+//!
+//! How the windows' exchange travels is an [`Exchange`]: threads of one process here
+//! ([`simulate_threads`]), MPI ranks in the `xirang-mpi` crate.
+
+use std::sync::{Arc, Condvar, Mutex};
+
+use xirang_fabric::Loaded;
+use xirang_fabric::model::HostId;
+use xirang_fabric::partition::{Partition, partition};
+use xirang_fabric::scenario::FaultKind;
+
+use crate::engine::part::{Outbox, PartMap};
+use crate::engine::{END_GRID_PS, NEVER, Progress, RunOptions, Sim};
+use crate::output::RunResult;
+use crate::queue::{EventQueue, Queue};
+use crate::time::{PS_PER_NS, Ps};
+use crate::workload::Expanded;
+
+/// How a run is divided.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// The fabric's partition (one part when the run is serial).
+    pub partition: Partition,
+    /// Partition of each device (NICs, then switches), as the engine indexes them.
+    pub of_dev: Arc<Vec<u16>>,
+    /// The shortest delay of a cut link: the longest window.
+    pub lookahead_ps: Ps,
+    /// Why the run is serial though more partitions were asked for.
+    pub serial_because: Option<String>,
+}
+
+impl Plan {
+    /// Partitions the run has.
+    pub fn parts(&self) -> usize {
+        self.partition.parts
+    }
+}
+
+/// Divides the run of `ex` on `loaded`'s fabric into at most `parts` partitions, or says
+/// why it must run serially.
+///
+/// Devices a flow's start couples are kept together: a flow that waits for others starts
+/// the moment the last of them arrived, so its sender must share a partition with their
+/// receivers. Collectives need nothing more: each transfer waits only for transfers its
+/// sending rank received (`xirang_collective` tests this for every algorithm), and a
+/// rank's GPUs and NICs are one host, never divided.
+pub fn plan(loaded: &Loaded, ex: &Expanded, parts: usize) -> Plan {
+    let fabric = &loaded.fabric;
+    let host = |n: xirang_fabric::model::NicId| fabric.nics[n.index()].host;
+    let mut couplings: Vec<(HostId, HostId)> = Vec::new();
+    for d in &ex.flows {
+        for &a in &d.after {
+            let dep = &ex.flows[a as usize];
+            if host(dep.dst) != host(d.src) {
+                couplings.push((host(dep.dst), host(d.src)));
+            }
+        }
+    }
+    couplings.sort_unstable();
+    couplings.dedup();
+    let serial_because = if parts < 2 {
+        None
+    } else if loaded.scenario.faults.iter().any(|f| f.kind == FaultKind::GdrOff) {
+        // The sender reads the receiving NIC's credit gate directly (`Sim::rx_gate`).
+        Some("a gdr_off fault's receiver grants credit to its senders directly".to_string())
+    } else if ex.collectives.iter().any(|c| c.iterations > 1) {
+        // An iteration begins when every rank's last transfer of the one before arrived:
+        // a barrier with no link delay to look ahead by.
+        Some("a collective runs more than one iteration (each waits for all ranks)".to_string())
+    } else {
+        None
+    };
+    let mut p = partition(
+        fabric,
+        if serial_because.is_some() { 1 } else { parts.max(1) },
+        &couplings,
+    );
+    let serial_because = serial_because.or_else(|| match p.lookahead_ns {
+        Some(0) => Some("a link cut between partitions has no delay (no lookahead)".to_string()),
+        _ if parts >= 2 && p.parts < 2 => Some("the fabric has nothing to divide".to_string()),
+        _ => None,
+    });
+    if serial_because.is_some() && p.parts > 1 {
+        p = partition(fabric, 1, &couplings);
+    }
+    let n_nics = fabric.nics.len();
+    let mut of_dev = vec![0u16; n_nics + fabric.switches.len()];
+    for (i, n) in fabric.nics.iter().enumerate() {
+        of_dev[i] = p.host_part[n.host.index()];
+    }
+    for (s, &part) in p.switch_part.iter().enumerate() {
+        of_dev[n_nics + s] = part;
+    }
+    Plan {
+        lookahead_ps: p.lookahead_ns.map_or(NEVER, |ns| ns * PS_PER_NS),
+        partition: p,
+        of_dev: Arc::new(of_dev),
+        serial_because,
+    }
+}
+
+/// Where a run stands after a window, combined over every partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Status {
+    /// The earliest pending event, or packet on its way between partitions ([`NEVER`]:
+    /// none).
+    pub next: Ps,
+    /// Flows and transfers done.
+    pub done: u64,
+    /// Something is pending (an event, a timer, or a packet between partitions).
+    pub busy: bool,
+    /// The latest simulated time reached.
+    pub now: Ps,
+}
+
+impl Status {
+    /// Nothing yet (the identity of [`Status::combine`]).
+    pub const NONE: Status = Status {
+        next: NEVER,
+        done: 0,
+        busy: false,
+        now: 0,
+    };
+
+    /// Both partitions' status as one.
+    pub fn combine(self, o: Status) -> Status {
+        Status {
+            next: self.next.min(o.next),
+            done: self.done + o.done,
+            busy: self.busy || o.busy,
+            now: self.now.max(o.now),
+        }
+    }
+}
+
+/// An outbox on its way: from partition `from` to partition `to`.
+#[derive(Debug)]
+pub struct Mail {
+    /// Sending partition.
+    pub from: u16,
+    /// Receiving partition.
+    pub to: u16,
+    /// What it carries.
+    pub outbox: Outbox,
+}
+
+/// The end of a window: sends each outbox to its partition's worker, and returns what
+/// this worker's partitions received (in any order) and the status of the whole run.
+pub trait Exchange {
+    /// Exchanges `out` and combines `status` with every other worker's.
+    ///
+    /// # Errors
+    /// When another worker is gone: the run cannot go on.
+    fn sync(&mut self, out: Vec<Mail>, status: Status) -> Result<(Vec<Mail>, Status), Aborted>;
+}
+
+/// Another worker of the run failed; the run stops.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{0}")]
+pub struct Aborted(pub String);
+
+/// Runs this worker's partitions `sims` (of a run of `total` flows and transfers) to the
+/// end, window by window, in step with the other workers through `ex`. Every partition
+/// ends finished (`Sim::finish_run`) at the run's end time; merge them with
+/// [`Sim::merge`]. `progress` hears of each grid window.
+///
+/// # Errors
+/// When the exchange fails (another worker is gone).
+pub fn drive<Q: Queue>(
+    sims: &mut [Sim<Q>],
+    ex: &mut dyn Exchange,
+    lookahead: Ps,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Stats, Aborted> {
+    assert!(lookahead > 0, "invariant: a partitioned run has a lookahead");
+    let Some(first) = sims.first() else {
+        return Err(Aborted("a worker has no partition".to_string()));
+    };
+    let end = first.end.unwrap_or(NEVER);
+    let total = first.flows_done().1;
+    let mut stats = Stats::default();
+    for s in sims.iter_mut() {
+        s.start_run();
+    }
+    let mut sync = |sims: &mut [Sim<Q>], stats: &mut Stats| -> Result<Status, Aborted> {
+        let mut out = Vec::new();
+        let mut st = Status::NONE;
+        for s in sims.iter_mut() {
+            let me = s.part.as_ref().map_or(0, |p| p.me);
+            let local = s.status();
+            st = st.combine(local);
+            for (to, outbox) in s.take_outboxes().into_iter().enumerate() {
+                if !outbox.is_empty() {
+                    stats.shipped += outbox.packets() as u64;
+                    st.next = st.next.min(outbox.first_arrival().unwrap_or(NEVER));
+                    st.busy |= outbox.packets() > 0;
+                    out.push(Mail {
+                        from: me,
+                        to: to as u16,
+                        outbox,
+                    });
+                }
+            }
+        }
+        let (mut mail, st) = ex.sync(out, st)?;
+        stats.windows += 1;
+        // Deliveries in a fixed order, whatever order they came in.
+        mail.sort_by_key(|m| (m.to, m.from));
+        for m in &mut mail {
+            let s = sims
+                .iter_mut()
+                .find(|s| s.part.as_ref().is_some_and(|p| p.me == m.to))
+                .ok_or_else(|| Aborted(format!("mail for partition {} reached the wrong worker", m.to)))?;
+            s.deliver(&mut m.outbox);
+        }
+        Ok(st)
+    };
+    // The receiving halves made at set-up go out before anything runs.
+    let mut st = sync(sims, &mut stats)?;
+    loop {
+        // As the serial run: the grid window of the next event, cut into windows of
+        // one lookahead at most, skipping stretches where nothing happens anywhere.
+        let next = if st.next == NEVER {
+            st.now
+        } else {
+            st.next.max(st.now)
+        };
+        let limit = ((next / END_GRID_PS + 1) * END_GRID_PS - 1).min(end);
+        let mut from = next;
+        loop {
+            let until = from.saturating_add(lookahead - 1).min(limit);
+            for s in sims.iter_mut() {
+                s.run_until(until, &mut |_| {});
+            }
+            st = sync(sims, &mut stats)?;
+            if until == limit {
+                break;
+            }
+            // Samples up to the grid's end are due even when nothing else is.
+            from = if st.next > limit {
+                limit
+            } else {
+                st.next.max(until + 1)
+            };
+        }
+        progress(Progress {
+            now: limit,
+            done: st.done,
+            total,
+        });
+        if limit >= end {
+            // Time stands at the end if anything was still to happen.
+            if st.busy {
+                st.now = end;
+            }
+            break;
+        }
+        if st.done == total || !st.busy {
+            break;
+        }
+    }
+    let now = st.now;
+    for s in sims.iter_mut() {
+        s.stop_at_end(now, true);
+        s.finish_run();
+    }
+    Ok(stats)
+}
+
+/// What a parallel run cost in synchronization.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Windows (exchanges) run.
+    pub windows: u64,
+    /// Packets this worker's partitions sent to others.
+    pub shipped: u64,
+}
+
+/// How a parallel run went, beside its results.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// How the run was divided.
+    pub plan: Plan,
+    /// Threads it ran on.
+    pub threads: usize,
+    /// Windows and packets exchanged.
+    pub stats: Stats,
+}
+
+/// [`crate::simulate`] on `threads` threads, with the fabric divided into `parts`
+/// partitions (each thread runs every `threads`-th one). The results are the serial
+/// run's, byte for byte.
+pub fn simulate_threads(
+    loaded: &Loaded,
+    opts: &RunOptions,
+    parts: usize,
+    threads: usize,
+    progress: &mut dyn FnMut(Progress),
+) -> (RunResult, Report) {
+    let expanded = crate::prepare(loaded, opts);
+    let plan = plan(loaded, &expanded, parts);
+    let n = plan.parts();
+    if n < 2 {
+        let result = crate::run_prepared::<EventQueue>(loaded, opts, &expanded, progress);
+        let report = Report {
+            plan,
+            threads: 1,
+            stats: Stats::default(),
+        };
+        return (result, report);
+    }
+    let threads = threads.clamp(1, n);
+    let hub = Hub::new(threads);
+    let build = |me: usize| {
+        let map = PartMap {
+            me: me as u16,
+            parts: n as u16,
+            of_dev: plan.of_dev.clone(),
+        };
+        let mut sim = Sim::<EventQueue>::new_part(
+            &loaded.fabric,
+            &loaded.scenario.config,
+            &expanded,
+            opts,
+            Some(map),
+        );
+        sim.inject(&loaded.fabric, &loaded.scenario.faults, opts.seed);
+        sim
+    };
+    let worker = |w: usize, progress: &mut dyn FnMut(Progress)| -> Result<(Vec<Sim>, Stats), Aborted> {
+        let mut ex = HubEnd {
+            hub: &hub,
+            me: w,
+            workers: threads,
+        };
+        let mut sims: Vec<Sim> = (w..n).step_by(threads).map(build).collect();
+        let stats = drive(&mut sims, &mut ex, plan.lookahead_ps, progress);
+        if stats.is_err() {
+            hub.abort("a worker failed");
+        }
+        stats.map(|s| (sims, s))
+    };
+    let (mine, others) = std::thread::scope(|scope| {
+        let handles: Vec<_> = (1..threads)
+            .map(|w| {
+                let worker = &worker;
+                let hub = &hub;
+                std::thread::Builder::new()
+                    .name(format!("xirang-sim-{w}"))
+                    .spawn_scoped(scope, move || {
+                        let r =
+                            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| worker(w, &mut |_| {})));
+                        if r.is_err() {
+                            hub.abort("a simulation thread panicked");
+                        }
+                        r
+                    })
+                    .expect("spawning a simulation thread")
+            })
+            .collect();
+        let mine = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| worker(0, progress)));
+        if mine.is_err() {
+            hub.abort("a simulation thread panicked");
+        }
+        let others: Vec<_> = handles.into_iter().map(|h| h.join()).collect();
+        (mine, others)
+    });
+    let mut sims = Vec::with_capacity(n);
+    let mut stats = Stats::default();
+    for r in std::iter::once(mine).chain(others.into_iter().map(|r| r.unwrap_or_else(Err))) {
+        match r {
+            Ok(Ok((s, st))) => {
+                sims.extend(s);
+                stats.windows = stats.windows.max(st.windows);
+                stats.shipped += st.shipped;
+            }
+            // A worker that panicked: carry its panic on (an engine bug, as in a serial run).
+            Err(p) => std::panic::resume_unwind(p),
+            Ok(Err(_)) => {}
+        }
+    }
+    assert_eq!(sims.len(), n, "invariant: every worker finished or one panicked");
+    let sim = Sim::merge(sims);
+    let result = crate::collect(loaded, &expanded, &sim);
+    let report = Report { plan, threads, stats };
+    (result, report)
+}
+
+/// The meeting point of a run's threads: mailboxes and statuses behind one barrier that
+/// can be broken.
+struct Hub {
+    workers: usize,
+    state: Mutex<HubState>,
+    turn: Condvar,
+}
+
+struct HubState {
+    /// Mail for each worker.
+    mail: Vec<Vec<Mail>>,
+    /// Each worker's status this round.
+    status: Vec<Status>,
+    /// Workers arrived at the barrier, and the barrier's generation.
+    arrived: usize,
+    generation: u64,
+    aborted: Option<String>,
+}
+
+impl Hub {
+    fn new(workers: usize) -> Hub {
+        Hub {
+            workers,
+            state: Mutex::new(HubState {
+                mail: (0..workers).map(|_| Vec::new()).collect(),
+                status: vec![Status::NONE; workers],
+                arrived: 0,
+                generation: 0,
+                aborted: None,
+            }),
+            turn: Condvar::new(),
+        }
+    }
+
+    fn abort(&self, why: &str) {
+        let mut s = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        s.aborted.get_or_insert_with(|| why.to_string());
+        self.turn.notify_all();
+    }
+
+    /// Waits until every worker has arrived (or the run was aborted).
+    fn barrier<'a>(
+        &'a self,
+        mut s: std::sync::MutexGuard<'a, HubState>,
+    ) -> Result<std::sync::MutexGuard<'a, HubState>, Aborted> {
+        if let Some(why) = &s.aborted {
+            return Err(Aborted(why.clone()));
+        }
+        let generation = s.generation;
+        s.arrived += 1;
+        if s.arrived == self.workers {
+            s.arrived = 0;
+            s.generation += 1;
+            self.turn.notify_all();
+            return Ok(s);
+        }
+        while s.generation == generation {
+            s = self
+                .turn
+                .wait(s)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Some(why) = &s.aborted {
+                return Err(Aborted(why.clone()));
+            }
+        }
+        Ok(s)
+    }
+}
+
+/// One worker's end of the hub.
+struct HubEnd<'a> {
+    hub: &'a Hub,
+    me: usize,
+    workers: usize,
+}
+
+impl Exchange for HubEnd<'_> {
+    fn sync(&mut self, out: Vec<Mail>, status: Status) -> Result<(Vec<Mail>, Status), Aborted> {
+        let mut s = self
+            .hub
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for m in out {
+            let w = usize::from(m.to) % self.workers;
+            s.mail[w].push(m);
+        }
+        s.status[self.me] = status;
+        // Everyone has posted: read.
+        let mut s = self.hub.barrier(s)?;
+        let mail = std::mem::take(&mut s.mail[self.me]);
+        let st = s.status.iter().fold(Status::NONE, |a, b| a.combine(*b));
+        // Everyone has read: the next round may post.
+        drop(self.hub.barrier(s)?);
+        Ok((mail, st))
+    }
+}
+
+impl<Q: Queue> Sim<Q> {
+    /// This partition's part of the run's [`Status`].
+    fn status(&self) -> Status {
+        Status {
+            next: self.next_event_time().unwrap_or(NEVER),
+            done: self.flows_done,
+            busy: !self.idle(),
+            now: self.now,
+        }
+    }
+}
