@@ -61,6 +61,30 @@ pub(crate) struct Measurement {
     /// Most transfers of collectives alive at once.
     #[serde(default)]
     pub(crate) peak_transfers_in_flight: Option<usize>,
+    /// Threads the run used (absent from older binaries' figures).
+    #[serde(default)]
+    pub(crate) threads: Option<usize>,
+    /// Windows of a parallel run.
+    #[serde(default)]
+    pub(crate) windows: Option<u64>,
+    /// A hash of the run's results (its summary and per-flow records), to show that runs
+    /// on different thread counts gave the same results.
+    #[serde(default)]
+    pub(crate) digest: Option<String>,
+}
+
+/// FNV-1a over the run's summary and flow records as JSON: equal digests mean equal
+/// results (`tests/parallel.rs` checks the files byte for byte; this is the benchmark's
+/// quick check of the same).
+fn digest(r: &xirang_sim::RunResult) -> String {
+    // FNV-1a 64-bit offset basis and prime (the published FNV parameters).
+    const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
+    let text = serde_json::to_string(&(&r.summary(), &r.flows)).unwrap_or_default();
+    let h = text
+        .bytes()
+        .fold(FNV_OFFSET, |h, b| (h ^ u64::from(b)).wrapping_mul(FNV_PRIME));
+    format!("{h:016x}")
 }
 
 fn rss_bytes(field: &str) -> u64 {
@@ -76,16 +100,23 @@ fn rss_bytes(field: &str) -> u64 {
         .map_or(0, |kb| kb * 1024)
 }
 
-fn measure_here(path: &Path, engine: &str, runs: u32) -> Result<Measurement> {
+fn measure_here(path: &Path, engine: &str, runs: u32, threads: usize) -> Result<Measurement> {
     let loaded = xirang_fabric::Scenario::load(path)?;
     let opts = xirang_sim::options(&loaded);
     let before = rss_bytes("VmRSS:");
     let mut walls = Vec::new();
     let mut last = None;
+    let mut windows = None;
     for _ in 0..runs.max(1) {
         let t0 = Instant::now();
         let r = match engine {
             "heap" => xirang_sim::simulate_with::<HeapQueue>(&loaded, &opts, &mut |_| {}),
+            _ if threads > 1 => {
+                let (r, report) =
+                    xirang_sim::parallel::simulate_threads(&loaded, &opts, threads, threads, &mut |_| {});
+                windows = Some(report.stats.windows);
+                r
+            }
             _ => xirang_sim::simulate_with::<EventQueue>(&loaded, &opts, &mut |_| {}),
         };
         walls.push(t0.elapsed().as_secs_f64());
@@ -113,6 +144,9 @@ fn measure_here(path: &Path, engine: &str, runs: u32) -> Result<Measurement> {
         rss_growth_per_packet: growth as f64 / r.engine.peak_packets.max(1) as f64,
         sim_time_ps: Some(r.stats.sim_time_ps),
         peak_transfers_in_flight: Some(r.engine.peak_transfers_in_flight),
+        threads: Some(threads),
+        windows,
+        digest: Some(digest(&r)),
     })
 }
 
@@ -120,11 +154,14 @@ pub(crate) fn run(a: &BenchArgs) -> Result<Outcome> {
     if a.scale && a.child.is_none() {
         return crate::bench_scale::run(a);
     }
+    if a.parallel && a.child.is_none() {
+        return crate::bench_scale::run_parallel(a);
+    }
     if let Some(engine) = &a.child {
         let [path] = a.scenarios.as_slice() else {
             bail!("--child takes exactly one scenario")
         };
-        let m = measure_here(path, engine, a.runs)?;
+        let m = measure_here(path, engine, a.runs, a.threads.unwrap_or(1))?;
         crate::cmd::out(&(serde_json::to_string(&m)? + "\n"))?;
         return Ok(Outcome::Clean);
     }

@@ -99,8 +99,22 @@ struct Row {
 }
 
 fn measure(exe: &Path, file: &Path) -> std::result::Result<Measurement, String> {
-    let out = Command::new(exe)
-        .args(["bench", "--child", "calendar", "--runs", "1"])
+    measure_threads(exe, file, None)
+}
+
+/// One run of `file` in a child process, on `threads` threads (`None`: the child's default,
+/// serial, and an argument older binaries understand).
+fn measure_threads(
+    exe: &Path,
+    file: &Path,
+    threads: Option<usize>,
+) -> std::result::Result<Measurement, String> {
+    let mut cmd = Command::new(exe);
+    cmd.args(["bench", "--child", "calendar", "--runs", "1"]);
+    if let Some(t) = threads {
+        cmd.args(["--threads", &t.to_string()]);
+    }
+    let out = cmd
         .arg(file)
         .output()
         .map_err(|e| format!("cannot run {}: {e}", exe.display()))?;
@@ -213,5 +227,153 @@ pub(crate) fn run(a: &BenchArgs) -> Result<Outcome> {
         format!("{t}\n")
     };
     crate::cmd::out(&text)?;
+    Ok(Outcome::Clean)
+}
+
+/// The cases of `bench --parallel`: the two large cases and a small one, where
+/// synchronization costs the most for what it divides.
+const PARALLEL_CASES: [&str; 2] = ["ring-su-1024", "perm-k16"];
+/// The largest fabric among them, in GPUs or hosts.
+const PARALLEL_MAX_GPUS: u32 = 1024;
+/// The small case of `bench --parallel`, relative to the working directory.
+const PARALLEL_SMALL: &str = "scenarios/reference/perm128-4mb-dcqcn.toml";
+
+/// A case's runs on one thread count.
+#[derive(Debug, Default, Serialize)]
+struct Side {
+    walls_s: Vec<f64>,
+    peak_rss_bytes: u64,
+    windows: Option<u64>,
+    digest: Option<String>,
+}
+
+impl Side {
+    fn add(&mut self, m: &Measurement) {
+        self.walls_s.push(m.best_wall_s);
+        self.peak_rss_bytes = self.peak_rss_bytes.max(m.peak_rss_bytes);
+        self.windows = m.windows;
+        self.digest.clone_from(&m.digest);
+    }
+    fn best(&self) -> f64 {
+        self.walls_s.iter().copied().fold(f64::INFINITY, f64::min)
+    }
+    fn median(&self) -> f64 {
+        let mut w = self.walls_s.clone();
+        w.sort_by(f64::total_cmp);
+        w.get(w.len() / 2).copied().unwrap_or(f64::NAN)
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct ParallelRow {
+    case: String,
+    threads: usize,
+    serial: Side,
+    parallel: Side,
+    /// Serial median wall over parallel median wall.
+    speedup_median: f64,
+    /// Serial best wall over parallel best wall.
+    speedup_best: f64,
+    same_results: bool,
+}
+
+/// `xirang bench --parallel`: serial and threaded runs of the same files, alternating in
+/// fresh processes so that a noisy machine slows both alike.
+pub(crate) fn run_parallel(a: &BenchArgs) -> Result<Outcome> {
+    let dir = tempfile::tempdir().context("creating a directory for the benchmark scenarios")?;
+    let exe = std::env::current_exe().context("locating the xirang binary")?;
+    let all = cases(PARALLEL_MAX_GPUS);
+    let mut files: Vec<(String, PathBuf)> = Vec::new();
+    for name in PARALLEL_CASES {
+        let c = all
+            .iter()
+            .find(|c| c.name == name)
+            .expect("invariant: the parallel cases are scale cases");
+        let file = dir.path().join(format!("{}.toml", c.name));
+        std::fs::write(&file, &c.text).with_context(|| format!("writing {}", file.display()))?;
+        files.push((c.name.clone(), file));
+    }
+    files.push(("perm128".to_string(), PathBuf::from(PARALLEL_SMALL)));
+    files.retain(|(n, _)| a.only.as_deref().is_none_or(|o| n.contains(o)));
+    let threads = a.threads.unwrap_or(2);
+    let mut rows = Vec::new();
+    for (i, (name, file)) in files.iter().enumerate() {
+        let mut serial = Side::default();
+        let mut parallel = Side::default();
+        for run in 0..a.runs {
+            for (side, threads) in [(&mut serial, Some(1)), (&mut parallel, Some(threads))] {
+                let m = measure_threads(&exe, file, threads)
+                    .map_err(|e| anyhow::anyhow!("{name} on {} threads: {e}", threads.unwrap_or(1)))?;
+                if !a.json {
+                    eprintln!(
+                        "[{}/{}] {name} run {}/{} on {} thread(s): {:.2} s",
+                        i + 1,
+                        files.len(),
+                        run + 1,
+                        a.runs,
+                        threads.unwrap_or(1),
+                        m.best_wall_s
+                    );
+                }
+                side.add(&m);
+            }
+        }
+        rows.push(ParallelRow {
+            case: name.clone(),
+            threads,
+            speedup_median: serial.median() / parallel.median(),
+            speedup_best: serial.best() / parallel.best(),
+            same_results: serial.digest.is_some() && serial.digest == parallel.digest,
+            serial,
+            parallel,
+        });
+    }
+    if a.json {
+        crate::cmd::out(&(serde_json::to_string_pretty(&rows)? + "\n"))?;
+        return Ok(Outcome::Clean);
+    }
+    let header = [
+        "case",
+        "threads",
+        "serial s (best, median)",
+        "parallel s (best, median)",
+        "speedup (best, median)",
+        "windows",
+        "peak RSS MB (serial, parallel)",
+        "same results",
+    ];
+    let cells = |r: &ParallelRow| -> Vec<String> {
+        vec![
+            r.case.clone(),
+            r.threads.to_string(),
+            format!("{:.2}, {:.2}", r.serial.best(), r.serial.median()),
+            format!("{:.2}, {:.2}", r.parallel.best(), r.parallel.median()),
+            format!("{:.2}x, {:.2}x", r.speedup_best, r.speedup_median),
+            r.parallel.windows.map_or("-".to_string(), |w| w.to_string()),
+            format!(
+                "{:.0}, {:.0}",
+                r.serial.peak_rss_bytes as f64 / 1e6,
+                r.parallel.peak_rss_bytes as f64 / 1e6
+            ),
+            if r.same_results { "yes" } else { "NO" }.to_string(),
+        ]
+    };
+    let text = if a.markdown {
+        let mut t = format!("| {} |\n|{}\n", header.join(" | "), "---|".repeat(header.len()));
+        for r in &rows {
+            t.push_str(&format!("| {} |\n", cells(r).join(" | ")));
+        }
+        t
+    } else {
+        let mut t = crate::cmd::table(&header);
+        for r in &rows {
+            t.add_row(cells(r));
+        }
+        format!("{t}\n")
+    };
+    crate::cmd::out(&text)?;
+    if rows.iter().any(|r| !r.same_results) {
+        anyhow::bail!("a parallel run's results differ from the serial run's");
+    }
     Ok(Outcome::Clean)
 }

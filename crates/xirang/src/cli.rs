@@ -644,15 +644,23 @@ pub(crate) struct BenchArgs {
     #[arg(long, default_value_t = 16384, requires = "scale", value_parser = clap::value_parser!(u32).range(128..=131_072))]
     pub(crate) max_gpus: u32,
     /// Only the --scale cases whose name contains this text (e.g. `ring`, `perm`).
-    #[arg(long, requires = "scale")]
+    #[arg(long)]
     pub(crate) only: Option<String>,
     /// A previous xirang binary to run the same --scale cases with, where it can read them
     /// (it needs `bench --child`; cases it cannot load are reported as such).
     #[arg(long, requires = "scale")]
     pub(crate) reference_binary: Option<PathBuf>,
-    /// Print the --scale table as markdown (for BENCHMARKS.md).
-    #[arg(long, requires = "scale")]
+    /// Print the --scale or --parallel table as markdown (for BENCHMARKS.md).
+    #[arg(long)]
     pub(crate) markdown: bool,
+    /// The parallel benchmark instead: the 1,024-GPU ring AllReduce (`ring-su-1024`), the
+    /// k = 16 fat-tree permutation (`perm-k16`) and the perm128 reference scenario, each
+    /// run serially and on --threads threads, alternately in fresh processes, --runs times.
+    #[arg(long, conflicts_with_all = ["scenarios", "no_reference", "scale"])]
+    pub(crate) parallel: bool,
+    /// Threads of the --parallel runs (default 2), or of a --child run (default 1); 1 to 256.
+    #[arg(long, value_parser = count::<1, MAX_THREADS>)]
+    pub(crate) threads: Option<usize>,
 }
 
 /// `xirang sim`.
