@@ -90,7 +90,7 @@ const DEC_CHECK_OFFSET: Ps = PS_PER_NS;
 /// decrease check only runs when a CNP is pending, and the increase timer keeps a deadline
 /// that a single pending engine event chases. This is observably the same as the periodic
 /// timers of the reference (same grid, same updates) with far fewer events.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct DcqcnState {
     /// Current rate Rc, bit/s.
     pub rc: f64,
@@ -321,7 +321,7 @@ impl Timely {
 }
 
 /// Per-QP TIMELY state.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct TimelyState {
     /// Current rate, bit/s.
     pub rate: f64,
@@ -409,7 +409,7 @@ pub mod int {
     pub const HEADER_BYTES: u32 = 42;
 
     /// One hop's record, encoded.
-    #[derive(Debug, Clone, Copy, Default, PartialEq)]
+    #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
     pub struct Hop {
         /// Dequeue time, ns, modulo 2^24.
         pub time: u32,
@@ -450,7 +450,7 @@ pub mod int {
     }
 
     /// The INT a packet carries.
-    #[derive(Debug, Clone, Copy, Default)]
+    #[derive(Debug, Clone, Copy, Default, serde::Serialize, serde::Deserialize)]
     pub struct Record {
         /// Hops pushed (may exceed [`MAX_HOPS`]: then the record is unusable).
         pub nhop: u8,
@@ -520,7 +520,7 @@ impl Hpcc {
 }
 
 /// Per-QP HPCC state (the HPCC simulator's rate form, its rdma-hw.cc `UpdateRateHp`).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct HpccState {
     /// Current rate (the fast-react rate), bit/s.
     pub rate: f64,
@@ -641,7 +641,7 @@ impl Dctcp {
 }
 
 /// Per-QP DCTCP state (the HPCC simulator's rdma-hw.cc `HandleAckDctcp`).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct DctcpState {
     /// Current rate, bit/s.
     pub rate: f64,

@@ -15,7 +15,7 @@ use crate::time::{PS_PER_US, Ps};
 pub const N_PRIO: usize = 8;
 
 /// Raw counters of one port (both directions), in engine units.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PortCounters {
     /// Bytes sent.
     pub tx_bytes: u64,
@@ -154,7 +154,7 @@ const PER_PRIO: [(&str, &str); 12] = [
 
 /// A counter's name, as a small code: sampling compares values by code and renders names
 /// only for output.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
 pub struct CounterName(u16);
 
 impl CounterName {
@@ -184,7 +184,7 @@ impl CounterName {
 }
 
 /// Where a counter belongs: the port, or one of its egress queues.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Scope {
     /// The port itself.
     Port,

@@ -6,7 +6,7 @@ use crate::engine::ids::{PortId, QpId, RouteId};
 use crate::time::Ps;
 
 /// What a packet is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[repr(u8)]
 pub enum Kind {
     /// RoCE data.
@@ -28,7 +28,7 @@ pub enum Kind {
 pub const INT_TAG: u64 = 1 << 63;
 
 /// A packet. 40 bytes (the test below keeps it so).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
 pub struct Packet {
     /// Data: byte offset of the payload; Ack/Nack: cumulative ACK; Pause: quanta.
     pub seq: u64,

@@ -22,7 +22,7 @@ use xirang_fabric::model::HostId;
 use xirang_fabric::partition::{Partition, partition};
 use xirang_fabric::scenario::FaultKind;
 
-use crate::engine::part::{Outbox, PartMap};
+use crate::engine::part::{Outbox, PartMap, PartState};
 use crate::engine::{END_GRID_PS, NEVER, Progress, RunOptions, Sim};
 use crate::output::RunResult;
 use crate::queue::{EventQueue, Queue};
@@ -112,8 +112,13 @@ pub fn plan(loaded: &Loaded, ex: &Expanded, parts: usize) -> Plan {
     }
 }
 
+/// [`plan`] for a run of `loaded` with `opts` (its workloads expanded as a run would).
+pub fn plan_for(loaded: &Loaded, opts: &RunOptions, parts: usize) -> Plan {
+    plan(loaded, &crate::prepare(loaded, opts), parts)
+}
+
 /// Where a run stands after a window, combined over every partition.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Status {
     /// The earliest pending event, or packet on its way between partitions ([`NEVER`]:
     /// none).
@@ -147,7 +152,7 @@ impl Status {
 }
 
 /// An outbox on its way: from partition `from` to partition `to`.
-#[derive(Debug)]
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub struct Mail {
     /// Sending partition.
     pub from: u16,
@@ -281,7 +286,7 @@ pub fn drive<Q: Queue>(
 }
 
 /// What a parallel run cost in synchronization.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Stats {
     /// Windows (exchanges) run.
     pub windows: u64,
@@ -294,8 +299,10 @@ pub struct Stats {
 pub struct Report {
     /// How the run was divided.
     pub plan: Plan,
-    /// Threads it ran on.
+    /// Threads it ran on (in each process).
     pub threads: usize,
+    /// Processes (MPI ranks) it ran on.
+    pub ranks: usize,
     /// Windows and packets exchanged.
     pub stats: Stats,
 }
@@ -318,6 +325,7 @@ pub fn simulate_threads(
         let report = Report {
             plan,
             threads: 1,
+            ranks: 1,
             stats: Stats::default(),
         };
         return (result, report);
@@ -396,7 +404,12 @@ pub fn simulate_threads(
     assert_eq!(sims.len(), n, "invariant: every worker finished or one panicked");
     let sim = Sim::merge(sims);
     let result = crate::collect(loaded, &expanded, &sim);
-    let report = Report { plan, threads, stats };
+    let report = Report {
+        plan,
+        threads,
+        ranks: 1,
+        stats,
+    };
     (result, report)
 }
 
@@ -405,6 +418,116 @@ pub fn simulate_threads(
 /// a core (a window is a few hundred microseconds of work, its imbalance much less), and
 /// short enough not to steal a core for long when threads outnumber cores.
 const BARRIER_SPINS: u32 = 1 << 14;
+
+/// The end of a run over several processes: every worker's finished partitions go to
+/// worker 0, which writes the results.
+pub trait Gather {
+    /// Sends this worker's finished partitions and its figures to worker 0. Worker 0 gets
+    /// every other worker's (in any order); the others get `None`.
+    ///
+    /// # Errors
+    /// When another worker is gone.
+    fn gather(
+        &mut self,
+        mine: Vec<PartState>,
+        stats: Stats,
+    ) -> Result<Option<(Vec<PartState>, Stats)>, Aborted>;
+}
+
+/// Why a run over several processes could not be done.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum DistributedError {
+    /// The fabric divides into fewer partitions than there are workers.
+    #[error(
+        "the fabric divides into only {parts} partitions, fewer than the {workers} processes; run with at most {parts}"
+    )]
+    TooFewPartitions {
+        /// Partitions the fabric has.
+        parts: usize,
+        /// Processes of the run.
+        workers: usize,
+    },
+    /// Another worker failed.
+    #[error(transparent)]
+    Aborted(#[from] Aborted),
+}
+
+/// [`crate::simulate`] as worker `worker` of `workers` processes: the fabric divided into
+/// `parts` partitions (at least `workers`), this worker running those whose number is
+/// `worker` modulo `workers`, one after another in each window; windows meet, and the
+/// finished partitions are gathered, through `wire`. Worker 0 returns the run's results,
+/// the serial run's byte for byte; the others `None`. A run that must be serial (see
+/// [`plan`]) runs on worker 0 alone.
+///
+/// # Errors
+/// When the fabric has fewer partitions than workers, or another worker failed.
+pub fn simulate_distributed<W: Exchange + Gather>(
+    loaded: &Loaded,
+    opts: &RunOptions,
+    parts: usize,
+    worker: usize,
+    workers: usize,
+    wire: &mut W,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Option<(RunResult, Report)>, DistributedError> {
+    let expanded = crate::prepare(loaded, opts);
+    let plan = plan(loaded, &expanded, parts.max(workers));
+    let n = plan.parts();
+    if n < 2 {
+        if worker != 0 {
+            return Ok(None);
+        }
+        let result = crate::run_prepared::<EventQueue>(loaded, opts, &expanded, progress);
+        let report = Report {
+            plan,
+            threads: 1,
+            ranks: workers,
+            stats: Stats::default(),
+        };
+        return Ok(Some((result, report)));
+    }
+    if n < workers {
+        return Err(DistributedError::TooFewPartitions { parts: n, workers });
+    }
+    let mut sims: Vec<Sim> = (worker..n)
+        .step_by(workers)
+        .map(|me| {
+            let map = PartMap {
+                me: me as u16,
+                parts: n as u16,
+                of_dev: plan.of_dev.clone(),
+            };
+            let mut sim = Sim::<EventQueue>::new_part(
+                &loaded.fabric,
+                &loaded.scenario.config,
+                &expanded,
+                opts,
+                Some(map),
+            );
+            sim.inject(&loaded.fabric, &loaded.scenario.faults, opts.seed);
+            sim
+        })
+        .collect();
+    let stats = drive(&mut sims, wire, plan.lookahead_ps, progress)?;
+    // Partition 0 (worker 0's first) gathers; everything else becomes a state.
+    let mut sims = sims.into_iter();
+    let base = if worker == 0 { sims.next() } else { None };
+    let mine: Vec<PartState> = sims.map(Sim::into_part_state).collect();
+    let Some((mut states, all)) = wire.gather(mine, stats)? else {
+        return Ok(None);
+    };
+    let mut sim = base.expect("invariant: worker 0 runs partition 0");
+    states.sort_by_key(PartState::part);
+    sim.gather(states);
+    let result = crate::collect(loaded, &expanded, &sim);
+    let report = Report {
+        plan,
+        threads: 1,
+        ranks: workers,
+        stats: all,
+    };
+    Ok(Some((result, report)))
+}
 
 /// The meeting point of a run's threads: mailboxes and statuses behind one barrier that
 /// can be broken. Each window is one barrier: mail and status are double-buffered by the

@@ -21,7 +21,7 @@ pub enum Purpose {
 }
 
 /// One random stream.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Stream(Xoshiro256PlusPlus);
 
 impl Stream {

@@ -15,7 +15,7 @@ const Q: u32 = 16;
 
 /// A line rate with its serialization time per byte precomputed, so that the time a
 /// packet occupies a link is one multiplication.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Rate {
     /// Bits per second.
     pub bps: f64,

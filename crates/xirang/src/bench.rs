@@ -154,6 +154,12 @@ pub(crate) fn run(a: &BenchArgs) -> Result<Outcome> {
     if a.scale && a.child.is_none() {
         return crate::bench_scale::run(a);
     }
+    if a.mpi_sync {
+        #[cfg(feature = "mpi")]
+        return crate::mpi::sync_bench(a.json);
+        #[cfg(not(feature = "mpi"))]
+        bail!("this xirang was built without MPI; build it with `cargo build --release --features mpi`");
+    }
     if a.parallel && a.child.is_none() {
         return crate::bench_scale::run_parallel(a);
     }

@@ -658,6 +658,10 @@ pub(crate) struct BenchArgs {
     /// run serially and on --threads threads, alternately in fresh processes, --runs times.
     #[arg(long, conflicts_with_all = ["scenarios", "no_reference", "scale"])]
     pub(crate) parallel: bool,
+    /// Under `mpirun`: the cost of one window's synchronization between the ranks (an
+    /// exchange with no packets, 10,000 times), as rank 0 prints it. Needs `--features mpi`.
+    #[arg(long, conflicts_with_all = ["scenarios", "scale", "parallel"])]
+    pub(crate) mpi_sync: bool,
     /// Threads of the --parallel runs (default 2), or of a --child run (default 1); 1 to 256.
     #[arg(long, value_parser = count::<1, MAX_THREADS>)]
     pub(crate) threads: Option<usize>,
@@ -698,6 +702,11 @@ pub(crate) struct SimArgs {
     /// thread running its share.
     #[arg(long, value_parser = count::<1, MAX_PARTITIONS>)]
     pub(crate) partitions: Option<usize>,
+    /// Run as one rank of an MPI job (`mpirun -np N xirang sim --mpi SCENARIO`): the fabric
+    /// divided into N partitions (or --partitions, at least N), rank 0 writing the outputs,
+    /// byte-identical to the serial run's. Needs a build with `--features mpi`.
+    #[arg(long, conflicts_with = "threads")]
+    pub(crate) mpi: bool,
     /// Print the summary as JSON.
     #[arg(long)]
     pub(crate) json: bool,
@@ -782,13 +791,29 @@ pub(crate) enum ScenarioCmd {
 #[derive(Debug, Subcommand)]
 pub(crate) enum TopoCmd {
     /// Counts per tier, oversubscription, bisection bandwidth, diameter, ECMP width and
-    /// path MTU between two sample hosts, GPU/NIC PCIe affinity.
-    Show(FileArgs),
+    /// path MTU between two sample hosts, GPU/NIC PCIe affinity; with --partitions, how
+    /// `sim --threads`/`--mpi` would divide the fabric.
+    Show(TopoShowArgs),
     /// The topology in Graphviz DOT (render with `dot -Tsvg`).
     Dot {
         /// Scenario file.
         file: PathBuf,
     },
+}
+
+/// `xirang topo show`.
+#[derive(Debug, Args)]
+pub(crate) struct TopoShowArgs {
+    /// Scenario file.
+    pub(crate) file: PathBuf,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// Also show the fabric divided into this many partitions (1 to 256) as a parallel
+    /// run divides it: each partition's hosts, switches and ports, the links cut between
+    /// them and the lookahead, or why the run would stay serial.
+    #[arg(long, value_parser = count::<1, MAX_PARTITIONS>)]
+    pub(crate) partitions: Option<usize>,
 }
 
 #[derive(Debug, Args)]

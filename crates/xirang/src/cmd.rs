@@ -11,7 +11,7 @@ use xirang_fabric::scenario::{Scenario, ScenarioError};
 use xirang_fabric::topology::TopologySpec;
 
 use crate::Outcome;
-use crate::cli::{Cli, Command, FileArgs, HostCmd, NcclCmd, PlanCmd, ScenarioCmd, TopoCmd};
+use crate::cli::{Cli, Command, FileArgs, HostCmd, NcclCmd, PlanCmd, ScenarioCmd, TopoCmd, TopoShowArgs};
 
 pub(crate) fn run(cli: Cli) -> Result<Outcome> {
     match cli.command {
@@ -137,15 +137,35 @@ struct ShowReport<'a> {
     scenario: &'a str,
     #[serde(flatten)]
     summary: &'a TopoSummary,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    partition: Option<PartitionReport<'a>>,
 }
 
-fn topo_show(a: &FileArgs) -> Result<Outcome> {
+/// How a parallel run would divide the fabric.
+#[derive(Serialize)]
+struct PartitionReport<'a> {
+    #[serde(flatten)]
+    partition: &'a xirang_fabric::partition::Partition,
+    /// Why the run would be serial though more partitions were asked for.
+    serial_because: Option<&'a str>,
+}
+
+fn topo_show(a: &TopoShowArgs) -> Result<Outcome> {
     let loaded = load(&a.file)?;
     let s = analysis::summarize(&loaded.fabric);
+    let plan = a.partitions.map(|n| {
+        let opts = xirang_sim::options(&loaded);
+        xirang_sim::parallel::plan_for(&loaded, &opts, n)
+    });
+    let partition = plan.as_ref().map(|p| PartitionReport {
+        partition: &p.partition,
+        serial_because: p.serial_because.as_deref(),
+    });
     if a.json {
         let r = ShowReport {
             scenario: &loaded.scenario.name,
             summary: &s,
+            partition,
         };
         out(&(serde_json::to_string_pretty(&r)? + "\n"))?;
         return Ok(Outcome::Clean);
@@ -204,6 +224,34 @@ fn topo_show(a: &FileArgs) -> Result<Outcome> {
             s.pcie.downgraded_pcie_links
         ),
     ]);
+    if let Some(p) = &plan {
+        let part = &p.partition;
+        t.add_row(vec![
+            "partitions".to_string(),
+            match &p.serial_because {
+                Some(why) => format!("1 (serial: {why})"),
+                None => format!(
+                    "{} ({} groups below the {} tier), {} links cut, lookahead {}",
+                    part.parts,
+                    part.groups,
+                    part.split_above.map_or("top".to_string(), |t| t.to_string()),
+                    part.cut_links,
+                    part.lookahead_ns.map_or("-".to_string(), |ns| format!("{ns} ns"))
+                ),
+            },
+        ]);
+        if p.serial_because.is_none() {
+            for (i, m) in part.members.iter().enumerate() {
+                t.add_row(vec![
+                    format!("partition {i}"),
+                    format!(
+                        "{} hosts, {} switches, {} ports ({} on cut links)",
+                        m.hosts, m.switches, m.ports, m.cut_ports
+                    ),
+                ]);
+            }
+        }
+    }
     out(&format!(
         "{}: {}\n{t}\n",
         a.file.display(),

@@ -11,6 +11,8 @@ mod host;
 mod memreg;
 mod monitor;
 mod monitor_bench;
+#[cfg(feature = "mpi")]
+mod mpi;
 mod nccl;
 mod plan;
 mod rollout;

@@ -102,6 +102,28 @@ pub(crate) fn run(a: &SimArgs) -> Result<Outcome> {
     if let Some(s) = a.sample {
         opts.sample_interval = Some(us(s));
     }
+    #[cfg(feature = "mpi")]
+    let mpi = if a.mpi {
+        Some(crate::mpi::Job::start()?)
+    } else {
+        None
+    };
+    #[cfg(not(feature = "mpi"))]
+    if a.mpi {
+        bail!(
+            "this xirang was built without MPI; build it with `cargo build --release --features mpi` \
+             (Debian packages libopenmpi-dev, openmpi-bin and libclang-dev: scripts/install-mpi.sh)"
+        );
+    }
+    // Ranks other than 0 simulate their partitions and write nothing.
+    #[cfg(feature = "mpi")]
+    if let Some(job) = &mpi
+        && job.rank() != 0
+    {
+        let parts = a.partitions.unwrap_or(job.size());
+        job.simulate(&loaded, &opts, parts, &mut |_| {})?;
+        return Ok(Outcome::Clean);
+    }
     let out_dir = a.out.clone().unwrap_or_else(|| {
         PathBuf::from("out").join(if loaded.scenario.name.is_empty() {
             "sim"
@@ -110,7 +132,13 @@ pub(crate) fn run(a: &SimArgs) -> Result<Outcome> {
         })
     });
     // Refuse someone else's directory before the run, not after it.
-    let out = OutputDir::create(&out_dir, &SIM_FILES)?;
+    let out = OutputDir::create(&out_dir, &SIM_FILES);
+    #[cfg(feature = "mpi")]
+    if let (Some(job), Err(e)) = (&mpi, &out) {
+        // The other ranks are already in the run: end them too.
+        job.abort(&anyhow::anyhow!("{e}"));
+    }
+    let out = out?;
 
     // Progress is finished transfers of all of them, with an estimate of the time left;
     // with an end time, simulated time against it, whichever is further along.
@@ -137,7 +165,29 @@ pub(crate) fn run(a: &SimArgs) -> Result<Outcome> {
             p.now as f64 / PS_PER_US as f64
         ));
     };
-    let (result, parallel) = if parts > 1 || a.threads > 1 {
+    #[cfg(feature = "mpi")]
+    let by_mpi = match &mpi {
+        Some(job) => {
+            let (r, report) = job
+                .simulate(
+                    &loaded,
+                    &opts,
+                    a.partitions.unwrap_or(job.size()),
+                    &mut on_progress,
+                )?
+                .expect("invariant: rank 0 has the results");
+            Some((r, Some(report)))
+        }
+        None => None,
+    };
+    #[cfg(not(feature = "mpi"))]
+    let by_mpi: Option<(xirang_sim::RunResult, Option<xirang_sim::parallel::Report>)> = None;
+    let (result, parallel) = if let Some(r) = by_mpi {
+        if let Some(why) = r.1.as_ref().and_then(|p| p.plan.serial_because.as_ref()) {
+            bar.suspend(|| eprintln!("note: running serially on rank 0: {why}"));
+        }
+        r
+    } else if parts > 1 || a.threads > 1 {
         let (r, report) =
             xirang_sim::parallel::simulate_threads(&loaded, &opts, parts, a.threads, &mut on_progress);
         if let Some(why) = &report.plan.serial_because {
@@ -256,6 +306,7 @@ fn parallel_json(r: &xirang_sim::parallel::Report) -> serde_json::Value {
     serde_json::json!({
         "partitions": r.plan.parts(),
         "threads": r.threads,
+        "ranks": r.ranks,
         "lookahead_ns": (r.plan.parts() > 1).then_some(r.plan.lookahead_ps / xirang_sim::time::PS_PER_NS),
         "cut_links": r.plan.partition.cut_links,
         "windows": r.stats.windows,

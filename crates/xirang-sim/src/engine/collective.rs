@@ -51,7 +51,7 @@ pub(crate) struct Conn {
 /// What a recorded collective keeps of each transfer for the results: the sender's part
 /// (start, finish, ideal times) and the receiver's (when every byte arrived, how many
 /// did), each written where it happens.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub(crate) struct TransferRecord {
     pub(crate) start: Option<Ps>,
     pub(crate) finish: Option<Ps>,

@@ -60,7 +60,7 @@ impl ActiveFault {
 }
 
 /// Receive backlog of a NIC whose host drains slowly.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
 pub(crate) struct SlowRx {
     drain_bps: f64,
     backlog_bytes: f64,

@@ -94,7 +94,7 @@ pub(crate) struct Flow {
 }
 
 /// The sending side of a flow.
-#[derive(Debug)]
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub(crate) struct FlowTx {
     /// Its QPs: `n_qps` slots from `first_qp`.
     pub(crate) first_qp: u32,
@@ -107,7 +107,7 @@ pub(crate) struct FlowTx {
 }
 
 /// The receiving side of a flow.
-#[derive(Debug)]
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub(crate) struct FlowRx {
     pub(crate) rx_left: u32,
     /// Every byte arrived.

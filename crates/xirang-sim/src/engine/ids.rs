@@ -9,7 +9,7 @@ use std::ops::{Index, IndexMut};
 macro_rules! ids {
     ($($(#[$doc:meta])* $name:ident;)*) => {$(
         $(#[$doc])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, serde::Serialize, serde::Deserialize)]
         pub struct $name(pub u32);
 
         impl $name {
@@ -99,6 +99,12 @@ impl<I: From<usize> + Copy, T> IdVec<I, T> {
     }
 
     /// Items in id order.
+    /// The items with their ids, by value.
+    pub fn into_iter_enumerated(self) -> impl Iterator<Item = (I, T)> {
+        self.items.into_iter().enumerate().map(|(i, x)| (I::from(i), x))
+    }
+
+    /// The elements in id order.
     pub fn iter(&self) -> std::slice::Iter<'_, T> {
         self.items.iter()
     }

@@ -9,7 +9,7 @@ use crate::queue::Queue;
 use crate::time::Ps;
 
 /// Conservation accounting.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Ledger {
     /// Packets created (by NICs, and PFC frames by switches).
     pub created_packets: u64,

@@ -24,7 +24,7 @@ pub const PFC_FRAME_BYTES: u16 = 64;
 
 /// One port of a NIC or switch: its transmitter and (at switches) the buffer accounting of
 /// packets that entered through it.
-#[derive(Debug)]
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Port {
     pub(crate) dev: Dev,
     /// The device's dense index (`Sim::dev_index`): what event ties name.
@@ -77,7 +77,7 @@ pub(crate) struct Port {
 }
 
 /// Per-priority state of a port.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
 pub(crate) struct PrioState {
     /// Egress queue (at NICs: ACKs, NACKs and CNPs only; data comes from QPs). Packets live
     /// in the queues and link rings themselves: moving 40 bytes along a ring is cheaper than
@@ -106,7 +106,7 @@ pub(crate) struct PrioState {
 }
 
 /// The directed link leaving a port: what is on the wire, towards the peer port.
-#[derive(Debug)]
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Link {
     pub(crate) delay: Ps,
     /// Dense index of the device at the other end (where `Arrive` events happen).

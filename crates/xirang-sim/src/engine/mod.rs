@@ -99,7 +99,7 @@ fn instant_mask(t: Ps) -> u32 {
 pub const END_GRID_PS: Ps = PS_PER_US;
 
 /// Owner of a port.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(crate) enum Dev {
     Nic(NicId),
     Switch(SwitchId),

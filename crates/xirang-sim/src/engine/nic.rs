@@ -25,7 +25,7 @@ pub const CNP_BYTES: u16 = 78;
 const NACK_INTERVAL: Ps = 500 * PS_PER_US;
 
 /// The reaction point's congestion control of a QP, with the index of its parameter set.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub(crate) enum Cc {
     None,
     Dcqcn(u16, Box<DcqcnState>),
@@ -35,7 +35,7 @@ pub(crate) enum Cc {
 }
 
 /// The sending half of a QP: one message of its flow.
-#[derive(Debug)]
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub(crate) struct QpTx {
     pub(crate) flow: FlowId,
     /// Generation of the slot (see `Packet::slot_gen`).
@@ -124,7 +124,7 @@ impl QpTx {
 }
 
 /// What a QP's data is for, at the receiver.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(crate) enum RxOwner {
     /// A flow of the scenario's workloads (its receiving half is `Sim::flows[f].rx`).
     Flow(FlowId),
@@ -168,7 +168,7 @@ impl QpRx {
 /// never when the sender made it: what the receiver knows of the sender travels in
 /// packets, so a parallel run, where the sender may be elsewhere, sees it at the same
 /// instant.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub(crate) struct QpRx {
     pub(crate) owner: RxOwner,
     /// On a transfer's first QP: its QPs with data still to receive, and all its QPs.

@@ -8,12 +8,21 @@
 
 use std::sync::Arc;
 
+use serde::{Deserialize, Serialize};
+
 use super::Sim;
 use super::collective::TransferRecord;
-use super::flows::Origin;
+use super::flows::{FlowRx, FlowTx, Origin};
 use super::ids::{FlowId, PortId, QpId};
+use super::ledger::Ledger;
+use super::link::{Link, Port};
 use super::nic::QpRx;
+use super::nic::QpTx;
+use super::pfc::PfcEvent;
+use super::sampling::Samples;
+use super::switch::SwitchState;
 use crate::cc::int::Record;
+use crate::counters::PortCounters;
 use crate::packet::{INT_TAG, Packet};
 use crate::queue::Queue;
 use crate::time::Ps;
@@ -38,7 +47,7 @@ impl PartMap {
 }
 
 /// A packet leaving its partition on a cut link, with what its arrival needs.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LinkMsg {
     /// The link (the port it leaves).
     pub link: PortId,
@@ -54,7 +63,7 @@ pub struct LinkMsg {
 }
 
 /// What one partition sends another at the end of a window.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Outbox {
     /// Packets, in the order they were put on their links.
     pub(crate) links: Vec<LinkMsg>,
@@ -174,7 +183,239 @@ impl<Q: Queue> Sim<Q> {
     }
 }
 
+/// What a finished partition contributes to the run's results: the state of what it
+/// owns (each port with its counters, each link ring arriving at one of its devices, each
+/// switch, the flow and QP halves of its NICs, its collectives' arrivals and its side of
+/// their transfer records) and its totals. It travels to the partition that gathers the
+/// run (another thread, or rank 0 of an MPI run), which [`Sim::absorb`]s it.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct PartState {
+    me: u16,
+    now: Ps,
+    ports: Vec<(PortId, Port, PortCounters)>,
+    links: Vec<(PortId, Link)>,
+    switches: Vec<(u32, SwitchState)>,
+    qps_tx: Vec<(QpId, QpTx)>,
+    qps_rx: Vec<(QpId, QpRx)>,
+    flows_tx: Vec<(FlowId, Option<Ps>, FlowTx)>,
+    flows_rx: Vec<(FlowId, FlowRx)>,
+    colls: Vec<CollPart>,
+    samples: Samples,
+    pfc_log: Vec<PfcEvent>,
+    ledger: Ledger,
+    events: u64,
+    packet_hops: u64,
+    shipped_packets: u64,
+    stray_packets: u64,
+    qps_failed: u64,
+    flows_done: u64,
+    last_done_at: Option<Ps>,
+    ints_live: usize,
+    peak_live_transfers: usize,
+    peak_live_transfer_qps: usize,
+    peak_pending: usize,
+}
+
+impl PartState {
+    /// The partition it comes from.
+    pub fn part(&self) -> u16 {
+        self.me
+    }
+}
+
+/// A partition's side of one collective.
+#[derive(Debug, Serialize, Deserialize)]
+struct CollPart {
+    arrived: u64,
+    last_arrival: Option<Ps>,
+    records: Option<Vec<Option<TransferRecord>>>,
+}
+
 impl<Q: Queue> Sim<Q> {
+    /// Flows defined by the scenario (transfers' flow slots come after them).
+    fn n_defs(&self) -> usize {
+        self.flows
+            .iter()
+            .position(|f| f.origin != Origin::Def)
+            .unwrap_or(self.flows.len())
+    }
+
+    /// The device that receives flow `f` (a flow inside a host has both halves there; a
+    /// network flow's receiver is its QPs' destination).
+    fn receiver_of(&self, f: FlowId) -> u32 {
+        let fl = &self.flows[f];
+        match fl.local {
+            Some(_) => fl.dev,
+            None => self.ports[self.qps_tx[QpId(fl.tx.first_qp)].dst_port].dev_idx,
+        }
+    }
+
+    /// What a finished partition owns (see [`PartState`]); the rest of it is dropped.
+    ///
+    /// # Panics
+    /// When the run is not partitioned.
+    pub fn into_part_state(mut self) -> PartState {
+        let map = self
+            .part
+            .clone()
+            .expect("invariant: a partition's state comes from a partitioned run");
+        let mine = |dev: u32| map.owns(dev);
+        let n_nics = self.nics.len();
+        // Who owns what, while every port still names its device.
+        let qp_base = self.qp_base as usize;
+        let qp_owned: Vec<(bool, bool)> = (0..qp_base)
+            .map(|q| {
+                let q = &self.qps_tx[QpId(q as u32)];
+                (
+                    mine(self.ports[q.src_port].dev_idx),
+                    mine(self.ports[q.dst_port].dev_idx),
+                )
+            })
+            .collect();
+        let n_defs = self.n_defs();
+        let flow_owned: Vec<(bool, bool)> = (0..n_defs)
+            .map(|i| {
+                let f = FlowId::from(i);
+                (mine(self.flows[f].dev), mine(self.receiver_of(f)))
+            })
+            .collect();
+        let port_owned: Vec<bool> = self.ports.iter().map(|p| mine(p.dev_idx)).collect();
+        let counters = std::mem::take(&mut self.counters);
+        let ports = std::mem::take(&mut self.ports)
+            .into_iter_enumerated()
+            .zip(counters.into_iter_enumerated())
+            .filter(|((p, _), _)| port_owned[p.idx()])
+            .map(|((p, port), (_, c))| (p, port, c))
+            .collect();
+        let links = std::mem::take(&mut self.links)
+            .into_iter_enumerated()
+            .filter(|(_, l)| mine(l.to_dev))
+            .collect();
+        let switches = std::mem::take(&mut self.switches)
+            .into_iter()
+            .enumerate()
+            .filter(|(s, _)| mine((n_nics + s) as u32))
+            .map(|(s, sw)| (s as u32, sw))
+            .collect();
+        let qps_tx = std::mem::take(&mut self.qps_tx)
+            .into_iter_enumerated()
+            .take(qp_base)
+            .filter(|(q, _)| qp_owned[q.idx()].0)
+            .collect();
+        let qps_rx = std::mem::take(&mut self.qps_rx)
+            .into_iter_enumerated()
+            .take(qp_base)
+            .filter(|(q, _)| qp_owned[q.idx()].1)
+            .collect();
+        let mut flows_tx = Vec::new();
+        let mut flows_rx = Vec::new();
+        for (f, fl) in std::mem::take(&mut self.flows)
+            .into_iter_enumerated()
+            .take(n_defs)
+        {
+            let (tx, rx) = flow_owned[f.idx()];
+            if tx {
+                flows_tx.push((f, fl.started, fl.tx));
+            }
+            if rx {
+                flows_rx.push((f, fl.rx));
+            }
+        }
+        let colls = self
+            .colls
+            .iter_mut()
+            .map(|c| CollPart {
+                arrived: c.arrived,
+                last_arrival: c.last_arrival,
+                records: c.records.take(),
+            })
+            .collect();
+        PartState {
+            me: map.me,
+            now: self.now,
+            ports,
+            links,
+            switches,
+            qps_tx,
+            qps_rx,
+            flows_tx,
+            flows_rx,
+            colls,
+            samples: std::mem::take(&mut self.samples),
+            pfc_log: std::mem::take(&mut self.pfc_log),
+            ledger: self.ledger,
+            events: self.events,
+            packet_hops: self.packet_hops,
+            shipped_packets: self.shipped_packets,
+            stray_packets: self.stray_packets,
+            qps_failed: self.qps_failed,
+            flows_done: self.flows_done,
+            last_done_at: self.last_done_at,
+            ints_live: self.ints.live,
+            peak_live_transfers: self.peak_live_transfers,
+            peak_live_transfer_qps: self.peak_live_transfer_qps,
+            peak_pending: self.q.peak() + self.merged_peak_pending,
+        }
+    }
+
+    /// Puts another partition's state into this one (see [`PartState`]).
+    pub fn absorb(&mut self, o: PartState) {
+        for (p, port, counters) in o.ports {
+            self.ports[p] = port;
+            self.counters[p] = counters;
+        }
+        for (p, link) in o.links {
+            self.links[p] = link;
+        }
+        for (s, sw) in o.switches {
+            self.switches[s as usize] = sw;
+        }
+        for (q, tx) in o.qps_tx {
+            self.qps_tx[q] = tx;
+        }
+        for (q, rx) in o.qps_rx {
+            self.qps_rx[q] = rx;
+        }
+        for (f, started, tx) in o.flows_tx {
+            self.flows[f].started = started;
+            self.flows[f].tx = tx;
+        }
+        for (f, rx) in o.flows_rx {
+            self.flows[f].rx = rx;
+        }
+        for (b, x) in self.colls.iter_mut().zip(o.colls) {
+            b.arrived += x.arrived;
+            b.last_arrival = b.last_arrival.max(x.last_arrival);
+            if let (Some(br), Some(xr)) = (&mut b.records, x.records) {
+                for (b, x) in br.iter_mut().zip(xr) {
+                    if let Some(x) = x {
+                        b.get_or_insert_with(TransferRecord::default).absorb(x);
+                    }
+                }
+            }
+        }
+        let mut samples = o.samples;
+        self.samples.counters.append(&mut samples.counters);
+        self.samples.rates.append(&mut samples.rates);
+        self.samples.queues.append(&mut samples.queues);
+        let mut pfc = o.pfc_log;
+        self.pfc_log.append(&mut pfc);
+        self.ledger.absorb(&o.ledger);
+        self.events += o.events;
+        self.packet_hops += o.packet_hops;
+        self.shipped_packets += o.shipped_packets;
+        self.stray_packets += o.stray_packets;
+        self.qps_failed += o.qps_failed;
+        self.flows_done += o.flows_done;
+        self.last_done_at = self.last_done_at.max(o.last_done_at);
+        self.ints.live += o.ints_live;
+        // Peaks of different partitions need not coincide: their sum bounds the run's.
+        self.peak_live_transfers += o.peak_live_transfers;
+        self.peak_live_transfer_qps += o.peak_live_transfer_qps;
+        self.merged_peak_pending += o.peak_pending;
+        debug_assert_eq!(self.now, o.now, "invariant: partitions finish at one time");
+    }
+
     /// The partitions of a finished run folded into one, which reads as the serial run
     /// would: each port, link ring, switch, flow half and QP half from the partition that
     /// owns it (a link's ring from its far end, where its packets arrive), transfer records
@@ -182,110 +423,37 @@ impl<Q: Queue> Sim<Q> {
     /// time and port order. Every partition must have finished (`finish_run`) at the same
     /// time. Transfers' flows and QP slots are left out: the records say what the results
     /// need of them.
-    ///
-    /// # Panics
-    /// When `parts` is empty or not the partitions of one run (an engine bug).
     pub fn merge(mut parts: Vec<Sim<Q>>) -> Sim<Q> {
         parts.sort_by_key(|s| s.part.as_ref().map_or(0, |p| p.me));
-        let mut rest = parts.split_off(1);
+        let rest = parts.split_off(1);
         let mut base = parts.pop().expect("invariant: a run has a partition");
-        let Some(map) = base.part.clone() else {
+        if base.part.is_none() {
             assert!(rest.is_empty(), "invariant: a serial run is one partition");
             return base;
-        };
-        let n_nics = base.nics.len();
-        let n_defs = base
-            .flows
-            .iter()
-            .position(|f| f.origin != Origin::Def)
-            .unwrap_or(base.flows.len());
-        let qp_base = base.qp_base as usize;
-        base.flows.truncate(n_defs);
-        base.qps_tx.truncate(qp_base);
-        base.qps_rx.truncate(qp_base);
-        for o in &mut rest {
-            let me = o.part.as_ref().expect("invariant: partitions of one run").me;
-            let mine = |dev: u32| map.of_dev[dev as usize] == me;
-            for pi in 0..base.ports.len() {
-                let p = PortId::from(pi);
-                if mine(base.ports[p].dev_idx) {
-                    std::mem::swap(&mut base.ports[p], &mut o.ports[p]);
-                    std::mem::swap(&mut base.counters[p], &mut o.counters[p]);
-                }
-                if mine(base.links[p].to_dev) {
-                    std::mem::swap(&mut base.links[p], &mut o.links[p]);
-                }
-            }
-            for s in 0..base.switches.len() {
-                if mine((n_nics + s) as u32) {
-                    std::mem::swap(&mut base.switches[s], &mut o.switches[s]);
-                }
-            }
-            for q in 0..qp_base {
-                let q = QpId(q as u32);
-                let (src, dst) = (o.qps_tx[q].src_port, o.qps_tx[q].dst_port);
-                if mine(base.ports[src].dev_idx) {
-                    std::mem::swap(&mut base.qps_tx[q], &mut o.qps_tx[q]);
-                }
-                if mine(base.ports[dst].dev_idx) {
-                    std::mem::swap(&mut base.qps_rx[q], &mut o.qps_rx[q]);
-                }
-            }
-            for i in 0..n_defs {
-                let f = FlowId::from(i);
-                let (b, x) = (&mut base.flows[f], &mut o.flows[f]);
-                // A flow inside a host has both halves there; a network flow's receiver
-                // is its QPs' destination.
-                let receiver = match b.local {
-                    Some(_) => b.dev,
-                    None => base.ports[base.qps_tx[QpId(b.tx.first_qp)].dst_port].dev_idx,
-                };
-                if mine(b.dev) {
-                    b.started = x.started;
-                    std::mem::swap(&mut b.tx, &mut x.tx);
-                }
-                if mine(receiver) {
-                    std::mem::swap(&mut b.rx, &mut x.rx);
-                }
-            }
-            for (b, x) in base.colls.iter_mut().zip(&mut o.colls) {
-                b.arrived += x.arrived;
-                b.last_arrival = b.last_arrival.max(x.last_arrival);
-                if let (Some(br), Some(xr)) = (&mut b.records, &mut x.records) {
-                    for (b, x) in br.iter_mut().zip(xr.iter_mut()) {
-                        if let Some(x) = x.take() {
-                            b.get_or_insert_with(TransferRecord::default).absorb(x);
-                        }
-                    }
-                }
-            }
-            base.samples.counters.append(&mut o.samples.counters);
-            base.samples.rates.append(&mut o.samples.rates);
-            base.samples.queues.append(&mut o.samples.queues);
-            base.pfc_log.append(&mut o.pfc_log);
-            base.ledger.absorb(&o.ledger);
-            base.events += o.events;
-            base.packet_hops += o.packet_hops;
-            base.shipped_packets += o.shipped_packets;
-            base.stray_packets += o.stray_packets;
-            base.qps_failed += o.qps_failed;
-            base.flows_done += o.flows_done;
-            base.last_done_at = base.last_done_at.max(o.last_done_at);
-            base.ints.live += o.ints.live;
-            // Peaks of different partitions need not coincide: their sum bounds the run's.
-            base.peak_live_transfers += o.peak_live_transfers;
-            base.peak_live_transfer_qps += o.peak_live_transfer_qps;
-            base.merged_peak_pending += o.q.peak() + o.merged_peak_pending;
-            debug_assert_eq!(base.now, o.now, "invariant: partitions finish at one time");
+        }
+        let states: Vec<PartState> = rest.into_iter().map(Sim::into_part_state).collect();
+        base.gather(states);
+        base
+    }
+
+    /// Folds the other partitions' states into this one (partition 0) and makes it the
+    /// serial run's image (see [`Sim::merge`]).
+    pub fn gather(&mut self, states: Vec<PartState>) {
+        let n_defs = self.n_defs();
+        let qp_base = self.qp_base as usize;
+        self.flows.truncate(n_defs);
+        self.qps_tx.truncate(qp_base);
+        self.qps_rx.truncate(qp_base);
+        for st in states {
+            self.absorb(st);
         }
         // Each partition's samples are in time order, and at one time in port order.
-        base.samples.counters.sort_by_key(|&(t, p, ..)| (t, p));
-        base.samples.queues.sort_by_key(|&(t, p, prio, _)| (t, p, prio));
-        for l in base.links.iter_mut() {
+        self.samples.counters.sort_by_key(|&(t, p, ..)| (t, p));
+        self.samples.queues.sort_by_key(|&(t, p, prio, _)| (t, p, prio));
+        for l in self.links.iter_mut() {
             l.cut = false;
         }
-        base.part = None;
-        base
+        self.part = None;
     }
 }
 

@@ -15,7 +15,7 @@ use crate::time::Ps;
 const PAUSE_QUANTUM_BYTES: u32 = 64;
 
 /// One PFC frame received, in the HPCC simulator's PFC-file terms.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PfcEvent {
     /// When it arrived.
     pub time: Ps,

@@ -13,7 +13,7 @@ use crate::queue::Queue;
 use crate::time::Ps;
 
 /// Whose rate a sample is: a scenario flow by its definition slot, or a transfer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(crate) enum RateOf {
     Flow(u32),
     Transfer { coll: u32, iteration: u32, index: u64 },
@@ -23,7 +23,7 @@ pub(crate) enum RateOf {
 const UNSEEN: u64 = u64::MAX;
 
 /// Time-series samples.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Default, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Samples {
     /// (time, port, scope, counter, value) for every counter whose value changed since the
     /// previous sample, in the order the ports report them.

@@ -17,7 +17,7 @@ use crate::time::PS_PER_NS;
 const DWRR_QUANTUM_BYTES: i64 = 9216;
 
 /// Switch-wide buffer state.
-#[derive(Debug)]
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub(crate) struct SwitchState {
     /// ECMP hash seed (also the node id in HPCC PFC files).
     pub(crate) hash_seed: u32,

@@ -194,3 +194,10 @@ fn bench_scale_runs_each_case_with_both_binaries() {
     let err = v[1]["error"].as_str().unwrap();
     assert!(err.contains("cannot run /nonexistent/xirang"), "{err}");
 }
+
+#[cfg(not(feature = "mpi"))]
+#[test]
+fn sim_mpi_without_the_feature_says_how_to_build_it() {
+    let (_, err) = crate::util::run_expect(&["sim", "scenarios/incast-16to1.toml", "--mpi", "--quiet"], 1);
+    assert!(err.contains("--features mpi"), "{err}");
+}

@@ -45,3 +45,46 @@ fn dot_draws_every_link() {
     assert!(dot.starts_with("graph fabric {"));
     assert_eq!(dot.matches(" -- ").count(), 64);
 }
+
+#[test]
+fn rail_1024_divides_into_two_balanced_partitions_with_the_link_delay_as_lookahead() {
+    let v = run_json(&[
+        "topo",
+        "show",
+        "scenarios/rail-1024gpu.toml",
+        "--partitions",
+        "2",
+        "--json",
+    ]);
+    let p = &v["partition"];
+    assert_eq!(p["parts"], 2, "{p}");
+    assert_eq!(p["lookahead_ns"], 500, "{p}");
+    assert_eq!(p["serial_because"], serde_json::Value::Null, "{p}");
+    let members = p["members"].as_array().unwrap();
+    assert_eq!(members[0]["hosts"], 64);
+    assert_eq!(members[0]["ports"], members[1]["ports"]);
+    // Each cut link has one port on each side.
+    let cut_ports: u64 = members.iter().map(|m| m["cut_ports"].as_u64().unwrap()).sum();
+    assert_eq!(cut_ports, 2 * p["cut_links"].as_u64().unwrap());
+    let (table, _) = run_expect(
+        &["topo", "show", "scenarios/rail-1024gpu.toml", "--partitions", "2"],
+        0,
+    );
+    assert!(table.contains("lookahead 500 ns"), "{table}");
+    assert!(table.contains("partition 1"), "{table}");
+}
+
+#[test]
+fn a_run_that_must_be_serial_says_why_in_topo_show() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("iter.toml");
+    std::fs::write(
+        &f,
+        "[topology.leaf_spine]\nleaves = 2\nspines = 2\nhosts_per_leaf = 2\nhost_rate_gbps = 100\nfabric_rate_gbps = 100\n\n\
+         [workloads.ar.collective]\nop = \"all_reduce\"\nalgorithm = \"ring\"\nbytes = 1_000_000\niterations = 2\n",
+    )
+    .unwrap();
+    let v = run_json(&["topo", "show", f.to_str().unwrap(), "--partitions", "2", "--json"]);
+    let why = v["partition"]["serial_because"].as_str().unwrap_or_default();
+    assert!(why.contains("iteration"), "{v}");
+}
