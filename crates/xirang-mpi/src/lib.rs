@@ -18,6 +18,8 @@ use xirang_sim::{Progress, RunOptions, RunResult};
 pub mod local;
 #[cfg(feature = "mpi")]
 pub mod mpi_transport;
+#[cfg(feature = "mpi")]
+pub mod tune;
 
 /// How bytes move between the workers of a run.
 pub trait Transport {

@@ -153,6 +153,64 @@ pub enum TuneError {
     /// setting the scenario cannot take).
     #[error("candidate {0}: {1}")]
     Apply(i64, String),
+    /// The processes running the simulations failed.
+    #[error("running the simulations: {0}")]
+    Runner(String),
+}
+
+/// One evaluation: a configuration on a run seed, stopped at `cap_us` of simulated time
+/// if given. What a [`Runner`] runs.
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct RunJob {
+    /// The configuration.
+    pub config: FabricConfig,
+    /// The run seed.
+    pub seed: u64,
+    /// Simulated time to stop at, us.
+    pub cap_us: Option<f64>,
+}
+
+/// Called as each job of a batch finishes: its index in the batch, its metrics and the
+/// wall seconds it took. An error (the trial log) stops the tune.
+pub type OnDone<'a> = dyn Fn(usize, &RunMetrics, f64) -> Result<(), StoreError> + Sync + 'a;
+
+/// Where a tune's simulations run: this process's cores ([`Threads`]), or several
+/// processes (`xirang-mpi`'s MPI runner). Each job's result depends only on the job, so
+/// where it ran never changes the tune.
+pub trait Runner {
+    /// Runs every job of `jobs` and returns their metrics in order, calling `done` for each
+    /// as it finishes.
+    ///
+    /// # Errors
+    /// What `done` returned, or a runner's own failure.
+    fn run(
+        &self,
+        eval: &Evaluator<'_>,
+        jobs: &[RunJob],
+        done: &OnDone<'_>,
+    ) -> Result<Vec<RunMetrics>, TuneError>;
+}
+
+/// The jobs on this process's cores, with rayon.
+pub struct Threads;
+
+impl Runner for Threads {
+    fn run(
+        &self,
+        eval: &Evaluator<'_>,
+        jobs: &[RunJob],
+        done: &OnDone<'_>,
+    ) -> Result<Vec<RunMetrics>, TuneError> {
+        jobs.par_iter()
+            .enumerate()
+            .map(|(i, j)| {
+                let t = Instant::now();
+                let m = eval.run(&j.config, j.seed, j.cap_us);
+                done(i, &m, t.elapsed().as_secs_f64())?;
+                Ok(m)
+            })
+            .collect()
+    }
 }
 
 /// A simulation to do.
@@ -273,6 +331,22 @@ pub fn tune(
     store: Store,
     progress: &(dyn Fn(Progress) + Sync),
 ) -> Result<TuneResult, TuneError> {
+    tune_with(eval, space, baselines, store, progress, &Threads)
+}
+
+/// [`tune`] with its simulations run by `runner`; the result is the same whatever runs
+/// them.
+///
+/// # Errors
+/// As [`tune`], and a runner's failure.
+pub fn tune_with(
+    eval: &Evaluator<'_>,
+    space: &[Param],
+    baselines: &[Baseline],
+    store: Store,
+    progress: &(dyn Fn(Progress) + Sync),
+    runner: &dyn Runner,
+) -> Result<TuneResult, TuneError> {
     let t0 = Instant::now();
     let loaded = eval.loaded();
     let spec = &loaded.scenario.tune;
@@ -325,34 +399,38 @@ pub fn tune(
             }
         }
         *done.lock().expect("unpoisoned") += out.len() as u64;
-        let results: Vec<Result<(EvalKey, RunMetrics), StoreError>> = todo
-            .par_iter()
-            .map(|j| {
-                let t = Instant::now();
-                let m = eval.run(&j.config, j.key.2, j.cap_us);
-                store
-                    .lock()
-                    .expect("unpoisoned")
-                    .insert(j.key, &j.params, &m, t.elapsed().as_secs_f64())?;
-                *ran.lock().expect("unpoisoned") += 1;
-                let d = {
-                    let mut d = done.lock().expect("unpoisoned");
-                    *d += 1;
-                    *d
-                };
-                progress(Progress {
-                    done: d,
-                    total,
-                    best: *best_so_far.lock().expect("unpoisoned"),
-                });
-                Ok((j.key, m))
+        let run_jobs: Vec<RunJob> = todo
+            .iter()
+            .map(|j| RunJob {
+                config: j.config.clone(),
+                seed: j.key.2,
+                cap_us: j.cap_us,
             })
             .collect();
+        let on_done = |i: usize, m: &RunMetrics, seconds: f64| -> Result<(), StoreError> {
+            let j = &todo[i];
+            store
+                .lock()
+                .expect("unpoisoned")
+                .insert(j.key, &j.params, m, seconds)?;
+            *ran.lock().expect("unpoisoned") += 1;
+            let d = {
+                let mut d = done.lock().expect("unpoisoned");
+                *d += 1;
+                *d
+            };
+            progress(Progress {
+                done: d,
+                total,
+                best: *best_so_far.lock().expect("unpoisoned"),
+            });
+            Ok(())
+        };
+        let results = runner.run(eval, &run_jobs, &on_done)?;
         let mut c = cache.lock().expect("unpoisoned");
-        for r in results {
-            let (k, m) = r?;
-            c.insert(k, m.clone());
-            out.insert(k, m);
+        for (j, m) in todo.iter().zip(results) {
+            c.insert(j.key, m.clone());
+            out.insert(j.key, m);
         }
         Ok(out)
     };

@@ -475,6 +475,11 @@ pub(crate) struct TuneArgs {
     /// Print the result as JSON.
     #[arg(long)]
     pub(crate) json: bool,
+    /// Run as one rank of an MPI job (`mpirun -np N xirang tune --mpi`): rank 0 searches
+    /// and keeps the trial log, every rank simulates a share of each batch; the result is
+    /// the single-process tune's. Needs a build with `--features mpi`.
+    #[arg(long)]
+    pub(crate) mpi: bool,
 }
 
 #[derive(Debug, Subcommand)]

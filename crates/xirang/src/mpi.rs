@@ -30,6 +30,10 @@ impl Job {
         usize::try_from(self.world.rank()).unwrap_or(0)
     }
 
+    pub(crate) fn world(&self) -> &SimpleCommunicator {
+        &self.world
+    }
+
     pub(crate) fn size(&self) -> usize {
         usize::try_from(self.world.size()).unwrap_or(1)
     }

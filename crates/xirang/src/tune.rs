@@ -28,6 +28,29 @@ pub(crate) fn run(a: &TuneArgs) -> Result<Outcome> {
     if let Some(s) = a.seed {
         loaded.scenario.tune.seed = s;
     }
+    #[cfg(not(feature = "mpi"))]
+    anyhow::ensure!(
+        !a.mpi,
+        "this xirang was built without MPI; build it with `cargo build --release --features mpi` \
+         (Debian packages libopenmpi-dev, openmpi-bin and libclang-dev: scripts/install-mpi.sh)"
+    );
+    #[cfg(feature = "mpi")]
+    let job = if a.mpi {
+        Some(crate::mpi::Job::start()?)
+    } else {
+        None
+    };
+    // Ranks other than 0 only simulate what rank 0 sends them.
+    #[cfg(feature = "mpi")]
+    if let Some(job) = &job
+        && job.rank() != 0
+    {
+        let eval = Evaluator::new(&loaded);
+        if let Err(e) = xirang_mpi::tune::serve(job.world(), &eval) {
+            job.abort(&anyhow::anyhow!(e));
+        }
+        return Ok(Outcome::Clean);
+    }
     let name = if loaded.scenario.name.is_empty() {
         "scenario".to_string()
     } else {
@@ -46,7 +69,13 @@ pub(crate) fn run(a: &TuneArgs) -> Result<Outcome> {
         ("space", serde_json::to_string(&space)?),
         ("format", "1".to_string()),
     ];
-    let store = Store::open(&dir.join(TRIAL_LOG), a.resume, &identity)?;
+    let store = Store::open(&dir.join(TRIAL_LOG), a.resume, &identity);
+    #[cfg(feature = "mpi")]
+    if let (Some(job), Err(e)) = (&job, &store) {
+        // The other ranks wait for batches: end them too.
+        job.abort(&anyhow::anyhow!("{e}"));
+    }
+    let store = store?;
     let eval = Evaluator::new(&loaded);
 
     let bar = if a.quiet || a.json {
@@ -67,6 +96,24 @@ pub(crate) fn run(a: &TuneArgs) -> Result<Outcome> {
             None => "searching".to_string(),
         });
     };
+    #[cfg(feature = "mpi")]
+    let result = match &job {
+        Some(job) => {
+            let runner = xirang_mpi::tune::MpiRunner::new(job.world());
+            let r = xirang_tune::search::tune_with(&eval, &space, &baselines, store, &report, &runner);
+            match r {
+                Ok(r) => {
+                    if let Err(e) = runner.finish() {
+                        job.abort(&anyhow::anyhow!(e));
+                    }
+                    r
+                }
+                Err(e) => job.abort(&e.into()),
+            }
+        }
+        None => tune(&eval, &space, &baselines, store, &report)?,
+    };
+    #[cfg(not(feature = "mpi"))]
     let result = tune(&eval, &space, &baselines, store, &report)?;
     bar.finish_and_clear();
     write_atomic(

@@ -1,6 +1,7 @@
 //! `mpirun -np N xirang sim --mpi`: the outputs of 2 and 4 ranks are the serial run's, byte
 //! for byte, on the reference incast and a rail-optimized AllReduce; a rank killed in the
-//! middle of a run ends the whole job with an error, never a hang.
+//! middle of a run ends the whole job with an error, never a hang. `xirang tune --mpi` on 2
+//! ranks gives the single-process tune's result, and resumes from its trial log.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -208,5 +209,63 @@ fn a_killed_rank_ends_the_job_with_an_error() {
             panic!("the job still runs 60 s after rank 1 was killed: hung");
         }
         std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// result.json without its wall time.
+fn tune_result(dir: &Path) -> serde_json::Value {
+    let mut v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("result.json")).unwrap()).unwrap();
+    v.as_object_mut().unwrap().remove("wall_s");
+    v
+}
+
+#[test]
+fn a_tune_on_2_ranks_is_the_single_process_tune_and_resumes() {
+    let scenario = "crates/xirang-tune/test_data/incast-mice.toml";
+    let dir = tempfile::tempdir().unwrap();
+    let single = dir.path().join("single");
+    let out = Command::new(xirang())
+        .current_dir(root())
+        .args(["tune", scenario, "--quiet", "--out"])
+        .arg(&single)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let ranks = dir.path().join("np2");
+    for resume in [false, true] {
+        let mut c = mpirun(2);
+        c.args([xirang(), "tune", scenario, "--mpi", "--quiet", "--out"])
+            .arg(&ranks);
+        if resume {
+            c.arg("--resume");
+        }
+        let out = run(c);
+        assert!(
+            out.status.success(),
+            "mpirun tune (resume {resume}) failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let (mut a, mut b) = (tune_result(&single), tune_result(&ranks));
+        if resume {
+            // Everything came from the trial log: nothing simulated again, and the same
+            // result from the log's figures (they round-trip exactly).
+            assert_eq!(b["runs"][0], 0, "{}", b["runs"]);
+            a.as_object_mut().unwrap().remove("runs");
+            b.as_object_mut().unwrap().remove("runs");
+            assert_eq!(
+                a, b,
+                "a resumed tune on 2 ranks differs from the single-process tune"
+            );
+        } else {
+            assert_eq!(a, b, "result.json differs between one process and 2 ranks");
+            for f in ["recommendation.toml", "nccl.env", "mlx5-congestion.sh"] {
+                assert_eq!(
+                    std::fs::read(single.join(f)).unwrap(),
+                    std::fs::read(ranks.join(f)).unwrap(),
+                    "{f} differs"
+                );
+            }
+        }
     }
 }
