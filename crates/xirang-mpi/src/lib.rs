@@ -138,7 +138,8 @@ impl<T: Transport> Gather for Wire<T> {
 }
 
 /// [`xirang_sim::simulate`] as one worker of a run over `transport`, the fabric divided
-/// into `parts` partitions (at least one per worker). Worker 0 returns the results, the
+/// into `parts` partitions (at least one per worker), this worker's partitions run on
+/// `threads` threads. Worker 0 returns the results, the
 /// serial run's byte for byte; the others `None`.
 ///
 /// # Errors
@@ -148,9 +149,10 @@ pub fn simulate<T: Transport>(
     loaded: &Loaded,
     opts: &RunOptions,
     parts: usize,
+    threads: usize,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<Option<(RunResult, Report)>, DistributedError> {
     let (me, n) = (transport.rank(), transport.size());
     let mut wire = Wire::new(transport);
-    xirang_sim::parallel::simulate_distributed(loaded, opts, parts, me, n, &mut wire, progress)
+    xirang_sim::parallel::simulate_distributed(loaded, opts, parts, me, n, threads, &mut wire, progress)
 }

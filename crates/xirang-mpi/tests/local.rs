@@ -34,6 +34,16 @@ fn outputs(r: &RunResult) -> Vec<(&'static str, String)> {
 
 /// Runs `text` on `workers` threads joined by the local transport.
 fn distributed(l: &Loaded, workers: usize, parts: usize) -> Result<RunResult, DistributedError> {
+    distributed_threads(l, workers, parts, 1)
+}
+
+/// As [`distributed`], each worker on `threads` threads.
+fn distributed_threads(
+    l: &Loaded,
+    workers: usize,
+    parts: usize,
+    threads: usize,
+) -> Result<RunResult, DistributedError> {
     let opts = options(l);
     let ends = xirang_mpi::local::workers(workers);
     let results: Vec<_> = std::thread::scope(|s| {
@@ -41,7 +51,7 @@ fn distributed(l: &Loaded, workers: usize, parts: usize) -> Result<RunResult, Di
             .into_iter()
             .map(|t| {
                 let opts = &opts;
-                s.spawn(move || xirang_mpi::simulate(t, l, opts, parts, &mut |_| {}))
+                s.spawn(move || xirang_mpi::simulate(t, l, opts, parts, threads, &mut |_| {}))
             })
             .collect();
         hs.into_iter()
@@ -146,7 +156,7 @@ fn a_worker_that_is_gone_ends_the_run_with_an_error() {
     let mut ends = xirang_mpi::local::workers(2);
     drop(ends.pop());
     let end = ends.pop().unwrap();
-    let err = xirang_mpi::simulate(end, &l, &opts, 2, &mut |_| {}).unwrap_err();
+    let err = xirang_mpi::simulate(end, &l, &opts, 2, 1, &mut |_| {}).unwrap_err();
     assert!(err.to_string().contains("gone"), "{err}");
 }
 
@@ -161,5 +171,21 @@ fn more_workers_than_partitions_is_an_error_saying_how_many() {
         }
         Err(e) => panic!("unexpected error: {e}"),
         Ok(_) => panic!("ran on 4 workers"),
+    }
+}
+
+#[test]
+fn workers_on_several_threads_are_identical_over_the_wire() {
+    for (text, workers, parts, threads) in [(INCAST_HPCC, 2, 4, 2), (RAIL, 2, 4, 2), (INCAST_HPCC, 2, 6, 3)] {
+        let l = load_text(text);
+        let serial = simulate(&l, &options(&l), &mut |_| {});
+        let par = distributed_threads(&l, workers, parts, threads).unwrap_or_else(|e| panic!("{e}"));
+        par.check_conservation().unwrap();
+        for ((name, a), (_, b)) in outputs(&serial).into_iter().zip(outputs(&par)) {
+            assert!(
+                a == b,
+                "{name} differs on {workers} workers x {threads} threads, {parts} partitions"
+            );
+        }
     }
 }

@@ -354,6 +354,7 @@ pub fn simulate_threads(
             me: w,
             workers: threads,
             round: 0,
+            route: None,
         };
         let mut sims: Vec<Sim> = (w..n).step_by(threads).map(build).collect();
         let stats = drive(&mut sims, &mut ex, plan.lookahead_ps, progress);
@@ -461,12 +462,14 @@ pub enum DistributedError {
 ///
 /// # Errors
 /// When the fabric has fewer partitions than workers, or another worker failed.
+#[allow(clippy::too_many_arguments)]
 pub fn simulate_distributed<W: Exchange + Gather>(
     loaded: &Loaded,
     opts: &RunOptions,
     parts: usize,
     worker: usize,
     workers: usize,
+    threads: usize,
     wire: &mut W,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<Option<(RunResult, Report)>, DistributedError> {
@@ -488,6 +491,13 @@ pub fn simulate_distributed<W: Exchange + Gather>(
     }
     if n < workers {
         return Err(DistributedError::TooFewPartitions { parts: n, workers });
+    }
+    let mine: Vec<usize> = (worker..n).step_by(workers).collect();
+    let threads = threads.clamp(1, mine.len());
+    if threads > 1 {
+        return threaded_worker(
+            loaded, opts, &expanded, plan, worker, workers, threads, wire, progress,
+        );
     }
     let mut sims: Vec<Sim> = (worker..n)
         .step_by(workers)
@@ -527,6 +537,177 @@ pub fn simulate_distributed<W: Exchange + Gather>(
         stats: all,
     };
     Ok(Some((result, report)))
+}
+
+/// A worker of a distributed run on `threads` threads: its partitions dealt round-robin to
+/// the threads, which meet at a hub; at each window thread 0 carries what leaves the
+/// worker over `wire` and hands out what arrived (two hub rounds around one wire
+/// exchange), and at the end gathers the threads' partitions.
+#[allow(clippy::too_many_arguments)]
+fn threaded_worker<W: Exchange + Gather>(
+    loaded: &Loaded,
+    opts: &RunOptions,
+    expanded: &Expanded,
+    plan: Plan,
+    worker: usize,
+    workers: usize,
+    threads: usize,
+    wire: &mut W,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Option<(RunResult, Report)>, DistributedError> {
+    let n = plan.parts();
+    let mine: Vec<usize> = (worker..n).step_by(workers).collect();
+    // The thread of each partition; partitions of other workers go to thread 0, which
+    // sends them on.
+    let mut route = vec![0usize; n];
+    for (i, &p) in mine.iter().enumerate() {
+        route[p] = i % threads;
+    }
+    let hub = Hub::new(threads);
+    let finished: Mutex<(Vec<PartState>, Option<Sim>, Stats)> =
+        Mutex::new((Vec::new(), None, Stats::default()));
+    let build = |me: usize| {
+        let map = PartMap {
+            me: me as u16,
+            parts: n as u16,
+            of_dev: plan.of_dev.clone(),
+        };
+        let mut sim =
+            Sim::<EventQueue>::new_part(&loaded.fabric, &loaded.scenario.config, expanded, opts, Some(map));
+        sim.inject(&loaded.fabric, &loaded.scenario.faults, opts.seed);
+        sim
+    };
+    let thread = |t: usize,
+                  wire: Option<&mut W>,
+                  progress: &mut dyn FnMut(Progress)|
+     -> Result<Option<Vec<PartState>>, Aborted> {
+        let mut sims: Vec<Sim> = mine.iter().skip(t).step_by(threads).map(|&p| build(p)).collect();
+        let mut ex = Layered {
+            end: HubEnd {
+                hub: &hub,
+                me: t,
+                workers: threads,
+                round: 0,
+                route: Some(&route),
+            },
+            wire,
+            worker,
+            workers,
+        };
+        let st = drive(&mut sims, &mut ex, plan.lookahead_ps, progress);
+        let st = match st {
+            Ok(st) => st,
+            Err(e) => {
+                hub.abort(&e.0);
+                return Err(e);
+            }
+        };
+        {
+            let mut f = finished.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            for s in sims {
+                if s.part.as_ref().is_some_and(|p| p.me == 0) {
+                    f.1 = Some(s);
+                } else {
+                    f.0.push(s.into_part_state());
+                }
+            }
+            f.2.windows = f.2.windows.max(st.windows);
+            f.2.shipped += st.shipped;
+        }
+        // Every thread has handed its partitions over.
+        ex.end.sync(Vec::new(), Status::NONE)?;
+        Ok(None)
+    };
+    let (mine_result, others) = std::thread::scope(|scope| {
+        let handles: Vec<_> = (1..threads)
+            .map(|t| {
+                let thread = &thread;
+                let hub = &hub;
+                std::thread::Builder::new()
+                    .name(format!("xirang-sim-{worker}-{t}"))
+                    .spawn_scoped(scope, move || {
+                        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            thread(t, None, &mut |_| {})
+                        }));
+                        if r.is_err() {
+                            hub.abort("a simulation thread panicked");
+                        }
+                        r
+                    })
+                    .expect("spawning a simulation thread")
+            })
+            .collect();
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            thread(0, Some(&mut *wire), progress)
+        }));
+        if r.is_err() {
+            hub.abort("a simulation thread panicked");
+        }
+        let others: Vec<_> = handles.into_iter().map(|h| h.join()).collect();
+        (r, others)
+    });
+    for r in std::iter::once(mine_result).chain(others.into_iter().map(|r| r.unwrap_or_else(Err))) {
+        match r {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return Err(e.into()),
+            Err(p) => std::panic::resume_unwind(p),
+        }
+    }
+    let (states, base, stats) = finished
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let Some((mut states, all)) = wire.gather(states, stats)? else {
+        return Ok(None);
+    };
+    let mut sim = base.expect("invariant: worker 0 runs partition 0");
+    states.sort_by_key(PartState::part);
+    sim.gather(states);
+    let result = crate::collect(loaded, expanded, &sim);
+    let report = Report {
+        plan,
+        threads,
+        ranks: workers,
+        stats: all,
+    };
+    Ok(Some((result, report)))
+}
+
+/// One thread's exchange in a worker of several threads: mail within the worker goes
+/// through the hub; thread 0 also carries the worker's mail to and from the others over
+/// the wire.
+struct Layered<'a, W: Exchange> {
+    end: HubEnd<'a>,
+    /// Thread 0's: the worker's link to the others.
+    wire: Option<&'a mut W>,
+    worker: usize,
+    workers: usize,
+}
+
+impl<W: Exchange> Exchange for Layered<'_, W> {
+    fn sync(&mut self, out: Vec<Mail>, status: Status) -> Result<(Vec<Mail>, Status), Aborted> {
+        // Mail for this worker's partitions reaches its thread; the rest reaches thread 0.
+        let (mut mail, local) = self.end.sync(out, status)?;
+        let (remote_in, global) = match &mut self.wire {
+            Some(wire) => {
+                let (away, here): (Vec<Mail>, Vec<Mail>) = mail
+                    .into_iter()
+                    .partition(|m| usize::from(m.to) % self.workers != self.worker);
+                mail = here;
+                match wire.sync(away, local) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        self.end.hub.abort(&e.0);
+                        return Err(e);
+                    }
+                }
+            }
+            None => (Vec::new(), Status::NONE),
+        };
+        // Thread 0 hands out what arrived, and the whole run's status.
+        let (arrived, st) = self.end.sync(remote_in, global)?;
+        mail.extend(arrived);
+        Ok((mail, st))
+    }
 }
 
 /// The meeting point of a run's threads: mailboxes and statuses behind one barrier that
@@ -638,6 +819,8 @@ struct HubEnd<'a> {
     workers: usize,
     /// Rounds this worker has completed.
     round: u64,
+    /// The worker of each partition (`None`: partition `p` is worker `p % workers`'s).
+    route: Option<&'a [usize]>,
 }
 
 impl Exchange for HubEnd<'_> {
@@ -646,7 +829,10 @@ impl Exchange for HubEnd<'_> {
         {
             let mut s = self.hub.lock();
             for m in out {
-                let w = usize::from(m.to) % self.workers;
+                let w = match self.route {
+                    Some(r) => r[usize::from(m.to)],
+                    None => usize::from(m.to) % self.workers,
+                };
                 s.mail[side][w].push(m);
             }
             s.status[side][self.me] = status;

@@ -708,9 +708,10 @@ pub(crate) struct SimArgs {
     #[arg(long, value_parser = count::<1, MAX_PARTITIONS>)]
     pub(crate) partitions: Option<usize>,
     /// Run as one rank of an MPI job (`mpirun -np N xirang sim --mpi SCENARIO`): the fabric
-    /// divided into N partitions (or --partitions, at least N), rank 0 writing the outputs,
-    /// byte-identical to the serial run's. Needs a build with `--features mpi`.
-    #[arg(long, conflicts_with = "threads")]
+    /// divided into N x --threads partitions (or --partitions, at least N), each rank
+    /// running its share on --threads threads, rank 0 writing the outputs, byte-identical
+    /// to the serial run's. Needs a build with `--features mpi`.
+    #[arg(long)]
     pub(crate) mpi: bool,
     /// Print the summary as JSON.
     #[arg(long)]

@@ -52,10 +52,11 @@ impl Job {
         loaded: &Loaded,
         opts: &RunOptions,
         parts: usize,
+        threads: usize,
         progress: &mut dyn FnMut(Progress),
     ) -> Result<Option<(RunResult, Report)>> {
         let t = xirang_mpi::mpi_transport::Mpi::new(&self.world);
-        match xirang_mpi::simulate(t, loaded, opts, parts, progress) {
+        match xirang_mpi::simulate(t, loaded, opts, parts, threads, progress) {
             Ok(r) => Ok(r),
             Err(e) => self.abort(&e.into()),
         }

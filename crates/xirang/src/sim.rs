@@ -120,8 +120,8 @@ pub(crate) fn run(a: &SimArgs) -> Result<Outcome> {
     if let Some(job) = &mpi
         && job.rank() != 0
     {
-        let parts = a.partitions.unwrap_or(job.size());
-        job.simulate(&loaded, &opts, parts, &mut |_| {})?;
+        let parts = a.partitions.unwrap_or(job.size() * a.threads);
+        job.simulate(&loaded, &opts, parts, a.threads, &mut |_| {})?;
         return Ok(Outcome::Clean);
     }
     let out_dir = a.out.clone().unwrap_or_else(|| {
@@ -172,7 +172,8 @@ pub(crate) fn run(a: &SimArgs) -> Result<Outcome> {
                 .simulate(
                     &loaded,
                     &opts,
-                    a.partitions.unwrap_or(job.size()),
+                    a.partitions.unwrap_or(job.size() * a.threads),
+                    a.threads,
                     &mut on_progress,
                 )?
                 .expect("invariant: rank 0 has the results");

@@ -1,7 +1,8 @@
-//! `mpirun -np N xirang sim --mpi`: the outputs of 2 and 4 ranks are the serial run's, byte
-//! for byte, on the reference incast and a rail-optimized AllReduce; a rank killed in the
-//! middle of a run ends the whole job with an error, never a hang. `xirang tune --mpi` on 2
-//! ranks gives the single-process tune's result, and resumes from its trial log.
+//! `mpirun -np N xirang sim --mpi`: the outputs of 2 and 4 ranks, and of 2 ranks of 2
+//! threads, are the serial run's, byte for byte, on the reference incast and a
+//! rail-optimized AllReduce; a rank killed in the middle of a run ends the whole job with
+//! an error, never a hang. `xirang tune --mpi` on 2 ranks gives the single-process tune's
+//! result, and resumes from its trial log.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -103,22 +104,26 @@ fn serial_and_ranks(scenario: &str) {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    for np in [2, 4] {
-        let d = dir.path().join(format!("np{np}"));
+    // Ranks, and threads in each.
+    for (np, threads) in [(2, 1), (4, 1), (2, 2)] {
+        let d = dir.path().join(format!("np{np}-t{threads}"));
         let mut c = mpirun(np);
-        c.args([xirang(), "sim", scenario, "--mpi", "--quiet", "--out"])
+        c.args([xirang(), "sim", scenario, "--mpi", "--quiet", "--threads"])
+            .arg(threads.to_string())
+            .arg("--out")
             .arg(&d);
         let out = run(c);
         assert!(
             out.status.success(),
-            "mpirun -np {np} failed:\n{}",
+            "mpirun -np {np} --threads {threads} failed:\n{}",
             String::from_utf8_lossy(&out.stderr)
         );
         same_outputs(&serial, &d);
         let engine: serde_json::Value =
             serde_json::from_slice(&std::fs::read(d.join("engine.json")).unwrap()).unwrap();
         assert_eq!(engine["parallel"]["ranks"], np, "{engine}");
-        assert_eq!(engine["parallel"]["partitions"], np, "{engine}");
+        assert_eq!(engine["parallel"]["threads"], threads, "{engine}");
+        assert_eq!(engine["parallel"]["partitions"], np * threads, "{engine}");
     }
 }
 
