@@ -21,9 +21,8 @@ fn run_share(eval: &Evaluator<'_>, jobs: &[RunJob], rank: usize, ranks: usize) -
         .enumerate()
         .filter(|(i, _)| i % ranks == rank)
         .map(|(i, j)| {
-            let t = std::time::Instant::now();
-            let m = eval.run(&j.config, j.seed, j.cap_us);
-            (i, m, t.elapsed().as_secs_f64())
+            let (m, seconds) = j.run(eval);
+            (i, m, seconds)
         })
         .collect()
 }

@@ -307,6 +307,19 @@ pub struct Report {
     pub stats: Stats,
 }
 
+/// Partition `me` of `plan`'s run, set up and with its faults in place.
+fn build_part(loaded: &Loaded, opts: &RunOptions, expanded: &Expanded, plan: &Plan, me: usize) -> Sim {
+    let map = PartMap {
+        me: me as u16,
+        parts: plan.parts() as u16,
+        of_dev: plan.of_dev.clone(),
+    };
+    let mut sim =
+        Sim::<EventQueue>::new_part(&loaded.fabric, &loaded.scenario.config, expanded, opts, Some(map));
+    sim.inject(&loaded.fabric, &loaded.scenario.faults, opts.seed);
+    sim
+}
+
 /// [`crate::simulate`] on `threads` threads, with the fabric divided into `parts`
 /// partitions (each thread runs every `threads`-th one). The results are the serial
 /// run's, byte for byte.
@@ -332,22 +345,7 @@ pub fn simulate_threads(
     }
     let threads = threads.clamp(1, n);
     let hub = Hub::new(threads);
-    let build = |me: usize| {
-        let map = PartMap {
-            me: me as u16,
-            parts: n as u16,
-            of_dev: plan.of_dev.clone(),
-        };
-        let mut sim = Sim::<EventQueue>::new_part(
-            &loaded.fabric,
-            &loaded.scenario.config,
-            &expanded,
-            opts,
-            Some(map),
-        );
-        sim.inject(&loaded.fabric, &loaded.scenario.faults, opts.seed);
-        sim
-    };
+    let build = |me: usize| build_part(loaded, opts, &expanded, &plan, me);
     let worker = |w: usize, progress: &mut dyn FnMut(Progress)| -> Result<(Vec<Sim>, Stats), Aborted> {
         let mut ex = HubEnd {
             hub: &hub,
@@ -499,24 +497,9 @@ pub fn simulate_distributed<W: Exchange + Gather>(
             loaded, opts, &expanded, plan, worker, workers, threads, wire, progress,
         );
     }
-    let mut sims: Vec<Sim> = (worker..n)
-        .step_by(workers)
-        .map(|me| {
-            let map = PartMap {
-                me: me as u16,
-                parts: n as u16,
-                of_dev: plan.of_dev.clone(),
-            };
-            let mut sim = Sim::<EventQueue>::new_part(
-                &loaded.fabric,
-                &loaded.scenario.config,
-                &expanded,
-                opts,
-                Some(map),
-            );
-            sim.inject(&loaded.fabric, &loaded.scenario.faults, opts.seed);
-            sim
-        })
+    let mut sims: Vec<Sim> = mine
+        .iter()
+        .map(|&me| build_part(loaded, opts, &expanded, &plan, me))
         .collect();
     let stats = drive(&mut sims, wire, plan.lookahead_ps, progress)?;
     // Partition 0 (worker 0's first) gathers; everything else becomes a state.
@@ -566,17 +549,7 @@ fn threaded_worker<W: Exchange + Gather>(
     let hub = Hub::new(threads);
     let finished: Mutex<(Vec<PartState>, Option<Sim>, Stats)> =
         Mutex::new((Vec::new(), None, Stats::default()));
-    let build = |me: usize| {
-        let map = PartMap {
-            me: me as u16,
-            parts: n as u16,
-            of_dev: plan.of_dev.clone(),
-        };
-        let mut sim =
-            Sim::<EventQueue>::new_part(&loaded.fabric, &loaded.scenario.config, expanded, opts, Some(map));
-        sim.inject(&loaded.fabric, &loaded.scenario.faults, opts.seed);
-        sim
-    };
+    let build = |me: usize| build_part(loaded, opts, expanded, &plan, me);
     let thread = |t: usize,
                   wire: Option<&mut W>,
                   progress: &mut dyn FnMut(Progress)|

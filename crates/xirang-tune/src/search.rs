@@ -170,6 +170,15 @@ pub struct RunJob {
     pub cap_us: Option<f64>,
 }
 
+impl RunJob {
+    /// Simulates the job; returns its metrics and the wall seconds it took.
+    pub fn run(&self, eval: &Evaluator<'_>) -> (RunMetrics, f64) {
+        let t = Instant::now();
+        let m = eval.run(&self.config, self.seed, self.cap_us);
+        (m, t.elapsed().as_secs_f64())
+    }
+}
+
 /// Called as each job of a batch finishes: its index in the batch, its metrics and the
 /// wall seconds it took. An error (the trial log) stops the tune.
 pub type OnDone<'a> = dyn Fn(usize, &RunMetrics, f64) -> Result<(), StoreError> + Sync + 'a;
@@ -204,9 +213,8 @@ impl Runner for Threads {
         jobs.par_iter()
             .enumerate()
             .map(|(i, j)| {
-                let t = Instant::now();
-                let m = eval.run(&j.config, j.seed, j.cap_us);
-                done(i, &m, t.elapsed().as_secs_f64())?;
+                let (m, seconds) = j.run(eval);
+                done(i, &m, seconds)?;
                 Ok(m)
             })
             .collect()

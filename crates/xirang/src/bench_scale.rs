@@ -213,20 +213,7 @@ pub(crate) fn run(a: &BenchArgs) -> Result<Outcome> {
         }
         v
     };
-    let text = if a.markdown {
-        let mut t = format!("| {} |\n|{}\n", header.join(" | "), "---|".repeat(header.len()));
-        for r in &rows {
-            t.push_str(&format!("| {} |\n", cells(r).join(" | ")));
-        }
-        t
-    } else {
-        let mut t = crate::cmd::table(&header);
-        for r in &rows {
-            t.add_row(cells(r));
-        }
-        format!("{t}\n")
-    };
-    crate::cmd::out(&text)?;
+    crate::cmd::out(&render_table(&header, rows.iter().map(cells), a.markdown))?;
     Ok(Outcome::Clean)
 }
 
@@ -358,22 +345,26 @@ pub(crate) fn run_parallel(a: &BenchArgs) -> Result<Outcome> {
             if r.same_results { "yes" } else { "NO" }.to_string(),
         ]
     };
-    let text = if a.markdown {
-        let mut t = format!("| {} |\n|{}\n", header.join(" | "), "---|".repeat(header.len()));
-        for r in &rows {
-            t.push_str(&format!("| {} |\n", cells(r).join(" | ")));
-        }
-        t
-    } else {
-        let mut t = crate::cmd::table(&header);
-        for r in &rows {
-            t.add_row(cells(r));
-        }
-        format!("{t}\n")
-    };
-    crate::cmd::out(&text)?;
+    crate::cmd::out(&render_table(&header, rows.iter().map(cells), a.markdown))?;
     if rows.iter().any(|r| !r.same_results) {
         anyhow::bail!("a parallel run's results differ from the serial run's");
     }
     Ok(Outcome::Clean)
+}
+
+/// A table of `header` and `rows`, as markdown (for BENCHMARKS.md) or for the terminal.
+fn render_table(header: &[&str], rows: impl Iterator<Item = Vec<String>>, markdown: bool) -> String {
+    if markdown {
+        let mut t = format!("| {} |\n|{}\n", header.join(" | "), "---|".repeat(header.len()));
+        for r in rows {
+            t.push_str(&format!("| {} |\n", r.join(" | ")));
+        }
+        t
+    } else {
+        let mut t = crate::cmd::table(header);
+        for r in rows {
+            t.add_row(r);
+        }
+        format!("{t}\n")
+    }
 }
