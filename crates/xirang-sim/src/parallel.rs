@@ -361,44 +361,20 @@ pub fn simulate_threads(
         }
         stats.map(|s| (sims, s))
     };
-    let (mine, others) = std::thread::scope(|scope| {
-        let handles: Vec<_> = (1..threads)
-            .map(|w| {
-                let worker = &worker;
-                let hub = &hub;
-                std::thread::Builder::new()
-                    .name(format!("xirang-sim-{w}"))
-                    .spawn_scoped(scope, move || {
-                        let r =
-                            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| worker(w, &mut |_| {})));
-                        if r.is_err() {
-                            hub.abort("a simulation thread panicked");
-                        }
-                        r
-                    })
-                    .expect("spawning a simulation thread")
-            })
-            .collect();
-        let mine = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| worker(0, progress)));
-        if mine.is_err() {
-            hub.abort("a simulation thread panicked");
-        }
-        let others: Vec<_> = handles.into_iter().map(|h| h.join()).collect();
-        (mine, others)
-    });
+    let results = on_threads(
+        &hub,
+        threads,
+        "xirang-sim",
+        || worker(0, progress),
+        |w| worker(w, &mut |_| {}),
+    );
     let mut sims = Vec::with_capacity(n);
     let mut stats = Stats::default();
-    for r in std::iter::once(mine).chain(others.into_iter().map(|r| r.unwrap_or_else(Err))) {
-        match r {
-            Ok(Ok((s, st))) => {
-                sims.extend(s);
-                stats.windows = stats.windows.max(st.windows);
-                stats.shipped += st.shipped;
-            }
-            // A worker that panicked: carry its panic on (an engine bug, as in a serial run).
-            Err(p) => std::panic::resume_unwind(p),
-            Ok(Err(_)) => {}
-        }
+    // A worker that failed was stopped by another's failure, which carried on as a panic.
+    for (s, st) in results.into_iter().flatten() {
+        sims.extend(s);
+        stats.windows = stats.windows.max(st.windows);
+        stats.shipped += st.shipped;
     }
     assert_eq!(sims.len(), n, "invariant: every worker finished or one panicked");
     let sim = Sim::merge(sims);
@@ -591,40 +567,16 @@ fn threaded_worker<W: Exchange + Gather>(
         ex.end.sync(Vec::new(), Status::NONE)?;
         Ok(None)
     };
-    let (mine_result, others) = std::thread::scope(|scope| {
-        let handles: Vec<_> = (1..threads)
-            .map(|t| {
-                let thread = &thread;
-                let hub = &hub;
-                std::thread::Builder::new()
-                    .name(format!("xirang-sim-{worker}-{t}"))
-                    .spawn_scoped(scope, move || {
-                        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                            thread(t, None, &mut |_| {})
-                        }));
-                        if r.is_err() {
-                            hub.abort("a simulation thread panicked");
-                        }
-                        r
-                    })
-                    .expect("spawning a simulation thread")
-            })
-            .collect();
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            thread(0, Some(&mut *wire), progress)
-        }));
-        if r.is_err() {
-            hub.abort("a simulation thread panicked");
-        }
-        let others: Vec<_> = handles.into_iter().map(|h| h.join()).collect();
-        (r, others)
-    });
-    for r in std::iter::once(mine_result).chain(others.into_iter().map(|r| r.unwrap_or_else(Err))) {
-        match r {
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => return Err(e.into()),
-            Err(p) => std::panic::resume_unwind(p),
-        }
+    let name = format!("xirang-sim-{worker}");
+    let results = on_threads(
+        &hub,
+        threads,
+        &name,
+        || thread(0, Some(&mut *wire), progress),
+        |t| thread(t, None, &mut |_| {}),
+    );
+    for r in results {
+        r?;
     }
     let (states, base, stats) = finished
         .into_inner()
@@ -643,6 +595,46 @@ fn threaded_worker<W: Exchange + Gather>(
         stats: all,
     };
     Ok(Some((result, report)))
+}
+
+/// Runs `first` on this thread as thread 0 and `rest(t)` for threads 1 to `threads - 1` on
+/// threads of their own (named `name-t`), and returns their results by thread. A thread
+/// that panics breaks `hub`, so the others stop instead of waiting for it; its panic is
+/// carried on once all have stopped (an engine bug, as in a serial run).
+fn on_threads<R: Send>(
+    hub: &Hub,
+    threads: usize,
+    name: &str,
+    first: impl FnOnce() -> R,
+    rest: impl Fn(usize) -> R + Sync,
+) -> Vec<R> {
+    let guarded = |f: &mut dyn FnMut() -> R| {
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+        if r.is_err() {
+            hub.abort("a simulation thread panicked");
+        }
+        r
+    };
+    let results: Vec<std::thread::Result<R>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (1..threads)
+            .map(|t| {
+                let (rest, guarded) = (&rest, &guarded);
+                std::thread::Builder::new()
+                    .name(format!("{name}-{t}"))
+                    .spawn_scoped(scope, move || guarded(&mut || rest(t)))
+                    .expect("spawning a simulation thread")
+            })
+            .collect();
+        let mut first = Some(first);
+        let mine = guarded(&mut || (first.take().expect("thread 0 runs once"))());
+        std::iter::once(mine)
+            .chain(handles.into_iter().map(|h| h.join().unwrap_or_else(Err)))
+            .collect()
+    });
+    results
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|p| std::panic::resume_unwind(p)))
+        .collect()
 }
 
 /// One thread's exchange in a worker of several threads: mail within the worker goes
