@@ -11,14 +11,4 @@ command -v prometheus > /dev/null 2>&1 || missing+=(prometheus)
 command -v openssl > /dev/null 2>&1 || missing+=(openssl)
 command -v curl > /dev/null 2>&1 || missing+=(curl)
 [ -f /usr/include/infiniband/verbs.h ] || missing+=(libibverbs-dev)
-[ "${#missing[@]}" -eq 0 ] && exit 0
-SUDO=""
-if [ "$(id -u)" != 0 ]; then
-    command -v sudo > /dev/null 2>&1 || { echo "error: ${missing[*]} missing and installing needs root (apt-get install -y ${missing[*]})" >&2; exit 1; }
-    SUDO=sudo
-fi
-echo "installing ${missing[*]} (Debian packages) for the tests..."
-$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}" > /dev/null || {
-    $SUDO apt-get update > /dev/null
-    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}" > /dev/null
-}
+"$(dirname "$0")/apt-install.sh" "the tests" "${missing[@]}"

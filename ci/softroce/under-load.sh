@@ -5,15 +5,7 @@
 # run.sh. VALIDATION.md records a run.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-if ! command -v stress-ng > /dev/null 2>&1; then
-    SUDO=""
-    [ "$(id -u)" != 0 ] && SUDO=sudo
-    echo "installing stress-ng (Debian package)..." >&2
-    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends stress-ng > /dev/null || {
-        $SUDO apt-get update > /dev/null
-        $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends stress-ng > /dev/null
-    }
-fi
+command -v stress-ng > /dev/null 2>&1 || "$here/../../scripts/apt-install.sh" "the loaded test bed" stress-ng
 cores=$(nproc)
 stress-ng --cpu "$cores" --cpu-method matrixprod --timeout 3600s --quiet &
 load=$!
