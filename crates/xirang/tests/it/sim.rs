@@ -201,3 +201,47 @@ fn sim_mpi_without_the_feature_says_how_to_build_it() {
     let (_, err) = crate::util::run_expect(&["sim", "scenarios/incast-16to1.toml", "--mpi", "--quiet"], 1);
     assert!(err.contains("--features mpi"), "{err}");
 }
+
+#[test]
+fn sim_on_two_threads_writes_the_serial_runs_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let run_with = |threads: &str| {
+        let out = dir.path().join(format!("t{threads}"));
+        run_expect(
+            &[
+                "sim",
+                "scenarios/incast-16to1.toml",
+                "--quiet",
+                "--threads",
+                threads,
+                "--sample",
+                "20us",
+                "--out",
+                out.to_str().unwrap(),
+            ],
+            0,
+        );
+        out
+    };
+    let (serial, parallel) = (run_with("1"), run_with("2"));
+    let mut names: Vec<_> = std::fs::read_dir(&serial)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert!(names.contains(&"rates.csv".to_string()), "{names:?}");
+    for n in names.iter().filter(|n| *n != "engine.json") {
+        assert!(
+            std::fs::read(serial.join(n)).unwrap() == std::fs::read(parallel.join(n)).unwrap(),
+            "{n} differs between 1 and 2 threads"
+        );
+    }
+    let engine: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(parallel.join("engine.json")).unwrap()).unwrap();
+    assert_eq!(engine["parallel"]["partitions"], 2, "{engine}");
+    assert_eq!(engine["parallel"]["threads"], 2, "{engine}");
+    assert!(
+        engine["parallel"]["packets_between_partitions"].as_u64().unwrap() > 0,
+        "{engine}"
+    );
+}
