@@ -138,7 +138,13 @@ pub(crate) fn nccl_tests(data: &[u8]) {
         name: "fuzz.log".into(),
         text,
     }];
-    let _ = xirang_diagnose::nccl::diagnose(&logs);
+    // Both with nothing known (shapes only) and with a rate (levels against the model).
+    let _ = xirang_diagnose::nccl::diagnose(&logs, &xirang_diagnose::nccl::Hardware::default());
+    let hw = xirang_diagnose::nccl::Hardware {
+        nic_gbps: Some(400.0),
+        ..Default::default()
+    };
+    let _ = xirang_diagnose::nccl::diagnose(&logs, &hw);
 }
 
 /// SONiC `config_db.json` and `pg_profile_lookup.ini`.

@@ -15,6 +15,9 @@ pub const JUDGED_BANDWIDTH_SHARE: f64 = 0.5;
 /// Point-to-point collectives (sendrecv, all-to-all) are judged from this size.
 pub const P2P_JUDGED_FROM_BYTES: u64 = 512 << 20;
 
+/// GPUs per node of the HGX boards that carry NVSwitches.
+const HGX_NVSWITCH_GPUS: u32 = 8;
+
 /// One size, measured and modelled.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SizeCheck {
@@ -70,7 +73,8 @@ impl RunCheck {
 /// The platform a run used, from a template describing the hardware (NICs, NVLink) with the
 /// node count, GPUs per node and GPU generation the log shows. With `gpu_links_from_log`,
 /// the GPU-to-GPU bandwidth also follows the GPU model the log names (NVLink generation,
-/// or PCIe for cards without NVLink) instead of the template's.
+/// or PCIe for cards without NVLink) instead of the template's, and NVLS is assumed only
+/// on 8-GPU (NVSwitch) nodes.
 pub fn platform_of_run(run: &TestRun, template: &Platform, gpu_links_from_log: bool) -> Option<Platform> {
     let ranks = run.nranks()?;
     let nodes = (run.hosts().len() as u32).max(1);
@@ -96,6 +100,11 @@ pub fn platform_of_run(run: &TestRun, template: &Platform, gpu_links_from_log: b
             }
         }
         p.nvls &= matches!(p.generation, GpuGen::Hopper | GpuGen::Blackwell);
+    }
+    // Without a described host, NVSwitch (and so NVLS) is assumed only on 8-GPU nodes:
+    // 4-GPU HGX boards join their GPUs directly.
+    if gpu_links_from_log && p.gpus_per_node < HGX_NVSWITCH_GPUS {
+        p.nvls = false;
     }
     Some(p)
 }

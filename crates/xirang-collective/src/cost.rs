@@ -301,6 +301,26 @@ pub const P2P_NET_PEER_GBS: f64 = 14.0;
 pub const PCIE_GEN4_X16_GBS: f64 = 24.0;
 
 impl Platform {
+    /// Hosts with `nics` NICs of `nic_gbps` each and the default configuration's GPU links
+    /// (H100 NVLink with NVSwitch): the template `xirang nccl check` and `xirang diagnose
+    /// nccl` fill in with the node count, GPUs per node and GPU model a log shows
+    /// ([`crate::check::platform_of_run`]). Two channels per NIC, as NCCL opens.
+    pub fn of_nics(nics: u32, nic_gbps: f64) -> Platform {
+        let cfg = FabricConfig::default();
+        let nvlink = cfg.intra_host.nvlink_gbps > 0.0;
+        Platform {
+            generation: GpuGen::Hopper,
+            amd_cpu: false,
+            nodes: 1,
+            gpus_per_node: 1,
+            intra_gbs: cfg.intra_host.nvlink_gbps / 8.0 * NVLINK_EFFICIENCY,
+            nvlink,
+            node_net_gbs: f64::from(nics) * nic_gbps / 8.0 * ROCE_PAYLOAD_SHARE,
+            channels: 2 * nics,
+            nvls: nvlink && cfg.intra_host.nvswitch,
+        }
+    }
+
     /// The platform of the given hosts of a fabric (all hosts when empty): GPU generation
     /// from the first GPU's model, NVLink from the configuration, network bandwidth from
     /// the host's NIC ports. `channels` 0 picks twice the NICs per node (at least 2), enough

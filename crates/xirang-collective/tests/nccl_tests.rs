@@ -38,7 +38,26 @@ fn every_fixture_parses() {
             n += 1;
         }
     }
-    assert_eq!(n, 11);
+    assert_eq!(n, 19);
+}
+
+#[test]
+fn new_captures_read_as_their_sources_state() {
+    // Four GPUs per host behind one NIC, no test named (SOURCE.md: 5.85/5.86 at 25 GiB).
+    let t = one("sendrecv-2node-4gpu-roce400-one-nic.txt");
+    assert_eq!(
+        (t.name.as_deref(), t.collective, t.nranks()),
+        (None, None, Some(8))
+    );
+    assert_eq!(t.hosts(), ["MOC-R4PCC04U37", "MOC-R4PCC04U35"]);
+    assert_eq!(largest(&t), (26_843_545_600, 5.85, 5.86));
+    assert_eq!(t.rows.len(), 13);
+    // The collapsing pair: two tests, 0.90/0.84 and 0.97/0.99 at 16 GiB.
+    let r = load("pair-2node-1gpu-collapse-cnode2-001_cnode2-004.txt");
+    let ends: Vec<_> = r.tests.iter().map(largest).collect();
+    assert_eq!(ends, [(17_179_869_184, 0.90, 0.84), (17_179_869_184, 0.97, 0.99)]);
+    let t = one("allreduce-2node-1gpu-roce400.txt");
+    assert_eq!(largest(&t), (26_843_545_600, 14.97, 15.00));
 }
 
 #[test]

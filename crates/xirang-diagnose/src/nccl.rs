@@ -11,14 +11,25 @@
 //! - `NCCL-GDR-OFF`: NET/IB channels without `/GDRDMA`, or "GPU Direct RDMA Disabled":
 //!   data bounces through host memory.
 //! - `NCCL-NIC-SHARED`: several GPUs of a host send through one NIC while the host has
-//!   more NICs than that.
+//!   more NICs than that, or the host runs more local ranks than NCCL lists NICs (k GPUs
+//!   share each NIC: a ceiling near the NIC's rate / k).
+//! - `NCCL-BW-FALLS`: bus bandwidth that falls as messages grow (well below the run's own
+//!   peak at the largest sizes): the path between the hosts degrades under sustained load
+//!   (congestion, a degraded or flapping link).
+//! - `NCCL-BELOW-MODEL`: sizes below [`SLOW_SHARE`] of the cost model that no other finding
+//!   on the log explains (a NIC, link or PCIe path short of its rate).
 //! - `NCCL-SLOW-PAIR` / `NCCL-SLOW-NODE`: over a set of pairwise logs (2 hosts each), a
 //!   pair well below the median pair, or a node slow or failing with every peer
 //!   (C4's row/column reading of the pair matrix).
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use xirang_collective::nccl_tests::{self, Report};
+use serde::Serialize;
+use xirang_collective::check::{
+    self, JUDGED_BANDWIDTH_SHARE, P2P_JUDGED_FROM_BYTES, SLOW_SHARE, platform_of_run,
+};
+use xirang_collective::cost::{Coll, Platform};
+use xirang_collective::nccl_tests::{self, Report, TestRun};
 
 use crate::finding::{Class, Evidence, Finding, Severity, rank};
 
@@ -66,6 +77,283 @@ const COMMAND_LINE_CONFIDENCE: f64 = 0.85;
 const SLOW_NODE_CONFIDENCE: f64 = 0.8;
 /// Confidence of a single slow pair (one measurement, could be a transient).
 const SLOW_PAIR_CONFIDENCE: f64 = 0.6;
+/// Bandwidth that "falls as messages grow": the largest size below this share of the run's
+/// own peak at a smaller size. Healthy runs in the project's fixtures stay above 90 % of
+/// their peak at the largest size (80 ranks, 16 GiB: 320.5 of 344.9 GB/s); the collapsing
+/// pairs of the same cluster end near 10 % (test_data/nccl-tests/SOURCE.md).
+const FALL_SHARE: f64 = 0.5;
+/// Sizes below this are latency-bound on every fabric and do not count for the shape.
+const SHAPE_FROM_BYTES: u64 = 1 << 20;
+/// A run is "flat" when its bandwidth-bound sizes stay within this factor of each other.
+const FLAT_SPREAD: f64 = 1.15;
+/// Confidence of a shortfall against the model with no cause in the log: the model's
+/// assumptions (NIC count and rate) may be what is wrong.
+const BELOW_MODEL_CONFIDENCE: f64 = 0.5;
+/// Confidence of a bandwidth collapse with size: one run, but a shape no healthy run has.
+const FALLS_CONFIDENCE: f64 = 0.7;
+/// Every collective nccl-tests measures, for logs that do not name theirs.
+const ALL_COLLECTIVES: [Coll; 6] = [
+    Coll::AllReduce,
+    Coll::AllGather,
+    Coll::ReduceScatter,
+    Coll::AllToAll,
+    Coll::Broadcast,
+    Coll::SendRecv,
+];
+
+/// What the diagnosis knows of the hardware beyond what the logs say.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Hardware {
+    /// NICs per node; without it, the NICs NCCL lists in the log (`NET/IB : Using ...`).
+    pub nics: Option<u32>,
+    /// NIC line rate, Gbit/s. No log states it, so without it (or `platform`) bandwidth
+    /// levels are not judged against the model; shapes and what NCCL says still are.
+    pub nic_gbps: Option<f64>,
+    /// The hosts as a scenario describes them (NICs, rates, GPU links): overrides both.
+    pub platform: Option<Platform>,
+}
+
+/// The diagnosis of a set of logs.
+#[derive(Debug, Clone, Serialize)]
+pub struct Diagnosis {
+    /// Ranked findings.
+    pub findings: Vec<Finding>,
+    /// Runs not compared with the cost model, and why (`file:line: reason`).
+    pub not_judged: Vec<String>,
+}
+
+/// One bandwidth-bound size against the model.
+#[derive(Debug, Clone)]
+struct SizeView {
+    line: usize,
+    size_bytes: u64,
+    measured_gbs: f64,
+    model_gbs: f64,
+    ratio: f64,
+}
+
+/// A run against the model: only the sizes the model says are bandwidth-bound.
+#[derive(Debug, Clone)]
+struct RunView {
+    /// The collective(s) it was judged as.
+    judged_as: String,
+    /// The platform in words.
+    platform: String,
+    sizes: Vec<SizeView>,
+}
+
+impl RunView {
+    fn slow(&self) -> Vec<&SizeView> {
+        self.sizes.iter().filter(|s| s.ratio < SLOW_SHARE).collect()
+    }
+
+    fn largest(&self) -> Option<&SizeView> {
+        self.sizes.iter().max_by_key(|s| s.size_bytes)
+    }
+
+    /// "busbw 0.90 GB/s at 16 GiB is 6% of the model's 14.00 GB/s (AllToAll; ...)".
+    fn at(&self, s: &SizeView) -> String {
+        format!(
+            "busbw {:.2} GB/s at {} is {:.0}% of the model's {:.2} GB/s ({}; {})",
+            s.measured_gbs,
+            size_text(s.size_bytes),
+            s.ratio * 100.0,
+            s.model_gbs,
+            self.judged_as,
+            self.platform
+        )
+    }
+
+    /// The shortfall in one sentence, at the largest judged size.
+    fn summary(&self) -> String {
+        let slow = self.slow();
+        match self.largest() {
+            Some(l) => format!(
+                "{}; {} of {} bandwidth-bound sizes below {:.0}% of the model",
+                self.at(l),
+                slow.len(),
+                self.sizes.len(),
+                SLOW_SHARE * 100.0
+            ),
+            None => "no bandwidth-bound size".into(),
+        }
+    }
+}
+
+fn size_text(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = bytes as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if v.fract() == 0.0 {
+        format!("{v} {}", UNITS[u])
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+/// The collectives a run can be: the one it names (or its rows prove), else every
+/// collective whose bus/algorithm bandwidth factor at this rank count matches the rows.
+fn candidates(run: &TestRun) -> Result<(Vec<Coll>, bool), String> {
+    if let Some(c) = run.collective {
+        return Ok((vec![c], !run.collective_inferred));
+    }
+    let n = run
+        .nranks()
+        .ok_or("the ranks are not listed, so the collective cannot be read from the rows")?;
+    let row = run
+        .rows
+        .iter()
+        .rev()
+        .find(|r| r.out_of_place.algbw_gbs > 1.0)
+        .ok_or("the log does not name the collective and no row has bandwidth to read it from")?;
+    let (alg, bus) = (row.out_of_place.algbw_gbs, row.out_of_place.busbw_gbs);
+    let ratio = bus / alg;
+    // Both bandwidths are printed with two decimals; allow for the rounding.
+    let tol = 0.01 / alg.min(bus).max(0.01) * 2.0 + 1e-3;
+    let fits: Vec<Coll> = ALL_COLLECTIVES
+        .into_iter()
+        .filter(|c| (ratio / c.bus_factor(n) - 1.0).abs() < tol)
+        .collect();
+    if fits.is_empty() {
+        return Err(format!(
+            "the log does not name the collective and its bus/algorithm bandwidth ratio {ratio:.3} (line {}) fits none at {n} ranks",
+            row.line
+        ));
+    }
+    Ok((fits, false))
+}
+
+/// The platform to judge `run` on, and how it was found.
+fn platform(run: &TestRun, hw: &Hardware, f: &Facts) -> Result<(Platform, String), String> {
+    const UNEVEN: &str = "the ranks are not listed or do not divide evenly over the hosts";
+    if let Some(p) = &hw.platform {
+        let p = platform_of_run(run, p, false).ok_or(UNEVEN)?;
+        return Ok((p, "hosts as the scenario describes them".into()));
+    }
+    let gbps = hw
+        .nic_gbps
+        .ok_or("the NIC rate is unknown (no log states it): pass --nic-gbps or --scenario")?;
+    let (nics, from) = match hw.nics {
+        Some(n) => (n, "given"),
+        // The NICs the channels use, where the log shows channels; NCCL may list more
+        // than it uses (a management RoCE port beside the IB rails).
+        None => match f.nics_used.values().map(|v| v.len() as u32).max() {
+            Some(n) => (n, "as NCCL's channels use them"),
+            None => (
+                f.nic_names
+                    .values()
+                    .map(|v| v.len() as u32)
+                    .max()
+                    .ok_or("the NIC count is unknown (the log lists no NET/IB devices): pass --nics")?,
+                "as NCCL lists them",
+            ),
+        },
+    };
+    let p = platform_of_run(run, &Platform::of_nics(nics, gbps), true).ok_or(UNEVEN)?;
+    Ok((p, format!("{nics} NIC(s) x {gbps} Gbit/s per node, NICs {from}")))
+}
+
+/// `run` against the model, judged leniently when the collective is not named: a size is
+/// judged only where every candidate says it is bandwidth-bound, against the candidate
+/// that expects the least.
+fn view(run: &TestRun, hw: &Hardware, f: &Facts) -> Result<RunView, String> {
+    if run.rows.is_empty() {
+        return Err("no result rows".into());
+    }
+    let (colls, named) = candidates(run)?;
+    let (p, how) = platform(run, hw, f)?;
+    let checks: Vec<_> = colls.iter().map(|c| check::check(run, *c, &p, None)).collect();
+    let mut sizes = Vec::new();
+    for r in &run.rows {
+        let per: Vec<_> = checks
+            .iter()
+            .map(|c| c.sizes.iter().find(|s| s.line == r.line))
+            .collect();
+        if per.iter().any(|s| s.is_none_or(|s| !s.judged)) {
+            continue;
+        }
+        let Some(best) = per
+            .into_iter()
+            .flatten()
+            .max_by(|a, b| a.ratio.total_cmp(&b.ratio))
+        else {
+            continue;
+        };
+        sizes.push(SizeView {
+            line: best.line,
+            size_bytes: best.size_bytes,
+            measured_gbs: best.measured_busbw_gbs,
+            model_gbs: best.model.busbw_gbs,
+            ratio: best.ratio,
+        });
+    }
+    if sizes.is_empty() {
+        return Err(format!(
+            "no size is bandwidth-bound under the model (sizes where less than {:.0}% of the time moves bytes{} are not judged)",
+            JUDGED_BANDWIDTH_SHARE * 100.0,
+            if colls.iter().any(|c| matches!(c, Coll::SendRecv | Coll::AllToAll)) {
+                format!(
+                    ", and point-to-point sizes below {}",
+                    size_text(P2P_JUDGED_FROM_BYTES)
+                )
+            } else {
+                String::new()
+            }
+        ));
+    }
+    let names: Vec<String> = colls.iter().map(|c| format!("{c:?}")).collect();
+    let judged_as = if named {
+        names[0].clone()
+    } else if names.len() == 1 {
+        format!("{} by its rows", names[0])
+    } else {
+        format!(
+            "any of {} (the log does not name it; the most lenient is used)",
+            names.join(", ")
+        )
+    };
+    Ok(RunView {
+        judged_as,
+        platform: format!(
+            "{} x {} GPUs, network {:.1} GB/s per node: {how}",
+            p.nodes, p.gpus_per_node, p.node_net_gbs
+        ),
+        sizes,
+    })
+}
+
+/// A row as the shape rules see it: (line, size in bytes, busbw GB/s).
+type ShapeRow = (usize, u64, f64);
+
+/// Bandwidth falling as messages grow: the rows from the peak to the largest size.
+fn falls(run: &TestRun) -> Option<Vec<ShapeRow>> {
+    let mut rows: Vec<ShapeRow> = run
+        .rows
+        .iter()
+        .filter(|r| r.size_bytes >= SHAPE_FROM_BYTES && r.busbw_gbs() > 0.0)
+        .map(|r| (r.line, r.size_bytes, r.busbw_gbs()))
+        .collect();
+    rows.sort_by_key(|r| r.1);
+    let peak = rows.iter().copied().max_by(|a, b| a.2.total_cmp(&b.2))?;
+    let last = *rows.last()?;
+    (last.1 > peak.1 && last.2 < FALL_SHARE * peak.2)
+        .then(|| rows.into_iter().filter(|r| r.1 >= peak.1).collect())
+}
+
+/// The bandwidth-bound sizes stay within [`FLAT_SPREAD`] of each other.
+fn flat(v: &RunView) -> bool {
+    let lo = v
+        .sizes
+        .iter()
+        .map(|s| s.measured_gbs)
+        .fold(f64::INFINITY, f64::min);
+    let hi = v.sizes.iter().map(|s| s.measured_gbs).fold(0.0, f64::max);
+    lo > 0.0 && hi / lo <= FLAT_SPREAD
+}
 
 fn ev(log: &Log, line: usize, text: &str) -> Evidence {
     Evidence {
@@ -115,6 +403,13 @@ struct Facts {
     nic_use: BTreeMap<String, GpuNics>,
     /// host → NICs NCCL lists as usable.
     nics_available: BTreeMap<String, usize>,
+    /// host → the NICs NCCL lists (`mlx5_5:1`), with the line that lists them.
+    nic_names: BTreeMap<String, Vec<String>>,
+    nic_line: BTreeMap<String, Line>,
+    /// host → NET/IB device indices its channels use (send or receive).
+    nics_used: BTreeMap<String, BTreeSet<u32>>,
+    /// host → ranks NCCL places on it (`localRanks k`), with the line that says so.
+    local_ranks: BTreeMap<String, (u32, Line)>,
     largest_busbw_gbs: Option<(f64, u64, usize)>,
     failures: Vec<(usize, String)>,
     wrong: Vec<(usize, u64)>,
@@ -132,6 +427,10 @@ fn facts(log: &Log, rep: &Report) -> Facts {
         gdr_channels: 0,
         nic_use: BTreeMap::new(),
         nics_available: BTreeMap::new(),
+        nic_names: BTreeMap::new(),
+        nics_used: BTreeMap::new(),
+        nic_line: BTreeMap::new(),
+        local_ranks: BTreeMap::new(),
         largest_busbw_gbs: None,
         failures: Vec::new(),
         wrong: Vec::new(),
@@ -156,8 +455,38 @@ fn facts(log: &Log, rep: &Report) -> Facts {
                 .filter(|t| t.starts_with('[') && t.contains(']') && !t.starts_with("[RO]"))
                 .count();
             f.nics_available.insert(host.to_string(), count);
+            // `[0]mlx5_5:1/RoCE` → `mlx5_5:1`; `[RO]` is a flag, not a NIC.
+            let names = list
+                .split(';')
+                .next()
+                .unwrap_or_default()
+                .split_whitespace()
+                .filter(|t| t.starts_with('[') && !t.starts_with("[RO]"))
+                .filter_map(|t| {
+                    t.split_once(']')
+                        .map(|(_, n)| n.split('/').next().unwrap_or(n).to_string())
+                })
+                .collect();
+            f.nic_names.insert(host.to_string(), names);
+            f.nic_line
+                .entry(host.to_string())
+                .or_insert((n, line.to_string()));
+        }
+        if let Some(k) = rest
+            .split_once(" localRanks ")
+            .and_then(|(_, t)| t.split_whitespace().next())
+            .and_then(|t| t.parse::<u32>().ok())
+        {
+            let e = f
+                .local_ranks
+                .entry(host.to_string())
+                .or_insert((k, (n, line.to_string())));
+            if k > e.0 {
+                *e = (k, (n, line.to_string()));
+            }
         }
         if let Some((nic, gdr)) = via_net_ib(rest) {
+            f.nics_used.entry(host.to_string()).or_default().insert(nic);
             if gdr {
                 f.gdr_channels += 1;
             } else {
@@ -194,8 +523,8 @@ fn pair_name(hosts: &BTreeSet<String>) -> String {
     hosts.iter().cloned().collect::<Vec<_>>().join("<->")
 }
 
-/// Diagnoses one log on its own.
-fn diagnose_one(log: &Log, f: &Facts) -> Vec<Finding> {
+/// Diagnoses one log on its own; `views` holds each run against the model (or why not).
+fn diagnose_one(log: &Log, f: &Facts, rep: &Report, views: &[Result<RunView, String>]) -> Vec<Finding> {
     let mut out = Vec::new();
     let hosts_text = if f.hosts.is_empty() {
         "the hosts of this run".to_string()
@@ -336,13 +665,185 @@ fn diagnose_one(log: &Log, f: &Facts) -> Vec<Finding> {
             });
         }
     }
+    // More local ranks than NICs NCCL can use: each NIC carries several GPUs' traffic.
+    for (host, (k, kline)) in &f.local_ranks {
+        let Some(names) = f.nic_names.get(host).filter(|n| !n.is_empty()) else {
+            continue;
+        };
+        let n = names.len() as u32;
+        if *k <= n
+            || out
+                .iter()
+                .any(|x| x.rule == "NCCL-NIC-SHARED" && x.entity.starts_with(&format!("{host}/")))
+        {
+            continue;
+        }
+        let per_nic = k.div_ceil(n);
+        let mut evidence = vec![ev(log, kline.0, &kline.1)];
+        if let Some((l, t)) = f.nic_line.get(host) {
+            evidence.push(ev(log, *l, t));
+        }
+        let level = views.iter().flatten().find(|v| !v.sizes.is_empty()).map(|v| {
+            let l = v.largest().expect("non-empty");
+            evidence.push(ev(log, l.line, &format!("model: {}", v.at(l))));
+            format!(
+                "; {} at {:.2} GB/s, {:.0}% of the model",
+                if flat(v) { "flat" } else { "tops out" },
+                l.measured_gbs,
+                l.ratio * 100.0
+            )
+        });
+        out.push(Finding {
+            rule: "NCCL-NIC-SHARED",
+            class: Class::HostConfig,
+            entity: format!("{host}/{}", names.join("+")),
+            severity: Severity::Medium,
+            cause: format!(
+                "{k} local ranks on {host} share {n} NIC(s) ({}): up to {per_nic} GPUs per NIC, each with at most 1/{per_nic} of its rate{}",
+                names.join(", "),
+                level.as_deref().unwrap_or("")
+            ),
+            confidence: SAID_BY_NCCL_CONFIDENCE,
+            scope: format!("inter-node bandwidth of every GPU on {host}"),
+            advice: vec![
+                "give each GPU its own NIC (list them in NCCL_IB_HCA, or unset it so NCCL finds them), or run one rank per NIC".into(),
+                "check `nvidia-smi topo -m` and `ibv_devinfo`: NICs that exist but are missing from `NET/IB : Using` are down or filtered out".into(),
+            ],
+            evidence,
+        });
+    }
+    let falling: Vec<(&TestRun, &Result<RunView, String>, Vec<ShapeRow>)> = rep
+        .tests
+        .iter()
+        .zip(views)
+        .filter_map(|(run, v)| falls(run).map(|rows| (run, v, rows)))
+        .collect();
+    // One finding per log: the run that falls furthest leads, the others are evidence.
+    let share = |rows: &[ShapeRow]| rows[rows.len() - 1].2 / rows[0].2;
+    if let Some((run, v, rows)) = falling.iter().min_by(|a, b| share(&a.2).total_cmp(&share(&b.2))) {
+        let (peak, last) = (rows[0], rows[rows.len() - 1]);
+        let model = v.as_ref().ok().and_then(|v| {
+            v.sizes
+                .iter()
+                .find(|s| s.line == last.0)
+                .map(|s| format!(", {:.0}% of the model", s.ratio * 100.0))
+        });
+        let mut evidence = Vec::new();
+        for (run, v, rows) in &falling {
+            // The peak and the last three sizes show the shape.
+            let tail = rows.len().saturating_sub(3).max(1);
+            for (l, size, bw) in std::iter::once(&rows[0]).chain(&rows[tail..]) {
+                evidence.push(ev(
+                    log,
+                    *l,
+                    &format!(
+                        "{}: busbw {bw:.2} GB/s at {}",
+                        run.name.as_deref().unwrap_or("unnamed test"),
+                        size_text(*size)
+                    ),
+                ));
+            }
+            evidence.push(model_evidence(log, run, v));
+        }
+        out.push(Finding {
+            rule: "NCCL-BW-FALLS",
+            class: Class::Link,
+            entity: pair_name(&f.hosts),
+            severity: Severity::High,
+            cause: format!(
+                "bandwidth falls as messages grow, from {:.2} GB/s at {} to {:.2} GB/s at {} ({:.0}% of its own peak{}){}: the path between {hosts_text} degrades under sustained load (congestion, or a degraded or flapping link)",
+                peak.2,
+                size_text(peak.1),
+                last.2,
+                size_text(last.1),
+                share(rows) * 100.0,
+                model.unwrap_or_default(),
+                match falling.len() {
+                    1 => String::new(),
+                    n => format!(" in {} and {} other test(s) of the log", run.name.as_deref().unwrap_or("one test"), n - 1),
+                }
+            ),
+            confidence: FALLS_CONFIDENCE,
+            scope: format!(
+                "large transfers between {hosts_text}: every collective whose messages exceed {}",
+                size_text(peak.1)
+            ),
+            advice: vec![
+                format!("run ib_write_bw between {hosts_text} for a minute with large messages; watch both ends' link error and pause counters (`xirang monitor`) while it runs"),
+                "read the switch ports on the path for discards, PFC pause storms and flaps (link_downed, `show interfaces counters errors`)".into(),
+                "test each node with a third, healthy node: the one that stays slow holds the bad link".into(),
+            ],
+            evidence,
+        });
+    }
+    let explained = !out.is_empty();
+    for (run, v) in rep.tests.iter().zip(views) {
+        let Ok(v) = v else { continue };
+        let slow = v.slow();
+        if explained || slow.is_empty() {
+            continue;
+        }
+        let worst = slow
+            .iter()
+            .min_by(|a, b| a.ratio.total_cmp(&b.ratio))
+            .expect("non-empty");
+        out.push(Finding {
+            rule: "NCCL-BELOW-MODEL",
+            class: Class::Nic,
+            entity: pair_name(&f.hosts),
+            severity: Severity::Medium,
+            cause: format!(
+                "{} of {} bandwidth-bound sizes below {:.0}% of the model{}, worst {}: a NIC, link or PCIe path short of its rate, or fewer or slower NICs than assumed",
+                slow.len(),
+                v.sizes.len(),
+                SLOW_SHARE * 100.0,
+                if flat(v) { ", flat" } else { "" },
+                v.at(worst)
+            ),
+            confidence: BELOW_MODEL_CONFIDENCE,
+            scope: format!("every collective over {hosts_text}"),
+            advice: vec![
+                "audit the hosts (`xirang audit`): NIC link rate, PCIe width and speed, GPU-NIC affinity".into(),
+                "rerun with NCCL_DEBUG=INFO: the NICs, GPUDirect and transport NCCL uses explain most shortfalls".into(),
+                "if the hardware differs from the assumption, pass --nics/--nic-gbps or --scenario".into(),
+            ],
+            evidence: slow
+                .iter()
+                .take(4)
+                .map(|s| ev(log, s.line, &format!("model: {}", v.at(s))))
+                .chain(std::iter::once(ev(log, run.line, &format!("run: {}", run.name.as_deref().unwrap_or("unnamed test")))))
+                .collect(),
+        });
+    }
+    // Findings about how NCCL ran say, too, how far below the model the run is.
+    for x in out
+        .iter_mut()
+        .filter(|x| matches!(x.rule, "NCCL-SOCKET" | "NCCL-GDR-OFF"))
+    {
+        if let Some((run, v)) = rep.tests.iter().zip(views).find(|(r, _)| !r.rows.is_empty()) {
+            x.evidence.push(model_evidence(log, run, v));
+        }
+    }
     out
+}
+
+/// The run against the model in one evidence line, or why it was not compared.
+fn model_evidence(log: &Log, run: &TestRun, v: &Result<RunView, String>) -> Evidence {
+    match v {
+        Ok(v) => ev(
+            log,
+            v.largest().map_or(run.line, |s| s.line),
+            &format!("model: {}", v.summary()),
+        ),
+        Err(why) => ev(log, run.line, &format!("not compared with the model: {why}")),
+    }
 }
 
 /// Diagnoses logs: each on its own, then the set as a pair matrix when the logs are
 /// pairwise runs (two hosts each).
-pub fn diagnose(logs: &[Log]) -> Result<Vec<Finding>, LogError> {
+pub fn diagnose(logs: &[Log], hw: &Hardware) -> Result<Diagnosis, LogError> {
     let mut out = Vec::new();
+    let mut not_judged = Vec::new();
     // pair -> (busbw at the largest size or None when failed, log index, line)
     let mut pairs: BTreeMap<(String, String), (Option<f64>, usize, usize)> = BTreeMap::new();
     for (i, log) in logs.iter().enumerate() {
@@ -364,7 +865,18 @@ pub fn diagnose(logs: &[Log]) -> Result<Vec<Finding>, LogError> {
             });
         }
         let f = facts(log, &rep);
-        out.extend(diagnose_one(log, &f));
+        let views: Vec<Result<RunView, String>> = rep.tests.iter().map(|t| view(t, hw, &f)).collect();
+        for (t, v) in rep.tests.iter().zip(&views) {
+            if let Err(why) = v
+                && !t.rows.is_empty()
+            {
+                not_judged.push(format!(
+                    "{}:{}: not compared with the model: {why}",
+                    log.name, t.line
+                ));
+            }
+        }
+        out.extend(diagnose_one(log, &f, &rep, &views));
         if f.hosts.len() == 2 {
             let mut h = f.hosts.iter().cloned();
             let key = (h.next().unwrap_or_default(), h.next().unwrap_or_default());
@@ -377,14 +889,24 @@ pub fn diagnose(logs: &[Log]) -> Result<Vec<Finding>, LogError> {
             pairs.insert(key, value);
         }
     }
-    out.extend(pair_matrix(logs, &pairs));
+    // A pair whose own log already explains it is not repeated as a slow pair.
+    let explained: BTreeSet<String> = out
+        .iter()
+        .filter(|x| x.rule == "NCCL-BW-FALLS")
+        .map(|x| x.entity.clone())
+        .collect();
+    out.extend(pair_matrix(logs, &pairs, &explained));
     rank(&mut out);
-    Ok(out)
+    Ok(Diagnosis {
+        findings: out,
+        not_judged,
+    })
 }
 
 fn pair_matrix(
     logs: &[Log],
     pairs: &BTreeMap<(String, String), (Option<f64>, usize, usize)>,
+    explained: &BTreeSet<String>,
 ) -> Vec<Finding> {
     let mut out = Vec::new();
     if pairs.len() < MIN_PAIRS {
@@ -447,7 +969,11 @@ fn pair_matrix(
         });
     }
     for ((a, b), (v, i, l)) in pairs {
-        if !bad(v) || bad_nodes.contains(a.as_str()) || bad_nodes.contains(b.as_str()) {
+        if !bad(v)
+            || bad_nodes.contains(a.as_str())
+            || bad_nodes.contains(b.as_str())
+            || explained.contains(&format!("{a}<->{b}"))
+        {
             continue;
         }
         // Failed pairs already have their NCCL-ABORT/NCCL-FAILED finding.

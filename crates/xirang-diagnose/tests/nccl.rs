@@ -1,9 +1,12 @@
 //! nccl-tests diagnosis over the real fixtures (the collective crate's copies of
 //! shared/fixtures/nccl-tests) and logs derived from them.
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 
-use xirang_diagnose::nccl::{Log, diagnose};
+use serde::Deserialize;
+use xirang_diagnose::Finding;
+use xirang_diagnose::nccl::{Hardware, Log, diagnose as diagnose_with};
 use xirang_diagnose::{Class, Severity};
 
 fn fixtures() -> PathBuf {
@@ -16,6 +19,11 @@ fn log(name: &str) -> Log {
         name: name.to_string(),
         text: std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())),
     }
+}
+
+/// Diagnosis with nothing known beyond the logs.
+fn diagnose(logs: &[Log]) -> Result<Vec<Finding>, xirang_diagnose::nccl::LogError> {
+    diagnose_with(logs, &Hardware::default()).map(|d| d.findings)
 }
 
 fn rules(logs: &[Log]) -> Vec<(&'static str, String)> {
@@ -45,44 +53,151 @@ fn the_failing_pair_is_flagged_with_the_abort_line() {
     assert!(f.cause.contains("cnode2-016 lost its peer"), "{}", f.cause);
 }
 
+#[derive(Deserialize)]
+struct Table {
+    case: Vec<Case>,
+}
+
+#[derive(Deserialize)]
+struct Case {
+    files: Vec<String>,
+    #[serde(default)]
+    nics: Option<u32>,
+    #[serde(default)]
+    nic_gbps: Option<f64>,
+    expect: Vec<(String, String)>,
+}
+
+/// Every fixture, with the cause expected per file in test_data/nccl-expected.toml.
 #[test]
-fn healthy_logs_get_no_finding_and_sockets_are_named() {
-    let mut seen = 0;
-    for e in std::fs::read_dir(fixtures()).unwrap() {
-        let name = e.unwrap().file_name().to_string_lossy().into_owned();
-        if !name.ends_with(".txt") {
-            continue;
-        }
-        seen += 1;
-        let got = rules(&[log(&name)]);
-        let want: Vec<(&str, String)> = match name.as_str() {
-            "pair-2node-1gpu-network-error.txt" => {
-                vec![("NCCL-ABORT", "cnode2-005<->cnode2-016".into())]
-            }
-            "l40s-2node-1gpu-socket-ib-disabled.txt" => vec![(
-                "NCCL-SOCKET",
-                "nvidiatools-29-workload<->nvidiatools-30-workload".into(),
-            )],
-            // Its channels say `via NET/IB/1/Shared`, never `/GDRDMA`; the capture's
-            // README reports NCCL at about a third of the 400G link while ib_write_bw
-            // reached ~370 Gb/s on it (shared/fixtures/nccl-tests/SOURCE.md).
-            "sendrecv-2node-1gpu-roce400.txt" => {
-                vec![("NCCL-GDR-OFF", "MOC-R4PCC04U35<->MOC-R4PCC04U37".into())]
-            }
-            _ => vec![],
+fn every_fixture_gets_its_cause_and_healthy_logs_get_none() {
+    let table: Table = toml::from_str(
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/test_data/nccl-expected.toml"
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    let mut covered = BTreeSet::new();
+    for c in &table.case {
+        let logs: Vec<Log> = c.files.iter().map(|f| log(f)).collect();
+        covered.extend(c.files.iter().cloned());
+        let hw = Hardware {
+            nics: c.nics,
+            nic_gbps: c.nic_gbps,
+            platform: None,
         };
-        assert_eq!(got, want, "{name}");
+        let d = diagnose_with(&logs, &hw).unwrap();
+        let mut got: Vec<(String, String)> = d
+            .findings
+            .iter()
+            .map(|f| (f.rule.to_string(), f.entity.clone()))
+            .collect();
+        got.sort();
+        let mut want = c.expect.clone();
+        want.sort();
+        assert_eq!(got, want, "{:?}: {:#?}", c.files, d.findings);
+        // Every finding about bandwidth says where the rows are and how the run stands
+        // against the model, or why it was not compared.
+        for f in d.findings.iter().filter(|f| f.rule != "NCCL-ABORT") {
+            assert!(
+                f.evidence
+                    .iter()
+                    .any(|e| e.text.starts_with("model: ")
+                        || e.text.starts_with("not compared with the model: ")),
+                "{}: {:#?}",
+                f.rule,
+                f.evidence
+            );
+        }
     }
-    assert_eq!(seen, 11);
-    let f = diagnose(&[log("l40s-2node-1gpu-socket-ib-disabled.txt")]).unwrap();
-    assert_eq!(
-        f[0].evidence[0].source,
-        "l40s-2node-1gpu-socket-ib-disabled.txt:1"
+    let all: BTreeSet<String> = std::fs::read_dir(fixtures())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".txt"))
+        .collect();
+    assert_eq!(all, covered, "every fixture needs a row in nccl-expected.toml");
+}
+
+#[test]
+fn levels_are_judged_against_the_model_only_with_a_rate() {
+    let l = log("sendrecv-2node-4gpu-roce400-one-nic.txt");
+    let blind = diagnose_with(std::slice::from_ref(&l), &Hardware::default()).unwrap();
+    assert_eq!(blind.not_judged.len(), 1, "{:?}", blind.not_judged);
+    assert!(
+        blind.not_judged[0].contains("NIC rate is unknown"),
+        "{:?}",
+        blind.not_judged
+    );
+    // The NIC and k are read from NCCL's lines either way.
+    assert!(
+        blind.findings[0]
+            .cause
+            .starts_with("4 local ranks on MOC-R4PCC04U37 share 1 NIC(s) (mlx5_5:1)"),
+        "{}",
+        blind.findings[0].cause
+    );
+    let hw = Hardware {
+        nic_gbps: Some(400.0),
+        ..Hardware::default()
+    };
+    let d = diagnose_with(&[l], &hw).unwrap();
+    assert!(d.not_judged.is_empty(), "{:?}", d.not_judged);
+    let f = &d.findings[0];
+    // The log does not name its test: sendrecv and broadcast fit its rows (busbw = algbw
+    // at 8 ranks) and both are named; the flat ceiling is given against the model.
+    assert!(
+        f.cause.contains("flat at 5.86 GB/s, 48% of the model"),
+        "{}",
+        f.cause
+    );
+    let model = f.evidence.iter().find(|e| e.text.starts_with("model: ")).unwrap();
+    assert!(
+        model.text.contains("any of Broadcast, SendRecv"),
+        "{}",
+        model.text
+    );
+    assert!(model.source.ends_with(":132"), "{}", model.source);
+    // An HDR cluster judged as 400G would be "slow": the rate is what decides.
+    let hdr = log("h100-2node-4gpu-hdr-ib-debug-info.txt");
+    let at = |g: f64| {
+        diagnose_with(
+            std::slice::from_ref(&hdr),
+            &Hardware {
+                nic_gbps: Some(g),
+                ..Hardware::default()
+            },
+        )
+        .unwrap()
+        .findings
+        .into_iter()
+        .map(|f| f.rule)
+        .collect::<Vec<_>>()
+    };
+    assert_eq!(at(200.0), Vec::<&str>::new());
+    assert_eq!(at(400.0), vec!["NCCL-BELOW-MODEL"]);
+}
+
+#[test]
+fn a_collapse_names_the_pair_the_rows_and_the_peak() {
+    let d = diagnose(&[log("pair-2node-1gpu-collapse-cnode2-001_cnode2-004.txt")]).unwrap();
+    assert_eq!(d.len(), 1, "{d:#?}");
+    let f = &d[0];
+    assert_eq!((f.class, f.severity), (Class::Link, Severity::High));
+    assert!(
+        f.cause.starts_with("bandwidth falls as messages grow, from 9.30 GB/s at 128 MiB to 0.90 GB/s at 16 GiB (10% of its own peak) in alltoall_perf and 1 other test(s)"),
+        "{}",
+        f.cause
+    );
+    let sources: Vec<&str> = f.evidence.iter().map(|e| e.source.as_str()).collect();
+    assert!(
+        sources.contains(&"pair-2node-1gpu-collapse-cnode2-001_cnode2-004.txt:21"),
+        "{sources:?}"
     );
     assert!(
-        f[0].scope.contains("busbw 8.12 GB/s at 8589934592 B"),
-        "{}",
-        f[0].scope
+        sources.contains(&"pair-2node-1gpu-collapse-cnode2-001_cnode2-004.txt:47"),
+        "{sources:?}"
     );
 }
 
@@ -170,10 +285,21 @@ fn the_pair_matrix_tells_a_bad_node_from_a_bad_pair() {
 
 #[test]
 fn garbage_is_an_error_or_nothing_never_a_panic() {
-    for text in ["", "\0\0\u{fffd}", "# nThread 1\n  8 2 float sum -1 x y z 0\n"] {
-        let _ = diagnose(&[Log {
+    // Not a log at all: an error that says what was expected, never "no fault".
+    for text in ["", "\0\0\u{fffd}", "hello\nworld 1 2 3\n"] {
+        let e = diagnose(&[Log {
             name: "x".into(),
             text: text.into(),
-        }]);
+        }])
+        .unwrap_err();
+        assert_eq!(e.name, "x");
+        assert!(e.message.contains("no nccl-tests result table"), "{text:?}: {e}");
     }
+    // A header that is not nccl-tests': an error naming the line and what was expected.
+    let e = diagnose(&[Log {
+        name: "x".into(),
+        text: "# nThread 1\n  8 2 float sum -1 x y z 0\n".into(),
+    }])
+    .unwrap_err();
+    assert!(e.message.starts_with("line 1: expected `step:`"), "{e}");
 }

@@ -927,4 +927,15 @@ pub(crate) struct DiagnoseNcclArgs {
     /// this host).
     #[arg(long)]
     pub(crate) bundle: Option<PathBuf>,
+    /// Scenario describing the hosts (NICs, link rates, NVLink), to judge bandwidth
+    /// against the cost model.
+    #[arg(long)]
+    pub(crate) scenario: Option<PathBuf>,
+    /// NICs per node (default: the NICs NCCL lists in the log).
+    #[arg(long, conflicts_with = "scenario")]
+    pub(crate) nics: Option<u32>,
+    /// NIC line rate, Gbit/s. No log states it: without it (or --scenario) bandwidth
+    /// levels are not judged against the model, only shapes and what NCCL printed.
+    #[arg(long, conflicts_with = "scenario")]
+    pub(crate) nic_gbps: Option<f64>,
 }

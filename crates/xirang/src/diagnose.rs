@@ -3,7 +3,7 @@
 use anyhow::{Context, Result};
 use xirang_diagnose::Severity;
 use xirang_diagnose::finding::render_text;
-use xirang_diagnose::nccl::{Log, diagnose};
+use xirang_diagnose::nccl::{Hardware, Log, diagnose};
 
 use crate::Outcome;
 use crate::cli::{DiagnoseArgs, DiagnoseBenchArgs, DiagnoseNcclArgs, DiagnoseSuiteArgs};
@@ -24,7 +24,18 @@ pub(crate) fn nccl(a: &DiagnoseNcclArgs) -> Result<Outcome> {
             text: log.text,
         });
     }
-    let findings = diagnose(&logs)?;
+    crate::nccl::check_nics(a.nics, a.nic_gbps)?;
+    let hw = Hardware {
+        nics: a.nics,
+        nic_gbps: a.nic_gbps,
+        platform: a
+            .scenario
+            .as_deref()
+            .map(crate::nccl::scenario_platform)
+            .transpose()?,
+    };
+    let d = diagnose(&logs, &hw)?;
+    let findings = d.findings;
     if let Some(path) = &a.bundle {
         let data = logs
             .iter()
@@ -44,7 +55,21 @@ pub(crate) fn nccl(a: &DiagnoseNcclArgs) -> Result<Outcome> {
             data,
         )?;
     }
+    // What could not be judged is said on stderr, so stdout stays the findings (a JSON
+    // array with --json, like the other diagnose commands).
+    for n in &d.not_judged {
+        eprintln!("note: {n}");
+    }
     report(&findings, a.json)
+}
+
+/// Exit 1 when any finding is a fault (medium or worse).
+fn outcome(findings: &[xirang_diagnose::Finding]) -> Outcome {
+    if findings.iter().any(|f| f.severity <= Severity::Medium) {
+        Outcome::Findings
+    } else {
+        Outcome::Clean
+    }
 }
 
 fn now_ms() -> i64 {
@@ -80,11 +105,7 @@ fn report(findings: &[xirang_diagnose::Finding], json: bool) -> Result<Outcome> 
     } else {
         out(&render_text(findings))?;
     }
-    Ok(if findings.iter().any(|f| f.severity <= Severity::Medium) {
-        Outcome::Findings
-    } else {
-        Outcome::Clean
-    })
+    Ok(outcome(findings))
 }
 
 pub(crate) fn counters(a: &DiagnoseArgs) -> Result<Outcome> {

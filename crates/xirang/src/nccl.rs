@@ -3,9 +3,8 @@
 use anyhow::{Context, Result, bail};
 use serde::Serialize;
 use xirang_collective::check::{RunCheck, SLOW_SHARE, check as check_run, platform_of_run};
-use xirang_collective::cost::{Algo, Coll, GpuGen, Platform, Proto, ROCE_PAYLOAD_SHARE};
+use xirang_collective::cost::{Algo, Coll, Platform, Proto};
 use xirang_collective::nccl_tests::{self, TestRun};
-use xirang_fabric::config::FabricConfig;
 
 use crate::Outcome;
 use crate::cli::{AlgoArg, CollArg, NcclAdviseArgs, NcclCheckArgs, ProtoArg};
@@ -45,42 +44,41 @@ impl From<ProtoArg> for Proto {
     }
 }
 
-/// GPUs per node of the HGX boards that carry NVSwitches.
-const HGX_NVSWITCH_GPUS: u32 = 8;
+/// The hosts a scenario describes (its first host), as the cost model sees them.
+pub(crate) fn scenario_platform(s: &std::path::Path) -> Result<Platform> {
+    let loaded = crate::cmd::load(s)?;
+    Platform::of_fabric(&loaded.fabric, &loaded.scenario.config, &[], 0)
+        .with_context(|| format!("{}: the scenario has no hosts", s.display()))
+}
+
+/// `--nics` and `--nic-gbps` within what a fabric can hold.
+pub(crate) fn check_nics(nics: Option<u32>, nic_gbps: Option<f64>) -> Result<()> {
+    let max_nics = xirang_fabric::topology::MAX_DEVICES_PER_HOST;
+    let max_gbps = xirang_fabric::topology::MAX_LINK_RATE_GBPS;
+    if let Some(n) = nics
+        && !(1..=max_nics).contains(&n)
+    {
+        bail!("--nics: expected 1..={max_nics} NICs per node, found {n}");
+    }
+    if let Some(g) = nic_gbps
+        && !(g.is_finite() && g > 0.0 && g <= max_gbps)
+    {
+        bail!(
+            "--nic-gbps: expected a rate above 0 and at most {max_gbps} Gbit/s, found {}",
+            xirang_fabric::limits::Num(g)
+        );
+    }
+    Ok(())
+}
 
 /// The hardware template: from a scenario's first host, or from the flags on top of the
 /// built-in defaults (H100 NVLink with NVSwitch).
 fn template(a: &NcclCheckArgs) -> Result<(Platform, String)> {
     if let Some(s) = &a.scenario {
-        let loaded = crate::cmd::load(s)?;
-        let p = Platform::of_fabric(&loaded.fabric, &loaded.scenario.config, &[], 0)
-            .with_context(|| format!("{}: the scenario has no hosts", s.display()))?;
-        return Ok((p, format!("hosts as in {}", s.display())));
+        return Ok((scenario_platform(s)?, format!("hosts as in {}", s.display())));
     }
-    let max_nics = xirang_fabric::topology::MAX_DEVICES_PER_HOST;
-    let max_gbps = xirang_fabric::topology::MAX_LINK_RATE_GBPS;
-    if !(1..=max_nics).contains(&a.nics) {
-        bail!("--nics: expected 1..={max_nics} NICs per node, found {}", a.nics);
-    }
-    if !(a.nic_gbps.is_finite() && a.nic_gbps > 0.0 && a.nic_gbps <= max_gbps) {
-        bail!(
-            "--nic-gbps: expected a rate above 0 and at most {max_gbps} Gbit/s, found {}",
-            xirang_fabric::limits::Num(a.nic_gbps)
-        );
-    }
-    let cfg = FabricConfig::default();
-    let nvlink = cfg.intra_host.nvlink_gbps > 0.0;
-    let p = Platform {
-        generation: GpuGen::Hopper,
-        amd_cpu: false,
-        nodes: 1,
-        gpus_per_node: 1,
-        intra_gbs: cfg.intra_host.nvlink_gbps / 8.0 * xirang_collective::cost::NVLINK_EFFICIENCY,
-        nvlink,
-        node_net_gbs: f64::from(a.nics) * a.nic_gbps / 8.0 * ROCE_PAYLOAD_SHARE,
-        channels: 2 * a.nics,
-        nvls: nvlink && cfg.intra_host.nvswitch,
-    };
+    check_nics(Some(a.nics), Some(a.nic_gbps))?;
+    let p = Platform::of_nics(a.nics, a.nic_gbps);
     Ok((
         p,
         format!(
@@ -175,14 +173,7 @@ fn check_one<'a>(
 ) -> RunReport<'a> {
     let coll = a.collective.map(Coll::from).or(run.collective);
     let mut not_checked = None;
-    let platform = platform_of_run(run, tmpl, a.scenario.is_none()).map(|mut p| {
-        // Without a scenario, NVSwitch (and so NVLS) is assumed only on 8-GPU nodes: 4-GPU
-        // HGX boards join their GPUs directly.
-        if a.scenario.is_none() && p.gpus_per_node < HGX_NVSWITCH_GPUS {
-            p.nvls = false;
-        }
-        p
-    });
+    let platform = platform_of_run(run, tmpl, a.scenario.is_none());
     let check = match (coll, platform) {
         _ if run.rows.is_empty() => {
             not_checked = Some("no result rows".to_string());

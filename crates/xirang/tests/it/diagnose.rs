@@ -32,6 +32,43 @@ fn nccl_logs_abort_exits_1_with_evidence_healthy_exits_0() {
     }
 }
 
+#[test]
+fn nccl_shortfalls_name_their_cause_and_say_what_was_not_judged() {
+    let one_nic = format!("{DIR}/sendrecv-2node-4gpu-roce400-one-nic.txt");
+    // Without the NIC rate: the sharing is read from NCCL's lines; stderr says the level
+    // was not judged, stdout stays the findings.
+    let o = run(&["diagnose", "nccl", &one_nic, "--json"]);
+    assert_eq!(o.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v[0]["rule"], "NCCL-NIC-SHARED");
+    assert_eq!(v[0]["entity"], "MOC-R4PCC04U37/mlx5_5:1");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("note: ") && err.contains("pass --nic-gbps or --scenario"),
+        "{err}"
+    );
+    // With it: the level against the model, and nothing left unjudged.
+    let (out, err) = run_expect(&["diagnose", "nccl", &one_nic, "--nic-gbps", "400"], 1);
+    assert!(out.contains("flat at 5.86 GB/s, 48% of the model"), "{out}");
+    assert!(!err.contains("note: "), "{err}");
+    // A collapse names the pair.
+    let (out, _) = run_expect(
+        &[
+            "diagnose",
+            "nccl",
+            &format!("{DIR}/pair-2node-1gpu-collapse-cnode2-004_cnode2-006.txt"),
+        ],
+        1,
+    );
+    assert!(
+        out.contains("link cnode2-004<->cnode2-006 — bandwidth falls as messages grow"),
+        "{out}"
+    );
+    // Bad hardware flags are refused with what was expected.
+    let (_, err) = run_expect(&["diagnose", "nccl", &one_nic, "--nic-gbps", "0"], 1);
+    assert!(err.contains("--nic-gbps: expected a rate above 0"), "{err}");
+}
+
 /// Simulates `bytes` from h0 to h1 on a one-leaf fabric of 3 hosts with one `[[faults]]`
 /// entry, counters sampled every 20 µs, written by `xirang sim --out`; returns the temp
 /// dir (kept alive by the caller) and the output directory.
