@@ -97,6 +97,9 @@ pub struct RdmaPort {
     pub counters: BTreeMap<String, u64>,
     /// Driver counters (`hw_counters/`).
     pub hw_counters: BTreeMap<String, u64>,
+    /// Legacy 64-bit PMA counters (`counters_ext/`: mlx4 and kernels before 4.5), raw
+    /// values under their file names (`port_xmit_data_64` in 4-byte words).
+    pub counters_ext: BTreeMap<String, u64>,
 }
 
 impl RdmaPort {

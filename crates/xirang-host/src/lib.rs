@@ -5,6 +5,8 @@
 //! - [`tree`]: the file tree being read (a directory or a snapshot in memory), with
 //!   symlinks resolved inside it and never outside;
 //! - [`sysfs`]: `/sys/class/infiniband`, `/sys/class/net`, `/sys/bus/pci` → [`inventory`];
+//! - [`pcidevice`]: every function under `/sys/bus/pci/devices`, as node_exporter's
+//!   pcidevice collector reads them;
 //! - [`snapshot`]: capture a host into one `.tar.gz`, load it back;
 //! - [`names`]: the grammar of names and values read from a host, checked before any
 //!   becomes a path or an argument;
@@ -14,6 +16,7 @@
 pub mod inventory;
 pub mod names;
 pub mod parse;
+pub mod pcidevice;
 pub mod snapshot;
 pub mod sysfs;
 pub mod tree;

@@ -680,6 +680,15 @@ impl Reader<'_> {
             gids,
             counters: self.counters(&join(dir, "counters")),
             hw_counters: self.counters(&join(dir, "hw_counters")),
+            // node_exporter reads `counters_ext/` only beside `counters/`
+            // (prometheus/procfs sysfs/class_infiniband.go); so does this.
+            counters_ext: if self.tree.exists(&join(dir, "counters_ext"))
+                && self.tree.exists(&join(dir, "counters"))
+            {
+                self.counters(&join(dir, "counters_ext"))
+            } else {
+                BTreeMap::new()
+            },
         }
     }
 

@@ -8,7 +8,7 @@ use serde::Serialize;
 use xirang_host::parse::ethtool::EthtoolStats;
 use xirang_host::sysfs::{CounterRead, ReadCache, read_counters_with};
 use xirang_host::tree::{FnvMap, Tree};
-use xirang_telemetry::metric::{Metric, metric_for};
+use xirang_telemetry::metric::{COUNTERS_EXT_PREFIX, Metric, metric_for};
 use xirang_telemetry::rate::change_since;
 use xirang_telemetry::spec::{CounterSpec, Kind, spec};
 use xirang_telemetry::{Change, CounterValue, Entity};
@@ -125,6 +125,10 @@ pub struct Collector {
     pub errors_total: u64,
     /// Rounds done.
     pub rounds: u64,
+    /// Also read every PCI function as node_exporter's pcidevice collector does and publish
+    /// its `node_pcidevice_*` series (off by default, as in node_exporter: a host has
+    /// hundreds of functions, each a dozen files a round).
+    pub pcidevice: bool,
 }
 
 /// Counters whose increase counts as link errors (linux-rdma-sysfs.md §1.2).
@@ -185,6 +189,7 @@ impl Collector {
             cache: ReadCache::new(),
             errors_total: 0,
             rounds: 0,
+            pcidevice: false,
         }
     }
 
@@ -193,12 +198,15 @@ impl Collector {
     pub fn round_from(&mut self, tree: &dyn Tree, ts_ns: u64) -> Round {
         let started = std::time::Instant::now();
         let mut cache = ReadCache::off();
-        let (values, gauges, problems) = host_values(
+        let (values, mut gauges, mut problems) = host_values(
             tree,
             &mut cache,
             false,
             self.host_label.as_deref().unwrap_or("local"),
         );
+        if self.pcidevice {
+            pcidevice_points(tree, &mut gauges, &mut problems);
+        }
         let mut round = self.fold_groups(ts_ns, &values, gauges, problems);
         round.duration_s = started.elapsed().as_secs_f64();
         round
@@ -209,12 +217,15 @@ impl Collector {
         let started = std::time::Instant::now();
         let (values, gauges, problems) = match &self.source {
             Source::Host { tree, run_ethtool } => {
-                let v = host_values(
+                let mut v = host_values(
                     tree.as_ref(),
                     &mut self.cache,
                     *run_ethtool,
                     self.host_label.as_deref().unwrap_or("local"),
                 );
+                if self.pcidevice {
+                    pcidevice_points(tree.as_ref(), &mut v.1, &mut v.2);
+                }
                 tree.end_round();
                 v
             }
@@ -368,6 +379,142 @@ fn gauge(name: &str, labels: Vec<(&'static str, String)>, value: f64, help: &'st
     }
 }
 
+/// The `power_state` values node_exporter publishes one series each for.
+const POWER_STATES: [&str; 7] = ["D0", "D1", "D2", "D3hot", "D3cold", "unknown", "error"];
+
+/// node_exporter's pcidevice series for every PCI function (names, labels, values and
+/// help as its collector publishes them: docs/node-exporter-parity.md), and
+/// `xirang_pcie_link_downgraded` for the functions the host reader does not keep (it
+/// keeps NICs, GPUs and the bridges above them), so a downgraded link behind any bridge
+/// is flagged.
+fn pcidevice_points(tree: &dyn Tree, gauges: &mut Vec<Point>, problems: &mut Vec<String>) {
+    use xirang_host::pcidevice;
+    let (devices, read_problems) = pcidevice::read(tree);
+    problems.extend(
+        read_problems
+            .into_iter()
+            .map(|p| format!("{}: {}", p.path, p.message)),
+    );
+    let judged: std::collections::BTreeSet<String> = gauges
+        .iter()
+        .filter(|g| g.metric.name == "xirang_pcie_link_downgraded")
+        .filter_map(|g| g.metric.labels.first().map(|l| l.1.clone()))
+        .collect();
+    for d in &devices {
+        let loc = d.location;
+        let labels = vec![
+            ("bus", format!("{:02x}", loc.bus)),
+            ("device", format!("{:02x}", loc.device)),
+            ("function", format!("{:x}", loc.function)),
+            ("segment", format!("{:04x}", loc.segment)),
+        ];
+        let parent = |f: fn(&pcidevice::Location) -> String| d.parent.as_ref().map_or("*".to_string(), f);
+        let mut info = vec![
+            ("bus", labels[0].1.clone()),
+            ("class_id", format!("0x{:06x}", d.class)),
+            ("device", labels[1].1.clone()),
+            ("device_id", format!("0x{:04x}", d.device)),
+            ("function", labels[2].1.clone()),
+            ("parent_bus", parent(|p| format!("{:02x}", p.bus))),
+            ("parent_device", parent(|p| format!("{:02x}", p.device))),
+            ("parent_function", parent(|p| format!("{:x}", p.function))),
+            ("parent_segment", parent(|p| format!("{:04x}", p.segment))),
+            ("revision", format!("0x{:02x}", d.revision)),
+            ("segment", labels[3].1.clone()),
+            ("subsystem_device_id", format!("0x{:04x}", d.subsystem_device)),
+            ("subsystem_vendor_id", format!("0x{:04x}", d.subsystem_vendor)),
+            ("vendor_id", format!("0x{:04x}", d.vendor)),
+        ];
+        info.shrink_to_fit();
+        gauges.push(gauge(
+            "node_pcidevice_info",
+            info,
+            1.0,
+            "Non-numeric data from /sys/bus/pci/devices/<location>, value is always 1.",
+        ));
+        // Absent link attributes are -1, absent flags and counts 0, as node_exporter has it.
+        let num = |v: Option<f64>, absent: f64| v.unwrap_or(absent);
+        for (name, value, help) in [
+            (
+                "node_pcidevice_max_link_transfers_per_second",
+                num(d.max_link_speed_gts.map(|g| g * 1e9), -1.0),
+                "Value of maximum link's transfers per second (T/s)",
+            ),
+            (
+                "node_pcidevice_max_link_width",
+                num(d.max_link_width.map(f64::from), -1.0),
+                "Value of maximum link's width (number of lanes)",
+            ),
+            (
+                "node_pcidevice_current_link_transfers_per_second",
+                num(d.current_link_speed_gts.map(|g| g * 1e9), -1.0),
+                "Value of current link's transfers per second (T/s)",
+            ),
+            (
+                "node_pcidevice_current_link_width",
+                num(d.current_link_width.map(f64::from), -1.0),
+                "Value of current link's width (number of lanes)",
+            ),
+            (
+                "node_pcidevice_d3cold_allowed",
+                num(d.d3cold_allowed.map(|b| f64::from(u8::from(b))), 0.0),
+                "Whether the PCIe device supports D3cold power state (0/1).",
+            ),
+            (
+                "node_pcidevice_sriov_drivers_autoprobe",
+                num(d.sriov_drivers_autoprobe.map(|b| f64::from(u8::from(b))), 0.0),
+                "Whether SR-IOV drivers autoprobe is enabled for the device (0/1).",
+            ),
+            (
+                "node_pcidevice_sriov_numvfs",
+                num(d.sriov_numvfs.map(|v| v as f64), 0.0),
+                "Number of Virtual Functions (VFs) currently enabled for SR-IOV.",
+            ),
+            (
+                "node_pcidevice_sriov_totalvfs",
+                num(d.sriov_totalvfs.map(|v| v as f64), 0.0),
+                "Total number of Virtual Functions (VFs) supported by the device.",
+            ),
+            (
+                "node_pcidevice_sriov_vf_total_msix",
+                num(d.sriov_vf_total_msix.map(|v| v as f64), 0.0),
+                "Total number of MSI-X vectors for Virtual Functions.",
+            ),
+        ] {
+            gauges.push(gauge(name, labels.clone(), value, help));
+        }
+        if let Some(state) = &d.power_state {
+            for s in POWER_STATES {
+                gauges.push(gauge(
+                    "node_pcidevice_power_state",
+                    [labels.clone(), vec![("state", s.to_string())]].concat(),
+                    if state == s { 1.0 } else { 0.0 },
+                    "PCIe device power state, one of: D0, D1, D2, D3hot, D3cold, unknown or error.",
+                ));
+            }
+        }
+        if let Some(n) = d.numa_node.filter(|n| *n != -1) {
+            gauges.push(gauge(
+                "node_pcidevice_numa_node",
+                labels.clone(),
+                f64::from(n),
+                "NUMA node number for the PCI device. -1 indicates unknown or not available.",
+            ));
+        }
+        let bdf = loc.to_string();
+        if !judged.contains(&bdf)
+            && let Some(down) = pcidevice::downgraded(d, pcidevice::upstream_max(tree, d))
+        {
+            gauges.push(gauge(
+                "xirang_pcie_link_downgraded",
+                vec![("pci", bdf)],
+                if down { 1.0 } else { 0.0 },
+                "1 when the PCIe link trained below what both its ends allow (speed or width).",
+            ));
+        }
+    }
+}
+
 /// Reads a host: raw counters as `CounterValue`s and state gauges as points.
 fn host_values(
     tree: &dyn Tree,
@@ -417,6 +564,11 @@ fn host_values(
             let counters: Vec<(String, u64)> = std::mem::take(&mut p.counters)
                 .into_iter()
                 .chain(std::mem::take(&mut p.hw_counters))
+                .chain(
+                    std::mem::take(&mut p.counters_ext)
+                        .into_iter()
+                        .map(|(n, v)| (format!("{COUNTERS_EXT_PREFIX}{n}"), v)),
+                )
                 .collect();
             values.push((entity, counters));
         }

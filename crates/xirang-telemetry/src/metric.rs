@@ -290,6 +290,57 @@ const HW: &[(&str, &str, &str)] = &[
     ),
 ];
 
+/// Legacy PMA counters (`counters_ext/`) carry this prefix in their name: their files
+/// are named apart from `counters/`' (`port_xmit_data_64`), but the prefix keeps them
+/// apart from any driver counter of the same name.
+pub const COUNTERS_EXT_PREFIX: &str = "counters_ext/";
+
+/// sysfs `counters_ext/` names → node_exporter `legacy_*` metric suffix and help
+/// (prometheus/node_exporter `collector/infiniband_linux.go`; the transmitted-packets
+/// help says "received" there too, kept so the series are the same).
+const LEGACY: &[(&str, &str, &str)] = &[
+    (
+        "port_rcv_data_64",
+        "legacy_data_received_bytes_total",
+        "Number of data octets received on all links",
+    ),
+    (
+        "port_xmit_data_64",
+        "legacy_data_transmitted_bytes_total",
+        "Number of data octets transmitted on all links",
+    ),
+    (
+        "port_multicast_rcv_packets",
+        "legacy_multicast_packets_received_total",
+        "Number of multicast packets received",
+    ),
+    (
+        "port_multicast_xmit_packets",
+        "legacy_multicast_packets_transmitted_total",
+        "Number of multicast packets transmitted",
+    ),
+    (
+        "port_rcv_packets_64",
+        "legacy_packets_received_total",
+        "Number of data packets received on all links",
+    ),
+    (
+        "port_xmit_packets_64",
+        "legacy_packets_transmitted_total",
+        "Number of data packets received on all links",
+    ),
+    (
+        "port_unicast_rcv_packets",
+        "legacy_unicast_packets_received_total",
+        "Number of unicast packets received",
+    ),
+    (
+        "port_unicast_xmit_packets",
+        "legacy_unicast_packets_transmitted_total",
+        "Number of unicast packets transmitted",
+    ),
+];
+
 /// Counters of a netdev's `/sys/class/net/IF/statistics/` carry this prefix in their
 /// name, so they do not collide with the driver's `ethtool -S` counters.
 pub const NETDEV_STAT_PREFIX: &str = "statistics/";
@@ -391,6 +442,18 @@ pub fn metric_for(entity: &Entity, name: &str, host_label: bool) -> Metric {
                     kind: Kind::Gauge,
                     scale: sp.scale,
                     help: LIFESPAN_HELP,
+                };
+            }
+            if let Some((_, suffix, help)) = name
+                .strip_prefix(COUNTERS_EXT_PREFIX)
+                .and_then(|ext| LEGACY.iter().find(|(n, _, _)| *n == ext))
+            {
+                return Metric {
+                    name: format!("node_infiniband_{suffix}"),
+                    labels,
+                    kind: Kind::Counter,
+                    scale: sp.scale,
+                    help,
                 };
             }
             if let Some((_, suffix, help)) = PMA.iter().chain(HW).find(|(n, _, _)| *n == name) {

@@ -124,7 +124,10 @@ pub fn spec(name: &str) -> CounterSpec {
     use Unit::*;
     use Width::*;
     match name {
-        "port_xmit_data" | "port_rcv_data" => counter(Bytes, PMA_DATA_WORD_BYTES, Bits64),
+        "port_xmit_data"
+        | "port_rcv_data"
+        | "counters_ext/port_xmit_data_64"
+        | "counters_ext/port_rcv_data_64" => counter(Bytes, PMA_DATA_WORD_BYTES, Bits64),
         // Link rates as values in Mbit/s, exported in bytes/s as node_exporter does.
         "rate" | "SAI_PORT_ATTR_SPEED" => CounterSpec {
             unit: BytesPerSecond,

@@ -338,6 +338,11 @@ pub(crate) struct MonitorArgs {
     /// Do not run `ethtool -S` (captured `commands/ethtool-S-IF.txt` files are still read).
     #[arg(long)]
     pub(crate) no_ethtool: bool,
+    /// Also publish node_exporter's pcidevice series (`node_pcidevice_*`) for every PCI
+    /// function, and flag a downgraded link on any of them (off by default, as in
+    /// node_exporter: hundreds of functions, a dozen files each per round).
+    #[arg(long)]
+    pub(crate) pcidevice: bool,
     /// Sample twice (one interval apart, so rates exist), print the metrics and exit.
     #[arg(long)]
     pub(crate) once: bool,

@@ -86,13 +86,14 @@ pub(crate) fn run(a: &MonitorArgs) -> Result<Outcome> {
     let root = a.root.clone().unwrap_or_else(|| PathBuf::from("/"));
     anyhow::ensure!(root.is_dir(), "--root {}: expected a directory", root.display());
     let live = a.root.is_none();
-    let collector = Collector::new(
+    let mut collector = Collector::new(
         Source::Host {
             tree: Box::new(DirTree::for_sampling(&root)),
             run_ethtool: live && !a.no_ethtool,
         },
         None,
     );
+    collector.pcidevice = a.pcidevice;
     if a.once {
         return once(collector, interval, rules, a.json);
     }
