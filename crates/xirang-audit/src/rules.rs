@@ -160,6 +160,11 @@ pub const RULES: &[RuleInfo] = &[
         title: "discard counters already non-zero",
     },
     RuleInfo {
+        id: "NET-HOST-DRAIN",
+        layer: Layer::Network,
+        title: "the NIC sends pause frames while its receive side overflows: the host cannot drain",
+    },
+    RuleInfo {
         id: "NET-TRUST",
         layer: Layer::Network,
         title: "host NIC trusts PCP while the switch classifies RoCE by DSCP",
@@ -681,10 +686,43 @@ fn ethtool_counters(c: &Cluster, out: &mut Vec<Finding>) {
                     fix: "watch whether they rise (`xirang monitor`); CRC/symbol errors and link-down events point at the cable or transceiver, oversize frames at an MTU mismatch".into(),
                 });
             }
-            let disc = pick(&[
-                ("rx_discards_phy", e.rx_discards_phy),
-                ("tx_discards_phy", e.tx_discards_phy),
+            // Pause frames this NIC sent (link-level and per priority) beside a receive
+            // side that overflows: the NIC pauses its switch because the host does not take
+            // the data off it fast enough (linux-rdma-sysfs.md §2.1: rx_out_of_buffer is a
+            // receive queue with no posted buffer, rx_discards_phy the port's own buffer).
+            let sent_pause: Vec<(String, u64)> = std::iter::once("tx_pause_ctrl_phy".to_string())
+                .chain((0..8).map(|p| format!("tx_prio{p}_pause")))
+                .filter_map(|n| stats.get(&n).filter(|v| *v > 0).map(|v| (n, v)))
+                .collect();
+            let overflow = pick(&[
                 ("rx_out_of_buffer", e.rx_out_of_buffer),
+                ("rx_discards_phy", e.rx_discards_phy),
+            ]);
+            let drain = !sent_pause.is_empty() && !overflow.is_empty();
+            if drain {
+                out.push(Finding {
+                    rule: "NET-HOST-DRAIN",
+                    severity: Severity::Error,
+                    layer: Layer::Network,
+                    entity: format!("{}/{ifname}", h.hostname),
+                    message: format!(
+                        "the NIC sends pause frames ({}) while its receive side overflows ({}): the host cannot drain what arrives (PCIe, memory or a slow consumer), and its pauses spread the congestion into the fabric",
+                        sent_pause.iter().map(|(n, v)| format!("{n}={v}")).collect::<Vec<_>>().join(", "),
+                        overflow.iter().map(|(n, v)| format!("{n}={v}")).collect::<Vec<_>>().join(", ")
+                    ),
+                    evidence: sent_pause
+                        .iter()
+                        .map(|(n, v)| ev(h, &format!("{path} {n}"), v))
+                        .chain(overflow.iter().map(|(n, v)| ev(h, &format!("{path} {n}"), v)))
+                        .collect(),
+                    fix: "check the NIC's PCIe link (width and speed, `lspci -vvv` LnkSta) and its NUMA placement, the receiving processes' memory bandwidth and CPU, and that consumers post receive buffers ahead of the traffic; watch rx_out_of_buffer and tx_pause_ctrl_phy fall after the fix".into(),
+                });
+            }
+            // Discards the drain finding already explains are not repeated.
+            let disc = pick(&[
+                ("rx_discards_phy", e.rx_discards_phy.filter(|_| !drain)),
+                ("tx_discards_phy", e.tx_discards_phy),
+                ("rx_out_of_buffer", e.rx_out_of_buffer.filter(|_| !drain)),
             ]);
             if !disc.is_empty() {
                 out.push(Finding {
@@ -736,7 +774,9 @@ fn mtu(c: &Cluster, out: &mut Vec<Finding>) {
             if *m != want {
                 continue;
             }
-            let Some(p) = d.ports.iter().find(|p| p.is_roce()) else {
+            // A port that is down has no active MTU to judge (ibv_devinfo still prints
+            // one); PHY-PORT-DOWN says what is wrong with it.
+            let Some(p) = d.ports.iter().find(|p| p.is_roce() && p.is_up()) else {
                 continue;
             };
             // Reported by ibv_devinfo when captured; otherwise derived from the netdev MTU,

@@ -215,10 +215,7 @@ fn read_counters_inner(r: &mut Reader<'_>) -> CounterRead {
     let mut netdevs = Vec::new();
     let mut functions: BTreeMap<String, PciFunction> = BTreeMap::new();
     let mut upstream_max: BTreeMap<String, (f64, u8)> = BTreeMap::new();
-    for name in r.list("sys/class/net") {
-        if name == "lo" {
-            continue;
-        }
+    for name in r.interfaces() {
         let d = join("sys/class/net", &name);
         add_function(r, &join(&d, "device"), &mut functions, &mut upstream_max);
         netdevs.push(NetdevCounters {
@@ -460,12 +457,27 @@ impl Reader<'_> {
         }
     }
 
+    /// The interfaces of `/sys/class/net`: its directories (links to them), less `lo`.
+    /// Files beside them are not interfaces: the bonding driver's `bonding_masters`
+    /// lists the bonds (Documentation/networking/bonding.rst).
+    fn interfaces(&mut self) -> Vec<String> {
+        let names = self.list("sys/class/net");
+        names
+            .into_iter()
+            .filter(|n| n != "lo")
+            .filter(|n| {
+                let d = join("sys/class/net", n);
+                matches!(
+                    self.tree.resolve(&d).ok().and_then(|p| self.tree.lstat(&p)),
+                    Some(Kind::Dir)
+                )
+            })
+            .collect()
+    }
+
     fn netdevs(&mut self) -> Vec<Netdev> {
         let mut out = Vec::new();
-        for name in self.list("sys/class/net") {
-            if name == "lo" {
-                continue;
-            }
+        for name in self.interfaces() {
             let d = join("sys/class/net", &name);
             let ecn = self.roce_ecn(&join(&d, "ecn"));
             let nd = Netdev {
