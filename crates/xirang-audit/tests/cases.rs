@@ -30,6 +30,10 @@ struct Case {
     replace: Vec<(String, String, String)>,
     #[serde(default)]
     create: std::collections::BTreeMap<String, String>,
+    /// [path under the cluster, a real capture under crates/]: the capture appended to the
+    /// file (created if absent), so captures are used as they are, not retyped.
+    #[serde(default)]
+    append: Vec<(String, String)>,
     #[serde(default)]
     policy: Option<String>,
     expect: Vec<(String, String)>,
@@ -84,6 +88,17 @@ fn apply(root: &Path, case: &Case) {
             case.name
         );
         std::fs::write(p, text).unwrap();
+    }
+    for (path, capture) in &case.append {
+        let p = root.join(path);
+        let mut text = std::fs::read_to_string(&p).unwrap_or_default();
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(capture);
+        text.push_str(
+            &std::fs::read_to_string(&src)
+                .unwrap_or_else(|e| panic!("case `{}`: {}: {e}", case.name, src.display())),
+        );
+        let _ = std::fs::remove_file(&p);
+        std::fs::write(&p, text).unwrap();
     }
     for (path, from, to) in &case.replace {
         let p = root.join(path);
