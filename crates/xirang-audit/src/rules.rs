@@ -92,7 +92,7 @@ pub const RULES: &[RuleInfo] = &[
     RuleInfo {
         id: "PHY-LINK-RATE",
         layer: Layer::Physical,
-        title: "port running below its switch port's speed or its peers' rate",
+        title: "port running below its switch port's speed or its peers' rate, or an IB link below what both ends allow (iblinkinfo)",
     },
     RuleInfo {
         id: "PHY-PCIE-DOWNGRADE",
@@ -257,6 +257,7 @@ pub fn audit(c: &Cluster) -> Vec<Finding> {
     let mut f = Vec::new();
     firmware(c, &mut f);
     link_rate(c, &mut f);
+    ib_links(c, &mut f);
     pcie(c, &mut f);
     pcie_from_tools(c, &mut f);
     ports(c, &mut f);
@@ -406,6 +407,37 @@ fn link_rate(c: &Cluster, out: &mut Vec<Finding>) {
                     fix: "check the cable and transceiver (lanes down or a lower-speed module); reseat or replace".into(),
                 });
             }
+        }
+    }
+}
+
+/// IB links trained below what both ends allow, as `iblinkinfo` reports them (its `Could
+/// be ...` note), from whichever host captured it; one finding per switch port.
+fn ib_links(c: &Cluster, out: &mut Vec<Finding>) {
+    let mut seen = std::collections::BTreeSet::new();
+    for h in &c.hosts {
+        for l in h.tools.iblinkinfo.iter().flatten() {
+            let Some(could) = &l.could_be else { continue };
+            if !l.is_up() || !seen.insert((l.switch.clone(), l.port)) {
+                continue;
+            }
+            let now = format!(
+                "{} {} Gbps",
+                l.width.as_deref().unwrap_or("?"),
+                l.speed_gbps.map_or("?".to_string(), |s| s.to_string())
+            );
+            out.push(Finding {
+                rule: "PHY-LINK-RATE",
+                severity: Severity::Error,
+                layer: Layer::Physical,
+                entity: format!("{}:{}", l.switch, l.port),
+                message: format!(
+                    "IB link to {} trained at {now}; iblinkinfo: {could}",
+                    l.remote.as_deref().map_or("its peer".to_string(), |r| format!("\"{r}\""))
+                ),
+                evidence: vec![ev(h, &format!("commands/iblinkinfo.txt:{}", l.line), format!("{now} ({could})"))],
+                fix: "check the cable and transceivers of this link (a lower-rated or damaged cable trains down), then reset the port (`ibportstate <lid> <port> reset`) and confirm with iblinkinfo".into(),
+            });
         }
     }
 }
@@ -1449,7 +1481,18 @@ fn gids(c: &Cluster, out: &mut Vec<Finding>) {
                     p.gids.len(),
                     p.gids.iter().map(|g| g.kind.clone().unwrap_or_else(|| "?".into())).collect::<Vec<_>>().join(", ")
                 ),
-                evidence: p.gids.iter().map(|g| ev(h, &format!("{dir}/{}", g.index), g.kind.clone().unwrap_or_else(|| "unreadable".into()))).collect(),
+                evidence: p
+                    .gids
+                    .iter()
+                    .map(|g| {
+                        let kind = g.kind.clone().unwrap_or_else(|| "unreadable".into());
+                        if g.from_show_gids {
+                            ev(h, &format!("commands/show_gids.txt {} {} {}", d.name, p.port, g.index), kind)
+                        } else {
+                            ev(h, &format!("{dir}/{}", g.index), kind)
+                        }
+                    })
+                    .collect(),
                 fix: "give the netdev an IP address (the kernel then adds its RoCE v2 GID); check `cma_roce_mode -d <dev> -p 1` is 2".into(),
             }),
             Some(i) if usual.is_some_and(|u| u != i) => out.push(Finding {
@@ -1458,7 +1501,11 @@ fn gids(c: &Cluster, out: &mut Vec<Finding>) {
                 layer: Layer::Transport,
                 entity: port_name(h, d, p),
                 message: format!("RoCE v2 GID at index {i} where the other hosts have it at {}: one NCCL_IB_GID_INDEX for the job picks the wrong GID here", usual.unwrap_or_default()),
-                evidence: vec![ev(h, &format!("{dir}/{i}"), "RoCE v2")],
+                evidence: vec![if p.gids.iter().any(|g| g.from_show_gids) {
+                    ev(h, &format!("commands/show_gids.txt {} {} {i}", d.name, p.port), "v2")
+                } else {
+                    ev(h, &format!("{dir}/{i}"), "RoCE v2")
+                }],
                 fix: "use the same address layout on every host (or leave NCCL_IB_GID_INDEX unset so NCCL picks per host)".into(),
             }),
             Some(_) => {}

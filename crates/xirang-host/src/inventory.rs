@@ -126,6 +126,8 @@ pub struct Gid {
     pub kind: Option<String>,
     /// The netdev it belongs to (`gid_attrs/ndevs`), when readable.
     pub ndev: Option<String>,
+    /// Read from the captured `show_gids` because sysfs showed no GID table.
+    pub from_show_gids: bool,
 }
 
 /// A network interface (`/sys/class/net/<if>`).
@@ -323,6 +325,10 @@ pub struct ToolOutputs {
     pub nvidia_topo: Option<TopoMatrix>,
     /// `lspci -vvv`.
     pub lspci: Option<Vec<PciDevice>>,
+    /// `show_gids`.
+    pub show_gids: Option<Vec<crate::parse::show_gids::GidRow>>,
+    /// `iblinkinfo` (the whole IB fabric's switch ports, as seen from this host).
+    pub iblinkinfo: Option<Vec<crate::parse::iblinkinfo::IbLink>>,
     /// Commands the capture could not run (not installed, failed), with the reason.
     pub missing: Vec<(String, String)>,
 }

@@ -6,7 +6,7 @@
 //!   `bus/pci/devices`, at their real paths, with sysfs's symlinks kept as symlinks;
 //! - `etc/hostname`;
 //! - `commands/<name>.txt`: tool outputs (`ethtool-S-<if>`, `mlnx_qos-i-<if>`,
-//!   `ibv_devinfo-v`, `nvidia-smi-topo-m`, `lspci-vvv`);
+//!   `ibv_devinfo-v`, `nvidia-smi-topo-m`, `lspci-vvv`, `show_gids`, `iblinkinfo`);
 //! - `xirang-snapshot.json`: the [`Manifest`] (host, time, each command's status: a tool
 //!   that is not installed is recorded as missing, not fatal).
 //!
@@ -203,6 +203,9 @@ pub fn capture(root: &Path, run_commands: bool) -> (MemTree, Manifest) {
         run("ibv_devinfo-v".into(), vec!["ibv_devinfo", "-v"]);
         run("nvidia-smi-topo-m".into(), vec!["nvidia-smi", "topo", "-m"]);
         run("lspci-vvv".into(), vec!["lspci", "-vvv"]);
+        run("show_gids".into(), vec!["show_gids"]);
+        // Fabric-wide on an IB host: each switch port and what it trained at.
+        run("iblinkinfo".into(), vec!["iblinkinfo"]);
     }
     c.unreadable.extend(skipped);
     let hostname = c

@@ -71,8 +71,33 @@ pub fn read_host(tree: &dyn Tree) -> HostInventory {
     }
     inv.pci = r.pci_functions(&inv);
     inv.tools = r.tools();
+    gids_from_show_gids(&mut inv);
     inv.problems = r.problems;
     inv
+}
+
+/// A port whose GID table sysfs does not show (a partial capture, a container without
+/// `gid_attrs`) takes it from `show_gids`, which reads the same table, with the type as
+/// sysfs names it.
+fn gids_from_show_gids(inv: &mut HostInventory) {
+    let Some(rows) = inv.tools.show_gids.clone() else {
+        return;
+    };
+    for d in &mut inv.rdma {
+        for p in d.ports.iter_mut().filter(|p| p.gids.is_empty()) {
+            p.gids = rows
+                .iter()
+                .filter(|r| r.device == d.name && r.port == p.port)
+                .map(|r| Gid {
+                    index: r.index,
+                    gid: r.gid.clone(),
+                    kind: Some(r.sysfs_type().to_string()),
+                    ndev: r.netdev.clone(),
+                    from_show_gids: true,
+                })
+                .collect();
+        }
+    }
 }
 
 /// What a monitoring round samples: every RDMA device with its ports' state, rate,
@@ -679,6 +704,7 @@ impl Reader<'_> {
                 gid,
                 kind,
                 ndev,
+                from_show_gids: false,
             });
         }
         gids.sort_by_key(|g| g.index);
@@ -965,6 +991,10 @@ impl Reader<'_> {
                     tools.nvidia_topo = Some(parse::nvidia_topo::parse(&text)?);
                 } else if stem == "lspci-vvv" {
                     tools.lspci = Some(parse::lspci::parse_vvv(&text)?);
+                } else if stem == "show_gids" {
+                    tools.show_gids = Some(parse::show_gids::parse(&text)?);
+                } else if stem == "iblinkinfo" {
+                    tools.iblinkinfo = Some(parse::iblinkinfo::parse(&text)?);
                 }
                 Ok(())
             })();

@@ -1,5 +1,5 @@
 //! Parsers of RDMA tool outputs captured as text files (`ethtool -S`, `ibv_devinfo -v`,
-//! `nvidia-smi topo -m`, `mlnx_qos -i`, `lspci -vvv`).
+//! `nvidia-smi topo -m`, `mlnx_qos -i`, `lspci -vvv`, `iblinkinfo`, `show_gids`).
 //!
 //! Every parser takes the whole text and returns a typed result or a [`ParseError`] with
 //! the 1-based line and what was expected there. Text pasted into issues and mail often
@@ -8,10 +8,12 @@
 //! arbitrary bytes and mutated fixtures).
 
 pub mod ethtool;
+pub mod iblinkinfo;
 pub mod ibv_devinfo;
 pub mod lspci;
 pub mod mlnx_qos;
 pub mod nvidia_topo;
+pub mod show_gids;
 
 use std::fmt;
 
