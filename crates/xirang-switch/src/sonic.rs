@@ -5,6 +5,13 @@
 //! number is reported once, with its `TABLE|key.field` location, instead of surfacing later as a
 //! confusing audit finding. Tables this reader does not model are kept verbatim in
 //! [`ConfigDb::other_tables`], and unknown fields of modelled tables in each entry's `extra`.
+//!
+//! Two document forms are read: the nested `config_db.json` form (`{"QUEUE": {"Ethernet0|3": {..}}}`)
+//! and the flat Redis-dump form whose top-level keys are `TABLE|key` (`{"QUEUE|Ethernet0|3": {..}}`,
+//! as in sonic-utilities' per-namespace mock tables); both give the same result.
+//!
+//! Multi-ASIC / VoQ chassis keys carry the host and ASIC before the port
+//! (`dut-lc3|Asic0|Ethernet0|3`); see [`MultiAsic`] for which of them are kept.
 
 mod decode;
 mod pg_lookup;
@@ -338,6 +345,52 @@ pub struct PfcWd {
     pub ports: BTreeMap<String, PfcWdPort>,
 }
 
+/// Where the own host's name came from when keys carry `<host>|<asic>|` prefixes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum OwnHostSource {
+    /// `DEVICE_METADATA|localhost.hostname`, as SONiC's own templates use it.
+    DeviceMetadata,
+    /// No hostname in the document: the host was inferred from the keys (see [`MultiAsic`]).
+    Inferred,
+}
+
+/// How host- and ASIC-qualified keys (multi-ASIC / VoQ chassis) were read.
+///
+/// VoQ line cards key `QUEUE` and `BUFFER_QUEUE` by system port, `<host>|<asic>|<port>|<index>`
+/// (e.g. `dut-lc3|Asic0|Ethernet0|3`; the ASIC name is `asic<N>` in any case), and list the
+/// system ports of every line card in the chassis, not only their own: remote ports get a
+/// `wred_profile` but no `scheduler` in `QUEUE`, and the same `BUFFER_QUEUE` profiles as local
+/// ones. Only this switch's own entries are kept; the others are skipped (not errors) and
+/// counted in [`MultiAsic::skipped`]. The prefix is accepted in every table keyed by port
+/// (`QUEUE`, `BUFFER_QUEUE`, `BUFFER_PG`, `PORT_QOS_MAP`, `PORT`, `PFC_WD`); unprefixed keys are
+/// always this switch's own.
+///
+/// The own host is `DEVICE_METADATA|localhost.hostname` (compared case-insensitively) when
+/// present. Otherwise, with one host in the keys that host is kept; with several, the host with
+/// the most `QUEUE` entries carrying a `scheduler` is kept, because SONiC's `qos_config.j2` gives
+/// a scheduler only to the line card's own active ports (ties: most keys, then first by name,
+/// and a note says the choice was a guess). When `DEVICE_METADATA|localhost.asic_name` is
+/// present, entries of the own host's other ASICs are skipped too, for the same reason.
+/// Otherwise every ASIC of the own host is kept: SONiC front-panel port names are unique across
+/// the ASICs of one device, so dropping the ASIC from the port name loses nothing, and it is
+/// kept in [`MultiAsic::port_asic`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MultiAsic {
+    /// The host whose entries were kept, as spelt in `DEVICE_METADATA` or in the keys.
+    pub own_host: String,
+    /// Where [`MultiAsic::own_host`] came from.
+    pub own_host_source: OwnHostSource,
+    /// `DEVICE_METADATA|localhost.asic_name`, when present: only that ASIC's entries were kept.
+    pub own_asic: Option<String>,
+    /// The ASIC of each kept port, as written in its key (e.g. `Asic0`).
+    pub port_asic: BTreeMap<String, String>,
+    /// Entries skipped as another host's or ASIC's: `<host>|<asic>` → number of keys.
+    pub skipped: BTreeMap<String, usize>,
+    /// What a reader of an audit should know about the choices made (inferred or unmatched
+    /// host, a port under two ASICs).
+    pub notes: Vec<String>,
+}
+
 /// A typed view of a (possibly partial) `config_db.json`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct ConfigDb {
@@ -379,6 +432,10 @@ pub struct ConfigDb {
     pub pfc_wd: PfcWd,
     /// Tables this reader does not model, kept verbatim.
     pub other_tables: BTreeMap<String, serde_json::Value>,
+    /// How `<host>|<asic>|`-prefixed keys were read; `None` (and not serialised) when no key
+    /// carries one, so single-ASIC output is unchanged.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub multi_asic: Option<MultiAsic>,
 }
 
 /// Parses the text of a `config_db.json` (or a partial one holding only some tables).

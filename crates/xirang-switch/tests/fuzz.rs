@@ -6,7 +6,7 @@ use proptest::prelude::*;
 use serde_json::{Map, Value};
 use xirang_switch::sonic;
 
-const FIXTURES: [&str; 7] = [
+const FIXTURES: [&str; 9] = [
     include_str!(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/test_data/sonic/qos-mellanox4600c-c64.json"
@@ -35,6 +35,14 @@ const FIXTURES: [&str; 7] = [
         env!("CARGO_MANIFEST_DIR"),
         "/test_data/sonic/buffers-dell6100.json"
     )),
+    include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/test_data/sonic/qos-arista7800r3-48cq2-lc-voq.json"
+    )),
+    include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/test_data/sonic/config_db-multiasic-asic0-flat.json"
+    )),
 ];
 
 const PG_LOOKUPS: [&str; 2] = [
@@ -48,7 +56,7 @@ const PG_LOOKUPS: [&str; 2] = [
     )),
 ];
 
-const TABLES: [&str; 19] = [
+const TABLES: [&str; 23] = [
     "DEVICE_METADATA",
     "PORT",
     "WRED_PROFILE",
@@ -68,9 +76,14 @@ const TABLES: [&str; 19] = [
     "CABLE_LENGTH",
     "PFC_WD",
     "SOME_UNKNOWN_TABLE",
+    // The flat Redis-dump form, which is regrouped into the tables above.
+    "QUEUE|dut-lc3|Asic0|Ethernet0|3",
+    "PORT_QOS_MAP|Ethernet0",
+    "PORT|lc1|asic1|Ethernet8",
+    "DEVICE_METADATA|localhost",
 ];
 
-const FIELDS: [&str; 24] = [
+const FIELDS: [&str; 26] = [
     "speed",
     "mtu",
     "lanes",
@@ -95,6 +108,8 @@ const FIELDS: [&str; 24] = [
     "POLL_INTERVAL",
     "BIG_RED_SWITCH",
     "3",
+    "hostname",
+    "asic_name",
 ];
 
 fn config() -> ProptestConfig {
@@ -116,6 +131,10 @@ fn config_string() -> impl Strategy<Value = String> {
         Just("true".to_owned()),
         Just("enable".to_owned()),
         "Ethernet[0-9]{1,3}(,Ethernet[0-9]{1,3}){0,2}\\|[0-9]{1,3}(-[0-9]{1,3})?",
+        // Multi-ASIC / VoQ keys, including malformed and odd-case ones.
+        "(lc[0-9]|é|)\\|[Aa][Ss][Ii][Cc][0-9]{0,2}\\|(Ethernet[0-9]{1,3}(\\|[0-9](-[0-9])?)?)?",
+        "asic[0-9]",
+        "lc[0-9]",
         any::<String>(),
     ]
 }

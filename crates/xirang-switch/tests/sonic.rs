@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use xirang_switch::sonic::{
-    self, Color, ConfigDb, SonicError, find_pg_profile, load_pg_profile_lookup, normalize_ref,
+    self, Color, ConfigDb, OwnHostSource, SonicError, find_pg_profile, load_pg_profile_lookup, normalize_ref,
 };
 
 const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/test_data/sonic");
@@ -43,7 +43,312 @@ fn every_fixture_parses_and_serialises() {
             n += 1;
         }
     }
-    assert_eq!(n, 7);
+    assert_eq!(n, 9);
+}
+
+#[test]
+fn single_asic_fixtures_have_no_multi_asic_section() {
+    for name in [
+        "qos-mellanox4600c-c64.json",
+        "qos-arista7260-t1.json",
+        "qos-dell6100.json",
+        "buffers-mellanox4600c-t1.json",
+        "buffers-mellanox4600c-t1-dynamic.json",
+        "buffer-arista7260-t1.json",
+        "buffers-dell6100.json",
+    ] {
+        let db = fixture(name);
+        assert_eq!(db.multi_asic, None, "{name}");
+        // Nothing new in the --json output of a single-ASIC switch.
+        let json = serde_json::to_value(&db).expect("serialises");
+        assert!(json.get("multi_asic").is_none(), "{name}");
+        assert!(db.other_tables.keys().all(|t| !t.contains('|')), "{name}");
+    }
+}
+
+#[test]
+fn voq_line_card_keeps_its_own_ports_only() {
+    let db = fixture("qos-arista7800r3-48cq2-lc-voq.json");
+    let m = db.multi_asic.as_ref().expect("host-qualified keys");
+    // No DEVICE_METADATA in this file: dut-lc3 is the card whose QUEUE entries have schedulers.
+    assert_eq!(m.own_host, "dut-lc3");
+    assert_eq!(m.own_host_source, OwnHostSource::Inferred);
+    assert_eq!(m.own_asic, None);
+    assert_eq!(m.skipped.len(), 2);
+    assert_eq!(m.skipped["dut-lc4|Asic0"], 96);
+    assert_eq!(m.skipped["dut-lc5|Asic0"], 96);
+    assert_eq!(m.port_asic.len(), 48);
+    assert!(m.port_asic.values().all(|a| a == "Asic0"));
+    assert_eq!(m.notes.len(), 1, "{:?}", m.notes);
+    assert!(m.notes[0].contains("kept host `dut-lc3`"), "{}", m.notes[0]);
+    assert!(m.notes[0].contains("(315;"), "{}", m.notes[0]);
+
+    // 48 ports, not 3 × 48: remote cards' ports share the local names (Ethernet0..188), so
+    // merging them would also have overwritten the local queues 3 and 4 below.
+    assert_eq!(db.queues.len(), 48);
+    let q3 = &db.queues["Ethernet0"][&3];
+    assert_eq!(q3.scheduler.as_deref(), Some("scheduler.1"));
+    assert_eq!(q3.wred_profile.as_deref(), Some("AZURE_LOSSLESS"));
+    assert_eq!(
+        db.queues["Ethernet0"].keys().copied().collect::<Vec<_>>(),
+        vec![0, 1, 2, 3, 4, 5, 6]
+    );
+    let w = db.wred_of_queue("Ethernet0", 4).expect("WRED on queue 4");
+    assert_eq!(w.ecn.as_deref(), Some("ecn_all"));
+    assert_eq!(
+        (w.green_min_bytes, w.green_max_bytes),
+        (Some(2_000_000), Some(10_000_000))
+    );
+    assert_eq!(w.red_drop_probability_pct, Some(5));
+    assert!(w.marks_ecn_green());
+    assert!(db.wred_of_queue("Ethernet188", 3).is_some());
+    assert!(db.wred_of_queue("Ethernet0", 0).is_none());
+    assert_eq!(
+        db.scheduler_of_queue("Ethernet0", 3).and_then(|s| s.weight),
+        Some(15)
+    );
+    assert_eq!(
+        db.scheduler_of_queue("Ethernet0", 0).and_then(|s| s.weight),
+        Some(14)
+    );
+    // An inactive local port: WRED on 3/4, no scheduler and no other queues.
+    let e160 = &db.queues["Ethernet160"];
+    assert_eq!(e160.keys().copied().collect::<Vec<_>>(), vec![3, 4]);
+    assert_eq!(e160[&3].scheduler, None);
+    assert_eq!(e160[&3].wred_profile.as_deref(), Some("AZURE_LOSSLESS"));
+
+    // PORT_QOS_MAP keeps local port names.
+    assert_eq!(db.port_qos_map.len(), 46);
+    assert_eq!(db.pfc_enabled("Ethernet0"), vec![3, 4]);
+    assert!(db.pfc_enabled("Ethernet160").is_empty());
+    assert_eq!(db.dscp_to_tc("Ethernet0", 3), Some(3));
+    assert_eq!(db.dscp_to_tc("Ethernet0", 48), Some(6));
+    assert_eq!(db.queue_of_tc("Ethernet0", 4), Some(4));
+    assert!(db.ports.is_empty() && db.buffer_queues.is_empty());
+
+    let json = serde_json::to_value(&db).expect("serialises");
+    assert_eq!(json["multi_asic"]["own_host_source"], "Inferred");
+}
+
+#[test]
+fn voq_hostname_selects_the_host_and_asic_name_the_asic() {
+    // Key shapes as in buffers_config.j2 / qos_config.j2 for a VoQ chassis (lower-case `asic1`
+    // as in GCU patches): every line card's system ports are listed, the own card's first.
+    let doc = r#"{
+        "DEVICE_METADATA": {"localhost": {"hostname": "ixre-egl-board33", "asic_name": "asic1"}},
+        "BUFFER_PROFILE": {"egress_lossless_profile": {"pool": "egress_lossless_pool", "size": "0"}},
+        "BUFFER_QUEUE": {
+            "ixre-egl-board33|asic1|Ethernet200|3-4": {"profile": "egress_lossless_profile"},
+            "ixre-egl-board33|asic1|Ethernet200|0-2": {"profile": "egress_lossy_profile"},
+            "ixre-egl-board33|asic0|Ethernet0|3-4": {"profile": "egress_lossless_profile"},
+            "ixre-egl-board34|Asic1|Ethernet300|3-4": {"profile": "egress_lossless_profile"}},
+        "QUEUE": {
+            "IXRE-EGL-BOARD33|ASIC1|Ethernet200|3": {"scheduler": "scheduler.1", "wred_profile": "AZURE_LOSSLESS"},
+            "ixre-egl-board34|Asic1|Ethernet300|3": {"wred_profile": "AZURE_LOSSLESS"},
+            "Ethernet208|3": {"wred_profile": "AZURE_LOSSLESS"}},
+        "BUFFER_PG": {"Ethernet200|3-4": {"profile": "NULL"}},
+        "PORT_QOS_MAP": {"Ethernet200": {"pfc_enable": "3,4"}, "global": {"dscp_to_tc_map": "AZURE"}},
+        "PORT": {"ixre-egl-board33|asic1|Ethernet200": {"speed": "400000"}, "Ethernet208": {"mtu": "9100"}},
+        "PFC_WD": {"ixre-egl-board33|asic1|Ethernet200": {"action": "drop"}, "GLOBAL": {"POLL_INTERVAL": "200"}}
+    }"#;
+    let db = parse_ok(doc);
+    let m = db.multi_asic.as_ref().expect("qualified keys");
+    assert_eq!(m.own_host, "ixre-egl-board33");
+    assert_eq!(m.own_host_source, OwnHostSource::DeviceMetadata);
+    assert_eq!(m.own_asic.as_deref(), Some("asic1"));
+    // The own host's asic0 entry is another namespace's: skipped like the other card's.
+    assert_eq!(m.skipped["ixre-egl-board33|asic0"], 1);
+    assert_eq!(m.skipped["ixre-egl-board34|Asic1"], 2);
+    assert_eq!(m.port_asic["Ethernet200"], "asic1");
+    assert!(m.notes.is_empty(), "{:?}", m.notes);
+
+    assert_eq!(
+        db.buffer_queues.keys().map(String::as_str).collect::<Vec<_>>(),
+        vec!["Ethernet200"]
+    );
+    assert_eq!(
+        db.buffer_queues["Ethernet200"]
+            .keys()
+            .copied()
+            .collect::<Vec<_>>(),
+        vec![0, 1, 2, 3, 4]
+    );
+    assert_eq!(
+        db.queue_profile("Ethernet200", 4).and_then(|p| p.size_bytes),
+        Some(0)
+    );
+    assert_eq!(
+        db.queues.keys().map(String::as_str).collect::<Vec<_>>(),
+        vec!["Ethernet200", "Ethernet208"]
+    );
+    assert_eq!(
+        db.queues["Ethernet200"][&3].scheduler.as_deref(),
+        Some("scheduler.1")
+    );
+    assert!(db.buffer_pgs["Ethernet200"][&3].dynamic);
+    assert_eq!(db.pfc_enabled("Ethernet200"), vec![3, 4]);
+    assert_eq!(db.ports["Ethernet200"].speed_mbps, Some(400_000));
+    assert_eq!(db.port_mtu("Ethernet208"), Some(9100));
+    assert!(db.pfc_wd_on("Ethernet200"));
+    assert_eq!(
+        db.pfc_wd.global.as_ref().and_then(|g| g.poll_interval_ms),
+        Some(200)
+    );
+}
+
+#[test]
+fn voq_unmatched_hostname_and_host_ties_are_noted() {
+    let db = parse_ok(
+        r#"{"DEVICE_METADATA": {"localhost": {"hostname": "lc9"}},
+            "QUEUE": {"lc1|Asic0|Ethernet0|3": {"scheduler": "s"}, "lc2|Asic0|Ethernet0|3": {"wred_profile": "w"}}}"#,
+    );
+    let m = db.multi_asic.as_ref().expect("qualified keys");
+    assert_eq!(m.own_host, "lc9");
+    assert!(db.queues.is_empty());
+    assert_eq!(m.skipped.values().sum::<usize>(), 2);
+    assert!(
+        m.notes[0].contains("hostname `lc9` is in no host-qualified key"),
+        "{:?}",
+        m.notes
+    );
+
+    // Without a hostname and with nothing to tell the hosts apart, the pick is said to be a guess.
+    let db = parse_ok(
+        r#"{"QUEUE": {"lc2|Asic0|Ethernet0|3": {"wred_profile": "w"}, "lc1|Asic0|Ethernet0|3": {"wred_profile": "w"}}}"#,
+    );
+    let m = db.multi_asic.as_ref().expect("qualified keys");
+    assert_eq!(m.own_host, "lc1");
+    assert_eq!(m.own_host_source, OwnHostSource::Inferred);
+    assert_eq!(m.skipped["lc2|Asic0"], 1);
+    assert!(m.notes[0].contains("This is a guess"), "{:?}", m.notes);
+
+    // One host and no hostname: kept without comment.
+    let db = parse_ok(r#"{"BUFFER_QUEUE": {"lc1|asic0|Ethernet0|3-4": {"profile": "p"}}}"#);
+    let m = db.multi_asic.as_ref().expect("qualified keys");
+    assert_eq!((m.own_host.as_str(), m.notes.len()), ("lc1", 0));
+    assert_eq!(db.buffer_queues["Ethernet0"].len(), 2);
+}
+
+#[test]
+fn malformed_multi_asic_keys_name_table_and_key() {
+    assert_eq!(
+        parse_err(r#"{"QUEUE": {"dut|Asic0|": {"wred_profile": "AZURE_LOSSLESS"}}}"#),
+        r#"QUEUE|dut|Asic0|: expected a key `<port>[,<port>...]|<index or a-b range>`, or multi-ASIC `<host>|asic<N>|<port>[,<port>...]|<index or a-b range>`, found "dut|Asic0|""#
+    );
+    assert!(
+        parse_err(r#"{"BUFFER_QUEUE": {"|asic1|Ethernet0|3-4": {"profile": "p"}}}"#)
+            .starts_with("BUFFER_QUEUE||asic1|Ethernet0|3-4: expected a key")
+    );
+    // Host and ASIC but no queue index.
+    assert!(
+        parse_err(r#"{"QUEUE": {"dut|Asic0|Ethernet0": {}}}"#)
+            .starts_with("QUEUE|dut|Asic0|Ethernet0: expected a key")
+    );
+    // Checked even though another host's entry would be skipped.
+    let device = r#""DEVICE_METADATA": {"localhost": {"hostname": "dut"}}"#;
+    assert!(
+        parse_err(&format!(
+            r#"{{{device}, "QUEUE": {{"other|Asic0|Ethernet0|x": {{}}}}}}"#
+        ))
+        .starts_with("QUEUE|other|Asic0|Ethernet0|x: expected a key")
+    );
+    // `Asic` without a number is not an ASIC name: the key is read as unprefixed, and fails.
+    assert!(
+        parse_err(r#"{"QUEUE": {"dut|Asic|Ethernet0|3": {}}}"#).starts_with("QUEUE|dut|Asic|Ethernet0|3: ")
+    );
+    assert_eq!(
+        parse_err(r#"{"PORT_QOS_MAP": {"dut|asic0|": {"pfc_enable": "3,4"}}}"#),
+        r#"PORT_QOS_MAP|dut|asic0|: expected a port name or comma-separated port names, optionally prefixed `<host>|asic<N>|` (multi-ASIC), found "dut|asic0|""#
+    );
+    // `|` cannot be part of a port name.
+    assert!(
+        parse_err(r#"{"PORT_QOS_MAP": {"Ethernet0|3": {"pfc_enable": "3,4"}}}"#)
+            .starts_with("PORT_QOS_MAP|Ethernet0|3: expected a port name")
+    );
+    assert!(
+        parse_err(r#"{"PORT": {"dut|Asic0|": {}}}"#)
+            .starts_with("PORT|dut|Asic0|: expected a port name, optionally prefixed")
+    );
+}
+
+#[test]
+fn flat_redis_dump_form_reads_like_nested() {
+    let db = fixture("config_db-multiasic-asic0-flat.json");
+    let md = db.device_metadata.as_ref().expect("DEVICE_METADATA|localhost");
+    assert_eq!(md.hostname.as_deref(), Some("sonic"));
+    assert_eq!(md.extra["asic_name"], "asic0");
+    assert_eq!(md.device_type.as_deref(), Some("LeafRouter"));
+    // Keys carry no host or ASIC: the namespace is the file.
+    assert_eq!(db.multi_asic, None);
+
+    assert_eq!(
+        db.ports.keys().map(String::as_str).collect::<Vec<_>>(),
+        vec![
+            "Ethernet-BP0",
+            "Ethernet-BP4",
+            "Ethernet0",
+            "Ethernet16",
+            "Ethernet20",
+            "Ethernet4"
+        ]
+    );
+    assert_eq!(db.ports["Ethernet0"].speed_mbps, Some(40_000));
+    assert_eq!(db.ports["Ethernet-BP0"].extra["role"], "Int");
+    assert_eq!(db.port_mtu("Ethernet4"), Some(9100));
+
+    assert_eq!(db.pfc_wd.ports.len(), 4);
+    assert!(db.pfc_wd_on("Ethernet-BP4"));
+    let g = db.pfc_wd.global.as_ref().expect("PFC_WD|GLOBAL");
+    assert_eq!((g.poll_interval_ms, g.big_red_switch), (Some(199), Some(true)));
+    assert_eq!(db.pfc_wd.ports["Ethernet0"].detection_time_ms, Some(200));
+
+    assert_eq!(db.port_qos_map.len(), 7);
+    assert!(db.port_qos_map.values().all(|m| m.pfc_enable == [3, 4]));
+
+    // `[SCHEDULAR|scheduler.0]` (sic) normalises like any bracketed reference.
+    assert_eq!(
+        db.queues["Ethernet4"][&0].scheduler.as_deref(),
+        Some("scheduler.0")
+    );
+    let w = db.wred_of_queue("Ethernet4", 1).expect("QUEUE|Ethernet4|1 WRED");
+    assert_eq!(
+        (w.green_min_bytes, w.green_max_bytes),
+        (Some(1_048_576), Some(2_097_152))
+    );
+    assert!(!w.green_enable, "no wred_green_enable in this mock");
+    assert_eq!(
+        db.buffer_pools["ingress_lossless_pool_hbm"].size_bytes,
+        Some(139_458_240)
+    );
+    assert_eq!(
+        db.buffer_profiles["ingress_lossless_profile_hbm"].static_th,
+        Some(12_121_212)
+    );
+
+    // Unmodelled tables are regrouped too.
+    assert_eq!(db.other_tables["VLAN"]["Vlan1000"]["vlanid"], "1000");
+    assert_eq!(db.other_tables["VLAN"].as_object().map(|v| v.len()), Some(4));
+    assert_eq!(
+        db.other_tables["VLAN_INTERFACE"]["Vlan1000|192.168.0.1/21"]["NULL"],
+        "NULL"
+    );
+    assert!(db.other_tables.keys().all(|t| !t.contains('|')));
+}
+
+#[test]
+fn flat_and_nested_forms_mix_but_not_for_one_entry() {
+    let db = parse_ok(
+        r#"{"PORT_QOS_MAP": {"Ethernet0": {"pfc_enable": "3,4"}},
+            "PORT_QOS_MAP|global": {"dscp_to_tc_map": "AZURE"},
+            "DSCP_TO_TC_MAP|AZURE": {"26": "3"}}"#,
+    );
+    assert_eq!(db.pfc_enabled("Ethernet0"), vec![3, 4]);
+    assert_eq!(db.dscp_to_tc("Ethernet0", 26), Some(3));
+    assert_eq!(
+        parse_err(r#"{"QUEUE": {"Ethernet0|3": {}}, "QUEUE|Ethernet0|3": {"scheduler": "s"}}"#),
+        "QUEUE|Ethernet0|3: expected one entry per key, not both nested under its table and as a \
+         top-level `TABLE|key`, found an object with 1 keys"
+    );
 }
 
 #[test]
@@ -574,7 +879,7 @@ fn wrong_shapes_name_the_table_or_key() {
     );
     assert_eq!(
         parse_err(r#"{"BUFFER_PG": {"Ethernet0|4-3": {"profile": "p"}}}"#),
-        r#"BUFFER_PG|Ethernet0|4-3: expected a key `<port>[,<port>...]|<index or a-b range>`, found "Ethernet0|4-3""#
+        r#"BUFFER_PG|Ethernet0|4-3: expected a key `<port>[,<port>...]|<index or a-b range>`, or multi-ASIC `<host>|asic<N>|<port>[,<port>...]|<index or a-b range>`, found "Ethernet0|4-3""#
     );
     assert!(parse_err(r#"{"QUEUE": {"Ethernet0": {}}}"#).starts_with("QUEUE|Ethernet0: expected a key"));
     assert!(parse_err(r#"{"QUEUE": {",Ethernet0|3": {}}}"#).starts_with("QUEUE|,Ethernet0|3: "));
