@@ -153,3 +153,104 @@ fn copy(from: &Path, to: &Path) {
         }
     }
 }
+
+/// Every metric the monitor exports on the project's sysfs fixtures says its unit, in its
+/// name or its help.
+#[test]
+fn every_metric_states_its_unit() {
+    const NAME_UNITS: &[&str] = &[
+        "_bytes",
+        "_seconds",
+        "_per_second",
+        "_ratio",
+        "_gts",
+        "_width",
+        "_id",
+        "_info",
+        "_downgraded",
+        "_numa_node",
+        "_allowed",
+        "_autoprobe",
+        "_numvfs",
+        "_totalvfs",
+        "_msix",
+        "_power_state",
+    ];
+    const HELP_UNITS: &[&str] = &[
+        "bytes",
+        "octets",
+        "seconds",
+        "packets",
+        "frames",
+        "events",
+        "lanes",
+        "GT/s",
+        "T/s",
+        "ticks",
+        "ms",
+        "Number of",
+        "number of",
+        "times",
+        "Times",
+        "share",
+        "Share",
+        "0/1",
+        "1 when",
+        "always 1",
+        "Files",
+        "errors",
+    ];
+    // procfs's tree with a real `ethtool -S` capture beside its interface, so the driver's
+    // counters (named after the hardware) are exported too.
+    let procfs = tempfile::tempdir().unwrap();
+    copy(
+        Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../xirang-host/test_data/sysfs/procfs"
+        )),
+        procfs.path(),
+    );
+    std::fs::create_dir_all(procfs.path().join("commands")).unwrap();
+    std::fs::copy(
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../xirang-host/test_data/ethtool/mlx5-cx6dx-100g-xdp-kernel5.15-nonzero-ethtool-S.txt"
+        ),
+        procfs.path().join("commands/ethtool-S-eth0.txt"),
+    )
+    .unwrap();
+    let mut missing = Vec::new();
+    let mut ethtool = 0;
+    for root in [Path::new(DIR), procfs.path()] {
+        let mut c = Collector::new(
+            Source::Host {
+                tree: Box::new(DirTree::new(root)),
+                run_ethtool: false,
+            },
+            None,
+        );
+        c.pcidevice = true;
+        c.round(1_000_000_000);
+        let text = expose::render_round(&c.round(2_000_000_000), &[], false);
+        for line in text.lines() {
+            let Some(rest) = line.strip_prefix("# HELP ") else {
+                continue;
+            };
+            let (name, help) = rest.split_once(' ').unwrap();
+            ethtool += usize::from(name.starts_with("xirang_ethtool_"));
+            let lower = help.to_ascii_lowercase();
+            if !NAME_UNITS.iter().any(|u| name.contains(u))
+                && !HELP_UNITS.iter().any(|u| lower.contains(&u.to_ascii_lowercase()))
+            {
+                missing.push(format!("{name}: {help}"));
+            }
+        }
+    }
+    assert!(
+        ethtool > 20,
+        "the capture's counters were not exported: {ethtool}"
+    );
+    missing.sort();
+    missing.dedup();
+    assert!(missing.is_empty(), "{missing:#?}");
+}

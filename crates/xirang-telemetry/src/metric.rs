@@ -361,7 +361,62 @@ pub fn pcie_link_value(name: &str) -> Option<(&'static str, &'static str)> {
     }
 }
 
-const GENERIC_HELP: &str = "Counter as the hardware names it (see the counter label).";
+/// Where a counter without a node_exporter name comes from, for its help text.
+#[derive(Clone, Copy)]
+enum Origin {
+    /// An RDMA port's driver counter (`hw_counters/`) or PMA counter node_exporter lacks.
+    Rdma,
+    /// A Linux interface statistic (`/sys/class/net/IF/statistics`).
+    Netdev,
+    /// An mlx5 `ethtool -S` counter (kernel mlx5/counters.rst).
+    Ethtool,
+}
+
+/// The help of a SAI port or queue statistic, with its unit.
+fn sai_help(what: &str, unit: crate::spec::Unit) -> &'static str {
+    use crate::spec::Unit::*;
+    match (what, unit) {
+        ("port", Bytes) => "SAI port statistic, in bytes.",
+        ("port", Packets) => "SAI port statistic, in packets.",
+        ("port", Seconds) => "SAI port statistic, in seconds.",
+        ("port", _) => "SAI port statistic, in events (occurrences).",
+        (_, Bytes) => "SAI queue statistic, in bytes.",
+        (_, Packets) => "SAI queue statistic, in packets.",
+        (_, Seconds) => "SAI queue statistic, in seconds.",
+        (_, _) => "SAI queue statistic, in events (occurrences).",
+    }
+}
+
+/// The help of a counter named after the hardware, with its unit (every exported metric
+/// carries its unit in its name or its help).
+fn generic_help(origin: Origin, unit: crate::spec::Unit) -> &'static str {
+    use crate::spec::Unit::*;
+    match (origin, unit) {
+        (Origin::Rdma, Bytes) => {
+            "RDMA port counter as the driver names it (sysfs hw_counters or counters), in bytes."
+        }
+        (Origin::Rdma, Packets) => {
+            "RDMA port counter as the driver names it (sysfs hw_counters or counters), in packets."
+        }
+        (Origin::Rdma, Seconds) => {
+            "RDMA port counter as the driver names it (sysfs hw_counters or counters), in seconds."
+        }
+        (Origin::Rdma, _) => {
+            "RDMA port counter as the driver names it (sysfs hw_counters or counters), in events (occurrences)."
+        }
+        (Origin::Netdev, Bytes) => "Linux interface statistic (/sys/class/net/IF/statistics), in bytes.",
+        (Origin::Netdev, Packets) => "Linux interface statistic (/sys/class/net/IF/statistics), in packets.",
+        (Origin::Netdev, _) => {
+            "Linux interface statistic (/sys/class/net/IF/statistics), in events (occurrences)."
+        }
+        (Origin::Ethtool, Bytes) => "mlx5 ethtool -S counter (kernel mlx5/counters.rst), in bytes.",
+        (Origin::Ethtool, Packets) => "mlx5 ethtool -S counter (kernel mlx5/counters.rst), in packets.",
+        (Origin::Ethtool, Seconds) => "mlx5 ethtool -S counter (kernel mlx5/counters.rst), in seconds.",
+        (Origin::Ethtool, _) => {
+            "mlx5 ethtool -S counter (kernel mlx5/counters.rst), in events (occurrences)."
+        }
+    }
+}
 
 /// node_exporter's help for its `lifespan_seconds` gauge.
 const LIFESPAN_HELP: &str = "The maximum period in ms which defines the aging of the counter reads. Two consecutive reads within this period might return the same values.";
@@ -474,7 +529,7 @@ pub fn metric_for(entity: &Entity, name: &str, host_label: bool) -> Metric {
                 labels,
                 kind: sp.kind,
                 scale: sp.scale,
-                help: GENERIC_HELP,
+                help: generic_help(Origin::Rdma, sp.unit),
             }
         }
         Entity::Netdev { host: h, ifname } => {
@@ -486,7 +541,7 @@ pub fn metric_for(entity: &Entity, name: &str, host_label: bool) -> Metric {
                     labels,
                     kind: Kind::Counter,
                     scale: 1.0,
-                    help: "Linux interface statistic (/sys/class/net/IF/statistics).",
+                    help: generic_help(Origin::Netdev, spec(stat).unit),
                 };
             }
             if name == "carrier_changes" {
@@ -503,7 +558,7 @@ pub fn metric_for(entity: &Entity, name: &str, host_label: bool) -> Metric {
                 labels,
                 kind: sp.kind,
                 scale: sp.scale,
-                help: "mlx5 ethtool -S counter (kernel mlx5/counters.rst).",
+                help: generic_help(Origin::Ethtool, sp.unit),
             })
         }
         Entity::SwitchPort { switch, port } => {
@@ -550,7 +605,7 @@ pub fn metric_for(entity: &Entity, name: &str, host_label: bool) -> Metric {
                 labels,
                 kind: sp.kind,
                 scale: sp.scale,
-                help: "SAI port statistic.",
+                help: sai_help("port", sp.unit),
             }
         }
         Entity::Queue { switch, port, queue } => {
@@ -573,7 +628,7 @@ pub fn metric_for(entity: &Entity, name: &str, host_label: bool) -> Metric {
                 ],
                 kind: sp.kind,
                 scale: sp.scale,
-                help: "SAI queue statistic.",
+                help: sai_help("queue", sp.unit),
             }
         }
     }
@@ -594,13 +649,13 @@ fn prio_metric(name: &str, mut labels: Vec<(&'static str, String)>, scale: f64) 
         ),
         "pause_transition" => (
             "xirang_pfc_pause_transitions_total",
-            "XOFF to XON transitions on the priority.",
+            "XOFF to XON transitions on the priority, in events (occurrences).",
         ),
         "bytes" => ("xirang_priority_bytes_total", "Bytes on the priority."),
         "packets" => ("xirang_priority_packets_total", "Packets on the priority."),
         "discards" | "buf_discard" | "cong_discard" => (
             "xirang_priority_discards_total",
-            "Drops on the priority for lack of receive buffer or congestion.",
+            "Packets dropped on the priority for lack of receive buffer or congestion.",
         ),
         "marked" => (
             "xirang_priority_ecn_marked_packets_total",
