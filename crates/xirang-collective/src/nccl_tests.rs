@@ -196,6 +196,23 @@ impl TestRun {
     }
 }
 
+/// A buffer size as people write it: `16 GiB`, `128 MiB`, `~1.50 GiB` for sizes nccl-tests
+/// rounded to a multiple of the element count times the ranks.
+pub fn size_text(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = bytes as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if v.fract() == 0.0 {
+        format!("{v} {}", UNITS[u])
+    } else {
+        format!("~{v:.2} {}", UNITS[u])
+    }
+}
+
 /// A whole file.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Report {

@@ -29,7 +29,7 @@ use xirang_collective::check::{
     self, JUDGED_BANDWIDTH_SHARE, P2P_JUDGED_FROM_BYTES, SLOW_SHARE, platform_of_run,
 };
 use xirang_collective::cost::{Coll, Platform};
-use xirang_collective::nccl_tests::{self, Report, TestRun};
+use xirang_collective::nccl_tests::{self, Report, TestRun, size_text};
 
 use crate::finding::{Class, Evidence, Finding, Severity, rank};
 
@@ -177,21 +177,6 @@ impl RunView {
             ),
             None => "no bandwidth-bound size".into(),
         }
-    }
-}
-
-fn size_text(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = bytes as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if v.fract() == 0.0 {
-        format!("{v} {}", UNITS[u])
-    } else {
-        format!("{v:.1} {}", UNITS[u])
     }
 }
 

@@ -53,15 +53,21 @@ fn parse(text: &str, prefix: &str) -> (Series, BTreeMap<String, String>) {
     (series, help)
 }
 
-fn ours() -> String {
+/// The monitor on `root`, with node_exporter's pcidevice series on.
+fn collector(root: &Path) -> Collector {
     let mut c = Collector::new(
         Source::Host {
-            tree: Box::new(DirTree::new(Path::new(DIR))),
+            tree: Box::new(DirTree::new(root)),
             run_ethtool: false,
         },
         None,
     );
     c.pcidevice = true;
+    c
+}
+
+fn ours() -> String {
+    let mut c = collector(Path::new(DIR));
     let round = c.round(1_000_000_000);
     assert!(round.problems.is_empty(), "{:?}", round.problems);
     expose::render_round(&round, &[], false)
@@ -102,14 +108,7 @@ fn a_downgraded_link_behind_a_bridge_is_flagged() {
     let root = dir.path();
     copy(Path::new(DIR).join("sys").as_path(), &root.join("sys"));
     let flags = |root: &Path| {
-        let mut c = Collector::new(
-            Source::Host {
-                tree: Box::new(DirTree::new(root)),
-                run_ethtool: false,
-            },
-            None,
-        );
-        c.pcidevice = true;
+        let mut c = collector(root);
         let (s, _) = parse(
             &expose::render_round(&c.round(1_000_000_000), &[], false),
             "xirang_pcie_link_downgraded",
@@ -222,14 +221,7 @@ fn every_metric_states_its_unit() {
     let mut missing = Vec::new();
     let mut ethtool = 0;
     for root in [Path::new(DIR), procfs.path()] {
-        let mut c = Collector::new(
-            Source::Host {
-                tree: Box::new(DirTree::new(root)),
-                run_ethtool: false,
-            },
-            None,
-        );
-        c.pcidevice = true;
+        let mut c = collector(root);
         c.round(1_000_000_000);
         let text = expose::render_round(&c.round(2_000_000_000), &[], false);
         for line in text.lines() {

@@ -239,22 +239,6 @@ fn describe(p: &Platform) -> String {
     )
 }
 
-fn size(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = bytes as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if v.fract() == 0.0 {
-        format!("{v} {}", UNITS[u])
-    } else {
-        // nccl-tests rounds sizes to a multiple of the element count times the ranks.
-        format!("~{v:.2} {}", UNITS[u])
-    }
-}
-
 fn render(f: &FileReport, tests: &[TestRun]) -> String {
     let mut s = String::new();
     for (r, run) in f.runs.iter().zip(tests) {
@@ -291,7 +275,7 @@ fn render(f: &FileReport, tests: &[TestRun]) -> String {
                     flag.push(format!("#wrong {} (DATA CORRUPTION)", x.wrong));
                 }
                 t.add_row(vec![
-                    size(x.size_bytes),
+                    nccl_tests::size_text(x.size_bytes),
                     format!("{:.2}", x.measured_busbw_gbs),
                     format!("{:.2}", x.model.busbw_gbs),
                     format!("{}/{}", x.model.algo.nccl_name(), x.model.proto.nccl_name()),
@@ -369,7 +353,7 @@ pub(crate) fn advise(a: &NcclAdviseArgs) -> Result<Outcome> {
     let header_refs: Vec<&str> = header.iter().map(String::as_str).collect();
     let mut t = table(&header_refs);
     for r in &advice.table {
-        let mut row = vec![size(r.bytes)];
+        let mut row = vec![nccl_tests::size_text(r.bytes)];
         row.extend(
             r.algorithms
                 .iter()
