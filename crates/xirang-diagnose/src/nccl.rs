@@ -12,7 +12,8 @@
 //!   data bounces through host memory.
 //! - `NCCL-NIC-SHARED`: several GPUs of a host send through one NIC while the host has
 //!   more NICs than that, or the host runs more local ranks than NCCL lists NICs (k GPUs
-//!   share each NIC: a ceiling near the NIC's rate / k).
+//!   share each NIC: a ceiling near the NIC's rate / k) and the run, where judged, falls
+//!   short of the model (which shares a node's network among its GPUs).
 //! - `NCCL-BW-FALLS`: bus bandwidth that falls as messages grow (well below the run's own
 //!   peak at the largest sizes): the path between the hosts degrades under sustained load
 //!   (congestion, a degraded or flapping link).
@@ -661,6 +662,12 @@ fn diagnose_one(log: &Log, f: &Facts, rep: &Report, views: &[Result<RunView, Str
                 .iter()
                 .any(|x| x.rule == "NCCL-NIC-SHARED" && x.entity.starts_with(&format!("{host}/")))
         {
+            continue;
+        }
+        // A layout with fewer NICs than GPUs that reaches what the model gives it (the
+        // model shares a node's network among its GPUs) is a design, not a fault.
+        let judged: Vec<&RunView> = views.iter().flatten().filter(|v| !v.sizes.is_empty()).collect();
+        if !judged.is_empty() && judged.iter().all(|v| v.slow().is_empty()) {
             continue;
         }
         let per_nic = k.div_ceil(n);

@@ -159,6 +159,48 @@ fn levels_are_judged_against_the_model_only_with_a_rate() {
         model.text
     );
     assert!(model.source.ends_with(":132"), "{}", model.source);
+    // The same layout reaching the model is a design, not a fault: the log with its
+    // table rows scaled to the model's 12.3 GB/s (x 2.2) has no finding.
+    let scaled = log("sendrecv-2node-4gpu-roce400-one-nic.txt");
+    let text: String = scaled
+        .text
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            if f.len() == 13 && f[0].parse::<u64>().is_ok() && f[5].parse::<f64>().is_ok() {
+                let t = |x: &str| format!("{:.0}", x.parse::<f64>().unwrap() / 2.2);
+                let b = |x: &str| format!("{:.2}", x.parse::<f64>().unwrap() * 2.2);
+                format!(
+                    "{} {} {} {} {} {} {} {} {} {} {} {} {}",
+                    f[0],
+                    f[1],
+                    f[2],
+                    f[3],
+                    f[4],
+                    t(f[5]),
+                    b(f[6]),
+                    b(f[7]),
+                    f[8],
+                    t(f[9]),
+                    b(f[10]),
+                    b(f[11]),
+                    f[12]
+                )
+            } else {
+                l.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let fine = diagnose_with(
+        &[Log {
+            name: "scaled".into(),
+            text,
+        }],
+        &hw,
+    )
+    .unwrap();
+    assert!(fine.findings.is_empty(), "{:#?}", fine.findings);
     // An HDR cluster judged as 400G would be "slow": the rate is what decides.
     let hdr = log("h100-2node-4gpu-hdr-ib-debug-info.txt");
     let at = |g: f64| {
