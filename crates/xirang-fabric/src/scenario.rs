@@ -1061,6 +1061,26 @@ impl Scenario {
                 );
             }
         }
+        for (class, tol) in &t.guardrails {
+            if !self.config.classes.contains_key(class) {
+                d.error(
+                    &at.key("guardrails").key(class),
+                    unknown_name(
+                        "traffic class",
+                        class,
+                        self.config.classes.keys().map(String::as_str),
+                    ),
+                );
+            } else if !(tol.is_finite() && (0.0..=1.0).contains(tol)) {
+                d.error(
+                    &at.key("guardrails").key(class),
+                    format!(
+                        "expected a tolerance between 0 and 1 (0.01 = 1 % worse than the vendor at most), found {}",
+                        limits::Num(*tol)
+                    ),
+                );
+            }
+        }
         for (i, p) in t.params.iter().enumerate() {
             let pat = at.key("param").index(i);
             match param_kind(&self.config, tiers, &p.name) {

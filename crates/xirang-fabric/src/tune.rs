@@ -33,6 +33,11 @@ pub struct TuneSpec {
     /// a workload. A class's metric follows its workloads: collective completion time,
     /// inference p99/p99.9 latency, FCT slowdown for other flows.
     pub weights: BTreeMap<String, f64>,
+    /// How much worse than the vendor baseline each class's metric may get, as a share
+    /// (0.01: 1 %); classes not listed get [`DEFAULT_GUARDRAIL`]. A candidate past a
+    /// guardrail is not recommended.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub guardrails: BTreeMap<String, f64>,
     /// Largest share of the run during which PFC may hold a port paused, summed over ports
     /// and divided by the number of ports (a constraint, not an objective).
     pub max_pause_ratio: f64,
@@ -58,6 +63,18 @@ pub const DEFAULT_BUDGET: u32 = 96;
 pub const DEFAULT_SEARCH_SEEDS: u32 = 12;
 /// Default held-out seeds.
 pub const DEFAULT_HELD_OUT_SEEDS: u32 = 16;
+/// Default guardrail: a class's metric may get 1 % worse than the vendor's, no more
+/// (issue 19: an operator will not deploy a change that hurts a service it does not
+/// target).
+pub const DEFAULT_GUARDRAIL: f64 = 0.01;
+
+impl TuneSpec {
+    /// The guardrail of `class`: its tolerance, or the default.
+    pub fn guardrail(&self, class: &str) -> f64 {
+        self.guardrails.get(class).copied().unwrap_or(DEFAULT_GUARDRAIL)
+    }
+}
+
 /// Default pause budget: 5% of the time of an average port.
 pub const DEFAULT_MAX_PAUSE_RATIO: f64 = 0.05;
 
@@ -76,6 +93,7 @@ impl Default for TuneSpec {
             search_seeds: DEFAULT_SEARCH_SEEDS,
             held_out_seeds: DEFAULT_HELD_OUT_SEEDS,
             weights: BTreeMap::new(),
+            guardrails: BTreeMap::new(),
             max_pause_ratio: DEFAULT_MAX_PAUSE_RATIO,
             builtin_space: true,
             algorithms: DEFAULT_ALGORITHMS.to_vec(),

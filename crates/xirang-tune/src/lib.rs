@@ -14,4 +14,5 @@ pub mod render;
 pub mod report;
 pub mod search;
 pub mod space;
+pub mod stats;
 pub mod store;

@@ -44,6 +44,14 @@ pub struct Context<'a> {
     pub verdict: String,
 }
 
+/// How many of `values` differ from `vendor`.
+fn changes_len(values: &[(String, ParamValue)], vendor: &BTreeMap<&str, &ParamValue>) -> usize {
+    values
+        .iter()
+        .filter(|(n, v)| vendor.get(n.as_str()).is_some_and(|old| *old != v))
+        .count()
+}
+
 impl<'a> Context<'a> {
     /// The context of a tune result.
     pub fn of(loaded: &'a Loaded, source: &'a str, r: &'a TuneResult) -> Context<'a> {
@@ -57,15 +65,25 @@ impl<'a> Context<'a> {
                 (*old != v).then(|| (n.clone(), old.to_string(), v.to_string()))
             })
             .collect();
-        let verdict = match (r.best, r.held_out.iter().find(|h| h.name == "tuned")) {
-            (Some(id), Some(h)) => format!(
-                "candidate {id}: objective {:.4} on {} held-out seeds ({:+.1}% against vendor defaults, sd {:.4})",
-                h.mean(),
-                h.objectives.len(),
-                (1.0 - h.mean()) * 100.0,
-                h.std()
+        let verdict = match (&r.verdict, r.gain) {
+            (crate::search::Verdict::Recommended, Some(g)) => format!(
+                "{} setting(s) of candidate {}, each significantly worse to revert; {} better than the vendor defaults on {} held-out seeds (95 % interval), every guardrail kept",
+                changes_len(&r.recommendation, &vendor),
+                r.best.map_or("?".to_string(), |b| b.to_string()),
+                g.percent(),
+                g.n
             ),
-            _ => "no candidate beat the vendor defaults: these are the vendor defaults".to_string(),
+            (crate::search::Verdict::NoChangeEarnsItsPlace, _) => {
+                "no significant gain: none of the best candidate's changes earns its place within the guardrails: these are the vendor defaults".to_string()
+            }
+            (crate::search::Verdict::NoSignificantGain, g) => format!(
+                "no significant gain over the vendor defaults ({} on the held-out seeds): these are the vendor defaults",
+                g.map_or("?".to_string(), |g| g.percent())
+            ),
+            (crate::search::Verdict::GuardrailBroken { class }, _) => format!(
+                "the tuned candidate broke the {class} guardrail on the held-out seeds: these are the vendor defaults"
+            ),
+            _ => "no candidate beat the vendor defaults within the constraints and guardrails: these are the vendor defaults".to_string(),
         };
         Context {
             loaded,

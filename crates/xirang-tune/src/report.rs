@@ -40,7 +40,7 @@ pub fn samples(
         .copied()
         .unwrap_or(eval.loaded().scenario.run.seed);
     let mut configs: Vec<(String, &xirang_fabric::config::FabricConfig)> = Vec::new();
-    if r.best.is_some() {
+    if matches!(r.verdict, crate::search::Verdict::Recommended) {
         configs.push(("tuned".to_string(), &r.config));
     }
     for b in baselines.iter().take(2) {
@@ -681,7 +681,50 @@ pub fn html(cx: &Context<'_>, r: &TuneResult, space: &[Param], samples: &[Sample
             html_escape(b)
         );
     }
-    s.push_str("</table>\n<h2>Search</h2>\n");
+    s.push_str("</table>\n");
+    if !r.guardrails.is_empty() {
+        s.push_str("<h2>Guardrails on held-out seeds</h2>\n<table><tr><th>class</th><th>tolerance</th><th>change (95 % interval)</th><th>margin</th></tr>\n");
+        for g in &r.guardrails {
+            let _ = writeln!(
+                s,
+                "<tr><td>{}</td><td>{:.1} %</td><td>{}</td><td>{:+.1} %</td></tr>",
+                html_escape(&g.class),
+                g.tolerance * 100.0,
+                html_escape(&g.change.percent()),
+                g.margin * 100.0
+            );
+        }
+        s.push_str("</table>\n");
+    }
+    if let Some(a) = &r.ablation {
+        let _ = writeln!(
+            s,
+            "<h2>What each change is worth</h2>\n<p>Of the candidate's {} changes, {} are kept: each is significantly worse to revert (objective without it minus with it, paired by seed, on {} validation seeds no other step used; 95 % bootstrap interval). {} were reverted.</p>\n<table><tr><th>setting</th><th>vendor</th><th>recommended</th><th>worse without it</th></tr>",
+            a.before.len(),
+            a.kept.len(),
+            r.validation_seeds.len(),
+            a.reverted.len()
+        );
+        for c in &a.kept {
+            for (i, (n, vendor, value)) in c.settings.iter().enumerate() {
+                let worth = if i == 0 {
+                    c.without.percent()
+                } else {
+                    format!("(with {})", c.name)
+                };
+                let _ = writeln!(
+                    s,
+                    "<tr><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                    html_escape(n),
+                    html_escape(&vendor.to_string()),
+                    html_escape(&value.to_string()),
+                    html_escape(&worth)
+                );
+            }
+        }
+        s.push_str("</table>\n");
+    }
+    s.push_str("<h2>Search</h2>\n");
     s.push_str(&plot_objective(r));
     s.push_str("\n<h2>Against the baselines</h2>\n");
     s.push_str(&plot_classes(r));

@@ -23,6 +23,7 @@ use xirang_fabric::tune::{ParamValue, apply, value_of};
 
 use crate::eval::{Evaluator, RunMetrics, Score};
 use crate::space::{Baseline, Domain, Param};
+use crate::stats::{Interval, mean_interval};
 use crate::store::{EvalKey, Store, StoreError};
 
 /// Level of every run in the trial log (the log's key keeps a level so that a later
@@ -44,6 +45,19 @@ const FIRST_ROUND_SEEDS: usize = 2;
 pub const TIME_CAP_FACTOR: f64 = 10.0;
 /// Run seeds of the held-out evaluation start here, far from the search seeds.
 pub const HELD_OUT_SEED_OFFSET: u64 = 1_000_000;
+/// Run seeds of the ablation (which settings earn their place) start here: apart from
+/// both the search's and the held-out evaluation's, so that neither the choice of the
+/// candidate nor the final report reuses them.
+pub const VALIDATION_SEED_OFFSET: u64 = 2_000_000;
+/// Trial-log ids of the ablation's configurations start here, above any candidate's.
+pub const ABLATION_ID_BASE: i64 = 1 << 40;
+/// The held-out evaluation adds seeds, half its first count at a time, while the gain's
+/// interval still straddles zero and is wider than this (a share of the vendor's)...
+pub const NARROW_ENOUGH: f64 = 0.01;
+/// ...up to this many times its first count.
+pub const HELD_OUT_GROWTH_CAP: usize = 3;
+/// Reverts the ablation may make to bring a configuration back within its guardrails.
+const REPAIR_STEPS: usize = 3;
 
 /// One candidate and how far it got.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -107,9 +121,91 @@ impl HeldOut {
     }
 }
 
+/// What a kept change is worth: reverting it to the vendor's values, the rest kept. A
+/// change is one setting, or a class's congestion control (the algorithm and its
+/// parameters, which act only together).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Contribution {
+    /// The change: a setting's name, or `classes.<class> congestion control`.
+    pub name: String,
+    /// Its settings: (name, vendor value, recommended value).
+    pub settings: Vec<(String, ParamValue, ParamValue)>,
+    /// Objective without it minus with it, per validation seed (a share of the vendor's:
+    /// +0.02 = 2 % worse without it): mean and 95 % interval.
+    pub without: Interval,
+    /// Kept although its revert is not significantly worse: reverting it breaks a
+    /// constraint or takes a class further past its guardrail.
+    pub needed_for_guardrail: bool,
+}
+
+/// Backward elimination of the chosen candidate's changes, on the validation seeds.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Ablation {
+    /// The candidate's changes from the vendor, before.
+    pub before: Vec<(String, ParamValue)>,
+    /// Changes kept, each significantly worse to revert.
+    pub kept: Vec<Contribution>,
+    /// Changes reverted to the vendor's value, with what reverting cost when it was tried.
+    pub reverted: Vec<(String, Interval)>,
+}
+
+/// One class's guardrail on the held-out seeds.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Guardrail {
+    /// Traffic class.
+    pub class: String,
+    /// How much worse than the vendor its metric may get (0.01 = 1 %).
+    pub tolerance: f64,
+    /// Its metric relative to the vendor's, minus 1, per held-out seed: mean and interval
+    /// (+0.03 = 3 % worse).
+    pub change: Interval,
+    /// `tolerance - change.mean`: how far from the guardrail (negative: broken).
+    pub margin: f64,
+}
+
+/// What the tune concludes.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "outcome")]
+pub enum Verdict {
+    /// The recommendation beats the vendor significantly on the held-out seeds and keeps
+    /// every guardrail.
+    Recommended,
+    /// No candidate beat the vendor during the search within the constraints and
+    /// guardrails: the vendor default stands.
+    NothingBeatTheVendor,
+    /// The ablation reverted every change of the chosen candidate (none was significantly
+    /// worse to revert within the constraints and guardrails, on the validation seeds):
+    /// the vendor default stands.
+    NoChangeEarnsItsPlace,
+    /// The recommendation's gain on the held-out seeds is not significant: the vendor
+    /// default stands.
+    NoSignificantGain,
+    /// The recommendation broke a guardrail on the held-out seeds: the vendor default
+    /// stands.
+    GuardrailBroken {
+        /// The class.
+        class: String,
+    },
+}
+
 /// What a tune found.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TuneResult {
+    /// What the tune concludes; unless [`Verdict::Recommended`], the recommendation is
+    /// the vendor default.
+    pub verdict: Verdict,
+    /// The candidate's changes reduced to those that earn their place.
+    pub ablation: Option<Ablation>,
+    /// The tested recommendation's gain over the vendor on the held-out seeds (1 - its
+    /// objective per seed): mean and interval.
+    pub gain: Option<Interval>,
+    /// Each class's guardrail on the held-out seeds, for the tested recommendation.
+    pub guardrails: Vec<Guardrail>,
+    /// The ablation's seeds.
+    pub validation_seeds: Vec<u64>,
+    /// Simulations the ablation needed (the vendor and each configuration it tried on the
+    /// validation seeds), run or read back.
+    pub ablation_runs: u64,
     /// Every candidate.
     pub candidates: Vec<Candidate>,
     /// The best candidate that passed every round, if it beats the vendor baseline.
@@ -331,6 +427,259 @@ impl Model {
     }
 }
 
+/// The first class whose mean metric over `scores` is past its guardrail.
+fn guardrail_broken(scores: &[Score], spec: &xirang_fabric::tune::TuneSpec) -> Option<String> {
+    let mut sums: BTreeMap<&str, (f64, usize)> = BTreeMap::new();
+    for sc in scores {
+        for (c, r) in &sc.classes {
+            let e = sums.entry(c.as_str()).or_default();
+            e.0 += r;
+            e.1 += 1;
+        }
+    }
+    sums.into_iter().find_map(|(c, (sum, n))| {
+        let change = sum / n as f64 - 1.0;
+        let tol = spec.guardrail(c);
+        (change > tol).then(|| {
+            format!(
+                "guardrail {c}: {:+.1} % past its {:.1} % tolerance",
+                change * 100.0,
+                tol * 100.0
+            )
+        })
+    })
+}
+
+/// How far past their guardrails the classes are over `scores`, summed (0 when every
+/// guardrail holds).
+fn guardrail_excess(scores: &[Score], spec: &xirang_fabric::tune::TuneSpec) -> f64 {
+    let mut sums: BTreeMap<&str, (f64, usize)> = BTreeMap::new();
+    for sc in scores {
+        for (c, r) in &sc.classes {
+            let e = sums.entry(c.as_str()).or_default();
+            e.0 += r;
+            e.1 += 1;
+        }
+    }
+    sums.into_iter()
+        .map(|(c, (sum, n))| (sum / n as f64 - 1.0 - spec.guardrail(c)).max(0.0))
+        .sum()
+}
+
+/// The gain over the vendor per seed (1 - objective; an infeasible run counts with its
+/// penalty), mean and interval.
+fn gain_interval(scores: &[Score], seed: u64) -> Interval {
+    let gains: Vec<f64> = scores.iter().map(|s| 1.0 - s.objective).collect();
+    mean_interval(&gains, seed)
+}
+
+/// Sets `name` in `values`.
+fn set_value(values: &mut [(String, ParamValue)], name: &str, v: ParamValue) {
+    if let Some(x) = values.iter_mut().find(|(n, _)| n == name) {
+        x.1 = v;
+    }
+}
+
+/// Per-seed objective differences `a - b` (paired by seed).
+fn paired(a: &[Score], b: &[Score]) -> Vec<f64> {
+    a.iter().zip(b).map(|(x, y)| x.objective - y.objective).collect()
+}
+
+/// What the ablation reverts at once: a class's congestion control (its algorithm with
+/// the parameters of that algorithm, which act only together) or one other setting.
+type Unit = (String, Vec<(String, ParamValue)>);
+
+/// `changes` grouped into [`Unit`]s, in first-appearance order.
+fn units(changes: &[(String, ParamValue)]) -> Vec<Unit> {
+    let mut out: Vec<Unit> = Vec::new();
+    for (n, v) in changes {
+        let segs: Vec<&str> = n.split('.').collect();
+        let label = match segs.as_slice() {
+            ["classes", class, "cc"] | ["classes", class, "dcqcn" | "timely" | "hpcc" | "dctcp", _] => {
+                format!("classes.{class} congestion control")
+            }
+            _ => n.clone(),
+        };
+        match out.iter_mut().find(|u| u.0 == label) {
+            Some(u) => u.1.push((n.clone(), v.clone())),
+            None => out.push((label, vec![(n.clone(), v.clone())])),
+        }
+    }
+    out
+}
+
+/// Backward elimination of `chosen`'s changes from `vendor`, by [`Unit`]: every change is first tried
+/// reverted alone; then, least costly first, reverted for good while the result is not
+/// significantly worse (the paired interval of the objective difference reaches zero) and
+/// keeps every constraint and guardrail. `eval(k, values)` scores configuration number
+/// `k` on the validation seeds (numbers follow a fixed order, so a resumed tune reads them
+/// back from its log). Returns the number of the final configuration and the ablation.
+fn ablate(
+    chosen: &[(String, ParamValue)],
+    vendor: &[(String, ParamValue)],
+    spec: &xirang_fabric::tune::TuneSpec,
+    mut eval: impl FnMut(usize, &[(String, ParamValue)]) -> Result<Vec<Score>, TuneError>,
+) -> Result<(usize, Ablation), TuneError> {
+    let vendor_of = |name: &str| vendor.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone());
+    let changed: Vec<(String, ParamValue)> = chosen
+        .iter()
+        .filter(|(n, v)| vendor_of(n).as_ref() != Some(v))
+        .cloned()
+        .collect();
+    let before = units(&changed);
+    let with_changes = |changes: &[Unit]| {
+        let mut values = vendor.to_vec();
+        for (_, settings) in changes {
+            for (n, v) in settings {
+                set_value(&mut values, n, v.clone());
+            }
+        }
+        values
+    };
+    let ci_seed = |k: usize| mix(spec.seed, (k as u64) ^ 0xab1a_7e00);
+    let mut k_next = 1usize;
+    let mut current_k = 0usize;
+    let mut current = eval(current_k, &with_changes(&before))?;
+    // Each change reverted alone.
+    let mut alone: Vec<(usize, Interval)> = Vec::new();
+    for i in 0..before.len() {
+        let rest: Vec<_> = before
+            .iter()
+            .enumerate()
+            .filter(|(j, _)| *j != i)
+            .map(|(_, c)| c.clone())
+            .collect();
+        let k = k_next;
+        k_next += 1;
+        let without = eval(k, &with_changes(&rest))?;
+        alone.push((i, mean_interval(&paired(&without, &current), ci_seed(k))));
+    }
+    alone.sort_by(|a, b| a.1.mean.total_cmp(&b.1.mean).then(a.0.cmp(&b.0)));
+    let mut kept: Vec<bool> = vec![true; before.len()];
+    let mut reverted = Vec::new();
+    for (i, cost_alone) in alone {
+        // Significantly worse to revert even alone: it stays.
+        if cost_alone.above_zero() {
+            continue;
+        }
+        let rest: Vec<_> = before
+            .iter()
+            .enumerate()
+            .filter(|(j, _)| *j != i && kept[*j])
+            .map(|(_, c)| c.clone())
+            .collect();
+        let k = k_next;
+        k_next += 1;
+        let without = eval(k, &with_changes(&rest))?;
+        let cost = mean_interval(&paired(&without, &current), ci_seed(k));
+        // A revert may not break a constraint or a guardrail the configuration kept (a
+        // guardrail it already broke is the repair's below).
+        let feasible = without.iter().all(|s| s.violation.is_none())
+            && guardrail_excess(&without, spec) <= guardrail_excess(&current, spec);
+        if !cost.above_zero() && feasible {
+            kept[i] = false;
+            reverted.push((before[i].0.clone(), cost));
+            current = without;
+            current_k = k;
+        }
+    }
+    // Repair: while the configuration is past a guardrail on these seeds, revert the kept
+    // change whose revert brings it back the most (the search judged the guardrails on
+    // its own seeds; these may disagree).
+    for _ in 0..REPAIR_STEPS {
+        let excess = guardrail_excess(&current, spec);
+        if excess <= 0.0 {
+            break;
+        }
+        let mut best_fix: Option<(usize, f64, Vec<Score>, usize)> = None;
+        for i in (0..before.len()).filter(|i| kept[*i]) {
+            let rest: Vec<_> = before
+                .iter()
+                .enumerate()
+                .filter(|(j, _)| *j != i && kept[*j])
+                .map(|(_, c)| c.clone())
+                .collect();
+            let k = k_next;
+            k_next += 1;
+            let without = eval(k, &with_changes(&rest))?;
+            let e = guardrail_excess(&without, spec);
+            if without.iter().all(|s| s.violation.is_none()) && best_fix.as_ref().is_none_or(|b| e < b.1) {
+                best_fix = Some((i, e, without, k));
+            }
+        }
+        match best_fix {
+            Some((i, e, without, k)) if e < excess => {
+                kept[i] = false;
+                reverted.push((
+                    before[i].0.clone(),
+                    mean_interval(&paired(&without, &current), ci_seed(k)),
+                ));
+                current = without;
+                current_k = k;
+            }
+            _ => break,
+        }
+    }
+    // What each kept change is worth in the final configuration; a change that the others
+    // have made redundant (its revert no longer significantly worse, and allowed) is
+    // reverted and the rest judged again, until every kept change earns its place.
+    let contributions = loop {
+        let changes: Vec<(usize, Unit)> = before
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| kept[*i])
+            .map(|(i, c)| (i, c.clone()))
+            .collect();
+        let mut judged: Vec<(usize, Contribution, Vec<Score>, usize, bool)> = Vec::new();
+        for (i, (name, settings)) in &changes {
+            let rest: Vec<_> = changes
+                .iter()
+                .filter(|(j, _)| j != i)
+                .map(|(_, c)| c.clone())
+                .collect();
+            let k = k_next;
+            k_next += 1;
+            let without = eval(k, &with_changes(&rest))?;
+            let allowed = without.iter().all(|s| s.violation.is_none())
+                && guardrail_excess(&without, spec) <= guardrail_excess(&current, spec);
+            let c = Contribution {
+                name: name.clone(),
+                settings: settings
+                    .iter()
+                    .map(|(n, v)| (n.clone(), vendor_of(n).unwrap_or_else(|| v.clone()), v.clone()))
+                    .collect(),
+                without: mean_interval(&paired(&without, &current), ci_seed(k)),
+                needed_for_guardrail: !allowed,
+            };
+            judged.push((*i, c, without, k, allowed));
+        }
+        let weakest = judged
+            .iter()
+            .enumerate()
+            .filter(|(_, j)| j.4 && !j.1.without.above_zero())
+            .min_by(|a, b| a.1.1.without.mean.total_cmp(&b.1.1.without.mean))
+            .map(|(n, _)| n);
+        match weakest {
+            Some(n) => {
+                let (i, c, without, k, _) = judged.swap_remove(n);
+                kept[i] = false;
+                reverted.push((c.name, c.without));
+                current = without;
+                current_k = k;
+            }
+            None => break judged.into_iter().map(|j| j.1).collect::<Vec<_>>(),
+        }
+    };
+    Ok((
+        current_k,
+        Ablation {
+            before: changed,
+            kept: contributions,
+            reverted,
+        },
+    ))
+}
+
 /// Runs a whole tune: baselines, brackets, held-out evaluation.
 pub fn tune(
     eval: &Evaluator<'_>,
@@ -366,6 +715,9 @@ pub fn tune_with(
     let held_seeds: Vec<u64> = (0..u64::from(spec.held_out_seeds.max(1)))
         .map(|i| base_seed + HELD_OUT_SEED_OFFSET + i)
         .collect();
+    let val_seeds: Vec<u64> = (0..u64::from(spec.held_out_seeds.max(1)))
+        .map(|i| base_seed + VALIDATION_SEED_OFFSET + i)
+        .collect();
     let early: Vec<u64> = search_seeds.iter().copied().take(FIRST_ROUND_SEEDS).collect();
     let half: Vec<u64> = search_seeds
         .iter()
@@ -387,8 +739,13 @@ pub fn tune_with(
     let per_bracket = bracket_size * early.len()
         + bracket_size.div_ceil(ETA) * (half.len() - early.len())
         + bracket_size.div_ceil(ETA * ETA) * (search_seeds.len() - half.len());
+    // The ablation's runs depend on what it finds: about three configurations per changed
+    // setting on the validation seeds.
+    let ablation_estimate = 3 * space.len() * val_seeds.len();
     let total = (baselines.len() * (search_seeds.len() + held_seeds.len())
+        + val_seeds.len()
         + brackets * per_bracket
+        + ablation_estimate
         + held_seeds.len()) as u64;
 
     // Runs every job not in the log, in parallel; returns all results.
@@ -452,7 +809,7 @@ pub fn tune_with(
     // The vendor reference on every seed and level, uncapped.
     let vendor = &baselines[0].config;
     let mut jobs = Vec::new();
-    for s in search_seeds.iter().chain(&held_seeds) {
+    for s in search_seeds.iter().chain(&held_seeds).chain(&val_seeds) {
         jobs.push(Job {
             key: (-1, FULL, *s),
             config: vendor.clone(),
@@ -479,7 +836,12 @@ pub fn tune_with(
     let mean_score = |id: i64, seeds: &[u64], got: &HashMap<EvalKey, RunMetrics>| -> (f64, Option<String>) {
         let scores = seed_scores(id, seeds, got);
         let mean = scores.iter().map(|s| s.objective).sum::<f64>() / scores.len() as f64;
-        (mean, scores.iter().find_map(|s| s.violation.clone()))
+        // In the early rounds a guardrail is a penalty, its excess added to the objective:
+        // it steers the proposals away from hurting a class; the last round makes it hard.
+        (
+            mean + guardrail_excess(&scores, spec),
+            scores.iter().find_map(|s| s.violation.clone()),
+        )
     };
 
     // The other baselines on every level; they also seed the models.
@@ -624,7 +986,11 @@ pub fn tune_with(
             let scores = seed_scores(proposed[i].0, &search_seeds, &r3);
             let objectives: Vec<f64> = scores.iter().map(|s| s.objective).collect();
             let m = mean(&objectives);
-            let v = scores.iter().find_map(|s| s.violation.clone());
+            // A class past its guardrail over the search seeds breaks a constraint too.
+            let v = scores
+                .iter()
+                .find_map(|s| s.violation.clone())
+                .or_else(|| guardrail_broken(&scores, spec));
             records[i].objectives.push(m);
             records[i].bound = Some(m + standard_error(&objectives));
             records[i].violation = v.clone();
@@ -655,68 +1021,189 @@ pub fn tune_with(
         .iter()
         .filter_map(|p| value_of(vendor, &tiers, &p.name).map(|v| (p.name.clone(), v)))
         .collect();
-    let (recommendation, config) = match best {
-        Some(id) => {
-            let values = crate::space::effective(
-                &candidates
-                    .iter()
-                    .find(|c| c.id == id)
-                    .expect("best exists")
-                    .values,
-                &vendor_values,
-            );
-            let config = config_of(id, &values)?;
-            (values, config)
-        }
-        None => (vendor_values.clone(), vendor.clone()),
+    // The chosen candidate's values, settings its algorithms do not use set back to the
+    // vendor's.
+    let chosen: Vec<(String, ParamValue)> = match best {
+        Some(id) => crate::space::effective(
+            &candidates
+                .iter()
+                .find(|c| c.id == id)
+                .expect("best exists")
+                .values,
+            &vendor_values,
+        ),
+        None => vendor_values.clone(),
     };
 
-    // Held-out seeds: the recommendation against every baseline.
-    let tuned_id = best.unwrap_or(-1);
-    let mut jobs = Vec::new();
-    if best.is_some() {
-        for s in &held_seeds {
-            jobs.push(Job {
-                key: (tuned_id, FULL, *s),
-                config: config.clone(),
-                params: params_json(&recommendation),
-                cap_us: cap(*s),
-            });
+    // Which of the candidate's changes earn their place: backward elimination on the
+    // validation seeds, which neither chose the candidate nor report on it.
+    let objectives_on =
+        |id: i64, values: &[(String, ParamValue)], seeds: &[u64]| -> Result<Vec<Score>, TuneError> {
+            let config = config_of(id, values)?;
+            let jobs = seeds
+                .iter()
+                .map(|s| Job {
+                    key: (id, FULL, *s),
+                    config: config.clone(),
+                    params: params_json(values),
+                    cap_us: cap(*s),
+                })
+                .collect();
+            let got = run_jobs(jobs)?;
+            Ok(seeds
+                .iter()
+                .map(|s| score_of(&got[&(id, FULL, *s)], *s))
+                .collect())
+        };
+    let ablated_configs = std::cell::Cell::new(0u64);
+    let ablation = match best {
+        Some(_) => Some(ablate(&chosen, &vendor_values, spec, |k, values| {
+            ablated_configs.set(ablated_configs.get() + 1);
+            objectives_on(ABLATION_ID_BASE + k as i64, values, &val_seeds)
+        })?),
+        None => None,
+    };
+    // The validation seeds' vendor runs and the ablation's, whether run or read back.
+    let ablation_runs = (ablated_configs.get() + 1) * val_seeds.len() as u64;
+    // The tested recommendation: the candidate with only the kept changes (none kept: the
+    // vendor default stands, and there is nothing to test).
+    let tested: Option<(i64, Vec<(String, ParamValue)>)> =
+        ablation.as_ref().filter(|a| !a.1.kept.is_empty()).map(|a| {
+            let mut values = vendor_values.clone();
+            for c in &a.1.kept {
+                for (n, _, v) in &c.settings {
+                    set_value(&mut values, n, v.clone());
+                }
+            }
+            (ABLATION_ID_BASE + a.0 as i64, values)
+        });
+    let ablation = ablation.map(|a| a.1);
+
+    // Held-out seeds: the tested recommendation, with seeds added while its gain is
+    // unclear, and the baselines.
+    let mut held = held_seeds.clone();
+    let mut tested_scores: Vec<Score> = Vec::new();
+    if let Some((id, values)) = &tested {
+        tested_scores = objectives_on(*id, values, &held)?;
+        let batch = held_seeds.len().div_ceil(2).max(1);
+        loop {
+            let g = gain_interval(&tested_scores, spec.seed);
+            if !(g.lo <= 0.0 && g.half_width() > NARROW_ENOUGH)
+                || held.len() + batch > HELD_OUT_GROWTH_CAP * held_seeds.len()
+            {
+                break;
+            }
+            let more: Vec<u64> = (held.len()..held.len() + batch)
+                .map(|i| base_seed + HELD_OUT_SEED_OFFSET + i as u64)
+                .collect();
+            // The vendor on the new seeds, uncapped, before anything is scored on them.
+            let refs = run_jobs(
+                more.iter()
+                    .map(|s| Job {
+                        key: (-1, FULL, *s),
+                        config: vendor.clone(),
+                        params: "\"vendor\"".into(),
+                        cap_us: None,
+                    })
+                    .collect(),
+            )?;
+            let config = config_of(*id, values)?;
+            let extra = run_jobs(
+                more.iter()
+                    .map(|s| Job {
+                        key: (*id, FULL, *s),
+                        config: config.clone(),
+                        params: params_json(values),
+                        cap_us: Some(refs[&(-1, FULL, *s)].sim_us * TIME_CAP_FACTOR),
+                    })
+                    .collect(),
+            )?;
+            for s in &more {
+                tested_scores.push(eval.score(&extra[&(*id, FULL, *s)], &refs[&(-1, FULL, *s)]));
+            }
+            held.extend(more);
         }
     }
-    let tuned_runs = run_jobs(jobs)?;
+    let gain = tested.as_ref().map(|_| gain_interval(&tested_scores, spec.seed));
+    let guardrails: Vec<Guardrail> = if tested.is_some() {
+        eval.weights
+            .keys()
+            .map(|class| {
+                let changes: Vec<f64> = tested_scores
+                    .iter()
+                    .filter_map(|sc| sc.classes.get(class).map(|r| r - 1.0))
+                    .collect();
+                let change = mean_interval(&changes, mix(spec.seed, class.len() as u64));
+                let tolerance = spec.guardrail(class);
+                Guardrail {
+                    class: class.clone(),
+                    tolerance,
+                    margin: tolerance - change.mean,
+                    change,
+                }
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let verdict = match (&tested, &gain, &ablation) {
+        (Some(_), Some(g), _) => match guardrails.iter().find(|g| g.margin < 0.0) {
+            Some(b) => Verdict::GuardrailBroken {
+                class: b.class.clone(),
+            },
+            None if !g.above_zero() => Verdict::NoSignificantGain,
+            None => Verdict::Recommended,
+        },
+        (None, _, Some(_)) => Verdict::NoChangeEarnsItsPlace,
+        _ => Verdict::NothingBeatTheVendor,
+    };
+    let (recommendation, config) = match (&verdict, &tested) {
+        (Verdict::Recommended, Some((id, values))) => {
+            let values = crate::space::effective(values, &vendor_values);
+            let config = config_of(*id, &values)?;
+            (values, config)
+        }
+        _ => (vendor_values.clone(), vendor.clone()),
+    };
+
     let mut held_out = Vec::new();
-    let entries: Vec<(String, i64)> = std::iter::once(("tuned".to_string(), tuned_id))
+    let tuned = tested.as_ref().map(|(id, _)| *id);
+    let entries: Vec<(String, Option<i64>)> = std::iter::once(("tuned".to_string(), tuned))
         .chain(
             baselines
                 .iter()
                 .enumerate()
-                .map(|(i, b)| (b.name.to_string(), -(i as i64) - 1)),
+                .map(|(i, b)| (b.name.to_string(), Some(-(i as i64) - 1))),
         )
         .collect();
     for (name, id) in entries {
-        let got = |s: u64| -> &RunMetrics {
-            tuned_runs
-                .get(&(id, FULL, s))
-                .or_else(|| base_runs.get(&(id, FULL, s)))
-                .or_else(|| reference.get(&(id, FULL, s)))
-                .expect("every held-out run was done")
-        };
+        let Some(id) = id else { continue };
         let mut objectives = Vec::new();
         let mut classes: BTreeMap<String, f64> = BTreeMap::new();
         let mut violations = Vec::new();
         let mut metrics = Vec::new();
-        for s in &held_seeds {
-            let m = got(*s);
-            let sc = score_of(m, *s);
+        let is_tuned = Some(id) == tuned;
+        let seeds: &[u64] = if is_tuned { &held } else { &held_seeds };
+        for (k, s) in seeds.iter().enumerate() {
+            let m = cache
+                .lock()
+                .expect("unpoisoned")
+                .get(&(id, FULL, *s))
+                .cloned()
+                .expect("every held-out run was done");
+            let sc = if is_tuned {
+                tested_scores[k].clone()
+            } else {
+                score_of(&m, *s)
+            };
             objectives.push(sc.relative);
             for (c, r) in &sc.classes {
-                *classes.entry(c.clone()).or_default() += r / held_seeds.len() as f64;
+                *classes.entry(c.clone()).or_default() += r / seeds.len() as f64;
             }
             if let Some(v) = sc.violation {
                 violations.push(format!("seed {s}: {v}"));
             }
-            metrics.push(m.clone());
+            metrics.push(m);
         }
         held_out.push(HeldOut {
             name,
@@ -728,6 +1215,12 @@ pub fn tune_with(
     }
     let runs = (*ran.lock().expect("unpoisoned"), read_back);
     Ok(TuneResult {
+        verdict,
+        ablation,
+        gain,
+        guardrails,
+        validation_seeds: val_seeds,
+        ablation_runs,
         candidates,
         best,
         recommendation,
@@ -735,8 +1228,126 @@ pub fn tune_with(
         vendor_values,
         baselines: baseline_results,
         held_out,
-        seeds: (search_seeds, held_seeds),
+        seeds: (search_seeds, held),
         runs,
         wall_s: t0.elapsed().as_secs_f64(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    //! The ablation and the guardrails on a synthetic evaluator: each setting's effect is
+    //! known, the seed noise deterministic.
+    use super::*;
+
+    fn num(x: f64) -> ParamValue {
+        ParamValue::Number(x)
+    }
+
+    /// A score per seed: objective 1 minus the effects of the changed settings, plus seed
+    /// noise of +-`noise`; class `inference` worse by `hurt` when `q` is changed.
+    fn scores(values: &[(String, ParamValue)], effects: &[(&str, f64)], noise: f64, hurt: f64) -> Vec<Score> {
+        let on = |n: &str| values.iter().any(|(k, v)| k == n && *v != num(0.0));
+        (0..16)
+            .map(|seed| {
+                let jitter = noise * (((seed * 7919) % 13) as f64 / 6.0 - 1.0);
+                let gain: f64 = effects.iter().filter(|(n, _)| on(n)).map(|(_, e)| e).sum();
+                let objective = 1.0 - gain + jitter;
+                let inference = 1.0 + if on("q") { hurt } else { 0.0 } + jitter;
+                Score {
+                    objective,
+                    relative: objective,
+                    classes: BTreeMap::from([
+                        ("inference".to_string(), inference),
+                        ("training".to_string(), objective),
+                    ]),
+                    violation: None,
+                }
+            })
+            .collect()
+    }
+
+    fn values(names: &[&str], x: f64) -> Vec<(String, ParamValue)> {
+        names.iter().map(|n| (n.to_string(), num(x))).collect()
+    }
+
+    #[test]
+    fn ablation_keeps_what_matters_and_reverts_the_rest() {
+        let names = ["a", "b", "noop1", "noop2"];
+        let effects = [("a", 0.05), ("b", 0.03)];
+        let spec = xirang_fabric::tune::TuneSpec::default();
+        let (_, ab) = ablate(&values(&names, 1.0), &values(&names, 0.0), &spec, |_, v| {
+            Ok(scores(v, &effects, 0.01, 0.0))
+        })
+        .unwrap();
+        let kept: Vec<&str> = ab.kept.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(kept, ["a", "b"]);
+        assert!(
+            ab.kept
+                .iter()
+                .all(|c| c.without.above_zero() && !c.needed_for_guardrail),
+            "{ab:#?}"
+        );
+        let mut reverted: Vec<&str> = ab.reverted.iter().map(|r| r.0.as_str()).collect();
+        reverted.sort();
+        assert_eq!(reverted, ["noop1", "noop2"]);
+        assert_eq!(ab.before.len(), 4);
+    }
+
+    #[test]
+    fn a_change_that_hurts_a_guarded_class_is_reverted_even_when_it_pays() {
+        // `q` gains 10 % overall but makes inference 5 % worse: past the 1 % guardrail.
+        let names = ["a", "q"];
+        let effects = [("a", 0.04), ("q", 0.10)];
+        let spec = xirang_fabric::tune::TuneSpec::default();
+        let (_, ab) = ablate(&values(&names, 1.0), &values(&names, 0.0), &spec, |_, v| {
+            Ok(scores(v, &effects, 0.005, 0.05))
+        })
+        .unwrap();
+        let kept: Vec<&str> = ab.kept.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(kept, ["a"]);
+        let (name, cost) = &ab.reverted[0];
+        assert_eq!(name, "q");
+        // Reverting it cost a significant 10 %: the guardrail, not the objective, decided.
+        assert!(cost.above_zero() && (cost.mean - 0.10).abs() < 0.01, "{cost:?}");
+    }
+
+    #[test]
+    fn a_class_congestion_control_is_reverted_as_one() {
+        let changes = vec![
+            (
+                "classes.training.cc".to_string(),
+                ParamValue::Choice("timely".into()),
+            ),
+            ("classes.training.timely.beta".to_string(), num(0.5)),
+            ("ecn.leaf.pmax".to_string(), num(0.2)),
+        ];
+        let u = units(&changes);
+        assert_eq!(u.len(), 2);
+        assert_eq!(u[0].0, "classes.training congestion control");
+        assert_eq!(u[0].1.len(), 2);
+        assert_eq!(u[1].0, "ecn.leaf.pmax");
+    }
+
+    #[test]
+    fn guardrails_by_class_mean() {
+        let mut spec = xirang_fabric::tune::TuneSpec::default();
+        let sc = |inference: f64| Score {
+            objective: 0.9,
+            relative: 0.9,
+            classes: BTreeMap::from([("inference".to_string(), inference)]),
+            violation: None,
+        };
+        // Mean +1.5 % over two seeds: past the default 1 %.
+        let s = [sc(1.0), sc(1.03)];
+        assert!(
+            guardrail_broken(&s, &spec)
+                .unwrap()
+                .starts_with("guardrail inference: +1.5 % past its 1.0 % tolerance")
+        );
+        assert!((guardrail_excess(&s, &spec) - 0.005).abs() < 1e-12);
+        spec.guardrails.insert("inference".into(), 0.02);
+        assert_eq!(guardrail_broken(&s, &spec), None);
+        assert_eq!(guardrail_excess(&s, &spec), 0.0);
+    }
 }

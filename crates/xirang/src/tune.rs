@@ -190,21 +190,69 @@ fn render(r: &TuneResult, dir: &std::path::Path, artifacts: &[render::Artifact])
         r.seeds.0,
         r.seeds.1
     ));
-    match r.best {
-        Some(id) => {
-            s.push_str(&format!("recommendation (candidate {id}), settings that differ from the vendor's:\n"));
-            let mut t = table(&["setting", "vendor", "recommended"]);
-            for (k, v) in &r.recommendation {
-                let vendor = r.vendor_values.iter().find(|(n, _)| n == k).map(|(_, x)| x);
-                if vendor != Some(v) {
-                    t.add_row(vec![k.clone(), vendor.map_or("-".to_string(), short), short(v)]);
-                }
-            }
-            s.push_str(&format!("{t}\n"));
+    use xirang_tune::search::Verdict;
+    match &r.verdict {
+        Verdict::Recommended => {
+            let g = r.gain.expect("a recommendation has its gain");
+            s.push_str(&format!(
+                "recommendation: {} better than the vendor on {} held-out seeds (95 % interval), every guardrail kept\n",
+                g.percent(),
+                g.n
+            ));
         }
-        None => s.push_str(
-            "no candidate beat the vendor defaults on the search seeds by more than its standard error: the recommendation is the vendor's\n",
+        Verdict::NothingBeatTheVendor => s.push_str(
+            "no candidate beat the vendor within the constraints and guardrails on the search seeds: the recommendation is the vendor default\n",
         ),
+        Verdict::NoChangeEarnsItsPlace => s.push_str(
+            "no significant gain: none of the chosen candidate's changes is significantly worse to revert within the constraints and guardrails on the validation seeds: the recommendation is the vendor default\n",
+        ),
+        Verdict::NoSignificantGain => s.push_str(&format!(
+            "no significant gain: the reduced candidate is {} better than the vendor on {} held-out seeds, an interval that reaches zero: the recommendation is the vendor default\n",
+            r.gain.map_or("?".to_string(), |g| g.percent()),
+            r.gain.map_or(0, |g| g.n)
+        )),
+        Verdict::GuardrailBroken { class } => s.push_str(&format!(
+            "the reduced candidate breaks the {class} guardrail on the held-out seeds: the recommendation is the vendor default\n"
+        )),
+    }
+    if !r.guardrails.is_empty() {
+        let mut t = table(&[
+            "guardrail",
+            "tolerance",
+            "change on held-out seeds (95 %)",
+            "margin",
+        ]);
+        for g in &r.guardrails {
+            t.add_row(vec![
+                g.class.clone(),
+                format!("{:.1} %", g.tolerance * 100.0),
+                g.change.percent(),
+                format!("{:+.1} %", g.margin * 100.0),
+            ]);
+        }
+        s.push_str(&format!("{t}\n"));
+    }
+    if let Some(a) = &r.ablation {
+        s.push_str(&format!(
+            "of candidate {}'s {} changes, {} earn their place (each significantly worse to revert on {} validation seeds, or needed to keep a guardrail; {} reverted):\n",
+            r.best.map_or("?".to_string(), |b| b.to_string()),
+            a.before.len(),
+            a.kept.len(),
+            r.validation_seeds.len(),
+            a.reverted.len()
+        ));
+        let mut t = table(&["setting", "vendor", "recommended", "worse without it (95 %)"]);
+        for c in &a.kept {
+            for (i, (n, vendor, value)) in c.settings.iter().enumerate() {
+                let worth = match (i, c.needed_for_guardrail) {
+                    (0, false) => c.without.percent(),
+                    (0, true) => format!("{} (kept for a guardrail)", c.without.percent()),
+                    _ => format!("(with {})", c.name),
+                };
+                t.add_row(vec![n.clone(), short(vendor), short(value), worth]);
+            }
+        }
+        s.push_str(&format!("{t}\n"));
     }
     s.push_str(&format!(
         "artifacts in {}:\n  {}\n",
