@@ -705,6 +705,15 @@ pub fn html(cx: &Context<'_>, r: &TuneResult, space: &[Param], samples: &[Sample
             r.validation_seeds.len(),
             a.reverted.len()
         );
+        for (name, cost, why) in &a.reverted {
+            let _ = writeln!(
+                s,
+                "<tr><td><code>{}</code> (reverted)</td><td colspan=\"2\">{}</td><td>{}</td></tr>",
+                html_escape(name),
+                html_escape(why),
+                html_escape(&cost.percent())
+            );
+        }
         for c in &a.kept {
             for (i, (n, vendor, value)) in c.settings.iter().enumerate() {
                 let worth = if i == 0 {

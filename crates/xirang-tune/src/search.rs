@@ -145,8 +145,11 @@ pub struct Ablation {
     pub before: Vec<(String, ParamValue)>,
     /// Changes kept, each significantly worse to revert.
     pub kept: Vec<Contribution>,
-    /// Changes reverted to the vendor's value, with what reverting cost when it was tried.
-    pub reverted: Vec<(String, Interval)>,
+    /// Changes reverted to the vendor's values: the change, what reverting it cost when it
+    /// was reverted (objective without minus with it, as in [`Contribution::without`]),
+    /// and why (`not significant`, or the guardrail it brought the configuration back
+    /// within).
+    pub reverted: Vec<(String, Interval, String)>,
 }
 
 /// One class's guardrail on the held-out seeds.
@@ -578,7 +581,11 @@ fn ablate(
             && guardrail_excess(&without, spec) <= guardrail_excess(&current, spec);
         if !cost.above_zero() && feasible {
             kept[i] = false;
-            reverted.push((before[i].0.clone(), cost));
+            reverted.push((
+                before[i].0.clone(),
+                cost,
+                "not significantly worse to revert".to_string(),
+            ));
             current = without;
             current_k = k;
         }
@@ -610,9 +617,14 @@ fn ablate(
         match best_fix {
             Some((i, e, without, k)) if e < excess => {
                 kept[i] = false;
+                let why = format!(
+                    "over its guardrails: {}",
+                    guardrail_broken(&current, spec).unwrap_or_else(|| "a class".into())
+                );
                 reverted.push((
                     before[i].0.clone(),
                     mean_interval(&paired(&without, &current), ci_seed(k)),
+                    why,
                 ));
                 current = without;
                 current_k = k;
@@ -663,7 +675,7 @@ fn ablate(
             Some(n) => {
                 let (i, c, without, k, _) = judged.swap_remove(n);
                 kept[i] = false;
-                reverted.push((c.name, c.without));
+                reverted.push((c.name, c.without, "not significantly worse to revert".to_string()));
                 current = without;
                 current_k = k;
             }
@@ -1306,8 +1318,12 @@ mod tests {
         .unwrap();
         let kept: Vec<&str> = ab.kept.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(kept, ["a"]);
-        let (name, cost) = &ab.reverted[0];
+        let (name, cost, why) = &ab.reverted[0];
         assert_eq!(name, "q");
+        assert!(
+            why.starts_with("over its guardrails: guardrail inference: +4.9 % past its 1.0 % tolerance"),
+            "{why}"
+        );
         // Reverting it cost a significant 10 %: the guardrail, not the objective, decided.
         assert!(cost.above_zero() && (cost.mean - 0.10).abs() < 0.01, "{cost:?}");
     }

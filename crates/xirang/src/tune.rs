@@ -241,6 +241,13 @@ fn render(r: &TuneResult, dir: &std::path::Path, artifacts: &[render::Artifact])
             r.validation_seeds.len(),
             a.reverted.len()
         ));
+        if !a.reverted.is_empty() {
+            let mut t = table(&["reverted", "worse without it (95 %)", "why"]);
+            for (name, cost, why) in &a.reverted {
+                t.add_row(vec![name.clone(), cost.percent(), why.clone()]);
+            }
+            s.push_str(&format!("{t}\n"));
+        }
         let mut t = table(&["setting", "vendor", "recommended", "worse without it (95 %)"]);
         for c in &a.kept {
             for (i, (n, vendor, value)) in c.settings.iter().enumerate() {
@@ -252,7 +259,9 @@ fn render(r: &TuneResult, dir: &std::path::Path, artifacts: &[render::Artifact])
                 t.add_row(vec![n.clone(), short(vendor), short(value), worth]);
             }
         }
-        s.push_str(&format!("{t}\n"));
+        if !a.kept.is_empty() {
+            s.push_str(&format!("{t}\n"));
+        }
     }
     s.push_str(&format!(
         "artifacts in {}:\n  {}\n",
