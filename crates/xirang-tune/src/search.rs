@@ -430,8 +430,8 @@ impl Model {
     }
 }
 
-/// The first class whose mean metric over `scores` is past its guardrail.
-fn guardrail_broken(scores: &[Score], spec: &xirang_fabric::tune::TuneSpec) -> Option<String> {
+/// Each class's mean metric (relative to the vendor's) over `scores`.
+fn class_means(scores: &[Score]) -> BTreeMap<&str, f64> {
     let mut sums: BTreeMap<&str, (f64, usize)> = BTreeMap::new();
     for sc in scores {
         for (c, r) in &sc.classes {
@@ -440,8 +440,15 @@ fn guardrail_broken(scores: &[Score], spec: &xirang_fabric::tune::TuneSpec) -> O
             e.1 += 1;
         }
     }
-    sums.into_iter().find_map(|(c, (sum, n))| {
-        let change = sum / n as f64 - 1.0;
+    sums.into_iter()
+        .map(|(c, (sum, n))| (c, sum / n as f64))
+        .collect()
+}
+
+/// The first class whose mean metric over `scores` is past its guardrail.
+fn guardrail_broken(scores: &[Score], spec: &xirang_fabric::tune::TuneSpec) -> Option<String> {
+    class_means(scores).into_iter().find_map(|(c, mean)| {
+        let change = mean - 1.0;
         let tol = spec.guardrail(c);
         (change > tol).then(|| {
             format!(
@@ -456,16 +463,9 @@ fn guardrail_broken(scores: &[Score], spec: &xirang_fabric::tune::TuneSpec) -> O
 /// How far past their guardrails the classes are over `scores`, summed (0 when every
 /// guardrail holds).
 fn guardrail_excess(scores: &[Score], spec: &xirang_fabric::tune::TuneSpec) -> f64 {
-    let mut sums: BTreeMap<&str, (f64, usize)> = BTreeMap::new();
-    for sc in scores {
-        for (c, r) in &sc.classes {
-            let e = sums.entry(c.as_str()).or_default();
-            e.0 += r;
-            e.1 += 1;
-        }
-    }
-    sums.into_iter()
-        .map(|(c, (sum, n))| (sum / n as f64 - 1.0 - spec.guardrail(c)).max(0.0))
+    class_means(scores)
+        .into_iter()
+        .map(|(c, mean)| (mean - 1.0 - spec.guardrail(c)).max(0.0))
         .sum()
 }
 
@@ -539,6 +539,15 @@ fn ablate(
         }
         values
     };
+    // The units `kept` marks, less unit `i`.
+    let without_unit = |i: usize, kept: &[bool]| -> Vec<Unit> {
+        before
+            .iter()
+            .enumerate()
+            .filter(|(j, _)| *j != i && kept[*j])
+            .map(|(_, c)| c.clone())
+            .collect()
+    };
     let ci_seed = |k: usize| mix(spec.seed, (k as u64) ^ 0xab1a_7e00);
     let mut k_next = 1usize;
     let mut current_k = 0usize;
@@ -546,12 +555,7 @@ fn ablate(
     // Each change reverted alone.
     let mut alone: Vec<(usize, Interval)> = Vec::new();
     for i in 0..before.len() {
-        let rest: Vec<_> = before
-            .iter()
-            .enumerate()
-            .filter(|(j, _)| *j != i)
-            .map(|(_, c)| c.clone())
-            .collect();
+        let rest = without_unit(i, &vec![true; before.len()]);
         let k = k_next;
         k_next += 1;
         let without = eval(k, &with_changes(&rest))?;
@@ -565,12 +569,7 @@ fn ablate(
         if cost_alone.above_zero() {
             continue;
         }
-        let rest: Vec<_> = before
-            .iter()
-            .enumerate()
-            .filter(|(j, _)| *j != i && kept[*j])
-            .map(|(_, c)| c.clone())
-            .collect();
+        let rest = without_unit(i, &kept);
         let k = k_next;
         k_next += 1;
         let without = eval(k, &with_changes(&rest))?;
@@ -600,12 +599,7 @@ fn ablate(
         }
         let mut best_fix: Option<(usize, f64, Vec<Score>, usize)> = None;
         for i in (0..before.len()).filter(|i| kept[*i]) {
-            let rest: Vec<_> = before
-                .iter()
-                .enumerate()
-                .filter(|(j, _)| *j != i && kept[*j])
-                .map(|(_, c)| c.clone())
-                .collect();
+            let rest = without_unit(i, &kept);
             let k = k_next;
             k_next += 1;
             let without = eval(k, &with_changes(&rest))?;
