@@ -22,3 +22,4 @@ pub mod lazy;
 pub mod nccl_tests;
 pub mod overlap;
 pub mod schedule;
+pub mod tuner_csv;

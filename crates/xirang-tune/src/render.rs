@@ -127,6 +127,7 @@ impl<'a> Context<'a> {
 pub fn all(cx: &Context<'_>) -> Vec<Artifact> {
     let mut v = vec![recommendation_toml(cx), mlx5_script(cx), mlnx_qos_script(cx)];
     v.extend(nccl_env(cx));
+    v.extend(nccl_tuner_csv(cx));
     v.extend(sonic(cx));
     v
 }
@@ -158,9 +159,42 @@ pub fn nccl_env(cx: &Context<'_>) -> Option<Artifact> {
 ",
     );
     text.push_str(&advice.env_file(&cx.loaded.scenario.name));
+    text.push_str(
+        "\n# NCCL's example tuner plugin (NVIDIA/nccl ext-tuner/example, built as\n# libnccl-tuner-example.so and found through LD_LIBRARY_PATH; NCCL loads\n# libnccl-tuner-<name>.so for NCCL_TUNER_PLUGIN=<name>, as it does network plugins)\n# takes the algorithm and protocol per collective and size from nccl-tuner.csv.\n# Give the file's path as the job sees it.\nNCCL_TUNER_PLUGIN=example\nNCCL_TUNER_CONFIG_FILE=./nccl-tuner.csv\n",
+    );
     Some(Artifact {
         name: "nccl.env".into(),
         text,
+        executable: false,
+    })
+}
+
+/// `nccl-tuner.csv` for NCCL's example tuner plugin: the cost model's algorithm and
+/// protocol per collective and size range on the tuned fabric's collective hosts.
+pub fn nccl_tuner_csv(cx: &Context<'_>) -> Option<Artifact> {
+    let mut loaded = cx.loaded.clone();
+    loaded.scenario.config = cx.config.clone();
+    let advice = xirang_collective::advise::advise(&loaded).ok()?;
+    let p = advice.platform;
+    let rows = xirang_collective::tuner_csv::rows(&p);
+    let header: Vec<String> = cx
+        .header("", "NCCL tuner plugin configuration (NCCL_TUNER_CONFIG_FILE)")
+        .lines()
+        .map(|l| l.trim_start().to_string())
+        .chain([
+            format!(
+                "The cost model's fastest algorithm and protocol per size range for {} node(s) x {} GPU(s) ({} ranks), network {:.1} GB/s per node; channels left to NCCL.",
+                p.nodes,
+                p.gpus_per_node,
+                p.nodes * p.gpus_per_node,
+                p.node_net_gbs
+            ),
+            "Lines match exactly this node and rank count; other communicators keep NCCL's own choice.".to_string(),
+        ])
+        .collect();
+    Some(Artifact {
+        name: "nccl-tuner.csv".into(),
+        text: xirang_collective::tuner_csv::render(&header, &rows),
         executable: false,
     })
 }

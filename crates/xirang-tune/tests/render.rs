@@ -65,6 +65,7 @@ fn golden_renderings() {
             "mlx5-congestion.sh",
             "mlnx_qos.sh",
             "nccl.env",
+            "nccl-tuner.csv",
             "sonic-leaf.patch.json",
             "sonic-spine.patch.json",
             "apply-sonic.sh"
@@ -89,6 +90,52 @@ fn golden_renderings() {
             );
         }
     }
+    // The tuner file reads back by the plugin's documented rules, covers every size of
+    // each collective it names without a gap, and matches the scenario's communicator.
+    let csv = &arts.iter().find(|a| a.name == "nccl-tuner.csv").unwrap().text;
+    let rows = xirang_collective::tuner_csv::parse(csv).unwrap_or_else(|e| panic!("{e}\n{csv}"));
+    assert!(!rows.is_empty());
+    for coll in ["allreduce", "allgather", "reducescatter", "broadcast"] {
+        let r: Vec<_> = rows.iter().filter(|r| r.collective == coll).collect();
+        assert_eq!(r.first().map(|r| r.min_bytes), Some(0), "{coll}");
+        assert_eq!(
+            r.last().map(|r| r.max_bytes),
+            Some(xirang_collective::tuner_csv::ALL_SIZES_MAX_BYTES),
+            "{coll}"
+        );
+        assert!(
+            r.windows(2).all(|w| w[0].max_bytes + 1 == w[1].min_bytes),
+            "{coll}: {r:?}"
+        );
+    }
+    assert!(
+        rows.iter()
+            .all(|r| r.n_nodes > 0 && r.n_ranks >= r.n_nodes && r.channels == -1)
+    );
+    let env = &arts.iter().find(|a| a.name == "nccl.env").unwrap().text;
+    assert!(
+        env.contains("\nNCCL_TUNER_CONFIG_FILE=./nccl-tuner.csv\n"),
+        "{env}"
+    );
+    // The reader refuses what the plugin would not take, naming the line.
+    for (bad, want) in [
+        ("allreduce,0,10,ring,simple,-1,1\n", "8, 9 or 10"),
+        ("allreduce, 0,10,ring,simple,-1,1,8\n", "no spaces"),
+        ("alltoall,0,10,ring,simple,-1,1,8\n", "a collective"),
+        ("allreduce,10,0,ring,simple,-1,1,8\n", "above max_bytes"),
+        ("allreduce,0,10,rings,simple,-1,1,8\n", "an algorithm"),
+        ("allreduce,0,10,ring,LL,-1,1,8\n", "a protocol"),
+        ("allreduce,0,10,ring,simple,0,1,8\n", "channels"),
+        ("allreduce,0,10,ring,simple,-1,1,8,1,2\n", "regBuff"),
+        ("allreduce,0,4294967296,ring,simple,-1,1,8\n", "max_bytes"),
+    ] {
+        let e = xirang_collective::tuner_csv::parse(&format!("# c\n\n{bad}")).unwrap_err();
+        assert_eq!(e.line, 3, "{bad}");
+        assert!(e.message.contains(want), "{bad}: {e}");
+    }
+    // The plugin's own example lines read.
+    let example = "allreduce,0,65536,tree,simple,2,1,-1,-1,1\nbroadcast,0,32768,tree,simple,-1,1,-1\nallreduce,1048577,4294967295,ring,ll128,-1,-1,-1,4,-1\n";
+    assert_eq!(xirang_collective::tuner_csv::parse(example).unwrap().len(), 3);
     // The dry runs print what they would do and run nothing.
     let o = Command::new("sh")
         .arg("apply-sonic.sh")
@@ -117,7 +164,14 @@ fn golden_renderings() {
     let back = Scenario::parse(rec, Path::new("recommendation.toml")).unwrap();
     assert_eq!(back.config, *cx.config);
     // The patches are JSON Patch arrays that bind every lossless queue.
-    let leaf: serde_json::Value = serde_json::from_str(&arts[4].text).unwrap();
+    let leaf: serde_json::Value = serde_json::from_str(
+        &arts
+            .iter()
+            .find(|a| a.name == "sonic-leaf.patch.json")
+            .unwrap()
+            .text,
+    )
+    .unwrap();
     let ops = leaf.as_array().unwrap();
     assert_eq!(ops[0]["path"], "/WRED_PROFILE/XIRANG_LEAF");
     assert_eq!(ops[0]["value"]["green_min_threshold"], "26978");
