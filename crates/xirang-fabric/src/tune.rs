@@ -51,6 +51,11 @@ pub struct TuneSpec {
     /// Parameters to add to the search space, or to narrow built-in ones of the same name.
     #[serde(rename = "param", skip_serializing_if = "Vec::is_empty")]
     pub params: Vec<ParamSpec>,
+    /// Wall-time budget of the search, seconds: no bracket starts after it is spent (the
+    /// ablation, held-out evaluation and report still run). Set by `xirang tune --time`,
+    /// never by a scenario file; a budgeted search depends on the machine's speed.
+    #[serde(skip)]
+    pub time_budget_s: Option<f64>,
 }
 
 /// Candidates tried by default: small enough that `xirang tune` runs in under two
@@ -98,6 +103,7 @@ impl Default for TuneSpec {
             builtin_space: true,
             algorithms: DEFAULT_ALGORITHMS.to_vec(),
             params: Vec::new(),
+            time_budget_s: None,
         }
     }
 }

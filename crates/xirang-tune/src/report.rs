@@ -650,6 +650,9 @@ pub fn html(cx: &Context<'_>, r: &TuneResult, space: &[Param], samples: &[Sample
         r.seeds.0,
         r.seeds.1
     );
+    if let Some(why) = &r.search_stopped {
+        let _ = writeln!(s, "<p><strong>{}</strong></p>", html_escape(why));
+    }
     s.push_str("<h2>Result on held-out seeds</h2>\n<table><tr><th>configuration</th><th>objective (mean)</th><th>sd</th><th>vs vendor</th><th>per class (relative to vendor)</th><th>violations</th></tr>\n");
     for h in &r.held_out {
         let classes: Vec<String> = h.classes.iter().map(|(c, x)| format!("{c} {x:.3}")).collect();

@@ -194,6 +194,8 @@ pub enum Verdict {
 /// What a tune found.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TuneResult {
+    /// Why the search stopped before its budget of candidates, if it did (`--time`).
+    pub search_stopped: Option<String>,
     /// What the tune concludes; unless [`Verdict::Recommended`], the recommendation is
     /// the vendor default.
     pub verdict: Verdict,
@@ -889,7 +891,23 @@ pub fn tune_with(
     }
 
     let mut candidates: Vec<Candidate> = Vec::new();
+    let mut stopped: Option<String> = None;
     for bracket in 0..brackets {
+        if bracket > 0
+            && let Some(b) = spec.time_budget_s
+            && t0.elapsed().as_secs_f64() >= b
+        {
+            stopped = Some(format!(
+                "the search stopped after {bracket} of {brackets} brackets ({} candidates): its {} time budget was spent",
+                candidates.len(),
+                if b < 1.0 {
+                    format!("{:.0} ms", b * 1e3)
+                } else {
+                    format!("{b:.0} s")
+                }
+            ));
+            break;
+        }
         let n = bracket_size.min(budget - bracket * bracket_size);
         // Propose: the first bracket spreads its candidates over the whole space (a Latin
         // hypercube: each parameter's range cut into n strata, one candidate per stratum,
@@ -1221,6 +1239,7 @@ pub fn tune_with(
     }
     let runs = (*ran.lock().expect("unpoisoned"), read_back);
     Ok(TuneResult {
+        search_stopped: stopped,
         verdict,
         ablation,
         gain,

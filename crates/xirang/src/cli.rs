@@ -465,6 +465,10 @@ pub(crate) struct TuneArgs {
     /// Candidate settings to try (default: the scenario's `tune.budget`, 96; at most 10,000).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=i64::from(xirang_fabric::tune::MAX_BUDGET)))]
     pub(crate) budget: Option<u32>,
+    /// Wall-time budget of the search (`90s`, `10m`, `1h`): no bracket of candidates starts
+    /// after it is spent; the ablation, held-out evaluation and report still run.
+    #[arg(long)]
+    pub(crate) time: Option<String>,
     /// Output directory (default: out/tune-<scenario name>).
     #[arg(long)]
     pub(crate) out: Option<PathBuf>,

@@ -21,6 +21,14 @@ pub(crate) const TRIAL_LOG: &str = "trials.sqlite";
 
 pub(crate) fn run(a: &TuneArgs) -> Result<Outcome> {
     let (mut loaded, _, _) = crate::plan::scenario_platform(a.scenario.as_deref())?;
+    if let Some(t) = &a.time {
+        let d = crate::monitor::parse_duration(t).context("--time")?;
+        anyhow::ensure!(
+            !d.is_zero(),
+            "--time: expected a positive duration like 90s or 10m, found {t}"
+        );
+        loaded.scenario.tune.time_budget_s = Some(d.as_secs_f64());
+    }
     if let Some(b) = a.budget {
         anyhow::ensure!(b > 0, "--budget: expected at least 1 candidate");
         loaded.scenario.tune.budget = b;
@@ -190,6 +198,9 @@ fn render(r: &TuneResult, dir: &std::path::Path, artifacts: &[render::Artifact])
         r.seeds.0,
         r.seeds.1
     ));
+    if let Some(why) = &r.search_stopped {
+        s.push_str(&format!("{why}\n"));
+    }
     use xirang_tune::search::Verdict;
     match &r.verdict {
         Verdict::Recommended => {

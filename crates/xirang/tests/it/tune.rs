@@ -226,3 +226,53 @@ fn report_renders_in_headless_chromium() {
         );
     }
 }
+
+/// `--time`: the search stops starting brackets once its budget is spent, and the
+/// ablation, held-out evaluation and report still run (1 ms: only the first bracket).
+#[test]
+fn a_time_budget_stops_the_search_and_still_reports() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out_dir = tmp.path().join("t");
+    let (out, _) = run_expect(
+        &[
+            "tune",
+            SCENARIO,
+            "--out",
+            out_dir.to_str().unwrap(),
+            "--quiet",
+            "--time",
+            "1ms",
+        ],
+        0,
+    );
+    assert!(
+        out.contains(
+            "the search stopped after 1 of 4 brackets (4 candidates): its 1 ms time budget was spent"
+        ),
+        "{out}"
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.join("result.json")).unwrap()).unwrap();
+    assert_eq!(v["candidates"].as_array().unwrap().len(), 4);
+    assert!(v["verdict"]["outcome"].is_string());
+    assert!(
+        std::fs::read_to_string(out_dir.join("report.html"))
+            .unwrap()
+            .contains("the search stopped after 1 of 4 brackets")
+    );
+    let (_, err) = run_expect(
+        &[
+            "tune",
+            SCENARIO,
+            "--out",
+            tmp.path().join("u").to_str().unwrap(),
+            "--time",
+            "soon",
+        ],
+        1,
+    );
+    assert!(
+        err.contains("--time") && err.contains("expected a duration"),
+        "{err}"
+    );
+}
