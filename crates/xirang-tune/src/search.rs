@@ -196,6 +196,11 @@ pub enum Verdict {
 pub struct TuneResult {
     /// Why the search stopped before its budget of candidates, if it did (`--time`).
     pub search_stopped: Option<String>,
+    /// The best baseline other than the vendor on the held-out seeds, and the tested
+    /// recommendation's advantage over it per seed (its objective minus the
+    /// recommendation's: positive = the recommendation is better); without a tested
+    /// recommendation, the baseline's own gain over the vendor.
+    pub versus_best_baseline: Option<(String, Interval)>,
     /// What the tune concludes; unless [`Verdict::Recommended`], the recommendation is
     /// the vendor default.
     pub verdict: Verdict,
@@ -1237,9 +1242,29 @@ pub fn tune_with(
             metrics,
         });
     }
+    // Against the best baseline other than the vendor (lowest held-out mean): the tuned
+    // configuration's advantage per seed, paired on the seeds both ran; without one, the
+    // baseline's own gain over the vendor.
+    let best_baseline = held_out
+        .iter()
+        .filter(|h| h.name != "tuned" && h.name != "vendor")
+        .min_by(|a, b| a.mean().total_cmp(&b.mean()).then(a.name.cmp(&b.name)));
+    let versus_best_baseline = best_baseline.map(|b| {
+        let diffs: Vec<f64> = match held_out.iter().find(|h| h.name == "tuned") {
+            Some(t) => b
+                .objectives
+                .iter()
+                .zip(&t.objectives)
+                .map(|(x, y)| x - y)
+                .collect(),
+            None => b.objectives.iter().map(|x| 1.0 - x).collect(),
+        };
+        (b.name.clone(), mean_interval(&diffs, mix(spec.seed, 0xba5e)))
+    });
     let runs = (*ran.lock().expect("unpoisoned"), read_back);
     Ok(TuneResult {
         search_stopped: stopped,
+        versus_best_baseline,
         verdict,
         ablation,
         gain,

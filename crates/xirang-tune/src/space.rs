@@ -261,7 +261,78 @@ pub fn paper(config: &FabricConfig, tiers: &[Tier]) -> FabricConfig {
     c
 }
 
-/// The baselines every tune evaluates: vendor, paper, and the scenario as written.
+/// Gbit/s of the fastest link on a tier's switches (an ECN threshold scaled "by the port's
+/// rate" takes the tier's fastest port: its queues fill fastest).
+fn tier_rate_gbps(fabric: &xirang_fabric::model::Fabric, tier: Tier) -> f64 {
+    use xirang_fabric::model::Node;
+    fabric
+        .links
+        .iter()
+        .filter(|l| {
+            [l.a.node, l.b.node]
+                .iter()
+                .any(|n| matches!(n, Node::Switch(s) if fabric.switches[s.index()].tier == tier))
+        })
+        .map(|l| l.rate_gbps)
+        .fold(0.0, f64::max)
+}
+
+/// ECN thresholds per 25 Gbit/s of port rate in Alibaba's production DCQCN setting, as the
+/// HPCC authors quote it (alibaba-edu/High-Precision-Congestion-Control issue 21: Kmin
+/// 100 KB, Kmax 400 KB per 25G, Pmax 20 %); the HPCC simulator's run.py uses the same
+/// (400/1600 KB at 100G).
+const PRODUCTION_KMIN_BYTES_PER_25G: f64 = 100_000.0;
+const PRODUCTION_KMAX_BYTES_PER_25G: f64 = 400_000.0;
+const PRODUCTION_PMAX: f64 = 0.2;
+/// The HPCC simulator's DCQCN (run.py): additive increase 5 Mbit/s and hyper increase
+/// 50 Mbit/s per 25 Gbit/s of NIC rate, rate-increase timer 300 us.
+const HPCC_SIM_AI_MBPS_PER_25G: f64 = 5.0;
+const HPCC_SIM_HAI_MBPS_PER_25G: f64 = 50.0;
+const HPCC_SIM_RATE_TIMER_US: f64 = 300.0;
+
+/// Alibaba's production ECN setting (see the constants) on every tier, scaled by each
+/// tier's port rate, with the vendor's DCQCN.
+pub fn production_ecn(config: &FabricConfig, fabric: &xirang_fabric::model::Fabric) -> FabricConfig {
+    let mut c = vendor(config);
+    for t in fabric.tiers() {
+        let scale = tier_rate_gbps(fabric, t) / 25.0;
+        c.ecn.set(
+            t,
+            RedProfile {
+                enabled: true,
+                kmin_bytes: (PRODUCTION_KMIN_BYTES_PER_25G * scale) as u64,
+                kmax_bytes: (PRODUCTION_KMAX_BYTES_PER_25G * scale) as u64,
+                pmax: PRODUCTION_PMAX,
+            },
+        );
+    }
+    c
+}
+
+/// The HPCC simulator's DCQCN setting (run.py): the production ECN thresholds and its
+/// DCQCN increase steps scaled by the NIC rate.
+pub fn hpcc_simulator(config: &FabricConfig, fabric: &xirang_fabric::model::Fabric) -> FabricConfig {
+    let mut c = production_ecn(config, fabric);
+    let nic_gbps = fabric
+        .nics
+        .iter()
+        .flat_map(|n| {
+            n.ports
+                .iter()
+                .filter_map(|p| p.link.map(|l| fabric.links[l.index()].rate_gbps))
+        })
+        .fold(0.0, f64::max);
+    let scale = nic_gbps / 25.0;
+    for class in c.classes.values_mut() {
+        class.dcqcn.rpg_ai_rate_mbps = HPCC_SIM_AI_MBPS_PER_25G * scale;
+        class.dcqcn.rpg_hai_rate_mbps = HPCC_SIM_HAI_MBPS_PER_25G * scale;
+        class.dcqcn.rpg_time_reset_us = HPCC_SIM_RATE_TIMER_US;
+    }
+    c
+}
+
+/// The baselines every tune evaluates: vendor, paper, the scenario as written, Alibaba's
+/// production ECN and the HPCC simulator's DCQCN.
 pub fn baselines(loaded: &Loaded) -> Vec<Baseline> {
     let config = &loaded.scenario.config;
     let tiers = loaded.fabric.tiers();
@@ -280,6 +351,16 @@ pub fn baselines(loaded: &Loaded) -> Vec<Baseline> {
             name: "scenario",
             description: "the scenario's own configuration",
             config: config.clone(),
+        },
+        Baseline {
+            name: "production",
+            description: "Alibaba's production ECN (Kmin/Kmax 100/400 KB per 25G, Pmax 20 %; HPCC authors, alibaba-edu/High-Precision-Congestion-Control issue 21) with vendor DCQCN",
+            config: production_ecn(config, &loaded.fabric),
+        },
+        Baseline {
+            name: "hpcc-sim",
+            description: "the HPCC simulator's DCQCN (run.py: production ECN, AI/HAI 5/50 Mbit/s per 25G, 300 us timer)",
+            config: hpcc_simulator(config, &loaded.fabric),
         },
     ]
 }

@@ -73,7 +73,9 @@ fn search_gets_within_5_percent_of_the_grid_with_a_tenth_of_its_runs() {
 
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(&dir.path().join("trials.sqlite"), false, &[("t", "1".into())]).unwrap();
-    let baselines = space::baselines(&loaded);
+    // The vendor, paper and scenario baselines (the published production settings are
+    // comparisons for the report, not part of finding the optimum).
+    let baselines: Vec<_> = space::baselines(&loaded).into_iter().take(3).collect();
     let r = tune(&eval, &sp, &baselines, store, &|_| {}).unwrap();
     // Everything the search simulated: candidates, baselines, the held-out checks. The
     // ablation after it (which of the winner's changes earn their place) is a separate

@@ -226,6 +226,16 @@ fn render(r: &TuneResult, dir: &std::path::Path, artifacts: &[render::Artifact])
             "the reduced candidate breaks the {class} guardrail on the held-out seeds: the recommendation is the vendor default\n"
         )),
     }
+    if let Some((name, d)) = &r.versus_best_baseline {
+        let tested = r.held_out.iter().any(|h| h.name == "tuned");
+        s.push_str(&match (tested, d.above_zero(), d.below_zero()) {
+            (true, true, _) => format!("against the best baseline, {name}: the recommendation is {} better on the held-out seeds\n", d.percent()),
+            (true, _, true) => format!("against the best baseline, {name}: the recommendation is WORSE, {} on the held-out seeds: prefer {name}\n", d.percent()),
+            (true, _, _) => format!("against the best baseline, {name}: no significant difference ({}) on the held-out seeds\n", d.percent()),
+            (false, true, _) => format!("the best baseline, {name}, is {} better than the vendor on the held-out seeds (not a tuned result: a published setting to consider)\n", d.percent()),
+            (false, _, _) => format!("the best baseline, {name}, is not significantly better than the vendor ({})\n", d.percent()),
+        });
+    }
     if !r.guardrails.is_empty() {
         let mut t = table(&[
             "guardrail",

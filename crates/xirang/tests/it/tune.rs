@@ -35,10 +35,10 @@ fn a_killed_tune_resumes_to_the_same_result() {
         &["tune", SCENARIO, "--out", whole.to_str().unwrap(), "--quiet"],
         0,
     );
-    // 46 for the search, the baselines and the held-out seeds, 12 for the ablation (the
+    // 54 for the search, the five baselines and the held-out seeds, 12 for the ablation (the
     // vendor and the configurations it tried, on two validation seeds).
     assert!(
-        out.contains("16 candidates, 58 simulations run (0 read from the trial log)"),
+        out.contains("16 candidates, 66 simulations run (0 read from the trial log)"),
         "{out}"
     );
 
@@ -66,7 +66,7 @@ fn a_killed_tune_resumes_to_the_same_result() {
     let status = child.wait().unwrap();
     assert!(!status.success());
     let logged = rows(&db);
-    assert!((10..58).contains(&logged), "{logged} runs logged at the kill");
+    assert!((10..66).contains(&logged), "{logged} runs logged at the kill");
 
     // Without --resume the log is not overwritten.
     let (_, err) = run_expect(&["tune", SCENARIO, "--out", cut.to_str().unwrap(), "--quiet"], 1);
@@ -83,14 +83,14 @@ fn a_killed_tune_resumes_to_the_same_result() {
         ],
         0,
     );
-    let ran = 58 - logged;
+    let ran = 66 - logged;
     assert!(
         out.contains(&format!(
             "16 candidates, {ran} simulations run ({logged} read from the trial log)"
         )),
         "{out}"
     );
-    assert_eq!(rows(&db), 58);
+    assert_eq!(rows(&db), 66);
     assert_eq!(comparable(&whole), comparable(&cut));
 }
 
