@@ -414,6 +414,34 @@ mod tests {
     }
 
     #[test]
+    fn published_baselines_scale_with_the_port_rate() {
+        let l = default_scenario();
+        let b = baselines(&l);
+        let names: Vec<&str> = b.iter().map(|x| x.name).collect();
+        assert_eq!(names, ["vendor", "paper", "scenario", "production", "hpcc-sim"]);
+        // 100G ports: 400 KB / 1600 KB / 20 % on every tier, as the HPCC simulator's run.py
+        // has them at 100G.
+        for t in l.fabric.tiers() {
+            let p = b[3].config.ecn.profile(t);
+            assert_eq!(
+                (p.kmin_bytes, p.kmax_bytes, p.pmax),
+                (400_000, 1_600_000, 0.2),
+                "{t:?}"
+            );
+            assert_eq!(b[4].config.ecn.profile(t), p);
+        }
+        let d = &b[4].config.classes["training"].dcqcn;
+        assert_eq!(
+            (d.rpg_ai_rate_mbps, d.rpg_hai_rate_mbps, d.rpg_time_reset_us),
+            (20.0, 200.0, 300.0)
+        );
+        assert_eq!(
+            b[3].config.classes["training"].dcqcn,
+            b[0].config.classes["training"].dcqcn
+        );
+    }
+
+    #[test]
     fn hpcc_and_dctcp_are_offered_only_where_the_fabric_runs_them() {
         let mut l = default_scenario();
         let plain = builtin(&l);
