@@ -466,12 +466,17 @@ fn finish(tests: &mut Vec<TestRun>, run: Option<TestRun>) {
 fn infer_collective(run: &TestRun) -> Option<Coll> {
     let n = run.nranks().filter(|n| *n > 2)?;
     let row = run.rows.iter().rev().find(|r| r.out_of_place.algbw_gbs > 1.0)?;
-    let ratio = row.out_of_place.busbw_gbs / row.out_of_place.algbw_gbs;
     let reduces = row.redop != "none" && row.root < 0;
     let whole = dtype_bytes(&row.dtype).is_some_and(|b| b * row.count == row.size_bytes);
-    // Both bandwidths are printed with two decimals; allow for the rounding.
-    let tol = 0.01 / row.out_of_place.algbw_gbs.min(row.out_of_place.busbw_gbs) * 2.0 + 1e-3;
-    (reduces && whole && (ratio / Coll::AllReduce.bus_factor(n) - 1.0).abs() < tol).then_some(Coll::AllReduce)
+    (reduces && whole && bus_factor_fits(row, Coll::AllReduce.bus_factor(n))).then_some(Coll::AllReduce)
+}
+
+/// The row's bus/algorithm bandwidth ratio equals `factor` (a collective's at the run's
+/// rank count), within the rounding of two printed decimals.
+pub fn bus_factor_fits(row: &Row, factor: f64) -> bool {
+    let (alg, bus) = (row.out_of_place.algbw_gbs, row.out_of_place.busbw_gbs);
+    let tol = 0.01 / alg.min(bus).max(0.01) * 2.0 + 1e-3;
+    (bus / alg / factor - 1.0).abs() < tol
 }
 
 fn dtype_bytes(t: &str) -> Option<u64> {

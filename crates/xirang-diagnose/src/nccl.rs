@@ -196,17 +196,14 @@ fn candidates(run: &TestRun) -> Result<(Vec<Coll>, bool), String> {
         .rev()
         .find(|r| r.out_of_place.algbw_gbs > 1.0)
         .ok_or("the log does not name the collective and no row has bandwidth to read it from")?;
-    let (alg, bus) = (row.out_of_place.algbw_gbs, row.out_of_place.busbw_gbs);
-    let ratio = bus / alg;
-    // Both bandwidths are printed with two decimals; allow for the rounding.
-    let tol = 0.01 / alg.min(bus).max(0.01) * 2.0 + 1e-3;
     let fits: Vec<Coll> = ALL_COLLECTIVES
         .into_iter()
-        .filter(|c| (ratio / c.bus_factor(n) - 1.0).abs() < tol)
+        .filter(|c| nccl_tests::bus_factor_fits(row, c.bus_factor(n)))
         .collect();
     if fits.is_empty() {
         return Err(format!(
-            "the log does not name the collective and its bus/algorithm bandwidth ratio {ratio:.3} (line {}) fits none at {n} ranks",
+            "the log does not name the collective and its bus/algorithm bandwidth ratio {:.3} (line {}) fits none at {n} ranks",
+            row.out_of_place.busbw_gbs / row.out_of_place.algbw_gbs,
             row.line
         ));
     }

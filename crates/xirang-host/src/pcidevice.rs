@@ -8,6 +8,7 @@
 
 use serde::Serialize;
 
+use crate::inventory::ReadProblem;
 use crate::sysfs::{is_bdf, parse_gts};
 use crate::tree::{Tree, TreeError, base_name, join, parent_of};
 
@@ -108,25 +109,16 @@ pub struct UpstreamMax {
     pub width: Option<u32>,
 }
 
-/// What could not be read, with the path.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Problem {
-    /// Path in the tree.
-    pub path: String,
-    /// What was expected.
-    pub message: String,
-}
-
 /// Every function under [`DEVICES_DIR`], sorted by address, and what could not be read. A
 /// tree without the directory has no functions and no problem.
-pub fn read(tree: &dyn Tree) -> (Vec<Device>, Vec<Problem>) {
+pub fn read(tree: &dyn Tree) -> (Vec<Device>, Vec<ReadProblem>) {
     let mut out = Vec::new();
     let mut problems = Vec::new();
     let names = match tree.list(DEVICES_DIR) {
         Ok(n) => n,
         Err(TreeError::NotFound { .. }) => return (out, problems),
         Err(e) => {
-            problems.push(Problem {
+            problems.push(ReadProblem {
                 path: DEVICES_DIR.into(),
                 message: e.to_string(),
             });
@@ -144,8 +136,8 @@ pub fn read(tree: &dyn Tree) -> (Vec<Device>, Vec<Problem>) {
     (out, problems)
 }
 
-fn one(tree: &dyn Tree, link: &str) -> Result<Device, Problem> {
-    let bad = |path: &str, message: String| Problem {
+fn one(tree: &dyn Tree, link: &str) -> Result<Device, ReadProblem> {
+    let bad = |path: &str, message: String| ReadProblem {
         path: path.to_string(),
         message,
     };
@@ -173,7 +165,7 @@ fn one(tree: &dyn Tree, link: &str) -> Result<Device, Problem> {
     let text =
         |file: &str| -> Option<String> { tree.read_text(&join(&dir, file)).ok().filter(|t| !t.is_empty()) };
     // Identity is required, as node_exporter requires it.
-    let id = |file: &str| -> Result<u32, Problem> {
+    let id = |file: &str| -> Result<u32, ReadProblem> {
         let path = join(&dir, file);
         let t = tree
             .read_text(&path)

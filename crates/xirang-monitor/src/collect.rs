@@ -409,7 +409,7 @@ fn pcidevice_points(tree: &dyn Tree, gauges: &mut Vec<Point>, problems: &mut Vec
             ("segment", format!("{:04x}", loc.segment)),
         ];
         let parent = |f: fn(&pcidevice::Location) -> String| d.parent.as_ref().map_or("*".to_string(), f);
-        let mut info = vec![
+        let info = vec![
             ("bus", labels[0].1.clone()),
             ("class_id", format!("0x{:06x}", d.class)),
             ("device", labels[1].1.clone()),
@@ -425,7 +425,6 @@ fn pcidevice_points(tree: &dyn Tree, gauges: &mut Vec<Point>, problems: &mut Vec
             ("subsystem_vendor_id", format!("0x{:04x}", d.subsystem_vendor)),
             ("vendor_id", format!("0x{:04x}", d.vendor)),
         ];
-        info.shrink_to_fit();
         gauges.push(gauge(
             "node_pcidevice_info",
             info,
@@ -433,51 +432,52 @@ fn pcidevice_points(tree: &dyn Tree, gauges: &mut Vec<Point>, problems: &mut Vec
             "Non-numeric data from /sys/bus/pci/devices/<location>, value is always 1.",
         ));
         // Absent link attributes are -1, absent flags and counts 0, as node_exporter has it.
-        let num = |v: Option<f64>, absent: f64| v.unwrap_or(absent);
         for (name, value, help) in [
             (
                 "node_pcidevice_max_link_transfers_per_second",
-                num(d.max_link_speed_gts.map(|g| g * 1e9), -1.0),
+                d.max_link_speed_gts.map(|g| g * 1e9).unwrap_or(-1.0),
                 "Value of maximum link's transfers per second (T/s)",
             ),
             (
                 "node_pcidevice_max_link_width",
-                num(d.max_link_width.map(f64::from), -1.0),
+                d.max_link_width.map(f64::from).unwrap_or(-1.0),
                 "Value of maximum link's width (number of lanes)",
             ),
             (
                 "node_pcidevice_current_link_transfers_per_second",
-                num(d.current_link_speed_gts.map(|g| g * 1e9), -1.0),
+                d.current_link_speed_gts.map(|g| g * 1e9).unwrap_or(-1.0),
                 "Value of current link's transfers per second (T/s)",
             ),
             (
                 "node_pcidevice_current_link_width",
-                num(d.current_link_width.map(f64::from), -1.0),
+                d.current_link_width.map(f64::from).unwrap_or(-1.0),
                 "Value of current link's width (number of lanes)",
             ),
             (
                 "node_pcidevice_d3cold_allowed",
-                num(d.d3cold_allowed.map(|b| f64::from(u8::from(b))), 0.0),
+                d.d3cold_allowed.map(|b| f64::from(u8::from(b))).unwrap_or(0.0),
                 "Whether the PCIe device supports D3cold power state (0/1).",
             ),
             (
                 "node_pcidevice_sriov_drivers_autoprobe",
-                num(d.sriov_drivers_autoprobe.map(|b| f64::from(u8::from(b))), 0.0),
+                d.sriov_drivers_autoprobe
+                    .map(|b| f64::from(u8::from(b)))
+                    .unwrap_or(0.0),
                 "Whether SR-IOV drivers autoprobe is enabled for the device (0/1).",
             ),
             (
                 "node_pcidevice_sriov_numvfs",
-                num(d.sriov_numvfs.map(|v| v as f64), 0.0),
+                d.sriov_numvfs.map(|v| v as f64).unwrap_or(0.0),
                 "Number of Virtual Functions (VFs) currently enabled for SR-IOV.",
             ),
             (
                 "node_pcidevice_sriov_totalvfs",
-                num(d.sriov_totalvfs.map(|v| v as f64), 0.0),
+                d.sriov_totalvfs.map(|v| v as f64).unwrap_or(0.0),
                 "Total number of Virtual Functions (VFs) supported by the device.",
             ),
             (
                 "node_pcidevice_sriov_vf_total_msix",
-                num(d.sriov_vf_total_msix.map(|v| v as f64), 0.0),
+                d.sriov_vf_total_msix.map(|v| v as f64).unwrap_or(0.0),
                 "Total number of MSI-X vectors for Virtual Functions.",
             ),
         ] {
