@@ -51,6 +51,9 @@ pub struct TuneSpec {
     /// Parameters to add to the search space, or to narrow built-in ones of the same name.
     #[serde(rename = "param", skip_serializing_if = "Vec::is_empty")]
     pub params: Vec<ParamSpec>,
+    /// Held-out seeds each point of the sensitivity sweeps is run on, at most
+    /// `held_out_seeds` (0: no sweeps).
+    pub sensitivity_seeds: u32,
     /// Wall-time budget of the search, seconds: no bracket starts after it is spent (the
     /// ablation, held-out evaluation and report still run). Set by `xirang tune --time`,
     /// never by a scenario file; a budgeted search depends on the machine's speed.
@@ -72,6 +75,10 @@ pub const DEFAULT_HELD_OUT_SEEDS: u32 = 16;
 /// (issue 19: an operator will not deploy a change that hurts a service it does not
 /// target).
 pub const DEFAULT_GUARDRAIL: f64 = 0.01;
+/// Default seeds per point of the sensitivity sweeps: a sweep shows where a cliff lies
+/// (a class tens of percent worse), not a 1 % difference, so a few seeds suffice; with
+/// the default scenario's six settings swept this adds about a tenth to a tune.
+pub const DEFAULT_SENSITIVITY_SEEDS: u32 = 3;
 
 impl TuneSpec {
     /// The guardrail of `class`: its tolerance, or the default.
@@ -103,6 +110,7 @@ impl Default for TuneSpec {
             builtin_space: true,
             algorithms: DEFAULT_ALGORITHMS.to_vec(),
             params: Vec::new(),
+            sensitivity_seeds: DEFAULT_SENSITIVITY_SEEDS,
             time_budget_s: None,
         }
     }

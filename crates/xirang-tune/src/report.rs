@@ -530,8 +530,9 @@ fn plot_pfc(samples: &[Sample]) -> String {
 }
 
 /// |Spearman rank correlation| between each parameter and the first-round objective over
-/// the feasible candidates: which settings the objective moved with.
-pub fn sensitivity(r: &TuneResult, space: &[Param]) -> Vec<(String, f64)> {
+/// the feasible candidates: which settings the objective moved with during the search
+/// (the sweeps, [`plot_sweep`], are the measured one-at-a-time effect).
+pub fn search_correlation(r: &TuneResult, space: &[Param]) -> Vec<(String, f64)> {
     let feasible: Vec<_> = r.candidates.iter().filter(|c| c.violation.is_none()).collect();
     let objective: Vec<f64> = feasible.iter().map(|c| c.objectives[0]).collect();
     let ro = ranks(&objective);
@@ -592,13 +593,13 @@ fn pearson(a: &[f64], b: &[f64]) -> Option<f64> {
     (va > 0.0 && vb > 0.0).then(|| cov / (va * vb).sqrt())
 }
 
-fn plot_sensitivity(sens: &[(String, f64)]) -> String {
-    svg("sensitivity", |root| {
+fn plot_correlation(sens: &[(String, f64)]) -> String {
+    svg("correlation", |root| {
         let top: Vec<&(String, f64)> = sens.iter().take(12).collect();
         let n = top.len().max(1) as f64;
         let mut chart = ChartBuilder::on(root)
             .caption(
-                "Parameter sensitivity: |rank correlation| with the first-round objective",
+                "During the search: |rank correlation| of each setting with the first-round objective",
                 ("sans-serif", 18),
             )
             .margin(12)
@@ -627,6 +628,141 @@ fn plot_sensitivity(sens: &[(String, f64)]) -> String {
             let y = n - 1.0 - i as f64;
             Rectangle::new([(0.0, y + 0.15), (*v, y + 0.85)], color(0).filled())
         }))?;
+        Ok(())
+    })
+}
+
+/// One sensitivity sweep: each class's metric and the objective against the setting
+/// (change from the vendor's, %), each class's guardrail as a thin line of its colour, the
+/// recommended value as a vertical line. A log-scale setting is drawn on a log axis.
+fn plot_sweep(sw: &crate::search::Sweep, p: Option<&Param>, tolerance: impl Fn(&str) -> f64) -> String {
+    use xirang_fabric::tune::ParamValue;
+    let log = matches!(p.map(|p| &p.domain), Some(Domain::Number { log: true, .. }));
+    let choices: Vec<String> = sw.points.iter().map(|pt| pt.value.to_string()).collect();
+    let x_of = |v: &ParamValue, i: usize| match v {
+        ParamValue::Number(x) if log => x.max(f64::MIN_POSITIVE).log10(),
+        ParamValue::Number(x) => *x,
+        ParamValue::Choice(_) => i as f64,
+    };
+    let name = format!("sweep {}", sw.name);
+    svg(&name, |root| {
+        let classes: Vec<String> = sw
+            .points
+            .first()
+            .map(|pt| pt.classes.keys().cloned().collect())
+            .unwrap_or_default();
+        let xs: Vec<f64> = sw
+            .points
+            .iter()
+            .enumerate()
+            .map(|(i, pt)| x_of(&pt.value, i))
+            .collect();
+        let (xmin, xmax) = xs
+            .iter()
+            .fold((f64::MAX, f64::MIN), |(a, b), x| (a.min(*x), b.max(*x)));
+        let pad = if xmax > xmin { (xmax - xmin) * 0.05 } else { 0.5 };
+        let mut ys: Vec<f64> = sw
+            .points
+            .iter()
+            .flat_map(|pt| {
+                pt.classes
+                    .values()
+                    .map(|r| (r - 1.0) * 100.0)
+                    .chain(std::iter::once((pt.objective - 1.0) * 100.0))
+            })
+            .collect();
+        ys.extend(classes.iter().map(|c| tolerance(c) * 100.0));
+        let (ymin, ymax) = ys
+            .iter()
+            .fold((-1.0f64, 1.0f64), |(a, b), y| (a.min(*y), b.max(*y)));
+        let ypad = (ymax - ymin) * 0.08;
+        let at_x = sw.points.iter().position(|pt| pt.value == sw.at).map(|i| xs[i]);
+        let mut chart = ChartBuilder::on(root)
+            .caption(
+                format!(
+                    "{}: each class's metric against the setting (others at the recommendation)",
+                    sw.name
+                ),
+                ("sans-serif", 16),
+            )
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(60)
+            .build_cartesian_2d(xmin - pad..xmax + pad, ymin - ypad..ymax + ypad)?;
+        chart
+            .configure_mesh()
+            .x_desc(if log {
+                format!("{} (log scale)", sw.name)
+            } else {
+                sw.name.clone()
+            })
+            .y_desc("change from vendor, % (lower is better)")
+            .x_label_formatter(&|x| {
+                if !choices.is_empty() && matches!(sw.points[0].value, ParamValue::Choice(_)) {
+                    let i = x.round();
+                    if (x - i).abs() < 1e-6 && i >= 0.0 {
+                        return choices.get(i as usize).cloned().unwrap_or_default();
+                    }
+                    return String::new();
+                }
+                let v = if log { 10f64.powf(*x) } else { *x };
+                if v.abs() >= 1000.0 {
+                    format!("{:.0}", v)
+                } else {
+                    format!("{:.3}", v)
+                        .trim_end_matches('0')
+                        .trim_end_matches('.')
+                        .to_string()
+                }
+            })
+            .draw()?;
+        for (k, c) in classes.iter().enumerate() {
+            let pts: Vec<(f64, f64)> = sw
+                .points
+                .iter()
+                .zip(&xs)
+                .filter_map(|(pt, x)| pt.classes.get(c).map(|r| (*x, (r - 1.0) * 100.0)))
+                .collect();
+            chart
+                .draw_series(LineSeries::new(pts.clone(), color(k).stroke_width(2)))?
+                .label(format!("{c} (guardrail +{:.1} %)", tolerance(c) * 100.0))
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color(k).stroke_width(2)));
+            chart.draw_series(pts.iter().map(|p| Circle::new(*p, 3, color(k).filled())))?;
+            let g = tolerance(c) * 100.0;
+            chart.draw_series(LineSeries::new(
+                vec![(xmin - pad, g), (xmax + pad, g)],
+                color(k).mix(0.5).stroke_width(1),
+            ))?;
+        }
+        let obj: Vec<(f64, f64)> = sw
+            .points
+            .iter()
+            .zip(&xs)
+            .map(|(pt, x)| (*x, (pt.objective - 1.0) * 100.0))
+            .collect();
+        chart
+            .draw_series(LineSeries::new(obj, BLACK.stroke_width(2)))?
+            .label("objective")
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK.stroke_width(2)));
+        if let Some(x) = at_x {
+            chart
+                .draw_series(LineSeries::new(
+                    vec![(x, ymin - ypad), (x, ymax + ypad)],
+                    RGBColor(0x7f, 0x7f, 0x7f).stroke_width(1),
+                ))?
+                .label(format!("recommended: {}", sw.at))
+                .legend(|(x, y)| {
+                    PathElement::new(
+                        vec![(x, y), (x + 20, y)],
+                        RGBColor(0x7f, 0x7f, 0x7f).stroke_width(1),
+                    )
+                });
+        }
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.9))
+            .border_style(BLACK)
+            .draw()?;
         Ok(())
     })
 }
@@ -702,8 +838,9 @@ pub fn html(cx: &Context<'_>, r: &TuneResult, space: &[Param], samples: &[Sample
     if let Some(a) = &r.ablation {
         let _ = writeln!(
             s,
-            "<h2>What each change is worth</h2>\n<p>Of the candidate's {} changes, {} are kept: each is significantly worse to revert (objective without it minus with it, paired by seed, on {} validation seeds no other step used; 95 % bootstrap interval). {} were reverted.</p>\n<table><tr><th>setting</th><th>vendor</th><th>recommended</th><th>worse without it</th></tr>",
+            "<h2>What each change is worth</h2>\n<p>Of the candidate's {} changed settings, in {} changes (a class's congestion control is one), {} are kept: each is significantly worse to revert (objective without it minus with it, paired by seed, on {} validation seeds no other step used; 95 % bootstrap interval). {} were reverted.</p>\n<table><tr><th>setting</th><th>vendor</th><th>recommended</th><th>worse without it</th></tr>",
             a.before.len(),
+            a.kept.len() + a.reverted.len(),
             a.kept.len(),
             r.validation_seeds.len(),
             a.reverted.len()
@@ -783,8 +920,37 @@ pub fn html(cx: &Context<'_>, r: &TuneResult, space: &[Param], samples: &[Sample
     s.push_str(&plot_queues(samples));
     s.push_str(&plot_rates(samples));
     s.push_str(&plot_pfc(samples));
-    s.push_str("\n<h2>Which settings mattered</h2>\n");
-    s.push_str(&plot_sensitivity(&sensitivity(r, space)));
+    if !r.sensitivity.is_empty() {
+        let spec = &cx.loaded.scenario.tune;
+        let _ = writeln!(
+            s,
+            "\n<h2>How close to a cliff</h2>\n<p>Each kept setting, and every tier's ECN Kmin and Kmax (as a multiple of Kmin), moved one at a time around the recommendation, every other setting at its recommended value, on {} held-out seeds per point. Thin lines are each class's guardrail.</p>\n<table><tr><th>swept setting</th><th>recommended</th><th>objective over the sweep</th><th>nearest guardrail break</th></tr>",
+            r.sensitivity_seeds.len()
+        );
+        for sw in &r.sensitivity {
+            let (lo, hi) = sw.points.iter().fold((f64::MAX, f64::MIN), |(lo, hi), p| {
+                (lo.min(p.objective), hi.max(p.objective))
+            });
+            let brk = match sw.nearest_break(|c| spec.guardrail(c)) {
+                Some((p, class, x)) => format!("{class} {:+.1} % at {}", x * 100.0, p.value),
+                None => "none".to_string(),
+            };
+            let _ = writeln!(
+                s,
+                "<tr><td><code>{}</code></td><td>{}</td><td>{lo:.3} .. {hi:.3} of vendor</td><td>{}</td></tr>",
+                html_escape(&sw.name),
+                html_escape(&sw.at.to_string()),
+                html_escape(&brk)
+            );
+        }
+        s.push_str("</table>\n");
+        for sw in &r.sensitivity {
+            let p = space.iter().find(|p| p.name == sw.name);
+            s.push_str(&plot_sweep(sw, p, |c| spec.guardrail(c)));
+        }
+    }
+    s.push_str("\n<h2>Which settings the search moved with</h2>\n");
+    s.push_str(&plot_correlation(&search_correlation(r, space)));
     s.push_str("\n<pre id=\"plot-check\"></pre>\n<script>");
     s.push_str(CHECK_JS);
     s.push_str("</script>\n</body></html>\n");

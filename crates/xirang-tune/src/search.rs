@@ -58,6 +58,14 @@ pub const NARROW_ENOUGH: f64 = 0.01;
 pub const HELD_OUT_GROWTH_CAP: usize = 3;
 /// Reverts the ablation may make to bring a configuration back within its guardrails.
 const REPAIR_STEPS: usize = 3;
+/// Trial-log ids of the sensitivity sweeps' configurations start here, above the
+/// ablation's.
+pub const SWEEP_ID_BASE: i64 = 1 << 41;
+/// Points of a numeric sensitivity sweep, as offsets along the setting's searched range
+/// (on its log scale if it has one) from the recommended value: a tenth of the range
+/// either side and two and three tenths for the cliffs further out. On the built-in
+/// Kmin range (5 KB to 2 MB, log) a tenth is a factor of 1.8.
+const SWEEP_OFFSETS: [f64; 7] = [-0.3, -0.2, -0.1, 0.0, 0.1, 0.2, 0.3];
 
 /// One candidate and how far it got.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -166,6 +174,79 @@ pub struct Guardrail {
     pub margin: f64,
 }
 
+/// One setting swept around the recommendation, every other setting at its recommended
+/// value, on the first `sensitivity_seeds` held-out seeds.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Sweep {
+    /// The setting.
+    pub name: String,
+    /// Its recommended value (the vendor's when the vendor default stands).
+    pub at: ParamValue,
+    /// Why it is swept: `kept` (a recommended change) or `ecn` (every tier's Kmin and
+    /// Kmax are).
+    pub why: &'static str,
+    /// The points, in the setting's order.
+    pub points: Vec<SweepPoint>,
+}
+
+impl Sweep {
+    /// The point nearest the recommended value (in sweep order) at which a class's metric
+    /// is past its guardrail (`tolerance(class)`, a share): the point, the class and its
+    /// change (+0.05: 5 % worse than the vendor). `None`: every point keeps every
+    /// guardrail.
+    pub fn nearest_break(&self, tolerance: impl Fn(&str) -> f64) -> Option<(&SweepPoint, &str, f64)> {
+        let center = self.points.iter().position(|p| p.value == self.at).unwrap_or(0);
+        let mut order: Vec<usize> = (0..self.points.len()).collect();
+        order.sort_by_key(|i| (i.abs_diff(center), *i));
+        order.into_iter().find_map(|i| {
+            let p = &self.points[i];
+            p.classes
+                .iter()
+                .map(|(c, r)| (c.as_str(), r - 1.0))
+                .filter(|(c, x)| *x > tolerance(c))
+                .max_by(|a, b| a.1.total_cmp(&b.1))
+                .map(|(c, x)| (p, c, x))
+        })
+    }
+}
+
+/// One point of a [`Sweep`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SweepPoint {
+    /// The setting's value.
+    pub value: ParamValue,
+    /// The objective relative to the vendor's (1 = the vendor's), mean over the seeds.
+    pub objective: f64,
+    /// Each class's metric relative to the vendor's, mean over the seeds.
+    pub classes: BTreeMap<String, f64>,
+    /// A constraint this point broke on some seed.
+    pub violation: Option<String>,
+}
+
+/// The values a sensitivity sweep of `p` around `center` runs: every choice of a choice,
+/// else [`SWEEP_OFFSETS`] along the range, at the device's resolution, each once, in
+/// order.
+pub fn sweep_values(p: &Param, center: &ParamValue) -> Vec<ParamValue> {
+    match &p.domain {
+        Domain::Choice(c) => c.iter().map(|x| ParamValue::Choice(x.clone())).collect(),
+        Domain::Number { .. } => {
+            let u0 = p.position(center);
+            let mut v: Vec<ParamValue> = SWEEP_OFFSETS
+                .iter()
+                .map(|o| {
+                    if *o == 0.0 {
+                        p.normalize(center)
+                    } else {
+                        p.normalize(&p.at(u0 + o))
+                    }
+                })
+                .collect();
+            v.dedup();
+            v
+        }
+    }
+}
+
 /// What the tune concludes.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "snake_case", tag = "outcome")]
@@ -216,6 +297,14 @@ pub struct TuneResult {
     /// Simulations the ablation needed (the vendor and each configuration it tried on the
     /// validation seeds), run or read back.
     pub ablation_runs: u64,
+    /// One-at-a-time sweeps around the recommendation: its kept settings and every tier's
+    /// ECN thresholds.
+    pub sensitivity: Vec<Sweep>,
+    /// The held-out seeds every sweep point ran on.
+    pub sensitivity_seeds: Vec<u64>,
+    /// Simulations of the sweeps (the points other than the recommendation), whether run or
+    /// read back from the trial log.
+    pub sweep_runs: u64,
     /// Every candidate.
     pub candidates: Vec<Candidate>,
     /// The best candidate that passed every round, if it beats the vendor baseline.
@@ -755,11 +844,20 @@ pub fn tune_with(
     // The ablation's runs depend on what it finds: about three configurations per changed
     // setting on the validation seeds.
     let ablation_estimate = 3 * space.len() * val_seeds.len();
+    let sweep_seeds: Vec<u64> = held_seeds
+        .iter()
+        .copied()
+        .take(spec.sensitivity_seeds as usize)
+        .collect();
+    // About six points per swept setting: two ECN settings per tier and a kept change or
+    // two.
+    let sweep_estimate = (2 * tiers.len() + 2) * (SWEEP_OFFSETS.len() - 1) * sweep_seeds.len();
     let total = (baselines.len() * (search_seeds.len() + held_seeds.len())
         + val_seeds.len()
         + brackets * per_bracket
         + ablation_estimate
-        + held_seeds.len()) as u64;
+        + held_seeds.len()
+        + sweep_estimate) as u64;
 
     // Runs every job not in the log, in parallel; returns all results.
     let run_jobs = |jobs: Vec<Job>| -> Result<HashMap<EvalKey, RunMetrics>, TuneError> {
@@ -1195,6 +1293,109 @@ pub fn tune_with(
         _ => (vendor_values.clone(), vendor.clone()),
     };
 
+    // Sensitivity: each kept setting and every tier's ECN thresholds swept one at a time
+    // around what is recommended, all points run together.
+    let recommended_id = match (&verdict, &tested) {
+        (Verdict::Recommended, Some((id, _))) => *id,
+        _ => -1,
+    };
+    let kept_names: Vec<&str> = match (&verdict, &ablation) {
+        (Verdict::Recommended, Some(a)) => a
+            .kept
+            .iter()
+            .flat_map(|c| c.settings.iter().map(|(n, _, _)| n.as_str()))
+            .collect(),
+        _ => Vec::new(),
+    };
+    let swept: Vec<(&Param, &'static str)> = space
+        .iter()
+        .filter_map(|p| {
+            if kept_names.contains(&p.name.as_str()) {
+                Some((p, "kept"))
+            } else if p.name.starts_with("ecn.")
+                && (p.name.ends_with(".kmin_bytes") || p.name.ends_with(".kmax_ratio"))
+            {
+                Some((p, "ecn"))
+            } else {
+                None
+            }
+        })
+        .collect();
+    let mut sweep_points: Vec<(usize, ParamValue, i64)> = Vec::new();
+    let mut jobs = Vec::new();
+    if !sweep_seeds.is_empty() {
+        for (i, (p, _)) in swept.iter().enumerate() {
+            let Some(center) = recommendation.iter().find(|(n, _)| *n == p.name).map(|(_, v)| v) else {
+                continue;
+            };
+            for v in sweep_values(p, center) {
+                if v == *center {
+                    sweep_points.push((i, v, recommended_id));
+                    continue;
+                }
+                let id = SWEEP_ID_BASE + sweep_points.len() as i64;
+                let mut values = recommendation.clone();
+                set_value(&mut values, &p.name, v.clone());
+                let config = config_of(id, &values)?;
+                for s in &sweep_seeds {
+                    jobs.push(Job {
+                        key: (id, FULL, *s),
+                        config: config.clone(),
+                        params: params_json(&values),
+                        cap_us: cap(*s),
+                    });
+                }
+                sweep_points.push((i, v, id));
+            }
+        }
+    }
+    let sweep_run_count = jobs.len() as u64;
+    let sweep_runs = run_jobs(jobs)?;
+    let mut sensitivity: Vec<Sweep> = swept
+        .iter()
+        .map(|(p, why)| Sweep {
+            name: p.name.clone(),
+            at: recommendation
+                .iter()
+                .find(|(n, _)| *n == p.name)
+                .map(|(_, v)| v.clone())
+                .unwrap_or(ParamValue::Number(0.0)),
+            why,
+            points: Vec::new(),
+        })
+        .collect();
+    for (i, value, id) in sweep_points {
+        let scores: Vec<Score> = sweep_seeds
+            .iter()
+            .map(|s| {
+                let m = match sweep_runs.get(&(id, FULL, *s)) {
+                    Some(m) => m.clone(),
+                    None => cache
+                        .lock()
+                        .expect("unpoisoned")
+                        .get(&(id, FULL, *s))
+                        .cloned()
+                        .expect("the recommendation ran on every held-out seed"),
+                };
+                score_of(&m, *s)
+            })
+            .collect();
+        let n = scores.len() as f64;
+        let mut classes: BTreeMap<String, f64> = BTreeMap::new();
+        for sc in &scores {
+            for (c, r) in &sc.classes {
+                *classes.entry(c.clone()).or_default() += r / n;
+            }
+        }
+        sensitivity[i].points.push(SweepPoint {
+            value,
+            objective: scores.iter().map(|s| s.relative).sum::<f64>() / n,
+            classes,
+            violation: scores.iter().find_map(|s| s.violation.clone()),
+        });
+    }
+    sensitivity.retain(|s| !s.points.is_empty());
+
     let mut held_out = Vec::new();
     let tuned = tested.as_ref().map(|(id, _)| *id);
     let entries: Vec<(String, Option<i64>)> = std::iter::once(("tuned".to_string(), tuned))
@@ -1271,6 +1472,9 @@ pub fn tune_with(
         guardrails,
         validation_seeds: val_seeds,
         ablation_runs,
+        sensitivity,
+        sensitivity_seeds: sweep_seeds,
+        sweep_runs: sweep_run_count,
         candidates,
         best,
         recommendation,
@@ -1403,5 +1607,74 @@ mod tests {
         spec.guardrails.insert("inference".into(), 0.02);
         assert_eq!(guardrail_broken(&s, &spec), None);
         assert_eq!(guardrail_excess(&s, &spec), 0.0);
+    }
+
+    #[test]
+    fn a_sweep_spans_the_range_around_the_value_at_the_device_resolution() {
+        let p = Param {
+            name: "ecn.leaf.kmin_bytes".into(),
+            domain: Domain::Number {
+                lo: 5_000.0,
+                hi: 2_000_000.0,
+                log: true,
+                step: Some(1.0),
+            },
+            source: "test",
+        };
+        let v = sweep_values(&p, &num(100_000.0));
+        let xs: Vec<f64> = v
+            .iter()
+            .map(|x| match x {
+                ParamValue::Number(x) => *x,
+                ParamValue::Choice(_) => panic!(),
+            })
+            .collect();
+        assert_eq!(xs.len(), 7, "{xs:?}");
+        assert_eq!(xs[3], 100_000.0);
+        assert!(xs.windows(2).all(|w| w[0] < w[1]), "{xs:?}");
+        // A tenth of the log range is a factor of 400^0.1 = 1.82.
+        assert!((xs[4] / xs[3] - 400f64.powf(0.1)).abs() < 1e-3, "{xs:?}");
+        assert!(xs.iter().all(|x| x.fract() == 0.0));
+        // At the floor, the points below collapse onto it, each once.
+        let low = sweep_values(&p, &num(5_000.0));
+        assert_eq!(low.len(), 4, "{low:?}");
+        let choice = Param {
+            name: "classes.training.cc".into(),
+            domain: Domain::Choice(vec!["dcqcn".into(), "timely".into()]),
+            source: "test",
+        };
+        assert_eq!(
+            sweep_values(&choice, &ParamValue::Choice("timely".into())).len(),
+            2
+        );
+    }
+
+    #[test]
+    fn the_nearest_guardrail_break_is_found_outward_from_the_recommendation() {
+        let point = |x: f64, inference: f64| SweepPoint {
+            value: num(x),
+            objective: 1.0,
+            classes: BTreeMap::from([
+                ("inference".to_string(), inference),
+                ("training".to_string(), 1.0),
+            ]),
+            violation: None,
+        };
+        let sw = Sweep {
+            name: "x".into(),
+            at: num(3.0),
+            why: "kept",
+            points: vec![
+                point(1.0, 1.30),
+                point(2.0, 1.005),
+                point(3.0, 0.99),
+                point(4.0, 1.02),
+                point(5.0, 1.5),
+            ],
+        };
+        let (p, class, x) = sw.nearest_break(|_| 0.01).unwrap();
+        assert_eq!((p.value.clone(), class), (num(4.0), "inference"));
+        assert!((x - 0.02).abs() < 1e-12);
+        assert!(sw.nearest_break(|_| 0.6).is_none());
     }
 }

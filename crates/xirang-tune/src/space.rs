@@ -13,7 +13,8 @@ use xirang_fabric::tune::{ParamKind, ParamSpec, ParamValue, param_kind};
 /// How a parameter is searched.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub enum Domain {
-    /// A number in `[lo, hi]`, on a log scale if `log`, rounded if `integer`.
+    /// A number in `[lo, hi]`, on a log scale if `log`, a multiple of `step` if it has
+    /// one.
     Number {
         /// Lower bound.
         lo: f64,
@@ -21,8 +22,9 @@ pub enum Domain {
         hi: f64,
         /// Search the logarithm.
         log: bool,
-        /// Round to whole numbers.
-        integer: bool,
+        /// The device's resolution (1 for whole numbers): the search only proposes values
+        /// the device takes, so what it judged is what is deployed.
+        step: Option<f64>,
     },
     /// One of these values.
     Choice(Vec<String>),
@@ -56,12 +58,48 @@ impl Param {
         }
     }
 
+    /// Where `v` lies along the domain, in [0, 1]: the inverse of [`Param::at`] (a choice
+    /// at the middle of its share).
+    pub fn position(&self, v: &ParamValue) -> f64 {
+        let u = match (&self.domain, v) {
+            (Domain::Number { lo, hi, log, .. }, ParamValue::Number(x)) => {
+                if hi <= lo {
+                    0.0
+                } else if *log {
+                    (x.ln() - lo.ln()) / (hi.ln() - lo.ln())
+                } else {
+                    (x - lo) / (hi - lo)
+                }
+            }
+            (Domain::Choice(c), ParamValue::Choice(s)) => match c.iter().position(|x| x == s) {
+                Some(i) => (i as f64 + 0.5) / c.len() as f64,
+                None => 0.0,
+            },
+            _ => 0.0,
+        };
+        if u.is_finite() { u.clamp(0.0, 1.0) } else { 0.0 }
+    }
+
     /// Clamps and rounds a value into the domain.
     pub fn normalize(&self, v: &ParamValue) -> ParamValue {
         match (&self.domain, v) {
-            (Domain::Number { lo, hi, integer, .. }, ParamValue::Number(x)) => {
+            (Domain::Number { lo, hi, step, .. }, ParamValue::Number(x)) => {
                 let x = x.clamp(*lo, *hi);
-                ParamValue::Number(if *integer { x.round() } else { x })
+                ParamValue::Number(match step {
+                    Some(q) => {
+                        // Rounding may step past a bound that is not a multiple of the
+                        // step: then the nearest multiple inside.
+                        let r = quantize(x, *q);
+                        if r > *hi {
+                            quantize(r - q, *q)
+                        } else if r < *lo {
+                            quantize(r + q, *q)
+                        } else {
+                            r
+                        }
+                    }
+                    None => x,
+                })
             }
             (Domain::Choice(c), ParamValue::Choice(s)) if c.contains(s) => v.clone(),
             (Domain::Choice(c), _) => ParamValue::Choice(c[0].clone()),
@@ -70,11 +108,54 @@ impl Param {
     }
 }
 
-/// A named range (one line of the built-in space).
+/// `x` rounded to a multiple of `step`; for steps below one, computed as a whole number of
+/// `1/step`ths so that 0.17 is written `0.17`, not `0.17000000000000001`.
+fn quantize(x: f64, step: f64) -> f64 {
+    if step >= 1.0 {
+        (x / step).round() * step
+    } else {
+        let per_unit = (1.0 / step).round();
+        (x * per_unit).round() / per_unit
+    }
+}
+
+/// The resolution a setting is deployed with, by its path's last segment (`None`: the
+/// setting is simulator-only or continuous). Whole numbers for the firmware's fields
+/// (their kind says so); WRED's drop probability is a whole percent in SONiC's
+/// WRED_PROFILE (switch-config.md, `green_drop_probability`), and Kmax's ratio to Kmin
+/// is kept to two decimals (the renderer writes Kmax in whole bytes). TIMELY's
+/// thresholds are stated in whole microseconds and its beta in hundredths (TIMELY
+/// paper: T_low 50 µs, T_high 500 µs, beta 0.8), HPCC's eta in whole percent (95 %), the
+/// additive increases in whole Mbit/s, DCTCP's g in 256ths (1/16 in the HPCC simulator;
+/// the range's own lower bound is 1/256).
+pub fn device_step(name: &str, kind: ParamKind) -> Option<f64> {
+    if kind == ParamKind::Integer {
+        return Some(1.0);
+    }
+    let last = name.rsplit('.').next().unwrap_or(name);
+    let parent = name.rsplit('.').nth(1).unwrap_or("");
+    match (parent, last) {
+        (_, "pmax" | "kmax_ratio") => Some(0.01),
+        ("timely", "t_low_us" | "t_high_us") => Some(1.0),
+        ("timely", "beta") | ("hpcc", "eta") => Some(0.01),
+        (_, "add_step_mbps" | "ai_mbps") => Some(1.0),
+        ("dctcp", "g") => Some(1.0 / 256.0),
+        _ => None,
+    }
+}
+
+/// A named range (one line of the built-in space), at the setting's device resolution
+/// (whole numbers if `integer`).
 fn num(name: String, lo: f64, hi: f64, log: bool, integer: bool, source: &'static str) -> Param {
+    let kind = if integer {
+        ParamKind::Integer
+    } else {
+        ParamKind::Real
+    };
+    let step = device_step(&name, kind);
     Param {
         name,
-        domain: Domain::Number { lo, hi, log, integer },
+        domain: Domain::Number { lo, hi, log, step },
         source,
     }
 }
@@ -193,7 +274,7 @@ fn from_spec(config: &FabricConfig, tiers: &[Tier], p: &ParamSpec, algorithms: &
             lo: p.min.unwrap_or(0.0),
             hi: p.max.unwrap_or(1.0),
             log: p.log,
-            integer: kind == ParamKind::Integer,
+            step: device_step(&p.name, kind),
         },
     };
     Param {
@@ -482,6 +563,71 @@ mod tests {
                 "{}",
                 p.name
             );
+        }
+    }
+
+    #[test]
+    fn every_searched_value_is_one_the_device_takes() {
+        let l = default_scenario();
+        let space = space(&l);
+        for p in &space {
+            let Domain::Number { step, .. } = &p.domain else {
+                continue;
+            };
+            let step = step.unwrap_or_else(|| panic!("{} has no device resolution", p.name));
+            for k in 0..=50 {
+                let ParamValue::Number(x) = p.normalize(&p.at(k as f64 / 50.0)) else {
+                    panic!("{}: not a number", p.name)
+                };
+                let units = x / step;
+                assert!(
+                    (units - units.round()).abs() < 1e-9,
+                    "{}: {x} is not a multiple of {step}",
+                    p.name
+                );
+                // Written as short as the step: no `0.17000000000000001`.
+                let text = ParamValue::Number(x).to_string();
+                assert!(text.len() <= 12, "{}: {text}", p.name);
+            }
+        }
+        // A whole percent on the switch, two decimals of beta.
+        let pmax = space.iter().find(|p| p.name == "ecn.leaf.pmax").unwrap();
+        assert_eq!(
+            pmax.normalize(&ParamValue::Number(0.17957)),
+            ParamValue::Number(0.18)
+        );
+        let beta = space.iter().find(|p| p.name.ends_with("timely.beta")).unwrap();
+        assert_eq!(
+            beta.normalize(&ParamValue::Number(0.1957)),
+            ParamValue::Number(0.2)
+        );
+        let t_low = space
+            .iter()
+            .find(|p| p.name.ends_with("timely.t_low_us"))
+            .unwrap();
+        assert_eq!(
+            t_low.normalize(&ParamValue::Number(17.957023227403575)),
+            ParamValue::Number(18.0)
+        );
+    }
+
+    #[test]
+    fn a_bound_off_the_step_stays_inside() {
+        let p = Param {
+            name: "ecn.leaf.pmax".into(),
+            domain: Domain::Number {
+                lo: 0.015,
+                hi: 0.995,
+                log: false,
+                step: Some(0.01),
+            },
+            source: "test",
+        };
+        assert_eq!(p.normalize(&ParamValue::Number(0.0)), ParamValue::Number(0.02));
+        assert_eq!(p.normalize(&ParamValue::Number(1.0)), ParamValue::Number(0.99));
+        for v in [0.0, 0.3, 1.0] {
+            let u = p.position(&p.normalize(&ParamValue::Number(v)));
+            assert!((0.0..=1.0).contains(&u));
         }
     }
 }

@@ -78,9 +78,10 @@ fn search_gets_within_5_percent_of_the_grid_with_a_tenth_of_its_runs() {
     let baselines: Vec<_> = space::baselines(&loaded).into_iter().take(3).collect();
     let r = tune(&eval, &sp, &baselines, store, &|_| {}).unwrap();
     // Everything the search simulated: candidates, baselines, the held-out checks. The
-    // ablation after it (which of the winner's changes earn their place) is a separate
-    // step on its own seeds, not part of finding the optimum.
-    let tune_runs = r.runs.0.saturating_sub(r.ablation_runs) as usize;
+    // ablation after it (which of the winner's changes earn their place) and the
+    // sensitivity sweeps are separate steps on their own seeds, not part of finding the
+    // optimum.
+    let tune_runs = r.runs.0.saturating_sub(r.ablation_runs + r.sweep_runs) as usize;
     assert!(
         tune_runs * 10 <= grid_runs,
         "tune ran {tune_runs}, grid {grid_runs}"

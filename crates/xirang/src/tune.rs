@@ -151,20 +151,64 @@ pub(crate) fn run(a: &TuneArgs) -> Result<Outcome> {
     if a.json {
         out(&(serde_json::to_string_pretty(&result)? + "\n"))?;
     } else {
-        out(&render(&result, &dir, &artifacts))?;
+        out(&render(&result, &loaded.scenario.tune, &dir, &artifacts))?;
     }
     Ok(Outcome::Clean)
 }
 
-/// A value with four significant digits.
+/// A value with at most four decimals (the tuner's values are already at the device's
+/// resolution; a vendor value may not be).
 fn short(v: &xirang_fabric::tune::ParamValue) -> String {
     match v {
-        xirang_fabric::tune::ParamValue::Number(x) if x.fract() != 0.0 => format!("{x:.4}"),
+        xirang_fabric::tune::ParamValue::Number(x) if x.fract() != 0.0 => {
+            format!("{x:.4}").trim_end_matches('0').to_string()
+        }
         other => other.to_string(),
     }
 }
 
-fn render(r: &TuneResult, dir: &std::path::Path, artifacts: &[render::Artifact]) -> String {
+/// The sensitivity table: per swept setting, the objective's range over the sweep and the
+/// nearest value at which a class passes its guardrail.
+fn sensitivity_table(r: &TuneResult, spec: &xirang_fabric::tune::TuneSpec) -> Option<String> {
+    if r.sensitivity.is_empty() {
+        return None;
+    }
+    let mut t = table(&[
+        "swept setting",
+        "at",
+        "from .. to",
+        "objective over the sweep",
+        "nearest guardrail break",
+    ]);
+    for sw in &r.sensitivity {
+        let (lo, hi) = sw.points.iter().fold((f64::MAX, f64::MIN), |(lo, hi), p| {
+            (lo.min(p.objective), hi.max(p.objective))
+        });
+        let first = sw.points.first().map(|p| short(&p.value)).unwrap_or_default();
+        let last = sw.points.last().map(|p| short(&p.value)).unwrap_or_default();
+        t.add_row(vec![
+            sw.name.clone(),
+            short(&sw.at),
+            format!("{first} .. {last}"),
+            format!("{lo:.3} .. {hi:.3} of vendor"),
+            match sw.nearest_break(|c| spec.guardrail(c)) {
+                Some((p, class, x)) => format!("{class} {:+.1} % at {}", x * 100.0, short(&p.value)),
+                None => "none".to_string(),
+            },
+        ]);
+    }
+    Some(format!(
+        "sensitivity (one setting at a time around the recommendation, {} held-out seeds per point; the report plots every class):\n{t}\n",
+        r.sensitivity_seeds.len()
+    ))
+}
+
+fn render(
+    r: &TuneResult,
+    spec: &xirang_fabric::tune::TuneSpec,
+    dir: &std::path::Path,
+    artifacts: &[render::Artifact],
+) -> String {
     let mut s = String::new();
     let mut t = table(&[
         "configuration",
@@ -255,9 +299,10 @@ fn render(r: &TuneResult, dir: &std::path::Path, artifacts: &[render::Artifact])
     }
     if let Some(a) = &r.ablation {
         s.push_str(&format!(
-            "of candidate {}'s {} changes, {} earn their place (each significantly worse to revert on {} validation seeds, or needed to keep a guardrail; {} reverted):\n",
+            "of candidate {}'s {} changed settings, in {} changes (a class's congestion control is one), {} earn their place (each significantly worse to revert on {} validation seeds, or needed to keep a guardrail; {} reverted):\n",
             r.best.map_or("?".to_string(), |b| b.to_string()),
             a.before.len(),
+            a.kept.len() + a.reverted.len(),
             a.kept.len(),
             r.validation_seeds.len(),
             a.reverted.len()
@@ -283,6 +328,9 @@ fn render(r: &TuneResult, dir: &std::path::Path, artifacts: &[render::Artifact])
         if !a.kept.is_empty() {
             s.push_str(&format!("{t}\n"));
         }
+    }
+    if let Some(t) = sensitivity_table(r, spec) {
+        s.push_str(&t);
     }
     s.push_str(&format!(
         "artifacts in {}:\n  {}\n",

@@ -36,9 +36,11 @@ fn a_killed_tune_resumes_to_the_same_result() {
         0,
     );
     // 54 for the search, the five baselines and the held-out seeds, 12 for the ablation (the
-    // vendor and the configurations it tried, on two validation seeds).
+    // vendor and the configurations it tried, on two validation seeds), 18 for the
+    // sensitivity sweeps (Kmin's four points and Kmax's five besides the recommended
+    // value, on two held-out seeds).
     assert!(
-        out.contains("16 candidates, 66 simulations run (0 read from the trial log)"),
+        out.contains("16 candidates, 84 simulations run (0 read from the trial log)"),
         "{out}"
     );
 
@@ -66,7 +68,7 @@ fn a_killed_tune_resumes_to_the_same_result() {
     let status = child.wait().unwrap();
     assert!(!status.success());
     let logged = rows(&db);
-    assert!((10..66).contains(&logged), "{logged} runs logged at the kill");
+    assert!((10..84).contains(&logged), "{logged} runs logged at the kill");
 
     // Without --resume the log is not overwritten.
     let (_, err) = run_expect(&["tune", SCENARIO, "--out", cut.to_str().unwrap(), "--quiet"], 1);
@@ -83,14 +85,14 @@ fn a_killed_tune_resumes_to_the_same_result() {
         ],
         0,
     );
-    let ran = 66 - logged;
+    let ran = 84 - logged;
     assert!(
         out.contains(&format!(
             "16 candidates, {ran} simulations run ({logged} read from the trial log)"
         )),
         "{out}"
     );
-    assert_eq!(rows(&db), 66);
+    assert_eq!(rows(&db), 84);
     assert_eq!(comparable(&whole), comparable(&cut));
 }
 
@@ -117,7 +119,9 @@ fn resuming_another_tune_is_refused() {
 }
 
 /// Every plot of the report, by name, in page order.
-const PLOTS: [&str; 8] = [
+/// The report's plots, in order; the sensitivity sweeps (one per swept setting) come
+/// between `pfc` and `correlation`.
+const PLOTS: [&str; 7] = [
     "objective",
     "classes",
     "latency",
@@ -125,10 +129,9 @@ const PLOTS: [&str; 8] = [
     "queues",
     "rates",
     "pfc",
-    "sensitivity",
 ];
 /// Headless window: wide enough for the 960-pixel plots, tall enough for the whole page.
-const WINDOW: (u32, u32) = (1024, 4800);
+const WINDOW: (u32, u32) = (1024, 9000);
 
 fn chromium() -> std::path::PathBuf {
     ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
@@ -183,7 +186,31 @@ fn report_renders_in_headless_chromium() {
         .unwrap_or_else(|| panic!("no plot check in the rendered page:\n{dom}"));
     let plots: Vec<serde_json::Value> = serde_json::from_str(&json.replace("&quot;", "\"")).unwrap();
     let names: Vec<&str> = plots.iter().map(|p| p["name"].as_str().unwrap()).collect();
-    assert_eq!(names, PLOTS);
+    let result: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("result.json")).unwrap()).unwrap();
+    let sweeps: Vec<String> = result["sensitivity"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| format!("sweep {}", s["name"].as_str().unwrap()))
+        .collect();
+    // Every tier's Kmin and Kmax at least (mini-mix has leaves and spines).
+    assert!(sweeps.len() >= 4, "{sweeps:?}");
+    let expected: Vec<&str> = PLOTS
+        .iter()
+        .copied()
+        .chain(sweeps.iter().map(String::as_str))
+        .chain(["correlation"])
+        .collect();
+    assert_eq!(names, expected);
+    // The page tells the guardrails, intervals, contributions and sweeps apart.
+    for heading in [
+        "Guardrails on held-out seeds",
+        "What each change is worth",
+        "How close to a cliff",
+    ] {
+        assert!(page.contains(heading), "no {heading:?} in the report");
+    }
 
     let png_path = tmp.path().join("report.png");
     let shot = headless(
