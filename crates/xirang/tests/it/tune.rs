@@ -303,3 +303,82 @@ fn a_time_budget_stops_the_search_and_still_reports() {
         "{err}"
     );
 }
+
+/// Seeds of the check below: apart from the search's (1..), the held-out evaluation's
+/// (1,000,001..) and the ablation's (2,000,001..), so that no step of the tune saw them.
+const FRESH_SEED_OFFSET: u64 = 3_000_000;
+
+/// Acceptances 1 and 2 of the trust issue on the default scenario (`xirang tune` with no
+/// scenario): the recommendation keeps every class's guardrail on the held-out seeds, and
+/// every change it keeps is significantly worse to revert on seeds no step of the tune
+/// used (paired by seed against the recommendation, 95 % bootstrap interval above zero).
+#[test]
+fn the_default_recommendation_keeps_its_guardrails_and_only_changes_that_earn_their_place() {
+    use rayon::prelude::*;
+    use xirang_fabric::tune::{ParamValue, apply};
+    use xirang_tune::eval::Evaluator;
+
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("default");
+    run_expect(&["tune", "--out", out.to_str().unwrap(), "--quiet"], 0);
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("result.json")).unwrap()).unwrap();
+    assert_eq!(r["verdict"]["outcome"], "recommended", "{}", r["verdict"]);
+    let guardrails = r["guardrails"].as_array().unwrap();
+    assert!(!guardrails.is_empty());
+    for g in guardrails {
+        assert!(
+            g["margin"].as_f64().unwrap() >= 0.0,
+            "guardrail broken on the held-out seeds: {g}"
+        );
+    }
+
+    let loaded = xirang_fabric::scenario::Scenario::load(&root().join("scenarios/default.toml"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let tiers = loaded.fabric.tiers();
+    let recommendation: Vec<(String, ParamValue)> =
+        serde_json::from_value(r["recommendation"].clone()).unwrap();
+    let kept = r["ablation"]["kept"].as_array().unwrap();
+    assert!(!kept.is_empty());
+    let eval = Evaluator::new(&loaded);
+    let vendor = xirang_tune::space::baselines(&loaded)[0].config.clone();
+    let seeds: Vec<u64> = (0..u64::from(loaded.scenario.tune.held_out_seeds))
+        .map(|i| loaded.scenario.run.seed + FRESH_SEED_OFFSET + i)
+        .collect();
+    let recommended = apply(&loaded.scenario.config, &tiers, &recommendation).unwrap();
+    let mut configs = vec![("recommended".to_string(), recommended)];
+    for c in kept {
+        let mut values = recommendation.clone();
+        for s in c["settings"].as_array().unwrap() {
+            let (name, vendor_value, _): (String, ParamValue, ParamValue) =
+                serde_json::from_value(s.clone()).unwrap();
+            values.iter_mut().find(|(n, _)| *n == name).unwrap().1 = vendor_value;
+        }
+        configs.push((
+            c["name"].as_str().unwrap().to_string(),
+            apply(&loaded.scenario.config, &tiers, &values).unwrap(),
+        ));
+    }
+    // The vendor on every fresh seed, then every configuration, each scored against it.
+    let refs: Vec<_> = seeds.par_iter().map(|s| eval.run(&vendor, *s, None)).collect();
+    let jobs: Vec<(usize, usize)> = (0..configs.len())
+        .flat_map(|c| (0..seeds.len()).map(move |s| (c, s)))
+        .collect();
+    let scores: Vec<f64> = jobs
+        .par_iter()
+        .map(|(c, s)| {
+            let m = eval.run(&configs[*c].1, seeds[*s], Some(refs[*s].sim_us * 10.0));
+            eval.score(&m, &refs[*s]).relative
+        })
+        .collect();
+    let of = |c: usize| &scores[c * seeds.len()..(c + 1) * seeds.len()];
+    for (c, (name, _)) in configs.iter().enumerate().skip(1) {
+        let diffs: Vec<f64> = of(c).iter().zip(of(0)).map(|(a, b)| a - b).collect();
+        let cost = xirang_tune::stats::mean_interval(&diffs, 7);
+        assert!(
+            cost.above_zero(),
+            "reverting {name} is not significantly worse on fresh seeds: {}",
+            cost.percent()
+        );
+    }
+}
