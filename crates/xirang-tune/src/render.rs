@@ -85,6 +85,12 @@ impl<'a> Context<'a> {
             ),
             _ => "no candidate beat the vendor defaults within the constraints and guardrails: these are the vendor defaults".to_string(),
         };
+        let verdict = match (&r.verdict, r.vendor_violations()) {
+            (crate::search::Verdict::Recommended, _) | (_, None) => verdict,
+            (_, Some((k, n, first))) => format!(
+                "{verdict}; WARNING: the vendor defaults themselves break a constraint on {k} of {n} held-out seeds ({first})"
+            ),
+        };
         Context {
             loaded,
             source,

@@ -789,16 +789,22 @@ pub fn html(cx: &Context<'_>, r: &TuneResult, space: &[Param], samples: &[Sample
     if let Some(why) = &r.search_stopped {
         let _ = writeln!(s, "<p><strong>{}</strong></p>", html_escape(why));
     }
-    s.push_str("<h2>Result on held-out seeds</h2>\n<table><tr><th>configuration</th><th>objective (mean)</th><th>sd</th><th>vs vendor</th><th>per class (relative to vendor)</th><th>violations</th></tr>\n");
+    s.push_str("<h2>Result on held-out seeds</h2>\n<table><tr><th>configuration</th><th>objective (mean)</th><th>sd</th><th>vs vendor</th><th>tuned better by (paired, 95 %)</th><th>per class (relative to vendor)</th><th>violations</th></tr>\n");
     for h in &r.held_out {
         let classes: Vec<String> = h.classes.iter().map(|(c, x)| format!("{c} {x:.3}")).collect();
+        let versus = r
+            .versus_baselines
+            .iter()
+            .find(|(n, _)| *n == h.name)
+            .map_or_else(String::new, |(_, d)| d.percent());
         let _ = writeln!(
             s,
-            "<tr><td>{}</td><td>{:.4}</td><td>{:.4}</td><td>{:+.1}%</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td>{}</td><td>{:.4}</td><td>{:.4}</td><td>{:+.1}%</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             html_escape(&h.name),
             h.mean(),
             h.std(),
             (1.0 - h.mean()) * 100.0,
+            html_escape(&versus),
             html_escape(&classes.join(", ")),
             if h.violations.is_empty() {
                 "none".to_string()
@@ -857,7 +863,10 @@ pub fn html(cx: &Context<'_>, r: &TuneResult, space: &[Param], samples: &[Sample
         for c in &a.kept {
             for (i, (n, vendor, value)) in c.settings.iter().enumerate() {
                 let worth = if i == 0 {
-                    c.without.percent()
+                    match &c.revert_breaks {
+                        Some(b) => format!("{}; reverting it breaks: {b}", c.without.percent()),
+                        None => c.without.percent(),
+                    }
                 } else {
                     format!("(with {})", c.name)
                 };

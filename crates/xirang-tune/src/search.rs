@@ -144,6 +144,10 @@ pub struct Contribution {
     /// Kept although its revert is not significantly worse: reverting it breaks a
     /// constraint or takes a class further past its guardrail.
     pub needed_for_guardrail: bool,
+    /// What reverting it breaks, when it breaks something: the first constraint broken
+    /// on a validation seed, or the guardrail it takes a class past. (`without` is then
+    /// the metrics' change alone, without the penalty the search adds for it.)
+    pub revert_breaks: Option<String>,
 }
 
 /// Backward elimination of the chosen candidate's changes, on the validation seeds.
@@ -207,6 +211,17 @@ impl Sweep {
                 .max_by(|a, b| a.1.total_cmp(&b.1))
                 .map(|(c, x)| (p, c, x))
         })
+    }
+}
+
+impl TuneResult {
+    /// When the vendor default itself breaks a constraint on held-out seeds: on how many
+    /// of them, and the first such violation. The vendor default is what a tune falls
+    /// back to, so a report must say so.
+    pub fn vendor_violations(&self) -> Option<(usize, usize, String)> {
+        let v = self.held_out.iter().find(|h| h.name == "vendor")?;
+        let first = v.violations.first()?;
+        Some((v.violations.len(), v.objectives.len(), first.clone()))
     }
 }
 
@@ -282,6 +297,9 @@ pub struct TuneResult {
     /// recommendation's: positive = the recommendation is better); without a tested
     /// recommendation, the baseline's own gain over the vendor.
     pub versus_best_baseline: Option<(String, Interval)>,
+    /// The tested recommendation's advantage over each baseline on the held-out seeds,
+    /// paired by seed, in the baselines' order (empty when nothing was tested).
+    pub versus_baselines: Vec<(String, Interval)>,
     /// What the tune concludes; unless [`Verdict::Recommended`], the recommendation is
     /// the vendor default.
     pub verdict: Verdict,
@@ -584,6 +602,12 @@ fn paired(a: &[Score], b: &[Score]) -> Vec<f64> {
     a.iter().zip(b).map(|(x, y)| x.objective - y.objective).collect()
 }
 
+/// As [`paired`], on the application metrics alone (no penalty for a broken constraint):
+/// what a report can state as a percentage.
+fn paired_relative(a: &[Score], b: &[Score]) -> Vec<f64> {
+    a.iter().zip(b).map(|(x, y)| x.relative - y.relative).collect()
+}
+
 /// What the ablation reverts at once: a class's congestion control (its algorithm with
 /// the parameters of that algorithm, which act only together) or one other setting.
 type Unit = (String, Vec<(String, ParamValue)>);
@@ -744,14 +768,24 @@ fn ablate(
             let without = eval(k, &with_changes(&rest))?;
             let allowed = without.iter().all(|s| s.violation.is_none())
                 && guardrail_excess(&without, spec) <= guardrail_excess(&current, spec);
+            let revert_breaks = without
+                .iter()
+                .find_map(|s| s.violation.clone())
+                .or_else(|| (!allowed).then(|| guardrail_broken(&without, spec)).flatten());
+            let cost = if revert_breaks.is_some() {
+                mean_interval(&paired_relative(&without, &current), ci_seed(k))
+            } else {
+                mean_interval(&paired(&without, &current), ci_seed(k))
+            };
             let c = Contribution {
                 name: name.clone(),
                 settings: settings
                     .iter()
                     .map(|(n, v)| (n.clone(), vendor_of(n).unwrap_or_else(|| v.clone()), v.clone()))
                     .collect(),
-                without: mean_interval(&paired(&without, &current), ci_seed(k)),
+                without: cost,
                 needed_for_guardrail: !allowed,
+                revert_breaks,
             };
             judged.push((*i, c, without, k, allowed));
         }
@@ -1450,6 +1484,29 @@ pub fn tune_with(
         .iter()
         .filter(|h| h.name != "tuned" && h.name != "vendor")
         .min_by(|a, b| a.mean().total_cmp(&b.mean()).then(a.name.cmp(&b.name)));
+    // Against every baseline: the tuned configuration's advantage per seed (its objective
+    // subtracted from the baseline's; +0.05: 5 % of the vendor's better), paired on the
+    // seeds both ran.
+    let versus_baselines: Vec<(String, Interval)> = match held_out.iter().find(|h| h.name == "tuned") {
+        Some(t) => held_out
+            .iter()
+            .filter(|h| h.name != "tuned")
+            .enumerate()
+            .map(|(i, b)| {
+                let diffs: Vec<f64> = b
+                    .objectives
+                    .iter()
+                    .zip(&t.objectives)
+                    .map(|(x, y)| x - y)
+                    .collect();
+                (
+                    b.name.clone(),
+                    mean_interval(&diffs, mix(spec.seed, 0xba5e + i as u64)),
+                )
+            })
+            .collect(),
+        None => Vec::new(),
+    };
     let versus_best_baseline = best_baseline.map(|b| {
         let diffs: Vec<f64> = match held_out.iter().find(|h| h.name == "tuned") {
             Some(t) => b
@@ -1466,6 +1523,7 @@ pub fn tune_with(
     Ok(TuneResult {
         search_stopped: stopped,
         versus_best_baseline,
+        versus_baselines,
         verdict,
         ablation,
         gain,

@@ -215,16 +215,23 @@ fn render(
         "objective (held-out mean)",
         "spread (sd)",
         "vs vendor",
+        "tuned better by (paired, 95 %)",
         "per class",
         "violations",
     ]);
     for h in &r.held_out {
         let classes: Vec<String> = h.classes.iter().map(|(c, x)| format!("{c} {:.3}", x)).collect();
+        let versus = r
+            .versus_baselines
+            .iter()
+            .find(|(n, _)| *n == h.name)
+            .map_or_else(String::new, |(_, d)| d.percent());
         t.add_row(vec![
             h.name.clone(),
             format!("{:.4}", h.mean()),
             format!("{:.4}", h.std()),
             format!("{:+.1}%", (1.0 - h.mean()) * 100.0),
+            versus,
             classes.join(", "),
             if h.violations.is_empty() {
                 "none".to_string()
@@ -269,6 +276,13 @@ fn render(
         Verdict::GuardrailBroken { class } => s.push_str(&format!(
             "the reduced candidate breaks the {class} guardrail on the held-out seeds: the recommendation is the vendor default\n"
         )),
+    }
+    if !matches!(r.verdict, Verdict::Recommended)
+        && let Some((k, n, first)) = r.vendor_violations()
+    {
+        s.push_str(&format!(
+            "WARNING: the vendor default breaks a constraint itself, on {k} of {n} held-out seeds ({first}): no candidate fixed that within the guardrails; compare the baselines above\n"
+        ));
     }
     if let Some((name, d)) = &r.versus_best_baseline {
         let tested = r.held_out.iter().any(|h| h.name == "tuned");
@@ -317,9 +331,10 @@ fn render(
         let mut t = table(&["setting", "vendor", "recommended", "worse without it (95 %)"]);
         for c in &a.kept {
             for (i, (n, vendor, value)) in c.settings.iter().enumerate() {
-                let worth = match (i, c.needed_for_guardrail) {
-                    (0, false) => c.without.percent(),
-                    (0, true) => format!("{} (kept for a guardrail)", c.without.percent()),
+                let worth = match (i, c.needed_for_guardrail, &c.revert_breaks) {
+                    (0, false, _) => c.without.percent(),
+                    (0, true, Some(b)) => format!("{}; reverting it breaks: {b}", c.without.percent()),
+                    (0, true, None) => format!("{} (kept for a guardrail)", c.without.percent()),
                     _ => format!("(with {})", c.name),
                 };
                 t.add_row(vec![n.clone(), short(vendor), short(value), worth]);
