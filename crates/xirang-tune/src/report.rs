@@ -89,6 +89,21 @@ fn svg(
     }
 }
 
+/// Every plot's legend: the series' labels in a framed, nearly opaque box.
+fn draw_legend<'a, DB, CT>(chart: &mut ChartContext<'a, DB, CT>) -> DrawResult
+where
+    DB: DrawingBackend + 'a,
+    DB::ErrorType: 'static,
+    CT: plotters::coord::CoordTranslate,
+{
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.9))
+        .border_style(BLACK)
+        .draw()?;
+    Ok(())
+}
+
 fn html_escape(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
@@ -152,11 +167,7 @@ fn plot_objective(r: &TuneResult) -> String {
             ))?
             .label("vendor defaults")
             .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color(1).stroke_width(2)));
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.9))
-            .border_style(BLACK)
-            .draw()?;
+        draw_legend(&mut chart)?;
         Ok(())
     })
 }
@@ -257,11 +268,7 @@ fn plot_classes(r: &TuneResult) -> String {
                 .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 15, y + 5)], color(k).filled()));
             chart.draw_series(errs)?;
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.9))
-            .border_style(BLACK)
-            .draw()?;
+        draw_legend(&mut chart)?;
         Ok(())
     })
 }
@@ -397,11 +404,7 @@ fn plot_queues(samples: &[Sample]) -> String {
                 .label(label)
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color(k).stroke_width(2)));
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.9))
-            .border_style(BLACK)
-            .draw()?;
+        draw_legend(&mut chart)?;
         Ok(())
     })
 }
@@ -449,11 +452,7 @@ fn plot_rates(samples: &[Sample]) -> String {
                 .label(format!("flow {flow} QP {qp}"))
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color(k).stroke_width(2)));
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.9))
-            .border_style(BLACK)
-            .draw()?;
+        draw_legend(&mut chart)?;
         Ok(())
     })
 }
@@ -520,11 +519,7 @@ fn plot_pfc(samples: &[Sample]) -> String {
                 .label(s.name.clone())
                 .legend(move |(x, y)| Circle::new((x + 10, y), 3, color(k).filled()));
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.9))
-            .border_style(BLACK)
-            .draw()?;
+        draw_legend(&mut chart)?;
         Ok(())
     })
 }
@@ -758,11 +753,7 @@ fn plot_sweep(sw: &crate::search::Sweep, p: Option<&Param>, tolerance: impl Fn(&
                     )
                 });
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.9))
-            .border_style(BLACK)
-            .draw()?;
+        draw_legend(&mut chart)?;
         Ok(())
     })
 }
