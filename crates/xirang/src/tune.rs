@@ -160,9 +160,10 @@ pub(crate) fn run(a: &TuneArgs) -> Result<Outcome> {
 /// resolution; a vendor value may not be).
 fn short(v: &xirang_fabric::tune::ParamValue) -> String {
     match v {
-        xirang_fabric::tune::ParamValue::Number(x) if x.fract() != 0.0 => {
-            format!("{x:.4}").trim_end_matches('0').to_string()
-        }
+        xirang_fabric::tune::ParamValue::Number(x) if x.fract() != 0.0 => format!("{x:.4}")
+            .trim_end_matches('0')
+            .trim_end_matches('.')
+            .to_string(),
         other => other.to_string(),
     }
 }
