@@ -928,9 +928,7 @@ pub fn html(cx: &Context<'_>, r: &TuneResult, space: &[Param], samples: &[Sample
             r.sensitivity_seeds.len()
         );
         for sw in &r.sensitivity {
-            let (lo, hi) = sw.points.iter().fold((f64::MAX, f64::MIN), |(lo, hi), p| {
-                (lo.min(p.objective), hi.max(p.objective))
-            });
+            let (lo, hi) = sw.objective_range();
             let brk = match sw.nearest_break(|c| spec.guardrail(c)) {
                 Some((p, class, x)) => format!("{class} {:+.1} % at {}", x * 100.0, p.value),
                 None => "none".to_string(),

@@ -182,9 +182,7 @@ fn sensitivity_table(r: &TuneResult, spec: &xirang_fabric::tune::TuneSpec) -> Op
         "nearest guardrail break",
     ]);
     for sw in &r.sensitivity {
-        let (lo, hi) = sw.points.iter().fold((f64::MAX, f64::MIN), |(lo, hi), p| {
-            (lo.min(p.objective), hi.max(p.objective))
-        });
+        let (lo, hi) = sw.objective_range();
         let first = sw.points.first().map(|p| short(&p.value)).unwrap_or_default();
         let last = sw.points.last().map(|p| short(&p.value)).unwrap_or_default();
         t.add_row(vec![
