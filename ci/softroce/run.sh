@@ -2,8 +2,8 @@
 # The Soft-RoCE test bed in one command: installs what it needs (setup.sh), builds the
 # project's binary (unless XIRANG_BIN names one) and the guest image
 # (build-initramfs.sh), boots a qemu guest
-# under software emulation (TCG: no KVM, no network device; shared/reference/
-# softroce-testbed.md), runs the guest's tests and returns their exit code. The guest's
+# under software emulation (TCG: no KVM, no network device; docs/reference/softroce-testbed.md),
+# runs the guest's tests and returns their exit code. The guest's
 # console is in target/softroce/out/console.txt, its data (test logs, counter snapshots
 # after each test) in target/softroce/out/guest-data.txt. A guest that hangs or dies
 # without its result marker fails the run (99).

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Host side of the Soft-RoCE test bed (shared/reference/softroce-testbed.md): installs the
+# Host side of the Soft-RoCE test bed (docs/reference/softroce-testbed.md): installs the
 # Debian packages it needs (idempotent; never removes a package: qemu comes from
 # bookworm-backports to match the machine's qemu-utils) and fetches Debian's kernel
 # package without installing it. Everything it writes goes under $WORK.

@@ -1,6 +1,7 @@
 //! The audit rules, layer by layer. Each rule reads the cluster and emits findings with
 //! the evidence it read (file and value) and the fix. Facts and thresholds come from
-//! shared/reference (linux-rdma-sysfs.md, switch-config.md), cited where used.
+//! docs/reference/linux-rdma-sysfs.md and docs/reference/switch-config.md, cited where
+//! used.
 
 use std::collections::BTreeMap;
 
@@ -211,12 +212,12 @@ pub const RULES: &[RuleInfo] = &[
     },
 ];
 
-/// A RoCE port must reach this IB MTU to use jumbo frames (linux-rdma-sysfs.md §4).
+/// A RoCE port must reach this IB MTU to use jumbo frames (docs/reference/linux-rdma-sysfs.md §4).
 const ROCE_JUMBO_MTU_BYTES: u32 = 4096;
-/// `phys_state` codes (linux-rdma-sysfs.md §1.1).
+/// `phys_state` codes (docs/reference/linux-rdma-sysfs.md §1.1).
 const PHYS_POLLING: u8 = 2;
 const PHYS_DISABLED: u8 = 3;
-/// PMA counters that count link errors (linux-rdma-sysfs.md §1.2).
+/// PMA counters that count link errors (docs/reference/linux-rdma-sysfs.md §1.2).
 const LINK_ERROR_COUNTERS: &[&str] = &[
     "symbol_error",
     "link_error_recovery",
@@ -227,7 +228,7 @@ const LINK_ERROR_COUNTERS: &[&str] = &[
     "excessive_buffer_overrun_errors",
 ];
 /// mlx5 `hw_counters` that count transport-level loss and retries
-/// (linux-rdma-sysfs.md §1.3: out_of_seq and retrans groups).
+/// (docs/reference/linux-rdma-sysfs.md §1.3: out_of_seq and retrans groups).
 const RETRANS_COUNTERS: &[&str] = &[
     "out_of_sequence",
     "packet_seq_err",
@@ -237,12 +238,13 @@ const RETRANS_COUNTERS: &[&str] = &[
     "req_transport_retries_exceeded",
     "req_rnr_retries_exceeded",
 ];
-/// SONiC's port MTU when `PORT|<port>` has no `mtu` field (switch-config.md §1, PORT).
+/// SONiC's port MTU when `PORT|<port>` has no `mtu` field
+/// (docs/reference/switch-config.md §1, PORT).
 const SONIC_DEFAULT_MTU_BYTES: u32 = 9100;
 
-/// DSCP of CNPs: mlx5's `roce_np/cnp_dscp` default (switch-config.md §2).
+/// DSCP of CNPs: mlx5's `roce_np/cnp_dscp` default (docs/reference/switch-config.md §2).
 const CNP_DSCP: u8 = 48;
-/// Counters that count discards (linux-rdma-sysfs.md §1.2 and §1.3).
+/// Counters that count discards (docs/reference/linux-rdma-sysfs.md §1.2 and §1.3).
 const DISCARD_COUNTERS: &[&str] = &["port_xmit_discards", "out_of_buffer"];
 
 fn ev(host: &HostInventory, path: &str, value: impl ToString) -> Evidence {
@@ -446,7 +448,7 @@ fn pcie(c: &Cluster, out: &mut Vec<Finding>) {
     for h in &c.hosts {
         // Every link from the root down to each NIC and GPU, judged by its two ends: it
         // can train no faster than the slower end allows, min(device max, upstream port
-        // max), as NCCL computes it (linux-rdma-sysfs.md §3). The child's attributes
+        // max), as NCCL computes it (docs/reference/linux-rdma-sysfs.md §3). The child's attributes
         // describe the link to its parent, so each link is judged once, at the child.
         let mut seen = std::collections::BTreeSet::new();
         for f in h
@@ -474,7 +476,8 @@ fn pcie(c: &Cluster, out: &mut Vec<Finding>) {
                     continue;
                 }
                 // GPUs lower their link speed when idle to save power
-                // (linux-rdma-sysfs.md §3): a speed-only drop on a GPU link is a warning.
+                // (docs/reference/linux-rdma-sysfs.md §3): a speed-only drop on a GPU
+                // link is a warning.
                 let severity = if g.role == PciRole::Gpu && !narrow {
                     Severity::Warning
                 } else {
@@ -872,7 +875,7 @@ fn counters(c: &Cluster, out: &mut Vec<Finding>) {
 }
 
 /// `ethtool -S` counters, when captured: physical errors and discards per interface
-/// (linux-rdma-sysfs.md §2.1).
+/// (docs/reference/linux-rdma-sysfs.md §2.1).
 fn ethtool_counters(c: &Cluster, out: &mut Vec<Finding>) {
     for h in &c.hosts {
         for (ifname, stats) in &h.tools.ethtool {
@@ -909,8 +912,9 @@ fn ethtool_counters(c: &Cluster, out: &mut Vec<Finding>) {
             }
             // Pause frames this NIC sent (link-level and per priority) beside a receive
             // side that overflows: the NIC pauses its switch because the host does not take
-            // the data off it fast enough (linux-rdma-sysfs.md §2.1: rx_out_of_buffer is a
-            // receive queue with no posted buffer, rx_discards_phy the port's own buffer).
+            // the data off it fast enough (docs/reference/linux-rdma-sysfs.md §2.1:
+            // rx_out_of_buffer is a receive queue with no posted buffer, rx_discards_phy the
+            // port's own buffer).
             let sent_pause: Vec<(String, u64)> = std::iter::once("tx_pause_ctrl_phy".to_string())
                 .chain((0..8).map(|p| format!("tx_prio{p}_pause")))
                 .filter_map(|n| stats.get(&n).filter(|v| *v > 0).map(|v| (n, v)))
@@ -990,7 +994,7 @@ fn mtu(c: &Cluster, out: &mut Vec<Finding>) {
             }
         }
         // RoCE active MTU as ibv_devinfo reports it, where the netdev MTU is fine: the
-        // port negotiated less than the netdev allows (linux-rdma-sysfs.md §4).
+        // port negotiated less than the netdev allows (docs/reference/linux-rdma-sysfs.md §4).
         for (h, d, m) in &nics {
             if *m != want {
                 continue;
@@ -1332,7 +1336,7 @@ fn switch_queues(c: &Cluster, out: &mut Vec<Finding>) {
         }
         if db.pfc_enabled(&port).contains(&prio) {
             // The PG that the RoCE priority lands in must hold PFC headroom (xoff), or
-            // in-flight data after a pause is dropped (switch-config.md, check 2).
+            // in-flight data after a pause is dropped (docs/reference/switch-config.md, check 2).
             let pg = tc.and_then(|tc| db.pg_of_tc(&port, tc));
             let lossless = pg
                 .and_then(|pg| db.pg_profile(&port, pg))
@@ -1360,7 +1364,7 @@ fn switch_queues(c: &Cluster, out: &mut Vec<Finding>) {
             }
         }
         // CNPs (DSCP 48 by default, roce_np/cnp_dscp) must not queue behind the data they
-        // are meant to slow down (switch-config.md, check 3).
+        // are meant to slow down (docs/reference/switch-config.md, check 3).
         let cnp_queue = db
             .dscp_to_tc(&port, CNP_DSCP)
             .and_then(|tc| db.queue_of_tc(&port, tc));
@@ -1517,7 +1521,7 @@ fn tclass(c: &Cluster, out: &mut Vec<Finding>) {
     let want = c.policy.roce_dscp;
     for (h, d) in devices(c) {
         let Some(tos) = d.traffic_class else { continue };
-        // TOS = DSCP x 4 + ECN bits (switch-config.md §2).
+        // TOS = DSCP x 4 + ECN bits (docs/reference/switch-config.md §2).
         let dscp = tos >> 2;
         if dscp == want {
             continue;

@@ -2,16 +2,16 @@
 """Builds the healthy fixture cluster under test_data/cluster/ from the project's copies
 of real captures (run from anywhere; writes next to this script):
 
-- host trees: the sysfs layout of shared/fixtures/sysfs (prometheus/procfs), with the
-  mlx5 DCQCN knobs and hw_counter names of its eth0/mlx5_0 (real mlx5 defaults), the
-  `mlnx_qos -i` output of shared/fixtures/rdma-misc (trust dscp, PFC on priority 3) and
-  the ConnectX-4 Lx `ethtool -S` of shared/fixtures/ethtool (no errors) as the captured
-  command outputs, and a GID table laid out like the show_gids fixture
-  (link-local v1/v2, then IPv4-mapped v1/v2);
+- host trees: the sysfs layout of crates/xirang-host/test_data/sysfs (prometheus/procfs),
+  with the mlx5 DCQCN knobs and hw_counter names of its eth0/mlx5_0 (real mlx5 defaults),
+  the `mlnx_qos -i` output of crates/xirang-host/test_data/mlnx_qos (trust dscp, PFC on
+  priority 3) and the ConnectX-4 Lx `ethtool -S` of crates/xirang-host/test_data/ethtool
+  (no errors) as the captured command outputs, and a GID table laid out like the show_gids
+  fixture (link-local v1/v2, then IPv4-mapped v1/v2);
 - switch configs: SONiC's Mellanox SN4600C QoS and buffer tables from
-  shared/fixtures/sonic, merged, with two changes a RoCE deployment makes (DSCP 26, RoCE
-  data, to TC 3 and DSCP 48, CNP, to TC 6; PFC on priority 3 only, as the hosts) and a
-  PORT and PFC_WD table added (SONiC defaults: MTU 9100; watchdog 200 ms, drop);
+  crates/xirang-switch/test_data/sonic, merged, with two changes a RoCE deployment makes
+  (DSCP 26, RoCE data, to TC 3 and DSCP 48, CNP, to TC 6; PFC on priority 3 only, as the
+  hosts) and a PORT and PFC_WD table added (SONiC defaults: MTU 9100; watchdog 200 ms, drop);
 - topology.toml: which NIC plugs into which switch port; policy.toml.
 
 8 hosts x 2 NICs (ConnectX-6 Dx, 100G RoCE) and 2 GPUs, each GPU and NIC pair behind one

@@ -1,7 +1,7 @@
 //! The NCCL advisor: environment settings for a fabric, each with the reason, and the
 //! cost model's bus bandwidth per size and algorithm behind them.
 //!
-//! Variables, meanings and defaults: shared/reference/collectives-and-nccl.md §5.
+//! Variables, meanings and defaults: docs/reference/collectives-and-nccl.md §5.
 
 use serde::Serialize;
 use xirang_fabric::Loaded;

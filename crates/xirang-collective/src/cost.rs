@@ -2,7 +2,7 @@
 //! and protocol, and which one NCCL would pick.
 //!
 //! Structure and constants follow NCCL's own tuning model (`src/graph/tuning.cc`, as
-//! summarised in shared/reference/collectives-and-nccl.md §2): time = latency + bytes /
+//! summarised in docs/reference/collectives-and-nccl.md §2): time = latency + bytes /
 //! algorithm bandwidth, latency = base + per-hop latencies (NVLink or PCIe inside a node,
 //! network between nodes), bandwidth = channels x per-channel bandwidth with the protocol's
 //! efficiency and per-channel caps, and NCCL picks the (algorithm, protocol) with the least
@@ -53,7 +53,7 @@ impl GpuGen {
 /// One GPU's NVLink bandwidth in one direction, GB/s, for SXM parts by model name: NVLink 2
 /// (V100, 6 links), 3 (A100, 12), 4 (H100/H200, 18) at 25 GB/s per link, NVLink 5 (B200,
 /// 18 links at 50 GB/s). `None` for PCIe cards (L40S, L4, A10, `... PCIe`), whose GPUs
-/// talk over PCIe. Link counts are NVIDIA data-sheet figures, not in shared/reference:
+/// talk over PCIe. Link counts are NVIDIA data-sheet figures, not in docs/reference:
 /// unconfirmed.
 pub fn nvlink_gbs_of_model(model: &str) -> Option<f64> {
     const LINK_GBS: f64 = 25.0;
@@ -111,7 +111,7 @@ impl Coll {
         })
     }
 
-    /// nccl-tests' bus bandwidth factor (shared/reference/collectives-and-nccl.md §3).
+    /// nccl-tests' bus bandwidth factor (docs/reference/collectives-and-nccl.md §3).
     pub fn bus_factor(self, n: u32) -> f64 {
         let n = f64::from(n);
         match self {
@@ -179,8 +179,8 @@ impl Proto {
     }
 
     /// Payload bytes in one of a connection's `NCCL_STEPS` (8) slots: the protocol's
-    /// default buffer / 8, times its payload share (collectives-and-nccl.md §1: LL 512 KiB
-    /// at 50%, LL128 4 800 KiB at 120/128, Simple 4 MiB).
+    /// default buffer / 8, times its payload share (docs/reference/collectives-and-nccl.md §1:
+    /// LL 512 KiB at 50%, LL128 4 800 KiB at 120/128, Simple 4 MiB).
     fn slot_payload_bytes(self) -> f64 {
         const NCCL_STEPS: f64 = 8.0;
         match self {
@@ -191,7 +191,8 @@ impl Proto {
     }
 }
 
-/// NCCL tuning constants, index order LL / LL128 / Simple (collectives-and-nccl.md §2.2).
+/// NCCL tuning constants, index order LL / LL128 / Simple
+/// (docs/reference/collectives-and-nccl.md §2.2).
 mod nccl {
     /// Base latency, µs: [Tree, Ring].
     pub(super) const BASE_LAT: [[f64; 3]; 2] = [[6.8, 14.0, 8.4], [6.6, 14.0, 8.4]];
@@ -288,16 +289,17 @@ pub struct Prediction {
 /// (header bytes: xirang_fabric::config::ROCEV2_HEADER_BYTES).
 pub const ROCE_PAYLOAD_SHARE: f64 = 4096.0 / (4096.0 + xirang_fabric::config::ROCEV2_HEADER_BYTES as f64);
 /// NVLink bandwidth NCCL can use: NCCL counts 20 GB/s per NVLink 4 link where the link
-/// carries 25 (NCCL `topo.h` SM90 constant as we recall it; unconfirmed in shared/reference).
+/// carries 25 (NCCL `topo.h` SM90 constant as we recall it; unconfirmed in docs/reference).
 pub const NVLINK_EFFICIENCY: f64 = 0.8;
 /// What NCCL's point-to-point transport moves between two GPUs on different nodes with
-/// default settings (2 channels per network peer, 128 KiB chunks: collectives-and-nccl.md
-/// §1), GB/s. An empirical calibration, not a derivation: three independent fixtures agree
-/// (shared/fixtures/nccl-tests: a healthy H100 pair 13.5, a 400 Gbit/s RoCE pair 14.0 whose
-/// link reaches 370 Gbit/s in perftest, 80-rank sendrecv 15.2), all far below the NIC.
+/// default settings (2 channels per network peer, 128 KiB chunks:
+/// docs/reference/collectives-and-nccl.md §1), GB/s. An empirical calibration, not a derivation:
+/// three independent fixtures agree (crates/xirang-collective/test_data/nccl-tests: a healthy H100
+/// pair 13.5, a 400 Gbit/s RoCE pair 14.0 whose link reaches 370 Gbit/s in perftest, 80-rank
+/// sendrecv 15.2), all far below the NIC.
 pub const P2P_NET_PEER_GBS: f64 = 14.0;
 /// PCIe Gen4 x16 usable GB/s when GPUs have no NVLink (NCCL counts Gen3 x16 as 12 GB/s,
-/// collectives-and-nccl.md §2.3; Gen4 doubles it).
+/// docs/reference/collectives-and-nccl.md §2.3; Gen4 doubles it).
 pub const PCIE_GEN4_X16_GBS: f64 = 24.0;
 
 impl Platform {
@@ -513,7 +515,7 @@ pub fn predict(coll: Coll, algo: Algo, proto: Proto, bytes: u64, p: &Platform) -
         // model gets that effect from the pipeline fill below instead (see `fill_us`).
         (Algo::Tree, Proto::Simple) => (bus * nccl::TREE_EFF).min(nch * nccl::TREE_PER_CH[generation][ni]),
     };
-    // Latency (collectives-and-nccl.md §2.4).
+    // Latency (docs/reference/collectives-and-nccl.md §2.4).
     let a = match algo {
         Algo::Tree | Algo::Nvls | Algo::NvlsTree => 0,
         Algo::Ring => 1,
@@ -587,7 +589,7 @@ pub fn predict(coll: Coll, algo: Algo, proto: Proto, bytes: u64, p: &Platform) -
     // the nodes' tree, then down again); until the pipeline is full, part of it idles.
     // NCCL's latency terms count the hops but not this fill; NCCL accounts for it with
     // `treeCorrectionFactor` (0.4-1.0 by size; only its Simple row is in
-    // shared/reference). Modelling the fill instead makes the loss follow depth and
+    // docs/reference). Modelling the fill instead makes the loss follow depth and
     // channels; it reproduces the HDR fixture's mid-size curve (VALIDATION.md), where the
     // tree loses about a third of its bandwidth at 32-256 MiB.
     let fill_us = if matches!(algo, Algo::Tree | Algo::NvlsTree | Algo::Nvls) {

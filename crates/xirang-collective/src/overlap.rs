@@ -24,7 +24,7 @@ use xirang_fabric::diag::KeyPath;
 
 use crate::input::{self, InputError};
 
-/// PyTorch DDP's `bucket_cap_mb` default, 25 MiB (shared/reference/collectives-and-nccl.md §6).
+/// PyTorch DDP's `bucket_cap_mb` default, 25 MiB (docs/reference/collectives-and-nccl.md §6).
 pub const PYTORCH_DEFAULT_BUCKET_BYTES: u64 = 25 * 1024 * 1024;
 /// PyTorch DDP's first bucket, 1 MiB (`dist._DEFAULT_FIRST_BUCKET_BYTES`, same section).
 pub const PYTORCH_FIRST_BUCKET_BYTES: u64 = 1024 * 1024;

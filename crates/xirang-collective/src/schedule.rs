@@ -706,7 +706,7 @@ fn post_order(children: &[Vec<u32>], root: u32) -> Vec<u32> {
 }
 
 /// nccl-tests' bus-bandwidth factor for an operation on `n` ranks
-/// (shared/reference/collectives-and-nccl.md §3).
+/// (docs/reference/collectives-and-nccl.md §3).
 pub fn bus_factor(op: CollectiveOp, n: u32) -> f64 {
     let n = f64::from(n);
     match op {

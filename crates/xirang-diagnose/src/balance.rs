@@ -1,5 +1,5 @@
 //! Rules about where traffic goes and how fast hosts feed it, each a row of
-//! shared/reference/diagnosis.md §2:
+//! docs/reference/diagnosis.md §2:
 //!
 //! - `ECMP-HOT-SPINE` (row 9, the fabric side): the leaves hash far more than their
 //!   share of uplink bytes to one spine, at several leaves at once (a polarised hash,

@@ -11,7 +11,7 @@ use xirang_host::tree::MemTree;
 use crate::finding::{Finding, render_text};
 
 /// Kernel log lines worth keeping (mlx5 driver, PCIe AER, RDMA core): the symptom
-/// table's rows 2, 4, 13 and 14 point at them (shared/reference/diagnosis.md §2).
+/// table's rows 2, 4, 13 and 14 point at them (docs/reference/diagnosis.md §2).
 pub const KERNEL_PATTERNS: &[&str] = &[
     "mlx5",
     "AER",

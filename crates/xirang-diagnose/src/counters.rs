@@ -1,6 +1,6 @@
 //! Diagnosis from counters: a telemetry window (the monitor's history, a Prometheus
 //! server, or anything else with the same metric names) read through rules in the
-//! hardware counter schema (shared/reference/diagnosis.md §2).
+//! hardware counter schema (docs/reference/diagnosis.md §2).
 //!
 //! Rules so far (the symptom table's rows 1 and 2):
 //! - `LINK-ERRORS`: `symbol_error`, `link_error_recovery`, `port_rcv_errors` or
@@ -54,7 +54,7 @@ pub struct Window {
     pub flows: Vec<crate::paths::FlowPath>,
 }
 
-/// Counters whose increase means link errors: NIC PMA counters (linux-rdma-sysfs.md
+/// Counters whose increase means link errors: NIC PMA counters (docs/reference/linux-rdma-sysfs.md
 /// §1.2) and a switch port's SAI input errors (FCS failures on the link into it).
 pub const LINK_ERROR_COUNTERS: &[&str] = &[
     "symbol_error",

@@ -2,7 +2,7 @@
 //! the directory `xirang audit` and `xirang rollout` read): the cabling and each port's
 //! nominal rate, which live counters do not carry, so that both ends of a link are
 //! compared and a port is judged against its configured speed; and the audit's
-//! configuration findings, which explain what the counters show (diagnosis.md §2's
+//! configuration findings, which explain what the counters show (docs/reference/diagnosis.md §2's
 //! "check configuration" column).
 
 use std::collections::BTreeMap;

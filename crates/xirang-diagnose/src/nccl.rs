@@ -1,7 +1,7 @@
 //! Diagnosis from nccl-tests logs alone: what NCCL printed (INFO lines, the command line,
 //! failures) and what it measured (bus bandwidth per size, per node pair).
 //!
-//! Rules (shared/reference/diagnosis.md §1.7 and the symptom table, rules 15 and 18):
+//! Rules (docs/reference/diagnosis.md §1.7 and the symptom table, rules 15 and 18):
 //! - `NCCL-ABORT`: "remote process exited or there was a network error" — the pair's path
 //!   (or the remote process) failed; named with the pair and the abort line.
 //! - `NCCL-FAILED`: any other test failure line.

@@ -1,5 +1,5 @@
 //! Voting along the paths of degraded flows (007, NSDI 2018; R-Pingmesh's localisation,
-//! shared/reference/diagnosis.md §1.2): every flow that ran much slower than the others
+//! docs/reference/diagnosis.md §1.2): every flow that ran much slower than the others
 //! (or never finished) gives one vote, split evenly over the links of its path; the link
 //! with the most votes is the element the degraded flows share. A flow's path is what a
 //! traceroute of its 5-tuple gives; the simulator writes each flow's (first QP's) path

@@ -1,4 +1,4 @@
-//! Rules beyond the link counters, each a row of shared/reference/diagnosis.md §2:
+//! Rules beyond the link counters, each a row of docs/reference/diagnosis.md §2:
 //!
 //! - `MTU-MISMATCH` (row 12): oversize frames dropped at a switch port.
 //! - `LINK-SLOW` (row 3): a port running below its nominal rate (or, without one, below

@@ -2,7 +2,7 @@
 //! buffers, congestion control per traffic class), transport (QPs, WR depth, CQ
 //! moderation) and application (NCCL, registered memory pool).
 //!
-//! Every default comes from `shared/reference` and says where in a comment. A scenario's
+//! Every default comes from `docs/reference/` and says where in a comment. A scenario's
 //! `[config]` section overrides any subset; unspecified keys keep these defaults.
 
 use std::collections::BTreeMap;
@@ -56,8 +56,8 @@ impl Default for FabricConfig {
 }
 
 /// NVLink 4 (H100, "NV18" in `nvidia-smi topo -m`: 18 links,
-/// shared/fixtures/nvidia-smi-topo/h100-8gpu-8nic-nv18-topo-m.txt) at 25 GB/s per link and
-/// direction: 450 GB/s. The per-link figure is not in shared/reference: unconfirmed.
+/// crates/xirang-host/test_data/nvidia-smi-topo/h100-8gpu-8nic-nv18-topo-m.txt) at 25 GB/s per link and
+/// direction: 450 GB/s. The per-link figure is not in docs/reference: unconfirmed.
 pub const H100_NVLINK_GBPS: f64 = 18.0 * 25.0 * 8.0;
 /// Start-up time of a GPU-to-GPU copy: our estimate, unconfirmed.
 pub const NVLINK_LATENCY_US: f64 = 1.0;
@@ -74,7 +74,7 @@ pub struct IntraHostConfig {
     pub nvlink_latency_us: f64,
     /// The GPUs' NVLinks meet in NVSwitches (HGX 8-GPU boards) rather than joining GPU to
     /// GPU (4-GPU boards): enables NVLink SHARP (NCCL's NVLS algorithms) on Hopper and later
-    /// (shared/reference/collectives-and-nccl.md §1).
+    /// (docs/reference/collectives-and-nccl.md §1).
     pub nvswitch: bool,
 }
 
@@ -88,13 +88,13 @@ impl Default for IntraHostConfig {
     }
 }
 
-/// Jumbo host MTU: shared/reference/linux-rdma-sysfs.md §2 (`mtu` e.g. 9000); 9000 gives
+/// Jumbo host MTU: docs/reference/linux-rdma-sysfs.md §2 (`mtu` e.g. 9000); 9000 gives
 /// RoCE active_mtu 4096 (§4).
 pub const DEFAULT_NIC_MTU_BYTES: u32 = 9000;
-/// SONiC default switch port MTU: shared/reference/switch-config.md, PORT table.
+/// SONiC default switch port MTU: docs/reference/switch-config.md, PORT table.
 pub const DEFAULT_SWITCH_MTU_BYTES: u32 = 9100;
 /// Smallest MTU accepted anywhere: the smallest IB MTU enum value
-/// (shared/reference/linux-rdma-sysfs.md §4).
+/// (docs/reference/linux-rdma-sysfs.md §4).
 pub const MIN_MTU_BYTES: u32 = 256;
 
 /// MTUs applied to every port unless an override says otherwise.
@@ -116,19 +116,19 @@ impl Default for MtuConfig {
     }
 }
 
-/// SONiC default lossless priorities (`pfc_enable` "3,4"): shared/reference/switch-config.md,
+/// SONiC default lossless priorities (`pfc_enable` "3,4"): docs/reference/switch-config.md,
 /// PORT_QOS_MAP.
 pub const DEFAULT_PFC_PRIORITIES: [u8; 2] = [3, 4];
 /// Largest pause time a PFC frame can carry, in quanta of 512 bit times:
-/// shared/reference/congestion-control.md §6.
+/// docs/reference/congestion-control.md §6.
 pub const MAX_PAUSE_QUANTA: u16 = 65535;
 /// Resume offset below the XOFF threshold: the HPCC simulator's 3 KiB
-/// (shared/reference/congestion-control.md §6).
+/// (docs/reference/congestion-control.md §6).
 pub const DEFAULT_XON_OFFSET_BYTES: u64 = 3 * 1024;
 /// SONiC lossless `dynamic_th` -3 (threshold = 2^-3 of the free shared buffer); the same
-/// alpha 1/8 as the HPCC simulator's shift 3. shared/reference/switch-config.md, BUFFER_PROFILE.
+/// alpha 1/8 as the HPCC simulator's shift 3. docs/reference/switch-config.md, BUFFER_PROFILE.
 pub const DEFAULT_LOSSLESS_DYNAMIC_TH: i8 = -3;
-/// SONiC lossy `dynamic_th` 3 (threshold = 8 x free buffer): shared/reference/switch-config.md.
+/// SONiC lossy `dynamic_th` 3 (threshold = 8 x free buffer): docs/reference/switch-config.md.
 pub const DEFAULT_LOSSY_DYNAMIC_TH: i8 = 3;
 
 /// Priority flow control.
@@ -147,7 +147,7 @@ pub struct PfcConfig {
     pub xon_offset_bytes: u64,
     /// Headroom per ingress port for bytes in flight after XOFF. `None`: 3 x rate x
     /// one-way delay of the port's link, as the HPCC simulator sizes it
-    /// (shared/reference/congestion-control.md §6).
+    /// (docs/reference/congestion-control.md §6).
     pub headroom_bytes: Option<u64>,
 }
 
@@ -165,7 +165,7 @@ impl Default for PfcConfig {
 }
 
 /// PFC headroom of a port when none is configured: 3 x rate x one-way delay of its link,
-/// as the HPCC simulator sizes it (shared/reference/congestion-control.md §6).
+/// as the HPCC simulator sizes it (docs/reference/congestion-control.md §6).
 pub fn default_headroom_bytes(rate_gbps: f64, delay_ns: u64) -> u64 {
     /// Round trips of data in flight that headroom absorbs, in the HPCC simulator's sizing.
     const HEADROOM_DELAYS: f64 = 3.0;
@@ -180,8 +180,8 @@ impl PfcConfig {
 }
 
 /// SONiC default `AZURE_LOSSLESS` WRED profile: min 1048576 B, max 2097152 B, 5 %
-/// (shared/reference/congestion-control.md §5, switch-config.md WRED_PROFILE). Used as the
-/// vendor default the tuner must beat.
+/// (docs/reference/congestion-control.md §5, docs/reference/switch-config.md WRED_PROFILE). Used as
+/// the vendor default the tuner must beat.
 pub const SONIC_DEFAULT_RED: RedProfile = RedProfile {
     enabled: true,
     kmin_bytes: 1_048_576,
@@ -211,7 +211,7 @@ impl Default for RedProfile {
 
 impl RedProfile {
     /// Marking probability at queue length `q_bytes`
-    /// (shared/reference/congestion-control.md §1.1).
+    /// (docs/reference/congestion-control.md §1.1).
     pub fn mark_probability(&self, q_bytes: u64) -> f64 {
         if !self.enabled || q_bytes <= self.kmin_bytes {
             0.0
@@ -229,7 +229,7 @@ impl RedProfile {
 pub struct EcnConfig {
     /// When set, Kmin and Kmax are written for ports of this rate and scale linearly with
     /// each egress port's rate, the rule the HPCC artifact uses
-    /// (shared/reference/congestion-control.md §5). Unset: the same bytes on every port.
+    /// (docs/reference/congestion-control.md §5). Unset: the same bytes on every port.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub scale_from_gbps: Option<f64>,
     /// Leaf (ToR, edge, rail) switches.
@@ -289,10 +289,10 @@ impl EcnConfig {
 }
 
 /// Switch buffer of the HPCC simulator's 100 Gbit/s runs: 32 MiB
-/// (shared/fixtures/reference-scenarios/SOURCE.md; the simulator multiplies by 1024*1024).
+/// (docs/reference/reference-scenarios.md; the simulator multiplies by 1024*1024).
 pub const DEFAULT_SWITCH_BUFFER_BYTES: u64 = 32 * 1024 * 1024;
 /// Guaranteed (reserved) bytes per ingress (port, priority): the HPCC simulator's 4 KiB
-/// (shared/reference/congestion-control.md §6).
+/// (docs/reference/congestion-control.md §6).
 pub const DEFAULT_RESERVED_BYTES: u64 = 4 * 1024;
 
 /// Switch shared-buffer model.
@@ -372,7 +372,7 @@ pub struct TrafficClass {
     pub dctcp: DctcpParams,
 }
 
-/// Typical RoCE data DSCP 26: shared/reference/switch-config.md, Maps.
+/// Typical RoCE data DSCP 26: docs/reference/switch-config.md, Maps.
 pub const ROCE_DSCP: u8 = 26;
 
 fn default_roce_dscp() -> u8 {
@@ -416,7 +416,7 @@ pub fn default_classes() -> BTreeMap<String, TrafficClass> {
 
 /// DCQCN reaction-point and notification-point parameters, named as the mlx5 firmware
 /// names them (`/sys/class/net/IF/ecn/roce_rp/*`, `roce_np/*`) with a unit suffix.
-/// Defaults: shared/reference/congestion-control.md §1.5 (NVIDIA firmware defaults).
+/// Defaults: docs/reference/congestion-control.md §1.5 (NVIDIA firmware defaults).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct DcqcnParams {
@@ -463,7 +463,7 @@ pub struct DcqcnParams {
 
 impl Default for DcqcnParams {
     fn default() -> Self {
-        // shared/reference/congestion-control.md §1.5, column "Default".
+        // docs/reference/congestion-control.md §1.5, column "Default".
         DcqcnParams {
             rpg_time_reset_us: 300.0,
             rpg_byte_reset_bytes: 32767 * 64,
@@ -494,8 +494,8 @@ impl DcqcnParams {
 }
 
 /// TIMELY parameters. Defaults: the paper values and the HPCC simulator's, as listed in
-/// shared/reference/congestion-control.md §2, with the 100 Gbit/s additive step of the
-/// reference runs (shared/fixtures/reference-scenarios/SOURCE.md).
+/// docs/reference/congestion-control.md §2, with the 100 Gbit/s additive step of the
+/// reference runs (docs/reference/reference-scenarios.md).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TimelyParams {
@@ -540,8 +540,8 @@ impl Default for TimelyParams {
     }
 }
 
-/// HPCC parameters (shared/reference/congestion-control.md §3). Defaults are the HPCC
-/// simulator's reference runs at 100 Gbit/s (shared/fixtures/reference-scenarios/SOURCE.md:
+/// HPCC parameters (docs/reference/congestion-control.md §3). Defaults are the HPCC
+/// simulator's reference runs at 100 Gbit/s (docs/reference/reference-scenarios.md:
 /// eta 0.95, maxStage 0, window = max BDP, T = max RTT, AI 40 Mbit/s; its run.py:
 /// fast react on, minimum rate 1000 Mbit/s).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -585,7 +585,7 @@ impl Default for HpccParams {
 }
 
 /// DCTCP parameters. Defaults are the HPCC simulator's DCTCP reference run at 100 Gbit/s
-/// (shared/fixtures/reference-scenarios/SOURCE.md: g 1/16, AI 615 Mbit/s, which its run.py
+/// (docs/reference/reference-scenarios.md: g 1/16, AI 615 Mbit/s, which its run.py
 /// derives as one 1000-byte packet per 13 µs RTT; minimum rate 1000 Mbit/s). The switches'
 /// step marking is the ECN profile's job (Kmin = Kmax, Pmax 1).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -616,7 +616,7 @@ impl Default for DctcpParams {
     }
 }
 
-/// mlx5 NP defaults `cnp_802p_prio` 6 and `cnp_dscp` 48: shared/reference/congestion-control.md
+/// mlx5 NP defaults `cnp_802p_prio` 6 and `cnp_dscp` 48: docs/reference/congestion-control.md
 /// §1.5.
 pub const DEFAULT_CNP_PRIORITY: u8 = 6;
 /// See [`DEFAULT_CNP_PRIORITY`].
@@ -645,12 +645,12 @@ impl Default for CnpConfig {
     }
 }
 
-/// NCCL default `NCCL_IB_QPS_PER_CONNECTION` 1: shared/reference/collectives-and-nccl.md §5.
+/// NCCL default `NCCL_IB_QPS_PER_CONNECTION` 1: docs/reference/collectives-and-nccl.md §5.
 pub const DEFAULT_QPS_PER_CONNECTION: u32 = 1;
-/// Largest IB MTU: shared/reference/linux-rdma-sysfs.md §4.
+/// Largest IB MTU: docs/reference/linux-rdma-sysfs.md §4.
 pub const MAX_ROCE_MTU_BYTES: u32 = 4096;
 /// RoCEv2 bytes on the wire around a payload: Ethernet 14 + IPv4 20 + UDP 8 + BTH 12 +
-/// ICRC 4 + FCS 4 (linux-rdma-sysfs.md §4 lists the RoCE header parts; preamble and
+/// ICRC 4 + FCS 4 (docs/reference/linux-rdma-sysfs.md §4 lists the RoCE header parts; preamble and
 /// inter-frame gap are not counted).
 pub const ROCEV2_HEADER_BYTES: u32 = 62;
 /// Deepest send queue accepted: `max_qp_wr` of the ConnectX-5/6 devices in
@@ -663,16 +663,16 @@ pub const MAX_HEADER_BYTES: u32 = 512;
 /// end near 9,216 bytes; packet sizes must also fit the simulator's 16-bit size field.
 pub const MAX_MTU_BYTES: u32 = 65_535;
 /// NCCL's default local ACK timeout exponent, `NCCL_IB_TIMEOUT` 20: 4.096 µs x 2^20,
-/// about 4.3 s (shared/reference/collectives-and-nccl.md §5, NCCL 2.23 and later).
+/// about 4.3 s (docs/reference/collectives-and-nccl.md §5, NCCL 2.23 and later).
 pub const DEFAULT_IB_TIMEOUT: u8 = 20;
 /// Largest ACK timeout exponent: the QP attribute is 5 bits, and 0 means "wait forever",
 /// which a simulation must not do.
 pub const MAX_IB_TIMEOUT: u8 = 31;
 /// NCCL's default transport retry count, `NCCL_IB_RETRY_CNT` 7, also the largest the
-/// 3-bit QP attribute holds (shared/reference/collectives-and-nccl.md §5).
+/// 3-bit QP attribute holds (docs/reference/collectives-and-nccl.md §5).
 pub const DEFAULT_RETRY_CNT: u8 = 7;
 /// Picoseconds per unit of the ACK timeout, 4.096 µs (the `4.096 µs × 2^t` of
-/// shared/reference/collectives-and-nccl.md §5).
+/// docs/reference/collectives-and-nccl.md §5).
 pub const IB_TIMEOUT_UNIT_PS: u64 = 4_096_000;
 /// Send queue depth: our choice (NCCL does not document one); the audit treats it as a
 /// tunable, not a fact. Unconfirmed as a vendor default.
@@ -730,7 +730,7 @@ impl Default for TransportConfig {
 }
 
 /// RoCE header overhead the kernel subtracts from the netdev MTU: GRH 40 + UDP 8 + BTH 12 +
-/// XRC 4 + AtomicETH 28 + ICRC 4 (shared/reference/linux-rdma-sysfs.md §4, `iboe_get_mtu`).
+/// XRC 4 + AtomicETH 28 + ICRC 4 (docs/reference/linux-rdma-sysfs.md §4, `iboe_get_mtu`).
 pub const IBOE_MTU_OVERHEAD_BYTES: u32 = 96;
 
 /// RoCE active MTU the kernel derives from a netdev MTU: the largest IB MTU (256..4096)
@@ -766,13 +766,13 @@ pub enum NcclProto {
     Simple,
 }
 
-/// NCCL 2.30 defaults: shared/reference/collectives-and-nccl.md §1 and §5.
+/// NCCL 2.30 defaults: docs/reference/collectives-and-nccl.md §1 and §5.
 pub const NCCL_DEFAULT_BUFFSIZE_BYTES: u64 = 4 * 1024 * 1024;
-/// `NCCL_P2P_NET_CHUNKSIZE` default 128 KiB: collectives-and-nccl.md §5.
+/// `NCCL_P2P_NET_CHUNKSIZE` default 128 KiB: docs/reference/collectives-and-nccl.md §5.
 pub const NCCL_DEFAULT_P2P_NET_CHUNK_BYTES: u64 = 128 * 1024;
-/// `NCCL_NTHREADS` default 512: collectives-and-nccl.md §5.
+/// `NCCL_NTHREADS` default 512: docs/reference/collectives-and-nccl.md §5.
 pub const NCCL_DEFAULT_NTHREADS: u32 = 512;
-/// `MAXCHANNELS` 64: collectives-and-nccl.md §1.
+/// `MAXCHANNELS` 64: docs/reference/collectives-and-nccl.md §1.
 pub const NCCL_MAX_CHANNELS: u32 = 64;
 
 /// NCCL settings (rendered as `NCCL_*` environment variables).
@@ -812,7 +812,7 @@ impl Default for NcclConfig {
             nthreads: NCCL_DEFAULT_NTHREADS,
             p2p_net_chunk_bytes: NCCL_DEFAULT_P2P_NET_CHUNK_BYTES,
             // NCCL_CROSS_NIC default 2, NCCL_NET_GDR_LEVEL auto = PXB,
-            // NCCL_IB_SPLIT_DATA_ON_QPS default 0: collectives-and-nccl.md §5.
+            // NCCL_IB_SPLIT_DATA_ON_QPS default 0: docs/reference/collectives-and-nccl.md §5.
             cross_nic: 2,
             net_gdr_level: "PXB".to_string(),
             ib_split_data_on_qps: false,
@@ -820,9 +820,9 @@ impl Default for NcclConfig {
     }
 }
 
-/// Base page size: shared/reference/memory-registration.md §5.
+/// Base page size: docs/reference/memory-registration.md §5.
 pub const PAGE_BYTES: u64 = 4096;
-/// Cache line: shared/reference/memory-registration.md §5.
+/// Cache line: docs/reference/memory-registration.md §5.
 pub const CACHE_LINE_BYTES: u64 = 64;
 
 /// The registered memory region and its fixed-size buffer pool (MISSION 3.1 to 3.3).

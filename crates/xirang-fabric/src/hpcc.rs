@@ -1,5 +1,5 @@
 //! The HPCC ns-3 simulator's plain-text formats (alibaba-edu/High-Precision-Congestion-Control),
-//! as described in shared/fixtures/reference-scenarios/SOURCE.md:
+//! as described in docs/reference/reference-scenarios.md:
 //!
 //! - topology: `<n_nodes> <n_switches> <n_links>`, then the switch ids, then one line per
 //!   link `<a> <b> <rate e.g. 100Gbps> <delay e.g. 0.001ms> <error_rate>`;
@@ -344,7 +344,7 @@ pub fn parse_flows(text: &str) -> Result<Vec<HpccFlow>, HpccError> {
 }
 
 /// HPCC's node-id-derived IPv4 address: `0x0b000001 + ((id / 256) << 16) + ((id % 256) << 8)`
-/// (shared/fixtures/reference-scenarios/SOURCE.md).
+/// (docs/reference/reference-scenarios.md).
 pub fn node_ip(id: u32) -> u32 {
     0x0b00_0001 + ((id / 256) << 16) + ((id % 256) << 8)
 }

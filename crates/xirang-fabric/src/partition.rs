@@ -1,6 +1,6 @@
 //! Partitions of a fabric for a parallel simulation: logical processes that each own some
 //! hosts (with all their NICs) and switches, and meet only through the links cut between
-//! them, whose shortest delay is the lookahead (shared/reference/scale-and-parallel.md §3).
+//! them, whose shortest delay is the lookahead (docs/reference/scale-and-parallel.md §3).
 //!
 //! The fabric is split where its own structure splits it: the switches of the top tiers
 //! are set aside, and what stays connected below them (a pod of a fat tree, a scalable

@@ -25,7 +25,7 @@ use crate::units::Count;
 /// Smallest MTU an `mtu_mismatch` fault may set: the IPv4 datagram size every host must
 /// accept (RFC 791); 1500 (plain Ethernet) is the usual wrong setting.
 const MIN_FAULT_MTU_BYTES: u32 = 576;
-/// Largest: SONiC's default port MTU (shared/reference/switch-config.md); a port at the
+/// Largest: SONiC's default port MTU (docs/reference/switch-config.md); a port at the
 /// default passes every frame a host with a 9000-byte netdev MTU sends.
 const MAX_FAULT_MTU_BYTES: u32 = 9100;
 /// PCIe link speeds, GT/s (Gen1 to Gen6), as `PcieLink` documents them.
@@ -44,7 +44,7 @@ pub struct Scenario {
     pub description: String,
     /// The fabric.
     pub topology: TopologySpec,
-    /// Configuration of all four layers (defaults from shared/reference).
+    /// Configuration of all four layers (defaults from docs/reference).
     #[serde(default)]
     pub config: FabricConfig,
     /// Per-element deviations from the configuration (an MTU on one port, a firmware on

@@ -3,7 +3,7 @@
 //!
 //! Every generator gives each host realistic PCIe placement: two CPU sockets, one PCIe
 //! switch per GPU/NIC pair (as on an HGX H100 board, where GPU i and NIC i are `PIX` to
-//! each other: shared/fixtures/nvidia-smi-topo/h100-8gpu-8nic-nv18-topo-m.txt), the first
+//! each other: crates/xirang-host/test_data/nvidia-smi-topo/h100-8gpu-8nic-nv18-topo-m.txt), the first
 //! half of the PCIe switches on socket 0 and the second half on socket 1.
 
 use serde::{Deserialize, Serialize};
@@ -17,13 +17,13 @@ use crate::model::{
 use crate::units::Count;
 
 /// The one-way propagation delay of the HPCC reference fabrics, 1 µs
-/// (shared/fixtures/reference-scenarios/SOURCE.md); it also stands in for switch latency.
+/// (docs/reference/reference-scenarios.md); it also stands in for switch latency.
 pub const DEFAULT_LINK_DELAY_NS: u64 = 1000;
 /// A ConnectX-7 firmware version string in the format `fw_ver` reports
-/// (shared/reference/linux-rdma-sysfs.md §1: e.g. `28.39.2048`).
+/// (docs/reference/linux-rdma-sysfs.md §1: e.g. `28.39.2048`).
 pub const DEFAULT_NIC_FIRMWARE: &str = "28.39.2048";
 /// PCIe Gen5 per-lane rate in GT/s; ConnectX-7 and H100 are Gen5 x16 devices
-/// (shared/fixtures/lspci/esc8000a-connectx7-21.00.0-lspci-vvv.txt shows a CX-7 link).
+/// (crates/xirang-host/test_data/lspci/esc8000a-connectx7-21.00.0-lspci-vvv.txt shows a CX-7 link).
 pub const PCIE_GEN5_GTS: f64 = 32.0;
 /// x16 link width.
 pub const PCIE_X16: u8 = 16;
@@ -216,7 +216,7 @@ impl SpineGroups {
     }
 }
 
-/// Hosts per scalable unit of a DGX H100/B200 SuperPOD (shared/reference/scale-and-parallel.md
+/// Hosts per scalable unit of a DGX H100/B200 SuperPOD (docs/reference/scale-and-parallel.md
 /// §1, docs/large-fabrics.md §1).
 pub const DEFAULT_HOSTS_PER_SU: u32 = 32;
 /// Ports of the switches those reference architectures use (QM9700 class, 64 x 400G; same
@@ -343,7 +343,7 @@ pub struct LinkSpec {
 }
 
 /// A topology in the HPCC ns-3 simulator's text format (see
-/// shared/fixtures/reference-scenarios/SOURCE.md). Each host gets one NIC with one port.
+/// docs/reference/reference-scenarios.md). Each host gets one NIC with one port.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HpccTopologySpec {

@@ -151,7 +151,8 @@ pub struct Netdev {
     pub ecn: Option<RoceEcn>,
 }
 
-/// The mlx5 DCQCN knobs of one interface (linux-rdma-sysfs.md §2, congestion-control.md).
+/// The mlx5 DCQCN knobs of one interface (docs/reference/linux-rdma-sysfs.md §2,
+/// docs/reference/congestion-control.md).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct RoceEcn {
     /// Reaction point (sender) enabled per priority 0..7; `None` when unreadable.
@@ -251,7 +252,7 @@ impl Aer {
 }
 
 /// How far apart two PCIe functions are, in NCCL's and `nvidia-smi topo`'s terms
-/// (linux-rdma-sysfs.md §3.1).
+/// (docs/reference/linux-rdma-sysfs.md §3.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub enum PciDistance {
     /// At most one PCIe bridge between them.
@@ -355,7 +356,8 @@ impl HostInventory {
     }
 
     /// RoCE `active_mtu` of a device port from the captured `ibv_devinfo`, else derived
-    /// from the netdev MTU as the kernel does (`iboe_get_mtu`, linux-rdma-sysfs.md §4).
+    /// from the netdev MTU as the kernel does (`iboe_get_mtu`,
+    /// docs/reference/linux-rdma-sysfs.md §4).
     pub fn active_mtu_bytes(&self, rdma: &RdmaDevice, port: u8) -> Option<u32> {
         if let Some(devs) = &self.tools.ibv_devinfo
             && let Some(p) = devs
@@ -372,7 +374,7 @@ impl HostInventory {
 }
 
 /// RoCE header overhead the kernel subtracts from the netdev MTU (GRH 40 + UDP 8 + BTH 12
-/// + XRC 4 + AtomicETH 28 + ICRC 4; linux-rdma-sysfs.md §4, `iboe_get_mtu`).
+/// + XRC 4 + AtomicETH 28 + ICRC 4; docs/reference/linux-rdma-sysfs.md §4, `iboe_get_mtu`).
 pub const ROCE_MTU_OVERHEAD_BYTES: u32 = 96;
 
 /// The IB MTU a RoCE port uses for a netdev MTU: the largest of 256..4096 that fits.

@@ -101,7 +101,7 @@ const MAX_NETDEV: usize = 15;
 /// Longest RDMA device name: IB_DEVICE_NAME_MAX (64, include/rdma/ib_verbs.h) less the NUL.
 const MAX_RDMA_DEVICE: usize = 63;
 /// Board ids are 16-byte PSIDs on mlx5; hfi1 reports a description of about 80
-/// characters (shared/fixtures): twice that is room without admitting a blob.
+/// characters (crates/xirang-host/test_data/sysfs): twice that is room without admitting a blob.
 const MAX_BOARD_ID: usize = 128;
 /// Room for any version string seen (`22.38.1002`, `2.31.5050`, `1.27.0`).
 const MAX_VERSION: usize = 64;

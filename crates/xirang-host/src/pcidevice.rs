@@ -223,7 +223,7 @@ pub fn upstream_max(tree: &dyn Tree, d: &Device) -> Option<UpstreamMax> {
 
 /// The link of `d` trained below what both its ends allow (speed or width): the
 /// function's maxima and its upstream port's, as NCCL judges a link
-/// (linux-rdma-sysfs.md §3). `None` when the link attributes are absent, and for a
+/// (docs/reference/linux-rdma-sysfs.md §3). `None` when the link attributes are absent, and for a
 /// function directly under a root complex: that is a root port, whose link attributes
 /// describe the link below it, judged at the function there.
 pub fn downgraded(d: &Device, up: Option<UpstreamMax>) -> Option<bool> {

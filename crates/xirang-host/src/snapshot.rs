@@ -32,7 +32,7 @@ pub const MANIFEST: &str = "xirang-snapshot.json";
 const MAX_ARCHIVE_BYTES: u64 = 512 * 1024 * 1024;
 /// How long one command may run before it is killed and recorded as timed out.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(30);
-/// PCI function attributes the audit reads (linux-rdma-sysfs.md §3).
+/// PCI function attributes the audit reads (docs/reference/linux-rdma-sysfs.md §3).
 const PCI_ATTRS: &[&str] = &[
     "class",
     "vendor",

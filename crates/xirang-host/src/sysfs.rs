@@ -1,5 +1,6 @@
 //! Reads a host's inventory from a [`Tree`]: `/sys/class/infiniband`, `/sys/class/net`,
-//! `/sys/bus/pci/devices`, and the tool outputs under `commands/` (linux-rdma-sysfs.md).
+//! `/sys/bus/pci/devices`, and the tool outputs under `commands/`
+//! (docs/reference/linux-rdma-sysfs.md).
 //!
 //! Nothing here fails on a bad value: an unreadable or malformed attribute becomes a
 //! [`ReadProblem`] with its path and the field stays `None`, so one broken file never
@@ -12,7 +13,7 @@ use crate::parse;
 use crate::snapshot::{COMMANDS_DIR, MANIFEST, Manifest};
 use crate::tree::{Kind, Tree, TreeError, base_name, join};
 
-/// PCI vendor ids (linux-rdma-sysfs.md §3).
+/// PCI vendor ids (docs/reference/linux-rdma-sysfs.md §3).
 const VENDOR_NVIDIA: u16 = 0x10de;
 const VENDOR_AMD: u16 = 0x1002;
 /// PCI class codes, top 16 bits (base class + subclass).
@@ -112,7 +113,8 @@ pub struct CounterRead {
     /// PCIe functions behind the netdevs and RDMA devices, with their link state.
     pub pci: Vec<PciFunction>,
     /// The most each function's upstream port allows (max speed GT/s, max width), by
-    /// address: a link trains no faster than its slower end (linux-rdma-sysfs.md §3).
+    /// address: a link trains no faster than its slower end
+    /// (docs/reference/linux-rdma-sysfs.md §3).
     pub upstream_max: BTreeMap<String, (f64, u8)>,
     /// What could not be read.
     pub problems: Vec<ReadProblem>,
@@ -1053,7 +1055,7 @@ pub fn parse_rate_gbps(text: &str) -> Option<f64> {
 }
 
 /// A PCIe speed: `16.0 GT/s PCIe`, or `16 GT/s` from kernels up to 5.6
-/// (linux-rdma-sysfs.md §3). `Unknown` (a link that is down) is `None`.
+/// (docs/reference/linux-rdma-sysfs.md §3). `Unknown` (a link that is down) is `None`.
 pub fn parse_gts(text: &str) -> Option<f64> {
     let (num, _) = text.split_once("GT/s")?;
     let v: f64 = num.trim().parse().ok()?;

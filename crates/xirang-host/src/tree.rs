@@ -4,10 +4,10 @@
 //! Paths are relative to the tree's root and use `/`. Symbolic links are resolved by the
 //! tree itself, component by component, and never outside the root: sysfs is full of
 //! relative links (`class/net/IF/device -> ../../../devices/pci0000:00/...`), and a
-//! captured tree may hold links that climb above it (shared/fixtures/sysfs/SOURCE.md).
+//! captured tree may hold links that climb above it (crates/xirang-host/test_data/sysfs/SOURCE.md).
 //!
 //! Some copies of sysfs trees flatten symlinks into small regular files that hold the
-//! link text (the fixture copy in shared/fixtures/sysfs does). Where the reader expects a
+//! link text (the fixture copy in crates/xirang-host/test_data/sysfs does). Where the reader expects a
 //! link (`device`, `bus/pci/devices/*`), [`Tree::link_target`] accepts such a file too.
 
 use std::collections::BTreeMap;

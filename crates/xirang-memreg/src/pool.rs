@@ -15,7 +15,7 @@ use crate::freelist::{NIL, Stack};
 use crate::region::{Access, Backend, Keys, Region, page_size};
 
 /// Cache line size on x86-64 and most arm64 parts: the default buffer alignment
-/// (memory-registration.md §5).
+/// (docs/reference/memory-registration.md §5).
 pub const CACHE_LINE_BYTES: usize = 64;
 /// Regions a class may grow to (the first included).
 pub const MAX_SEGMENTS: usize = 16;

@@ -1,7 +1,7 @@
 //! One contiguous allocation, registered once through a backend.
 //!
 //! Registration is page-granular and costs a system call plus per-page work
-//! (shared/reference/memory-registration.md §2), so a region is mapped whole (anonymous
+//! (docs/reference/memory-registration.md §2), so a region is mapped whole (anonymous
 //! `mmap`, huge pages on request), registered at start-up and released only when dropped.
 
 use std::sync::Arc;
@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::MemregError;
 
-/// Access a registration grants (`IBV_ACCESS_*`, memory-registration.md §1). Remote
+/// Access a registration grants (`IBV_ACCESS_*`, docs/reference/memory-registration.md §1). Remote
 /// write needs local write; local read is always allowed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Access {
@@ -122,7 +122,7 @@ impl Backend for HostBackend {
 }
 
 /// This process's soft `RLIMIT_MEMLOCK`, bytes (`u64::MAX` when unlimited): what an
-/// unprivileged process may pin (memory-registration.md §2).
+/// unprivileged process may pin (docs/reference/memory-registration.md §2).
 pub fn memlock_limit_bytes() -> Option<u64> {
     let mut r = libc::rlimit {
         rlim_cur: 0,

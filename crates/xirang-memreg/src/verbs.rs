@@ -4,7 +4,7 @@
 //! Only what a registered buffer pool and its own test need is bound: devices, protection
 //! domains, `ibv_reg_mr`/`ibv_dereg_mr`, `ibv_reg_dmabuf_mr` where the library has it,
 //! completion queues and RC queue pairs with RDMA WRITE/READ
-//! (shared/reference/memory-registration.md §1). The struct layouts mirror rdma-core's
+//! (docs/reference/memory-registration.md §1). The struct layouts mirror rdma-core's
 //! `infiniband/verbs.h` (stable since ABI 1.1); `tests/verbs_abi.rs` compiles a C program
 //! against the real header and compares every offset and constant used here.
 //!
@@ -585,7 +585,8 @@ impl Device {
 
     /// Whether the device registers dma-buf memory (GPU memory exported by its driver),
     /// probed as NCCL does: `ibv_reg_dmabuf_mr` with fd -1 fails with EBADF when the path
-    /// exists and with EOPNOTSUPP/EPROTONOSUPPORT when it does not (memory-registration.md §4).
+    /// exists and with EOPNOTSUPP/EPROTONOSUPPORT when it does not
+    /// (docs/reference/memory-registration.md §4).
     pub fn dmabuf_supported(&self) -> bool {
         let Ok(f) = lib() else { return false };
         let Some(reg) = f.reg_dmabuf_mr else {

@@ -131,14 +131,14 @@ pub struct Collector {
     pub pcidevice: bool,
 }
 
-/// Counters whose increase counts as link errors (linux-rdma-sysfs.md §1.2).
+/// Counters whose increase counts as link errors (docs/reference/linux-rdma-sysfs.md §1.2).
 const LINK_ERRORS: &[&str] = &[
     "symbol_error",
     "port_rcv_errors",
     "link_error_recovery",
     "local_link_integrity_errors",
 ];
-/// Transport retransmission and timeout counters (linux-rdma-sysfs.md §1.3).
+/// Transport retransmission and timeout counters (docs/reference/linux-rdma-sysfs.md §1.3).
 const RETRANS: &[&str] = &[
     "out_of_sequence",
     "packet_seq_err",
@@ -148,7 +148,7 @@ const RETRANS: &[&str] = &[
 ];
 /// Discard counters (NIC port and receive queues).
 const DISCARDS: &[&str] = &["port_xmit_discards", "out_of_buffer"];
-/// ethtool physical error counters (linux-rdma-sysfs.md §2.1).
+/// ethtool physical error counters (docs/reference/linux-rdma-sysfs.md §2.1).
 const PHY_ERRORS: &[&str] = &["rx_crc_errors_phy", "rx_symbol_err_phy", "rx_pcs_symbol_err_phy"];
 
 /// Per-entity increases in one round, for the derived signals.

@@ -10,7 +10,7 @@ use xirang_telemetry::spec::spec;
 
 use crate::plan::{NicUpgrade, PlannedNode};
 
-/// Link error counters a soak watches (shared/reference/linux-rdma-sysfs.md §1.2:
+/// Link error counters a soak watches (docs/reference/linux-rdma-sysfs.md §1.2:
 /// rising values mean signal-integrity trouble, flaps or overruns).
 pub const SOAK_COUNTERS: &[&str] = &[
     "symbol_error",

@@ -144,12 +144,12 @@ pub struct BenchmarkGate {
 }
 
 /// 5 % below baseline: run-to-run spread of nccl-tests busbw on a healthy pair is a few
-/// percent (the 20-iteration averages in shared/fixtures/nccl-tests differ by 1-3 %).
+/// percent (the 20-iteration averages in crates/xirang-collective/test_data/nccl-tests differ by 1-3 %).
 fn default_min_ratio() -> f64 {
     0.95
 }
 
-/// Default soak: ten minutes. No figure in shared/reference; chosen to span several
+/// Default soak: ten minutes. No figure in docs/reference; chosen to span several
 /// monitoring intervals (the agent samples every 10-60 s) and ibdiagnet's snapshot pairs.
 pub const DEFAULT_SOAK_S: f64 = 600.0;
 /// Longest soak accepted: one day.

@@ -61,7 +61,7 @@ impl Default for SimSpec {
             degraded_nodes: Vec::new(),
             degradation: Degradation::Bandwidth { factor: 0.7 },
             // nccl-tests averages on a healthy pair vary by ~1 % run to run
-            // (shared/fixtures/nccl-tests repeated sizes).
+            // (crates/xirang-collective/test_data/nccl-tests repeated sizes).
             bench_noise: 0.01,
         }
     }

@@ -2,7 +2,7 @@
 //! machines that the engine drives with events (CNP arrivals, timers, bytes sent, ACKs
 //! with RTT samples, INT records or ECN echoes).
 //!
-//! Both follow shared/reference/congestion-control.md; where the reference leaves a choice
+//! Both follow docs/reference/congestion-control.md; where the reference leaves a choice
 //! open, the HPCC ns-3 simulator's choice is taken (it is the simulator Xirang is validated
 //! against) and the comment says so.
 
@@ -240,7 +240,7 @@ impl DcqcnState {
         // counter off, the single timer count runs F fast-recovery steps, one additive
         // step, then hyper steps, as the HPCC simulator and the firmware's timer-only mode
         // do; with it on, the paper's two-counter rule applies
-        // (shared/reference/congestion-control.md §1.3). The hyper step is a constant
+        // (docs/reference/congestion-control.md §1.3). The hyper step is a constant
         // R_HAI per event: the paper's growing i*R_HAI is unconfirmed there.
         let stage = if p.byte_reset == 0 {
             if t < p.f {
@@ -356,7 +356,7 @@ impl TimelyState {
         self.last_update_seq = self.last_update_seq.max(snd_nxt);
     }
 
-    /// One TIMELY update with a new RTT sample (shared/reference/congestion-control.md §2).
+    /// One TIMELY update with a new RTT sample (docs/reference/congestion-control.md §2).
     pub fn on_rtt(&mut self, rtt: Ps, p: &Timely) {
         let Some(prev) = self.prev_rtt else {
             self.prev_rtt = Some(rtt);
@@ -712,7 +712,7 @@ mod tests {
     use crate::time::PS_PER_US;
 
     fn reference_dcqcn() -> Dcqcn {
-        // The HPCC reference runs at 100 Gbit/s (shared/fixtures/reference-scenarios/SOURCE.md).
+        // The HPCC reference runs at 100 Gbit/s (docs/reference/reference-scenarios.md).
         let p = DcqcnParams {
             rpg_time_reset_us: 300.0,
             rpg_byte_reset_bytes: 0,

@@ -4,7 +4,7 @@
 //! - NIC ports: Linux `/sys/class/infiniband/DEV/ports/P/counters` (`port_xmit_data` in
 //!   4-byte words), mlx5 `hw_counters` (`np_ecn_marked_roce_packets`, `rp_cnp_handled`, ...)
 //!   and mlx5 `ethtool -S` per-priority counters (`rx_prio3_pause`, `rx_prio3_pause_duration`
-//!   in µs, ...): shared/reference/linux-rdma-sysfs.md §1.2, §1.3, §2.1.
+//!   in µs, ...): docs/reference/linux-rdma-sysfs.md §1.2, §1.3, §2.1.
 //! - Switch ports and queues: SONiC COUNTERS_DB / SAI statistics (`SAI_PORT_STAT_IF_OUT_OCTETS`,
 //!   `SAI_PORT_STAT_PFC_3_RX_PKTS`, `SAI_QUEUE_STAT_WRED_ECN_MARKED_PACKETS`, ...). The SAI
 //!   names are the standard `sai_port_stat_t` / `sai_queue_stat_t` enumerators.
@@ -213,18 +213,19 @@ impl PortCounters {
             f(*slot, Scope::Port, name, value);
             *slot += 1;
         };
-        // port_xmit_data / port_rcv_data count 4-octet words (linux-rdma-sysfs.md §1.2).
+        // port_xmit_data / port_rcv_data count 4-octet words
+        // (docs/reference/linux-rdma-sysfs.md §1.2).
         emit(&mut slot, CounterName::fixed(0), self.tx_bytes / 4);
         emit(&mut slot, CounterName::fixed(1), self.rx_bytes / 4);
         emit(&mut slot, CounterName::fixed(2), self.tx_packets);
         emit(&mut slot, CounterName::fixed(3), self.rx_packets);
         emit(&mut slot, CounterName::fixed(4), self.tx_discards);
-        // PMA error counters (linux-rdma-sysfs.md §1.2), present on every real port.
+        // PMA error counters (docs/reference/linux-rdma-sysfs.md §1.2), present on every real port.
         emit(&mut slot, CounterName::fixed(5), self.symbol_errors);
         emit(&mut slot, CounterName::fixed(6), self.rx_errors);
         emit(&mut slot, CounterName::fixed(7), self.link_downed);
         // The PHY's view of the same corrupted frames (mlx5 `ethtool -S`,
-        // linux-rdma-sysfs.md §2.1): each failed its FCS, and each is an error FEC
+        // docs/reference/linux-rdma-sysfs.md §2.1): each failed its FCS, and each is an error FEC
         // could not correct. FEC-corrected bits and link-training recoveries
         // (`rx_corrected_bits_phy`, `link_error_recovery`) need a pre-FEC error model
         // the simulator does not have; they stay 0.

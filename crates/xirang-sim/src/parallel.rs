@@ -3,7 +3,7 @@
 //! packets on the links cut between them. The run goes in windows no longer than the
 //! lookahead (the shortest delay of a cut link), and after each window the partitions
 //! exchange what crossed and agree on the next window: a conservative, YAWNS-style
-//! synchronization (shared/reference/scale-and-parallel.md §3). A packet sent in a window
+//! synchronization (docs/reference/scale-and-parallel.md §3). A packet sent in a window
 //! arrives after it, so no partition ever receives an event in its past.
 //!
 //! Event ties name devices, never partitions (`Sim::tie`), and the run stops on the same

@@ -66,7 +66,7 @@ fn single_flow_reaches_line_rate_minus_headers() {
 /// Acceptance 2: two DCQCN flows through one bottleneck converge to a fair share.
 ///
 /// NIC firmware defaults except the NP's CNP interval, which is the DCQCN paper's 50 µs
-/// (shared/reference/congestion-control.md §1.4). With the firmware's 4 µs interval and its
+/// (docs/reference/congestion-control.md §1.4). With the firmware's 4 µs interval and its
 /// byte counter on, the faster flow earns byte-counter increases sooner and the split stays
 /// about 60/40 over 20 ms (VALIDATION.md); that is the model doing what those parameters
 /// say, and a finding for the tuner, not a convergence property.

@@ -1,6 +1,6 @@
 //! What a counter's raw value means: its unit, the scale to the base unit, its width
 //! (which decides how it wraps) and whether it is a counter or a gauge.
-//! Facts: shared/reference/linux-rdma-sysfs.md §1.2 (PMA counters, data in 4-byte words),
+//! Facts: docs/reference/linux-rdma-sysfs.md §1.2 (PMA counters, data in 4-byte words),
 //! §1.3 (mlx5 hw_counters: Q-counters are 32-bit and wrap, congestion and PPCNT counters
 //! 64-bit; `lifespan` is a cache time in ms), §2.1 (mlx5 `ethtool -S`: pause durations in
 //! µs); SAI `sai_port_stat_t` / `sai_queue_stat_t` for switch counters.
@@ -70,7 +70,7 @@ pub struct CounterSpec {
     pub kind: Kind,
 }
 
-/// PMA data counters count 4-byte words (linux-rdma-sysfs.md §1.2).
+/// PMA data counters count 4-byte words (docs/reference/linux-rdma-sysfs.md §1.2).
 pub const PMA_DATA_WORD_BYTES: f64 = 4.0;
 /// Bytes per second in one Mbit/s.
 const BYTES_PER_S_PER_MBPS: f64 = 125_000.0;
@@ -79,7 +79,7 @@ const US: f64 = 1e-6;
 /// Milliseconds per second, for `lifespan`.
 const MS: f64 = 1e-3;
 
-/// mlx5 Q-counters: read as 32-bit values by the kernel (linux-rdma-sysfs.md §1.3).
+/// mlx5 Q-counters: read as 32-bit values by the kernel (docs/reference/linux-rdma-sysfs.md §1.3).
 const Q_COUNTERS: &[&str] = &[
     "rx_write_requests",
     "rx_read_requests",

@@ -3,9 +3,9 @@
 //! WRED profile per switch tier, and an NCCL environment file. Each starts with what it
 //! changes and how to undo it; scripts change nothing unless given `--apply`.
 //!
-//! Names and units: shared/reference/congestion-control.md §1.5 (sysfs `roce_rp/` and
-//! `roce_np/` files), switch-config.md (WRED_PROFILE, QUEUE, `mlnx_qos`, TOS arithmetic),
-//! collectives-and-nccl.md §5 (NCCL variables).
+//! Names and units: docs/reference/congestion-control.md §1.5 (sysfs `roce_rp/` and
+//! `roce_np/` files), docs/reference/switch-config.md (WRED_PROFILE, QUEUE, `mlnx_qos`, TOS
+//! arithmetic), docs/reference/collectives-and-nccl.md §5 (NCCL variables).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

@@ -122,8 +122,8 @@ fn quantize(x: f64, step: f64) -> f64 {
 /// The resolution a setting is deployed with, by its path's last segment (`None`: the
 /// setting is simulator-only or continuous). Whole numbers for the firmware's fields
 /// (their kind says so); WRED's drop probability is a whole percent in SONiC's
-/// WRED_PROFILE (switch-config.md, `green_drop_probability`), and Kmax's ratio to Kmin
-/// is kept to two decimals (the renderer writes Kmax in whole bytes). TIMELY's
+/// WRED_PROFILE (docs/reference/switch-config.md, `green_drop_probability`), and Kmax's ratio to
+/// Kmin is kept to two decimals (the renderer writes Kmax in whole bytes). TIMELY's
 /// thresholds are stated in whole microseconds and its beta in hundredths (TIMELY
 /// paper: T_low 50 µs, T_high 500 µs, beta 0.8), HPCC's eta in whole percent (95 %), the
 /// additive increases in whole Mbit/s, DCTCP's g in 256ths (1/16 in the HPCC simulator;
@@ -176,15 +176,17 @@ fn active_classes(loaded: &Loaded) -> Vec<String> {
 
 /// The built-in space for a scenario: per used class the algorithm and its main knobs,
 /// per switch tier the RED/ECN profile, and QPs per connection. Ranges:
-/// shared/reference/congestion-control.md §1.4-1.5 (DCQCN: firmware defaults, paper
+/// docs/reference/congestion-control.md §1.4-1.5 (DCQCN: firmware defaults, paper
 /// values, the published tuning ranges), §2 (TIMELY), §5 (ECN thresholds from 5 KB to
-/// SONiC's 2 MB); collectives-and-nccl.md §5 (QPs per connection).
+/// SONiC's 2 MB); docs/reference/collectives-and-nccl.md §5 (QPs per connection).
 pub fn builtin(loaded: &Loaded) -> Vec<Param> {
-    const DCQCN: &str = "congestion-control.md §1.4-1.5 (firmware default, DCQCN paper, published tuning)";
-    const TIMELY: &str = "congestion-control.md §2 (TIMELY paper and HPCC simulator)";
-    const ECN: &str = "congestion-control.md §5 (5 KB in the DCQCN paper to SONiC's 2 MB)";
-    const HPCC: &str = "congestion-control.md §3 (HPCC paper: eta 95 %, maxStage 5; the HPCC simulator: maxStage 0, AI 40 Mbit/s at 100 Gbit/s)";
-    const DCTCP: &str = "reference-scenarios/SOURCE.md (the HPCC simulator's DCTCP: g 1/16, AI 615 Mbit/s)";
+    const DCQCN: &str =
+        "docs/reference/congestion-control.md §1.4-1.5 (firmware default, DCQCN paper, published tuning)";
+    const TIMELY: &str = "docs/reference/congestion-control.md §2 (TIMELY paper and HPCC simulator)";
+    const ECN: &str = "docs/reference/congestion-control.md §5 (5 KB in the DCQCN paper to SONiC's 2 MB)";
+    const HPCC: &str = "docs/reference/congestion-control.md §3 (HPCC paper: eta 95 %, maxStage 5; the HPCC simulator: maxStage 0, AI 40 Mbit/s at 100 Gbit/s)";
+    const DCTCP: &str =
+        "docs/reference/reference-scenarios.md (the HPCC simulator's DCTCP: g 1/16, AI 615 Mbit/s)";
     let algorithms = &loaded.scenario.tune.algorithms;
     let runs = |a: CcAlgorithm| algorithms.contains(&a);
     let mut v = Vec::new();
@@ -236,7 +238,7 @@ pub fn builtin(loaded: &Loaded) -> Vec<Param> {
         8.0,
         false,
         true,
-        "collectives-and-nccl.md §5 (NCCL_IB_QPS_PER_CONNECTION)",
+        "docs/reference/collectives-and-nccl.md §5 (NCCL_IB_QPS_PER_CONNECTION)",
     ));
     v
 }
@@ -296,8 +298,8 @@ pub struct Baseline {
 }
 
 /// The vendor baseline: every used class on DCQCN with the mlx5 firmware defaults
-/// (congestion-control.md §1.5), TIMELY parameters at their defaults, SONiC's default
-/// WRED profile on every tier (§5), one QP per connection (NCCL's default). This is the
+/// (docs/reference/congestion-control.md §1.5), TIMELY parameters at their defaults, SONiC's
+/// default WRED profile on every tier (§5), one QP per connection (NCCL's default). This is the
 /// objective's reference: it scores 1.0.
 pub fn vendor(config: &FabricConfig) -> FabricConfig {
     let mut c = config.clone();
@@ -313,8 +315,8 @@ pub fn vendor(config: &FabricConfig) -> FabricConfig {
     c
 }
 
-/// DCQCN paper (Zhu et al. 2015, congestion-control.md §1.4): g = 1/256 (G = 1020), CNP
-/// interval 50 µs, alpha and rate timers 55 µs, byte counter 10 MB, F = 5, R_AI 40 Mbit/s,
+/// DCQCN paper (Zhu et al. 2015, docs/reference/congestion-control.md §1.4): g = 1/256 (G = 1020),
+/// CNP interval 50 µs, alpha and rate timers 55 µs, byte counter 10 MB, F = 5, R_AI 40 Mbit/s,
 /// RED 5 KB / 200 KB / 1% on every tier. R_HAI is unconfirmed there and keeps the firmware
 /// value.
 pub fn paper(config: &FabricConfig, tiers: &[Tier]) -> FabricConfig {

@@ -24,8 +24,7 @@ const DEFAULT_SCENARIOS: [&str; 3] = [
 ];
 
 /// Published single-threaded packet-hops/s of the reference simulators on this kind of
-/// machine (shared/fixtures/reference-scenarios/SOURCE.md, copied into
-/// scenarios/reference/README.md): (htsim, HPCC ns-3).
+/// machine (docs/reference/reference-scenarios.md): (htsim, HPCC ns-3).
 fn published(name: &str) -> (Option<f64>, Option<f64>) {
     match name {
         "incast16-16mb-dcqcn" => (Some(2.9e6), Some(0.9e6)),

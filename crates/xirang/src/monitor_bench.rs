@@ -18,7 +18,7 @@ use crate::Outcome;
 use crate::cli::MonitorBenchArgs;
 use crate::cmd::{out, table};
 
-/// PMA `counters/` files of one port (linux-rdma-sysfs.md §1.2).
+/// PMA `counters/` files of one port (docs/reference/linux-rdma-sysfs.md §1.2).
 const PMA: &[&str] = &[
     "VL15_dropped",
     "excessive_buffer_overrun_errors",
@@ -42,7 +42,7 @@ const PMA: &[&str] = &[
     "unicast_rcv_packets",
     "unicast_xmit_packets",
 ];
-/// mlx5 `hw_counters/` files of one port (linux-rdma-sysfs.md §1.3).
+/// mlx5 `hw_counters/` files of one port (docs/reference/linux-rdma-sysfs.md §1.3).
 const HW: &[&str] = &[
     "duplicate_request",
     "implied_nak_seq_err",
@@ -75,7 +75,7 @@ const HW: &[&str] = &[
     "rx_read_requests",
     "rx_write_requests",
 ];
-/// mlx5 `ethtool -S` physical-port counters (linux-rdma-sysfs.md §2.1).
+/// mlx5 `ethtool -S` physical-port counters (docs/reference/linux-rdma-sysfs.md §2.1).
 const ETHTOOL_PHY: &[&str] = &[
     "rx_discards_phy",
     "tx_discards_phy",

@@ -24,7 +24,7 @@ const ETH_HEADER_FCS_BYTES: u32 = 18;
 /// Receive buffer of a NIC whose host drains slowly (`slow_receiver` fault): the NIC asks
 /// its peer to pause above the XOFF level and to resume below XON. mlx5 receive buffer
 /// sizes are per-port configuration (`mlnx_qos --buffer_size`) and not in
-/// shared/reference; these levels are a modelling choice, a few jumbo frames apart.
+/// docs/reference; these levels are a modelling choice, a few jumbo frames apart.
 const NIC_RX_XOFF_BYTES: f64 = 65_536.0;
 const NIC_RX_XON_BYTES: f64 = 32_768.0;
 

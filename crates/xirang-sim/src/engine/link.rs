@@ -19,7 +19,7 @@ use crate::queue::Queue;
 use crate::rng::Stream;
 use crate::time::{Ps, Rate};
 
-/// A PFC frame is a minimum-size Ethernet frame (shared/reference/congestion-control.md §6).
+/// A PFC frame is a minimum-size Ethernet frame (docs/reference/congestion-control.md §6).
 pub const PFC_FRAME_BYTES: u16 = 64;
 
 /// One port of a NIC or switch: its transmitter and (at switches) the buffer accounting of

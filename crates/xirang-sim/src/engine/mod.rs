@@ -365,7 +365,7 @@ impl<Q: Queue> Sim<Q> {
                 }
                 let rate = Rate::from_gbps(l.rate_gbps);
                 // HPCC sizes headroom per port as 3 x rate x one-way delay
-                // (shared/reference/congestion-control.md §6).
+                // (docs/reference/congestion-control.md §6).
                 let headroom = pfc.headroom_bytes.unwrap_or_else(|| {
                     xirang_fabric::config::default_headroom_bytes(l.rate_gbps, l.delay_ns)
                 });

@@ -15,11 +15,11 @@ use crate::queue::Queue;
 use crate::time::{PS_PER_US, Ps};
 
 /// ACK size on the wire: Ethernet 14 + IPv4 20 + UDP 8 + BTH 12 + AETH 4 + ICRC 4 + FCS 4.
-/// Header sizes: shared/reference/linux-rdma-sysfs.md §4 (AETH's 4 bytes: IBTA, unconfirmed
+/// Header sizes: docs/reference/linux-rdma-sysfs.md §4 (AETH's 4 bytes: IBTA, unconfirmed
 /// there).
 pub const ACK_BYTES: u16 = 66;
 /// CNP size: Ethernet 14 + IPv4 20 + UDP 8 + BTH 12 + 16 reserved + ICRC 4 + FCS 4 (the
-/// 16-byte CNP payload is IBTA RoCEv2 annex A17, unconfirmed in shared/reference).
+/// 16-byte CNP payload is IBTA RoCEv2 annex A17, unconfirmed in docs/reference).
 pub const CNP_BYTES: u16 = 78;
 /// The HPCC simulator's NACK generation interval, 500 µs (docs/hpcc-model.md §5).
 const NACK_INTERVAL: Ps = 500 * PS_PER_US;

@@ -11,7 +11,8 @@ use crate::packet::{Kind, Packet};
 use crate::queue::Queue;
 use crate::time::Ps;
 
-/// A pause quantum is 512 bit times (congestion-control.md §6) = 64 bytes of line time.
+/// A pause quantum is 512 bit times
+/// (docs/reference/congestion-control.md §6) = 64 bytes of line time.
 const PAUSE_QUANTUM_BYTES: u32 = 64;
 
 /// One PFC frame received, in the HPCC simulator's PFC-file terms.

@@ -39,7 +39,7 @@ impl SwitchState {
         }
     }
 
-    /// Threshold 2^th x free shared buffer (`dynamic_th`, shared/reference/switch-config.md).
+    /// Threshold 2^th x free shared buffer (`dynamic_th`, docs/reference/switch-config.md).
     #[inline]
     fn threshold(&self, th: i8) -> u64 {
         let free = self.buffer.saturating_sub(self.set_aside + self.shared_used);
@@ -53,7 +53,7 @@ impl SwitchState {
 
 impl Port {
     /// RED decision for a data packet leaving with `queued_bytes` still behind it
-    /// (shared/reference/congestion-control.md §1.1: marking on the egress queue, evaluated
+    /// (docs/reference/congestion-control.md §1.1: marking on the egress queue, evaluated
     /// at dequeue as the HPCC simulator does).
     #[inline]
     pub(crate) fn red_mark(&mut self, queued_bytes: u64) -> bool {
