@@ -56,7 +56,7 @@ pub fn load_inventory(dir: &Path) -> Result<Inventory, RolloutError> {
 /// re-collected must not stop the rollout of the others; reading it fails later).
 pub fn load_inventory_lenient(dir: &Path) -> Result<Inventory, RolloutError> {
     let cluster = Cluster::load_dir(dir).map_err(|e| RolloutError::Inventory(e.to_string()))?;
-    let fleet_path = dir.join("fleet.toml");
+    let fleet_path = dir.join(xirang_audit::cluster::FLEET_FILE);
     let extra = if fleet_path.is_file() {
         FleetFile::load(&fleet_path)?
     } else {
@@ -79,30 +79,6 @@ const POLL: Duration = Duration::from_millis(20);
 /// File-time slack when judging a result file against the flash time (coarse file
 /// system timestamps).
 const MTIME_SLACK_MS: i64 = 2_000;
-/// The file naming the rollout a marker directory belongs to.
-const MARKER_ID_FILE: &str = "ROLLOUT_ID";
-
-/// Creates (or checks) a rollout's start-marker directory and writes its id.
-pub fn init_markers(dir: &Path, id: &str) -> Result<(), RolloutError> {
-    std::fs::create_dir_all(dir).map_err(|e| RolloutError::io(dir, e))?;
-    let f = dir.join(MARKER_ID_FILE);
-    match std::fs::read_to_string(&f) {
-        Ok(existing) if existing.trim() == id => Ok(()),
-        Ok(existing) => Err(RolloutError::Refused(format!(
-            "{}: belongs to rollout {} (this one is {id})",
-            dir.display(),
-            existing.trim()
-        ))),
-        Err(_) => std::fs::write(&f, format!("{id}\n")).map_err(|e| RolloutError::io(&f, e)),
-    }
-}
-
-/// The marker directory if it exists and belongs to rollout `id`.
-pub fn markers_of(dir: &Path, id: &str) -> Option<PathBuf> {
-    let got = std::fs::read_to_string(dir.join(MARKER_ID_FILE)).ok()?;
-    (got.trim() == id).then(|| dir.to_path_buf())
-}
-
 /// Runs commands on, and reads, real nodes.
 pub struct CommandDriver {
     inv: Inventory,
@@ -120,7 +96,7 @@ pub struct CommandDriver {
 impl CommandDriver {
     /// A driver over `inv`. `stdin` is the state lock (held), handed to every command so
     /// that the lock outlives a killed executor until its command ends. `markers` is the
-    /// rollout's marker directory ([`markers_of`]); `None` makes every interrupted flash
+    /// rollout's marker directory ([`crate::layout::RolloutFiles::markers`]); `None` makes every interrupted flash
     /// an operator's decision. `work` holds the commands' output files.
     pub fn new(
         inv: Inventory,

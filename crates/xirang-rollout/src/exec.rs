@@ -23,9 +23,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
 
 use crate::RolloutError;
+use crate::event::{Detail, EventKind, FlashOutcome, HaltKind, Ran, Shown};
 use crate::gates::{self, BenchFigure, GateResult, Reading};
 use crate::plan::{NicUpgrade, PlannedNode, Wave};
 use crate::policy::fill;
@@ -153,8 +153,8 @@ pub struct Failure {
 /// A halt.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Halt {
-    /// `operator`, `gate`, `precheck`, `flash-failed`, `flash-unknown`, `unreadable`.
-    pub kind: String,
+    /// Why it halted.
+    pub kind: HaltKind,
     /// Why, in one line.
     pub reason: String,
     /// Wave.
@@ -216,50 +216,49 @@ impl State {
                     .nics
                     .insert(nic.clone(), p);
             };
-            match e.kind.as_str() {
-                "started" => s.started = true,
-                "wave-started" => {
+            match (e.kind, &e.detail) {
+                (EventKind::Started, _) => s.started = true,
+                (EventKind::WaveStarted, _) => {
                     s.current = e.wave;
                     s.failure_recorded.clear();
                 }
-                "precheck" => {
-                    let ok = e.detail["ok"].as_bool() == Some(true);
-                    s.nodes.entry(node.clone()).or_default().prechecked = ok;
+                (
+                    EventKind::Precheck,
+                    Detail::Precheck {
+                        ok,
+                        problems,
+                        evidence,
+                    },
+                ) => {
+                    s.nodes.entry(node.clone()).or_default().prechecked = *ok;
                     if !ok {
                         s.failure_recorded.push(Failure {
                             node: node.clone(),
                             gate: "precheck".into(),
-                            summary: strings(&e.detail["problems"]).join("; "),
-                            evidence: strings(&e.detail["evidence"]),
+                            summary: problems.join("; "),
+                            evidence: evidence.clone(),
                             rollback: vec![],
                         });
                     }
                 }
-                "already-on-target" => set(&mut s, NicPhase::Preexisting),
-                "flash-intent" | "rollback-intent" => {
+                (EventKind::AlreadyOnTarget, _) => set(&mut s, NicPhase::Preexisting),
+                (EventKind::FlashIntent | EventKind::RollbackIntent, _) => {
                     let p = s.nodes.entry(node.clone()).or_default();
                     p.intents.insert(nic.clone(), e.seq);
-                    if e.kind == "flash-intent" {
+                    if e.kind == EventKind::FlashIntent {
                         set(&mut s, NicPhase::Intent);
                     } else {
                         set(&mut s, NicPhase::RollbackIntent);
                     }
                 }
-                "flash-done" | "flash-recovered" => {
+                (EventKind::FlashDone | EventKind::FlashRecovered, _) => {
                     set(&mut s, NicPhase::Flashed);
                     s.nodes.entry(node.clone()).or_default().flashed_at_ms = Some(e.ts_ms);
                 }
-                "flash-failed" => set(&mut s, NicPhase::Failed),
-                "flash-unknown" => set(&mut s, NicPhase::Unknown),
-                "flash-reset" | "flash-not-started" => set(&mut s, NicPhase::Pending),
-                "gate" => {
-                    // A gate record that does not parse counts as failed.
-                    let g = serde_json::from_value::<GateResult>(e.detail.clone()).unwrap_or(GateResult {
-                        gate: "unreadable-record".into(),
-                        passed: false,
-                        summary: format!("log #{}: the gate record does not parse", e.seq),
-                        evidence: vec![],
-                    });
+                (EventKind::FlashFailed, _) => set(&mut s, NicPhase::Failed),
+                (EventKind::FlashUnknown, _) => set(&mut s, NicPhase::Unknown),
+                (EventKind::FlashReset | EventKind::FlashNotStarted, _) => set(&mut s, NicPhase::Pending),
+                (EventKind::Gate, Detail::Gate(g)) => {
                     if !g.passed {
                         s.failure_recorded.push(Failure {
                             node: node.clone(),
@@ -271,37 +270,53 @@ impl State {
                     }
                     let p = s.nodes.entry(node.clone()).or_default();
                     p.gates.retain(|x| x.gate != g.gate);
-                    p.gates.push(g);
+                    p.gates.push(g.clone());
                 }
-                "wave-passed" => {
+                (EventKind::WavePassed, _) => {
                     if let Some(w) = e.wave {
                         s.passed.insert(w);
                     }
                     s.current = None;
                 }
-                "halted" => {
+                (
+                    EventKind::Halted,
+                    Detail::Halted {
+                        kind,
+                        reason,
+                        evidence,
+                    },
+                ) => {
                     s.halt = Some(Halt {
-                        kind: e.detail["kind"].as_str().unwrap_or("operator").to_string(),
-                        reason: e.detail["reason"].as_str().unwrap_or("").to_string(),
+                        kind: *kind,
+                        reason: reason.clone(),
                         wave: e.wave,
                         seq: e.seq,
-                        failures: serde_json::from_value(e.detail["evidence"].clone()).unwrap_or_default(),
+                        failures: evidence.clone(),
                     })
                 }
-                "resumed" => {
+                (EventKind::Resumed, Detail::Resumed { recheck, .. }) => {
                     s.halt = None;
-                    if e.detail["recheck"].as_bool() == Some(true) {
+                    if *recheck {
                         s.failure_recorded.clear();
                     }
                 }
-                "completed" => s.completed = true,
-                "rollback-started" => s.rolled_back = true,
-                "rollback-done" | "rollback-recovered" | "rollback-not-needed" => {
-                    set(&mut s, NicPhase::RolledBack)
+                (EventKind::Completed, _) => s.completed = true,
+                (EventKind::RollbackStarted, _) => s.rolled_back = true,
+                (
+                    EventKind::RollbackDone | EventKind::RollbackRecovered | EventKind::RollbackNotNeeded,
+                    _,
+                ) => set(&mut s, NicPhase::RolledBack),
+                (EventKind::RollbackFailed | EventKind::RollbackUnknown, _) => {
+                    set(&mut s, NicPhase::RollbackFailed)
                 }
-                "rollback-failed" | "rollback-unknown" => set(&mut s, NicPhase::RollbackFailed),
-                "rollback-not-started" => set(&mut s, NicPhase::Flashed),
-                _ => {}
+                (EventKind::RollbackNotStarted, _) => set(&mut s, NicPhase::Flashed),
+                // Events that change no state: what a soak or a benchmark ran.
+                (EventKind::SoakStarted | EventKind::BenchmarkRun, _) => {}
+                // The store reads every row in its kind's shape (Detail::parse), so a
+                // kind with another kind's details cannot reach here.
+                (EventKind::Precheck | EventKind::Gate | EventKind::Halted | EventKind::Resumed, _) => {
+                    unreachable!("log row {}: {} read with details of another kind", e.seq, e.kind)
+                }
             }
         }
         s
@@ -321,10 +336,95 @@ impl State {
     }
 }
 
-fn strings(v: &Value) -> Vec<String> {
-    v.as_array()
-        .map(|a| a.iter().filter_map(|x| x.as_str().map(String::from)).collect())
-        .unwrap_or_default()
+/// A driver for operations that run nothing (start, halt).
+pub struct NoDriver;
+
+impl Driver for NoDriver {
+    fn read(&mut self, _: &str) -> Result<Reading, String> {
+        Err("no reads in this operation".into())
+    }
+    fn run_many(&mut self, jobs: &[Job]) -> Vec<Outcome> {
+        jobs.iter()
+            .map(|_| Outcome {
+                code: None,
+                output: "no commands in this operation".into(),
+            })
+            .collect()
+    }
+    fn bench(&mut self, _: &str, _: Phase, _: Option<i64>) -> Result<(String, BenchFigure), String> {
+        Err("no benchmarks in this operation".into())
+    }
+    fn sleep_s(&mut self, _: f64) {}
+    fn now_ms(&mut self) -> i64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0)
+    }
+}
+
+/// One wave as `rollout status` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WaveStatus {
+    /// Wave number.
+    pub wave: usize,
+    /// Its stage.
+    pub stage: String,
+    /// Nodes in it.
+    pub nodes: usize,
+    /// Nodes whose every NIC is flashed.
+    pub flashed: usize,
+    /// Nodes with a failed gate.
+    pub failed: Vec<String>,
+    /// `passed`, `in progress` or `pending`.
+    pub state: &'static str,
+}
+
+impl State {
+    /// Each planned wave's progress.
+    pub fn waves(&self, meta: &Meta) -> Vec<WaveStatus> {
+        meta.plan
+            .waves
+            .iter()
+            .map(|w| WaveStatus {
+                wave: w.number,
+                stage: w.stage.clone(),
+                nodes: w.nodes.len(),
+                flashed: w
+                    .nodes
+                    .iter()
+                    .filter(|n| {
+                        n.nics
+                            .iter()
+                            .all(|u| self.nic(&n.name, &u.nic) == NicPhase::Flashed)
+                    })
+                    .count(),
+                failed: w
+                    .nodes
+                    .iter()
+                    .filter(|n| {
+                        self.nodes
+                            .get(&n.name)
+                            .is_some_and(|p| p.gates.iter().any(|g| !g.passed))
+                    })
+                    .map(|n| n.name.clone())
+                    .collect(),
+                state: if self.passed.contains(&w.number) {
+                    "passed"
+                } else if self.current == Some(w.number) {
+                    "in progress"
+                } else {
+                    "pending"
+                },
+            })
+            .collect()
+    }
+
+    /// A failure holds the rollout: not an operator's halt, and not once it was rolled
+    /// back (that is the end of it).
+    pub fn failing(&self) -> bool {
+        !self.rolled_back && self.halt.as_ref().is_some_and(|h| h.kind != HaltKind::Operator)
+    }
 }
 
 /// How a step ended.
@@ -539,11 +639,11 @@ impl<'a, D: Driver> Executor<'a, D> {
     fn append(
         &mut self,
         actor: &str,
-        kind: &str,
+        kind: EventKind,
         wave: Option<usize>,
         node: Option<&str>,
         nic: Option<&str>,
-        detail: Value,
+        detail: Detail,
     ) -> Result<i64, RolloutError> {
         self.step();
         let ts = self.driver.now_ms();
@@ -591,7 +691,7 @@ impl<'a, D: Driver> Executor<'a, D> {
 
     fn halt(
         &mut self,
-        kind: &str,
+        kind: HaltKind,
         wave: usize,
         reason: String,
         failures: Vec<Failure>,
@@ -601,14 +701,18 @@ impl<'a, D: Driver> Executor<'a, D> {
         let node = failures.first().map(|f| f.node.clone());
         let seq = self.append(
             EXECUTOR,
-            "halted",
+            EventKind::Halted,
             Some(wave),
             node.as_deref(),
             None,
-            json!({"kind": kind, "reason": reason, "evidence": failures}),
+            Detail::Halted {
+                kind,
+                reason: reason.clone(),
+                evidence: failures.clone(),
+            },
         )?;
         Ok(Progress::Halted(Halt {
-            kind: kind.into(),
+            kind,
             reason,
             wave: Some(wave),
             seq,
@@ -629,28 +733,30 @@ impl<'a, D: Driver> Executor<'a, D> {
             .store
             .events_since(since)?
             .into_iter()
-            .filter(|e| e.kind == "halted")
-            .map(|e| Halt {
-                kind: e.detail["kind"].as_str().unwrap_or("operator").to_string(),
-                reason: e.detail["reason"].as_str().unwrap_or("").to_string(),
-                wave: e.wave,
-                seq: e.seq,
-                failures: vec![],
-            })
-            .next())
+            .find_map(|e| match e.detail {
+                Detail::Halted { kind, reason, .. } => Some(Halt {
+                    kind,
+                    reason,
+                    wave: e.wave,
+                    seq: e.seq,
+                    failures: vec![],
+                }),
+                _ => None,
+            }))
     }
 
     fn refuse_halted(h: &Halt) -> RolloutError {
-        let what = match h.kind.as_str() {
-            "operator" => "`resume` continues",
-            "gate" | "precheck" => {
+        let what = match h.kind {
+            HaltKind::Operator => "`resume` continues",
+            HaltKind::Gate | HaltKind::Precheck => {
                 "fix the node and `resume --recheck`, or `rollback` (`status` shows the evidence and the rollback commands)"
             }
-            "flash-unknown" | "flash-failed" => {
+            HaltKind::FlashUnknown | HaltKind::FlashFailed => {
                 "check the NIC with the vendor tool, then `resume --recheck` (when it shows the target) or `resume --reflash NODE` (to flash it again)"
             }
-            "unreadable" => "make the node readable (its host tree or snapshot), then `resume --recheck`",
-            _ => "`status` shows the details",
+            HaltKind::Unreadable => {
+                "make the node readable (its host tree or snapshot), then `resume --recheck`"
+            }
         };
         RolloutError::Refused(format!(
             "the rollout is halted ({}, log #{}): {}; {what}",
@@ -694,17 +800,20 @@ impl<'a, D: Driver> Executor<'a, D> {
                     .map(|w| w.number)
                     .find(|n| !st.passed.contains(n))
                 else {
-                    self.append(EXECUTOR, "completed", None, None, None, json!({}))?;
+                    self.append(EXECUTOR, EventKind::Completed, None, None, None, Detail::None {})?;
                     return Ok(Progress::Completed);
                 };
                 let wave = &self.meta.plan.waves[w - 1];
-                let detail = json!({"stage": wave.stage, "nodes": wave.nodes.iter().map(|n| n.name.clone()).collect::<Vec<_>>()});
+                let detail = Detail::WaveStarted {
+                    stage: wave.stage.clone(),
+                    nodes: wave.nodes.iter().map(|n| n.name.clone()).collect(),
+                };
                 (self.say)(&format!(
                     "wave {w} ({}): {} node(s)",
                     wave.stage,
                     wave.nodes.len()
                 ));
-                self.append(EXECUTOR, "wave-started", Some(w), None, None, detail)?;
+                self.append(EXECUTOR, EventKind::WaveStarted, Some(w), None, None, detail)?;
                 w
             }
         };
@@ -719,7 +828,7 @@ impl<'a, D: Driver> Executor<'a, D> {
                 "wave {w}: {} failed the {} check before the interruption: {}",
                 f.node, f.gate, f.summary
             );
-            return self.halt("gate", w, reason, st.failure_recorded.clone());
+            return self.halt(HaltKind::Gate, w, reason, st.failure_recorded.clone());
         }
         self.last_seen = self.store.last_seq()?;
         // Settle interrupted flashes and pre-check every node before the first flash.
@@ -764,19 +873,31 @@ impl<'a, D: Driver> Executor<'a, D> {
                         ..Failure::default()
                     };
                     return self
-                        .halt("unreadable", w, format!("{name}: {}", f.summary), vec![f])
+                        .halt(HaltKind::Unreadable, w, format!("{name}: {}", f.summary), vec![f])
                         .map(Some);
                 }
             };
             for u in unsettled {
                 let shown = reading.fw_of(u).flatten();
-                let ev = json!({"fw_ver": shown, "target": u.to, "source": reading.source});
+                let ev = Detail::Shown(Shown {
+                    fw_ver: shown.clone(),
+                    target: Some(u.to.clone()),
+                    source: Some(reading.source.clone()),
+                    ..Shown::default()
+                });
                 if shown.as_deref() == Some(u.to.as_str()) {
                     (self.say)(&format!(
                         "{name}/{}: shows {} after the interruption: recorded as flashed, not flashed again",
                         u.nic, u.to
                     ));
-                    self.append(EXECUTOR, "flash-recovered", Some(w), Some(name), Some(&u.nic), ev)?;
+                    self.append(
+                        EXECUTOR,
+                        EventKind::FlashRecovered,
+                        Some(w),
+                        Some(name),
+                        Some(&u.nic),
+                        ev,
+                    )?;
                     continue;
                 }
                 let was = st.nic(name, &u.nic);
@@ -792,7 +913,7 @@ impl<'a, D: Driver> Executor<'a, D> {
                     ));
                     self.append(
                         EXECUTOR,
-                        "flash-not-started",
+                        EventKind::FlashNotStarted,
                         Some(w),
                         Some(name),
                         Some(&u.nic),
@@ -801,12 +922,19 @@ impl<'a, D: Driver> Executor<'a, D> {
                     continue;
                 }
                 if was == NicPhase::Intent {
-                    self.append(EXECUTOR, "flash-unknown", Some(w), Some(name), Some(&u.nic), ev)?;
+                    self.append(
+                        EXECUTOR,
+                        EventKind::FlashUnknown,
+                        Some(w),
+                        Some(name),
+                        Some(&u.nic),
+                        ev.clone(),
+                    )?;
                 }
                 let kind = if was == NicPhase::Failed {
-                    "flash-failed"
+                    HaltKind::FlashFailed
                 } else {
-                    "flash-unknown"
+                    HaltKind::FlashUnknown
                 };
                 let f = Failure {
                     node: name.into(),
@@ -893,21 +1021,28 @@ impl<'a, D: Driver> Executor<'a, D> {
             for u in on_target {
                 self.append(
                     EXECUTOR,
-                    "already-on-target",
+                    EventKind::AlreadyOnTarget,
                     Some(w),
                     Some(name),
                     Some(&u.nic),
-                    json!({"fw_ver": u.to}),
+                    Detail::Shown(Shown {
+                        fw_ver: Some(u.to.clone()),
+                        ..Shown::default()
+                    }),
                 )?;
             }
         }
         self.append(
             EXECUTOR,
-            "precheck",
+            EventKind::Precheck,
             Some(w),
             Some(name),
             None,
-            json!({"ok": ok, "problems": problems, "evidence": evidence}),
+            Detail::Precheck {
+                ok,
+                problems: problems.clone(),
+                evidence: evidence.clone(),
+            },
         )?;
         if ok {
             return Ok(None);
@@ -920,7 +1055,7 @@ impl<'a, D: Driver> Executor<'a, D> {
             ..Failure::default()
         };
         self.halt(
-            "precheck",
+            HaltKind::Precheck,
             w,
             format!("{name} is not ready for the upgrade: {}", f.summary),
             vec![f],
@@ -967,11 +1102,15 @@ impl<'a, D: Driver> Executor<'a, D> {
                 (self.say)(&format!("{}/{}: {} → {}: {cmd}", node.name, u.nic, u.from, u.to));
                 intents.push(NewEvent {
                     actor: EXECUTOR,
-                    kind: "flash-intent",
+                    kind: EventKind::FlashIntent,
                     wave: Some(w),
                     node: Some(&node.name),
                     nic: Some(&u.nic),
-                    detail: json!({"command": cmd, "from": u.from, "to": u.to}),
+                    detail: Detail::Intent {
+                        command: cmd.clone(),
+                        from: Some(u.from.clone()),
+                        to: Some(u.to.clone()),
+                    },
                 });
                 cmds.push(Job {
                     node: node.name.clone(),
@@ -991,11 +1130,15 @@ impl<'a, D: Driver> Executor<'a, D> {
             let mut unknown = false;
             for ((node, u), out) in jobs.iter().zip(outs) {
                 done.insert((node.name.as_str(), u.nic.as_str()));
-                let detail = json!({"code": out.code, "output": tail(&out.output, LOG_OUTPUT_BYTES)});
-                let kind = match out.code {
-                    Some(0) => "flash-done",
-                    Some(_) => "flash-failed",
-                    None => "flash-unknown",
+                let ran = Ran {
+                    command: None,
+                    code: out.code,
+                    output: tail(&out.output, LOG_OUTPUT_BYTES),
+                };
+                let (kind, detail) = match out.code {
+                    Some(0) => (EventKind::FlashDone, Detail::Ran(ran)),
+                    Some(_) => (EventKind::FlashFailed, Detail::Flash(FlashOutcome::Ran(ran))),
+                    None => (EventKind::FlashUnknown, Detail::Flash(FlashOutcome::Ran(ran))),
                 };
                 self.append(EXECUTOR, kind, Some(w), Some(&node.name), Some(&u.nic), detail)?;
                 if !out.ok() {
@@ -1017,7 +1160,11 @@ impl<'a, D: Driver> Executor<'a, D> {
                 }
             }
             if !failures.is_empty() {
-                let kind = if unknown { "flash-unknown" } else { "flash-failed" };
+                let kind = if unknown {
+                    HaltKind::FlashUnknown
+                } else {
+                    HaltKind::FlashFailed
+                };
                 let reason = format!("wave {w}: {}/{}", failures[0].node, failures[0].summary);
                 return self.halt(kind, w, reason, failures).map(Some);
             }
@@ -1034,11 +1181,13 @@ impl<'a, D: Driver> Executor<'a, D> {
             (self.say)(&format!("wave {w}: soaking {} s", policy.gates.soak_s));
             self.append(
                 EXECUTOR,
-                "soak-started",
+                EventKind::SoakStarted,
                 Some(w),
                 None,
                 None,
-                json!({"soak_s": policy.gates.soak_s}),
+                Detail::Soak {
+                    soak_s: policy.gates.soak_s,
+                },
             )?;
             let mut left = policy.gates.soak_s;
             while left > 0.0 {
@@ -1090,11 +1239,15 @@ impl<'a, D: Driver> Executor<'a, D> {
                     });
                     self.append(
                         EXECUTOR,
-                        "benchmark-run",
+                        EventKind::BenchmarkRun,
                         Some(w),
                         Some(&n.name),
                         None,
-                        json!({"command": cmd, "code": out.code, "output": tail(&out.output, LOG_OUTPUT_BYTES)}),
+                        Detail::Ran(Ran {
+                            command: Some(cmd.clone()),
+                            code: out.code,
+                            output: tail(&out.output, LOG_OUTPUT_BYTES),
+                        }),
                     )?;
                     if !out.ok() {
                         results.push(GateResult {
@@ -1129,11 +1282,14 @@ impl<'a, D: Driver> Executor<'a, D> {
                     if r.passed { "passed" } else { "FAILED" },
                     r.summary
                 ));
-                let detail = serde_json::to_value(&r).map_err(|e| RolloutError::State {
-                    path: self.store.path().into(),
-                    message: e.to_string(),
-                })?;
-                self.append(EXECUTOR, "gate", Some(w), Some(&n.name), None, detail)?;
+                self.append(
+                    EXECUTOR,
+                    EventKind::Gate,
+                    Some(w),
+                    Some(&n.name),
+                    None,
+                    Detail::Gate(r),
+                )?;
             }
         }
         if !failures.is_empty() {
@@ -1149,12 +1305,19 @@ impl<'a, D: Driver> Executor<'a, D> {
                     String::new()
                 }
             );
-            return self.halt("gate", w, reason, failures);
+            return self.halt(HaltKind::Gate, w, reason, failures);
         }
         (self.say)(&format!("wave {w}: every gate passed"));
-        self.append(EXECUTOR, "wave-passed", Some(w), None, None, json!({}))?;
+        self.append(
+            EXECUTOR,
+            EventKind::WavePassed,
+            Some(w),
+            None,
+            None,
+            Detail::None {},
+        )?;
         if w == self.meta.plan.waves.len() {
-            self.append(EXECUTOR, "completed", None, None, None, json!({}))?;
+            self.append(EXECUTOR, EventKind::Completed, None, None, None, Detail::None {})?;
             return Ok(Progress::Completed);
         }
         Ok(Progress::WavePassed { wave: w })
@@ -1175,11 +1338,15 @@ impl<'a, D: Driver> Executor<'a, D> {
         }
         self.append(
             OPERATOR,
-            "halted",
+            EventKind::Halted,
             st.current,
             None,
             None,
-            json!({"kind": "operator", "reason": reason}),
+            Detail::Halted {
+                kind: HaltKind::Operator,
+                reason: reason.into(),
+                evidence: vec![],
+            },
         )?;
         Ok(())
     }
@@ -1198,7 +1365,7 @@ impl<'a, D: Driver> Executor<'a, D> {
             ));
         };
         let w = h.wave.or(st.current);
-        if h.kind != "operator" && !recheck && reflash.is_empty() {
+        if h.kind != HaltKind::Operator && !recheck && reflash.is_empty() {
             return Err(Self::refuse_halted(&h));
         }
         // Validate every --reflash first, then record them together.
@@ -1241,20 +1408,27 @@ impl<'a, D: Driver> Executor<'a, D> {
             .iter()
             .map(|(node, nic, shown)| NewEvent {
                 actor: OPERATOR,
-                kind: "flash-reset",
+                kind: EventKind::FlashReset,
                 wave: w,
                 node: Some(node),
                 nic: Some(nic),
-                detail: json!({"fw_ver": shown, "reason": "operator asked for another flash attempt"}),
+                detail: Detail::Shown(Shown {
+                    fw_ver: shown.clone(),
+                    reason: Some("operator asked for another flash attempt".into()),
+                    ..Shown::default()
+                }),
             })
             .collect();
         events.push(NewEvent {
             actor: OPERATOR,
-            kind: "resumed",
+            kind: EventKind::Resumed,
             wave: w,
             node: None,
             nic: None,
-            detail: json!({"after": h.kind, "recheck": recheck || !reflash.is_empty()}),
+            detail: Detail::Resumed {
+                after: h.kind,
+                recheck: recheck || !reflash.is_empty(),
+            },
         });
         self.append_all(&events)?;
         let st = self.state()?;
@@ -1285,11 +1459,14 @@ impl<'a, D: Driver> Executor<'a, D> {
         let nodes: BTreeSet<&str> = targets.iter().map(|t| t.node.as_str()).collect();
         self.append(
             OPERATOR,
-            "rollback-started",
+            EventKind::RollbackStarted,
             st.current,
             None,
             None,
-            json!({"nodes": nodes, "nics": targets.len()}),
+            Detail::RollbackStarted {
+                nodes: nodes.iter().map(|n| n.to_string()).collect(),
+                nics: targets.len(),
+            },
         )?;
         let mut back = 0;
         let mut problems = Vec::new();
@@ -1308,13 +1485,17 @@ impl<'a, D: Driver> Executor<'a, D> {
                     continue;
                 }
             };
-            let ev = json!({"fw_ver": shown, "previous": u.from});
+            let ev = Detail::Shown(Shown {
+                fw_ver: shown.clone(),
+                previous: Some(u.from.clone()),
+                ..Shown::default()
+            });
             if shown.as_deref() == Some(u.from.as_str()) {
                 // Never changed, or an interrupted rollback that took effect.
                 let kind = if t.phase == NicPhase::RollbackIntent {
-                    "rollback-recovered"
+                    EventKind::RollbackRecovered
                 } else {
-                    "rollback-not-needed"
+                    EventKind::RollbackNotNeeded
                 };
                 self.append(EXECUTOR, kind, Some(t.wave), Some(name), Some(&u.nic), ev)?;
                 back += 1;
@@ -1326,7 +1507,7 @@ impl<'a, D: Driver> Executor<'a, D> {
             if t.phase == NicPhase::RollbackIntent && never_started {
                 self.append(
                     EXECUTOR,
-                    "rollback-not-started",
+                    EventKind::RollbackNotStarted,
                     Some(t.wave),
                     Some(name),
                     Some(&u.nic),
@@ -1335,7 +1516,7 @@ impl<'a, D: Driver> Executor<'a, D> {
             } else if t.phase == NicPhase::RollbackIntent {
                 self.append(
                     EXECUTOR,
-                    "rollback-unknown",
+                    EventKind::RollbackUnknown,
                     Some(t.wave),
                     Some(name),
                     Some(&u.nic),
@@ -1361,11 +1542,15 @@ impl<'a, D: Driver> Executor<'a, D> {
             (self.say)(&format!("{name}/{}: back to {}: {}", u.nic, u.from, t.command));
             let seq = self.append(
                 OPERATOR,
-                "rollback-intent",
+                EventKind::RollbackIntent,
                 Some(t.wave),
                 Some(name),
                 Some(&u.nic),
-                json!({"command": t.command}),
+                Detail::Intent {
+                    command: t.command.clone(),
+                    from: None,
+                    to: None,
+                },
             )?;
             self.step();
             let out = self.run_one(Job {
@@ -1375,11 +1560,15 @@ impl<'a, D: Driver> Executor<'a, D> {
                 command: t.command.clone(),
                 intent: seq,
             });
-            let detail = json!({"code": out.code, "output": tail(&out.output, LOG_OUTPUT_BYTES)});
+            let detail = Detail::Ran(Ran {
+                command: None,
+                code: out.code,
+                output: tail(&out.output, LOG_OUTPUT_BYTES),
+            });
             if out.ok() {
                 self.append(
                     EXECUTOR,
-                    "rollback-done",
+                    EventKind::RollbackDone,
                     Some(t.wave),
                     Some(name),
                     Some(&u.nic),
@@ -1389,7 +1578,7 @@ impl<'a, D: Driver> Executor<'a, D> {
             } else {
                 self.append(
                     EXECUTOR,
-                    "rollback-failed",
+                    EventKind::RollbackFailed,
                     Some(t.wave),
                     Some(name),
                     Some(&u.nic),
@@ -1510,7 +1699,10 @@ pub fn render_log(events: &[Event], with_time: bool) -> String {
         let wave = e.wave.map(|w| format!(" w{w}")).unwrap_or_default();
         s.push_str(&format!(
             "#{:<4} {when}{:<8} {:<16}{wave}{what}: {}\n",
-            e.seq, e.actor, e.kind, e.detail
+            e.seq,
+            e.actor,
+            e.kind,
+            e.detail.to_value()
         ));
     }
     s

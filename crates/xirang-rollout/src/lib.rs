@@ -6,9 +6,11 @@
 //! executor runs a synthetic fleet in [`simulate`].
 
 pub mod command;
+pub mod event;
 pub mod exec;
 pub mod fleet;
 pub mod gates;
+pub mod layout;
 pub mod perftest;
 pub mod plan;
 pub mod policy;

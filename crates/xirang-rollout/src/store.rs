@@ -11,14 +11,14 @@ use std::path::Path;
 
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 use crate::RolloutError;
+use crate::event::{Detail, EventKind, StartedDetail};
 use crate::plan::Plan;
 use crate::policy::Policy;
 
 /// One logged event.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Event {
     /// Sequence number (1, 2, ...).
     pub seq: i64,
@@ -26,16 +26,16 @@ pub struct Event {
     pub ts_ms: i64,
     /// Who: `executor` or `operator`.
     pub actor: String,
-    /// What happened (`flash-intent`, `gate`, `halted`, ...).
-    pub kind: String,
+    /// What happened.
+    pub kind: EventKind,
     /// Wave number, when it concerns one.
     pub wave: Option<usize>,
     /// Node, when it concerns one.
     pub node: Option<String>,
     /// NIC, when it concerns one.
     pub nic: Option<String>,
-    /// Details (command, exit status, evidence).
-    pub detail: Value,
+    /// Details (command, exit status, evidence), in the shape of `kind`.
+    pub detail: Detail,
 }
 
 /// An event to append.
@@ -44,15 +44,15 @@ pub struct NewEvent<'a> {
     /// Who.
     pub actor: &'a str,
     /// What.
-    pub kind: &'a str,
+    pub kind: EventKind,
     /// Wave.
     pub wave: Option<usize>,
     /// Node.
     pub node: Option<&'a str>,
     /// NIC.
     pub nic: Option<&'a str>,
-    /// Details.
-    pub detail: Value,
+    /// Details, in the shape of `kind` (checked when appended).
+    pub detail: Detail,
 }
 
 /// What a rollout was started with.
@@ -221,17 +221,17 @@ impl Store {
             ts_ms,
             &NewEvent {
                 actor: "operator",
-                kind: "started",
+                kind: EventKind::Started,
                 wave: None,
                 node: None,
                 nic: None,
-                detail: serde_json::json!({
-                    "id": meta.id,
-                    "waves": p.waves.len(),
-                    "nodes": p.upgrade_count(),
-                    "skipped": p.skipped.len(),
-                    "policy": meta.policy_file,
-                    "inventory": meta.inventory,
+                detail: Detail::Started(StartedDetail {
+                    id: meta.id.clone(),
+                    waves: p.waves.len(),
+                    nodes: p.upgrade_count(),
+                    skipped: p.skipped.len(),
+                    policy: meta.policy_file.clone(),
+                    inventory: meta.inventory.clone(),
                 }),
             },
         )?;
@@ -272,17 +272,21 @@ impl Store {
 
     /// Appends one event (its own transaction); returns its sequence number.
     pub fn append(&self, ts_ms: i64, e: &NewEvent<'_>) -> Result<i64, RolloutError> {
+        // What is written must read back: a kind with another kind's details would make
+        // the whole log unreadable later.
+        let detail = e.detail.to_value();
+        Detail::parse(e.kind, &detail).map_err(|m| self.err(format!("not appending `{}`: {m}", e.kind)))?;
         self.conn
             .execute(
                 "INSERT INTO log (ts_ms, actor, kind, wave, node, nic, detail) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
                 params![
                     ts_ms,
                     e.actor,
-                    e.kind,
+                    e.kind.name(),
                     e.wave.map(|w| w as i64),
                     e.node,
                     e.nic,
-                    e.detail.to_string()
+                    detail.to_string()
                 ],
             )
             .map_err(|x| self.err(x))?;
@@ -327,8 +331,17 @@ impl Store {
         let mut out = Vec::new();
         for row in rows {
             let (seq, ts_ms, actor, kind, wave, node, nic, detail) = row.map_err(|e| self.err(e))?;
-            let detail = serde_json::from_str(&detail)
+            // Unknown kinds and details of the wrong shape are refused, not skipped: the
+            // state is the fold of every row (crate::event).
+            let kind = EventKind::parse(&kind).ok_or_else(|| {
+                self.err(format!(
+                    "log row {seq}: unknown event kind `{kind}` (expected one of: {}); written by a newer xirang, or not by xirang",
+                    EventKind::ALL.map(EventKind::name).join(", ")
+                ))
+            })?;
+            let detail: serde_json::Value = serde_json::from_str(&detail)
                 .map_err(|e| self.err(format!("log row {seq}: detail does not parse: {e}")))?;
+            let detail = Detail::parse(kind, &detail).map_err(|m| self.err(format!("log row {seq}: {m}")))?;
             out.push(Event {
                 seq,
                 ts_ms,

@@ -1,17 +1,14 @@
 //! `xirang rollout`: plan, start, advance, halt, resume, roll back, simulate.
 
-use std::fs::{File, OpenOptions};
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use serde_json::json;
-use xirang_rollout::command::{
-    CommandDriver, init_markers, load_inventory, load_inventory_lenient, markers_of,
-};
+use xirang_rollout::command::{CommandDriver, load_inventory};
 use xirang_rollout::exec::{self, ExecOptions, Executor, Progress, State};
+use xirang_rollout::layout::RolloutFiles;
 use xirang_rollout::simulate::{Degradation, SimSpec, default_policy, simulate, simulate_fleet};
-use xirang_rollout::store::{Meta, Store};
+use xirang_rollout::store::Store;
 use xirang_rollout::{Policy, plan};
 
 use crate::Outcome;
@@ -35,7 +32,7 @@ pub(crate) fn run(cmd: RolloutCmd) -> Result<Outcome> {
             // No lock: a running executor holds it for a whole wave, and looks for this
             // halt between rounds and during the soak.
             let store = Store::open(&a.state)?;
-            let mut ex = Executor::new(&store, NoDriver, ExecOptions::default(), |_| {})?;
+            let mut ex = Executor::new(&store, exec::NoDriver, ExecOptions::default(), |_| {})?;
             ex.halt_now(&a.reason)?;
             eprintln!(
                 "halted: {}; a running executor stops after its current round of commands",
@@ -101,31 +98,11 @@ fn make_plan(
 
 fn start(a: &RolloutStartArgs) -> Result<Outcome> {
     let (_, policy, plan) = make_plan(&a.plan)?;
-    if plan.waves.is_empty() {
-        bail!(
-            "nothing to upgrade: {} node(s), all skipped (see `xirang rollout plan`)",
-            plan.total_nodes
-        );
-    }
-    let abs = |p: &Path| {
-        std::fs::canonicalize(p)
-            .unwrap_or_else(|_| p.to_path_buf())
-            .display()
-            .to_string()
-    };
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0);
-    let meta = Meta {
-        id: format!("{now_ms}-{}", std::process::id()),
-        plan: plan.clone(),
-        policy,
-        inventory: abs(&a.plan.inventory),
-        policy_file: abs(&a.plan.policy),
-    };
-    Store::create(&a.state, &meta, now_ms)?;
-    init_markers(&markers_dir(&a.state), &meta.id)?;
+    RolloutFiles::new(&a.state).start(&a.plan.inventory, &a.plan.policy, policy, plan.clone(), now_ms)?;
     eprintln!(
         "rollout recorded in {}: {} node(s) in {} wave(s), {} skipped; `xirang rollout advance --state {}` shows the first wave",
         a.state.display(),
@@ -135,91 +112,6 @@ fn start(a: &RolloutStartArgs) -> Result<Outcome> {
         a.state.display()
     );
     Ok(Outcome::Clean)
-}
-
-/// A driver for operations that run nothing (start, halt).
-struct NoDriver;
-
-impl exec::Driver for NoDriver {
-    fn read(&mut self, _: &str) -> Result<xirang_rollout::gates::Reading, String> {
-        Err("no reads in this operation".into())
-    }
-    fn run_many(&mut self, jobs: &[exec::Job]) -> Vec<exec::Outcome> {
-        jobs.iter()
-            .map(|_| exec::Outcome {
-                code: None,
-                output: "no commands in this operation".into(),
-            })
-            .collect()
-    }
-    fn bench(
-        &mut self,
-        _: &str,
-        _: exec::Phase,
-        _: Option<i64>,
-    ) -> Result<(String, xirang_rollout::gates::BenchFigure), String> {
-        Err("no benchmarks in this operation".into())
-    }
-    fn sleep_s(&mut self, _: f64) {}
-    fn now_ms(&mut self) -> i64 {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis() as i64)
-            .unwrap_or(0)
-    }
-}
-
-/// Takes the state's lock file, waiting up to `wait_s` (a killed executor's flash
-/// command still holds it through its standard input until it ends).
-fn lock(state: &Path, wait_s: u64) -> Result<File> {
-    let path = PathBuf::from(format!("{}.lock", state.display()));
-    let f = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .read(true)
-        .open(&path)
-        .with_context(|| format!("opening {}", path.display()))?;
-    let start = Instant::now();
-    let mut told = false;
-    loop {
-        match f.try_lock() {
-            Ok(()) => return Ok(f),
-            Err(std::fs::TryLockError::WouldBlock) => {
-                if start.elapsed() > Duration::from_secs(wait_s) {
-                    bail!(
-                        "{} is held by another executor or by a command it started (waited {wait_s} s)",
-                        path.display()
-                    );
-                }
-                if !told {
-                    eprintln!(
-                        "waiting for {} (another executor, or a flash command still running)",
-                        path.display()
-                    );
-                    told = true;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            Err(std::fs::TryLockError::Error(e)) => {
-                return Err(e).with_context(|| format!("locking {}", path.display()));
-            }
-        }
-    }
-}
-
-/// Where a rollout's start markers live: next to its state file, as an absolute path
-/// (commands run in the inventory directory).
-fn markers_dir(state: &Path) -> PathBuf {
-    sibling(state, "started")
-}
-
-/// `STATE.suffix`, absolute.
-fn sibling(state: &Path, suffix: &str) -> PathBuf {
-    let abs = std::path::absolute(state).unwrap_or_else(|_| state.to_path_buf());
-    let mut name = abs.file_name().unwrap_or_default().to_os_string();
-    name.push(format!(".{suffix}"));
-    abs.with_file_name(name)
 }
 
 fn with_executor(
@@ -235,28 +127,16 @@ fn with_executor(
         }
         return Ok(Outcome::Clean);
     }
-    let lock = lock(&a.state, a.lock_wait_s)?;
-    let inv = load_inventory_lenient(Path::new(&meta.inventory))?;
-    let dir = markers_dir(&a.state);
-    // A missing or foreign marker directory is never trusted: every interrupted flash
-    // is then left to the operator.
-    let markers = markers_of(&dir, &meta.id);
-    if markers.is_none() {
+    let files = RolloutFiles::new(&a.state);
+    let lock = files.lock(Duration::from_secs(a.lock_wait_s), |p| {
         eprintln!(
-            "warning: {} is missing or belongs to another rollout: an interrupted flash will need an operator's decision",
-            dir.display()
-        );
-    }
-    let work = sibling(&a.state, "out");
-    std::fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
-    let driver = CommandDriver::new(
-        inv,
-        meta.policy.clone(),
-        Some(lock),
-        Duration::from_secs(a.command_timeout_s),
-        markers,
-        work,
-    );
+            "waiting for {} (another executor, or a flash command still running)",
+            p.display()
+        )
+    })?;
+    let driver = files.command_driver(&meta, lock, Duration::from_secs(a.command_timeout_s), |w| {
+        eprintln!("warning: {w}")
+    })?;
     let opts = ExecOptions {
         crash_before_step: std::env::var(CRASH_ENV).ok().and_then(|v| v.parse().ok()),
     };
@@ -288,43 +168,7 @@ fn status(a: &RolloutStateArgs) -> Result<Outcome> {
     let meta = store.meta()?;
     let events = store.events()?;
     let st = State::from_events(&events);
-    let waves: Vec<serde_json::Value> = meta
-        .plan
-        .waves
-        .iter()
-        .map(|w| {
-            let flashed = w
-                .nodes
-                .iter()
-                .filter(|n| {
-                    n.nics
-                        .iter()
-                        .all(|u| st.nic(&n.name, &u.nic) == exec::NicPhase::Flashed)
-                })
-                .count();
-            let failed: Vec<String> = w
-                .nodes
-                .iter()
-                .filter(|n| {
-                    st.nodes
-                        .get(&n.name)
-                        .is_some_and(|p| p.gates.iter().any(|g| !g.passed))
-                })
-                .map(|n| n.name.clone())
-                .collect();
-            let state = if st.passed.contains(&w.number) {
-                "passed"
-            } else if st.current == Some(w.number) {
-                "in progress"
-            } else {
-                "pending"
-            };
-            json!({"wave": w.number, "stage": w.stage, "nodes": w.nodes.len(), "flashed": flashed, "failed": failed, "state": state})
-        })
-        .collect();
-    // Exit 1 while a failure holds the rollout (not for an operator's halt, and not
-    // once it was rolled back: that is the end of it).
-    let failing = !st.rolled_back && st.halt.as_ref().is_some_and(|h| h.kind != "operator");
+    let waves = st.waves(&meta);
     if a.json {
         let v = json!({
             "state_file": a.state.display().to_string(),
@@ -366,21 +210,18 @@ fn status(a: &RolloutStateArgs) -> Result<Outcome> {
         let mut t = crate::cmd::table(&["wave", "stage", "nodes", "flashed", "state", "failed gates"]);
         for w in &waves {
             t.add_row(vec![
-                w["wave"].to_string(),
-                w["stage"].as_str().unwrap_or("").to_string(),
-                w["nodes"].to_string(),
-                w["flashed"].to_string(),
-                w["state"].as_str().unwrap_or("").to_string(),
-                w["failed"]
-                    .as_array()
-                    .map(|a| a.iter().filter_map(|x| x.as_str()).collect::<Vec<_>>().join(", "))
-                    .unwrap_or_default(),
+                w.wave.to_string(),
+                w.stage.clone(),
+                w.nodes.to_string(),
+                w.flashed.to_string(),
+                w.state.to_string(),
+                w.failed.join(", "),
             ]);
         }
         s += &format!("{t}\n");
         out(&s)?;
     }
-    Ok(if failing {
+    Ok(if st.failing() {
         Outcome::Findings
     } else {
         Outcome::Clean
