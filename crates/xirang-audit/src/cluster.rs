@@ -104,9 +104,9 @@ pub struct FirmwareRule {
 }
 
 /// RoCE priority that carries lossless RDMA traffic by default
-/// (switch-config.md: RoCE on priority 3, the SONiC and Onyx convention).
+/// (docs/reference/switch-config.md: RoCE on priority 3, the SONiC and Onyx convention).
 pub const DEFAULT_ROCE_PRIORITY: u8 = 3;
-/// DSCP of RoCE data by default (switch-config.md: DSCP 26, TOS 106).
+/// DSCP of RoCE data by default (docs/reference/switch-config.md: DSCP 26, TOS 106).
 pub const DEFAULT_ROCE_DSCP: u8 = 26;
 
 /// What the cluster should run (`--policy`); every field has a default.
@@ -144,6 +144,21 @@ impl Default for Policy {
         }
     }
 }
+
+// The inventory directory's layout (docs/formats/inventory.md), owned here for every
+// reader: `xirang audit`, `xirang rollout` (which adds FLEET_FILE) and
+// `xirang diagnose --inventory`.
+
+/// One host tree or snapshot per host (required).
+pub const HOSTS_DIR: &str = "hosts";
+/// One SONiC `config_db.json` per switch.
+pub const SWITCHES_DIR: &str = "switches";
+/// The cabling and switch tiers.
+pub const TOPOLOGY_FILE: &str = "topology.toml";
+/// The audit policy.
+pub const POLICY_FILE: &str = "policy.toml";
+/// Racks and jobs: the rollout's failure domains (read by `xirang_rollout::fleet`).
+pub const FLEET_FILE: &str = "fleet.toml";
 
 /// Largest cabling or policy file read: a cabling file lists one line per cable, about
 /// 80 bytes; 64 MiB holds the cables of a fabric of hundreds of thousands of NICs.
@@ -327,22 +342,24 @@ impl Cluster {
         Ok(missing)
     }
 
-    /// Loads an inventory directory: `hosts/` (required: one host tree or snapshot per
-    /// host), and where present `switches/`, `topology.toml` (cabling) and
-    /// `policy.toml`.
+    /// Loads an inventory directory (docs/formats/inventory.md): [`HOSTS_DIR`]
+    /// (required: one host tree or snapshot per host), and where present
+    /// [`SWITCHES_DIR`], [`TOPOLOGY_FILE`] (cabling) and [`POLICY_FILE`].
     pub fn load_dir(dir: &Path) -> Result<Cluster, AuditError> {
-        let hosts = dir.join("hosts");
+        let hosts = dir.join(HOSTS_DIR);
         if !hosts.is_dir() {
             return Err(io_err(
                 dir,
-                "expected an inventory directory with `hosts/` (one host tree or snapshot per host), and optionally switches/, topology.toml, policy.toml",
+                format!(
+                    "expected an inventory directory with `{HOSTS_DIR}/` (one host tree or snapshot per host), and optionally {SWITCHES_DIR}/, {TOPOLOGY_FILE}, {POLICY_FILE}"
+                ),
             ));
         }
         let opt = |name: &str| {
             let p = dir.join(name);
             p.exists().then_some(p)
         };
-        let (switches, topology, policy) = (opt("switches"), opt("topology.toml"), opt("policy.toml"));
+        let (switches, topology, policy) = (opt(SWITCHES_DIR), opt(TOPOLOGY_FILE), opt(POLICY_FILE));
         Cluster::load(
             Some(&hosts),
             switches.as_deref(),

@@ -1,13 +1,14 @@
 //! Xirang diagnosis: says whether a communication slowdown is a NIC, a link, a switch or
 //! the application's configuration, with the root cause, the impact scope, repair advice
-//! and the evidence (shared/reference/diagnosis.md).
+//! and the evidence (docs/reference/diagnosis.md).
 //!
 //! [`nccl`] diagnoses from nccl-tests logs alone (aborts, socket transport, GPUDirect
 //! RDMA off, GPUs sharing a NIC, slow or failing node pairs). [`counters`] (links),
 //! [`rules`] (ports, queues, NICs) and [`balance`] (ECMP spread, hosts that cannot feed
 //! their NICs) read a telemetry window that [`source`] takes from the monitor's history,
-//! a Prometheus server or a simulator's output. [`suite`] proves every rule on faults
-//! injected in the simulator.
+//! a Prometheus server or a simulator's output. The fault-injection suite that proves every
+//! rule on faults injected in the simulator is the `xirang-suite` crate: this one does
+//! not depend on the simulator.
 
 pub mod balance;
 pub mod bundle;
@@ -16,8 +17,8 @@ pub mod finding;
 pub mod inventory;
 pub mod nccl;
 pub mod paths;
+pub mod request;
 pub mod rules;
 pub mod source;
-pub mod suite;
 
 pub use finding::{Class, Evidence, Finding, Severity};

@@ -8,6 +8,7 @@ use thiserror::Error;
 use xirang_monitor::history::{History, Retention};
 
 use crate::counters::{Series, Window, metric_names, rule_counters};
+use xirang_telemetry::sim_out::{self, SimOut};
 use xirang_telemetry::spec::Kind;
 
 /// A source problem.
@@ -170,13 +171,20 @@ pub fn series_from_query_range(body: &serde_json::Value) -> Result<Vec<Series>, 
 /// with `--sample`): times are from the run's start (Unix ms 0 = the run's start), and
 /// every counter starts at 0, as a simulated fabric does.
 pub fn from_sim_out(dir: &Path) -> Result<Window, SourceError> {
+    let fail = |e: sim_out::SimOutError| SourceError::SimOut {
+        path: e.path,
+        message: e.message,
+    };
+    let out = SimOut::open(dir).map_err(fail)?;
     // The final counters alone are one sample: rates, rises and flaps need a series.
-    if dir.join("counters.csv").is_file() && !dir.join("counters_series.csv").is_file() {
+    if !out.is_sampled() {
         return Err(SourceError::SimOut {
             path: dir.display().to_string(),
-            message: "an unsampled run (no counters_series.csv): diagnosis reads counters over time; \
-                      run it again with --sample (for example --sample 10us)"
-                .to_string(),
+            message: format!(
+                "an unsampled run (no {}): diagnosis reads counters over time; \
+                 run it again with --sample (for example --sample 10us)",
+                sim_out::COUNTERS_SERIES
+            ),
         });
     }
     let replay = xirang_monitor::replay::load(dir).map_err(|e| SourceError::SimOut {
@@ -188,29 +196,13 @@ pub fn from_sim_out(dir: &Path) -> Result<Window, SourceError> {
         .iter()
         .flat_map(|(t_ns, values)| values.iter().map(move |c| ((*t_ns / 1_000) as i64, c)));
     let mut w = window_from_samples(format!("sim-out {}", dir.display()), samples);
-    let links = dir.join("links.csv");
-    if links.is_file() {
-        let text =
-            xirang_files::read_text(&links, xirang_monitor::replay::SIM_OUTPUT_LIMIT).map_err(|e| {
-                SourceError::SimOut {
-                    path: links.display().to_string(),
-                    message: e.detail(),
-                }
-            })?;
+    if let Some((text, links)) = out.optional(sim_out::LINKS).map_err(fail)? {
         add_links(&mut w, &text).map_err(|message| SourceError::SimOut {
             path: links.display().to_string(),
             message,
         })?;
     }
-    let flows = dir.join("flows.json");
-    if flows.is_file() {
-        let text =
-            xirang_files::read_text(&flows, xirang_monitor::replay::SIM_OUTPUT_LIMIT).map_err(|e| {
-                SourceError::SimOut {
-                    path: flows.display().to_string(),
-                    message: e.detail(),
-                }
-            })?;
+    if let Some((text, flows)) = out.optional(sim_out::FLOWS).map_err(fail)? {
         w.flows = crate::paths::flows_from_json(&text).map_err(|message| SourceError::SimOut {
             path: flows.display().to_string(),
             message,

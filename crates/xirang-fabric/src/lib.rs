@@ -4,7 +4,7 @@
 //! - [`model`]: hosts (sockets, PCIe switches, GPUs, NICs), switches with tiers, links.
 //! - [`config`]: the four layers of configuration (MTU; PFC, ECN, buffers, congestion
 //!   control per traffic class; transport; NCCL and memory), with defaults from
-//!   `shared/reference`.
+//!   `docs/reference/`.
 //! - [`topology`]: generators (leaf-spine, fat-tree, rail-optimized), explicit lists and
 //!   HPCC topology files.
 //! - [`scenario`]: TOML scenario files with precise errors; [`limits`]: the range of
@@ -36,6 +36,7 @@ pub mod hpcc;
 pub mod limits;
 pub mod model;
 pub mod partition;
+pub mod reference;
 pub mod routing;
 pub mod scenario;
 pub mod topology;

@@ -33,7 +33,7 @@ impl fmt::Display for Num {
 pub const MAX_SIM_TIME_US: f64 = 3.6e9;
 
 /// Longest link propagation delay: 10 ms, about 2,000 km of fibre at the 1.98e8 m/s
-/// propagation speed of shared/reference/congestion-control.md's headroom formula (PFC
+/// propagation speed of docs/reference/congestion-control.md's headroom formula (PFC
 /// headroom section). Data-centre links are metres to kilometres (nanoseconds to
 /// microseconds); this admits long-haul links and refuses a delay of `u64::MAX`, which
 /// wraps when converted to picoseconds.
@@ -95,6 +95,50 @@ pub fn check_period_us(v: f64, at: &KeyPath, d: &mut Diagnostics) -> bool {
         );
         false
     }
+}
+
+/// The units a duration on the command line may take, with their length in seconds.
+/// The unit is a suffix, so that `1e3us` keeps its exponent; the longer suffixes come
+/// first (`ms` before `s`, `us` before `s`).
+const DURATION_UNITS: [(&str, f64); 8] = [
+    ("ns", 1e-9),
+    ("us", 1e-6),
+    ("µs", 1e-6),
+    ("ms", 1e-3),
+    ("s", 1.0),
+    ("m", 60.0),
+    ("h", 3_600.0),
+    ("d", 86_400.0),
+];
+
+/// Reads a duration with its unit (`800ns`, `20us`, `500ms`, `10s`, `5m`, `2h`, `30d`)
+/// as seconds. Every duration flag of every command reads through this one grammar, and
+/// the unit is required: a bare number meant microseconds to one command and seconds to
+/// another, so it is refused with the units spelled out.
+pub fn parse_duration_s(text: &str) -> Result<f64, String> {
+    let s = text.trim();
+    let expected = "expected a duration with its unit, like 800ns, 20us, 500ms, 10s, 5m, 2h or 30d";
+    let Some((num, scale)) = DURATION_UNITS
+        .iter()
+        .find_map(|(unit, scale)| s.strip_suffix(unit).map(|n| (n, *scale)))
+    else {
+        return Err(if s.parse::<f64>().is_ok() {
+            format!("{expected}; `{s}` has no unit")
+        } else {
+            format!("{expected}, found `{s}`")
+        });
+    };
+    let v: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("{expected}, found `{s}`"))?;
+    let secs = v * scale;
+    // An infinite duration passes: each caller holds the value to its own range and
+    // says what that range is.
+    if secs.is_nan() || secs < 0.0 {
+        return Err(format!("expected a duration of 0 or more, found `{s}`"));
+    }
+    Ok(secs)
 }
 
 /// A sampling interval, as the scenario's `[run]` or `--sample` gives it.
@@ -181,6 +225,31 @@ pub fn check_rate_mbps(v: f64, positive: bool, at: &KeyPath, d: &mut Diagnostics
 
 #[cfg(test)]
 mod tests {
+    use super::parse_duration_s;
+
+    #[test]
+    fn one_duration_grammar_with_a_required_unit() {
+        let near = |text: &str, secs: f64| {
+            let got = parse_duration_s(text).unwrap();
+            assert!((got - secs).abs() <= secs * 1e-12, "{text}: {got}");
+        };
+        near("800ns", 8e-7);
+        near("1e3us", 1e-3);
+        near("20µs", 2e-5);
+        assert_eq!(parse_duration_s("500ms"), Ok(0.5));
+        assert_eq!(parse_duration_s(" 10s "), Ok(10.0));
+        assert_eq!(parse_duration_s("5m"), Ok(300.0));
+        assert_eq!(parse_duration_s("2h"), Ok(7_200.0));
+        assert_eq!(parse_duration_s("30d"), Ok(2_592_000.0));
+        let e = parse_duration_s("3000").unwrap_err();
+        assert!(e.ends_with("`3000` has no unit"), "{e}");
+        let e = parse_duration_s("10 parsecs").unwrap_err();
+        assert!(e.ends_with("found `10 parsecs`"), "{e}");
+        assert!(parse_duration_s("-1s").is_err());
+        assert!(parse_duration_s("NaNs").is_err());
+        assert_eq!(parse_duration_s("1e400s"), Ok(f64::INFINITY));
+    }
+
     use super::*;
 
     #[test]

@@ -40,7 +40,8 @@ pub struct PlanParams {
     pub max_buffer_bytes: u64,
     /// Buffer alignment below a page (`memory.cache_line_bytes`).
     pub cache_line_bytes: u64,
-    /// Base page: buffers of a page or more start on one (memory-registration.md §5).
+    /// Base page: buffers of a page or more start on one
+    /// (docs/reference/memory-registration.md §5).
     pub base_page_bytes: u64,
     /// Page backing the region (`memory.page_bytes`): what pinning rounds to.
     pub pin_page_bytes: u64,
@@ -94,6 +95,121 @@ impl Plan {
     /// All regions, bytes: what the fleet pins.
     pub fn total_pinned_bytes(&self) -> u64 {
         self.hosts.values().sum()
+    }
+}
+
+/// Transfers grouped into connections: one per workload and NIC pair (a communicator's
+/// QPs), with its largest message, all it carries and its QPs.
+#[derive(Debug, Clone, Default)]
+pub struct Connections {
+    /// (workload, sending NIC, receiving NIC) -> (largest message, total bytes, QPs).
+    by_pair: BTreeMap<(u16, u32, u32), (u64, u64, u32)>,
+}
+
+impl Connections {
+    /// Counts one transfer of `bytes`, made `repeat` times, on the connection from NIC
+    /// `src` to NIC `dst` of `workload`.
+    pub fn add(&mut self, workload: u16, src: u32, dst: u32, bytes: u64, repeat: u64, qps: u32) {
+        let c = self.by_pair.entry((workload, src, dst)).or_default();
+        c.0 = c.0.max(bytes);
+        c.1 = c.1.saturating_add(bytes.saturating_mul(repeat));
+        c.2 = qps;
+    }
+
+    /// Connections counted.
+    pub fn len(&self) -> usize {
+        self.by_pair.len()
+    }
+
+    /// No connection was counted.
+    pub fn is_empty(&self) -> bool {
+        self.by_pair.is_empty()
+    }
+
+    /// Both ends of every connection; `name` gives a NIC's (name, host).
+    pub fn ends(&self, name: impl Fn(u32) -> (String, String)) -> Vec<ConnectionEnd> {
+        let mut ends = Vec::with_capacity(2 * self.by_pair.len());
+        for (&(_, src, dst), &(max, total, qps)) in &self.by_pair {
+            for id in [src, dst] {
+                let (nic, host) = name(id);
+                ends.push(ConnectionEnd {
+                    nic,
+                    host,
+                    max_message_bytes: max,
+                    total_bytes: total,
+                    qps,
+                });
+            }
+        }
+        ends
+    }
+}
+
+/// A configured region against what the busiest NIC needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Below the need: queues can run out of buffers.
+    TooSmall,
+    /// More than [`OVERSIZED_FACTOR`] times the need: memory pinned for nothing.
+    Oversized,
+    /// Large enough, no larger (MISSION 3.1).
+    Enough,
+}
+
+/// A region this many times its need misses "no larger" by a wide margin (MISSION 3.1);
+/// our threshold.
+pub const OVERSIZED_FACTOR: u64 = 2;
+
+impl Verdict {
+    /// `configured` region bytes against the `need` of the busiest NIC.
+    pub fn of(configured: u64, need: u64) -> Verdict {
+        if need > configured {
+            Verdict::TooSmall
+        } else if configured > OVERSIZED_FACTOR.saturating_mul(need.max(1)) {
+            Verdict::Oversized
+        } else {
+            Verdict::Enough
+        }
+    }
+
+    /// As printed.
+    pub fn name(self) -> &'static str {
+        match self {
+            Verdict::TooSmall => "too small",
+            Verdict::Oversized => "oversized",
+            Verdict::Enough => "enough",
+        }
+    }
+}
+
+/// Maps and registers `n`'s planned pool on this machine through the automatic backend
+/// (libibverbs where a device is present, else pinned host memory): the registered
+/// bytes and the backend's reason, or why it failed.
+pub fn register_here(n: &NicPlan, p: &PlanParams, device: Option<&str>) -> Result<(u64, String), String> {
+    let huge = crate::region::HUGE_PAGE_BYTES as u64;
+    let page = crate::region::page_size() as u64;
+    if p.pin_page_bytes != page && p.pin_page_bytes != huge {
+        return Err(format!(
+            "--register maps this machine's {page}-byte pages or {huge}-byte huge pages; memory.page_bytes is {}",
+            p.pin_page_bytes
+        ));
+    }
+    let (backend, why) = crate::verbs::auto_backend(device);
+    let classes = n
+        .classes
+        .iter()
+        .map(|c| crate::ClassSpec {
+            size_bytes: c.size_bytes as usize,
+            // The planned region's headroom, as buffers of each class.
+            count: (c.buffers as f64 * (1.0 + p.headroom)).ceil() as usize,
+        })
+        .collect();
+    let mut cfg = crate::PoolConfig::new(classes);
+    cfg.alignment_bytes = p.cache_line_bytes as usize;
+    cfg.huge_pages = p.pin_page_bytes == huge;
+    match crate::Pool::new(cfg, backend) {
+        Ok(pool) => Ok((pool.registered_bytes() as u64, why)),
+        Err(e) => Err(format!("{e} ({why})")),
     }
 }
 

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use xirang_telemetry::CounterValue;
+use xirang_telemetry::sim_out::SimOut;
 
 use crate::collect::{Collector, Round};
 
@@ -75,29 +76,15 @@ pub fn parse_rows(text: &str, path: &str, with_time: bool) -> Result<Vec<(u64, C
     Ok(rows)
 }
 
-/// Largest simulator output file read: a sampled run of a large fabric writes series of
-/// hundreds of MB; 4 GiB is the most this reader holds in memory.
-pub const SIM_OUTPUT_LIMIT: xirang_files::Limit = xirang_files::Limit::new(4 << 30, "simulator output file");
-
-/// Loads a simulator output directory.
+/// Loads a simulator output directory: its counter series, or the final counters of an
+/// unsampled run (one round).
 pub fn load(dir: &Path) -> Result<Replay, ReplayError> {
-    let series = dir.join("counters_series.csv");
-    let finals = dir.join("counters.csv");
-    let (path, with_time) = if series.is_file() {
-        (series, true)
-    } else if finals.is_file() {
-        (finals, false)
-    } else {
-        return Err(ReplayError {
-            path: dir.display().to_string(),
-            message: "expected a `xirang sim --out` directory (counters_series.csv or counters.csv)".into(),
-        });
+    let fail = |e: xirang_telemetry::sim_out::SimOutError| ReplayError {
+        path: e.path,
+        message: e.message,
     };
+    let (text, path, with_time) = SimOut::open(dir).and_then(|s| s.counters()).map_err(fail)?;
     let p = path.display().to_string();
-    let text = xirang_files::read_text(&path, SIM_OUTPUT_LIMIT).map_err(|e| ReplayError {
-        path: p.clone(),
-        message: e.detail(),
-    })?;
     let rows = parse_rows(&text, &p, with_time)?;
     // Carry every counter forward: the series lists only changes.
     let mut current: BTreeMap<(String, String), u64> = BTreeMap::new();
@@ -169,5 +156,5 @@ pub fn load_snapshots(dir: &Path) -> Result<Vec<(u64, xirang_host::tree::MemTree
 
 /// True when `dir` holds simulator output rather than a snapshot series.
 pub fn is_sim_output(dir: &Path) -> bool {
-    dir.join("counters_series.csv").is_file() || dir.join("counters.csv").is_file()
+    xirang_telemetry::sim_out::is_sim_output(dir)
 }

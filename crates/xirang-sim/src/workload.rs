@@ -184,6 +184,58 @@ pub struct Expanded {
     pub skipped: Vec<(String, String)>,
 }
 
+/// One transfer between two NICs, as [`Expanded::for_each_nic_transfer`] yields it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NicTransfer {
+    /// Workload index.
+    pub workload: u16,
+    /// Sending NIC.
+    pub src: NicId,
+    /// Receiving NIC.
+    pub dst: NicId,
+    /// Bytes of one transfer.
+    pub bytes: u64,
+    /// How many times it is made (a collective's iterations).
+    pub repeat: u64,
+    /// QPs of its connection.
+    pub qps: u32,
+}
+
+impl Expanded {
+    /// Every transfer that crosses a NIC (not NVLink inside a host, not a NIC to
+    /// itself), flows first, then each collective's one iteration with its iteration
+    /// count (every iteration moves the same bytes). `default_qps` is the scenario's
+    /// `transport.qps_per_connection`, for workloads that do not set their own.
+    pub fn for_each_nic_transfer(&self, fabric: &Fabric, default_qps: u32, f: &mut dyn FnMut(NicTransfer)) {
+        for fl in self.flows.iter().filter(|f| f.local.is_none() && f.src != f.dst) {
+            f(NicTransfer {
+                workload: fl.workload,
+                src: fl.src,
+                dst: fl.dst,
+                bytes: fl.bytes,
+                repeat: 1,
+                qps: fl.qps.unwrap_or(default_qps),
+            });
+        }
+        for run in &self.collectives {
+            let qps = run.qps.unwrap_or(default_qps);
+            let repeat = u64::from(run.iterations);
+            run.for_each_transfer(fabric, &mut |src, dst, bytes, local| {
+                if !local && src != dst {
+                    f(NicTransfer {
+                        workload: run.workload,
+                        src,
+                        dst,
+                        bytes,
+                        repeat,
+                        qps,
+                    });
+                }
+            });
+        }
+    }
+}
+
 /// Expands every workload of a loaded scenario.
 pub fn expand(loaded: &Loaded, seed: u64) -> Expanded {
     let fabric = &loaded.fabric;
@@ -363,7 +415,7 @@ pub fn expand(loaded: &Loaded, seed: u64) -> Expanded {
 }
 
 /// NCCL's Simple-protocol chunk: `NCCL_BUFFSIZE` / `NCCL_STEPS` x the AllReduce chunk
-/// steps (`STEPS/2`) = 4 MiB / 8 x 4 (shared/reference/collectives-and-nccl.md §1): steps
+/// steps (`STEPS/2`) = 4 MiB / 8 x 4 (docs/reference/collectives-and-nccl.md §1): steps
 /// pipeline in pieces of at most this size.
 const NCCL_SIMPLE_CHUNK_BYTES: u64 = 2 * 1024 * 1024;
 /// Chunks per piece are capped to keep the number of flows in proportion; larger pieces

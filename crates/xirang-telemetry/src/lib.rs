@@ -9,10 +9,14 @@
 //!   and the Prometheus metric it becomes ([`metric`]: node_exporter's `node_infiniband_*`
 //!   names where node_exporter has the counter, `xirang_*` otherwise);
 //! - [`RateTracker`]: deltas and rates between samples, with 32- and 64-bit wraparound,
-//!   resets (a counter that goes down) and counters that appear or vanish.
+//!   resets (a counter that goes down) and counters that appear or vanish;
+//! - [`sim_out`]: the simulator's output directory, the counters it writes in this
+//!   schema, owned in one place for its writer (`xirang sim`) and its readers (replay,
+//!   diagnosis).
 
 pub mod metric;
 pub mod rate;
+pub mod sim_out;
 pub mod spec;
 pub mod time;
 

@@ -758,21 +758,13 @@ fn count<const MIN: usize, const MAX: usize>(s: &str) -> Result<usize, String> {
     }
 }
 
-/// Parses `20ms`, `500us`, `1.5s`, `800ns` (or a bare number of µs) into µs.
+/// Parses a simulated time (`20ms`, `500us`, `1.5s`, `800ns`; the unit is required) into µs.
 pub(crate) fn parse_duration_us(s: &str) -> Result<f64, String> {
-    let s = s.trim();
-    // The unit is a suffix, so that `1e3us` keeps its exponent.
-    let (num, scale) = [("ns", 1e-3), ("us", 1.0), ("µs", 1.0), ("ms", 1e3), ("s", 1e6)]
-        .into_iter()
-        .find_map(|(unit, scale)| s.strip_suffix(unit).map(|n| (n, scale)))
-        .unwrap_or((s, 1.0));
-    let v: f64 = num.parse().map_err(|_| {
-        format!("expected a duration like 20ms, 500us, 800ns or 2s (a bare number is µs), found `{s}`")
-    })?;
-    let us = v * scale;
-    if !(us.is_finite() && us > 0.0 && us <= xirang_fabric::limits::MAX_SIM_TIME_US) {
+    let us = xirang_fabric::limits::parse_duration_s(s)? * 1e6;
+    if !(us > 0.0 && us <= xirang_fabric::limits::MAX_SIM_TIME_US) {
         return Err(format!(
-            "expected a duration above 0 and at most one hour of simulated time, found `{s}`"
+            "expected a duration above 0 and at most one hour of simulated time, found `{}`",
+            s.trim()
         ));
     }
     Ok(us)

@@ -109,107 +109,61 @@ fn report(findings: &[xirang_diagnose::Finding], json: bool) -> Result<Outcome> 
 }
 
 pub(crate) fn counters(a: &DiagnoseArgs) -> Result<Outcome> {
+    use xirang_diagnose::request::{Request, Source, diagnose};
     let since = crate::monitor::parse_duration(&a.since).context("--since")?;
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0);
-    let from_ms = now_ms - since.as_millis() as i64;
-    let mut window = match (&a.history, &a.prometheus, &a.sim_out) {
-        (Some(h), _, _) => xirang_diagnose::source::from_history(h, from_ms, now_ms)?,
-        (None, Some(url), _) => xirang_diagnose::source::from_prometheus(url, from_ms, now_ms)?,
-        (None, None, Some(dir)) => xirang_diagnose::source::from_sim_out(dir)?,
+    let source = match (&a.history, &a.prometheus, &a.sim_out) {
+        (Some(h), _, _) => Source::History(h.clone()),
+        (None, Some(url), _) => Source::Prometheus(url.clone()),
+        (None, None, Some(dir)) => Source::SimOut(dir.clone()),
         (None, None, None) => anyhow::bail!(
             "nothing to read: give --history FILE, --prometheus URL or --sim-out DIR (or `xirang diagnose nccl LOG...`)"
         ),
     };
-    // "No fault found" is a statement about data that was there.
-    if window.series.is_empty() {
-        anyhow::bail!(
-            "{}: no counters{}: nothing to diagnose",
-            window.source,
-            if window.relative {
-                String::new()
-            } else {
-                format!(" in the last {}", a.since)
-            }
-        );
-    }
+    let done = diagnose(&Request {
+        source,
+        now_ms: now_ms(),
+        since_ms: since.as_millis() as i64,
+        inventory: a.inventory.clone(),
+    })?;
     if !a.json {
+        let w = &done.window;
         eprintln!(
             "read {} series from {}{}",
-            window.series.len(),
-            window.source,
-            if window.relative {
+            w.series.len(),
+            w.source,
+            if w.relative {
                 " (the whole run)".to_string()
             } else {
                 format!(" over the last {}", a.since)
             }
         );
-    }
-    let cluster = match &a.inventory {
-        Some(dir) => {
-            let c = xirang_audit::Cluster::load_dir(dir).context("--inventory")?;
-            let links = xirang_diagnose::inventory::apply(&mut window, &c);
-            if !a.json {
-                eprintln!(
-                    "inventory {}: {} hosts, {} switches, {links} links added to the window",
-                    dir.display(),
-                    c.hosts.len(),
-                    c.switches.len()
-                );
-            }
-            Some((dir, c))
+        if let Some(i) = &done.inventory {
+            eprintln!(
+                "inventory {}: {} hosts, {} switches, {} links added to the window",
+                i.dir.display(),
+                i.hosts,
+                i.switches,
+                i.links
+            );
         }
-        None => None,
-    };
-    let mut findings = xirang_diagnose::counters::diagnose_window(&window);
-    if let Some((_, c)) = &cluster {
-        xirang_diagnose::inventory::merge_audit(&mut findings, c);
-        xirang_diagnose::finding::rank(&mut findings);
     }
     if let Some(path) = &a.bundle {
-        let mut data = vec![("window.json".to_string(), serde_json::to_vec(&window)?)];
-        if let Some((dir, c)) = &cluster {
-            data.push((
-                "inventory/audit.json".into(),
-                serde_json::to_vec_pretty(&xirang_audit::audit(c))?,
-            ));
-            // The configuration files of the places the findings name.
-            let mut files = vec![
-                ("inventory/topology.toml".to_string(), dir.join("topology.toml")),
-                ("inventory/policy.toml".to_string(), dir.join("policy.toml")),
-            ];
-            for s in &c.switches {
-                if findings
-                    .iter()
-                    .any(|f| f.entity.split(':').next() == Some(s.name.as_str()))
-                {
-                    files.push((
-                        format!("inventory/switches/{}.json", s.name),
-                        std::path::PathBuf::from(&s.source),
-                    ));
-                }
-            }
-            for (name, f) in files.iter().filter(|(_, f)| f.is_file()) {
-                // The inventory's own limit: these are the files `--inventory` was read from.
-                data.push((
-                    name.clone(),
-                    xirang_files::read_bytes(f, xirang_audit::cluster::INVENTORY_FILE_LIMIT)?,
-                ));
-            }
-        }
-        write_bundle(path, &findings, window.source.clone(), data)?;
+        write_bundle(
+            path,
+            &done.findings,
+            done.window.source.clone(),
+            done.bundle_data()?,
+        )?;
     }
-    report(&findings, a.json)
+    report(&done.findings, a.json)
 }
 
 /// Share of faulty runs that must be located (issue 9, acceptance 1).
 const SUITE_MIN_ACCURACY: f64 = 0.95;
 
 pub(crate) fn suite(a: &DiagnoseSuiteArgs) -> Result<Outcome> {
-    use xirang_diagnose::suite::{cases, render_markdown, run_case};
-    let cases: Vec<_> = cases()
+    use xirang_suite::{cases, render_markdown, run_case};
+    let cases: Vec<_> = cases()?
         .into_iter()
         .filter(|c| a.only.as_ref().is_none_or(|o| c.name.contains(o.as_str())))
         .collect();
@@ -218,7 +172,7 @@ pub(crate) fn suite(a: &DiagnoseSuiteArgs) -> Result<Outcome> {
     let mut results = Vec::new();
     for c in &cases {
         bar.set_message(c.name.clone());
-        results.push(run_case(c).map_err(anyhow::Error::msg)?);
+        results.push(run_case(c)?);
         bar.inc(1);
     }
     bar.finish_and_clear();

@@ -1,8 +1,6 @@
 //! `xirang memreg`: the registered buffer pool's benchmark, its test on real devices, and
 //! the region sizes a scenario's workloads need.
 
-use std::collections::BTreeMap;
-
 use anyhow::{Context, Result};
 
 use crate::Outcome;
@@ -148,7 +146,7 @@ fn mib(bytes: u64) -> String {
 }
 
 pub(crate) fn plan(a: &crate::cli::MemregPlanArgs) -> Result<Outcome> {
-    use xirang_memreg::plan::{ConnectionEnd, PlanParams};
+    use xirang_memreg::plan::{Connections, PlanParams, Verdict, register_here};
     let loaded = crate::cmd::load(&a.file)?;
     let cfg = &loaded.scenario.config;
     let fabric = &loaded.fabric;
@@ -158,48 +156,15 @@ pub(crate) fn plan(a: &crate::cli::MemregPlanArgs) -> Result<Outcome> {
     for (w, why) in &ex.skipped {
         eprintln!("error: workload {w} is not in the plan (it could not be expanded: {why})");
     }
-    // One connection per workload and NIC pair (a communicator's QPs), with its largest
-    // message and all it carries; NVLink transfers inside a host use no NIC.
-    let mut conns: BTreeMap<(u16, u32, u32), (u64, u64, u32)> = BTreeMap::new();
-    for f in ex.flows.iter().filter(|f| f.local.is_none() && f.src != f.dst) {
-        let c = conns.entry((f.workload, f.src.0, f.dst.0)).or_default();
-        c.0 = c.0.max(f.bytes);
-        c.1 = c.1.saturating_add(f.bytes);
-        c.2 = f.qps.unwrap_or(cfg.transport.qps_per_connection);
-    }
-    // Collectives are expanded as they run; walk each one's transfers (every iteration
-    // moves the same bytes, so one stands for all).
-    for run in &ex.collectives {
-        let iterations = u64::from(run.iterations);
-        let qps = run.qps.unwrap_or(cfg.transport.qps_per_connection);
-        run.for_each_transfer(fabric, &mut |src, dst, bytes, local| {
-            if local || src == dst {
-                return;
-            }
-            let c = conns.entry((run.workload, src.0, dst.0)).or_default();
-            c.0 = c.0.max(bytes);
-            c.1 = c.1.saturating_add(bytes.saturating_mul(iterations));
-            c.2 = qps;
-        });
-    }
-    let nic_name = |id: u32| {
+    let mut conns = Connections::default();
+    ex.for_each_nic_transfer(fabric, cfg.transport.qps_per_connection, &mut |t| {
+        conns.add(t.workload, t.src.0, t.dst.0, t.bytes, t.repeat, t.qps)
+    });
+    let ends = conns.ends(|id| {
         let n = &fabric.nics[id as usize];
         let h = &fabric.hosts[n.host.index()].name;
         (format!("{h}/{}", n.name), h.clone())
-    };
-    let mut ends = Vec::new();
-    for (&(_, src, dst), &(max, total, qps)) in &conns {
-        for id in [src, dst] {
-            let (nic, host) = nic_name(id);
-            ends.push(ConnectionEnd {
-                nic,
-                host,
-                max_message_bytes: max,
-                total_bytes: total,
-                qps,
-            });
-        }
-    }
+    });
     let params = PlanParams {
         wr_depth: cfg.transport.wr_depth,
         max_buffer_bytes: cfg.memory.buffer_bytes,
@@ -211,19 +176,13 @@ pub(crate) fn plan(a: &crate::cli::MemregPlanArgs) -> Result<Outcome> {
     let plan = xirang_memreg::plan::plan(&ends, &params)?;
     let configured = cfg.memory.region_bytes;
     let busiest = plan.busiest();
-    let need = busiest.map_or(0, |n| n.region_bytes);
-    // Twice the need is "no larger" missed by a wide margin (MISSION 3.1); our threshold.
-    const OVERSIZED_FACTOR: u64 = 2;
-    let verdict = if need > configured {
-        "too small"
-    } else if configured > OVERSIZED_FACTOR.saturating_mul(need.max(1)) {
-        "oversized"
-    } else {
-        "enough"
-    };
+    let verdict = Verdict::of(configured, busiest.map_or(0, |n| n.region_bytes));
     let registered = if a.register {
         let b = busiest.context("no NIC carries traffic in this scenario: nothing to register")?;
-        Some(register_here(b, &params, a.device.as_deref()))
+        Some(
+            register_here(b, &params, a.device.as_deref())
+                .map(|(bytes, why)| format!("{} of {} in one region ({why})", mib(bytes), b.nic)),
+        )
     } else {
         None
     };
@@ -248,7 +207,7 @@ pub(crate) fn plan(a: &crate::cli::MemregPlanArgs) -> Result<Outcome> {
             "total_pinned_bytes": plan.total_pinned_bytes(),
             "busiest_nic": busiest.map(|n| n.nic.clone()),
             "configured_region_bytes": configured,
-            "verdict": verdict,
+            "verdict": verdict.name(),
             "memlock_limit_bytes": limit,
             "registered_here": registered.as_ref().map(|r| match r {
                 Ok(m) => serde_json::json!({"ok": true, "message": m}),
@@ -286,11 +245,12 @@ pub(crate) fn plan(a: &crate::cli::MemregPlanArgs) -> Result<Outcome> {
         let per_host_max = plan.hosts.values().max().copied().unwrap_or(0);
         text += &format!(
             "pinned: up to {} per host, {} over {} hosts\n\
-             configured memory.region_bytes {} per NIC: {verdict}\n",
+             configured memory.region_bytes {} per NIC: {}\n",
             mib(per_host_max),
             mib(plan.total_pinned_bytes()),
             plan.hosts.len(),
             mib(configured),
+            verdict.name()
         );
         if let Some(l) = limit {
             text += &format!(
@@ -315,47 +275,9 @@ pub(crate) fn plan(a: &crate::cli::MemregPlanArgs) -> Result<Outcome> {
         out(&text)?;
     }
     let failed = matches!(registered, Some(Err(_))) || !ex.skipped.is_empty();
-    Ok(if verdict == "too small" || failed {
+    Ok(if verdict == Verdict::TooSmall || failed {
         Outcome::Findings
     } else {
         Outcome::Clean
     })
-}
-
-/// Maps and registers the NIC's planned pool on this machine, through the automatic
-/// backend; what happened.
-fn register_here(
-    n: &xirang_memreg::plan::NicPlan,
-    p: &xirang_memreg::plan::PlanParams,
-    device: Option<&str>,
-) -> std::result::Result<String, String> {
-    let huge = xirang_memreg::region::HUGE_PAGE_BYTES as u64;
-    let page = xirang_memreg::region::page_size() as u64;
-    if p.pin_page_bytes != page && p.pin_page_bytes != huge {
-        return Err(format!(
-            "--register maps this machine's {page}-byte pages or {huge}-byte huge pages; memory.page_bytes is {}",
-            p.pin_page_bytes
-        ));
-    }
-    let (backend, why) = xirang_memreg::verbs::auto_backend(device);
-    let classes = n
-        .classes
-        .iter()
-        .map(|c| xirang_memreg::ClassSpec {
-            size_bytes: c.size_bytes as usize,
-            // The planned region's headroom, as buffers of each class.
-            count: (c.buffers as f64 * (1.0 + p.headroom)).ceil() as usize,
-        })
-        .collect();
-    let mut cfg = xirang_memreg::PoolConfig::new(classes);
-    cfg.alignment_bytes = p.cache_line_bytes as usize;
-    cfg.huge_pages = p.pin_page_bytes == huge;
-    match xirang_memreg::Pool::new(cfg, backend) {
-        Ok(pool) => Ok(format!(
-            "{} of {} in one region ({why})",
-            mib(pool.registered_bytes() as u64),
-            n.nic
-        )),
-        Err(e) => Err(format!("{e} ({why})")),
-    }
 }

@@ -16,27 +16,13 @@ use crate::Outcome;
 use crate::cli::{MonitorArgs, MonitorCmd, MonitorQueryArgs};
 use crate::cmd::{out, table};
 
-/// Parses `500ms`, `10s`, `5m`, `2h`, `30d`.
+/// Parses a span of wall-clock time (`500ms`, `10s`, `5m`, `2h`, `30d`; the unit is required).
 pub(crate) fn parse_duration(s: &str) -> Result<Duration> {
-    let s = s.trim();
-    let split = s
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let v: f64 = num
-        .parse()
-        .with_context(|| format!("`{s}`: expected a duration like 500ms, 10s, 5m, 2h or 30d"))?;
-    let secs = match unit {
-        "ms" => v / 1000.0,
-        "s" | "" => v,
-        "m" => v * 60.0,
-        "h" => v * 3600.0,
-        "d" => v * 86400.0,
-        _ => bail!("`{s}`: expected a duration like 500ms, 10s, 5m, 2h or 30d (unit ms, s, m, h or d)"),
-    };
+    let secs = xirang_fabric::limits::parse_duration_s(s).map_err(anyhow::Error::msg)?;
     anyhow::ensure!(
-        secs.is_finite() && (MIN_DURATION_S..=MAX_DURATION_S).contains(&secs),
-        "`{s}`: expected a duration from 1ms to {} days",
+        (MIN_DURATION_S..=MAX_DURATION_S).contains(&secs),
+        "`{}`: expected a duration from 1ms to {} days",
+        s.trim(),
         MAX_DURATION_S / 86_400.0
     );
     Ok(Duration::from_secs_f64(secs))

@@ -3,85 +3,27 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 use xirang_fabric::Loaded;
-use xirang_fabric::scenario::Scenario;
 use xirang_sim::output::Summary;
 use xirang_sim::time::{PS_PER_US, us};
 
 use crate::Outcome;
 use crate::cli::{HpccCc, SimArgs};
-use xirang_files::OutputDir;
+use xirang_telemetry::sim_out;
 
-/// The reference settings for runs on HPCC input files: the shipped reference scenarios.
-const REFERENCE_DCQCN: &str = include_str!("../../../scenarios/reference/incast16-4mb-dcqcn.toml");
-const REFERENCE_TIMELY: &str = include_str!("../../../scenarios/reference/incast16-4mb-timely.toml");
-const REFERENCE_HPCC: &str = include_str!("../../../scenarios/reference/incast16-4mb-hpcc.toml");
-const REFERENCE_DCTCP: &str = include_str!("../../../scenarios/reference/incast16-4mb-dctcp.toml");
-
+/// The HPCC files' scenario under the chosen algorithm's reference settings.
 fn load_hpcc(topo: &Path, flows: &Path, cc: HpccCc) -> Result<Loaded> {
-    let template = match cc {
-        HpccCc::Dcqcn => REFERENCE_DCQCN,
-        HpccCc::Timely => REFERENCE_TIMELY,
-        HpccCc::Hpcc => REFERENCE_HPCC,
-        HpccCc::Dctcp => REFERENCE_DCTCP,
+    use xirang_fabric::reference::{ReferenceCc, hpcc_files};
+    let cc = match cc {
+        HpccCc::Dcqcn => ReferenceCc::Dcqcn,
+        HpccCc::Timely => ReferenceCc::Timely,
+        HpccCc::Hpcc => ReferenceCc::Hpcc,
+        HpccCc::Dctcp => ReferenceCc::Dctcp,
     };
-    let mut s = Scenario::parse(template, Path::new("<reference settings>"))?;
-    let abs = |p: &Path| -> Result<String> {
-        Ok(std::fs::canonicalize(p)
-            .with_context(|| format!("{}: cannot read", p.display()))?
-            .display()
-            .to_string())
-    };
-    if let xirang_fabric::topology::TopologySpec::Hpcc(h) = &mut s.topology {
-        h.file = abs(topo)?;
-    }
-    for w in s.workloads.values_mut() {
-        if let xirang_fabric::workload::Workload::HpccFlows(f) = w {
-            f.file = abs(flows)?;
-        }
-    }
-    // The reference settings name ECN profiles for the tiers of their own fat tree; a file
-    // without some tier must not be blamed for profiles its user never wrote. (A file that
-    // does not parse is reported with its line by the build below.)
-    if let Ok(text) = xirang_files::read_text(topo, xirang_fabric::hpcc::FILE_LIMIT)
-        && let Ok(t) = xirang_fabric::hpcc::parse_topology(&text)
-    {
-        let present = t.tiers();
-        for tier in xirang_fabric::model::Tier::ALL {
-            if !present.contains(&Some(tier)) {
-                s.config.ecn.clear(tier);
-            }
-        }
-    }
-    s.name = format!(
-        "{}-{}",
-        flows.file_stem().unwrap_or_default().to_string_lossy(),
-        match cc {
-            HpccCc::Dcqcn => "dcqcn",
-            HpccCc::Timely => "timely",
-            HpccCc::Hpcc => "hpcc",
-            HpccCc::Dctcp => "dctcp",
-        }
-    );
-    Ok(s.build(topo, Path::new("."), None)?)
+    Ok(hpcc_files(topo, flows, cc)?)
 }
-
-/// Every file a run writes into its output directory: a directory holding anything else
-/// is not a previous run's and is not replaced.
-const SIM_FILES: [&str; 10] = [
-    "fct.txt",
-    "pfc.txt",
-    "flows.json",
-    "counters.csv",
-    "links.csv",
-    "summary.json",
-    "engine.json",
-    "rates.csv",
-    "queues.csv",
-    "counters_series.csv",
-];
 
 /// Steps of the progress bar.
 const PROGRESS_STEPS: u64 = 1000;
@@ -132,7 +74,7 @@ pub(crate) fn run(a: &SimArgs) -> Result<Outcome> {
         })
     });
     // Refuse someone else's directory before the run, not after it.
-    let out = OutputDir::create(&out_dir, &SIM_FILES);
+    let out = sim_out::create(&out_dir);
     #[cfg(feature = "mpi")]
     if let (Some(job), Err(e)) = (&mpi, &out) {
         // The other ranks are already in the run: end them too.
@@ -213,21 +155,6 @@ pub(crate) fn run(a: &SimArgs) -> Result<Outcome> {
             _ => None,
         })
         .unwrap_or(0);
-    out.write("fct.txt", result.fct_hpcc().as_bytes())?;
-    out.write("pfc.txt", result.pfc_hpcc(offset).as_bytes())?;
-    out.write("flows.json", result.flows_json().as_bytes())?;
-    out.write("counters.csv", result.counters_csv().as_bytes())?;
-    out.write(
-        "links.csv",
-        xirang_sim::output::links_csv(&loaded.fabric).as_bytes(),
-    )?;
-    // Only a sampled run writes the series; the directory is replaced whole, so a
-    // previous sampled run's series cannot pass for this run's.
-    if opts.sample_interval.is_some() {
-        out.write("rates.csv", result.rates_csv().as_bytes())?;
-        out.write("queues.csv", result.queues_csv().as_bytes())?;
-        out.write("counters_series.csv", result.counter_series_csv().as_bytes())?;
-    }
     let summary = result.summary();
     let failed: Vec<&xirang_sim::output::FlowResult> = result.flows.iter().filter(|f| f.failed).collect();
     if summary.stats.qps_failed > 0 {
@@ -277,13 +204,22 @@ pub(crate) fn run(a: &SimArgs) -> Result<Outcome> {
         "engine": result.engine,
         "parallel": parallel.as_ref().map(parallel_json),
     });
-    out.write(
-        "summary.json",
-        (serde_json::to_string_pretty(&results)? + "\n").as_bytes(),
-    )?;
-    out.write(
-        "engine.json",
-        (serde_json::to_string_pretty(&engine)? + "\n").as_bytes(),
+    sim_out::write(
+        &out,
+        &sim_out::Contents {
+            fct: result.fct_hpcc(),
+            pfc: result.pfc_hpcc(offset),
+            flows: result.flows_json(),
+            counters: result.counters_csv(),
+            links: xirang_sim::output::links_csv(&loaded.fabric),
+            summary: serde_json::to_string_pretty(&results)? + "\n",
+            engine: serde_json::to_string_pretty(&engine)? + "\n",
+            series: opts.sample_interval.map(|_| sim_out::Series {
+                rates: result.rates_csv(),
+                queues: result.queues_csv(),
+                counters: result.counter_series_csv(),
+            }),
+        },
     )?;
     let mut report = results;
     if let (Some(r), Some(e)) = (report.as_object_mut(), engine.as_object()) {

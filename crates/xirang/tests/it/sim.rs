@@ -102,15 +102,21 @@ fn sim_says_what_it_skips_and_rejects_bad_input() {
         "{err}"
     );
     let (_, err) = run_expect(&["sim", "scenarios/default.toml", "--until", "3pc"], 2);
-    assert!(err.contains("expected a duration like 20ms"), "{err}");
+    assert!(
+        err.contains("expected a duration with its unit, like 800ns"),
+        "{err}"
+    );
+    // A bare number is refused: it meant µs here and seconds to `monitor` once.
+    let (_, err) = run_expect(&["sim", "scenarios/default.toml", "--until", "3000"], 2);
+    assert!(err.contains("`3000` has no unit"), "{err}");
     // Durations beyond the clock are refused, not saturated; an exponent is a number's,
     // not a unit's.
     for d in [
         "999999999999s",
-        "9000000000000000000000000",
+        "9000000000000000000000000us",
         "30000000000ms",
         "1e300s",
-        "inf",
+        "infs",
     ] {
         let (_, err) = run_expect(&["sim", "scenarios/default.toml", "--until", d], 2);
         assert!(err.contains("at most one hour of simulated time"), "{d}: {err}");
