@@ -196,10 +196,14 @@ const DOC_COLLECT: &str = "ssh {node} xirang host snapshot -o - > hosts/{node}.t
 
 #[test]
 fn the_documented_templates_are_the_ones_tested() {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
+    let readme = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/formats/rollout-policy.md"
+    ))
+    .unwrap();
     assert!(
         readme.contains(README_FLASH),
-        "README's flash example changed: test the new one"
+        "the rollout policy format's flash example changed: test the new one"
     );
     let policy_rs = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/src/policy.rs")).unwrap();
     assert!(

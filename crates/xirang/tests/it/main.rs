@@ -6,6 +6,7 @@
 
 mod diagnose;
 mod fuzz_inputs;
+mod guides;
 mod host;
 mod inputs;
 mod memreg;
