@@ -834,6 +834,671 @@ pub fn tune(
     tune_with(eval, space, baselines, store, progress, &Threads)
 }
 
+/// The run seeds of a tune, each set derived from the scenario's run seed.
+#[derive(Debug, Clone, PartialEq)]
+struct Seeds {
+    /// The search's seeds.
+    search: Vec<u64>,
+    /// Successive halving's first round: the first [`FIRST_ROUND_SEEDS`] search seeds.
+    early: Vec<u64>,
+    /// Its second round: half the search seeds (at least the first round's).
+    half: Vec<u64>,
+    /// The held-out seeds the report's figures come from.
+    held: Vec<u64>,
+    /// The validation seeds the ablation judges on (neither chooses nor reports).
+    validation: Vec<u64>,
+    /// The held-out seeds the sensitivity sweeps run on.
+    sweep: Vec<u64>,
+}
+
+impl Seeds {
+    fn of(base: u64, spec: &xirang_fabric::tune::TuneSpec) -> Seeds {
+        let from = |offset: u64, n: u32| -> Vec<u64> {
+            (0..u64::from(n.max(1))).map(|i| base + offset + i).collect()
+        };
+        let search = from(0, spec.search_seeds);
+        let early: Vec<u64> = search.iter().copied().take(FIRST_ROUND_SEEDS).collect();
+        let half = search
+            .iter()
+            .copied()
+            .take(search.len().div_ceil(2).max(early.len()))
+            .collect();
+        let held = from(HELD_OUT_SEED_OFFSET, spec.held_out_seeds);
+        let sweep = held
+            .iter()
+            .copied()
+            .take(spec.sensitivity_seeds as usize)
+            .collect();
+        Seeds {
+            validation: from(VALIDATION_SEED_OFFSET, spec.held_out_seeds),
+            search,
+            early,
+            half,
+            held,
+            sweep,
+        }
+    }
+
+    /// Held-out seed number `i` (the set grows while a gain is unclear).
+    fn held_out(base: u64, i: usize) -> u64 {
+        base + HELD_OUT_SEED_OFFSET + i as u64
+    }
+}
+
+/// The sizes of successive halving's three rounds for a bracket of `n` candidates: all
+/// of them, the best quarter, the best sixteenth (each at least one).
+fn round_sizes(n: usize) -> [usize; 3] {
+    [n, n.div_ceil(ETA), n.div_ceil(ETA * ETA)]
+}
+
+/// The `keep` best of `scored` (a candidate's index and objective): lowest objective
+/// first, ties to the lower index, so the choice never depends on run order.
+fn best_of(scored: &[(usize, f64)], keep: usize) -> Vec<usize> {
+    let mut s = scored.to_vec();
+    s.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
+    s.into_iter().take(keep).map(|x| x.0).collect()
+}
+
+/// Proposes bracket `bracket`'s `n` candidates, numbered from `first`. The first bracket
+/// spreads them over the whole space (a Latin hypercube: each parameter's range cut into
+/// `n` strata, one candidate per stratum, the strata shuffled independently per
+/// parameter), since TPE needs observations across the space before its densities mean
+/// anything; later brackets ask each parameter's TPE model. Every random stream derives
+/// from `seed`, the candidate's number and the parameter's, never from run order.
+fn propose(
+    space: &[Param],
+    models: &mut [Model],
+    seed: u64,
+    bracket: usize,
+    first: i64,
+    n: usize,
+) -> Vec<(i64, Vec<(String, ParamValue)>)> {
+    let strata: Vec<Vec<usize>> = (0..space.len())
+        .map(|j| {
+            let mut rng = Xoshiro256PlusPlus::seed_from_u64(mix(mix(seed, u64::MAX), j as u64));
+            shuffled(n, &mut rng)
+        })
+        .collect();
+    (0..n as i64)
+        .map(|k| {
+            let id = first + k;
+            let values = space
+                .iter()
+                .zip(models.iter_mut())
+                .enumerate()
+                .map(|(j, (p, m))| {
+                    let mut rng = Xoshiro256PlusPlus::seed_from_u64(mix(mix(seed, id as u64), j as u64));
+                    let v = if bracket == 0 {
+                        let u = (strata[j][k as usize] as f64 + unit(&mut rng)) / n as f64;
+                        p.at(u)
+                    } else {
+                        m.ask(&mut rng)
+                    };
+                    (p.name.clone(), p.normalize(&v))
+                })
+                .collect();
+            (id, values)
+        })
+        .collect()
+}
+
+/// The recommendation's candidate: among those that passed every round without breaking
+/// a constraint, the one whose mean plus one standard error is lowest, and only if that
+/// pessimistic figure still beats the vendor (1.0). Choosing by the plain mean would
+/// favour whichever candidate the search seeds happened to flatter (a winner's curse that
+/// the held-out seeds then expose).
+fn select(candidates: &[Candidate]) -> Option<i64> {
+    candidates
+        .iter()
+        .filter(|c| c.violation.is_none() && c.bound.is_some_and(|b| b < 1.0))
+        .min_by(|a, b| {
+            a.bound
+                .unwrap_or(f64::MAX)
+                .total_cmp(&b.bound.unwrap_or(f64::MAX))
+                .then(a.id.cmp(&b.id))
+        })
+        .map(|c| c.id)
+}
+
+/// The verdict from what was tested on the held-out seeds.
+fn verdict_of(tested: bool, gain: Option<&Interval>, guardrails: &[Guardrail], ablated: bool) -> Verdict {
+    match (tested, gain) {
+        (true, Some(g)) => match guardrails.iter().find(|g| g.margin < 0.0) {
+            Some(b) => Verdict::GuardrailBroken {
+                class: b.class.clone(),
+            },
+            None if !g.above_zero() => Verdict::NoSignificantGain,
+            None => Verdict::Recommended,
+        },
+        _ if ablated => Verdict::NoChangeEarnsItsPlace,
+        _ => Verdict::NothingBeatTheVendor,
+    }
+}
+
+/// The runs of one tune: the trial log (read back at the start, appended as runs end),
+/// the runner, and progress. Every batch of simulations goes through [`Runs::run`].
+struct Runs<'a> {
+    eval: &'a Evaluator<'a>,
+    runner: &'a dyn Runner,
+    progress: &'a (dyn Fn(Progress) + Sync),
+    /// Every run known: read back from the log or run here.
+    cache: Mutex<HashMap<EvalKey, RunMetrics>>,
+    store: Mutex<Store>,
+    /// Runs read back from the log at the start.
+    read_back: u64,
+    /// Runs simulated here.
+    ran: Mutex<u64>,
+    /// Runs done or read back, for progress.
+    done: Mutex<u64>,
+    /// The best feasible full-round objective so far, for progress.
+    best_so_far: Mutex<Option<f64>>,
+    /// Estimated runs of the whole tune, for progress.
+    total: u64,
+}
+
+impl<'a> Runs<'a> {
+    fn new(
+        eval: &'a Evaluator<'a>,
+        runner: &'a dyn Runner,
+        progress: &'a (dyn Fn(Progress) + Sync),
+        store: Store,
+        total: u64,
+    ) -> Result<Runs<'a>, TuneError> {
+        let cache = store.load()?;
+        Ok(Runs {
+            eval,
+            runner,
+            progress,
+            read_back: cache.len() as u64,
+            cache: Mutex::new(cache),
+            store: Mutex::new(store),
+            ran: Mutex::new(0),
+            done: Mutex::new(0),
+            best_so_far: Mutex::new(None),
+            total,
+        })
+    }
+
+    /// Runs every job not in the log, in parallel; returns every job's metrics.
+    fn run(&self, jobs: Vec<Job>) -> Result<HashMap<EvalKey, RunMetrics>, TuneError> {
+        let mut out = HashMap::new();
+        let mut todo = Vec::new();
+        {
+            let c = self.cache.lock().expect("unpoisoned");
+            for j in jobs {
+                match c.get(&j.key) {
+                    Some(m) => {
+                        out.insert(j.key, m.clone());
+                    }
+                    None => todo.push(j),
+                }
+            }
+        }
+        *self.done.lock().expect("unpoisoned") += out.len() as u64;
+        let run_jobs: Vec<RunJob> = todo
+            .iter()
+            .map(|j| RunJob {
+                config: j.config.clone(),
+                seed: j.key.2,
+                cap_us: j.cap_us,
+            })
+            .collect();
+        // The closure runs on the runner's threads: it takes the shared state, not `self`
+        // (whose runner need not be Sync).
+        let (store, ran, done, best, progress, total) = (
+            &self.store,
+            &self.ran,
+            &self.done,
+            &self.best_so_far,
+            self.progress,
+            self.total,
+        );
+        let on_done = |i: usize, m: &RunMetrics, seconds: f64| -> Result<(), StoreError> {
+            let j = &todo[i];
+            store
+                .lock()
+                .expect("unpoisoned")
+                .insert(j.key, &j.params, m, seconds)?;
+            *ran.lock().expect("unpoisoned") += 1;
+            let d = {
+                let mut d = done.lock().expect("unpoisoned");
+                *d += 1;
+                *d
+            };
+            progress(Progress {
+                done: d,
+                total,
+                best: *best.lock().expect("unpoisoned"),
+            });
+            Ok(())
+        };
+        let results = self.runner.run(self.eval, &run_jobs, &on_done)?;
+        let mut c = self.cache.lock().expect("unpoisoned");
+        for (j, m) in todo.iter().zip(results) {
+            c.insert(j.key, m.clone());
+            out.insert(j.key, m);
+        }
+        Ok(out)
+    }
+
+    /// A run already done (or read back).
+    fn get(&self, key: &EvalKey) -> Option<RunMetrics> {
+        self.cache.lock().expect("unpoisoned").get(key).cloned()
+    }
+
+    /// A feasible full-round objective, for progress.
+    fn note_best(&self, m: f64) {
+        let mut b = self.best_so_far.lock().expect("unpoisoned");
+        *b = Some(b.map_or(m, |x: f64| x.min(m)));
+    }
+}
+
+/// One tune in progress: the scenario, its seeds, the vendor's reference runs every
+/// score is paired with, and the runs.
+struct Search<'a> {
+    eval: &'a Evaluator<'a>,
+    spec: &'a xirang_fabric::tune::TuneSpec,
+    base_config: &'a FabricConfig,
+    tiers: Vec<xirang_fabric::model::Tier>,
+    base_seed: u64,
+    seeds: Seeds,
+    vendor: &'a FabricConfig,
+    runs: Runs<'a>,
+    /// The vendor's runs, uncapped, by seed: what every score is relative to.
+    reference: HashMap<u64, RunMetrics>,
+}
+
+/// Job parameters as the trial log records them.
+fn params_json(values: &[(String, ParamValue)]) -> String {
+    serde_json::to_string(values).expect("values serialize")
+}
+
+impl Search<'_> {
+    fn config_of(&self, id: i64, values: &[(String, ParamValue)]) -> Result<FabricConfig, TuneError> {
+        apply(self.base_config, &self.tiers, values).map_err(|e| TuneError::Apply(id, e))
+    }
+
+    /// A run's simulated-time cap on `seed`: a multiple of the vendor's time there.
+    fn cap(&self, seed: u64) -> Option<f64> {
+        self.reference.get(&seed).map(|m| m.sim_us * TIME_CAP_FACTOR)
+    }
+
+    /// Runs the vendor, uncapped, on seeds that have no reference yet.
+    fn add_references(&mut self, seeds: &[u64]) -> Result<(), TuneError> {
+        let jobs = seeds
+            .iter()
+            .filter(|s| !self.reference.contains_key(s))
+            .map(|s| Job {
+                key: (-1, FULL, *s),
+                config: self.vendor.clone(),
+                params: "\"vendor\"".into(),
+                cap_us: None,
+            })
+            .collect();
+        for ((_, _, s), m) in self.runs.run(jobs)? {
+            self.reference.insert(s, m);
+        }
+        Ok(())
+    }
+
+    /// Scores pair a run with the vendor's on the same seed: the same request arrivals
+    /// and, with the same QP count, the same ECMP placement, so the ratio shows what the
+    /// settings changed rather than the seed's luck.
+    fn score_of(&self, m: &RunMetrics, seed: u64) -> Score {
+        self.eval.score(m, &self.reference[&seed])
+    }
+
+    /// The jobs of configuration `id` on `seeds`, capped.
+    fn jobs(&self, id: i64, values: &str, config: &FabricConfig, seeds: &[u64]) -> Vec<Job> {
+        seeds
+            .iter()
+            .map(|s| Job {
+                key: (id, FULL, *s),
+                config: config.clone(),
+                params: values.to_string(),
+                cap_us: self.cap(*s),
+            })
+            .collect()
+    }
+
+    /// Configuration `id` run (or read back) on `seeds`, scored.
+    fn scores_on(
+        &self,
+        id: i64,
+        values: &[(String, ParamValue)],
+        seeds: &[u64],
+    ) -> Result<Vec<Score>, TuneError> {
+        let config = self.config_of(id, values)?;
+        let got = self
+            .runs
+            .run(self.jobs(id, &params_json(values), &config, seeds))?;
+        Ok(self.seed_scores(id, seeds, &got))
+    }
+
+    fn seed_scores(&self, id: i64, seeds: &[u64], got: &HashMap<EvalKey, RunMetrics>) -> Vec<Score> {
+        seeds
+            .iter()
+            .map(|s| self.score_of(&got[&(id, FULL, *s)], *s))
+            .collect()
+    }
+
+    /// The mean objective of `id` on `seeds`, a guardrail's excess added: in the early
+    /// rounds a guardrail is a penalty that steers the proposals away from hurting a
+    /// class; the last round makes it hard. With the first constraint a seed broke.
+    fn mean_score(
+        &self,
+        id: i64,
+        seeds: &[u64],
+        got: &HashMap<EvalKey, RunMetrics>,
+    ) -> (f64, Option<String>) {
+        let scores = self.seed_scores(id, seeds, got);
+        let mean = scores.iter().map(|s| s.objective).sum::<f64>() / scores.len() as f64;
+        (
+            mean + guardrail_excess(&scores, self.spec),
+            scores.iter().find_map(|s| s.violation.clone()),
+        )
+    }
+
+    /// The baselines other than the vendor on the search and held-out seeds; each
+    /// baseline's search objective, and each told to the models as a first observation.
+    fn baselines(
+        &self,
+        baselines: &[Baseline],
+        models: &mut [Model],
+        space: &[Param],
+    ) -> Result<Vec<BaselineResult>, TuneError> {
+        let mut jobs = Vec::new();
+        for (i, b) in baselines.iter().enumerate().skip(1) {
+            let id = -(i as i64) - 1;
+            let both: Vec<u64> = self
+                .seeds
+                .search
+                .iter()
+                .chain(&self.seeds.held)
+                .copied()
+                .collect();
+            jobs.extend(self.jobs(id, &format!("\"{}\"", b.name), &b.config, &both));
+        }
+        let mut got = self.runs.run(jobs)?;
+        for s in self
+            .seeds
+            .search
+            .iter()
+            .chain(&self.seeds.held)
+            .chain(&self.seeds.validation)
+        {
+            got.insert((-1, FULL, *s), self.reference[s].clone());
+        }
+        let mut out = Vec::new();
+        for (i, b) in baselines.iter().enumerate() {
+            let id = -(i as i64) - 1;
+            let (first, _) = self.mean_score(id, &self.seeds.early, &got);
+            let full = mean(
+                &self
+                    .seed_scores(id, &self.seeds.search, &got)
+                    .iter()
+                    .map(|s| s.relative)
+                    .collect::<Vec<_>>(),
+            );
+            for (p, m) in space.iter().zip(models.iter_mut()) {
+                if let Some(v) = value_of(&b.config, &self.tiers, &p.name) {
+                    m.tell(p, &v, first);
+                }
+            }
+            out.push(BaselineResult {
+                name: b.name.to_string(),
+                description: b.description.to_string(),
+                objective: full,
+            });
+        }
+        Ok(out)
+    }
+
+    /// One bracket of successive halving over `proposed`: every candidate on the first
+    /// round's seeds (each told to the models), the best quarter on half the search seeds,
+    /// the best of those on all of them (a class past its guardrail there breaks a
+    /// constraint).
+    fn bracket(
+        &self,
+        bracket: usize,
+        proposed: &[(i64, Vec<(String, ParamValue)>)],
+        space: &[Param],
+        models: &mut [Model],
+    ) -> Result<Vec<Candidate>, TuneError> {
+        let configs = proposed
+            .iter()
+            .map(|(id, values)| self.config_of(*id, values))
+            .collect::<Result<Vec<_>, _>>()?;
+        let round = |ids: &[usize], seeds: &[u64]| -> Result<HashMap<EvalKey, RunMetrics>, TuneError> {
+            let mut jobs = Vec::new();
+            for &i in ids {
+                let (id, values) = &proposed[i];
+                jobs.extend(self.jobs(*id, &params_json(values), &configs[i], seeds));
+            }
+            self.runs.run(jobs)
+        };
+        let [_, second, third] = round_sizes(proposed.len());
+        let all: Vec<usize> = (0..proposed.len()).collect();
+        let r1 = round(&all, &self.seeds.early)?;
+        let mut records = Vec::with_capacity(proposed.len());
+        let mut scored = Vec::with_capacity(proposed.len());
+        for &i in &all {
+            let (id, values) = &proposed[i];
+            let (obj, violation) = self.mean_score(*id, &self.seeds.early, &r1);
+            scored.push((i, obj));
+            records.push(Candidate {
+                id: *id,
+                bracket,
+                values: values.clone(),
+                objectives: vec![obj],
+                violation,
+                bound: None,
+            });
+        }
+        for &(i, obj) in &scored {
+            for (p, m) in space.iter().zip(models.iter_mut()) {
+                if let Some((_, v)) = proposed[i].1.iter().find(|(k, _)| *k == p.name) {
+                    m.tell(p, v, obj);
+                }
+            }
+        }
+        let keep2 = best_of(&scored, second);
+        let r2 = round(&keep2, &self.seeds.half)?;
+        let mut scored2 = Vec::with_capacity(keep2.len());
+        for &i in &keep2 {
+            let (obj, violation) = self.mean_score(proposed[i].0, &self.seeds.half, &r2);
+            records[i].objectives.push(obj);
+            records[i].violation = violation;
+            scored2.push((i, obj));
+        }
+        let keep3 = best_of(&scored2, third);
+        let r3 = round(&keep3, &self.seeds.search)?;
+        for &i in &keep3 {
+            let scores = self.seed_scores(proposed[i].0, &self.seeds.search, &r3);
+            let objectives: Vec<f64> = scores.iter().map(|s| s.objective).collect();
+            let m = mean(&objectives);
+            let violation = scores
+                .iter()
+                .find_map(|s| s.violation.clone())
+                .or_else(|| guardrail_broken(&scores, self.spec));
+            records[i].objectives.push(m);
+            records[i].bound = Some(m + standard_error(&objectives));
+            if violation.is_none() {
+                self.runs.note_best(m);
+            }
+            records[i].violation = violation;
+        }
+        Ok(records)
+    }
+
+    /// The tested recommendation on the held-out seeds, with seeds added (half a set at a
+    /// time, up to [`HELD_OUT_GROWTH_CAP`] sets) while its gain is unclear: its scores and
+    /// the seeds they are on.
+    fn held_out(
+        &mut self,
+        id: i64,
+        values: &[(String, ParamValue)],
+    ) -> Result<(Vec<Score>, Vec<u64>), TuneError> {
+        let mut held = self.seeds.held.clone();
+        let mut scores = self.scores_on(id, values, &held)?;
+        let batch = self.seeds.held.len().div_ceil(2).max(1);
+        loop {
+            let g = gain_interval(&scores, self.spec.seed);
+            if !(g.lo <= 0.0 && g.half_width() > NARROW_ENOUGH)
+                || held.len() + batch > HELD_OUT_GROWTH_CAP * self.seeds.held.len()
+            {
+                break;
+            }
+            let more: Vec<u64> = (held.len()..held.len() + batch)
+                .map(|i| Seeds::held_out(self.base_seed, i))
+                .collect();
+            // The vendor on the new seeds, uncapped, before anything is scored on them.
+            self.add_references(&more)?;
+            scores.extend(self.scores_on(id, values, &more)?);
+            held.extend(more);
+        }
+        Ok((scores, held))
+    }
+
+    /// Sensitivity: each kept setting and every tier's ECN thresholds swept one at a time
+    /// around what is recommended, all points run together on the sweep seeds. Returns
+    /// the sweeps and the runs they asked for.
+    fn sensitivity(
+        &self,
+        space: &[Param],
+        recommendation: &[(String, ParamValue)],
+        recommended_id: i64,
+        kept_names: &[&str],
+    ) -> Result<(Vec<Sweep>, u64), TuneError> {
+        let swept: Vec<(&Param, &'static str)> = space
+            .iter()
+            .filter_map(|p| {
+                if kept_names.contains(&p.name.as_str()) {
+                    Some((p, "kept"))
+                } else if p.name.starts_with("ecn.")
+                    && (p.name.ends_with(".kmin_bytes") || p.name.ends_with(".kmax_ratio"))
+                {
+                    Some((p, "ecn"))
+                } else {
+                    None
+                }
+            })
+            .collect();
+        let seeds = &self.seeds.sweep;
+        let mut sweep_points: Vec<(usize, ParamValue, i64)> = Vec::new();
+        let mut jobs = Vec::new();
+        if !seeds.is_empty() {
+            for (i, (p, _)) in swept.iter().enumerate() {
+                let Some(center) = recommendation.iter().find(|(n, _)| *n == p.name).map(|(_, v)| v) else {
+                    continue;
+                };
+                for v in sweep_values(p, center) {
+                    if v == *center {
+                        sweep_points.push((i, v, recommended_id));
+                        continue;
+                    }
+                    let id = SWEEP_ID_BASE + sweep_points.len() as i64;
+                    let mut values = recommendation.to_vec();
+                    set_value(&mut values, &p.name, v.clone());
+                    let config = self.config_of(id, &values)?;
+                    jobs.extend(self.jobs(id, &params_json(&values), &config, seeds));
+                    sweep_points.push((i, v, id));
+                }
+            }
+        }
+        let run_count = jobs.len() as u64;
+        let got = self.runs.run(jobs)?;
+        let mut sweeps: Vec<Sweep> = swept
+            .iter()
+            .map(|(p, why)| Sweep {
+                name: p.name.clone(),
+                at: recommendation
+                    .iter()
+                    .find(|(n, _)| *n == p.name)
+                    .map(|(_, v)| v.clone())
+                    .unwrap_or(ParamValue::Number(0.0)),
+                why,
+                points: Vec::new(),
+            })
+            .collect();
+        for (i, value, id) in sweep_points {
+            let scores: Vec<Score> = seeds
+                .iter()
+                .map(|s| {
+                    let m = got
+                        .get(&(id, FULL, *s))
+                        .cloned()
+                        .or_else(|| self.runs.get(&(id, FULL, *s)))
+                        .expect("the recommendation ran on every held-out seed");
+                    self.score_of(&m, *s)
+                })
+                .collect();
+            let n = scores.len() as f64;
+            let mut classes: BTreeMap<String, f64> = BTreeMap::new();
+            for sc in &scores {
+                for (c, r) in &sc.classes {
+                    *classes.entry(c.clone()).or_default() += r / n;
+                }
+            }
+            sweeps[i].points.push(SweepPoint {
+                value,
+                objective: scores.iter().map(|s| s.relative).sum::<f64>() / n,
+                classes,
+                violation: scores.iter().find_map(|s| s.violation.clone()),
+            });
+        }
+        sweeps.retain(|s| !s.points.is_empty());
+        Ok((sweeps, run_count))
+    }
+
+    /// The held-out table: the tuned configuration (on its grown seed set, with the scores
+    /// it was judged by) and every baseline (on the held-out seeds).
+    fn held_out_table(&self, baselines: &[Baseline], tuned: Option<(i64, &[Score], &[u64])>) -> Vec<HeldOut> {
+        let tuned_entry = tuned.map(|(id, _, _)| ("tuned".to_string(), id));
+        let entries = tuned_entry.into_iter().chain(
+            baselines
+                .iter()
+                .enumerate()
+                .map(|(i, b)| (b.name.to_string(), -(i as i64) - 1)),
+        );
+        entries
+            .map(|(name, id)| {
+                let is_tuned = tuned.is_some_and(|t| t.0 == id);
+                let seeds: &[u64] = match tuned {
+                    Some((_, _, held)) if is_tuned => held,
+                    _ => &self.seeds.held,
+                };
+                let mut h = HeldOut {
+                    name,
+                    objectives: Vec::new(),
+                    classes: BTreeMap::new(),
+                    violations: Vec::new(),
+                    metrics: Vec::new(),
+                };
+                for (k, s) in seeds.iter().enumerate() {
+                    let m = self
+                        .runs
+                        .get(&(id, FULL, *s))
+                        .expect("every held-out run was done");
+                    let sc = match tuned {
+                        Some((_, scores, _)) if is_tuned => scores[k].clone(),
+                        _ => self.score_of(&m, *s),
+                    };
+                    h.objectives.push(sc.relative);
+                    for (c, r) in &sc.classes {
+                        *h.classes.entry(c.clone()).or_default() += r / seeds.len() as f64;
+                    }
+                    if let Some(v) = sc.violation {
+                        h.violations.push(format!("seed {s}: {v}"));
+                    }
+                    h.metrics.push(m);
+                }
+                h
+            })
+            .collect()
+    }
+}
+
 /// [`tune`] with its simulations run by `runner`; the result is the same whatever runs
 /// them.
 ///
@@ -852,187 +1517,54 @@ pub fn tune_with(
     let spec = &loaded.scenario.tune;
     let tiers = loaded.fabric.tiers();
     let base_seed = loaded.scenario.run.seed;
-    let search_seeds: Vec<u64> = (0..u64::from(spec.search_seeds.max(1)))
-        .map(|i| base_seed + i)
-        .collect();
-    let held_seeds: Vec<u64> = (0..u64::from(spec.held_out_seeds.max(1)))
-        .map(|i| base_seed + HELD_OUT_SEED_OFFSET + i)
-        .collect();
-    let val_seeds: Vec<u64> = (0..u64::from(spec.held_out_seeds.max(1)))
-        .map(|i| base_seed + VALIDATION_SEED_OFFSET + i)
-        .collect();
-    let early: Vec<u64> = search_seeds.iter().copied().take(FIRST_ROUND_SEEDS).collect();
-    let half: Vec<u64> = search_seeds
-        .iter()
-        .copied()
-        .take(search_seeds.len().div_ceil(2).max(early.len()))
-        .collect();
+    let seeds = Seeds::of(base_seed, spec);
     let budget = spec.budget.max(1) as usize;
     let bracket_size = (budget / MIN_BRACKETS).clamp(MIN_BRACKET, MAX_BRACKET);
     let brackets = budget.div_ceil(bracket_size);
-
-    let cache = Mutex::new(store.load()?);
-    let read_back = cache.lock().expect("unpoisoned").len() as u64;
-    let ran = Mutex::new(0u64);
-    let store = Mutex::new(store);
-    let done = Mutex::new(0u64);
-    let best_so_far: Mutex<Option<f64>> = Mutex::new(None);
     // Runs per bracket: two seeds for all, half the seeds for a quarter, all seeds for the
     // best.
-    let per_bracket = bracket_size * early.len()
-        + bracket_size.div_ceil(ETA) * (half.len() - early.len())
-        + bracket_size.div_ceil(ETA * ETA) * (search_seeds.len() - half.len());
+    let [_, second, third] = round_sizes(bracket_size);
+    let per_bracket = bracket_size * seeds.early.len()
+        + second * (seeds.half.len() - seeds.early.len())
+        + third * (seeds.search.len() - seeds.half.len());
     // The ablation's runs depend on what it finds: about three configurations per changed
     // setting on the validation seeds.
-    let ablation_estimate = 3 * space.len() * val_seeds.len();
-    let sweep_seeds: Vec<u64> = held_seeds
-        .iter()
-        .copied()
-        .take(spec.sensitivity_seeds as usize)
-        .collect();
+    let ablation_estimate = 3 * space.len() * seeds.validation.len();
     // About six points per swept setting: two ECN settings per tier and a kept change or
     // two.
-    let sweep_estimate = (2 * tiers.len() + 2) * (SWEEP_OFFSETS.len() - 1) * sweep_seeds.len();
-    let total = (baselines.len() * (search_seeds.len() + held_seeds.len())
-        + val_seeds.len()
+    let sweep_estimate = (2 * tiers.len() + 2) * (SWEEP_OFFSETS.len() - 1) * seeds.sweep.len();
+    let total = (baselines.len() * (seeds.search.len() + seeds.held.len())
+        + seeds.validation.len()
         + brackets * per_bracket
         + ablation_estimate
-        + held_seeds.len()
+        + seeds.held.len()
         + sweep_estimate) as u64;
 
-    // Runs every job not in the log, in parallel; returns all results.
-    let run_jobs = |jobs: Vec<Job>| -> Result<HashMap<EvalKey, RunMetrics>, TuneError> {
-        let mut out = HashMap::new();
-        let mut todo = Vec::new();
-        {
-            let c = cache.lock().expect("unpoisoned");
-            for j in jobs {
-                match c.get(&j.key) {
-                    Some(m) => {
-                        out.insert(j.key, m.clone());
-                    }
-                    None => todo.push(j),
-                }
-            }
-        }
-        *done.lock().expect("unpoisoned") += out.len() as u64;
-        let run_jobs: Vec<RunJob> = todo
-            .iter()
-            .map(|j| RunJob {
-                config: j.config.clone(),
-                seed: j.key.2,
-                cap_us: j.cap_us,
-            })
-            .collect();
-        let on_done = |i: usize, m: &RunMetrics, seconds: f64| -> Result<(), StoreError> {
-            let j = &todo[i];
-            store
-                .lock()
-                .expect("unpoisoned")
-                .insert(j.key, &j.params, m, seconds)?;
-            *ran.lock().expect("unpoisoned") += 1;
-            let d = {
-                let mut d = done.lock().expect("unpoisoned");
-                *d += 1;
-                *d
-            };
-            progress(Progress {
-                done: d,
-                total,
-                best: *best_so_far.lock().expect("unpoisoned"),
-            });
-            Ok(())
-        };
-        let results = runner.run(eval, &run_jobs, &on_done)?;
-        let mut c = cache.lock().expect("unpoisoned");
-        for (j, m) in todo.iter().zip(results) {
-            c.insert(j.key, m.clone());
-            out.insert(j.key, m);
-        }
-        Ok(out)
-    };
-
-    let params_json =
-        |values: &[(String, ParamValue)]| serde_json::to_string(values).expect("values serialize");
-    let config_of = |id: i64, values: &[(String, ParamValue)]| -> Result<FabricConfig, TuneError> {
-        apply(&loaded.scenario.config, &tiers, values).map_err(|e| TuneError::Apply(id, e))
-    };
-
-    // The vendor reference on every seed and level, uncapped.
     let vendor = &baselines[0].config;
-    let mut jobs = Vec::new();
-    for s in search_seeds.iter().chain(&held_seeds).chain(&val_seeds) {
-        jobs.push(Job {
-            key: (-1, FULL, *s),
-            config: vendor.clone(),
-            params: "\"vendor\"".into(),
-            cap_us: None,
-        });
-    }
-    let reference = run_jobs(jobs)?;
-    let cap = |seed: u64| {
-        reference
-            .get(&(-1, FULL, seed))
-            .map(|m| m.sim_us * TIME_CAP_FACTOR)
+    let mut s = Search {
+        eval,
+        spec,
+        base_config: &loaded.scenario.config,
+        tiers,
+        base_seed,
+        vendor,
+        runs: Runs::new(eval, runner, progress, store, total)?,
+        reference: HashMap::new(),
+        seeds,
     };
-    // Scores pair a run with the vendor's on the same seed: the same request arrivals and,
-    // with the same QP count, the same ECMP placement, so the ratio shows what the settings
-    // changed rather than the seed's luck.
-    let score_of = |m: &RunMetrics, seed: u64| -> Score { eval.score(m, &reference[&(-1, FULL, seed)]) };
-    let seed_scores = |id: i64, seeds: &[u64], got: &HashMap<EvalKey, RunMetrics>| -> Vec<Score> {
-        seeds
-            .iter()
-            .map(|s| score_of(&got[&(id, FULL, *s)], *s))
-            .collect()
-    };
-    let mean_score = |id: i64, seeds: &[u64], got: &HashMap<EvalKey, RunMetrics>| -> (f64, Option<String>) {
-        let scores = seed_scores(id, seeds, got);
-        let mean = scores.iter().map(|s| s.objective).sum::<f64>() / scores.len() as f64;
-        // In the early rounds a guardrail is a penalty, its excess added to the objective:
-        // it steers the proposals away from hurting a class; the last round makes it hard.
-        (
-            mean + guardrail_excess(&scores, spec),
-            scores.iter().find_map(|s| s.violation.clone()),
-        )
-    };
-
+    // The vendor reference on every seed, uncapped.
+    let all_seeds: Vec<u64> = s
+        .seeds
+        .search
+        .iter()
+        .chain(&s.seeds.held)
+        .chain(&s.seeds.validation)
+        .copied()
+        .collect();
+    s.add_references(&all_seeds)?;
     // The other baselines on every level; they also seed the models.
-    let mut jobs = Vec::new();
-    for (i, b) in baselines.iter().enumerate().skip(1) {
-        let id = -(i as i64) - 1;
-        for s in search_seeds.iter().chain(&held_seeds) {
-            jobs.push(Job {
-                key: (id, FULL, *s),
-                config: b.config.clone(),
-                params: format!("\"{}\"", b.name),
-                cap_us: cap(*s),
-            });
-        }
-    }
-    let base_runs = run_jobs(jobs)?;
     let mut models: Vec<Model> = space.iter().map(Model::new).collect();
-    let mut baseline_results = Vec::new();
-    for (i, b) in baselines.iter().enumerate() {
-        let id = -(i as i64) - 1;
-        let got = if i == 0 { &reference } else { &base_runs };
-        let (first, _) = mean_score(id, &early, got);
-        let full = mean(
-            &seed_scores(id, &search_seeds, got)
-                .iter()
-                .map(|s| s.relative)
-                .collect::<Vec<_>>(),
-        );
-        for (p, m) in space.iter().zip(models.iter_mut()) {
-            if let Some(v) = value_of(&b.config, &tiers, &p.name) {
-                m.tell(p, &v, first);
-            }
-        }
-        baseline_results.push(BaselineResult {
-            name: b.name.to_string(),
-            description: b.description.to_string(),
-            objective: full,
-        });
-    }
+    let baseline_results = s.baselines(baselines, &mut models, space)?;
 
     let mut candidates: Vec<Candidate> = Vec::new();
     let mut stopped: Option<String> = None;
@@ -1053,141 +1585,14 @@ pub fn tune_with(
             break;
         }
         let n = bracket_size.min(budget - bracket * bracket_size);
-        // Propose: the first bracket spreads its candidates over the whole space (a Latin
-        // hypercube: each parameter's range cut into n strata, one candidate per stratum,
-        // strata shuffled independently per parameter), as TPE needs observations across
-        // the space before its densities mean anything; later brackets ask TPE.
-        let first = candidates.len() as i64;
-        let strata: Vec<Vec<usize>> = (0..space.len())
-            .map(|j| {
-                let mut rng = Xoshiro256PlusPlus::seed_from_u64(mix(mix(spec.seed, u64::MAX), j as u64));
-                shuffled(n, &mut rng)
-            })
-            .collect();
-        let mut proposed = Vec::new();
-        for k in 0..n as i64 {
-            let id = first + k;
-            let values: Vec<(String, ParamValue)> = space
-                .iter()
-                .zip(models.iter_mut())
-                .enumerate()
-                .map(|(j, (p, m))| {
-                    let mut rng = Xoshiro256PlusPlus::seed_from_u64(mix(mix(spec.seed, id as u64), j as u64));
-                    let v = if bracket == 0 {
-                        let u = (strata[j][k as usize] as f64 + unit(&mut rng)) / n as f64;
-                        p.at(u)
-                    } else {
-                        m.ask(&mut rng)
-                    };
-                    (p.name.clone(), p.normalize(&v))
-                })
-                .collect();
-            let config = config_of(id, &values)?;
-            proposed.push((id, values, config));
-        }
-        // Round 1: two seeds for all.
-        let round = |ids: &[usize], seeds: &[u64]| -> Result<HashMap<EvalKey, RunMetrics>, TuneError> {
-            let mut jobs = Vec::new();
-            for &i in ids {
-                let (id, values, config) = &proposed[i];
-                for s in seeds {
-                    jobs.push(Job {
-                        key: (*id, FULL, *s),
-                        config: config.clone(),
-                        params: params_json(values),
-                        cap_us: cap(*s),
-                    });
-                }
-            }
-            run_jobs(jobs)
-        };
-        let all: Vec<usize> = (0..n).collect();
-        let r1 = round(&all, &early)?;
-        let mut scored: Vec<(usize, f64, Option<String>)> = all
-            .iter()
-            .map(|&i| {
-                let (m, v) = mean_score(proposed[i].0, &early, &r1);
-                (i, m, v)
-            })
-            .collect();
-        for (i, obj, _) in &scored {
-            for (p, m) in space.iter().zip(models.iter_mut()) {
-                let v = proposed[*i]
-                    .1
-                    .iter()
-                    .find(|(k, _)| *k == p.name)
-                    .map(|(_, v)| v.clone());
-                if let Some(v) = v {
-                    m.tell(p, &v, *obj);
-                }
-            }
-        }
-        let mut records: Vec<Candidate> = scored
-            .iter()
-            .map(|(i, obj, v)| Candidate {
-                id: proposed[*i].0,
-                bracket,
-                values: proposed[*i].1.clone(),
-                objectives: vec![*obj],
-                violation: v.clone(),
-                bound: None,
-            })
-            .collect();
-        // Round 2: half the search seeds for the best quarter.
-        scored.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
-        let keep2: Vec<usize> = scored.iter().take(n.div_ceil(ETA)).map(|x| x.0).collect();
-        let r2 = round(&keep2, &half)?;
-        let mut scored2: Vec<(usize, f64)> = keep2
-            .iter()
-            .map(|&i| {
-                let (m, v) = mean_score(proposed[i].0, &half, &r2);
-                records[i].objectives.push(m);
-                records[i].violation = v;
-                (i, m)
-            })
-            .collect();
-        // Round 3: every search seed for the best of those.
-        scored2.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
-        let keep3: Vec<usize> = scored2.iter().take(n.div_ceil(ETA * ETA)).map(|x| x.0).collect();
-        let r3 = round(&keep3, &search_seeds)?;
-        for &i in &keep3 {
-            let scores = seed_scores(proposed[i].0, &search_seeds, &r3);
-            let objectives: Vec<f64> = scores.iter().map(|s| s.objective).collect();
-            let m = mean(&objectives);
-            // A class past its guardrail over the search seeds breaks a constraint too.
-            let v = scores
-                .iter()
-                .find_map(|s| s.violation.clone())
-                .or_else(|| guardrail_broken(&scores, spec));
-            records[i].objectives.push(m);
-            records[i].bound = Some(m + standard_error(&objectives));
-            records[i].violation = v.clone();
-            if v.is_none() {
-                let mut b = best_so_far.lock().expect("unpoisoned");
-                *b = Some(b.map_or(m, |x: f64| x.min(m)));
-            }
-        }
-        candidates.extend(records);
+        let proposed = propose(space, &mut models, spec.seed, bracket, candidates.len() as i64, n);
+        candidates.extend(s.bracket(bracket, &proposed, space, &mut models)?);
     }
 
-    // The recommendation: among candidates that passed every round without breaking a
-    // constraint, the one whose mean plus one standard error is lowest, and only if that
-    // pessimistic figure still beats the vendor. Choosing by the plain mean would favour
-    // whichever candidate the search seeds happened to flatter (a winner's curse that the
-    // held-out seeds then expose).
-    let best = candidates
-        .iter()
-        .filter(|c| c.violation.is_none() && c.bound.is_some_and(|b| b < 1.0))
-        .min_by(|a, b| {
-            a.bound
-                .unwrap_or(f64::MAX)
-                .total_cmp(&b.bound.unwrap_or(f64::MAX))
-                .then(a.id.cmp(&b.id))
-        })
-        .map(|c| c.id);
+    let best = select(&candidates);
     let vendor_values: Vec<(String, ParamValue)> = space
         .iter()
-        .filter_map(|p| value_of(vendor, &tiers, &p.name).map(|v| (p.name.clone(), v)))
+        .filter_map(|p| value_of(vendor, &s.tiers, &p.name).map(|v| (p.name.clone(), v)))
         .collect();
     // The chosen candidate's values, settings its algorithms do not use set back to the
     // vendor's.
@@ -1205,34 +1610,16 @@ pub fn tune_with(
 
     // Which of the candidate's changes earn their place: backward elimination on the
     // validation seeds, which neither chose the candidate nor report on it.
-    let objectives_on =
-        |id: i64, values: &[(String, ParamValue)], seeds: &[u64]| -> Result<Vec<Score>, TuneError> {
-            let config = config_of(id, values)?;
-            let jobs = seeds
-                .iter()
-                .map(|s| Job {
-                    key: (id, FULL, *s),
-                    config: config.clone(),
-                    params: params_json(values),
-                    cap_us: cap(*s),
-                })
-                .collect();
-            let got = run_jobs(jobs)?;
-            Ok(seeds
-                .iter()
-                .map(|s| score_of(&got[&(id, FULL, *s)], *s))
-                .collect())
-        };
     let ablated_configs = std::cell::Cell::new(0u64);
     let ablation = match best {
         Some(_) => Some(ablate(&chosen, &vendor_values, spec, |k, values| {
             ablated_configs.set(ablated_configs.get() + 1);
-            objectives_on(ABLATION_ID_BASE + k as i64, values, &val_seeds)
+            s.scores_on(ABLATION_ID_BASE + k as i64, values, &s.seeds.validation)
         })?),
         None => None,
     };
     // The validation seeds' vendor runs and the ablation's, whether run or read back.
-    let ablation_runs = (ablated_configs.get() + 1) * val_seeds.len() as u64;
+    let ablation_runs = (ablated_configs.get() + 1) * s.seeds.validation.len() as u64;
     // The tested recommendation: the candidate with only the kept changes (none kept: the
     // vendor default stands, and there is nothing to test).
     let tested: Option<(i64, Vec<(String, ParamValue)>)> =
@@ -1249,49 +1636,10 @@ pub fn tune_with(
 
     // Held-out seeds: the tested recommendation, with seeds added while its gain is
     // unclear, and the baselines.
-    let mut held = held_seeds.clone();
-    let mut tested_scores: Vec<Score> = Vec::new();
-    if let Some((id, values)) = &tested {
-        tested_scores = objectives_on(*id, values, &held)?;
-        let batch = held_seeds.len().div_ceil(2).max(1);
-        loop {
-            let g = gain_interval(&tested_scores, spec.seed);
-            if !(g.lo <= 0.0 && g.half_width() > NARROW_ENOUGH)
-                || held.len() + batch > HELD_OUT_GROWTH_CAP * held_seeds.len()
-            {
-                break;
-            }
-            let more: Vec<u64> = (held.len()..held.len() + batch)
-                .map(|i| base_seed + HELD_OUT_SEED_OFFSET + i as u64)
-                .collect();
-            // The vendor on the new seeds, uncapped, before anything is scored on them.
-            let refs = run_jobs(
-                more.iter()
-                    .map(|s| Job {
-                        key: (-1, FULL, *s),
-                        config: vendor.clone(),
-                        params: "\"vendor\"".into(),
-                        cap_us: None,
-                    })
-                    .collect(),
-            )?;
-            let config = config_of(*id, values)?;
-            let extra = run_jobs(
-                more.iter()
-                    .map(|s| Job {
-                        key: (*id, FULL, *s),
-                        config: config.clone(),
-                        params: params_json(values),
-                        cap_us: Some(refs[&(-1, FULL, *s)].sim_us * TIME_CAP_FACTOR),
-                    })
-                    .collect(),
-            )?;
-            for s in &more {
-                tested_scores.push(eval.score(&extra[&(*id, FULL, *s)], &refs[&(-1, FULL, *s)]));
-            }
-            held.extend(more);
-        }
-    }
+    let (tested_scores, held) = match &tested {
+        Some((id, values)) => s.held_out(*id, values)?,
+        None => (Vec::new(), s.seeds.held.clone()),
+    };
     let gain = tested.as_ref().map(|_| gain_interval(&tested_scores, spec.seed));
     let guardrails: Vec<Guardrail> = if tested.is_some() {
         eval.weights
@@ -1314,28 +1662,16 @@ pub fn tune_with(
     } else {
         Vec::new()
     };
-    let verdict = match (&tested, &gain, &ablation) {
-        (Some(_), Some(g), _) => match guardrails.iter().find(|g| g.margin < 0.0) {
-            Some(b) => Verdict::GuardrailBroken {
-                class: b.class.clone(),
-            },
-            None if !g.above_zero() => Verdict::NoSignificantGain,
-            None => Verdict::Recommended,
-        },
-        (None, _, Some(_)) => Verdict::NoChangeEarnsItsPlace,
-        _ => Verdict::NothingBeatTheVendor,
-    };
+    let verdict = verdict_of(tested.is_some(), gain.as_ref(), &guardrails, ablation.is_some());
     let (recommendation, config) = match (&verdict, &tested) {
         (Verdict::Recommended, Some((id, values))) => {
             let values = crate::space::effective(values, &vendor_values);
-            let config = config_of(*id, &values)?;
+            let config = s.config_of(*id, &values)?;
             (values, config)
         }
         _ => (vendor_values.clone(), vendor.clone()),
     };
 
-    // Sensitivity: each kept setting and every tier's ECN thresholds swept one at a time
-    // around what is recommended, all points run together.
     let recommended_id = match (&verdict, &tested) {
         (Verdict::Recommended, Some((id, _))) => *id,
         _ => -1,
@@ -1348,142 +1684,15 @@ pub fn tune_with(
             .collect(),
         _ => Vec::new(),
     };
-    let swept: Vec<(&Param, &'static str)> = space
-        .iter()
-        .filter_map(|p| {
-            if kept_names.contains(&p.name.as_str()) {
-                Some((p, "kept"))
-            } else if p.name.starts_with("ecn.")
-                && (p.name.ends_with(".kmin_bytes") || p.name.ends_with(".kmax_ratio"))
-            {
-                Some((p, "ecn"))
-            } else {
-                None
-            }
-        })
-        .collect();
-    let mut sweep_points: Vec<(usize, ParamValue, i64)> = Vec::new();
-    let mut jobs = Vec::new();
-    if !sweep_seeds.is_empty() {
-        for (i, (p, _)) in swept.iter().enumerate() {
-            let Some(center) = recommendation.iter().find(|(n, _)| *n == p.name).map(|(_, v)| v) else {
-                continue;
-            };
-            for v in sweep_values(p, center) {
-                if v == *center {
-                    sweep_points.push((i, v, recommended_id));
-                    continue;
-                }
-                let id = SWEEP_ID_BASE + sweep_points.len() as i64;
-                let mut values = recommendation.clone();
-                set_value(&mut values, &p.name, v.clone());
-                let config = config_of(id, &values)?;
-                for s in &sweep_seeds {
-                    jobs.push(Job {
-                        key: (id, FULL, *s),
-                        config: config.clone(),
-                        params: params_json(&values),
-                        cap_us: cap(*s),
-                    });
-                }
-                sweep_points.push((i, v, id));
-            }
-        }
-    }
-    let sweep_run_count = jobs.len() as u64;
-    let sweep_runs = run_jobs(jobs)?;
-    let mut sensitivity: Vec<Sweep> = swept
-        .iter()
-        .map(|(p, why)| Sweep {
-            name: p.name.clone(),
-            at: recommendation
-                .iter()
-                .find(|(n, _)| *n == p.name)
-                .map(|(_, v)| v.clone())
-                .unwrap_or(ParamValue::Number(0.0)),
-            why,
-            points: Vec::new(),
-        })
-        .collect();
-    for (i, value, id) in sweep_points {
-        let scores: Vec<Score> = sweep_seeds
-            .iter()
-            .map(|s| {
-                let m = match sweep_runs.get(&(id, FULL, *s)) {
-                    Some(m) => m.clone(),
-                    None => cache
-                        .lock()
-                        .expect("unpoisoned")
-                        .get(&(id, FULL, *s))
-                        .cloned()
-                        .expect("the recommendation ran on every held-out seed"),
-                };
-                score_of(&m, *s)
-            })
-            .collect();
-        let n = scores.len() as f64;
-        let mut classes: BTreeMap<String, f64> = BTreeMap::new();
-        for sc in &scores {
-            for (c, r) in &sc.classes {
-                *classes.entry(c.clone()).or_default() += r / n;
-            }
-        }
-        sensitivity[i].points.push(SweepPoint {
-            value,
-            objective: scores.iter().map(|s| s.relative).sum::<f64>() / n,
-            classes,
-            violation: scores.iter().find_map(|s| s.violation.clone()),
-        });
-    }
-    sensitivity.retain(|s| !s.points.is_empty());
+    let (sensitivity, sweep_run_count) =
+        s.sensitivity(space, &recommendation, recommended_id, &kept_names)?;
 
-    let mut held_out = Vec::new();
-    let tuned = tested.as_ref().map(|(id, _)| *id);
-    let entries: Vec<(String, Option<i64>)> = std::iter::once(("tuned".to_string(), tuned))
-        .chain(
-            baselines
-                .iter()
-                .enumerate()
-                .map(|(i, b)| (b.name.to_string(), Some(-(i as i64) - 1))),
-        )
-        .collect();
-    for (name, id) in entries {
-        let Some(id) = id else { continue };
-        let mut objectives = Vec::new();
-        let mut classes: BTreeMap<String, f64> = BTreeMap::new();
-        let mut violations = Vec::new();
-        let mut metrics = Vec::new();
-        let is_tuned = Some(id) == tuned;
-        let seeds: &[u64] = if is_tuned { &held } else { &held_seeds };
-        for (k, s) in seeds.iter().enumerate() {
-            let m = cache
-                .lock()
-                .expect("unpoisoned")
-                .get(&(id, FULL, *s))
-                .cloned()
-                .expect("every held-out run was done");
-            let sc = if is_tuned {
-                tested_scores[k].clone()
-            } else {
-                score_of(&m, *s)
-            };
-            objectives.push(sc.relative);
-            for (c, r) in &sc.classes {
-                *classes.entry(c.clone()).or_default() += r / seeds.len() as f64;
-            }
-            if let Some(v) = sc.violation {
-                violations.push(format!("seed {s}: {v}"));
-            }
-            metrics.push(m);
-        }
-        held_out.push(HeldOut {
-            name,
-            objectives,
-            classes,
-            violations,
-            metrics,
-        });
-    }
+    let held_out = s.held_out_table(
+        baselines,
+        tested
+            .as_ref()
+            .map(|(id, _)| (*id, tested_scores.as_slice(), held.as_slice())),
+    );
     // Against the best baseline other than the vendor (lowest held-out mean): the tuned
     // configuration's advantage per seed, paired on the seeds both ran; without one, the
     // baseline's own gain over the vendor.
@@ -1520,7 +1729,7 @@ pub fn tune_with(
                 (b.name.clone(), mean_interval(&gains, mix(spec.seed, 0xba5e)))
             }
         });
-    let runs = (*ran.lock().expect("unpoisoned"), read_back);
+    let runs = (*s.runs.ran.lock().expect("unpoisoned"), s.runs.read_back);
     Ok(TuneResult {
         search_stopped: stopped,
         versus_best_baseline,
@@ -1529,10 +1738,10 @@ pub fn tune_with(
         ablation,
         gain,
         guardrails,
-        validation_seeds: val_seeds,
+        validation_seeds: s.seeds.validation.clone(),
         ablation_runs,
         sensitivity,
-        sensitivity_seeds: sweep_seeds,
+        sensitivity_seeds: s.seeds.sweep.clone(),
         sweep_runs: sweep_run_count,
         candidates,
         best,
@@ -1541,7 +1750,7 @@ pub fn tune_with(
         vendor_values,
         baselines: baseline_results,
         held_out,
-        seeds: (search_seeds, held),
+        seeds: (s.seeds.search.clone(), held),
         runs,
         wall_s: t0.elapsed().as_secs_f64(),
     })
@@ -1582,6 +1791,142 @@ mod tests {
 
     fn values(names: &[&str], x: f64) -> Vec<(String, ParamValue)> {
         names.iter().map(|n| (n.to_string(), num(x))).collect()
+    }
+
+    fn number(name: &str, lo: f64, hi: f64) -> Param {
+        Param {
+            name: name.into(),
+            domain: Domain::Number {
+                lo,
+                hi,
+                log: false,
+                step: None,
+            },
+            source: "test",
+        }
+    }
+
+    #[test]
+    fn the_first_bracket_puts_one_candidate_in_every_stratum_of_every_parameter() {
+        let space = [number("a", 0.0, 1.0), number("b", 10.0, 20.0)];
+        let mut models: Vec<Model> = space.iter().map(Model::new).collect();
+        let n = 8;
+        let got = propose(&space, &mut models, 42, 0, 100, n);
+        assert_eq!(
+            got.iter().map(|c| c.0).collect::<Vec<_>>(),
+            (100..108).collect::<Vec<i64>>()
+        );
+        for (j, p) in space.iter().enumerate() {
+            let Domain::Number { lo, hi, .. } = p.domain else {
+                unreachable!()
+            };
+            let mut strata: Vec<usize> = got
+                .iter()
+                .map(|(_, v)| match &v[j].1 {
+                    ParamValue::Number(x) => ((x - lo) / (hi - lo) * n as f64) as usize,
+                    other => panic!("{other:?}"),
+                })
+                .collect();
+            strata.sort();
+            assert_eq!(strata, (0..n).collect::<Vec<_>>(), "{}", p.name);
+        }
+        // The same seed proposes the same candidates; another seed others.
+        let mut again: Vec<Model> = space.iter().map(Model::new).collect();
+        assert_eq!(propose(&space, &mut again, 42, 0, 100, n), got);
+        assert_ne!(propose(&space, &mut again, 43, 0, 100, n), got);
+    }
+
+    #[test]
+    fn later_brackets_ask_the_models_what_they_learned() {
+        let space = [number("a", 0.0, 1.0)];
+        let mut models: Vec<Model> = space.iter().map(Model::new).collect();
+        // Low values good, high values bad.
+        for i in 0..40 {
+            let x = f64::from(i) / 40.0;
+            models[0].tell(&space[0], &num(x), x);
+        }
+        let got = propose(&space, &mut models, 7, 1, 0, 16);
+        let low = got
+            .iter()
+            .filter(|(_, v)| matches!(v[0].1, ParamValue::Number(x) if x < 0.5))
+            .count();
+        assert!(low >= 12, "{low} of 16 proposals in the good half: {got:?}");
+    }
+
+    #[test]
+    fn halving_keeps_the_lowest_objectives_with_ties_to_the_lower_index() {
+        assert_eq!(round_sizes(16), [16, 4, 1]);
+        assert_eq!(round_sizes(5), [5, 2, 1]);
+        assert_eq!(round_sizes(1), [1, 1, 1]);
+        let scored = [(0, 0.9), (1, 0.5), (2, 0.7), (3, 0.5), (4, f64::NAN)];
+        assert_eq!(best_of(&scored, 2), [1, 3]);
+        assert_eq!(best_of(&scored, 3), [1, 3, 2]);
+        assert_eq!(best_of(&scored, 9).len(), 5);
+    }
+
+    fn candidate(id: i64, bound: Option<f64>, violation: Option<&str>) -> Candidate {
+        Candidate {
+            id,
+            bracket: 0,
+            values: Vec::new(),
+            objectives: Vec::new(),
+            violation: violation.map(String::from),
+            bound,
+        }
+    }
+
+    #[test]
+    fn selection_takes_the_lowest_pessimistic_bound_that_beats_the_vendor() {
+        let c = [
+            candidate(0, Some(0.80), Some("training past its guardrail")),
+            candidate(1, None, None),
+            candidate(2, Some(0.90), None),
+            candidate(3, Some(0.85), None),
+            candidate(4, Some(0.85), None),
+        ];
+        assert_eq!(
+            select(&c),
+            Some(3),
+            "ties to the lower id; infeasible and unfinished ones never"
+        );
+        assert_eq!(
+            select(&[candidate(0, Some(1.0), None)]),
+            None,
+            "not better than the vendor"
+        );
+        assert_eq!(select(&[]), None);
+    }
+
+    #[test]
+    fn the_verdict_follows_the_held_out_gain_and_the_guardrails() {
+        let gain = |lo: f64| Interval {
+            mean: lo + 0.01,
+            lo,
+            hi: lo + 0.02,
+            n: 16,
+        };
+        let rail = |margin: f64| Guardrail {
+            class: "inference".into(),
+            tolerance: 0.01,
+            margin,
+            change: gain(0.0),
+        };
+        assert_eq!(
+            verdict_of(true, Some(&gain(0.02)), &[rail(0.005)], true),
+            Verdict::Recommended
+        );
+        assert_eq!(
+            verdict_of(true, Some(&gain(-0.01)), &[rail(0.005)], true),
+            Verdict::NoSignificantGain
+        );
+        assert_eq!(
+            verdict_of(true, Some(&gain(0.02)), &[rail(-0.001)], true),
+            Verdict::GuardrailBroken {
+                class: "inference".into()
+            }
+        );
+        assert_eq!(verdict_of(false, None, &[], true), Verdict::NoChangeEarnsItsPlace);
+        assert_eq!(verdict_of(false, None, &[], false), Verdict::NothingBeatTheVendor);
     }
 
     #[test]
