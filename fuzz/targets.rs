@@ -213,7 +213,7 @@ pub(crate) fn planner_inputs(data: &[u8]) {
 /// Counters from outside: a Prometheus `query_range` answer and a simulator's counter
 /// CSV, each through the diagnosis rules; flows and links a run wrote.
 pub(crate) fn counters(data: &[u8]) {
-    use xirang_diagnose::counters::{Window, diagnose_window};
+    use xirang_diagnose::window::{Window, diagnose_window};
     if let Ok(body) = serde_json::from_slice::<serde_json::Value>(data)
         && let Ok(series) = xirang_diagnose::source::series_from_query_range(&body)
     {

@@ -7,10 +7,10 @@
 //!   cabling and the policy;
 //! - [`rules`]: the rules and their findings;
 //! - [`report`]: table, JSON and SARIF renderings;
-//! - [`model`]: inventory → explicit topology scenario.
+//! - [`as_scenario`]: inventory → explicit topology scenario.
 
+pub mod as_scenario;
 pub mod cluster;
-pub mod model;
 pub mod report;
 pub mod rules;
 

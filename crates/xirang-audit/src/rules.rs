@@ -39,12 +39,15 @@ pub enum Layer {
     Inputs,
 }
 
-/// A value the rule read, and where.
+/// What a finding rests on: a value read, and where. Shared with the diagnosis
+/// (`xirang_diagnose::Evidence` is this type), so a configuration finding carries over
+/// into a diagnosis as it is.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Evidence {
-    /// File (and key) it came from, e.g. `hosts/h3: sys/class/net/ens1np0/mtu`.
+    /// Where it was read: a file and key (`hosts/h3: sys/class/net/ens1np0/mtu`), a log's
+    /// `file:line`, or a counter with its labels and window.
     pub source: String,
-    /// The value read.
+    /// The value or text read.
     pub value: String,
 }
 

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
-use xirang_audit::{Cluster, Severity, audit, model};
+use xirang_audit::{Cluster, Severity, as_scenario, audit};
 
 const DATA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/test_data");
 
@@ -305,7 +305,7 @@ fn bad_switch_file_and_bad_topology() {
 #[test]
 fn inventory_converts_into_a_loadable_fabric() {
     let c = load(&PathBuf::from(DATA).join("cluster"));
-    let (topo, text) = model::to_scenario(&c, "fixture-cluster");
+    let (topo, text) = as_scenario::to_scenario(&c, "fixture-cluster");
     assert_eq!(
         (topo.hosts.len(), topo.switches.len(), topo.links.len()),
         (8, 2, 17)

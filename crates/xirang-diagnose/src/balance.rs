@@ -16,8 +16,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::counters::{QUEUE_ECN_MARKED, View, Window};
 use crate::finding::{Class, Evidence, Finding, Severity};
+use crate::window::{QUEUE_ECN_MARKED, View, Window};
 use xirang_telemetry::metric::{LINK_RATE, metric_for};
 
 /// A spine is hot when it takes this many times its fair share (1 / spines) of the
@@ -434,7 +434,7 @@ fn host_bounce(w: &Window, views: &[View<'_>]) -> Vec<Finding> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::counters::{Series, diagnose_window};
+    use crate::window::{Series, diagnose_window};
     use xirang_telemetry::Entity;
 
     /// A counter rising by `per_step` every 10 s for a minute.

@@ -50,14 +50,10 @@ pub enum Severity {
     Low,
 }
 
-/// One piece of evidence: where it was read, and what.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Evidence {
-    /// `file:line`, a counter and window, or a configuration key.
-    pub source: String,
-    /// The text or value.
-    pub text: String,
-}
+/// One piece of evidence: where it was read (`file:line`, a counter and its window, a
+/// configuration key), and what. The audit's type: a diagnosis carries the audit's
+/// evidence as it is.
+pub use xirang_audit::rules::Evidence;
 
 /// One finding.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -117,7 +113,7 @@ pub fn render_text(findings: &[Finding]) -> String {
             let _ = writeln!(s, "   advice: {a}");
         }
         for e in &f.evidence {
-            let _ = writeln!(s, "   evidence: {}: {}", e.source, e.text);
+            let _ = writeln!(s, "   evidence: {}: {}", e.source, e.value);
         }
     }
     s

@@ -3,8 +3,8 @@
 //! and the evidence (docs/reference/diagnosis.md).
 //!
 //! [`nccl`] diagnoses from nccl-tests logs alone (aborts, socket transport, GPUDirect
-//! RDMA off, GPUs sharing a NIC, slow or failing node pairs). [`counters`] (links),
-//! [`rules`] (ports, queues, NICs) and [`balance`] (ECMP spread, hosts that cannot feed
+//! RDMA off, GPUs sharing a NIC, slow or failing node pairs). [`window`] (links),
+//! [`port_rules`] (ports, queues, NICs) and [`balance`] (ECMP spread, hosts that cannot feed
 //! their NICs) read a telemetry window that [`source`] takes from the monitor's history,
 //! a Prometheus server or a simulator's output. The fault-injection suite that proves every
 //! rule on faults injected in the simulator is the `xirang-suite` crate: this one does
@@ -12,13 +12,13 @@
 
 pub mod balance;
 pub mod bundle;
-pub mod counters;
 pub mod finding;
-pub mod inventory;
+pub mod inventory_join;
 pub mod nccl;
 pub mod paths;
+pub mod port_rules;
 pub mod request;
-pub mod rules;
 pub mod source;
+pub mod window;
 
 pub use finding::{Class, Evidence, Finding, Severity};

@@ -43,6 +43,21 @@ pub struct Log {
     pub text: String,
 }
 
+/// The data files of an evidence bundle of a log diagnosis: each log as read, under
+/// `logs/NNN-<file name>` (numbered, so two logs of one name stay apart).
+pub fn bundle_data(logs: &[Log]) -> Vec<(String, Vec<u8>)> {
+    logs.iter()
+        .enumerate()
+        .map(|(i, l)| {
+            let base = std::path::Path::new(&l.name)
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| format!("log{i}"));
+            (format!("logs/{i:03}-{base}"), l.text.clone().into_bytes())
+        })
+        .collect()
+}
+
 /// A log that does not parse at all.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LogError {
@@ -341,7 +356,7 @@ fn flat(v: &RunView) -> bool {
 fn ev(log: &Log, line: usize, text: &str) -> Evidence {
     Evidence {
         source: format!("{}:{line}", log.name),
-        text: text.trim().chars().take(300).collect(),
+        value: text.trim().chars().take(300).collect(),
     }
 }
 

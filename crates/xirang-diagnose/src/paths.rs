@@ -125,7 +125,7 @@ pub fn vote(findings: &mut Vec<Finding>, flows: &[FlowPath], links: &[(String, S
         .collect();
     let evidence = Evidence {
         source: VOTE_SOURCE.into(),
-        text: format!(
+        value: format!(
             "{} of {} degraded flows (slowdown >= {DEGRADED_FACTOR}x the median {median:.2}x, or unfinished) cross {port}{}, {top_votes:.2} votes against {runner_up:.2} for the next link; {through} flows cross it in all ({})",
             top_flows.len(),
             degraded.len(),
@@ -233,10 +233,10 @@ mod tests {
             ("PATH-VOTE", Severity::Low, "leaf1:0 -> h2/m/1")
         );
         assert!(
-            f[0].evidence[0].text.contains("2 of 2 degraded flows")
-                && f[0].evidence[0].text.contains("0.50 votes against 0.25"),
+            f[0].evidence[0].value.contains("2 of 2 degraded flows")
+                && f[0].evidence[0].value.contains("0.50 votes against 0.25"),
             "{}",
-            f[0].evidence[0].text
+            f[0].evidence[0].value
         );
         // Where the flows share two links equally, votes cannot tell them apart.
         let mut tied = flows();

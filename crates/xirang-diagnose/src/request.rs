@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 use thiserror::Error;
 use xirang_audit::cluster::{Cluster, INVENTORY_FILE_LIMIT, POLICY_FILE, SWITCHES_DIR, TOPOLOGY_FILE};
 
-use crate::counters::{Window, diagnose_window};
 use crate::finding::{Finding, rank};
 use crate::source::{self, SourceError};
+use crate::window::{Window, diagnose_window};
 
 /// Where the counters come from.
 #[derive(Debug, Clone)]
@@ -115,7 +115,7 @@ pub fn diagnose(req: &Request) -> Result<Report, RequestError> {
                 dir: dir.display().to_string(),
                 message: e.to_string(),
             })?;
-            let links = crate::inventory::apply(&mut window, &c);
+            let links = crate::inventory_join::apply(&mut window, &c);
             let added = InventoryAdded {
                 dir: dir.clone(),
                 hosts: c.hosts.len(),
@@ -128,7 +128,7 @@ pub fn diagnose(req: &Request) -> Result<Report, RequestError> {
     };
     let mut findings = diagnose_window(&window);
     if let Some(c) = &cluster {
-        crate::inventory::merge_audit(&mut findings, c);
+        crate::inventory_join::merge_audit(&mut findings, c);
         rank(&mut findings);
     }
     Ok(Report {

@@ -7,7 +7,7 @@ use std::path::Path;
 use thiserror::Error;
 use xirang_monitor::history::{History, Retention};
 
-use crate::counters::{Series, Window, metric_names, rule_counters};
+use crate::window::{Series, Window, metric_names, rule_counters};
 use xirang_telemetry::sim_out::{self, SimOut};
 use xirang_telemetry::spec::Kind;
 

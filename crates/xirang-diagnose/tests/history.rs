@@ -1,7 +1,7 @@
 //! The counter rules over the monitor's own history file.
 
-use xirang_diagnose::counters::diagnose_window;
 use xirang_diagnose::source::from_history;
+use xirang_diagnose::window::diagnose_window;
 use xirang_monitor::history::{History, Retention, SeriesKey};
 
 #[test]

@@ -47,7 +47,7 @@ fn the_failing_pair_is_flagged_with_the_abort_line() {
     assert_eq!(f.evidence[0].source, "pair-2node-1gpu-network-error.txt:12");
     assert!(
         f.evidence[0]
-            .text
+            .value
             .contains("remote process exited or there was a network error")
     );
     assert!(f.cause.contains("cnode2-016 lost its peer"), "{}", f.cause);
@@ -102,10 +102,8 @@ fn every_fixture_gets_its_cause_and_healthy_logs_get_none() {
         // against the model, or why it was not compared.
         for f in d.findings.iter().filter(|f| f.rule != "NCCL-ABORT") {
             assert!(
-                f.evidence
-                    .iter()
-                    .any(|e| e.text.starts_with("model: ")
-                        || e.text.starts_with("not compared with the model: ")),
+                f.evidence.iter().any(|e| e.value.starts_with("model: ")
+                    || e.value.starts_with("not compared with the model: ")),
                 "{}: {:#?}",
                 f.rule,
                 f.evidence
@@ -152,11 +150,15 @@ fn levels_are_judged_against_the_model_only_with_a_rate() {
         "{}",
         f.cause
     );
-    let model = f.evidence.iter().find(|e| e.text.starts_with("model: ")).unwrap();
+    let model = f
+        .evidence
+        .iter()
+        .find(|e| e.value.starts_with("model: "))
+        .unwrap();
     assert!(
-        model.text.contains("any of Broadcast, SendRecv"),
+        model.value.contains("any of Broadcast, SendRecv"),
         "{}",
-        model.text
+        model.value
     );
     assert!(model.source.ends_with(":132"), "{}", model.source);
     // The same layout reaching the model is a design, not a fault: the log with its
@@ -251,7 +253,7 @@ fn gpudirect_off_is_read_from_the_channel_lines() {
     assert_eq!(f.len(), 1, "{f:#?}");
     assert_eq!((f[0].rule, f[0].class), ("NCCL-GDR-OFF", Class::HostConfig));
     assert!(
-        f[0].evidence[0].text.contains("via NET/IB/"),
+        f[0].evidence[0].value.contains("via NET/IB/"),
         "{:?}",
         f[0].evidence
     );

@@ -10,7 +10,7 @@
 //! - [`pool`]: size classes over regions; [`pool::Pool::get`] pops a lock-free free list
 //!   ([`freelist`]) and the [`pool::Buf`] handle pushes itself back when dropped;
 //!   exhaustion fails fast, waits, or grows by one more registered region (counted).
-//! - [`plan`]: the region each NIC's pool needs for a workload (QPs x WR depth x
+//! - [`sizing`]: the region each NIC's pool needs for a workload (QPs x WR depth x
 //!   buffer size per class, plus headroom) and what it pins.
 //! - [`cache`]: per-thread magazines over a pool, so that a get+put pair touches no
 //!   shared cache line; refilled and flushed in batches.
@@ -25,11 +25,11 @@ pub mod freelist;
 #[cfg(not(loom))]
 pub mod loopback;
 #[cfg(not(loom))]
-pub mod plan;
-#[cfg(not(loom))]
 pub mod pool;
 #[cfg(not(loom))]
 pub mod region;
+#[cfg(not(loom))]
+pub mod sizing;
 #[cfg(not(loom))]
 pub mod verbs;
 

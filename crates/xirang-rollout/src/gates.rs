@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use xirang_telemetry::rate::change_since;
 use xirang_telemetry::spec::spec;
 
-use crate::plan::{NicUpgrade, PlannedNode};
+use crate::waves::{NicUpgrade, PlannedNode};
 
 /// Link error counters a soak watches (docs/reference/linux-rdma-sysfs.md §1.2:
 /// rising values mean signal-integrity trouble, flaps or overruns).

@@ -20,9 +20,9 @@ use std::time::{Duration, Instant};
 
 use crate::RolloutError;
 use crate::command::{CommandDriver, load_inventory_lenient};
-use crate::plan::Plan;
 use crate::policy::Policy;
 use crate::store::{Meta, Store};
+use crate::waves::Plan;
 
 /// The file naming the rollout a marker directory belongs to.
 const MARKER_ID_FILE: &str = "ROLLOUT_ID";

@@ -1,7 +1,7 @@
 //! Xirang rollout: NIC firmware validation gates and staged (canary, then waves of
 //! growing size) rollouts, with state and an append-only audit log in SQLite.
 //!
-//! The flashing itself is the vendor's tool: Xirang plans ([`plan`]), gates
+//! The flashing itself is the vendor's tool: Xirang plans ([`waves`]), gates
 //! ([`gates`]), sequences and records ([`exec`], [`store`]) and stops. The same
 //! executor runs a synthetic fleet in [`simulate`].
 
@@ -12,19 +12,19 @@ pub mod fleet;
 pub mod gates;
 pub mod layout;
 pub mod perftest;
-pub mod plan;
 pub mod policy;
 pub mod simulate;
 pub mod store;
 pub mod template;
+pub mod waves;
 
 use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
 pub use fleet::{Domain, DomainKind, Fleet, FleetFile, Nic, Node};
-pub use plan::{Plan, plan};
 pub use policy::Policy;
+pub use waves::{Plan, plan};
 
 /// Everything that can go wrong in this crate.
 #[derive(Debug, Error)]

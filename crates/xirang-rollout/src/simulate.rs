@@ -13,9 +13,9 @@ use crate::RolloutError;
 use crate::exec::{Driver, ExecOptions, Executor, Job, Outcome, Phase, Progress, Purpose};
 use crate::fleet::{Fleet, SyntheticSpec};
 use crate::gates::{BenchFigure, Reading};
-use crate::plan::{NicUpgrade, Plan, plan};
 use crate::policy::{BenchmarkGate, Policy};
 use crate::store::{Event, Meta, Store};
+use crate::waves::{NicUpgrade, Plan, plan};
 
 /// How an injected bad node shows itself once upgraded.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]

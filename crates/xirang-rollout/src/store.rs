@@ -14,8 +14,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::RolloutError;
 use crate::event::{Detail, EventKind, StartedDetail};
-use crate::plan::Plan;
 use crate::policy::Policy;
+use crate::waves::Plan;
 
 /// One logged event.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -6,8 +6,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use proptest::prelude::*;
 use xirang_rollout::fleet::{Domain, DomainKind, Fleet, Nic, Node};
-use xirang_rollout::plan::plan;
 use xirang_rollout::policy::{FirmwareTarget, Limits, Policy, Stages};
+use xirang_rollout::waves::plan;
 
 const MODELS: [(&str, &str); 3] = [
     ("MT4125", "MT_0000000359"),

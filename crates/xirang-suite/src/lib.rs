@@ -2,7 +2,7 @@
 //! simulator, which emits the counters real hardware exposes. Each case is a scenario
 //! (one fabric, one workload) with zero, one or two faults at different places and
 //! loads; the run's sampled counters go through the same rules as production telemetry
-//! (`xirang_diagnose::counters::diagnose_window`), and the top findings are scored
+//! (`xirang_diagnose::window::diagnose_window`), and the top findings are scored
 //! against what was injected.
 //!
 //! The cases are data: `cases/cases.toml` lists them (the faults as scenario files
@@ -18,10 +18,10 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
-use xirang_diagnose::counters::diagnose_window;
 use xirang_diagnose::finding::{Class, Severity};
 use xirang_diagnose::paths::{FlowPath, VOTE_SOURCE};
 use xirang_diagnose::source::{add_links, window_from_samples};
+use xirang_diagnose::window::diagnose_window;
 use xirang_fabric::scenario::Scenario;
 
 /// Simulated time of every case, µs: the healthy workloads end in under 1 ms.

@@ -1,7 +1,7 @@
 //! `xirang audit`: rules over hosts, switches and cabling; exit 1 on any error finding.
 
 use anyhow::Result;
-use xirang_audit::{Cluster, Severity, audit, model, report};
+use xirang_audit::{Cluster, Severity, as_scenario, audit, report};
 
 use crate::Outcome;
 use crate::cli::AuditArgs;
@@ -24,7 +24,7 @@ pub(crate) fn run(a: &AuditArgs) -> Result<Outcome> {
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_else(|| "audited".into());
-        let (_, text) = model::to_scenario(&cluster, &name);
+        let (_, text) = as_scenario::to_scenario(&cluster, &name);
         xirang_files::write_atomic(path, text.as_bytes())?;
         eprintln!("fabric model written to {}", path.display());
     }

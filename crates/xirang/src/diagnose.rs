@@ -37,17 +37,7 @@ pub(crate) fn nccl(a: &DiagnoseNcclArgs) -> Result<Outcome> {
     let d = diagnose(&logs, &hw)?;
     let findings = d.findings;
     if let Some(path) = &a.bundle {
-        let data = logs
-            .iter()
-            .enumerate()
-            .map(|(i, l)| {
-                let base = std::path::Path::new(&l.name)
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_else(|| format!("log{i}"));
-                (format!("logs/{i:03}-{base}"), l.text.clone().into_bytes())
-            })
-            .collect();
+        let data = xirang_diagnose::nccl::bundle_data(&logs);
         write_bundle(
             path,
             &findings,
@@ -204,7 +194,7 @@ const BENCH_INTERVAL_MS: i64 = 10_000;
 
 pub(crate) fn bench(a: &DiagnoseBenchArgs) -> Result<Outcome> {
     use std::time::Instant;
-    use xirang_diagnose::counters::{diagnose_window, synthetic_window};
+    use xirang_diagnose::window::{diagnose_window, synthetic_window};
     anyhow::ensure!(
         a.hosts > 0 && a.nics > 0 && a.runs > 0,
         "expected --hosts, --nics and --runs above 0"

@@ -146,7 +146,7 @@ fn mib(bytes: u64) -> String {
 }
 
 pub(crate) fn plan(a: &crate::cli::MemregPlanArgs) -> Result<Outcome> {
-    use xirang_memreg::plan::{Connections, PlanParams, Verdict, register_here};
+    use xirang_memreg::sizing::{Connections, PlanParams, Verdict, register_here};
     let loaded = crate::cmd::load(&a.file)?;
     let cfg = &loaded.scenario.config;
     let fabric = &loaded.fabric;
@@ -173,7 +173,7 @@ pub(crate) fn plan(a: &crate::cli::MemregPlanArgs) -> Result<Outcome> {
         pin_page_bytes: cfg.memory.page_bytes,
         headroom: a.headroom,
     };
-    let plan = xirang_memreg::plan::plan(&ends, &params)?;
+    let plan = xirang_memreg::sizing::plan(&ends, &params)?;
     let configured = cfg.memory.region_bytes;
     let busiest = plan.busiest();
     let verdict = Verdict::of(configured, busiest.map_or(0, |n| n.region_bytes));

@@ -125,7 +125,7 @@ fn a_simulated_bit_error_fault_is_found_from_the_sim_output() {
     assert_eq!(v[0]["rule"], "LINK-ERRORS");
     assert_eq!(v[0]["entity"], "h1/mlx5_0/1");
     assert!(
-        v[0]["evidence"][0]["text"]
+        v[0]["evidence"][0]["value"]
             .as_str()
             .unwrap()
             .contains("from t+0 µs"),

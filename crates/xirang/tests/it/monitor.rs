@@ -223,7 +223,7 @@ fn diagnose_finds_a_link_error_ramp_through_prometheus() {
         ev.starts_with(&format!("prometheus {url} node_infiniband_symbol_error_total{{")),
         "{ev}"
     );
-    let text = f["evidence"][0]["text"].as_str().unwrap();
+    let text = f["evidence"][0]["value"].as_str().unwrap();
     let (from, rest) = text.split_once(" → ").unwrap();
     let to: f64 = rest.split(' ').next().unwrap().parse().unwrap();
     assert_eq!(from, "7", "{text}");

@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 
 use xirang_audit::cluster::Cluster;
 
-use crate::counters::Window;
 use crate::finding::{Class, Evidence, Finding, Severity};
+use crate::window::Window;
 
 /// The host token a window uses for `host`: the name itself, or Prometheus's
 /// `instance` (`host:port`) when the series carry no `host` label.
@@ -97,7 +97,7 @@ pub fn merge_audit(findings: &mut Vec<Finding>, c: &Cluster) {
             .iter()
             .map(|e| Evidence {
                 source: format!("audit {}: {}", a.rule, e.source),
-                text: e.value.clone(),
+                value: e.value.clone(),
             })
             .collect();
         // `h3/mlx5_1` covers the counter entity `h3/mlx5_1/1`; `leaf1:Ethernet8` is itself.
@@ -146,7 +146,7 @@ fn strip_instance_port(entity: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::counters::{Series, diagnose_window};
+    use crate::window::{Series, diagnose_window};
     use xirang_telemetry::Entity;
     use xirang_telemetry::metric::metric_for;
 
@@ -244,7 +244,7 @@ mod tests {
             drift.cause
         );
         assert!(
-            drift.evidence.iter().any(|e| e.text.contains("22.36.1010")),
+            drift.evidence.iter().any(|e| e.value.contains("22.36.1010")),
             "{drift:#?}"
         );
         // With a counter finding on that NIC's port, the configuration is its evidence.

@@ -16,11 +16,11 @@
 
 use std::collections::BTreeMap;
 
-use crate::counters::{
+use crate::finding::{Class, Evidence, Finding, Severity};
+use crate::window::{
     PCIE_DOWNGRADED, QUEUE_ECN_MARKED, QUEUE_PACKETS, QUEUE_WATERMARK, SWITCH_IN_DISCARDS, SWITCH_OVERSIZE,
     View, Window,
 };
-use crate::finding::{Class, Evidence, Finding, Severity};
 use xirang_telemetry::metric::{LINK_RATE, SWITCH_PORT_SPEED, metric_for};
 
 /// Share of the window a NIC held its switch port paused from which the pause is a
@@ -611,7 +611,7 @@ fn ecn_off(views: &[View<'_>]) -> Vec<Finding> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::counters::{Series, diagnose_window};
+    use crate::window::{Series, diagnose_window};
 
     fn series(metric: &str, labels: &[(&str, &str)], points: &[(i64, f64)]) -> Series {
         Series {
@@ -808,7 +808,7 @@ mod tests {
 #[cfg(test)]
 mod pcie_tests {
     use super::*;
-    use crate::counters::{Series, diagnose_window};
+    use crate::window::{Series, diagnose_window};
 
     fn gauge(metric: &str, labels: &[(&str, &str)], v: f64) -> Series {
         Series {

@@ -279,7 +279,7 @@ impl Window {
                 last: last.1,
                 evidence: Evidence {
                     source: format!("{} {}{}", self.source, s.metric, show_labels(&s.labels)),
-                    text,
+                    value: text,
                 },
             });
         }
@@ -291,7 +291,7 @@ impl Window {
 pub fn diagnose_window(w: &Window) -> Vec<Finding> {
     let views = w.views();
     let mut out = link_rules(w, &views);
-    out.extend(crate::rules::fabric_rules(w, &views));
+    out.extend(crate::port_rules::fabric_rules(w, &views));
     let mut balance = crate::balance::balance_rules(w, &views);
     // A NIC slowed by its own link, PCIe or pausing is that finding's, not its host's;
     // on a live host the pausing or PCIe series name the netdev or PCI function, so any
@@ -558,7 +558,7 @@ mod tests {
             f[0].cause
         );
         assert!(
-            f[0].evidence[0].text.starts_with("10 → 70 (+60)"),
+            f[0].evidence[0].value.starts_with("10 → 70 (+60)"),
             "{:?}",
             f[0].evidence
         );
