@@ -247,6 +247,88 @@ pub enum FlashOutcome {
     Shown(Shown),
 }
 
+/// What `wave-started` records.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WaveStarted {
+    /// The wave's stage name.
+    pub stage: String,
+    /// Its nodes.
+    pub nodes: Vec<String>,
+}
+
+/// What `precheck` records.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Precheck {
+    /// The node may be flashed.
+    pub ok: bool,
+    /// What stops it.
+    pub problems: Vec<String>,
+    /// What was read.
+    pub evidence: Vec<String>,
+}
+
+/// What `flash-intent` and `rollback-intent` record: the command about to run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Intent {
+    /// The command.
+    pub command: String,
+    /// Version before (flashes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    /// Version after (flashes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<String>,
+}
+
+/// What `soak-started` records.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Soak {
+    /// The soak's length, s.
+    pub soak_s: f64,
+}
+
+/// What `halted` records.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Halted {
+    /// Why.
+    pub kind: HaltKind,
+    /// One line.
+    pub reason: String,
+    /// The failures behind it (none for an operator's halt).
+    #[serde(default)]
+    pub evidence: Vec<crate::exec::Failure>,
+}
+
+/// What `resumed` records.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Resumed {
+    /// The halt lifted.
+    pub after: HaltKind,
+    /// Failures recorded before are forgotten (`--recheck`, `--reflash`).
+    pub recheck: bool,
+}
+
+/// What `rollback-started` records.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RollbackStarted {
+    /// Nodes to roll back.
+    pub nodes: Vec<String>,
+    /// NICs to roll back.
+    pub nics: usize,
+}
+
+/// What `wave-passed` and `completed` record: nothing more than the kind.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Nothing {}
+
 /// The details of one event, typed by its kind ([`Detail::parse`] says which shape each
 /// kind has). Serialized as the bare details object, as stored.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -255,131 +337,31 @@ pub enum Detail {
     /// `started`.
     Started(StartedDetail),
     /// `wave-started`.
-    WaveStarted {
-        /// The wave's stage name.
-        stage: String,
-        /// Its nodes.
-        nodes: Vec<String>,
-    },
+    WaveStarted(WaveStarted),
     /// `precheck`.
-    Precheck {
-        /// The node may be flashed.
-        ok: bool,
-        /// What stops it.
-        problems: Vec<String>,
-        /// What was read.
-        evidence: Vec<String>,
-    },
+    Precheck(Precheck),
     /// `already-on-target`, `flash-recovered`, `flash-not-started`, `flash-reset` and
     /// the rollback's settlements.
     Shown(Shown),
     /// `flash-intent`, `rollback-intent`.
-    Intent {
-        /// The command about to run.
-        command: String,
-        /// Version before (flashes).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        from: Option<String>,
-        /// Version after (flashes).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        to: Option<String>,
-    },
+    Intent(Intent),
     /// `flash-done`, `rollback-done`, `rollback-failed`, `benchmark-run`.
     Ran(Ran),
     /// `flash-failed`, `flash-unknown`.
     Flash(FlashOutcome),
     /// `soak-started`.
-    Soak {
-        /// The soak's length, s.
-        soak_s: f64,
-    },
+    Soak(Soak),
     /// `gate`.
     Gate(GateResult),
     /// `halted`.
-    Halted {
-        /// Why.
-        kind: HaltKind,
-        /// One line.
-        reason: String,
-        /// The failures behind it (none for an operator's halt).
-        #[serde(default)]
-        evidence: Vec<crate::exec::Failure>,
-    },
+    Halted(Halted),
     /// `resumed`.
-    Resumed {
-        /// The halt lifted.
-        after: HaltKind,
-        /// Failures recorded before are forgotten (`--recheck`, `--reflash`).
-        recheck: bool,
-    },
+    Resumed(Resumed),
     /// `rollback-started`.
-    RollbackStarted {
-        /// Nodes to roll back.
-        nodes: Vec<String>,
-        /// NICs to roll back.
-        nics: usize,
-    },
-    /// `wave-passed`, `completed`: nothing more than the kind.
-    None {},
+    RollbackStarted(RollbackStarted),
+    /// `wave-passed`, `completed`.
+    None(Nothing),
 }
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct WaveStartedShape {
-    stage: String,
-    nodes: Vec<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PrecheckShape {
-    ok: bool,
-    problems: Vec<String>,
-    evidence: Vec<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct IntentShape {
-    command: String,
-    #[serde(default)]
-    from: Option<String>,
-    #[serde(default)]
-    to: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SoakShape {
-    soak_s: f64,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct HaltedShape {
-    kind: HaltKind,
-    reason: String,
-    #[serde(default)]
-    evidence: Vec<crate::exec::Failure>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ResumedShape {
-    after: HaltKind,
-    recheck: bool,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RollbackStartedShape {
-    nodes: Vec<String>,
-    nics: usize,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct NoneShape {}
 
 impl Detail {
     /// Reads a stored details object as the shape of `kind`; the error says what was
@@ -390,21 +372,8 @@ impl Detail {
         }
         Ok(match kind {
             EventKind::Started => Detail::Started(shape(kind, v)?),
-            EventKind::WaveStarted => {
-                let s: WaveStartedShape = shape(kind, v)?;
-                Detail::WaveStarted {
-                    stage: s.stage,
-                    nodes: s.nodes,
-                }
-            }
-            EventKind::Precheck => {
-                let s: PrecheckShape = shape(kind, v)?;
-                Detail::Precheck {
-                    ok: s.ok,
-                    problems: s.problems,
-                    evidence: s.evidence,
-                }
-            }
+            EventKind::WaveStarted => Detail::WaveStarted(shape(kind, v)?),
+            EventKind::Precheck => Detail::Precheck(shape(kind, v)?),
             EventKind::AlreadyOnTarget
             | EventKind::FlashRecovered
             | EventKind::FlashNotStarted
@@ -413,49 +382,18 @@ impl Detail {
             | EventKind::RollbackRecovered
             | EventKind::RollbackNotNeeded
             | EventKind::RollbackNotStarted => Detail::Shown(shape(kind, v)?),
-            EventKind::FlashIntent | EventKind::RollbackIntent => {
-                let s: IntentShape = shape(kind, v)?;
-                Detail::Intent {
-                    command: s.command,
-                    from: s.from,
-                    to: s.to,
-                }
-            }
+            EventKind::FlashIntent | EventKind::RollbackIntent => Detail::Intent(shape(kind, v)?),
             EventKind::FlashDone
             | EventKind::RollbackDone
             | EventKind::RollbackFailed
             | EventKind::BenchmarkRun => Detail::Ran(shape(kind, v)?),
             EventKind::FlashFailed | EventKind::FlashUnknown => Detail::Flash(shape(kind, v)?),
-            EventKind::SoakStarted => Detail::Soak {
-                soak_s: shape::<SoakShape>(kind, v)?.soak_s,
-            },
+            EventKind::SoakStarted => Detail::Soak(shape(kind, v)?),
             EventKind::Gate => Detail::Gate(shape(kind, v)?),
-            EventKind::Halted => {
-                let s: HaltedShape = shape(kind, v)?;
-                Detail::Halted {
-                    kind: s.kind,
-                    reason: s.reason,
-                    evidence: s.evidence,
-                }
-            }
-            EventKind::Resumed => {
-                let s: ResumedShape = shape(kind, v)?;
-                Detail::Resumed {
-                    after: s.after,
-                    recheck: s.recheck,
-                }
-            }
-            EventKind::RollbackStarted => {
-                let s: RollbackStartedShape = shape(kind, v)?;
-                Detail::RollbackStarted {
-                    nodes: s.nodes,
-                    nics: s.nics,
-                }
-            }
-            EventKind::WavePassed | EventKind::Completed => {
-                shape::<NoneShape>(kind, v)?;
-                Detail::None {}
-            }
+            EventKind::Halted => Detail::Halted(shape(kind, v)?),
+            EventKind::Resumed => Detail::Resumed(shape(kind, v)?),
+            EventKind::RollbackStarted => Detail::RollbackStarted(shape(kind, v)?),
+            EventKind::WavePassed | EventKind::Completed => Detail::None(shape(kind, v)?),
         })
     }
 
@@ -488,10 +426,10 @@ mod tests {
         .unwrap();
         assert!(matches!(
             d,
-            Detail::Halted {
+            Detail::Halted(Halted {
                 kind: HaltKind::Gate,
                 ..
-            }
+            })
         ));
         // Stored again, it reads back the same.
         assert_eq!(Detail::parse(EventKind::Halted, &d.to_value()).unwrap(), d);

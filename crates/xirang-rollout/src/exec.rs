@@ -25,11 +25,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use crate::RolloutError;
-use crate::event::{Detail, EventKind, FlashOutcome, HaltKind, Ran, Shown};
+use crate::event::{self, Detail, EventKind, FlashOutcome, HaltKind, Ran, Shown};
 use crate::gates::{self, BenchFigure, GateResult, Reading};
-use crate::plan::{NicUpgrade, PlannedNode, Wave};
 use crate::policy::fill;
 use crate::store::{Event, Meta, NewEvent, Store};
+use crate::waves::{NicUpgrade, PlannedNode, Wave};
 
 /// What a command is run for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -222,21 +222,14 @@ impl State {
                     s.current = e.wave;
                     s.failure_recorded.clear();
                 }
-                (
-                    EventKind::Precheck,
-                    Detail::Precheck {
-                        ok,
-                        problems,
-                        evidence,
-                    },
-                ) => {
-                    s.nodes.entry(node.clone()).or_default().prechecked = *ok;
-                    if !ok {
+                (EventKind::Precheck, Detail::Precheck(p)) => {
+                    s.nodes.entry(node.clone()).or_default().prechecked = p.ok;
+                    if !p.ok {
                         s.failure_recorded.push(Failure {
                             node: node.clone(),
                             gate: "precheck".into(),
-                            summary: problems.join("; "),
-                            evidence: evidence.clone(),
+                            summary: p.problems.join("; "),
+                            evidence: p.evidence.clone(),
                             rollback: vec![],
                         });
                     }
@@ -278,25 +271,18 @@ impl State {
                     }
                     s.current = None;
                 }
-                (
-                    EventKind::Halted,
-                    Detail::Halted {
-                        kind,
-                        reason,
-                        evidence,
-                    },
-                ) => {
+                (EventKind::Halted, Detail::Halted(h)) => {
                     s.halt = Some(Halt {
-                        kind: *kind,
-                        reason: reason.clone(),
+                        kind: h.kind,
+                        reason: h.reason.clone(),
                         wave: e.wave,
                         seq: e.seq,
-                        failures: evidence.clone(),
+                        failures: h.evidence.clone(),
                     })
                 }
-                (EventKind::Resumed, Detail::Resumed { recheck, .. }) => {
+                (EventKind::Resumed, Detail::Resumed(r)) => {
                     s.halt = None;
-                    if *recheck {
+                    if r.recheck {
                         s.failure_recorded.clear();
                     }
                 }
@@ -705,11 +691,11 @@ impl<'a, D: Driver> Executor<'a, D> {
             Some(wave),
             node.as_deref(),
             None,
-            Detail::Halted {
+            Detail::Halted(event::Halted {
                 kind,
                 reason: reason.clone(),
                 evidence: failures.clone(),
-            },
+            }),
         )?;
         Ok(Progress::Halted(Halt {
             kind,
@@ -734,9 +720,9 @@ impl<'a, D: Driver> Executor<'a, D> {
             .events_since(since)?
             .into_iter()
             .find_map(|e| match e.detail {
-                Detail::Halted { kind, reason, .. } => Some(Halt {
-                    kind,
-                    reason,
+                Detail::Halted(h) => Some(Halt {
+                    kind: h.kind,
+                    reason: h.reason,
                     wave: e.wave,
                     seq: e.seq,
                     failures: vec![],
@@ -800,14 +786,21 @@ impl<'a, D: Driver> Executor<'a, D> {
                     .map(|w| w.number)
                     .find(|n| !st.passed.contains(n))
                 else {
-                    self.append(EXECUTOR, EventKind::Completed, None, None, None, Detail::None {})?;
+                    self.append(
+                        EXECUTOR,
+                        EventKind::Completed,
+                        None,
+                        None,
+                        None,
+                        Detail::None(event::Nothing {}),
+                    )?;
                     return Ok(Progress::Completed);
                 };
                 let wave = &self.meta.plan.waves[w - 1];
-                let detail = Detail::WaveStarted {
+                let detail = Detail::WaveStarted(event::WaveStarted {
                     stage: wave.stage.clone(),
                     nodes: wave.nodes.iter().map(|n| n.name.clone()).collect(),
-                };
+                });
                 (self.say)(&format!(
                     "wave {w} ({}): {} node(s)",
                     wave.stage,
@@ -1038,11 +1031,11 @@ impl<'a, D: Driver> Executor<'a, D> {
             Some(w),
             Some(name),
             None,
-            Detail::Precheck {
+            Detail::Precheck(event::Precheck {
                 ok,
                 problems: problems.clone(),
                 evidence: evidence.clone(),
-            },
+            }),
         )?;
         if ok {
             return Ok(None);
@@ -1106,11 +1099,11 @@ impl<'a, D: Driver> Executor<'a, D> {
                     wave: Some(w),
                     node: Some(&node.name),
                     nic: Some(&u.nic),
-                    detail: Detail::Intent {
+                    detail: Detail::Intent(event::Intent {
                         command: cmd.clone(),
                         from: Some(u.from.clone()),
                         to: Some(u.to.clone()),
-                    },
+                    }),
                 });
                 cmds.push(Job {
                     node: node.name.clone(),
@@ -1185,9 +1178,9 @@ impl<'a, D: Driver> Executor<'a, D> {
                 Some(w),
                 None,
                 None,
-                Detail::Soak {
+                Detail::Soak(event::Soak {
                     soak_s: policy.gates.soak_s,
-                },
+                }),
             )?;
             let mut left = policy.gates.soak_s;
             while left > 0.0 {
@@ -1314,10 +1307,17 @@ impl<'a, D: Driver> Executor<'a, D> {
             Some(w),
             None,
             None,
-            Detail::None {},
+            Detail::None(event::Nothing {}),
         )?;
         if w == self.meta.plan.waves.len() {
-            self.append(EXECUTOR, EventKind::Completed, None, None, None, Detail::None {})?;
+            self.append(
+                EXECUTOR,
+                EventKind::Completed,
+                None,
+                None,
+                None,
+                Detail::None(event::Nothing {}),
+            )?;
             return Ok(Progress::Completed);
         }
         Ok(Progress::WavePassed { wave: w })
@@ -1342,11 +1342,11 @@ impl<'a, D: Driver> Executor<'a, D> {
             st.current,
             None,
             None,
-            Detail::Halted {
+            Detail::Halted(event::Halted {
                 kind: HaltKind::Operator,
                 reason: reason.into(),
                 evidence: vec![],
-            },
+            }),
         )?;
         Ok(())
     }
@@ -1425,10 +1425,10 @@ impl<'a, D: Driver> Executor<'a, D> {
             wave: w,
             node: None,
             nic: None,
-            detail: Detail::Resumed {
+            detail: Detail::Resumed(event::Resumed {
                 after: h.kind,
                 recheck: recheck || !reflash.is_empty(),
-            },
+            }),
         });
         self.append_all(&events)?;
         let st = self.state()?;
@@ -1463,10 +1463,10 @@ impl<'a, D: Driver> Executor<'a, D> {
             st.current,
             None,
             None,
-            Detail::RollbackStarted {
+            Detail::RollbackStarted(event::RollbackStarted {
                 nodes: nodes.iter().map(|n| n.to_string()).collect(),
                 nics: targets.len(),
-            },
+            }),
         )?;
         let mut back = 0;
         let mut problems = Vec::new();
@@ -1546,11 +1546,11 @@ impl<'a, D: Driver> Executor<'a, D> {
                 Some(t.wave),
                 Some(name),
                 Some(&u.nic),
-                Detail::Intent {
+                Detail::Intent(event::Intent {
                     command: t.command.clone(),
                     from: None,
                     to: None,
-                },
+                }),
             )?;
             self.step();
             let out = self.run_one(Job {
