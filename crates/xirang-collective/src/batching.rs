@@ -321,3 +321,10 @@ fn max_rate(slo_us: f64, policy: Policy, requests: usize, seed: u64, step: &dyn 
     }
     lo
 }
+
+impl ServingFile {
+    /// Some aggregation's best policy meets the file's p99 SLO at the offered load.
+    pub fn slo_met(&self, results: &[AggregationResult]) -> bool {
+        results.iter().any(|r| r.best.at_rate.p99_us <= self.slo_p99_us)
+    }
+}

@@ -154,3 +154,104 @@ pub fn check(run: &TestRun, coll: Coll, p: &Platform, force: Option<(Algo, Proto
         sizes,
     }
 }
+
+/// One run of a log as `xirang nccl check` reports it: what the log says of it, and the
+/// comparison with the model, or why there is none.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunReport<'a> {
+    /// Line of the run's header in the log.
+    pub line: usize,
+    /// The test binary's name, when the log says it.
+    pub name: Option<&'a str>,
+    /// NCCL's version, when the log says it.
+    pub nccl_version: Option<&'a str>,
+    /// Hosts the run listed.
+    pub nodes: usize,
+    /// Ranks, when listed.
+    pub ranks: Option<u32>,
+    /// The GPU model, when listed.
+    pub gpu: Option<&'a str>,
+    /// Measured against the model, size by size.
+    pub check: Option<RunCheck>,
+    /// Why the run was not compared with the model.
+    pub not_checked: Option<String>,
+    /// The log's average bus bandwidth, GB/s.
+    pub avg_busbw_gbs: Option<f64>,
+    /// Failures the log reports (line, text).
+    pub failures: &'a [(usize, String)],
+    /// Sizes below [`SLOW_SHARE`] of the model.
+    pub slow_sizes: usize,
+    /// Sizes with `#wrong` above 0.
+    pub corrupt_sizes: usize,
+}
+
+impl RunReport<'_> {
+    /// Findings of the run: slow and corrupt sizes, failures, and a run with rows that
+    /// could not be judged at all.
+    pub fn findings(&self) -> usize {
+        self.slow_sizes
+            + self.corrupt_sizes
+            + self.failures.len()
+            + usize::from(self.check.is_none() && self.failures.is_empty())
+    }
+}
+
+/// Judges one run of a log. `coll` is the collective (the command line's, else the
+/// log's); `template` the platform the run is on, its GPU links taken from the log's GPU
+/// model when `gpu_links_from_log`; `force` an algorithm and protocol instead of NCCL's
+/// choice.
+pub fn judge<'a>(
+    run: &'a TestRun,
+    coll: Option<Coll>,
+    template: &Platform,
+    gpu_links_from_log: bool,
+    force: Option<(Algo, Proto)>,
+) -> RunReport<'a> {
+    let platform = platform_of_run(run, template, gpu_links_from_log);
+    let (check, not_checked) = match (coll, platform) {
+        _ if run.rows.is_empty() => (None, Some("no result rows".to_string())),
+        (None, _) => (
+            None,
+            Some("the log does not name the collective; pass --collective".to_string()),
+        ),
+        (_, None) => (
+            None,
+            Some("ranks are not listed or do not divide evenly over the hosts".to_string()),
+        ),
+        (Some(c), Some(p)) => {
+            let rc = check(run, c, &p, force);
+            if rc.sizes.is_empty() {
+                let why = match force {
+                    Some((al, pr)) => format!(
+                        "the model has no {}/{} for {c:?} on this platform",
+                        al.nccl_name(),
+                        pr.nccl_name()
+                    ),
+                    None => format!("the model has no algorithm for {c:?} on this platform"),
+                };
+                (None, Some(why))
+            } else {
+                (Some(rc), None)
+            }
+        }
+    };
+    let slow_sizes = check.as_ref().map_or(0, |c| c.slow().count());
+    let corrupt_sizes = check.as_ref().map_or_else(
+        || run.rows.iter().filter(|r| r.wrong() > 0).count(),
+        |c| c.corrupt().count(),
+    );
+    RunReport {
+        line: run.line,
+        name: run.name.as_deref(),
+        nccl_version: run.nccl_version.as_deref(),
+        nodes: run.hosts().len(),
+        ranks: run.nranks(),
+        gpu: run.gpu_model(),
+        check,
+        not_checked,
+        avg_busbw_gbs: run.avg_busbw_gbs,
+        failures: &run.failures,
+        slow_sizes,
+        corrupt_sizes,
+    }
+}

@@ -323,6 +323,23 @@ impl Platform {
         }
     }
 
+    /// The platform of a scenario's data-parallel group: the hosts and channels of its
+    /// first collective workload, else all hosts; with what it is (`the hosts of workload
+    /// `x``, `all hosts`). `None` when the scenario has no host.
+    pub fn of_scenario(loaded: &xirang_fabric::Loaded) -> Option<(Platform, String)> {
+        let (hosts, channels, what) = loaded.scenario.first_collective().map_or_else(
+            || (Vec::new(), 0, "all hosts".to_string()),
+            |(name, c)| {
+                (
+                    c.hosts.clone(),
+                    c.channels,
+                    format!("the hosts of workload `{name}`"),
+                )
+            },
+        );
+        Platform::of_fabric(&loaded.fabric, &loaded.scenario.config, &hosts, channels).map(|p| (p, what))
+    }
+
     /// The platform of the given hosts of a fabric (all hosts when empty): GPU generation
     /// from the first GPU's model, NVLink from the configuration, network bandwidth from
     /// the host's NIC ports. `channels` 0 picks twice the NICs per node (at least 2), enough

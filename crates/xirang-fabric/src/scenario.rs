@@ -354,6 +354,12 @@ fn render_all(file: &Path, diags: &[Diagnostic]) -> String {
         .join("\n")
 }
 
+/// The built-in default scenario's text (`scenarios/default.toml`).
+pub const BUILTIN_DEFAULT: &str = include_str!("../../../scenarios/default.toml");
+
+/// The name the built-in default scenario's diagnostics carry.
+pub const BUILTIN_DEFAULT_NAME: &str = "scenarios/default.toml (built in)";
+
 /// A scenario with its fabric built and outside files read.
 #[derive(Debug, Clone)]
 pub struct Loaded {
@@ -377,6 +383,21 @@ impl Scenario {
             crate::workload::Workload::Collective(c) => Some((name.as_str(), c)),
             _ => None,
         })
+    }
+
+    /// The built-in default scenario (`scenarios/default.toml`, compiled in): what
+    /// `xirang tune` and the planners run on without a scenario argument.
+    pub fn builtin_default() -> Result<Loaded, ScenarioError> {
+        let p = Path::new(BUILTIN_DEFAULT_NAME);
+        Scenario::parse(BUILTIN_DEFAULT, p).and_then(|s| s.build(p, Path::new("."), Some(BUILTIN_DEFAULT)))
+    }
+
+    /// The scenario at `path`, or the built-in default without one.
+    pub fn load_or_default(path: Option<&Path>) -> Result<Loaded, ScenarioError> {
+        match path {
+            Some(p) => Scenario::load(p),
+            None => Scenario::builtin_default(),
+        }
     }
 
     /// Reads, parses, validates and builds the scenario at `path`.

@@ -1,17 +1,35 @@
 //! Xirang's packet-level discrete-event simulator of RoCE fabrics.
 //!
 //! It runs a fabric model (`xirang-fabric`) under a workload and reports application
-//! metrics (flow completion times, request latency) and the counters real NICs and switches
-//! expose, under their real names. Components:
+//! metrics (flow completion times, request latency, collective completion time with
+//! nccl-tests' algbw and busbw) and the counters real NICs and switches expose, under their
+//! real names. The engine (`engine`) is a set of components that meet only through
+//! packets on links, PFC frames and their own timers:
 //!
-//! - engine: integer picosecond time, a 4-ary event heap with (time, sequence) keys,
-//!   a packet pool, per-flow routes computed once with HPCC-compatible ECMP hashing;
-//! - links and ports: serialization plus propagation, 8 priorities, PFC frames first, the CNP
-//!   priority strictly next, DWRR between the others;
-//! - switches: shared buffer with dynamic thresholds per ingress priority group, PFC XOFF/XON
-//!   with headroom and pause refresh, RED/ECN per queue set per switch tier, lossy drops;
-//! - NICs: QPs segmented at the path MTU, per-QP rate limiters, ACK per packet, go-back-N on
-//!   NACK or ACK timeout, DCQCN (NP and RP) and TIMELY chosen per QP by traffic class.
+//! - time and events: integer picoseconds; a closed `Event` enum encoded in 8 bytes;
+//!   `queue`'s calendar queue of 1 ns buckets keyed by (time, tie), with a 4-ary heap for
+//!   far events and a cancellable heap of ACK timers (the plain heap is kept as the
+//!   reference engine `xirang bench` compares against);
+//! - ports and links (`engine::link`): serialization, propagation and the packets in
+//!   flight, held in rings, no allocation per packet; 8 priorities, PFC frames first, the
+//!   CNP priority strictly next, DWRR between the others (`engine::switch`);
+//! - switches: a shared buffer with dynamic thresholds per ingress priority group, PFC
+//!   XOFF/XON with headroom and pause refresh (`engine::pfc`), RED/ECN at dequeue per tier,
+//!   lossy drops, ECMP with the HPCC simulator's hash over routes computed for every QP at
+//!   the start, destination leaf by destination leaf (`engine::routes`);
+//! - NICs (`engine::nic`): QPs segmented at the path MTU, per-QP pacing, an ACK per packet,
+//!   go-back-N on NACK or ACK timeout with NCCL's retry count; DCQCN, TIMELY, HPCC (with
+//!   in-band telemetry) and DCTCP per traffic class as pure state machines (`cc`), their
+//!   timers in `engine::cc_timers`;
+//! - workloads (`workload`, `engine::flows`, `engine::collective`): flows, inference
+//!   requests and HPCC flow files; collectives expanded lazily, their transfers created as
+//!   their dependencies complete over NCCL-style connections set up before the run, so
+//!   memory follows what is in flight rather than the schedule;
+//! - faults (`engine::faults`), counter sampling (`engine::sampling`) and the conservation
+//!   ledger (`engine::ledger`);
+//! - parallel runs (`parallel`, `engine::part`): the fabric divided into partitions at
+//!   links, run in windows of the link latency on threads or MPI ranks (`xirang-mpi`), with
+//!   results byte-identical to the serial run's.
 //!
 //! Simplifications are stated where they are made; see also VALIDATION.md at the
 //! repository root for the comparison with the HPCC ns-3 simulator.

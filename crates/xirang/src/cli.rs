@@ -343,8 +343,9 @@ pub(crate) struct MonitorArgs {
     /// node_exporter: hundreds of functions, a dozen files each per round).
     #[arg(long)]
     pub(crate) pcidevice: bool,
-    /// Sample twice (one interval apart, so rates exist), print the metrics and exit.
-    #[arg(long)]
+    /// Sample twice (one interval apart, so rates exist), print the metrics and exit
+    /// (nothing is kept: not with --history).
+    #[arg(long, conflicts_with = "history")]
     pub(crate) once: bool,
     /// Replay a `xirang sim --out` directory, or a directory of host snapshots taken over
     /// time, instead of sampling a host.

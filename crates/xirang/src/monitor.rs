@@ -186,27 +186,14 @@ fn replay_dir(
         Some(p) => Some(History::open(p, retention)?),
         None => None,
     };
-    // Anchor the run so that it ends now: history queries by `--since` then find it.
-    let end = r.rounds.last().map_or(0, |x| x.0);
-    let base_ms = (now_ns() / 1_000_000) as i64 - (end / 1_000_000) as i64;
-    let mut fired: Vec<(u64, xirang_monitor::alerts::Firing)> = Vec::new();
-    let mut last = None;
-    for (t, values) in &r.rounds {
-        let round = collector.fold(*t, values, Vec::new(), Vec::new());
-        for f in ev.eval(&round) {
-            if !fired
-                .iter()
-                .any(|(_, g)| g.rule == f.rule && g.entity == f.entity)
-            {
-                fired.push((*t, f));
-            }
-        }
-        if let Some(h) = history.as_mut() {
-            h.append(base_ms + (*t / 1_000_000) as i64, &serve::history_rows(&round))?;
-        }
-        last = Some(round);
-    }
-    let Some(last) = last else {
+    let done = r.evaluate(
+        &mut collector,
+        &mut ev,
+        history.as_mut(),
+        (now_ns() / 1_000_000) as i64,
+    )?;
+    let fired = done.fired;
+    let Some(last) = done.last else {
         bail!("{}: no counter samples to replay", dir.display())
     };
     if a.json {
@@ -247,19 +234,11 @@ fn replay_snapshots(
 ) -> Result<Outcome> {
     let series = replay::load_snapshots(dir)?;
     let mut ev = Evaluator::new(rules);
-    let mut fired = Vec::new();
-    let mut last = None;
-    for (t, tree) in &series {
-        let round = collector.round_from(tree, *t);
-        for f in ev.eval(&round) {
-            fired.push((*t, f));
-        }
-        for p in &round.problems {
-            eprintln!("xirang monitor: {p}");
-        }
-        last = Some(round);
-    }
-    let Some(last) = last else {
+    let done = replay::evaluate_snapshots(&series, &mut collector, &mut ev, |p| {
+        eprintln!("xirang monitor: {p}")
+    });
+    let fired = done.fired;
+    let Some(last) = done.last else {
         bail!("{}: no snapshots", dir.display())
     };
     if json {

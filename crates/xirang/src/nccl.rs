@@ -2,7 +2,7 @@
 
 use anyhow::{Context, Result, bail};
 use serde::Serialize;
-use xirang_collective::check::{RunCheck, SLOW_SHARE, check as check_run, platform_of_run};
+use xirang_collective::check::{RunReport, SLOW_SHARE, judge};
 use xirang_collective::cost::{Algo, Coll, Platform, Proto};
 use xirang_collective::nccl_tests::{self, TestRun};
 
@@ -89,22 +89,6 @@ fn template(a: &NcclCheckArgs) -> Result<(Platform, String)> {
 }
 
 #[derive(Serialize)]
-struct RunReport<'a> {
-    line: usize,
-    name: Option<&'a str>,
-    nccl_version: Option<&'a str>,
-    nodes: usize,
-    ranks: Option<u32>,
-    gpu: Option<&'a str>,
-    check: Option<RunCheck>,
-    not_checked: Option<String>,
-    avg_busbw_gbs: Option<f64>,
-    failures: &'a [(usize, String)],
-    slow_sizes: usize,
-    corrupt_sizes: usize,
-}
-
-#[derive(Serialize)]
 struct FileReport<'a> {
     file: String,
     assumed: &'a str,
@@ -133,19 +117,15 @@ pub(crate) fn check(a: &NcclCheckArgs) -> Result<Outcome> {
     }
     let (tmpl, assumed) = template(a)?;
     let force = a.algo.map(|al| (Algo::from(al), Proto::from(a.proto)));
-    let mut runs = Vec::new();
-    for run in &report.tests {
-        runs.push(check_one(run, a, &tmpl, force));
-    }
-    let findings: usize = runs
+    let runs: Vec<RunReport<'_>> = report
+        .tests
         .iter()
-        .map(|r| {
-            r.slow_sizes
-                + r.corrupt_sizes
-                + r.failures.len()
-                + usize::from(r.check.is_none() && r.failures.is_empty())
+        .map(|run| {
+            let coll = a.collective.map(Coll::from).or(run.collective);
+            judge(run, coll, &tmpl, a.scenario.is_none(), force)
         })
-        .sum();
+        .collect();
+    let findings: usize = runs.iter().map(RunReport::findings).sum();
     let file = FileReport {
         file: a.file.display().to_string(),
         assumed: &assumed,
@@ -163,66 +143,6 @@ pub(crate) fn check(a: &NcclCheckArgs) -> Result<Outcome> {
     } else {
         Outcome::Clean
     })
-}
-
-fn check_one<'a>(
-    run: &'a TestRun,
-    a: &NcclCheckArgs,
-    tmpl: &Platform,
-    force: Option<(Algo, Proto)>,
-) -> RunReport<'a> {
-    let coll = a.collective.map(Coll::from).or(run.collective);
-    let mut not_checked = None;
-    let platform = platform_of_run(run, tmpl, a.scenario.is_none());
-    let check = match (coll, platform) {
-        _ if run.rows.is_empty() => {
-            not_checked = Some("no result rows".to_string());
-            None
-        }
-        (None, _) => {
-            not_checked = Some("the log does not name the collective; pass --collective".to_string());
-            None
-        }
-        (_, None) => {
-            not_checked = Some("ranks are not listed or do not divide evenly over the hosts".to_string());
-            None
-        }
-        (Some(c), Some(p)) => {
-            let rc = check_run(run, c, &p, force);
-            if rc.sizes.is_empty() {
-                not_checked = Some(match force {
-                    Some((al, pr)) => format!(
-                        "the model has no {}/{} for {c:?} on this platform",
-                        al.nccl_name(),
-                        pr.nccl_name()
-                    ),
-                    None => format!("the model has no algorithm for {c:?} on this platform"),
-                });
-                None
-            } else {
-                Some(rc)
-            }
-        }
-    };
-    let slow_sizes = check.as_ref().map_or(0, |c| c.slow().count());
-    let corrupt_sizes = check.as_ref().map_or_else(
-        || run.rows.iter().filter(|r| r.wrong() > 0).count(),
-        |c| c.corrupt().count(),
-    );
-    RunReport {
-        line: run.line,
-        name: run.name.as_deref(),
-        nccl_version: run.nccl_version.as_deref(),
-        nodes: run.hosts().len(),
-        ranks: run.nranks(),
-        gpu: run.gpu_model(),
-        check,
-        not_checked,
-        avg_busbw_gbs: run.avg_busbw_gbs,
-        failures: &run.failures,
-        slow_sizes,
-        corrupt_sizes,
-    }
 }
 
 /// The platform in one line.

@@ -13,33 +13,15 @@ use crate::Outcome;
 use crate::cli::{BatchingArgs, OverlapArgs};
 use crate::cmd::{out, table};
 
-/// The built-in default scenario (scenarios/default.toml), for planners run without one.
-const DEFAULT_SCENARIO: &str = include_str!("../../../scenarios/default.toml");
-
-/// The scenario (given or built-in) and the platform of its data-parallel group: the hosts
-/// of its first collective workload, else all hosts.
+/// The scenario (given or built-in) and the platform of its data-parallel group, with a
+/// line that says which.
 pub(crate) fn scenario_platform(path: Option<&Path>) -> Result<(Loaded, Platform, String)> {
     let loaded = match path {
         Some(p) => crate::cmd::load(p)?,
-        None => {
-            let p = Path::new("scenarios/default.toml (built in)");
-            Scenario::parse(DEFAULT_SCENARIO, p)
-                .and_then(|s| s.build(p, Path::new("."), Some(DEFAULT_SCENARIO)))
-                .context("the built-in default scenario")?
-        }
+        None => Scenario::builtin_default().context("the built-in default scenario")?,
     };
-    let (hosts, channels, what) = loaded.scenario.first_collective().map_or_else(
-        || (Vec::new(), 0, "all hosts".to_string()),
-        |(name, c)| {
-            (
-                c.hosts.clone(),
-                c.channels,
-                format!("the hosts of workload `{name}`"),
-            )
-        },
-    );
-    let platform = Platform::of_fabric(&loaded.fabric, &loaded.scenario.config, &hosts, channels)
-        .context("the scenario has no hosts to run a collective on")?;
+    let (platform, what) =
+        Platform::of_scenario(&loaded).context("the scenario has no hosts to run a collective on")?;
     let desc = format!(
         "{} ({what}: {} x {} GPUs, network {:.1} GB/s per node)",
         loaded.scenario.name, platform.nodes, platform.gpus_per_node, platform.node_net_gbs
@@ -178,7 +160,7 @@ pub(crate) fn batching(a: &BatchingArgs) -> Result<Outcome> {
             platform: &p,
             results: &results,
         })? + "\n"))?;
-        return Ok(if slo_met(&results, &f) {
+        return Ok(if f.slo_met(&results) {
             Outcome::Clean
         } else {
             Outcome::Findings
@@ -246,17 +228,9 @@ pub(crate) fn batching(a: &BatchingArgs) -> Result<Outcome> {
         best.best.max_rate_per_s / f.arrival_rate_per_s
     ));
     out(&s)?;
-    Ok(if slo_met(&results, &f) {
+    Ok(if f.slo_met(&results) {
         Outcome::Clean
     } else {
         Outcome::Findings
     })
-}
-
-/// Some aggregation's best policy meets the SLO at the offered load.
-fn slo_met(
-    results: &[xirang_collective::batching::AggregationResult],
-    f: &xirang_collective::batching::ServingFile,
-) -> bool {
-    results.iter().any(|r| r.best.at_rate.p99_us <= f.slo_p99_us)
 }

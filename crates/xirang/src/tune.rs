@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
+use xirang_fabric::scenario::Scenario;
 use xirang_tune::eval::Evaluator;
 use xirang_tune::search::{Progress, TuneResult, tune};
 use xirang_tune::store::Store;
@@ -20,7 +21,10 @@ pub(crate) const REPORT: &str = "report.html";
 pub(crate) const TRIAL_LOG: &str = "trials.sqlite";
 
 pub(crate) fn run(a: &TuneArgs) -> Result<Outcome> {
-    let (mut loaded, _, _) = crate::plan::scenario_platform(a.scenario.as_deref())?;
+    let mut loaded = match &a.scenario {
+        Some(p) => crate::cmd::load(p)?,
+        None => Scenario::builtin_default().context("the built-in default scenario")?,
+    };
     if let Some(t) = &a.time {
         let d = crate::monitor::parse_duration(t).context("--time")?;
         anyhow::ensure!(
@@ -327,7 +331,19 @@ fn render(
             }
             s.push_str(&format!("{t}\n"));
         }
-        let mut t = table(&["setting", "vendor", "recommended", "worse without it (95 %)"]);
+        // Kept on the validation seeds but not recommended (the held-out seeds did not
+        // confirm a gain, or a guardrail broke): the column says so.
+        let recommended = matches!(r.verdict, xirang_tune::search::Verdict::Recommended);
+        let mut t = table(&[
+            "setting",
+            "vendor",
+            if recommended {
+                "recommended"
+            } else {
+                "tested, not recommended"
+            },
+            "worse without it (95 %)",
+        ]);
         for c in &a.kept {
             for (i, (n, vendor, value)) in c.settings.iter().enumerate() {
                 let worth = match (i, c.needed_for_guardrail, &c.revert_breaks) {

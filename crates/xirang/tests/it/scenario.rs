@@ -45,14 +45,7 @@ fn shipped_superpod_scenarios_build_the_published_fabrics() {
 
 #[test]
 fn invalid_scenario_exits_1_with_located_error() {
-    let dir = tempfile::tempdir().unwrap();
-    let p = dir.path().join("bad.toml");
-    std::fs::write(
-        &p,
-        "[topology.leaf_spine]\nleaves = 2\nspines = 2\nhosts_per_leaf = -3\nhost_rate_gbps = 100\nfabric_rate_gbps = 100\n",
-    )
-    .unwrap();
-    let ps = p.to_str().unwrap();
+    let ps = "crates/xirang/tests/data/negative-hosts.toml";
     let (_, err) = run_expect(&["scenario", "check", ps], 1);
     assert_eq!(
         err,

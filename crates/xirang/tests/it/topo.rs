@@ -76,15 +76,14 @@ fn rail_1024_divides_into_two_balanced_partitions_with_the_link_delay_as_lookahe
 
 #[test]
 fn a_run_that_must_be_serial_says_why_in_topo_show() {
-    let dir = tempfile::tempdir().unwrap();
-    let f = dir.path().join("iter.toml");
-    std::fs::write(
-        &f,
-        "[topology.leaf_spine]\nleaves = 2\nspines = 2\nhosts_per_leaf = 2\nhost_rate_gbps = 100\nfabric_rate_gbps = 100\n\n\
-         [workloads.ar.collective]\nop = \"all_reduce\"\nalgorithm = \"ring\"\nbytes = 1_000_000\niterations = 2\n",
-    )
-    .unwrap();
-    let v = run_json(&["topo", "show", f.to_str().unwrap(), "--partitions", "2", "--json"]);
+    let v = run_json(&[
+        "topo",
+        "show",
+        "crates/xirang/tests/data/iterations.toml",
+        "--partitions",
+        "2",
+        "--json",
+    ]);
     let why = v["partition"]["serial_because"].as_str().unwrap_or_default();
     assert!(why.contains("iteration"), "{v}");
 }
