@@ -212,6 +212,9 @@ impl Default for RedProfile {
 impl RedProfile {
     /// Marking probability at queue length `q_bytes`
     /// (docs/reference/congestion-control.md §1.1).
+    // Called for every packet a switch dequeues, from the simulator's crate: inlined
+    // there without cross-crate LTO.
+    #[inline]
     pub fn mark_probability(&self, q_bytes: u64) -> f64 {
         if !self.enabled || q_bytes <= self.kmin_bytes {
             0.0
