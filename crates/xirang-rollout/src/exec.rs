@@ -648,6 +648,19 @@ impl<'a, D: Driver> Executor<'a, D> {
         Ok(seq)
     }
 
+    /// Records that every wave passed.
+    fn complete(&mut self) -> Result<Progress, RolloutError> {
+        self.append(
+            EXECUTOR,
+            EventKind::Completed,
+            None,
+            None,
+            None,
+            Detail::None(event::Nothing {}),
+        )?;
+        Ok(Progress::Completed)
+    }
+
     /// Appends several events in one transaction (a round's intents: all or none).
     fn append_all(&mut self, events: &[NewEvent<'_>]) -> Result<Vec<i64>, RolloutError> {
         self.step();
@@ -786,15 +799,7 @@ impl<'a, D: Driver> Executor<'a, D> {
                     .map(|w| w.number)
                     .find(|n| !st.passed.contains(n))
                 else {
-                    self.append(
-                        EXECUTOR,
-                        EventKind::Completed,
-                        None,
-                        None,
-                        None,
-                        Detail::None(event::Nothing {}),
-                    )?;
-                    return Ok(Progress::Completed);
+                    return self.complete();
                 };
                 let wave = &self.meta.plan.waves[w - 1];
                 let detail = Detail::WaveStarted(event::WaveStarted {
@@ -1310,15 +1315,7 @@ impl<'a, D: Driver> Executor<'a, D> {
             Detail::None(event::Nothing {}),
         )?;
         if w == self.meta.plan.waves.len() {
-            self.append(
-                EXECUTOR,
-                EventKind::Completed,
-                None,
-                None,
-                None,
-                Detail::None(event::Nothing {}),
-            )?;
-            return Ok(Progress::Completed);
+            return self.complete();
         }
         Ok(Progress::WavePassed { wave: w })
     }
