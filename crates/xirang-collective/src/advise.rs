@@ -225,19 +225,19 @@ pub fn advise(loaded: &Loaded) -> Result<Advice, String> {
         ),
     });
     let nics = first.nics.len() as u32;
-    let ch = if channels > 0 { channels } else { 2 * nics };
+    // The scenario's own channel count is what was simulated and tuned: the file says
+    // that, not a floor of ours (it had said 2 "as the scenario uses" for a scenario of 1).
     settings.push(Setting {
         name: "NCCL_MIN_NCHANNELS",
-        value: Some(ch.max(2).to_string()),
-        why: format!(
-            "{} channels: {}; fewer would leave NICs idle in rings and trees",
-            ch.max(2),
-            if channels > 0 {
-                "as the scenario's collective uses".to_string()
-            } else {
-                format!("two per NIC ({nics} NICs), as NCCL chooses on the HDR fixture")
-            }
-        ),
+        value: Some(if channels > 0 { channels } else { (2 * nics).max(2) }.to_string()),
+        why: if channels > 0 {
+            format!("{channels} channel(s), as the scenario's collective uses (what was simulated)")
+        } else {
+            format!(
+                "{} channels: two per NIC ({nics} NICs), as NCCL chooses on the HDR fixture; fewer would leave NICs idle in rings and trees",
+                (2 * nics).max(2)
+            )
+        },
     });
 
     // The algorithm, only on a clear win.

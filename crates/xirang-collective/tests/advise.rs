@@ -98,3 +98,18 @@ fn nccl_algo_is_pinned_only_on_a_clear_win() {
     let mixed = [row(1 << 20, 20.0, 12.5), row(1 << 30, 100.0, 130.0)];
     assert_eq!(algo_setting(&mixed).value, None);
 }
+
+#[test]
+fn a_scenario_that_sets_its_channels_gets_that_count_even_below_two() {
+    // mini-mix's AllReduce runs on one channel: the advice is what was simulated, not a
+    // floor (it had said 2 "as the scenario's collective uses").
+    let a = advise(&load("../xirang-tune/test_data/mini-mix.toml")).unwrap();
+    assert_eq!(value(&a, "NCCL_MIN_NCHANNELS"), Some("1"));
+    let env = a.env_file("mini-mix");
+    assert!(
+        env.contains(
+            "# 1 channel(s), as the scenario's collective uses (what was simulated)\nNCCL_MIN_NCHANNELS=1"
+        ),
+        "{env}"
+    );
+}
