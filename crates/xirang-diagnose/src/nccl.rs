@@ -353,10 +353,22 @@ fn flat(v: &RunView) -> bool {
     lo > 0.0 && hi / lo <= FLAT_SPREAD
 }
 
+/// Longest evidence text kept from a log, in characters: a log line or a finding's
+/// summary of one; longer ones end at a word with `…`.
+const EVIDENCE_CHARS: usize = 300;
+
 fn ev(log: &Log, line: usize, text: &str) -> Evidence {
+    let text = text.trim();
+    let value = match text.char_indices().nth(EVIDENCE_CHARS) {
+        None => text.to_string(),
+        Some((end, _)) => {
+            let cut = text[..end].rfind(char::is_whitespace).unwrap_or(end);
+            format!("{} …", text[..cut].trim_end())
+        }
+    };
     Evidence {
         source: format!("{}:{line}", log.name),
-        value: text.trim().chars().take(300).collect(),
+        value,
     }
 }
 
@@ -1005,4 +1017,22 @@ fn pair_matrix(
         });
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{EVIDENCE_CHARS, Log, ev};
+
+    #[test]
+    fn long_evidence_ends_at_a_word() {
+        let log = Log {
+            name: "l".into(),
+            text: String::new(),
+        };
+        let e = ev(&log, 3, &"word ".repeat(100));
+        assert!(e.value.ends_with("word …"), "{}", e.value);
+        assert!(e.value.chars().count() <= EVIDENCE_CHARS + 2);
+        assert_eq!(e.source, "l:3");
+        assert_eq!(ev(&log, 3, "  short line ").value, "short line");
+    }
 }
