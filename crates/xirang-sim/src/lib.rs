@@ -100,7 +100,17 @@ pub fn simulate(loaded: &Loaded, opts: &RunOptions, progress: &mut dyn FnMut(Pro
     simulate_with::<queue::EventQueue>(loaded, opts, progress)
 }
 
-/// [`simulate`] with a chosen event queue implementation (for benchmarks).
+/// [`simulate`] on the plain 4-ary heap, the reference engine `xirang bench` compares the
+/// calendar queue with. Not generic, like [`simulate`], so that the engine is compiled
+/// here, under this crate's profile (one codegen unit), and not in the caller's crate:
+/// a generic call from the CLI instantiated the whole engine there, at the CLI's
+/// opt-level.
+pub fn simulate_heap(loaded: &Loaded, opts: &RunOptions, progress: &mut dyn FnMut(Progress)) -> RunResult {
+    simulate_with::<queue::HeapQueue>(loaded, opts, progress)
+}
+
+/// [`simulate`] with a chosen event queue implementation. A caller in another crate
+/// compiles the engine in its own crate: prefer [`simulate`] and [`simulate_heap`].
 pub fn simulate_with<Q: queue::Queue>(
     loaded: &Loaded,
     opts: &RunOptions,

@@ -12,7 +12,6 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
-use xirang_sim::queue::{EventQueue, HeapQueue};
 
 use crate::Outcome;
 use crate::cli::BenchArgs;
@@ -109,14 +108,14 @@ fn measure_here(path: &Path, engine: &str, runs: u32, threads: usize) -> Result<
     for _ in 0..runs.max(1) {
         let t0 = Instant::now();
         let r = match engine {
-            "heap" => xirang_sim::simulate_with::<HeapQueue>(&loaded, &opts, &mut |_| {}),
+            "heap" => xirang_sim::simulate_heap(&loaded, &opts, &mut |_| {}),
             _ if threads > 1 => {
                 let (r, report) =
                     xirang_sim::parallel::simulate_threads(&loaded, &opts, threads, threads, &mut |_| {});
                 windows = Some(report.stats.windows);
                 r
             }
-            _ => xirang_sim::simulate_with::<EventQueue>(&loaded, &opts, &mut |_| {}),
+            _ => xirang_sim::simulate(&loaded, &opts, &mut |_| {}),
         };
         walls.push(t0.elapsed().as_secs_f64());
         last = Some(r);
