@@ -32,7 +32,7 @@ pub struct Request {
     pub now_ms: i64,
     /// The window's length, ms (live sources).
     pub since_ms: i64,
-    /// The inventory directory (`xirang audit`'s layout): cabling and configured port
+    /// The inventory directory (docs/formats/inventory.md): cabling and configured port
     /// speeds for the window, the audit's findings for the report.
     pub inventory: Option<PathBuf>,
 }

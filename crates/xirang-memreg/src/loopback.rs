@@ -119,6 +119,23 @@ impl LoopbackReport {
             .filter(|c| c.after.saturating_sub(c.before) < c.expected_min)
             .collect()
     }
+
+    /// Buffers still out after the run.
+    pub fn leaked(&self) -> bool {
+        self.in_use_after.iter().any(|&n| n > 0)
+    }
+
+    /// Registrations other than one region per pool at start and none during the
+    /// traffic.
+    pub fn reregistered(&self) -> bool {
+        self.registrations.iter().any(|&n| n > 0) || self.registrations_at_start != [1, 1]
+    }
+
+    /// The test passed: every counter rose as the traffic needs, no buffer leaked, no
+    /// registration beyond the pools' own.
+    pub fn passed(&self) -> bool {
+        self.short_counters().is_empty() && !self.leaked() && !self.reregistered()
+    }
 }
 
 fn mtu_enum(bytes: u32) -> Result<u32, MemregError> {

@@ -124,7 +124,7 @@ impl CommandDriver {
     }
 
     fn host_path(&self, node: &str) -> Option<PathBuf> {
-        let hosts = self.inv.dir.join("hosts");
+        let hosts = self.inv.dir.join(xirang_audit::cluster::HOSTS_DIR);
         [
             hosts.join(node),
             hosts.join(format!("{node}.tar.gz")),

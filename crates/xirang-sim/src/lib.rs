@@ -7,7 +7,7 @@
 //! packets on links, PFC frames and their own timers:
 //!
 //! - time and events: integer picoseconds; a closed `Event` enum encoded in 8 bytes;
-//!   `queue`'s calendar queue of 1 ns buckets keyed by (time, tie), with a 4-ary heap for
+//!   `queue`'s calendar queue of 1,024 ps buckets keyed by (time, tie), with a 4-ary heap for
 //!   far events and a cancellable heap of ACK timers (the plain heap is kept as the
 //!   reference engine `xirang bench` compares against);
 //! - ports and links (`engine::link`): serialization, propagation and the packets in
@@ -24,7 +24,8 @@
 //! - workloads (`workload`, `engine::flows`, `engine::collective`): flows, inference
 //!   requests and HPCC flow files; collectives expanded lazily, their transfers created as
 //!   their dependencies complete over NCCL-style connections set up before the run, so
-//!   memory follows what is in flight rather than the schedule;
+//!   memory follows what is in flight rather than the schedule (ring, tree and
+//!   hierarchical; halving-doubling and all-to-all keep their explicit schedule);
 //! - faults (`engine::faults`), counter sampling (`engine::sampling`) and the conservation
 //!   ledger (`engine::ledger`);
 //! - parallel runs (`parallel`, `engine::part`): the fabric divided into partitions at

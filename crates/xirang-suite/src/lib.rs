@@ -344,6 +344,24 @@ pub fn run_case(c: &Case) -> Result<CaseResult, SuiteError> {
     })
 }
 
+/// Share of faulty runs whose top finding must name the fault (issue 9, acceptance 1).
+pub const MIN_ACCURACY: f64 = 0.95;
+
+/// The suite passes: at least [`MIN_ACCURACY`] of the faulty runs located, and every
+/// healthy run without a finding above low severity.
+pub fn passed(results: &[CaseResult]) -> bool {
+    let faulty = results.iter().filter(|r| !r.injected.is_empty()).count();
+    let located = results
+        .iter()
+        .filter(|r| !r.injected.is_empty() && r.correct)
+        .count();
+    let healthy_clean = results
+        .iter()
+        .filter(|r| r.injected.is_empty())
+        .all(|r| r.correct);
+    located as f64 >= MIN_ACCURACY * faulty as f64 && healthy_clean
+}
+
 /// The suite's results as the markdown VALIDATION.md holds: the confusion matrix of
 /// injected class against top-1 diagnosed class, accuracy, and every case.
 pub fn render_markdown(results: &[CaseResult]) -> String {

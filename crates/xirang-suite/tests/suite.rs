@@ -56,7 +56,7 @@ fn injected_faults_are_located_and_healthy_runs_are_clean() {
         "VALIDATION.md is out of date: rerun `cargo run --release -- diagnose suite --markdown`"
     );
     assert!(
-        ok as f64 >= 0.95 * faulty as f64,
+        ok as f64 >= xirang_suite::MIN_ACCURACY * faulty as f64 && xirang_suite::passed(&results),
         "{ok} of {faulty} faulty runs located\n{md}"
     );
 }

@@ -852,8 +852,8 @@ pub(crate) struct DiagnoseArgs {
     /// whole run is the window.
     #[arg(long, conflicts_with = "history")]
     pub(crate) sim_out: Option<PathBuf>,
-    /// Inventory directory (as `xirang audit` and `xirang rollout` read it: hosts/,
-    /// switches/, topology.toml, policy.toml): adds the cabling and configured port
+    /// Inventory directory (as `xirang rollout` reads it: hosts/, switches/,
+    /// topology.toml, policy.toml; docs/formats/inventory.md): adds the cabling and configured port
     /// speeds to the window, and the audit's configuration findings to the report.
     #[arg(long)]
     pub(crate) inventory: Option<PathBuf>,

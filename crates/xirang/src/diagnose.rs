@@ -148,9 +148,6 @@ pub(crate) fn counters(a: &DiagnoseArgs) -> Result<Outcome> {
     report(&done.findings, a.json)
 }
 
-/// Share of faulty runs that must be located (issue 9, acceptance 1).
-const SUITE_MIN_ACCURACY: f64 = 0.95;
-
 pub(crate) fn suite(a: &DiagnoseSuiteArgs) -> Result<Outcome> {
     use xirang_suite::{cases, render_markdown, run_case};
     let cases: Vec<_> = cases()?
@@ -171,22 +168,11 @@ pub(crate) fn suite(a: &DiagnoseSuiteArgs) -> Result<Outcome> {
     } else {
         out(&render_markdown(&results))?;
     }
-    let faulty = results.iter().filter(|r| !r.injected.is_empty()).count();
-    let located = results
-        .iter()
-        .filter(|r| !r.injected.is_empty() && r.correct)
-        .count();
-    let healthy_clean = results
-        .iter()
-        .filter(|r| r.injected.is_empty())
-        .all(|r| r.correct);
-    Ok(
-        if located as f64 >= SUITE_MIN_ACCURACY * faulty as f64 && healthy_clean {
-            Outcome::Clean
-        } else {
-            Outcome::Findings
-        },
-    )
+    Ok(if xirang_suite::passed(&results) {
+        Outcome::Clean
+    } else {
+        Outcome::Findings
+    })
 }
 
 /// The agent's default sampling interval in the synthetic window, ms.

@@ -61,10 +61,7 @@ pub(crate) fn loopback(a: &crate::cli::MemregLoopbackArgs) -> Result<Outcome> {
     cfg.sysfs_root = a.sysfs.clone();
     let r = xirang_memreg::loopback::run(&cfg)?;
     let short = r.short_counters();
-    let leaked = r.in_use_after.iter().any(|&n| n > 0);
-    // One region per pool, registered before the traffic: none during it.
-    let reregistered = r.registrations.iter().any(|&n| n > 0) || r.registrations_at_start != [1, 1];
-    let ok = short.is_empty() && !leaked && !reregistered;
+    let (leaked, reregistered, ok) = (r.leaked(), r.reregistered(), r.passed());
     if a.json {
         let v = serde_json::json!({
             "ok": ok,
