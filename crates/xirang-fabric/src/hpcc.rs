@@ -432,7 +432,7 @@ pub(crate) fn build_topology(
             slot.push(Slot::Switch(b.add_switch(format!("sw{id}"), t, degree[id])));
         } else {
             let nics = b.add_host(format!("h{id}"), &template, host_rate[id]);
-            slot.push(Slot::Nic(nics[0]));
+            slot.push(Slot::Nic(nics[0].0));
         }
     }
     let mut next_port = vec![0u16; n];

@@ -6,7 +6,7 @@
 //! checks the values against each other (Kmin above Kmax, an ECN profile for a tier that
 //! does not exist, an unknown traffic class, ...) and constructs the [`Fabric`].
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -18,7 +18,7 @@ use crate::config::{
 use crate::diag::{Diagnostic, Diagnostics, KeyPath, Severity, humanize_serde_message, line_of_offset};
 use crate::hpcc::{self, HpccFlow};
 use crate::limits;
-use crate::model::{Fabric, Node, PcieLink, Tier};
+use crate::model::{Fabric, Node, PcieLink, PortRef, Tier};
 use crate::topology::{self, TopologySpec, parse_port_ref, unknown_name};
 use crate::units::Count;
 
@@ -1022,7 +1022,23 @@ impl Scenario {
                 }
             }
             FaultKind::SingleQp => {}
-            FaultKind::LinkDown => {}
+            FaultKind::LinkDown => {
+                if let Some(nic) = target.and_then(|t| bond_at(fabric, t)) {
+                    let switches: BTreeSet<_> = (0..fabric.nics[nic.index()].ports.len() as u16)
+                        .filter_map(|p| fabric.attached_switch(nic, p).map(|s| s.node))
+                        .collect();
+                    if switches.len() > 1 {
+                        d.error(
+                            &at.key("target"),
+                            format!(
+                                "`{}` is a member of a bond whose ports go to {} different switches; the simulator models failover for members on one switch only",
+                                f.target,
+                                switches.len()
+                            ),
+                        );
+                    }
+                }
+            }
         }
     }
 
@@ -1953,4 +1969,24 @@ pub fn mtu_overrides(fabric: &Fabric, config: &FabricConfig) -> Vec<Override> {
         }
     }
     v
+}
+
+/// The NIC of several cabled ports (a bond) at either end of the link at `p`, if any.
+fn bond_at(fabric: &Fabric, p: PortRef) -> Option<crate::model::NicId> {
+    let nic = match p.node {
+        Node::Nic(n) => n,
+        Node::Switch(s) => {
+            let l = fabric.switches[s.index()].ports.get(p.port as usize)?.link?;
+            match fabric.links[l.index()].other(p.node).node {
+                Node::Nic(n) => n,
+                Node::Switch(_) => return None,
+            }
+        }
+    };
+    let cabled = fabric.nics[nic.index()]
+        .ports
+        .iter()
+        .filter(|p| p.link.is_some())
+        .count();
+    (cabled > 1).then_some(nic)
 }

@@ -47,6 +47,28 @@ pub enum TopologySpec {
 }
 
 impl TopologySpec {
+    /// The template of every generated host (none for an explicit list).
+    pub fn host(&self) -> Option<&HostTemplate> {
+        match self {
+            TopologySpec::LeafSpine(s) => Some(&s.host),
+            TopologySpec::FatTree(s) => Some(&s.host),
+            TopologySpec::RailOptimized(s) => Some(&s.host),
+            TopologySpec::Hpcc(s) => Some(&s.host),
+            TopologySpec::Explicit(_) => None,
+        }
+    }
+
+    /// The template of every generated host, to change it.
+    pub fn host_mut(&mut self) -> Option<&mut HostTemplate> {
+        match self {
+            TopologySpec::LeafSpine(s) => Some(&mut s.host),
+            TopologySpec::FatTree(s) => Some(&mut s.host),
+            TopologySpec::RailOptimized(s) => Some(&mut s.host),
+            TopologySpec::Hpcc(s) => Some(&mut s.host),
+            TopologySpec::Explicit(_) => None,
+        }
+    }
+
     /// The generator's key in scenario files.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -77,6 +99,44 @@ pub struct HostTemplate {
     pub nic_pcie: PcieLink,
     /// GPU PCIe link.
     pub gpu_pcie: PcieLink,
+    /// How the host uses its NIC ports: `independent` (one RDMA device per port, its own
+    /// QPs and rail) or `lag` (every `bond_ports` consecutive ports bonded into one RoCE
+    /// LAG device, `mlx5_bond_N`, its QPs hashed over the member ports). Unset means
+    /// independent; setting it, either way, asks `nccl advise` and `tune` to simulate both
+    /// layouts and recommend one per class.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub aggregate: Option<Aggregate>,
+    /// Ports per bond under `aggregate = "lag"`: 2, the two ports of a dual-port
+    /// ConnectX card (docs/reference/nic-aggregation.md §2).
+    #[serde(skip_serializing_if = "is_default_bond_ports")]
+    pub bond_ports: u32,
+}
+
+/// How a host uses several NIC ports (`[topology.*.host] aggregate`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Aggregate {
+    /// One RDMA device per port.
+    Independent,
+    /// RoCE LAG: ports bonded into one device.
+    Lag,
+}
+
+impl Aggregate {
+    /// The key as scenario files write it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Aggregate::Independent => "independent",
+            Aggregate::Lag => "lag",
+        }
+    }
+}
+
+/// Ports per bond when unset: a dual-port card.
+pub const DEFAULT_BOND_PORTS: u32 = 2;
+
+fn is_default_bond_ports(n: &u32) -> bool {
+    *n == DEFAULT_BOND_PORTS
 }
 
 impl Default for HostTemplate {
@@ -96,7 +156,22 @@ impl HostTemplate {
             nic_firmware: DEFAULT_NIC_FIRMWARE.to_string(),
             nic_pcie: PcieLink::full(PCIE_GEN5_GTS, PCIE_X16),
             gpu_pcie: PcieLink::full(PCIE_GEN5_GTS, PCIE_X16),
+            aggregate: None,
+            bond_ports: DEFAULT_BOND_PORTS,
         }
+    }
+
+    /// Ports per RDMA device: `bond_ports` under LAG, else 1.
+    pub fn ports_per_device(&self) -> u32 {
+        match self.aggregate {
+            Some(Aggregate::Lag) => self.bond_ports.max(1),
+            _ => 1,
+        }
+    }
+
+    /// RDMA devices per host.
+    pub fn devices(&self) -> u32 {
+        self.nics / self.ports_per_device()
     }
 }
 
@@ -395,10 +470,15 @@ impl<'c> Builder<'c> {
 
     /// Adds a host shaped by `t`: one PCIe switch per GPU/NIC pair (GPU i and NIC j share
     /// switch `i*S/gpus` and `j*S/nics` with S = min(gpus, nics), or S = nics without GPUs),
-    /// the first half of the switches on socket 0. Returns the new NICs.
-    pub(crate) fn add_host(&mut self, name: String, t: &HostTemplate, port_gbps: f64) -> Vec<NicId> {
+    /// the first half of the switches on socket 0. Under `aggregate = "lag"` a NIC is a
+    /// bond device (`mlx5_bond_K`) of `bond_ports` ports, one card in one PCIe slot.
+    /// Returns the host's physical ports in order (`nics` of them), which the generators
+    /// cable rail by rail.
+    pub(crate) fn add_host(&mut self, name: String, t: &HostTemplate, port_gbps: f64) -> Vec<(NicId, u16)> {
         let host = HostId(self.fabric.hosts.len() as u32);
-        let n_pcie = if t.gpus == 0 { t.nics } else { t.gpus.min(t.nics) }.max(1);
+        let per_dev = t.ports_per_device();
+        let devices = t.devices();
+        let n_pcie = if t.gpus == 0 { devices } else { t.gpus.min(devices) }.max(1);
         let pcie_switches = (0..n_pcie)
             .map(|s| PcieSwitch {
                 name: format!("pcie{s}"),
@@ -418,31 +498,41 @@ impl<'c> Builder<'c> {
             gpus.push(id);
         }
         let mut nics = Vec::new();
-        for j in 0..t.nics {
+        let mut ports = Vec::new();
+        for j in 0..devices {
             let id = NicId(self.fabric.nics.len() as u32);
+            let name = if per_dev > 1 {
+                format!("mlx5_bond_{j}")
+            } else {
+                format!("mlx5_{j}")
+            };
             self.fabric.nics.push(Nic {
-                name: format!("mlx5_{j}"),
+                name,
                 host,
                 model: t.nic_model.clone(),
                 firmware: t.nic_firmware.clone(),
-                pcie_switch: (j * n_pcie / t.nics) as usize,
+                pcie_switch: (j * n_pcie / devices) as usize,
                 pcie: t.nic_pcie,
-                ports: vec![NicPort {
-                    speed_gbps: port_gbps,
-                    mtu_bytes: self.config.mtu.nic_bytes,
-                    link: None,
-                }],
+                ports: vec![
+                    NicPort {
+                        speed_gbps: port_gbps,
+                        mtu_bytes: self.config.mtu.nic_bytes,
+                        link: None,
+                    };
+                    per_dev as usize
+                ],
             });
             nics.push(id);
+            ports.extend((0..per_dev as u16).map(|p| (id, p)));
         }
         self.fabric.hosts.push(Host {
             name,
             sockets: HOST_SOCKETS,
             pcie_switches,
             gpus,
-            nics: nics.clone(),
+            nics,
         });
-        nics
+        ports
     }
 
     pub(crate) fn add_switch(&mut self, name: String, tier: Tier, ports: usize) -> SwitchId {
@@ -462,12 +552,12 @@ impl<'c> Builder<'c> {
         id
     }
 
-    /// Connects port 0 of `nic` to switch `sw` port `port`.
-    pub(crate) fn cable_nic(&mut self, nic: NicId, sw: SwitchId, port: u16, gbps: f64, delay_ns: u64) {
+    /// Connects port `nic.1` of NIC `nic.0` to switch `sw` port `port`.
+    pub(crate) fn cable_nic(&mut self, nic: (NicId, u16), sw: SwitchId, port: u16, gbps: f64, delay_ns: u64) {
         self.fabric.connect(
             PortRef {
-                node: Node::Nic(nic),
-                port: 0,
+                node: Node::Nic(nic.0),
+                port: nic.1,
             },
             PortRef {
                 node: Node::Switch(sw),
@@ -569,8 +659,34 @@ fn check_host(t: &HostTemplate, at: &KeyPath, diags: &mut Diagnostics) -> bool {
         diags.error(&at.key("nics"), "expected an integer >= 1, found 0".to_string());
         return false;
     }
+    if t.aggregate == Some(Aggregate::Lag) {
+        if !(2..=MAX_BOND_PORTS).contains(&t.bond_ports) {
+            diags.error(
+                &at.key("bond_ports"),
+                format!(
+                    "expected 2 to {MAX_BOND_PORTS} ports per bond, found {}",
+                    t.bond_ports
+                ),
+            );
+            return false;
+        }
+        if !t.nics.is_multiple_of(t.bond_ports) {
+            diags.error(
+                &at.key("nics"),
+                format!(
+                    "expected a multiple of bond_ports ({}) under aggregate = \"lag\", found {}",
+                    t.bond_ports, t.nics
+                ),
+            );
+            return false;
+        }
+    }
     true
 }
+
+/// Most ports in one bond: a RoCE LAG spans the ports of one card, at most 4 on
+/// ConnectX-7 (docs/reference/nic-aggregation.md §2).
+pub const MAX_BOND_PORTS: u32 = 4;
 
 /// Uplinks per (leaf, spine) pair for a leaf with `down_gbps` of host links: the leaf's
 /// uplink capacity is `down_gbps / oversubscription`, spread evenly over the spines.

@@ -320,3 +320,43 @@ mod random {
         }
     }
 }
+
+/// A bond member fails and comes back: each end's failover acts in the partition that
+/// owns it, and the run is the serial run.
+#[test]
+fn bond_failover_is_identical_on_2_partitions() {
+    let text = r#"
+[topology.leaf_spine]
+leaves = 2
+spines = 2
+hosts_per_leaf = 2
+host_rate_gbps = 100
+fabric_rate_gbps = 200
+
+[topology.leaf_spine.host]
+gpus = 0
+nics = 2
+aggregate = "lag"
+
+[config.transport]
+qps_per_connection = 8
+
+[workloads.w.flows]
+list = [
+  { src = "h0", dst = "h2", bytes = 4_000_000 }, { src = "h3", dst = "h1", bytes = 4_000_000 },
+]
+
+[[faults]]
+kind = "link_down"
+target = "h0/mlx5_bond_0/1"
+start_us = 50
+end_us = 200
+
+[[faults]]
+kind = "link_down"
+target = "h1/mlx5_bond_0/2"
+start_us = 80
+"#;
+    let parts = same_as_serial(text, 2, 2).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(parts, 2);
+}

@@ -10,7 +10,7 @@ use xirang_fabric::topology::parse_port_ref;
 
 use super::event::Event;
 use super::ids::{FaultId, PortId};
-use super::{NEVER, Sim};
+use super::{Dev, NEVER, Sim};
 use crate::counters::N_PRIO;
 use crate::packet::{Kind, Packet};
 use crate::queue::Queue;
@@ -50,6 +50,9 @@ pub(crate) struct ActiveFault {
     /// `PcieDegraded`: the link as it trained, and as it was.
     pcie: Option<PcieLink>,
     saved_pcie: Option<PcieLink>,
+    /// `LinkDown` of a bond member, at each end: the port its traffic moved to and the
+    /// route hops moved, put back when the link comes up.
+    failover: [Option<Vec<u32>>; 2],
 }
 
 impl ActiveFault {
@@ -134,8 +137,19 @@ impl<Q: Queue> Sim<Q> {
         let q = if peer { self.ports[own].peer } else { own };
         let side = usize::from(peer);
         match (f.kind, end) {
-            // Both ends count a link going down.
-            (FaultKind::LinkDown, false) => self.counters[q].link_downed += 1,
+            // Both ends count a link going down; a bond moves the member's traffic.
+            (FaultKind::LinkDown, false) => {
+                self.counters[q].link_downed += 1;
+                if let Some(moved) = self.bond_failover(q) {
+                    self.faults[i].failover[side] = Some(moved);
+                }
+            }
+            (FaultKind::LinkDown, true) => {
+                if let Some(at) = self.faults[i].failover[side].take() {
+                    self.routes.restore(&at, q);
+                    self.resync_bond_qps(q);
+                }
+            }
             (FaultKind::SlowLink, false) => {
                 f.saved_rates[side] = Some(self.ports[q].rate);
                 self.ports[q].rate = Rate::from_gbps(f.param);
@@ -188,8 +202,7 @@ impl<Q: Queue> Sim<Q> {
             (FaultKind::SlowReceiver, true) => self.end_slow_rx(q),
             // Applied to the flows before the run (`nic_funnel`) or per packet.
             (
-                FaultKind::LinkDown
-                | FaultKind::LinkErrors
+                FaultKind::LinkErrors
                 | FaultKind::MtuMismatch
                 | FaultKind::NicFunnel
                 | FaultKind::EcmpImbalance
@@ -198,6 +211,87 @@ impl<Q: Queue> Sim<Q> {
                 _,
             ) => {}
         }
+    }
+
+    /// The member ports of the bond at either end of port `q`'s link: (the NIC's ports,
+    /// the NIC side of the link), when that NIC has several ports.
+    fn bond_of(&self, q: PortId) -> Option<(Vec<PortId>, PortId)> {
+        let nic_side = match self.ports[q].dev {
+            Dev::Nic(_) => q,
+            Dev::Switch(_) => self.ports[q].peer,
+        };
+        let Dev::Nic(_) = self.ports[nic_side].dev else {
+            return None;
+        };
+        let members = self.nic_port_ids(nic_side);
+        (members.len() > 1).then_some((members, nic_side))
+    }
+
+    /// A link of a bond member went down at port `q` (either end): the end's hops move to
+    /// the first member still up (the NIC's remap of the QPs' port; the switch's
+    /// port-channel dropping the member), at once, as the NIC reacts to the link event
+    /// (docs/reference/nic-aggregation.md §2; detection delay not modelled). Returns the
+    /// hops moved. Members are on one switch (the scenario checks), so a moved route keeps
+    /// its length and its next device. The receivers' `gdr_off` gates stay with the port
+    /// the QP was made for (a simplification: the two faults do not meet in any case).
+    fn bond_failover(&mut self, q: PortId) -> Option<Vec<u32>> {
+        let (members, nic_side) = self.bond_of(q)?;
+        let now = self.now;
+        let survivor = members.into_iter().find(|&m| {
+            m != nic_side
+                && !self.faults.iter().any(|f| {
+                    f.kind == FaultKind::LinkDown
+                        && now >= f.start
+                        && now < f.end
+                        && (f.port == m || self.ports[f.port].peer == m)
+                })
+        })?;
+        let to = match self.ports[q].dev {
+            Dev::Nic(_) => survivor,
+            Dev::Switch(_) => {
+                let to = self.ports[survivor].peer;
+                if self.ports[to].dev != self.ports[q].dev {
+                    return None;
+                }
+                to
+            }
+        };
+        let at = self.routes.remap(q, to);
+        self.resync_bond_qps(q);
+        Some(at)
+    }
+
+    /// QPs sending from a NIC whose routes' first hops moved follow them to their new
+    /// port. `q` is a port at either end of one of the NIC's links.
+    fn resync_bond_qps(&mut self, q: PortId) {
+        let Some((members, _)) = self.bond_of(q) else {
+            return;
+        };
+        let mut moved = Vec::new();
+        for &m in &members {
+            let routes = &self.routes;
+            let qps = &self.qps_tx;
+            let port = &mut self.ports[m];
+            let before = port.qps.len();
+            port.qps.retain(|&qi| {
+                let stays = routes.first(qps[qi].route) == m;
+                if !stays {
+                    moved.push(qi);
+                }
+                stays
+            });
+            if port.qps.len() != before {
+                port.rr_qp = 0;
+            }
+        }
+        for qi in moved {
+            let to = self.routes.first(self.qps_tx[qi].route);
+            self.qps_tx[qi].src_port = to;
+            self.ports[to].qps.push(qi);
+            self.kick(to);
+        }
+        // QPs not yet started take their port from the route when they start
+        // (`Sim::start_flow`).
     }
 
     /// The ports of the NIC that owns port `q`.
@@ -316,6 +410,7 @@ impl<Q: Queue> Sim<Q> {
                     _ => None,
                 },
                 saved_pcie: None,
+                failover: [None, None],
             });
             let at = |end, peer| Event::Fault {
                 fault: idx,
@@ -340,10 +435,15 @@ impl<Q: Queue> Sim<Q> {
                         self.rx_gated = true;
                     }
                 }
-                // Both ends of the link count it going down.
+                // Both ends of the link count it going down; a bond member's link also
+                // comes back up, when the fault ends, and its traffic returns.
                 FaultKind::LinkDown => {
                     self.schedule(start, at(false, false));
                     self.schedule(start, at(false, true));
+                    if end != NEVER && self.bond_of(port).is_some() {
+                        self.schedule(end, at(true, false));
+                        self.schedule(end, at(true, true));
+                    }
                 }
                 // A link trained down runs slower at both ends.
                 FaultKind::SlowLink => {

@@ -380,7 +380,7 @@ impl<Q: Queue> Sim<Q> {
         let tx = QpTx {
             flow: f,
             slot_gen,
-            src_port: spec.src_port,
+            src_port: self.routes.first(spec.route),
             route: spec.route,
             size: bytes,
             snd_nxt: 0,
@@ -576,7 +576,10 @@ impl<Q: Queue> Sim<Q> {
             }
             q.next_avail = now;
             q.last_progress = now;
-            let sp = q.src_port;
+            // The route's first hop, which a bond's failover may have moved since the QP
+            // was made.
+            let sp = self.routes.first(q.route);
+            q.src_port = sp;
             self.ports[sp].qps.push(qi);
             self.kick(sp);
         }

@@ -19,6 +19,9 @@ use crate::rng::murmur3_32;
 /// MurmurHash3 seed), so that it is independent of the hash that picks among the other
 /// next hops.
 const HOT_HASH_SALT: u32 = 0x9e37_79b9;
+/// Seed of a bonded NIC's member choice: any fixed value independent of the switches'
+/// ECMP seeds, so that a QP's member and its first ECMP choice are not correlated.
+const LAG_HASH_SEED: u32 = 0x4c41_4721;
 
 /// Every route of a run, back to back: a route is the run of egress ports starting at its
 /// [`RouteId`] and ending at the port whose peer is a NIC.
@@ -38,6 +41,27 @@ impl RouteArena {
     #[inline]
     pub(crate) fn first(&self, r: RouteId) -> PortId {
         self.ports[r.idx()]
+    }
+
+    /// Sends every hop through egress port `from` out of `to` instead (a bond's failover,
+    /// `engine::faults`); returns the positions changed, for [`RouteArena::restore`].
+    /// Routes keep their length: `to` reaches the same next device.
+    pub(crate) fn remap(&mut self, from: PortId, to: PortId) -> Vec<u32> {
+        let mut at = Vec::new();
+        for (i, p) in self.ports.iter_mut().enumerate() {
+            if *p == from {
+                *p = to;
+                at.push(i as u32);
+            }
+        }
+        at
+    }
+
+    /// Puts port `to` back at the positions [`RouteArena::remap`] changed.
+    pub(crate) fn restore(&mut self, at: &[u32], to: PortId) {
+        for &i in at {
+            self.ports[i as usize] = to;
+        }
     }
 
     /// The egress ports of a route, sender NIC first.
@@ -285,9 +309,25 @@ impl<'a> RouteBuilder<'a> {
                     };
                     (a, self.sw_ports[s.index()][a.port as usize])
                 }
-                // A multi-port NIC spreads QPs over its ports by the same key.
+                // A NIC of several cabled ports is one device over them (a RoCE LAG): the
+                // QP's port is the hash of its headers over every member, whatever the
+                // destination, as the NIC's port selection does not know the topology
+                // (docs/reference/nic-aggregation.md §2). A member whose far switch cannot
+                // reach the destination is skipped.
                 Node::Nic(n) => {
-                    let a = hops[murmur3_32(&bytes, 0) as usize % hops.len()];
+                    let reachable = |a: &&Adj| self.dist[a.peer as usize] != u32::MAX;
+                    let count = graph.adj(at).iter().filter(reachable).count();
+                    let a = if count > 1 {
+                        let pick = murmur3_32(&bytes, LAG_HASH_SEED) as usize % count;
+                        *graph
+                            .adj(at)
+                            .iter()
+                            .filter(reachable)
+                            .nth(pick)
+                            .expect("invariant: pick < count")
+                    } else {
+                        hops[0]
+                    };
                     (a, self.nic_ports[n.index()][a.port as usize])
                 }
             };
