@@ -164,9 +164,42 @@ pub fn advise(loaded: &Loaded) -> Result<Advice, String> {
         )),
     }
 
-    // ECMP entropy: more QPs only help where there is more than one path.
+    // A bond is one device whose QPs each use one member port: a connection reaches
+    // every member only with as many QPs, placed by a hash (docs/reference/nic-aggregation.md §3).
+    let bond_ports = first
+        .nics
+        .iter()
+        .map(|n| {
+            fabric.nics[n.index()]
+                .ports
+                .iter()
+                .filter(|p| p.link.is_some())
+                .count()
+        })
+        .max()
+        .unwrap_or(1) as u32;
     let paths = multipath(fabric, &hs);
-    if paths > 1 {
+    if bond_ports > 1 {
+        warnings.push(format!(
+            "`{}` uses bonded devices ({}): each QP uses one member port, and NCCL's maintainers recommend exposing the ports as separate devices, which NCCL merges itself (NCCL_IB_MERGE_NICS=1) with one QP per port; `xirang nccl advise` on the scenario with `aggregate` set compares both layouts",
+            first.name,
+            order.join(", ")
+        ));
+        let qps = bond_ports.max(if paths > 1 { MULTIPATH_QPS } else { 1 });
+        settings.push(Setting {
+            name: "NCCL_IB_QPS_PER_CONNECTION",
+            value: Some(qps.to_string()),
+            why: format!(
+                "bonds of {bond_ports} ports: one QP never uses more than one port, so {qps} QPs per connection let a connection reach every member (likely, not certain: the port is a hash of each QP's header fields)"
+            ),
+        });
+        settings.push(Setting {
+            name: "NCCL_IB_SPLIT_DATA_ON_QPS",
+            value: Some("0".to_string()),
+            why: "round-robin whole messages over the QPs, as NCCL's maintainers advise for bonded devices"
+                .to_string(),
+        });
+    } else if paths > 1 {
         settings.push(Setting {
             name: "NCCL_IB_QPS_PER_CONNECTION",
             value: Some(MULTIPATH_QPS.to_string()),

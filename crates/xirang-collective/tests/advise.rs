@@ -113,3 +113,41 @@ fn a_scenario_that_sets_its_channels_gets_that_count_even_below_two() {
         "{env}"
     );
 }
+
+/// Bonded devices: the HCA list names the bonds, every connection gets a QP per member,
+/// and the advice warns that NCCL prefers separate ports.
+#[test]
+fn bonded_devices_get_a_qp_per_member_and_a_warning() {
+    let mut l = load("../../scenarios/nic-layout-training.toml");
+    let host = l.scenario.topology.host_mut().unwrap();
+    host.aggregate = Some(xirang_fabric::topology::Aggregate::Lag);
+    let text = l.scenario.to_toml();
+    let l = Scenario::parse(&text, &l.file)
+        .and_then(|s| s.build(&l.file, Path::new("."), Some(&text)))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let a = advise(&l).unwrap();
+    assert_eq!(
+        value(&a, "NCCL_IB_HCA"),
+        Some("=mlx5_bond_0:1,mlx5_bond_1:1,mlx5_bond_2:1,mlx5_bond_3:1")
+    );
+    // A bond over two rails reaches its peer over either rail's leaf: several paths, so
+    // the multipath count (4) covers the two members.
+    assert_eq!(value(&a, "NCCL_IB_QPS_PER_CONNECTION"), Some("4"));
+    assert!(
+        a.settings
+            .iter()
+            .any(|s| s.name == "NCCL_IB_QPS_PER_CONNECTION" && s.why.contains("bonds of 2 ports")),
+        "the reason names the bonds"
+    );
+    assert_eq!(value(&a, "NCCL_IB_SPLIT_DATA_ON_QPS"), Some("0"));
+    assert!(
+        a.warnings
+            .iter()
+            .any(|w| w.contains("bonded devices") && w.contains("NCCL_IB_MERGE_NICS")),
+        "{:?}",
+        a.warnings
+    );
+    // The same hosts with independent ports: no bond advice.
+    let ind = advise(&load("../../scenarios/nic-layout-training.toml")).unwrap();
+    assert!(ind.warnings.iter().all(|w| !w.contains("bonded")));
+}

@@ -10,6 +10,7 @@
 //! - [`store`]: the SQLite trial log that makes a killed tune resumable.
 
 pub mod eval;
+pub mod layout;
 pub mod render;
 pub mod report;
 pub mod search;

@@ -8,6 +8,7 @@ mod cli;
 mod cmd;
 mod diagnose;
 mod host;
+mod layout;
 mod memreg;
 mod monitor;
 mod monitor_bench;

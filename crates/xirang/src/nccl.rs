@@ -244,7 +244,11 @@ fn render(f: &FileReport, tests: &[TestRun]) -> String {
 pub(crate) fn advise(a: &NcclAdviseArgs) -> Result<Outcome> {
     let (loaded, _, _) = crate::plan::scenario_platform(a.scenario.as_deref())?;
     let advice = xirang_collective::advise::advise(&loaded).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let env = advice.env_file(&loaded.scenario.name);
+    let layout = crate::layout::if_asked(&loaded, a.json)?;
+    let mut env = advice.env_file(&loaded.scenario.name);
+    if let Some(l) = &layout {
+        env.push_str(&crate::layout::comment(l));
+    }
     let dir = a
         .out
         .parent()
@@ -258,7 +262,11 @@ pub(crate) fn advise(a: &NcclAdviseArgs) -> Result<Outcome> {
         .into_owned();
     crate::cmd::write_atomic(dir, &name, &env)?;
     if a.json {
-        out(&(serde_json::to_string_pretty(&advice)? + "\n"))?;
+        let mut v = serde_json::to_value(&advice)?;
+        if let (Some(l), Some(obj)) = (&layout, v.as_object_mut()) {
+            obj.insert("nic_layout".to_string(), serde_json::to_value(l)?);
+        }
+        out(&(serde_json::to_string_pretty(&v)? + "\n"))?;
         return Ok(Outcome::Clean);
     }
     let mut s = env.clone();
@@ -287,6 +295,10 @@ pub(crate) fn advise(a: &NcclAdviseArgs) -> Result<Outcome> {
         describe(&advice.platform),
         a.out.display()
     ));
+    if let Some(l) = &layout {
+        s.push('\n');
+        s.push_str(&crate::layout::render(l));
+    }
     out(&s)?;
     Ok(if advice.warnings.is_empty() {
         Outcome::Clean

@@ -20,6 +20,9 @@ pub(crate) const REPORT: &str = "report.html";
 /// Name of the trial log in the output directory.
 pub(crate) const TRIAL_LOG: &str = "trials.sqlite";
 
+/// The NIC layout comparison, when the scenario asks for one.
+const LAYOUT: &str = "nic-layout.json";
+
 pub(crate) fn run(a: &TuneArgs) -> Result<Outcome> {
     let mut loaded = match &a.scenario {
         Some(p) => crate::cmd::load(p)?,
@@ -138,7 +141,22 @@ pub(crate) fn run(a: &TuneArgs) -> Result<Outcome> {
         |p| p.display().to_string(),
     );
     let cx = render::Context::of(&loaded, &source, &result);
-    let artifacts = render::all(&cx);
+    let mut artifacts = render::all(&cx);
+    // The NIC layout, judged under the recommended configuration.
+    let layout = {
+        let mut tuned = loaded.clone();
+        tuned.scenario.config = result.config.clone();
+        crate::layout::if_asked(&tuned, a.quiet || a.json)?
+    };
+    if let Some(l) = &layout {
+        for art in artifacts
+            .iter_mut()
+            .filter(|art| art.name == "recommendation.toml" || art.name == "nccl.env")
+        {
+            art.text.push_str(&crate::layout::comment(l));
+        }
+        write_atomic(&dir, LAYOUT, &(serde_json::to_string_pretty(l)? + "\n"))?;
+    }
     for art in &artifacts {
         write_atomic(&dir, &art.name, &art.text)?;
         if art.executable {
@@ -153,9 +171,19 @@ pub(crate) fn run(a: &TuneArgs) -> Result<Outcome> {
     let html = xirang_tune::report::html(&cx, &result, &space, &samples);
     write_atomic(&dir, REPORT, &html)?;
     if a.json {
-        out(&(serde_json::to_string_pretty(&result)? + "\n"))?;
+        let mut v = serde_json::to_value(&result)?;
+        if let (Some(l), Some(obj)) = (&layout, v.as_object_mut()) {
+            obj.insert("nic_layout".to_string(), serde_json::to_value(l)?);
+        }
+        out(&(serde_json::to_string_pretty(&v)? + "\n"))?;
     } else {
-        out(&render(&result, &loaded.scenario.tune, &dir, &artifacts))?;
+        let mut text = render(&result, &loaded.scenario.tune, &dir, &artifacts);
+        if let Some(l) = &layout {
+            text.push('\n');
+            text.push_str(&crate::layout::render(l));
+            text.push_str(&format!("written to {}\n", dir.join(LAYOUT).display()));
+        }
+        out(&text)?;
     }
     Ok(Outcome::Clean)
 }

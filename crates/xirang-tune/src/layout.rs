@@ -1,0 +1,368 @@
+//! Several NIC ports per host: bonded into one device (RoCE LAG) or used independently,
+//! chosen per traffic class by simulating both.
+//!
+//! The scenario is run with each layout on the same seeds; each class is judged by its
+//! application metric (collective time, request p99, flow slowdown p99), and again with
+//! one member link of one of the class's hosts down for good, which a bond survives and
+//! an independent port does not (docs/reference/nic-aggregation.md §4). A layout wins a
+//! class when its metric is better by more than [`TIE_MARGIN`]; within the margin, the
+//! layout that finishes with the link down wins; otherwise independent ports, which NCCL's
+//! maintainers recommend (docs/reference/nic-aggregation.md §3).
+
+use std::path::Path;
+
+use serde::Serialize;
+use xirang_fabric::Loaded;
+use xirang_fabric::scenario::{Fault, FaultKind, ScenarioError};
+use xirang_fabric::topology::{Aggregate, TopologySpec};
+use xirang_fabric::workload::Workload;
+
+use crate::eval::{ClassMetrics, Evaluator, RunMetrics};
+
+/// Relative difference of two layouts' metrics below which neither wins on speed: the
+/// spread of a class's metric between run seeds on the shipped scenarios is a few per
+/// cent (BENCHMARKS.md "NIC layout").
+pub const TIE_MARGIN: f64 = 0.03;
+
+/// A run with a dead link is stopped at this multiple of the healthy run's simulated
+/// time: a flow that lost its only port never finishes, and waiting for its retries to
+/// run out says nothing more.
+const FAILURE_CAP_FACTOR: f64 = 4.0;
+
+/// Why the comparison cannot be made.
+#[derive(Debug, thiserror::Error)]
+pub enum LayoutError {
+    /// The hosts are listed one by one; the layout is in the list, not a template.
+    #[error("the NIC layout is compared on generated topologies; `{0}` lists its hosts explicitly")]
+    Explicit(String),
+    /// One port per host: nothing to bond.
+    #[error("hosts have {0} NIC port(s); a layout choice needs at least 2 (`[topology.*.host] nics`)")]
+    OnePort(u32),
+    /// A layout variant does not build.
+    #[error("the scenario with aggregate = \"{layout}\" does not build: {source}")]
+    Variant {
+        /// The layout.
+        layout: &'static str,
+        /// Why.
+        #[source]
+        source: Box<ScenarioError>,
+    },
+}
+
+/// Which metric judges a class.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Metric {
+    /// Mean collective completion time.
+    CollectiveUs,
+    /// Request latency p99.
+    P99Us,
+    /// p99 flow slowdown.
+    SlowdownP99,
+}
+
+impl Metric {
+    /// How reports name it, with its unit.
+    pub fn label(self) -> &'static str {
+        match self {
+            Metric::CollectiveUs => "collective time, µs",
+            Metric::P99Us => "request p99, µs",
+            Metric::SlowdownP99 => "flow slowdown p99",
+        }
+    }
+
+    fn of(self, m: &ClassMetrics) -> Option<f64> {
+        match self {
+            Metric::CollectiveUs => m.collective_us,
+            Metric::P99Us => m.p99_us,
+            Metric::SlowdownP99 => m.slowdown_p99,
+        }
+    }
+}
+
+/// One layout's figures for one class.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Figures {
+    /// Mean of the metric over the healthy runs (None: a run did not finish).
+    pub healthy: Option<f64>,
+    /// The metric with the member link down (None: the class did not finish).
+    pub member_down: Option<f64>,
+    /// Why the failure case was not run, when it was not.
+    pub member_down_skipped: Option<String>,
+}
+
+/// The verdict for one class.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ClassChoice {
+    /// Traffic class.
+    pub class: String,
+    /// Its metric (lower is better).
+    pub metric: Metric,
+    /// Independent ports.
+    pub independent: Figures,
+    /// Bonded ports.
+    pub lag: Figures,
+    /// The layout recommended for the class.
+    pub winner: Aggregate,
+    /// Why, in one sentence with the figures.
+    pub reason: String,
+}
+
+/// The comparison.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LayoutAdvice {
+    /// NIC ports per host.
+    pub ports_per_host: u32,
+    /// Ports per bond in the LAG layout.
+    pub bond_ports: u32,
+    /// Run seeds of the healthy runs.
+    pub seeds: Vec<u64>,
+    /// Per class, in name order.
+    pub classes: Vec<ClassChoice>,
+    /// Simulations run.
+    pub simulations: usize,
+}
+
+impl LayoutAdvice {
+    /// The winner for `class`.
+    pub fn winner(&self, class: &str) -> Option<Aggregate> {
+        self.classes.iter().find(|c| c.class == class).map(|c| c.winner)
+    }
+}
+
+/// The scenario with the given layout.
+pub fn variant(base: &Loaded, layout: Aggregate) -> Result<Loaded, LayoutError> {
+    let mut s = base.scenario.clone();
+    let host = s
+        .topology
+        .host_mut()
+        .ok_or_else(|| LayoutError::Explicit(base.file.display().to_string()))?;
+    host.aggregate = Some(layout);
+    let dir = base.file.parent().unwrap_or(Path::new("."));
+    s.build(&base.file, dir, None).map_err(|e| LayoutError::Variant {
+        layout: layout.as_str(),
+        source: Box::new(e),
+    })
+}
+
+/// Compares the two layouts of `base` on `seeds`; `progress` hears of each simulation.
+pub fn compare(
+    base: &Loaded,
+    seeds: &[u64],
+    progress: &mut dyn FnMut(&str),
+) -> Result<LayoutAdvice, LayoutError> {
+    if let TopologySpec::Explicit(_) = base.scenario.topology {
+        return Err(LayoutError::Explicit(base.file.display().to_string()));
+    }
+    let template = base.scenario.topology.host().cloned().unwrap_or_default();
+    if template.nics < 2 {
+        return Err(LayoutError::OnePort(template.nics));
+    }
+    let layouts = [Aggregate::Independent, Aggregate::Lag];
+    let loaded = [variant(base, layouts[0])?, variant(base, layouts[1])?];
+    let mut simulations = 0;
+    // Healthy runs, layout by layout, seed by seed.
+    let mut healthy: Vec<Vec<RunMetrics>> = Vec::new();
+    for (l, layout) in loaded.iter().zip(layouts) {
+        let ev = Evaluator::new(l);
+        let mut runs = Vec::new();
+        for &seed in seeds {
+            progress(&format!("{} seed {seed}", layout.as_str()));
+            runs.push(ev.run(&l.scenario.config, seed, None));
+            simulations += 1;
+        }
+        healthy.push(runs);
+    }
+    let kinds = Evaluator::new(base).kinds;
+    let mut classes = Vec::new();
+    for (class, k) in &kinds {
+        let metric = if k.collective {
+            Metric::CollectiveUs
+        } else if k.inference {
+            Metric::P99Us
+        } else {
+            Metric::SlowdownP99
+        };
+        let mut figures = Vec::new();
+        for (i, (l, layout)) in loaded.iter().zip(layouts).enumerate() {
+            let runs = &healthy[i];
+            let values: Option<Vec<f64>> = runs
+                .iter()
+                .map(|r| {
+                    r.classes
+                        .get(class)
+                        .and_then(|m| metric.of(m))
+                        .filter(|_| r.finished)
+                })
+                .collect();
+            let mean = values.map(|v| v.iter().sum::<f64>() / v.len().max(1) as f64);
+            let cap_us = runs.iter().map(|r| r.sim_us).fold(0.0, f64::max) * FAILURE_CAP_FACTOR;
+            let (member_down, skipped) = match member_down_run(l, class, layout, seeds[0], cap_us) {
+                Ok(m) => {
+                    simulations += 1;
+                    progress(&format!("{} with a member link down ({class})", layout.as_str()));
+                    (m.and_then(|m| metric.of(&m)), None)
+                }
+                Err(why) => (None, Some(why)),
+            };
+            figures.push(Figures {
+                healthy: mean,
+                member_down,
+                member_down_skipped: skipped,
+            });
+        }
+        let lag = figures.pop().expect("two layouts");
+        let independent = figures.pop().expect("two layouts");
+        let (winner, reason) = judge(metric, &independent, &lag);
+        classes.push(ClassChoice {
+            class: class.clone(),
+            metric,
+            independent,
+            lag,
+            winner,
+            reason,
+        });
+    }
+    Ok(LayoutAdvice {
+        ports_per_host: template.nics,
+        bond_ports: template.bond_ports,
+        seeds: seeds.to_vec(),
+        classes,
+        simulations,
+    })
+}
+
+/// The class's metric, the class's workloads alone, with the first port of one of its
+/// hosts down from the start of the run: `Ok(None)` when the class did not finish, `Err` when the case cannot be
+/// simulated (no host, or a bond across switches, whose failover is not modelled).
+fn member_down_run(
+    l: &Loaded,
+    class: &str,
+    layout: Aggregate,
+    seed: u64,
+    cap_us: f64,
+) -> Result<Option<ClassMetrics>, String> {
+    let host = class_host(l, class).ok_or_else(|| format!("no host of class `{class}` found"))?;
+    let h = l
+        .fabric
+        .host_by_name(&host)
+        .ok_or_else(|| format!("host `{host}` is not in the fabric"))?;
+    let nic = l.fabric.hosts[h.index()]
+        .nics
+        .first()
+        .ok_or_else(|| format!("host `{host}` has no NIC"))?;
+    let nic_name = &l.fabric.nics[nic.index()].name;
+    let target = match layout {
+        Aggregate::Independent => format!("{host}/{nic_name}"),
+        Aggregate::Lag => format!("{host}/{nic_name}/1"),
+    };
+    // The class alone, so that the run's finishing speaks for the class.
+    let mut s = l.scenario.clone();
+    s.workloads.retain(|_, w| w.class() == class);
+    s.faults.push(Fault {
+        kind: FaultKind::LinkDown,
+        target: target.clone(),
+        start_us: 0.0,
+        end_us: None,
+        loss: None,
+        rate_gbps: None,
+        mtu_bytes: None,
+        drain_gbps: None,
+        pcie_width: None,
+        pcie_speed_gts: None,
+        share: None,
+        bounce_gbps: None,
+    });
+    let dir = l.file.parent().unwrap_or(Path::new("."));
+    let failed = s.build(&l.file, dir, None).map_err(|e| {
+        let msg = e.to_string();
+        if msg.contains("failover for members on one switch only") {
+            "not modelled (bond across switches)".to_string()
+        } else {
+            format!("link_down on `{target}` does not build: {msg}")
+        }
+    })?;
+    let ev = Evaluator::new(&failed);
+    let m = ev.run(&failed.scenario.config, seed, Some(cap_us));
+    Ok(m.finished
+        .then(|| m.classes.get(class).cloned().unwrap_or_default()))
+}
+
+/// A host the class's first workload uses: an inference server, a collective's first
+/// host, a flow's sender.
+fn class_host(l: &Loaded, class: &str) -> Option<String> {
+    let host_of = |ep: &str| ep.split('/').next().map(str::to_string);
+    for w in l.scenario.workloads.values().filter(|w| w.class() == class) {
+        let h = match w {
+            Workload::Inference(i) => i.servers.first().and_then(|s| host_of(s)),
+            Workload::Collective(c) => c
+                .hosts
+                .first()
+                .cloned()
+                .or_else(|| l.fabric.hosts.first().map(|h| h.name.clone())),
+            Workload::Flows(f) => f.list.first().and_then(|f| host_of(&f.src)),
+            Workload::Incast(i) => host_of(&i.receiver),
+            _ => l.fabric.hosts.first().map(|h| h.name.clone()),
+        };
+        if h.is_some() {
+            return h;
+        }
+    }
+    None
+}
+
+/// The winner and the sentence saying why.
+fn judge(metric: Metric, ind: &Figures, lag: &Figures) -> (Aggregate, String) {
+    let unit = metric.label();
+    let survives = |f: &Figures| f.member_down.is_some();
+    match (ind.healthy, lag.healthy) {
+        (Some(a), Some(b)) => {
+            let change = b / a - 1.0;
+            if change < -TIE_MARGIN {
+                (
+                    Aggregate::Lag,
+                    format!(
+                        "{:.1} % better than independent ports ({b:.1} against {a:.1}, {unit})",
+                        -change * 100.0
+                    ),
+                )
+            } else if change > TIE_MARGIN {
+                (
+                    Aggregate::Independent,
+                    format!(
+                        "{:.1} % better than bonded ports ({a:.1} against {b:.1}, {unit})",
+                        (1.0 - a / b) * 100.0
+                    ),
+                )
+            } else if survives(lag) && !survives(ind) {
+                (
+                    Aggregate::Lag,
+                    format!(
+                        "no worse than independent ports ({b:.1} against {a:.1}, {unit}, within {:.0} %), and the class survives a member link down",
+                        TIE_MARGIN * 100.0
+                    ),
+                )
+            } else {
+                (
+                    Aggregate::Independent,
+                    format!(
+                        "no difference beyond {:.0} % ({a:.1} against {b:.1}, {unit}); independent, as NCCL's maintainers prefer",
+                        TIE_MARGIN * 100.0
+                    ),
+                )
+            }
+        }
+        (Some(a), None) => (
+            Aggregate::Independent,
+            format!("the class did not finish on bonded ports ({a:.1} on independent ones, {unit})"),
+        ),
+        (None, Some(b)) => (
+            Aggregate::Lag,
+            format!("the class did not finish on independent ports ({b:.1} on bonded ones, {unit})"),
+        ),
+        (None, None) => (
+            Aggregate::Independent,
+            "the class did not finish on either layout; independent by default".to_string(),
+        ),
+    }
+}

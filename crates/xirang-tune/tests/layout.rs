@@ -1,0 +1,46 @@
+//! The NIC layout advice on the shipped scenarios (acceptance 3 of the multi-NIC issue):
+//! independent ports win the rail-aligned training class, bonded ports win (or are no
+//! worse and survive a member link down) for the inference class.
+
+use std::path::Path;
+
+use xirang_fabric::scenario::Scenario;
+use xirang_fabric::topology::Aggregate;
+use xirang_tune::layout::{LayoutAdvice, compare};
+
+fn advise(file: &str) -> LayoutAdvice {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../scenarios")
+        .join(file);
+    let loaded = Scenario::load(&p).unwrap_or_else(|e| panic!("{e}"));
+    let a = compare(&loaded, &[1, 2], &mut |_| {}).unwrap_or_else(|e| panic!("{e}"));
+    eprintln!("{file}: {}", serde_json::to_string_pretty(&a).unwrap());
+    a
+}
+
+#[test]
+fn independent_ports_win_rail_aligned_training() {
+    let a = advise("nic-layout-training.toml");
+    let c = &a.classes[0];
+    assert_eq!(c.class, "training");
+    assert_eq!(c.winner, Aggregate::Independent, "{}", c.reason);
+    let (ind, lag) = (c.independent.healthy.unwrap(), c.lag.healthy.unwrap());
+    assert!(
+        lag > ind * 1.1,
+        "bonds slow the ring by more than 10 %: {ind} against {lag}"
+    );
+}
+
+#[test]
+fn bonded_ports_win_inference_and_survive_a_member_down() {
+    let a = advise("nic-layout-inference.toml");
+    let c = &a.classes[0];
+    assert_eq!(c.class, "inference");
+    assert_eq!(c.winner, Aggregate::Lag, "{}", c.reason);
+    assert!(c.lag.member_down.is_some(), "the bond survives: {:?}", c.lag);
+    assert!(
+        c.independent.member_down.is_none(),
+        "the lone port does not: {:?}",
+        c.independent
+    );
+}

@@ -1,0 +1,96 @@
+//! The NIC layout comparison as `nccl advise` and `tune` print it.
+
+use anyhow::Result;
+use indicatif::{ProgressBar, ProgressStyle};
+use xirang_fabric::Loaded;
+use xirang_tune::layout::{Figures, LayoutAdvice, compare};
+
+use crate::cmd::table;
+
+/// Healthy runs per layout: the scenario's seed and the next one.
+const SEEDS: u64 = 2;
+
+/// Compares the layouts when the scenario asks (its host template sets `aggregate`).
+pub(crate) fn if_asked(loaded: &Loaded, quiet: bool) -> Result<Option<LayoutAdvice>> {
+    let asked = loaded
+        .scenario
+        .topology
+        .host()
+        .is_some_and(|h| h.aggregate.is_some());
+    if !asked {
+        return Ok(None);
+    }
+    let bar = if quiet {
+        ProgressBar::hidden()
+    } else {
+        let b = ProgressBar::new_spinner();
+        b.set_style(
+            ProgressStyle::with_template("{spinner} NIC layout: {msg} [{elapsed}]").expect("valid template"),
+        );
+        b.enable_steady_tick(std::time::Duration::from_millis(200));
+        b
+    };
+    let seed = loaded.scenario.run.seed;
+    let seeds: Vec<u64> = (0..SEEDS).map(|i| seed.wrapping_add(i)).collect();
+    let advice = compare(loaded, &seeds, &mut |m| bar.set_message(m.to_string()))?;
+    bar.finish_and_clear();
+    Ok(Some(advice))
+}
+
+fn cell(v: Option<f64>) -> String {
+    v.map_or_else(|| "did not finish".to_string(), |v| format!("{v:.1}"))
+}
+
+fn down_cell(f: &Figures) -> String {
+    match &f.member_down_skipped {
+        Some(why) => why.clone(),
+        None => cell(f.member_down),
+    }
+}
+
+/// The comparison as a table with the verdicts under it.
+pub(crate) fn render(a: &LayoutAdvice) -> String {
+    let mut t = table(&[
+        "class",
+        "metric",
+        "independent",
+        "bonded",
+        "independent, member down",
+        "bonded, member down",
+        "recommended",
+    ]);
+    for c in &a.classes {
+        t.add_row(vec![
+            c.class.clone(),
+            c.metric.label().to_string(),
+            cell(c.independent.healthy),
+            cell(c.lag.healthy),
+            down_cell(&c.independent),
+            down_cell(&c.lag),
+            c.winner.as_str().to_string(),
+        ]);
+    }
+    let seeds: Vec<String> = a.seeds.iter().map(u64::to_string).collect();
+    let mut s = format!(
+        "NIC layout: {} ports per host, independent or in bonds of {} (simulated, mean of seeds {}; member down: the first port of one host of the class, from the start, the class alone):\n{t}\n",
+        a.ports_per_host,
+        a.bond_ports,
+        seeds.join(", ")
+    );
+    for c in &a.classes {
+        s.push_str(&format!("  {}: {}, {}\n", c.class, c.winner.as_str(), c.reason));
+    }
+    s
+}
+
+/// Comment lines for an environment or recommendation file.
+pub(crate) fn comment(a: &LayoutAdvice) -> String {
+    let mut s = format!(
+        "# NIC layout, simulated both ways ({} ports per host; bonds of {}):\n",
+        a.ports_per_host, a.bond_ports
+    );
+    for c in &a.classes {
+        s.push_str(&format!("#   {}: {}, {}\n", c.class, c.winner.as_str(), c.reason));
+    }
+    s
+}
