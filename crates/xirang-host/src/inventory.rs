@@ -26,8 +26,83 @@ pub struct HostInventory {
     pub pci: Vec<PciFunction>,
     /// Tool outputs captured with the host (snapshot or `commands/` directory).
     pub tools: ToolOutputs,
+    /// Linux bonds (`/sys/class/net/<bond>/bonding`), by name.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub bonds: Vec<Bond>,
+    /// NCCL settings from `/etc/nccl.conf` (`NAME=value` lines), by name.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub nccl_conf: BTreeMap<String, String>,
     /// What could not be read, and why. A problem here is not fatal: the audit reports it.
     pub problems: Vec<ReadProblem>,
+}
+
+/// A Linux bond and what RDMA makes of it (docs/reference/nic-aggregation.md §1-§2).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Bond {
+    /// Interface name, e.g. `bond0`.
+    pub name: String,
+    /// `bonding/mode`, e.g. `802.3ad` 4.
+    pub mode: Option<CodedState>,
+    /// `bonding/xmit_hash_policy`, e.g. `layer3+4` 1.
+    pub xmit_hash_policy: Option<CodedState>,
+    /// `bonding/miimon`, ms (0: link monitoring off).
+    pub miimon_ms: Option<u32>,
+    /// `bonding/lacp_rate` (802.3ad).
+    pub lacp_rate: Option<CodedState>,
+    /// `bonding/active_slave` (empty outside active-backup, tlb and alb).
+    pub active_slave: Option<String>,
+    /// `bonding/mii_status` of the bond itself.
+    pub mii_status: Option<String>,
+    /// `bonding/slaves`, in order, with their `bonding_slave/` state.
+    pub members: Vec<BondMember>,
+    /// RDMA devices whose GIDs use the bond's addresses.
+    pub rdma_devices: Vec<String>,
+    /// The RoCE LAG device over the bond: the one RDMA device using it, when the bond has
+    /// several members (mlx5 replaces the members' devices by one, `mlx5_bond_N`).
+    pub roce_lag: Option<String>,
+}
+
+/// Bonding modes whose transmit hash policy places the traffic (balance-xor, 802.3ad).
+pub const HASHED_BOND_MODES: [u8; 2] = [2, 4];
+/// Bonding mode numbers that activate mlx5 RoCE LAG: active-backup, balance-xor, 802.3ad.
+pub const ROCE_LAG_BOND_MODES: [u8; 3] = [1, 2, 4];
+/// Transmit hash policies that hash L4 ports (layer3+4, encap3+4): the only ones that
+/// spread the QPs between two hosts, which differ only in UDP source port.
+pub const L4_HASH_POLICIES: [u8; 2] = [1, 4];
+
+impl Bond {
+    /// Whether the bond's policy spreads RoCE QPs between one pair of hosts over its
+    /// members: a hashed mode with an L4 policy (docs/reference/nic-aggregation.md §1.3).
+    /// `None` when the mode or policy is unknown.
+    pub fn spreads_qps(&self) -> Option<bool> {
+        let mode = self.mode.as_ref()?.code;
+        if !HASHED_BOND_MODES.contains(&mode) {
+            return Some(false);
+        }
+        Some(L4_HASH_POLICIES.contains(&self.xmit_hash_policy.as_ref()?.code))
+    }
+}
+
+/// A bond member (`/sys/class/net/<slave>/bonding_slave`).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct BondMember {
+    /// Interface name.
+    pub name: String,
+    /// `state`: `active` or `backup`.
+    pub state: Option<String>,
+    /// `mii_status`: `up`, `down`, `going down`, `going back`.
+    pub mii_status: Option<String>,
+    /// `link_failure_count`.
+    pub link_failure_count: Option<u64>,
+    /// PCI function of the member's netdev.
+    pub pci: Option<String>,
+}
+
+impl BondMember {
+    /// The member's link is up.
+    pub fn is_up(&self) -> bool {
+        self.mii_status.as_deref() == Some("up")
+    }
 }
 
 /// Something the reader could not read or understand.

@@ -4,7 +4,7 @@
 //! Layout inside the archive, mirroring the host's `/`:
 //! - `sys/...`: the sysfs attributes under `class/infiniband`, `class/net` and
 //!   `bus/pci/devices`, at their real paths, with sysfs's symlinks kept as symlinks;
-//! - `etc/hostname`;
+//! - `etc/hostname` and `etc/nccl.conf`;
 //! - `commands/<name>.txt`: tool outputs (`ethtool-S-<if>`, `mlnx_qos-i-<if>`,
 //!   `ibv_devinfo-v`, `nvidia-smi-topo-m`, `lspci-vvv`, `show_gids`, `iblinkinfo`);
 //! - `xirang-snapshot.json`: the [`Manifest`] (host, time, each command's status: a tool
@@ -125,7 +125,11 @@ pub fn capture(root: &Path, run_commands: bool) -> (MemTree, Manifest) {
         out: MemTree::new("snapshot"),
         unreadable: Vec::new(),
     };
-    for f in ["etc/hostname", "proc/sys/kernel/hostname"] {
+    for f in [
+        "etc/hostname",
+        "proc/sys/kernel/hostname",
+        crate::sysfs::NCCL_CONF,
+    ] {
         c.copy_file(f);
     }
     for class in ["sys/class/infiniband", "sys/class/net"] {

@@ -13,6 +13,13 @@ use crate::parse;
 use crate::snapshot::{COMMANDS_DIR, MANIFEST, Manifest};
 use crate::tree::{Kind, Tree, TreeError, base_name, join};
 
+/// NCCL's system-wide configuration file, read after `NCCL_CONF_FILE` and `~/.nccl.conf`
+/// (NCCL's documentation of its environment variables).
+pub const NCCL_CONF: &str = "etc/nccl.conf";
+/// What the bonding driver prints in place of names that do not fit its sysfs page
+/// (docs/reference/nic-aggregation.md §1.1).
+const BOND_LIST_OVERFLOW: &str = "++more++";
+
 /// PCI vendor ids (docs/reference/linux-rdma-sysfs.md §3).
 const VENDOR_NVIDIA: u16 = 0x10de;
 const VENDOR_AMD: u16 = 0x1002;
@@ -70,6 +77,8 @@ pub fn read_host(tree: &dyn Tree) -> HostInventory {
             }
         }
     }
+    inv.bonds = r.bonds(&inv);
+    inv.nccl_conf = r.nccl_conf();
     inv.pci = r.pci_functions(&inv);
     inv.tools = r.tools();
     gids_from_show_gids(&mut inv);
@@ -732,6 +741,110 @@ impl Reader<'_> {
         }
     }
 
+    /// The interfaces with a `bonding/` directory, their members and the RDMA devices
+    /// using them (docs/reference/nic-aggregation.md §1-§2).
+    fn bonds(&mut self, inv: &HostInventory) -> Vec<Bond> {
+        let mut out = Vec::new();
+        for nd in &inv.netdevs {
+            let dir = join(&join("sys/class/net", &nd.name), "bonding");
+            if self.list(&dir).is_empty() {
+                continue;
+            }
+            let at = |f: &str| join(&dir, f);
+            let slaves = self.text(&at("slaves")).unwrap_or_default();
+            let mut members = Vec::new();
+            for name in slaves.split_whitespace() {
+                if name == BOND_LIST_OVERFLOW {
+                    self.problem(
+                        &at("slaves"),
+                        "the list overflowed the sysfs page (`++more++`): members are missing",
+                    );
+                    continue;
+                }
+                let sd = join(&join("sys/class/net", name), "bonding_slave");
+                members.push(BondMember {
+                    name: name.to_string(),
+                    state: self.text(&join(&sd, "state")).filter(|t| !t.is_empty()),
+                    mii_status: self.text(&join(&sd, "mii_status")).filter(|t| !t.is_empty()),
+                    link_failure_count: self
+                        .parsed(&join(&sd, "link_failure_count"), "a count", |t| t.parse().ok()),
+                    pci: inv.netdev(name).and_then(|n| n.pci.clone()),
+                });
+            }
+            let rdma_devices: Vec<String> = inv
+                .rdma
+                .iter()
+                .filter(|d| {
+                    d.ports
+                        .iter()
+                        .any(|p| p.gids.iter().any(|g| g.ndev.as_deref() == Some(nd.name.as_str())))
+                })
+                .map(|d| d.name.clone())
+                .collect();
+            let roce_lag = match rdma_devices.as_slice() {
+                [one] if members.len() > 1 => Some(one.clone()),
+                _ => None,
+            };
+            out.push(Bond {
+                name: nd.name.clone(),
+                mode: self.named_number(&at("mode")),
+                xmit_hash_policy: self.named_number(&at("xmit_hash_policy")),
+                miimon_ms: self.parsed(&at("miimon"), "an interval in ms", |t| t.parse().ok()),
+                lacp_rate: self.named_number(&at("lacp_rate")),
+                active_slave: self.text(&at("active_slave")).filter(|t| !t.is_empty()),
+                mii_status: self.text(&at("mii_status")).filter(|t| !t.is_empty()),
+                members,
+                rdma_devices,
+                roce_lag,
+            });
+        }
+        out
+    }
+
+    /// A bonding option as sysfs prints it, `<name> <number>` (`802.3ad 4`); an empty
+    /// file (the option does not apply) is `None` without a problem.
+    fn named_number(&mut self, path: &str) -> Option<CodedState> {
+        if self.text(path).is_some_and(|t| t.is_empty()) {
+            return None;
+        }
+        self.parsed(path, "`<name> <number>`, e.g. `802.3ad 4`", |t| {
+            let (name, n) = t.rsplit_once(' ')?;
+            Some(CodedState {
+                code: n.trim().parse().ok()?,
+                name: name.trim().to_string(),
+            })
+        })
+    }
+
+    /// `/etc/nccl.conf`: `NAME=value` lines, `#` comments (NCCL's own format; the
+    /// settings that merge or split NICs are docs/reference/nic-aggregation.md §3). A line
+    /// of another shape is a problem with its number.
+    fn nccl_conf(&mut self) -> BTreeMap<String, String> {
+        let mut out = BTreeMap::new();
+        let Some(text) = self.text(NCCL_CONF) else {
+            return out;
+        };
+        for (i, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            match line.split_once('=') {
+                Some((k, v)) if is_env_name(k.trim()) => {
+                    out.insert(k.trim().to_string(), v.trim().to_string());
+                }
+                _ => {
+                    let shown: String = line.chars().take(60).collect();
+                    self.problem(
+                        &format!("{NCCL_CONF}: line {}", i + 1),
+                        format!("expected `NAME=value`, found `{shown}`"),
+                    );
+                }
+            }
+        }
+        out
+    }
+
     fn coded(&mut self, path: &str) -> Option<CodedState> {
         self.parsed(path, "`<number>: <NAME>`", |t| {
             let (n, name) = t.split_once(':')?;
@@ -1073,4 +1186,12 @@ fn parse_aer(text: &str) -> Option<BTreeMap<String, u64>> {
         out.insert(name.to_string(), v.parse().ok()?);
     }
     Some(out)
+}
+
+/// An environment variable's name as a shell takes it: a letter or `_`, then letters,
+/// digits and `_`.
+fn is_env_name(k: &str) -> bool {
+    let mut c = k.chars();
+    c.next().is_some_and(|f| f.is_ascii_alphabetic() || f == '_')
+        && c.all(|x| x.is_ascii_alphanumeric() || x == '_')
 }

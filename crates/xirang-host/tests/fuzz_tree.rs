@@ -12,6 +12,7 @@ use xirang_host::sysfs::read_host;
 use xirang_host::tree::{Kind, MemTree, Tree};
 
 const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/test_data/sysfs/procfs");
+const BOND_ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/test_data/sysfs/roce-lag");
 
 fn base() -> MemTree {
     snapshot::capture(Path::new(ROOT), false).0
@@ -40,29 +41,47 @@ fn damage() -> impl Strategy<Value = Damage> {
     ]
 }
 
+/// Damages the entries `hits` pick.
+fn apply(tree: &mut MemTree, hits: &[(prop::sample::Index, Damage)]) {
+    let paths: Vec<(String, Kind)> = tree.entries();
+    for (idx, d) in hits {
+        let (path, kind) = idx.get(&paths).clone();
+        let bytes = if kind == Kind::File {
+            tree.read(&path).unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        tree.remove(&path);
+        match d {
+            Damage::Garbage(b) => tree.add_file(&path, b.clone()),
+            Damage::Truncate(n) => tree.add_file(&path, bytes[..bytes.len().min(*n)].to_vec()),
+            Damage::Remove => {}
+            Damage::MakeDir => tree.add_dir(&path),
+            Damage::LinkLoop => tree.add_link(&path, xirang_host::tree::base_name(&path)),
+            Damage::LinkOut => tree.add_link(&path, "../../../../../../../../etc/passwd"),
+            Damage::Huge => tree.add_file(&path, format!("{}\n", "9".repeat(200)).into_bytes()),
+        }
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
     #[test]
     fn damaged_trees_never_panic(hits in proptest::collection::vec((any::<prop::sample::Index>(), damage()), 1..12)) {
         let mut tree = base();
-        let paths: Vec<(String, Kind)> = tree.entries();
-        for (idx, d) in &hits {
-            let (path, kind) = idx.get(&paths).clone();
-            let bytes = if kind == Kind::File { tree.read(&path).unwrap_or_default() } else { Vec::new() };
-            tree.remove(&path);
-            match d {
-                Damage::Garbage(b) => tree.add_file(&path, b.clone()),
-                Damage::Truncate(n) => tree.add_file(&path, bytes[..bytes.len().min(*n)].to_vec()),
-                Damage::Remove => {}
-                Damage::MakeDir => tree.add_dir(&path),
-                Damage::LinkLoop => tree.add_link(&path, xirang_host::tree::base_name(&path)),
-                Damage::LinkOut => tree.add_link(&path, "../../../../../../../../etc/passwd"),
-                Damage::Huge => tree.add_file(&path, format!("{}\n", "9".repeat(200)).into_bytes()),
-            }
-        }
+        apply(&mut tree, &hits);
         let inv = read_host(&tree);
         // Whatever survived is still self-consistent enough to print.
+        prop_assert!(serde_json::to_string(&inv).is_ok());
+    }
+
+    /// The RoCE LAG tree: bond files, member files and /etc/nccl.conf damaged alike.
+    #[test]
+    fn damaged_bond_trees_never_panic(hits in proptest::collection::vec((any::<prop::sample::Index>(), damage()), 1..12)) {
+        let mut tree = snapshot::capture(Path::new(BOND_ROOT), false).0;
+        apply(&mut tree, &hits);
+        let inv = read_host(&tree);
         prop_assert!(serde_json::to_string(&inv).is_ok());
     }
 

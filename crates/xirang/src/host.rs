@@ -145,6 +145,43 @@ pub(crate) fn render(inv: &HostInventory) -> String {
         }
         let _ = writeln!(s, "Network interfaces\n{t}\n");
     }
+    if !inv.bonds.is_empty() {
+        let mut t = table(&["bond", "mode", "hash policy", "members", "RDMA", "spreads QPs"]);
+        let named = |c: &Option<xirang_host::inventory::CodedState>| {
+            c.as_ref()
+                .map_or("-".to_string(), |c| format!("{} {}", c.name, c.code))
+        };
+        for b in &inv.bonds {
+            let members: Vec<String> = b
+                .members
+                .iter()
+                .map(|m| format!("{} ({})", m.name, m.mii_status.as_deref().unwrap_or("?")))
+                .collect();
+            let rdma = match (&b.roce_lag, b.rdma_devices.as_slice()) {
+                (Some(lag), _) => format!("RoCE LAG {lag}"),
+                (None, []) => "-".to_string(),
+                (None, devs) => format!("separate: {}", devs.join(", ")),
+            };
+            t.add_row(vec![
+                b.name.clone(),
+                named(&b.mode),
+                named(&b.xmit_hash_policy),
+                members.join(", "),
+                rdma,
+                match b.spreads_qps() {
+                    Some(true) => "yes",
+                    Some(false) => "no",
+                    None => "?",
+                }
+                .to_string(),
+            ]);
+        }
+        let _ = writeln!(s, "Bonds\n{t}\n");
+    }
+    if !inv.nccl_conf.is_empty() {
+        let lines: Vec<String> = inv.nccl_conf.iter().map(|(k, v)| format!("  {k}={v}")).collect();
+        let _ = writeln!(s, "NCCL settings (/etc/nccl.conf)\n{}\n", lines.join("\n"));
+    }
     let devs: Vec<_> = inv.pci.iter().filter(|f| f.role != PciRole::Bridge).collect();
     if devs.is_empty() {
         s.push_str("PCIe: no NIC or GPU functions found under /sys/bus/pci/devices\n\n");
