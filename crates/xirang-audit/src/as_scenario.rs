@@ -73,13 +73,20 @@ pub fn to_scenario(c: &Cluster, name: &str) -> (ExplicitTopology, String) {
             };
             let Some(link) = pcie(f) else { continue };
             let speed = d.ports.iter().filter_map(|p| p.rate_gbps).fold(0.0_f64, f64::max);
+            // A RoCE LAG device is one NIC over its bond's members, a port each; its
+            // rate is one member's (docs/reference/nic-aggregation.md §2).
+            let members = h
+                .bonds
+                .iter()
+                .find(|b| b.roce_lag.as_deref() == Some(d.name.as_str()))
+                .map_or(0, |b| b.members.len());
             spec.nics.push(NicSpec {
                 name: d.name.clone(),
                 model: d.hca_type.clone().unwrap_or_else(|| "unknown".into()),
                 firmware: d.fw_ver.clone().unwrap_or_default(),
                 pcie_switch: add_switch(f),
                 pcie: link,
-                ports: u16::try_from(d.ports.len().max(1)).unwrap_or(1),
+                ports: u16::try_from(d.ports.len().max(members).max(1)).unwrap_or(1),
                 speed_gbps: if speed > 0.0 { speed } else { 100.0 },
             });
             if let Some(m) = h.netdev_of(d).and_then(|n| n.mtu_bytes) {
@@ -149,15 +156,29 @@ pub fn to_scenario(c: &Cluster, name: &str) -> (ExplicitTopology, String) {
                 .map(|m| m as f64 / 1000.0);
             if let (Some(host), Some(nic)) = (&cable.host, &cable.nic) {
                 let h = c.hosts.iter().find(|x| &x.hostname == host);
-                let dev = h.and_then(|h| h.rdma.iter().find(|d| &d.name == nic || d.netdevs.contains(nic)));
+                // A bond member's cable ends at its port of the RoCE LAG device.
+                let member = h.and_then(|h| {
+                    h.bonds.iter().find_map(|b| {
+                        let lag = b.roce_lag.as_ref()?;
+                        let i = b.members.iter().position(|m| &m.name == nic)?;
+                        Some((h.rdma.iter().find(|d| &d.name == lag)?, i + 1))
+                    })
+                });
+                let dev = member.map(|(d, _)| d).or_else(|| {
+                    h.and_then(|h| h.rdma.iter().find(|d| &d.name == nic || d.netdevs.contains(nic)))
+                });
                 let Some(dev) = dev else { continue };
+                let end = match member {
+                    Some((_, port)) => format!("{host}/{}/{port}", dev.name),
+                    None => format!("{host}/{}", dev.name),
+                };
                 let rate = dev
                     .ports
                     .iter()
                     .filter_map(|p| p.rate_gbps)
                     .fold(0.0_f64, f64::max);
                 topo.links.push(LinkSpec {
-                    a: format!("{host}/{}", dev.name),
+                    a: end,
                     b: sw_end,
                     rate_gbps: if rate > 0.0 {
                         rate

@@ -125,6 +125,11 @@ pub struct Policy {
     /// Allowed firmware per model.
     #[serde(default)]
     pub firmware: Vec<FirmwareRule>,
+    /// The NIC layout hosts should use, as `xirang nccl advise` or `xirang tune`
+    /// recommend it: `independent` (one RDMA device per port) or `lag` (RoCE LAG bonds);
+    /// unset: no expectation.
+    #[serde(default)]
+    pub nic_layout: Option<xirang_fabric::topology::Aggregate>,
 }
 
 fn default_prio() -> u8 {
@@ -141,6 +146,7 @@ impl Default for Policy {
             roce_dscp: DEFAULT_ROCE_DSCP,
             mtu_bytes: None,
             firmware: Vec::new(),
+            nic_layout: None,
         }
     }
 }

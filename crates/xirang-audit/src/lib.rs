@@ -5,11 +5,12 @@
 //!
 //! - [`cluster`]: loading hosts (directories or snapshots), SONiC switch configs, the
 //!   cabling and the policy;
-//! - [`rules`]: the rules and their findings;
+//! - [`rules`]: the rules and their findings; [`bonds`]: those on bonds and NIC layout;
 //! - [`report`]: table, JSON and SARIF renderings;
 //! - [`as_scenario`]: inventory → explicit topology scenario.
 
 pub mod as_scenario;
+pub mod bonds;
 pub mod cluster;
 pub mod report;
 pub mod rules;

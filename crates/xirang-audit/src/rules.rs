@@ -84,6 +84,31 @@ pub struct RuleInfo {
 /// Every rule the audit runs.
 pub const RULES: &[RuleInfo] = &[
     RuleInfo {
+        id: "PHY-BOND-MEMBER-DOWN",
+        layer: Layer::Physical,
+        title: "a bond member's link is down",
+    },
+    RuleInfo {
+        id: "NET-BOND-NO-LAG",
+        layer: Layer::Network,
+        title: "RDMA uses a bond's addresses through separate devices (no RoCE LAG): no spreading, no failover",
+    },
+    RuleInfo {
+        id: "NET-BOND-HASH",
+        layer: Layer::Network,
+        title: "a bond carrying RDMA whose mode or hash policy cannot spread queue pairs over its members",
+    },
+    RuleInfo {
+        id: "NET-NIC-LAYOUT",
+        layer: Layer::Network,
+        title: "NIC ports bonded or independent against the policy's nic_layout (the simulated recommendation)",
+    },
+    RuleInfo {
+        id: "APP-BOND-NCCL-QPS",
+        layer: Layer::Application,
+        title: "NCCL with fewer queue pairs per connection than its RoCE LAG device has ports",
+    },
+    RuleInfo {
         id: "PHY-FW-DRIFT",
         layer: Layer::Physical,
         title: "NICs of one model run different firmware",
@@ -275,6 +300,7 @@ pub fn audit(c: &Cluster) -> Vec<Finding> {
     dcqcn_drift(c, &mut f);
     gids(c, &mut f);
     tclass(c, &mut f);
+    crate::bonds::check(c, &mut f);
     inputs(c, &mut f);
     f.sort_by(|a, b| (a.layer, a.severity, a.rule, &a.entity).cmp(&(b.layer, b.severity, b.rule, &b.entity)));
     f

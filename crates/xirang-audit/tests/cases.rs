@@ -36,6 +36,10 @@ struct Case {
     append: Vec<(String, String)>,
     #[serde(default)]
     policy: Option<String>,
+    /// [host directory under hosts/, a host tree under crates/]: the host replaced by
+    /// that tree (applied first), for hosts the fixture cluster has no example of.
+    #[serde(default)]
+    host_tree: Vec<(String, String)>,
     expect: Vec<(String, String)>,
     #[serde(default)]
     severity: Vec<String>,
@@ -70,6 +74,13 @@ fn load(root: &Path) -> Cluster {
 }
 
 fn apply(root: &Path, case: &Case) {
+    for (host, tree) in &case.host_tree {
+        let dir = root.join("hosts").join(host);
+        std::fs::remove_dir_all(&dir).unwrap_or_else(|e| panic!("case `{}`: {host}: {e}", case.name));
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(tree);
+        assert!(src.is_dir(), "case `{}`: no tree {}", case.name, src.display());
+        copy_tree(&src, &dir);
+    }
     for (path, text) in &case.write {
         let p = root.join(path);
         assert!(
@@ -87,6 +98,7 @@ fn apply(root: &Path, case: &Case) {
             "case `{}` creates {path}, which already exists",
             case.name
         );
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
         std::fs::write(p, text).unwrap();
     }
     for (path, capture) in &case.append {
@@ -341,4 +353,38 @@ fn inventory_converts_into_a_loadable_fabric() {
             .iter()
             .all(|s| s.ports.iter().all(|p| p.mtu_bytes == 9100))
     );
+}
+
+/// A RoCE LAG host becomes one NIC with a port per bond member in the fabric model, each
+/// port cabled where the member is.
+#[test]
+fn a_roce_lag_host_converts_into_a_bonded_nic() {
+    let cases = cases();
+    let case = cases
+        .case
+        .iter()
+        .find(|c| c.name == "RoCE LAG host, healthy")
+        .expect("the case exists");
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("cluster");
+    copy_tree(&Path::new(DATA).join("cluster"), &root);
+    apply(&root, case);
+    let (_, text) = as_scenario::to_scenario(&load(&root), "lag-cluster");
+    let file = dir.path().join("audited.toml");
+    std::fs::write(&file, &text).unwrap();
+    let loaded = xirang_fabric::scenario::Scenario::load(&file).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    let fab = &loaded.fabric;
+    let h1 = fab.host_by_name("h1").unwrap();
+    let nics = &fab.hosts[h1.index()].nics;
+    assert_eq!(nics.len(), 1);
+    let nic = &fab.nics[nics[0].index()];
+    assert_eq!(nic.name, "mlx5_bond_0");
+    assert_eq!(nic.ports.len(), 2);
+    let leaves: Vec<String> = (0..2)
+        .map(|p| {
+            let at = fab.attached_switch(nics[0], p).expect("each member is cabled");
+            fab.port_name(at)
+        })
+        .collect();
+    assert_eq!(leaves, ["leaf1:0", "leaf2:0"]);
 }
