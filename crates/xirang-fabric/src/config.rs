@@ -76,6 +76,37 @@ pub struct IntraHostConfig {
     /// GPU (4-GPU boards): enables NVLink SHARP (NCCL's NVLS algorithms) on Hopper and later
     /// (docs/reference/collectives-and-nccl.md §1).
     pub nvswitch: bool,
+    /// The `xmit_hash_policy` of the hosts' bonds, which places a bonded NIC's QPs on its
+    /// ports: `layer3+4` (IPs and UDP ports: QPs spread) or `layer2+3` / `layer2` (every
+    /// QP between two hosts on one port) (docs/reference/nic-aggregation.md §1.3, §4).
+    #[serde(skip_serializing_if = "BondHash::is_default")]
+    pub bond_hash_policy: BondHash,
+}
+
+/// A bond's transmit hash policy, as the simulator distinguishes them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum BondHash {
+    /// IPs and L4 ports (`layer3+4`, and `encap3+4` alike).
+    #[default]
+    #[serde(rename = "layer3+4")]
+    Layer3Plus4,
+    /// MACs and IPs (`layer2+3`, and `encap2+3` alike).
+    #[serde(rename = "layer2+3")]
+    Layer2Plus3,
+    /// MACs (`layer2`).
+    #[serde(rename = "layer2")]
+    Layer2,
+}
+
+impl BondHash {
+    fn is_default(&self) -> bool {
+        *self == BondHash::default()
+    }
+
+    /// Whether QPs between one pair of hosts can land on different members.
+    pub fn uses_ports(self) -> bool {
+        self == BondHash::Layer3Plus4
+    }
 }
 
 impl Default for IntraHostConfig {
@@ -84,6 +115,7 @@ impl Default for IntraHostConfig {
             nvlink_gbps: H100_NVLINK_GBPS,
             nvlink_latency_us: NVLINK_LATENCY_US,
             nvswitch: true,
+            bond_hash_policy: BondHash::default(),
         }
     }
 }

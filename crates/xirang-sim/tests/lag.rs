@@ -257,3 +257,20 @@ fn bond_ports_must_divide_the_ports() {
         "{msg}"
     );
 }
+
+/// A hash policy without L4 ports (layer2+3) puts every QP of a host pair on one member,
+/// as the audit's NET-BOND-HASH rule says; layer3+4 spreads the same QPs.
+#[test]
+fn a_policy_without_ports_keeps_a_host_pair_on_one_member() {
+    let list: Vec<String> = (0..8)
+        .map(|_| r#"{ src = "h0", dst = "h2", bytes = 1_000_000 }"#.to_string())
+        .collect();
+    let layer23 =
+        fabric("lag", 4, &list.join(", "), "") + "\n[config.intra_host]\nbond_hash_policy = \"layer2+3\"\n";
+    let r = run(&layer23);
+    let (a, b) = (sent(&r, "h0/mlx5_bond_0/1"), sent(&r, "h0/mlx5_bond_0/2"));
+    assert!(a.min(b) == 0 && a.max(b) >= 8_000_000, "one member: {a} and {b}");
+    let r = run(&fabric("lag", 4, &list.join(", "), ""));
+    let (a, b) = (sent(&r, "h0/mlx5_bond_0/1"), sent(&r, "h0/mlx5_bond_0/2"));
+    assert!(a.min(b) > 1_000_000, "layer3+4 spreads 32 QPs: {a} and {b}");
+}

@@ -598,6 +598,7 @@ impl<Q: Queue> Sim<Q> {
                 &sim.switches,
                 opts.ecmp,
                 opts.hot_switch,
+                config.intra_host.bond_hash_policy,
             );
             rb.compute(&requests, &mut sim.routes, &sim.switches)
         };

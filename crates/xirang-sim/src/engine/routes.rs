@@ -5,6 +5,7 @@
 
 use std::collections::VecDeque;
 
+use xirang_fabric::config::BondHash;
 use xirang_fabric::model::{Fabric, NicId, Node, SwitchId};
 use xirang_fabric::routing::{Adj, Graph};
 use xirang_fabric::scenario::EcmpMode;
@@ -22,6 +23,8 @@ const HOT_HASH_SALT: u32 = 0x9e37_79b9;
 /// Seed of a bonded NIC's member choice: any fixed value independent of the switches'
 /// ECMP seeds, so that a QP's member and its first ECMP choice are not correlated.
 const LAG_HASH_SEED: u32 = 0x4c41_4721;
+/// The source and destination IPs at the head of a route key.
+const ADDRESS_BYTES: usize = 8;
 
 /// Every route of a run, back to back: a route is the run of egress ports starting at its
 /// [`RouteId`] and ending at the port whose peer is a NIC.
@@ -115,6 +118,8 @@ pub(crate) struct RouteBuilder<'a> {
     /// `ecmp_imbalance`: the favoured switch and the share of flows sent to it, as a
     /// threshold on a 32-bit hash.
     hot_switch: Option<(SwitchId, u64)>,
+    /// How bonded NICs place QPs on their members.
+    bond_hash: BondHash,
     /// The search's work space, kept between destinations.
     dist: Vec<u32>,
     lists: Vec<Vec<Adj>>,
@@ -130,6 +135,7 @@ impl<'a> RouteBuilder<'a> {
         switches: &[SwitchState],
         ecmp: EcmpMode,
         hot_switch: Option<(SwitchId, f64)>,
+        bond_hash: BondHash,
     ) -> Self {
         let graph = Graph::new(fabric);
         // HPCC orders next hops by the addresses of its node objects: hosts (small, heap)
@@ -171,6 +177,7 @@ impl<'a> RouteBuilder<'a> {
             sw_ports,
             hot_switch: hot_switch
                 .map(|(s, share)| (s, (share.clamp(0.0, 1.0) * f64::from(u32::MAX)) as u64)),
+            bond_hash,
             dist: vec![u32::MAX; n],
             lists: vec![Vec::new(); n],
             queue: VecDeque::new(),
@@ -318,7 +325,15 @@ impl<'a> RouteBuilder<'a> {
                     let reachable = |a: &&Adj| self.dist[a.peer as usize] != u32::MAX;
                     let count = graph.adj(at).iter().filter(reachable).count();
                     let a = if count > 1 {
-                        let pick = murmur3_32(&bytes, LAG_HASH_SEED) as usize % count;
+                        // Without L4 ports in the hash, only the addresses count: every
+                        // QP of one host pair on one member (MACs follow the addresses
+                        // here, so layer2 behaves as layer2+3).
+                        let fields = if self.bond_hash.uses_ports() {
+                            &bytes[..]
+                        } else {
+                            &bytes[..ADDRESS_BYTES]
+                        };
+                        let pick = murmur3_32(fields, LAG_HASH_SEED) as usize % count;
                         *graph
                             .adj(at)
                             .iter()
