@@ -598,8 +598,8 @@ impl<Q: Queue> Sim<Q> {
                 &sim.switches,
                 opts.ecmp,
                 opts.hot_switch,
-                config.intra_host.bond_hash_policy,
-            );
+            )
+            .with_bond_hash(config.intra_host.bond_hash_policy);
             rb.compute(&requests, &mut sim.routes, &sim.switches)
         };
         sim.add_flows(fabric, config, flows, &eager, &routes[..eager.requests.len()]);

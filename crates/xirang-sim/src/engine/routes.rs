@@ -135,7 +135,6 @@ impl<'a> RouteBuilder<'a> {
         switches: &[SwitchState],
         ecmp: EcmpMode,
         hot_switch: Option<(SwitchId, f64)>,
-        bond_hash: BondHash,
     ) -> Self {
         let graph = Graph::new(fabric);
         // HPCC orders next hops by the addresses of its node objects: hosts (small, heap)
@@ -177,11 +176,17 @@ impl<'a> RouteBuilder<'a> {
             sw_ports,
             hot_switch: hot_switch
                 .map(|(s, share)| (s, (share.clamp(0.0, 1.0) * f64::from(u32::MAX)) as u64)),
-            bond_hash,
+            bond_hash: BondHash::default(),
             dist: vec![u32::MAX; n],
             lists: vec![Vec::new(); n],
             queue: VecDeque::new(),
         }
+    }
+
+    /// Places bonded NICs' QPs by `policy` (default: layer3+4).
+    pub(crate) fn with_bond_hash(mut self, policy: BondHash) -> Self {
+        self.bond_hash = policy;
+        self
     }
 
     fn target(&self, dst: NicId) -> Target {
