@@ -13,7 +13,7 @@ fn advise(file: &str) -> LayoutAdvice {
         .join("../../scenarios")
         .join(file);
     let loaded = Scenario::load(&p).unwrap_or_else(|e| panic!("{e}"));
-    let a = compare(&loaded, &[1, 2], &mut |_| {}).unwrap_or_else(|e| panic!("{e}"));
+    let a = compare(&loaded, &[1, 2, 3], &mut |_| {}).unwrap_or_else(|e| panic!("{e}"));
     eprintln!("{file}: {}", serde_json::to_string_pretty(&a).unwrap());
     a
 }
@@ -42,5 +42,24 @@ fn bonded_ports_win_inference_and_survive_a_member_down() {
         c.independent.member_down.is_none(),
         "the lone port does not: {:?}",
         c.independent
+    );
+}
+
+/// The same inference hosts with a bond policy that ignores UDP ports (layer2+3): a host
+/// pair's queue pairs share one member, the speed advantage is gone, and bonds are kept
+/// only for surviving a member failure.
+#[test]
+fn bonds_without_l4_hashing_win_only_by_surviving() {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/nic-layout-inference.toml");
+    let mut loaded = Scenario::load(&p).unwrap_or_else(|e| panic!("{e}"));
+    loaded.scenario.config.intra_host.bond_hash_policy = xirang_fabric::config::BondHash::Layer2Plus3;
+    let a = compare(&loaded, &[1, 2, 3], &mut |_| {}).unwrap_or_else(|e| panic!("{e}"));
+    let c = &a.classes[0];
+    eprintln!("{}", serde_json::to_string_pretty(c).unwrap());
+    assert_eq!(c.winner, Aggregate::Lag, "{}", c.reason);
+    assert!(
+        c.reason.contains("no clear difference") && c.reason.contains("survives"),
+        "{}",
+        c.reason
     );
 }

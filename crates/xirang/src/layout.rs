@@ -7,8 +7,8 @@ use xirang_tune::layout::{Figures, LayoutAdvice, compare};
 
 use crate::cmd::table;
 
-/// Healthy runs per layout: the scenario's seed and the next one.
-const SEEDS: u64 = 2;
+/// Healthy runs per layout: the scenario's seed and the next two.
+const SEEDS: u64 = 3;
 
 /// Compares the layouts when the scenario asks (its host template sets `aggregate`).
 pub(crate) fn if_asked(loaded: &Loaded, quiet: bool) -> Result<Option<LayoutAdvice>> {
