@@ -21,7 +21,7 @@ use crate::eval::{ClassMetrics, Evaluator, RunMetrics};
 
 /// Relative difference of two layouts' mean metrics below which neither wins on speed.
 /// A layout must also be better on every seed, paired: the inference class's p99 moves by
-/// up to 2.3x from seed to seed under one layout (BENCHMARKS.md "NIC layout"), so a mean
+/// up to 2.3x from seed to seed under one layout (VALIDATION.md "NIC layout"), so a mean
 /// alone could be one lucky seed.
 pub const TIE_MARGIN: f64 = 0.03;
 
