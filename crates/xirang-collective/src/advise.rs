@@ -180,10 +180,20 @@ pub fn advise(loaded: &Loaded) -> Result<Advice, String> {
         .unwrap_or(1) as u32;
     let paths = multipath(fabric, &hs);
     if bond_ports > 1 {
+        let compared = loaded
+            .scenario
+            .topology
+            .host()
+            .is_some_and(|h| h.aggregate.is_some());
         warnings.push(format!(
-            "`{}` uses bonded devices ({}): each QP uses one member port, and NCCL's maintainers recommend exposing the ports as separate devices, which NCCL merges itself (NCCL_IB_MERGE_NICS=1) with one QP per port; `xirang nccl advise` on the scenario with `aggregate` set compares both layouts",
+            "`{}` uses bonded devices ({}): each QP uses one member port, and NCCL's maintainers recommend exposing the ports as separate devices, which NCCL merges itself (NCCL_IB_MERGE_NICS=1) with one QP per port{}",
             first.name,
-            order.join(", ")
+            order.join(", "),
+            if compared {
+                ""
+            } else {
+                "; set `aggregate` in the scenario's host template and `xirang nccl advise` simulates both layouts"
+            }
         ));
         let qps = bond_ports.max(if paths > 1 { MULTIPATH_QPS } else { 1 });
         settings.push(Setting {

@@ -7,6 +7,16 @@ use xirang_tune::layout::{Figures, LayoutAdvice, compare};
 
 use crate::cmd::table;
 
+/// A command's JSON result with the layout comparison after its own fields (`nic_layout`,
+/// absent when the scenario did not ask), keeping the result's field order.
+#[derive(serde::Serialize)]
+pub(crate) struct WithLayout<'a, T: serde::Serialize> {
+    #[serde(flatten)]
+    pub(crate) result: &'a T,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) nic_layout: Option<&'a LayoutAdvice>,
+}
+
 /// Healthy runs per layout: the scenario's seed and the next two.
 const SEEDS: u64 = 3;
 

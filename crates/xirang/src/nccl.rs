@@ -262,10 +262,10 @@ pub(crate) fn advise(a: &NcclAdviseArgs) -> Result<Outcome> {
         .into_owned();
     crate::cmd::write_atomic(dir, &name, &env)?;
     if a.json {
-        let mut v = serde_json::to_value(&advice)?;
-        if let (Some(l), Some(obj)) = (&layout, v.as_object_mut()) {
-            obj.insert("nic_layout".to_string(), serde_json::to_value(l)?);
-        }
+        let v = crate::layout::WithLayout {
+            result: &advice,
+            nic_layout: layout.as_ref(),
+        };
         out(&(serde_json::to_string_pretty(&v)? + "\n"))?;
         return Ok(Outcome::Clean);
     }

@@ -171,10 +171,10 @@ pub(crate) fn run(a: &TuneArgs) -> Result<Outcome> {
     let html = xirang_tune::report::html(&cx, &result, &space, &samples);
     write_atomic(&dir, REPORT, &html)?;
     if a.json {
-        let mut v = serde_json::to_value(&result)?;
-        if let (Some(l), Some(obj)) = (&layout, v.as_object_mut()) {
-            obj.insert("nic_layout".to_string(), serde_json::to_value(l)?);
-        }
+        let v = crate::layout::WithLayout {
+            result: &result,
+            nic_layout: layout.as_ref(),
+        };
         out(&(serde_json::to_string_pretty(&v)? + "\n"))?;
     } else {
         let mut text = render(&result, &loaded.scenario.tune, &dir, &artifacts);

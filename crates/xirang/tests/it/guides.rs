@@ -202,7 +202,7 @@ fn the_matcher_takes_what_the_guide_readme_says() {
 }
 
 /// Every page of the guide has its test below.
-const PAGES: [&str; 8] = [
+const PAGES: [&str; 9] = [
     "simulate.md",
     "tune.md",
     "collectives.md",
@@ -211,6 +211,7 @@ const PAGES: [&str; 8] = [
     "diagnose.md",
     "rollout.md",
     "memreg.md",
+    "nic-layout.md",
 ];
 
 #[test]
@@ -274,6 +275,11 @@ fn guide_rollout() {
 #[test]
 fn guide_memreg() {
     check_page("memreg.md");
+}
+
+#[test]
+fn guide_nic_layout() {
+    check_page("nic-layout.md");
 }
 
 /// Every `docs/reference/<file>.md` cited in the repository's sources, scenarios and
