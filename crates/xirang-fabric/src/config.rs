@@ -81,6 +81,29 @@ pub struct IntraHostConfig {
     /// QP between two hosts on one port) (docs/reference/nic-aggregation.md §1.3, §4).
     #[serde(skip_serializing_if = "BondHash::is_default")]
     pub bond_hash_policy: BondHash,
+    /// How a RoCE LAG device places its QPs on ports: `hash` (the port-selection table
+    /// hashes each QP's headers by `bond_hash_policy`; mainline's default where firmware
+    /// supports it) or `queue_affinity` (each new QP takes the next port, round-robin,
+    /// whatever the policy; older kernels and firmware) (docs/reference/nic-aggregation.md §2.1).
+    #[serde(skip_serializing_if = "LagPortSelect::is_default")]
+    pub lag_port_select: LagPortSelect,
+}
+
+/// How a RoCE LAG device chooses a QP's port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LagPortSelect {
+    /// A hash of the QP's header fields.
+    #[default]
+    Hash,
+    /// Round-robin over the ports as QPs are created.
+    QueueAffinity,
+}
+
+impl LagPortSelect {
+    fn is_default(&self) -> bool {
+        *self == LagPortSelect::default()
+    }
 }
 
 /// A bond's transmit hash policy, as the simulator distinguishes them.
@@ -116,6 +139,7 @@ impl Default for IntraHostConfig {
             nvlink_latency_us: NVLINK_LATENCY_US,
             nvswitch: true,
             bond_hash_policy: BondHash::default(),
+            lag_port_select: LagPortSelect::default(),
         }
     }
 }

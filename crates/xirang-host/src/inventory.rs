@@ -60,7 +60,14 @@ pub struct Bond {
     /// The RoCE LAG device over the bond: the one RDMA device using it, when the bond has
     /// several members (mlx5 replaces the members' devices by one, `mlx5_bond_N`).
     pub roce_lag: Option<String>,
+    /// How the LAG places QPs on ports, where the driver says (`hash` or
+    /// `queue_affinity`, from MLNX_OFED's `compat/devlink/lag_port_select_mode` of the first
+    /// member that has it; mainline kernels do not expose it in sysfs).
+    pub port_select_mode: Option<String>,
 }
+
+/// `lag_port_select_mode` of a LAG that places QPs round-robin as they are created.
+pub const QUEUE_AFFINITY: &str = "queue_affinity";
 
 /// Bonding modes whose transmit hash policy places the traffic (balance-xor, 802.3ad).
 pub const HASHED_BOND_MODES: [u8; 2] = [2, 4];
@@ -71,13 +78,18 @@ pub const ROCE_LAG_BOND_MODES: [u8; 3] = [1, 2, 4];
 pub const L4_HASH_POLICIES: [u8; 2] = [1, 4];
 
 impl Bond {
-    /// Whether the bond's policy spreads RoCE QPs between one pair of hosts over its
-    /// members: a hashed mode with an L4 policy (docs/reference/nic-aggregation.md §1.3).
+    /// Whether the bond spreads RoCE QPs between one pair of hosts over its members: a
+    /// hashed mode with an L4 policy, or a RoCE LAG in queue affinity
+    /// (docs/reference/nic-aggregation.md §1.3, §2.1).
     /// `None` when the mode or policy is unknown.
     pub fn spreads_qps(&self) -> Option<bool> {
         let mode = self.mode.as_ref()?.code;
         if !HASHED_BOND_MODES.contains(&mode) {
             return Some(false);
+        }
+        // Queue affinity takes each new QP to the next port whatever the policy.
+        if self.roce_lag.is_some() && self.port_select_mode.as_deref() == Some(QUEUE_AFFINITY) {
+            return Some(true);
         }
         Some(L4_HASH_POLICIES.contains(&self.xmit_hash_policy.as_ref()?.code))
     }

@@ -785,8 +785,16 @@ impl Reader<'_> {
                 [one] if members.len() > 1 => Some(one.clone()),
                 _ => None,
             };
+            let port_select_mode = members.iter().find_map(|m| {
+                self.text(&format!(
+                    "sys/class/net/{}/compat/devlink/lag_port_select_mode",
+                    m.name
+                ))
+                .filter(|t| !t.is_empty())
+            });
             out.push(Bond {
                 name: nd.name.clone(),
+                port_select_mode,
                 mode: self.named_number(&at("mode")),
                 xmit_hash_policy: self.named_number(&at("xmit_hash_policy")),
                 miimon_ms: self.parsed(&at("miimon"), "an interval in ms", |t| t.parse().ok()),

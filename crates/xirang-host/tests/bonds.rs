@@ -117,6 +117,7 @@ fn malformed_bond_files_and_conf_lines_are_problems_with_their_place() {
     let inv = read_host(&DirTree::new(dir.path()));
     let b = &inv.bonds[0];
     assert!(b.mode.is_none() && b.miimon_ms.is_none());
+    assert_eq!(b.port_select_mode, None, "mainline kernels do not expose it");
     assert_eq!(b.spreads_qps(), None, "unknown mode: unknown");
     let problems: Vec<String> = inv
         .problems
@@ -142,4 +143,24 @@ fn a_snapshot_keeps_the_bond_and_the_nccl_conf() {
     assert_eq!(inv.bonds[0].roce_lag.as_deref(), Some("mlx5_bond_0"));
     assert_eq!(inv.bonds[0].members.len(), 2);
     assert!(!inv.nccl_conf.is_empty());
+}
+
+/// MLNX_OFED's port-selection file: queue affinity spreads a host pair's QPs whatever
+/// the hash policy.
+#[test]
+fn queue_affinity_from_ofed_spreads_whatever_the_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    copy_tree(&tree("roce-lag"), dir.path());
+    let bonding = dir.path().join("sys/class/net/bond0/bonding");
+    std::fs::write(bonding.join("xmit_hash_policy"), "layer2 0\n").unwrap();
+    assert_eq!(
+        read_host(&DirTree::new(dir.path())).bonds[0].spreads_qps(),
+        Some(false)
+    );
+    let compat = dir.path().join("sys/class/net/ens1f1np1/compat/devlink");
+    std::fs::create_dir_all(&compat).unwrap();
+    std::fs::write(compat.join("lag_port_select_mode"), "queue_affinity\n").unwrap();
+    let inv = read_host(&DirTree::new(dir.path()));
+    assert_eq!(inv.bonds[0].port_select_mode.as_deref(), Some("queue_affinity"));
+    assert_eq!(inv.bonds[0].spreads_qps(), Some(true));
 }

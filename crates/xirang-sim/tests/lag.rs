@@ -274,3 +274,18 @@ fn a_policy_without_ports_keeps_a_host_pair_on_one_member() {
     let (a, b) = (sent(&r, "h0/mlx5_bond_0/1"), sent(&r, "h0/mlx5_bond_0/2"));
     assert!(a.min(b) > 1_000_000, "layer3+4 spreads 32 QPs: {a} and {b}");
 }
+
+/// Queue affinity (older kernels and firmware) gives each new QP the next port whatever
+/// the hash policy: the same 32 QPs of one host pair split evenly even under layer2+3.
+#[test]
+fn queue_affinity_alternates_ports_whatever_the_policy() {
+    let list: Vec<String> = (0..8)
+        .map(|_| r#"{ src = "h0", dst = "h2", bytes = 1_000_000 }"#.to_string())
+        .collect();
+    let text = fabric("lag", 4, &list.join(", "), "")
+        + "\n[config.intra_host]\nbond_hash_policy = \"layer2+3\"\nlag_port_select = \"queue_affinity\"\n";
+    let r = run(&text);
+    let (a, b) = (sent(&r, "h0/mlx5_bond_0/1"), sent(&r, "h0/mlx5_bond_0/2"));
+    let share = a as f64 / (a + b) as f64;
+    assert!((0.45..=0.55).contains(&share), "round-robin halves: {a} and {b}");
+}

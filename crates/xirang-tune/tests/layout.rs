@@ -63,3 +63,19 @@ fn bonds_without_l4_hashing_win_only_by_surviving() {
         c.reason
     );
 }
+
+/// Under queue affinity (older kernels and firmware) a bond's QPs take its ports in
+/// turn, so each bond's two channels land on different ports: the bonds come within the
+/// margin of independent ports, and independent ports are kept only as NCCL's preference.
+#[test]
+fn queue_affinity_bonds_come_close_on_training() {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/nic-layout-training.toml");
+    let mut loaded = Scenario::load(&p).unwrap_or_else(|e| panic!("{e}"));
+    loaded.scenario.config.intra_host.lag_port_select = xirang_fabric::config::LagPortSelect::QueueAffinity;
+    let a = compare(&loaded, &[1, 2, 3], &mut |_| {}).unwrap_or_else(|e| panic!("{e}"));
+    let c = &a.classes[0];
+    let (ind, lag) = (c.independent.healthy.unwrap(), c.lag.healthy.unwrap());
+    assert!(lag < ind * 1.05, "within 5 %: {ind} against {lag}");
+    assert_eq!(c.winner, Aggregate::Independent, "{}", c.reason);
+    assert!(c.reason.contains("as NCCL's maintainers prefer"), "{}", c.reason);
+}

@@ -215,11 +215,13 @@ pub(crate) fn route_requests(
             src,
             dst,
             key: [src_ip, dst_ip, u32::from(sport) | (u32::from(dport) << 16)],
+            ack: false,
         },
         RouteRequest {
             src: dst,
             dst: src,
             key: [dst_ip, src_ip, u32::from(dport) | (u32::from(sport) << 16)],
+            ack: true,
         },
     ]
 }

@@ -599,7 +599,10 @@ impl<Q: Queue> Sim<Q> {
                 opts.ecmp,
                 opts.hot_switch,
             )
-            .with_bond_hash(config.intra_host.bond_hash_policy);
+            .with_bonds(
+                config.intra_host.bond_hash_policy,
+                config.intra_host.lag_port_select,
+            );
             rb.compute(&requests, &mut sim.routes, &sim.switches)
         };
         sim.add_flows(fabric, config, flows, &eager, &routes[..eager.requests.len()]);

@@ -5,7 +5,7 @@
 
 use std::collections::VecDeque;
 
-use xirang_fabric::config::BondHash;
+use xirang_fabric::config::{BondHash, LagPortSelect};
 use xirang_fabric::model::{Fabric, NicId, Node, SwitchId};
 use xirang_fabric::routing::{Adj, Graph};
 use xirang_fabric::scenario::EcmpMode;
@@ -94,6 +94,8 @@ pub(crate) struct RouteRequest {
     pub(crate) src: NicId,
     pub(crate) dst: NicId,
     pub(crate) key: [u32; 3],
+    /// The ACK direction of a QP (from its responder).
+    pub(crate) ack: bool,
 }
 
 /// Where the next-hop search for a destination starts: its leaf when the destination NIC
@@ -120,6 +122,7 @@ pub(crate) struct RouteBuilder<'a> {
     hot_switch: Option<(SwitchId, u64)>,
     /// How bonded NICs place QPs on their members.
     bond_hash: BondHash,
+    port_select: LagPortSelect,
     /// The search's work space, kept between destinations.
     dist: Vec<u32>,
     lists: Vec<Vec<Adj>>,
@@ -177,15 +180,18 @@ impl<'a> RouteBuilder<'a> {
             hot_switch: hot_switch
                 .map(|(s, share)| (s, (share.clamp(0.0, 1.0) * f64::from(u32::MAX)) as u64)),
             bond_hash: BondHash::default(),
+            port_select: LagPortSelect::default(),
             dist: vec![u32::MAX; n],
             lists: vec![Vec::new(); n],
             queue: VecDeque::new(),
         }
     }
 
-    /// Places bonded NICs' QPs by `policy` (default: layer3+4).
-    pub(crate) fn with_bond_hash(mut self, policy: BondHash) -> Self {
+    /// Places bonded NICs' QPs by `select` and, when it hashes, `policy` (default: hash
+    /// by layer3+4).
+    pub(crate) fn with_bonds(mut self, policy: BondHash, select: LagPortSelect) -> Self {
         self.bond_hash = policy;
+        self.port_select = select;
         self
     }
 
@@ -217,6 +223,27 @@ impl<'a> RouteBuilder<'a> {
             .map(|(i, r)| (self.target(r.dst), i as u32))
             .collect();
         order.sort_unstable();
+        // Queue affinity: each QP a bonded NIC sends data from takes the NIC's next port as
+        // it is created; requests come in creation order (the flows, then each collective's
+        // connections). The ACK direction keeps the hash: the simulator gives every flow its
+        // own QP pair where a service would reuse one connection's QPs both ways, and
+        // counting the responders' QPs too would alternate a server's responses and ACKs
+        // over the ports in lockstep, an artefact of that modelling. ACKs are too small
+        // for their port to matter.
+        let affinity: Vec<Option<u32>> = if self.port_select == LagPortSelect::QueueAffinity {
+            let mut next = vec![0u32; self.fabric.nics.len()];
+            reqs.iter()
+                .map(|r| {
+                    (!r.ack).then(|| {
+                        let n = &mut next[r.src.index()];
+                        *n += 1;
+                        *n - 1
+                    })
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         let mut out = vec![RouteId(u32::MAX); reqs.len()];
         let mut at = 0;
         while at < order.len() {
@@ -227,7 +254,8 @@ impl<'a> RouteBuilder<'a> {
             };
             self.search(root);
             for &(_, i) in &order[at..end] {
-                out[i as usize] = self.walk(&reqs[i as usize], root, target, arena, switches);
+                let turn = affinity.get(i as usize).copied().flatten();
+                out[i as usize] = self.walk(&reqs[i as usize], turn, root, target, arena, switches);
             }
             at = end;
         }
@@ -276,6 +304,7 @@ impl<'a> RouteBuilder<'a> {
     fn walk(
         &self,
         r: &RouteRequest,
+        turn: Option<u32>,
         root: u32,
         target: Target,
         arena: &mut RouteArena,
@@ -338,7 +367,10 @@ impl<'a> RouteBuilder<'a> {
                         } else {
                             &bytes[..ADDRESS_BYTES]
                         };
-                        let pick = murmur3_32(fields, LAG_HASH_SEED) as usize % count;
+                        let pick = match turn {
+                            Some(t) => t as usize % count,
+                            None => murmur3_32(fields, LAG_HASH_SEED) as usize % count,
+                        };
                         *graph
                             .adj(at)
                             .iter()
