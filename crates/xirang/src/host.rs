@@ -158,7 +158,10 @@ pub(crate) fn render(inv: &HostInventory) -> String {
                 .map(|m| format!("{} ({})", m.name, m.mii_status.as_deref().unwrap_or("?")))
                 .collect();
             let rdma = match (&b.roce_lag, b.rdma_devices.as_slice()) {
-                (Some(lag), _) => format!("RoCE LAG {lag}"),
+                (Some(lag), _) => match &b.port_select_mode {
+                    Some(mode) => format!("RoCE LAG {lag} ({mode})"),
+                    None => format!("RoCE LAG {lag}"),
+                },
                 (None, []) => "-".to_string(),
                 (None, devs) => format!("separate: {}", devs.join(", ")),
             };
