@@ -289,3 +289,80 @@ fn queue_affinity_alternates_ports_whatever_the_policy() {
     let share = a as f64 / (a + b) as f64;
     assert!((0.45..=0.55).contains(&share), "round-robin halves: {a} and {b}");
 }
+
+/// The member's link named at the switch end (`leaf0:0` faces h0's first port) fails
+/// over as well.
+#[test]
+fn a_member_down_named_at_the_switch_end_fails_over() {
+    let flows =
+        r#"{ src = "h0", dst = "h2", bytes = 8_000_000 }, { src = "h2", dst = "h0", bytes = 8_000_000 }"#;
+    let fault = "[[faults]]\nkind = \"link_down\"\ntarget = \"leaf0:0\"\nstart_us = 100\n";
+    let r = run(&fabric("lag", 8, flows, fault));
+    for f in &r.flows {
+        assert!(f.fct_ps.is_some(), "{f:?}");
+    }
+}
+
+/// Both members down, then one back: with every member down the mapping is the native
+/// one (mlx5's, docs/reference/nic-aggregation.md §2.2), everything goes to the member that
+/// returns, and a flow that starts while the first member is down still completes.
+#[test]
+fn both_members_down_then_one_back_completes_on_the_returning_one() {
+    let flows = r#"{ src = "h0", dst = "h2", bytes = 4_000_000 }, { src = "h0", dst = "h3", bytes = 4_000_000, start_us = 120 }"#;
+    let faults = "[[faults]]\nkind = \"link_down\"\ntarget = \"h0/mlx5_bond_0/1\"\nstart_us = 100\n\
+                  [[faults]]\nkind = \"link_down\"\ntarget = \"h0/mlx5_bond_0/2\"\nstart_us = 150\nend_us = 400\n";
+    let text = fabric("lag", 8, flows, faults)
+        .replace("[config.transport]\n", "[config.transport]\nib_timeout = 10\n");
+    let r = run(&text);
+    for f in &r.flows {
+        assert!(f.fct_ps.is_some() && !f.failed, "{f:?}");
+    }
+    let b = sent(&r, "h0/mlx5_bond_0/2");
+    assert!(
+        b >= 4_000_000,
+        "the returning member carried most of the 8 MB: {b} bytes"
+    );
+}
+
+/// Two overlapping faults on one link (named at each end, ending at different times):
+/// the link is up only when both have ended, and the traffic returns to it then.
+#[test]
+fn overlapping_faults_on_one_link_keep_it_down_until_the_last_ends() {
+    let flows = r#"{ src = "h0", dst = "h2", bytes = 30_000_000 }"#;
+    let faults = "[[faults]]\nkind = \"link_down\"\ntarget = \"h0/mlx5_bond_0/1\"\nstart_us = 100\nend_us = 300\n\
+                  [[faults]]\nkind = \"link_down\"\ntarget = \"leaf0:0\"\nstart_us = 200\nend_us = 1200\n";
+    let text = fabric("lag", 8, flows, faults)
+        .replace("[config.transport]\n", "[config.transport]\nib_timeout = 10\n");
+    let r = run(&text);
+    assert!(r.flows[0].fct_ps.is_some(), "{:?}", r.flows[0]);
+    // Member 1 carried only what it sent before 100 µs and after 1200 µs: the flow's
+    // QPs came back to it, so it carried more than its first 100 µs.
+    let a = sent(&r, "h0/mlx5_bond_0/1");
+    let before_bytes = (PORT_GBPS * 1e9 / 8.0 * 100e-6) as u64;
+    assert!(a > 2 * before_bytes, "member 1 back after 1200 µs: {a} bytes");
+}
+
+/// A bond of four ports spreads a failed member's QPs over the three survivors (hash
+/// mode, docs/reference/nic-aggregation.md §2.2).
+#[test]
+fn a_four_port_bond_spreads_a_failed_members_qps_over_the_survivors() {
+    let text = fabric(
+        "lag",
+        16,
+        r#"{ src = "h0", dst = "h2", bytes = 16_000_000 }"#,
+        "[[faults]]\nkind = \"link_down\"\ntarget = \"h0/mlx5_bond_0/1\"\nstart_us = 0\n",
+    )
+    .replace("nics = 2\n", "nics = 4\nbond_ports = 4\n")
+    .replace("fabric_rate_gbps = 400", "fabric_rate_gbps = 800");
+    let r = run(&text);
+    assert!(r.flows[0].fct_ps.is_some());
+    let sent_by: Vec<u64> = (1..=4)
+        .map(|p| sent(&r, &format!("h0/mlx5_bond_0/{p}")))
+        .collect();
+    // At most the packet that left at the very instant the link went down.
+    assert!(sent_by[0] < 10_000, "{sent_by:?}");
+    assert!(
+        sent_by[1..].iter().all(|b| *b > 2_000_000),
+        "three survivors share: {sent_by:?}"
+    );
+}

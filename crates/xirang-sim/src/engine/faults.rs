@@ -1,8 +1,9 @@
 //! Injected faults, applied where the hardware would see them and visible only in the
-//! counters it exposes: corruption and link-down loss on packets arriving at a port, MTU
-//! drops, a link trained down (each end's rate), ECN and PFC off on a switch port, a slow
-//! receiver and a degraded PCIe link at a NIC, GPUDirect RDMA off. A fault of a link acts
-//! on each of its two ends by an event of that end's own.
+//! counters it exposes: corruption on packets arriving at a port, loss at both ends of a
+//! link that is down (and a bond's failover around it), MTU drops, a link trained down
+//! (each end's rate), ECN and PFC off on a switch port, a slow receiver and a degraded PCIe
+//! link at a NIC, GPUDirect RDMA off. A fault of a link acts on each of its two ends by an
+//! event of that end's own.
 
 use xirang_fabric::model::{Fabric, Node, PcieLink};
 use xirang_fabric::scenario::{Fault, FaultKind};
@@ -50,9 +51,6 @@ pub(crate) struct ActiveFault {
     /// `PcieDegraded`: the link as it trained, and as it was.
     pcie: Option<PcieLink>,
     saved_pcie: Option<PcieLink>,
-    /// `LinkDown` of a bond member, at each end: the port its traffic moved to and the
-    /// route hops moved, put back when the link comes up.
-    failover: [Option<Vec<u32>>; 2],
 }
 
 impl ActiveFault {
@@ -86,7 +84,14 @@ impl<Q: Queue> Sim<Q> {
         let now = self.now;
         let mut lost = false;
         for f in self.faults.iter_mut() {
-            if f.port != q || now < f.start || now >= f.end {
+            if now < f.start || now >= f.end {
+                continue;
+            }
+            if f.port != q {
+                // A link that is down loses what arrives at either of its ends.
+                if f.kind == FaultKind::LinkDown && self.ports[f.port].peer == q {
+                    lost = true;
+                }
                 continue;
             }
             match f.kind {
@@ -140,16 +145,9 @@ impl<Q: Queue> Sim<Q> {
             // Both ends count a link going down; a bond moves the member's traffic.
             (FaultKind::LinkDown, false) => {
                 self.counters[q].link_downed += 1;
-                if let Some(moved) = self.bond_failover(q) {
-                    self.faults[i].failover[side] = Some(moved);
-                }
+                self.bond_event(q);
             }
-            (FaultKind::LinkDown, true) => {
-                if let Some(at) = self.faults[i].failover[side].take() {
-                    self.routes.restore(&at, q);
-                    self.resync_bond_qps(q);
-                }
-            }
+            (FaultKind::LinkDown, true) => self.bond_event(q),
             (FaultKind::SlowLink, false) => {
                 f.saved_rates[side] = Some(self.ports[q].rate);
                 self.ports[q].rate = Rate::from_gbps(f.param);
@@ -227,38 +225,73 @@ impl<Q: Queue> Sim<Q> {
         (members.len() > 1).then_some((members, nic_side))
     }
 
-    /// A link of a bond member went down at port `q` (either end): the end's hops move to
-    /// the first member still up (the NIC's remap of the QPs' port; the switch's
-    /// port-channel dropping the member), at once, as the NIC reacts to the link event
-    /// (docs/reference/nic-aggregation.md §2; detection delay not modelled). Returns the
-    /// hops moved. Members are on one switch (the scenario checks), so a moved route keeps
-    /// its length and its next device. The receivers' `gdr_off` gates stay with the port
-    /// the QP was made for (a simplification: the two faults do not meet in any case).
-    fn bond_failover(&mut self, q: PortId) -> Option<Vec<u32>> {
-        let (members, nic_side) = self.bond_of(q)?;
-        let now = self.now;
-        let survivor = members.into_iter().find(|&m| {
-            m != nic_side
-                && !self.faults.iter().any(|f| {
-                    f.kind == FaultKind::LinkDown
-                        && now >= f.start
-                        && now < f.end
-                        && (f.port == m || self.ports[f.port].peer == m)
-                })
-        })?;
-        let to = match self.ports[q].dev {
-            Dev::Nic(_) => survivor,
-            Dev::Switch(_) => {
-                let to = self.ports[survivor].peer;
-                if self.ports[to].dev != self.ports[q].dev {
-                    return None;
-                }
-                to
-            }
+    /// A bond member's link went down or came back, seen at port `q` (either end): at
+    /// this end, every hop that left through a member's port leaves through it again if
+    /// its link is up, else through the members that are up, in turn (the NIC remaps the
+    /// failed port's QPs, hash mode spreading them over the survivors; the switch's
+    /// port-channel drops the member), at once, as the NIC reacts to the link event
+    /// (docs/reference/nic-aggregation.md §2.2; detection delay not modelled). The state is
+    /// recomputed from the faults in force, so overlapping faults, several members down
+    /// and members coming back in any order all end where the hardware would. Members
+    /// are on one switch (the scenario checks), so a moved route keeps its length and its
+    /// next device. The receivers' `gdr_off` gates stay with the port the QP was made for
+    /// (a simplification: the two faults do not meet in any case).
+    fn bond_event(&mut self, q: PortId) {
+        let Some((members, _)) = self.bond_of(q) else {
+            return;
         };
-        let at = self.routes.remap(q, to);
-        self.resync_bond_qps(q);
-        Some(at)
+        let nic_end = matches!(self.ports[q].dev, Dev::Nic(_));
+        // This end's port of each member: the NIC's own, or the switch's facing it.
+        let ends: Vec<PortId> = members
+            .iter()
+            .map(|&m| if nic_end { m } else { self.ports[m].peer })
+            .collect();
+        if !nic_end && ends.iter().any(|&e| self.ports[e].dev != self.ports[q].dev) {
+            return;
+        }
+        // Where each end's port sits in the routes as computed, recorded before the
+        // first change at this end.
+        for &e in &ends {
+            if !self.bond_hops.iter().any(|(p, _)| *p == e) {
+                let at = self.routes.positions(e);
+                self.bond_hops.push((e, at));
+            }
+        }
+        let now = self.now;
+        let up: Vec<bool> = members.iter().map(|&m| !self.link_down_at(m, now)).collect();
+        let survivors: Vec<PortId> = ends
+            .iter()
+            .zip(&up)
+            .filter(|(_, u)| **u)
+            .map(|(e, _)| *e)
+            .collect();
+        for (k, &e) in ends.iter().enumerate() {
+            let (_, at) = self
+                .bond_hops
+                .iter()
+                .find(|(p, _)| *p == e)
+                .expect("recorded above");
+            let at = at.clone();
+            if up[k] || survivors.is_empty() {
+                self.routes.set(&at, &[e]);
+            } else {
+                self.routes.set(&at, &survivors);
+            }
+        }
+        if nic_end {
+            self.resync_bond_qps(q);
+        }
+    }
+
+    /// Whether NIC port `m`'s link is down at `now` by some `link_down` fault, named at
+    /// either end.
+    fn link_down_at(&self, m: PortId, now: super::Ps) -> bool {
+        self.faults.iter().any(|f| {
+            f.kind == FaultKind::LinkDown
+                && now >= f.start
+                && now < f.end
+                && (f.port == m || self.ports[f.port].peer == m)
+        })
     }
 
     /// QPs sending from a NIC whose routes' first hops moved follow them to their new
@@ -410,7 +443,6 @@ impl<Q: Queue> Sim<Q> {
                     _ => None,
                 },
                 saved_pcie: None,
-                failover: [None, None],
             });
             let at = |end, peer| Event::Fault {
                 fault: idx,

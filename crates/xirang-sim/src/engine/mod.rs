@@ -310,6 +310,10 @@ pub struct Sim<Q: Queue = EventQueue> {
     pub(crate) end: Option<Ps>,
     /// Injected faults (few; checked on every arrival only when there are any).
     pub(crate) faults: IdVec<ids::FaultId, ActiveFault>,
+    /// Bond failover: where each bonded NIC's ports, and the switch ports facing them,
+    /// sit in the routes as computed (`engine::faults`), recorded at the bond's first
+    /// member event.
+    pub(crate) bond_hops: Vec<(PortId, Vec<u32>)>,
 }
 
 impl<Q: Queue> Sim<Q> {
@@ -570,6 +574,7 @@ impl<Q: Queue> Sim<Q> {
             packet_hops: 0,
             ledger: Ledger::default(),
             faults: IdVec::default(),
+            bond_hops: Vec::new(),
             pfc_log: Vec::new(),
             samples: Samples::default(),
             sample_interval: opts.sample_interval,

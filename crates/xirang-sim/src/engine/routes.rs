@@ -46,24 +46,22 @@ impl RouteArena {
         self.ports[r.idx()]
     }
 
-    /// Sends every hop through egress port `from` out of `to` instead (a bond's failover,
-    /// `engine::faults`); returns the positions changed, for [`RouteArena::restore`].
-    /// Routes keep their length: `to` reaches the same next device.
-    pub(crate) fn remap(&mut self, from: PortId, to: PortId) -> Vec<u32> {
-        let mut at = Vec::new();
-        for (i, p) in self.ports.iter_mut().enumerate() {
-            if *p == from {
-                *p = to;
-                at.push(i as u32);
-            }
-        }
-        at
+    /// Where egress port `p` appears in the routes (a bond's failover, `engine::faults`).
+    pub(crate) fn positions(&self, p: PortId) -> Vec<u32> {
+        self.ports
+            .iter()
+            .enumerate()
+            .filter(|(_, q)| **q == p)
+            .map(|(i, _)| i as u32)
+            .collect()
     }
 
-    /// Puts port `to` back at the positions [`RouteArena::remap`] changed.
-    pub(crate) fn restore(&mut self, at: &[u32], to: PortId) {
-        for &i in at {
-            self.ports[i as usize] = to;
+    /// Puts `to[k % to.len()]` at the `k`-th of the positions `at`: one port, or several
+    /// dealt out in turn. Routes keep their length: every port of `to` reaches the same
+    /// next device.
+    pub(crate) fn set(&mut self, at: &[u32], to: &[PortId]) {
+        for (k, &i) in at.iter().enumerate() {
+            self.ports[i as usize] = to[k % to.len()];
         }
     }
 
