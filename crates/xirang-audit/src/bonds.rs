@@ -2,7 +2,7 @@
 //! recommended (docs/reference/nic-aggregation.md).
 
 use xirang_fabric::topology::Aggregate;
-use xirang_host::inventory::{Bond, HostInventory, ROCE_LAG_BOND_MODES};
+use xirang_host::inventory::{Bond, HostInventory, ROCE_LAG_BOND_MODES, pci_card};
 
 use crate::cluster::Cluster;
 use crate::rules::{Evidence, Finding, Layer, Severity};
@@ -26,12 +26,6 @@ fn named(c: &Option<xirang_host::inventory::CodedState>) -> String {
         .map_or("unreadable".to_string(), |c| format!("{} {}", c.name, c.code))
 }
 
-/// A PCI function's device: its address less the function digit. Ports of one card share
-/// it (docs/reference/nic-aggregation.md §3, how NCCL tells them apart).
-fn card(bdf: &str) -> &str {
-    bdf.rsplit_once('.').map_or(bdf, |(d, _)| d)
-}
-
 /// Runs the rules.
 pub fn check(c: &Cluster, out: &mut Vec<Finding>) {
     for h in &c.hosts {
@@ -47,7 +41,13 @@ pub fn check(c: &Cluster, out: &mut Vec<Finding>) {
 }
 
 fn member_down(h: &HostInventory, b: &Bond, out: &mut Vec<Finding>) {
-    let down: Vec<_> = b.members.iter().filter(|m| !m.is_up()).collect();
+    // A member whose state could not be read is not called down (the read problem is
+    // reported on its own).
+    let down: Vec<_> = b
+        .members
+        .iter()
+        .filter(|m| m.mii_status.is_some() && !m.is_up())
+        .collect();
     if down.is_empty() {
         return;
     }
@@ -64,7 +64,12 @@ fn member_down(h: &HostInventory, b: &Bond, out: &mut Vec<Finding>) {
     };
     out.push(Finding {
         rule: "PHY-BOND-MEMBER-DOWN",
-        severity: Severity::Error,
+        // RDMA on the bond loses bandwidth or queue pairs; other traffic only bandwidth.
+        severity: if b.rdma_devices.is_empty() {
+            Severity::Warning
+        } else {
+            Severity::Error
+        },
         layer: Layer::Physical,
         entity: format!("{}/{}", h.hostname, b.name),
         message: format!(
@@ -97,7 +102,7 @@ fn member_down(h: &HostInventory, b: &Bond, out: &mut Vec<Finding>) {
 /// A bond RDMA uses: whether mlx5 made it a RoCE LAG, and whether its policy spreads
 /// queue pairs.
 fn carries_rdma(h: &HostInventory, b: &Bond, out: &mut Vec<Finding>) {
-    if b.rdma_devices.is_empty() {
+    if b.rdma_devices.is_empty() || b.members.len() < 2 {
         return;
     }
     let entity = format!("{}/{}", h.hostname, b.name);
@@ -106,7 +111,7 @@ fn carries_rdma(h: &HostInventory, b: &Bond, out: &mut Vec<Finding>) {
         let cards: std::collections::BTreeSet<&str> = b
             .members
             .iter()
-            .filter_map(|m| m.pci.as_deref().map(card))
+            .filter_map(|m| m.pci.as_deref().map(pci_card))
             .collect();
         let mode_ok = b
             .mode
@@ -198,13 +203,28 @@ fn nccl_qps(h: &HostInventory, out: &mut Vec<Finding>) {
     let Some(set) = h.nccl_conf.get("NCCL_IB_QPS_PER_CONNECTION") else {
         return;
     };
-    let qps = set.parse::<u32>().unwrap_or(NCCL_DEFAULT_QPS_PER_CONNECTION);
+    // A value NCCL would not read as a number says nothing we can judge.
+    let Ok(qps) = set.parse::<u32>() else {
+        return;
+    };
+    let qps = qps.max(NCCL_DEFAULT_QPS_PER_CONNECTION);
     for b in h.bonds.iter().filter(|b| b.roce_lag.is_some()) {
         let members = b.members.len() as u32;
         if qps >= members {
             continue;
         }
         let lag = b.roce_lag.as_deref().unwrap_or_default();
+        // NCCL_IB_HCA naming other devices, or excluding this one (`^`): NCCL does not
+        // use it (docs/reference/collectives-and-nccl.md §5).
+        if let Some(hca) = h.nccl_conf.get("NCCL_IB_HCA") {
+            let used = match hca.strip_prefix('^') {
+                Some(excluded) => !excluded.contains(lag),
+                None => hca.contains(lag),
+            };
+            if !used {
+                continue;
+            }
+        }
         out.push(Finding {
             rule: "APP-BOND-NCCL-QPS",
             severity: Severity::Warning,

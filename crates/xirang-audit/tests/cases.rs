@@ -130,7 +130,11 @@ fn apply(root: &Path, case: &Case) {
             "case `{}` removes {path}, which does not exist",
             case.name
         );
-        std::fs::remove_dir_all(p).unwrap();
+        if p.is_dir() {
+            std::fs::remove_dir_all(p).unwrap();
+        } else {
+            std::fs::remove_file(p).unwrap();
+        }
     }
     let edits = case
         .json

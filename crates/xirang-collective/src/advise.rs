@@ -180,11 +180,12 @@ pub fn advise(loaded: &Loaded) -> Result<Advice, String> {
         .unwrap_or(1) as u32;
     let paths = multipath(fabric, &hs);
     if bond_ports > 1 {
+        // The hint is for generated topologies; an explicit list has no template.
         let compared = loaded
             .scenario
             .topology
             .host()
-            .is_some_and(|h| h.aggregate.is_some());
+            .is_none_or(|h| h.aggregate.is_some());
         warnings.push(format!(
             "`{}` uses bonded devices ({}): each QP uses one member port, and NCCL's maintainers recommend exposing the ports as separate devices, which NCCL merges itself (NCCL_IB_MERGE_NICS=1) with one QP per port{}",
             first.name,

@@ -109,12 +109,13 @@ impl LagPortSelect {
 /// A bond's transmit hash policy, as the simulator distinguishes them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub enum BondHash {
-    /// IPs and L4 ports (`layer3+4`, and `encap3+4` alike).
+    /// IPs and L4 ports (`layer3+4`; `encap3+4` is read as it, the same fields without
+    /// tunnels).
     #[default]
-    #[serde(rename = "layer3+4")]
+    #[serde(rename = "layer3+4", alias = "encap3+4")]
     Layer3Plus4,
-    /// MACs and IPs (`layer2+3`, and `encap2+3` alike).
-    #[serde(rename = "layer2+3")]
+    /// MACs and IPs (`layer2+3`; `encap2+3` is read as it).
+    #[serde(rename = "layer2+3", alias = "encap2+3")]
     Layer2Plus3,
     /// MACs (`layer2`).
     #[serde(rename = "layer2")]

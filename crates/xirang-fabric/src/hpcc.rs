@@ -424,6 +424,8 @@ pub(crate) fn build_topology(
     let template = crate::topology::HostTemplate {
         gpus: 1,
         nics: 1,
+        // One port per host, as the file's links have it: nothing to bond.
+        aggregate: None,
         ..spec.host.clone()
     };
     for id in 0..n {

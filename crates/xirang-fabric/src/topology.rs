@@ -161,10 +161,13 @@ impl HostTemplate {
         }
     }
 
-    /// Ports per RDMA device: `bond_ports` under LAG, else 1.
+    /// Ports per RDMA device: `bond_ports` under LAG, else 1 (and 1 for a template the
+    /// scenario check refuses, whose ports do not divide into bonds).
     pub fn ports_per_device(&self) -> u32 {
         match self.aggregate {
-            Some(Aggregate::Lag) => self.bond_ports.max(1),
+            Some(Aggregate::Lag) if self.bond_ports >= 2 && self.nics.is_multiple_of(self.bond_ports) => {
+                self.bond_ports
+            }
             _ => 1,
         }
     }

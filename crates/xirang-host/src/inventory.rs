@@ -66,6 +66,13 @@ pub struct Bond {
     pub port_select_mode: Option<String>,
 }
 
+/// The card a PCI function belongs to: its address less the function digit. The ports of
+/// a multi-port card share it (docs/reference/nic-aggregation.md §3, how NCCL tells them
+/// apart).
+pub fn pci_card(bdf: &str) -> &str {
+    bdf.rsplit_once('.').map_or(bdf, |(d, _)| d)
+}
+
 /// `lag_port_select_mode` of a LAG that places QPs round-robin as they are created.
 pub const QUEUE_AFFINITY: &str = "queue_affinity";
 

@@ -16,6 +16,9 @@ use crate::tree::{Kind, Tree, TreeError, base_name, join};
 /// NCCL's system-wide configuration file, read after `NCCL_CONF_FILE` and `~/.nccl.conf`
 /// (NCCL's documentation of its environment variables).
 pub const NCCL_CONF: &str = "etc/nccl.conf";
+/// What mlx5 puts in the name of a RoCE LAG device (`mlx5_bond_0`,
+/// docs/reference/nic-aggregation.md §2).
+const LAG_DEVICE_MARK: &str = "_bond_";
 /// What the bonding driver prints in place of names that do not fit its sysfs page
 /// (docs/reference/nic-aggregation.md §1.1).
 const BOND_LIST_OVERFLOW: &str = "++more++";
@@ -781,8 +784,21 @@ impl Reader<'_> {
                 })
                 .map(|d| d.name.clone())
                 .collect();
+            // RoCE LAG joins the ports of one card into one device: one RDMA device uses
+            // the bond, and the members are functions of one card (or the device has the
+            // name mlx5 gives a LAG). One RDMA port bonded with another vendor's NIC also
+            // leaves one device on the bond, and is no LAG.
+            let one_card = {
+                let cards: BTreeSet<&str> = members
+                    .iter()
+                    .filter_map(|m| m.pci.as_deref().map(crate::inventory::pci_card))
+                    .collect();
+                cards.len() == 1 && members.iter().all(|m| m.pci.is_some())
+            };
             let roce_lag = match rdma_devices.as_slice() {
-                [one] if members.len() > 1 => Some(one.clone()),
+                [one] if members.len() > 1 && (one_card || one.contains(LAG_DEVICE_MARK)) => {
+                    Some(one.clone())
+                }
                 _ => None,
             };
             let port_select_mode = members.iter().find_map(|m| {

@@ -5,8 +5,8 @@
 //! application metric (collective time, request p99, flow slowdown p99), and again with
 //! one member link of one of the class's hosts down for good, which a bond survives and
 //! an independent port does not (docs/reference/nic-aggregation.md §4). A layout wins a
-//! class when its mean metric is better by more than [`TIE_MARGIN`] and it is better on
-//! every seed; otherwise the layout that finishes with the link down wins; otherwise
+//! class when its mean metric is better by more than [`TIE_MARGIN`] and it is worse by no
+//! more than that on any seed; otherwise the layout that finishes with the link down wins; otherwise
 //! independent ports, which NCCL's maintainers recommend (docs/reference/nic-aggregation.md §3).
 
 use std::path::Path;
@@ -20,9 +20,9 @@ use xirang_fabric::workload::Workload;
 use crate::eval::{ClassMetrics, Evaluator, RunMetrics};
 
 /// Relative difference of two layouts' mean metrics below which neither wins on speed.
-/// A layout must also be better on every seed, paired: the inference class's p99 moves by
-/// up to 2.3x from seed to seed under one layout (VALIDATION.md "NIC layout"), so a mean
-/// alone could be one lucky seed.
+/// The winner must also be worse by no more than this on any seed, paired: the inference
+/// class's p99 moves by up to 2.3x from seed to seed under one layout (VALIDATION.md "NIC
+/// layout"), so a mean alone could be one lucky seed.
 pub const TIE_MARGIN: f64 = 0.03;
 
 /// A run with a dead link is stopped at this multiple of the healthy run's simulated
@@ -33,9 +33,15 @@ const FAILURE_CAP_FACTOR: f64 = 4.0;
 /// Why the comparison cannot be made.
 #[derive(Debug, thiserror::Error)]
 pub enum LayoutError {
-    /// The hosts are listed one by one; the layout is in the list, not a template.
-    #[error("the NIC layout is compared on generated topologies; `{0}` lists its hosts explicitly")]
+    /// The hosts are listed one by one (or read from an HPCC topology file, one port per
+    /// host); the layout is in the list, not a template.
+    #[error(
+        "the NIC layout is compared on generated topologies; `{0}` lists its hosts explicitly or in an HPCC topology file"
+    )]
     Explicit(String),
+    /// No seed to run.
+    #[error("the NIC layout comparison needs at least one run seed")]
+    NoSeeds,
     /// One port per host: nothing to bond.
     #[error("hosts have {0} NIC port(s); a layout choice needs at least 2 (`[topology.*.host] nics`)")]
     OnePort(u32),
@@ -133,19 +139,100 @@ impl LayoutAdvice {
     }
 }
 
-/// The scenario with the given layout.
+/// The scenario with the given layout. Endpoints, fault targets and overrides that name
+/// a NIC are renamed to the same physical port in the other layout (`h1/mlx5_3` is
+/// `h1/mlx5_bond_1`, port 2, in bonds of 2).
 pub fn variant(base: &Loaded, layout: Aggregate) -> Result<Loaded, LayoutError> {
     let mut s = base.scenario.clone();
     let host = s
         .topology
         .host_mut()
         .ok_or_else(|| LayoutError::Explicit(base.file.display().to_string()))?;
+    let from = host.aggregate.unwrap_or(Aggregate::Independent);
+    let bond_ports = host.bond_ports.max(1);
     host.aggregate = Some(layout);
+    if from != layout {
+        rename_nics(&mut s, layout, bond_ports);
+    }
     let dir = base.file.parent().unwrap_or(Path::new("."));
     s.build(&base.file, dir, None).map_err(|e| LayoutError::Variant {
         layout: layout.as_str(),
         source: Box::new(e),
     })
+}
+
+/// The device name and port (1-based, if named) of `dev[/port]` in layout `to`, for a
+/// device of the other layout; `None` for a name of neither form.
+fn renamed_device(
+    dev: &str,
+    port: Option<u32>,
+    to: Aggregate,
+    bond_ports: u32,
+) -> Option<(String, Option<u32>)> {
+    match to {
+        Aggregate::Lag => {
+            let j: u32 = dev.strip_prefix("mlx5_")?.parse().ok()?;
+            Some((format!("mlx5_bond_{}", j / bond_ports), Some(j % bond_ports + 1)))
+        }
+        Aggregate::Independent => {
+            let k: u32 = dev.strip_prefix("mlx5_bond_")?.parse().ok()?;
+            Some((
+                format!("mlx5_{}", k * bond_ports + port.unwrap_or(1).saturating_sub(1)),
+                None,
+            ))
+        }
+    }
+}
+
+/// `host/dev[/port]` renamed for layout `to`; `ports` keeps the member port (a fault or
+/// override target), else the device alone (a workload endpoint). Other strings (a host,
+/// a switch port, a GPU) are returned as they are.
+fn renamed(target: &str, to: Aggregate, bond_ports: u32, ports: bool) -> String {
+    let mut parts = target.splitn(3, '/');
+    let (Some(host), Some(dev)) = (parts.next(), parts.next()) else {
+        return target.to_string();
+    };
+    let port = parts.next().map(|p| p.parse::<u32>().ok());
+    let port = match port {
+        Some(None) => return target.to_string(),
+        Some(Some(p)) => Some(p),
+        None => None,
+    };
+    match renamed_device(dev, port, to, bond_ports) {
+        Some((d, Some(p))) if ports => format!("{host}/{d}/{p}"),
+        Some((d, _)) => format!("{host}/{d}"),
+        None => target.to_string(),
+    }
+}
+
+/// Renames every NIC the scenario names for layout `to`.
+fn rename_nics(s: &mut xirang_fabric::scenario::Scenario, to: Aggregate, bond_ports: u32) {
+    let ep = |e: &mut String| *e = renamed(e, to, bond_ports, false);
+    for w in s.workloads.values_mut() {
+        match w {
+            Workload::Flows(f) => f.list.iter_mut().for_each(|f| {
+                ep(&mut f.src);
+                ep(&mut f.dst);
+            }),
+            Workload::Incast(i) => {
+                ep(&mut i.receiver);
+                i.sender_hosts.iter_mut().for_each(ep);
+            }
+            Workload::Permutation(p) => p.hosts.iter_mut().for_each(ep),
+            Workload::AllToAll(a) => a.hosts.iter_mut().for_each(ep),
+            Workload::Inference(i) => {
+                i.clients.iter_mut().for_each(ep);
+                i.servers.iter_mut().for_each(ep);
+            }
+            Workload::Collective(_) | Workload::HpccFlows(_) => {}
+        }
+    }
+    for f in &mut s.faults {
+        f.target = renamed(&f.target, to, bond_ports, true);
+    }
+    for o in &mut s.overrides {
+        o.target = renamed(&o.target, to, bond_ports, true);
+    }
 }
 
 /// Compares the two layouts of `base` on `seeds`; `progress` hears of each simulation.
@@ -154,8 +241,11 @@ pub fn compare(
     seeds: &[u64],
     progress: &mut dyn FnMut(&str),
 ) -> Result<LayoutAdvice, LayoutError> {
-    if let TopologySpec::Explicit(_) = base.scenario.topology {
+    if let TopologySpec::Explicit(_) | TopologySpec::Hpcc(_) = base.scenario.topology {
         return Err(LayoutError::Explicit(base.file.display().to_string()));
+    }
+    if seeds.is_empty() {
+        return Err(LayoutError::NoSeeds);
     }
     let template = base.scenario.topology.host().cloned().unwrap_or_default();
     if template.nics < 2 {
@@ -201,10 +291,10 @@ pub fn compare(
             let values: Option<Vec<f64>> = per_seed.iter().copied().collect();
             let mean = values.map(|v| v.iter().sum::<f64>() / v.len().max(1) as f64);
             let cap_us = runs.iter().map(|r| r.sim_us).fold(0.0, f64::max) * FAILURE_CAP_FACTOR;
+            progress(&format!("{} with a member link down ({class})", layout.as_str()));
             let (member_down, skipped) = match member_down_run(l, class, layout, seeds[0], cap_us) {
                 Ok(m) => {
                     simulations += 1;
-                    progress(&format!("{} with a member link down ({class})", layout.as_str()));
                     (m.and_then(|m| metric.of(&m)), None)
                 }
                 Err(why) => (None, Some(why)),
@@ -247,16 +337,12 @@ fn member_down_run(
     seed: u64,
     cap_us: f64,
 ) -> Result<Option<ClassMetrics>, String> {
-    let host = class_host(l, class).ok_or_else(|| format!("no host of class `{class}` found"))?;
-    let h = l
-        .fabric
-        .host_by_name(&host)
-        .ok_or_else(|| format!("host `{host}` is not in the fabric"))?;
-    let nic = l.fabric.hosts[h.index()]
-        .nics
-        .first()
-        .ok_or_else(|| format!("host `{host}` has no NIC"))?;
-    let nic_name = &l.fabric.nics[nic.index()].name;
+    let endpoint = class_endpoint(l, class).ok_or_else(|| format!("no endpoint of class `{class}` found"))?;
+    // The NIC the class's endpoint uses (a host alone is its first NIC).
+    let nic = xirang_fabric::scenario::resolve_endpoint(&l.fabric, &endpoint)
+        .map_err(|e| format!("endpoint `{endpoint}`: {e}"))?;
+    let n = &l.fabric.nics[nic.index()];
+    let (host, nic_name) = (&l.fabric.hosts[n.host.index()].name, &n.name);
     let target = match layout {
         Aggregate::Independent => format!("{host}/{nic_name}"),
         Aggregate::Lag => format!("{host}/{nic_name}/1"),
@@ -293,21 +379,19 @@ fn member_down_run(
         .then(|| m.classes.get(class).cloned().unwrap_or_default()))
 }
 
-/// A host the class's first workload uses: an inference server, a collective's first
-/// host, a flow's sender.
-fn class_host(l: &Loaded, class: &str) -> Option<String> {
-    let host_of = |ep: &str| ep.split('/').next().map(str::to_string);
+/// An endpoint the class's first workload uses: an inference server, a collective's
+/// first host, a flow's sender, an incast's receiver, else the first host.
+fn class_endpoint(l: &Loaded, class: &str) -> Option<String> {
+    let first_host = || l.fabric.hosts.first().map(|h| h.name.clone());
     for w in l.scenario.workloads.values().filter(|w| w.class() == class) {
         let h = match w {
-            Workload::Inference(i) => i.servers.first().and_then(|s| host_of(s)),
-            Workload::Collective(c) => c
-                .hosts
-                .first()
-                .cloned()
-                .or_else(|| l.fabric.hosts.first().map(|h| h.name.clone())),
-            Workload::Flows(f) => f.list.first().and_then(|f| host_of(&f.src)),
-            Workload::Incast(i) => host_of(&i.receiver),
-            _ => l.fabric.hosts.first().map(|h| h.name.clone()),
+            Workload::Inference(i) => i.servers.first().cloned(),
+            Workload::Collective(c) => c.hosts.first().cloned().or_else(first_host),
+            Workload::Flows(f) => f.list.first().map(|f| f.src.clone()),
+            Workload::Incast(i) => Some(i.receiver.clone()),
+            Workload::Permutation(p) => p.hosts.first().cloned().or_else(first_host),
+            Workload::AllToAll(a) => a.hosts.first().cloned().or_else(first_host),
+            Workload::HpccFlows(_) => first_host(),
         };
         if h.is_some() {
             return h;
@@ -320,15 +404,16 @@ fn class_host(l: &Loaded, class: &str) -> Option<String> {
 fn judge(metric: Metric, ind: &Figures, lag: &Figures) -> (Aggregate, String) {
     let unit = metric.label();
     let survives = |f: &Figures| f.member_down.is_some();
-    // Paired by seed: does one layout win on every seed?
+    // Paired by seed: is one layout worse by more than the margin on some seed?
     let pairs: Vec<(f64, f64)> = ind
         .per_seed
         .iter()
         .zip(&lag.per_seed)
         .filter_map(|(a, b)| Some(((*a)?, (*b)?)))
         .collect();
-    let lag_every = !pairs.is_empty() && pairs.iter().all(|(a, b)| b < a);
-    let ind_every = !pairs.is_empty() && pairs.iter().all(|(a, b)| a < b);
+    let lag_every = !pairs.is_empty() && pairs.iter().all(|(a, b)| *b <= a * (1.0 + TIE_MARGIN));
+    let ind_every = !pairs.is_empty() && pairs.iter().all(|(a, b)| *a <= b * (1.0 + TIE_MARGIN));
+    let margin = TIE_MARGIN * 100.0;
     match (ind.healthy, lag.healthy) {
         (Some(a), Some(b)) => {
             let change = b / a - 1.0;
@@ -336,7 +421,7 @@ fn judge(metric: Metric, ind: &Figures, lag: &Figures) -> (Aggregate, String) {
                 (
                     Aggregate::Lag,
                     format!(
-                        "{:.1} % better than independent ports ({b:.1} against {a:.1}, {unit}; better on each of {} seeds)",
+                        "{:.1} % better than independent ports ({b:.1} against {a:.1}, {unit}; worse on none of {} seeds by more than {margin:.0} %)",
                         -change * 100.0,
                         pairs.len()
                     ),
@@ -345,7 +430,7 @@ fn judge(metric: Metric, ind: &Figures, lag: &Figures) -> (Aggregate, String) {
                 (
                     Aggregate::Independent,
                     format!(
-                        "{:.1} % better than bonded ports ({a:.1} against {b:.1}, {unit}; better on each of {} seeds)",
+                        "{:.1} % better than bonded ports ({a:.1} against {b:.1}, {unit}; worse on none of {} seeds by more than {margin:.0} %)",
                         (1.0 - a / b) * 100.0,
                         pairs.len()
                     ),
@@ -354,16 +439,14 @@ fn judge(metric: Metric, ind: &Figures, lag: &Figures) -> (Aggregate, String) {
                 (
                     Aggregate::Lag,
                     format!(
-                        "no clear difference ({b:.1} against {a:.1}, {unit}: within {:.0} % or not better on every seed), and the class survives a member link down on bonded ports only",
-                        TIE_MARGIN * 100.0
+                        "no clear difference ({b:.1} against {a:.1}, {unit}: within {margin:.0} % on average, or worse by more on some seed), and the class survives a member link down on bonded ports only"
                     ),
                 )
             } else {
                 (
                     Aggregate::Independent,
                     format!(
-                        "no clear difference ({a:.1} against {b:.1}, {unit}: within {:.0} % or not better on every seed); independent, as NCCL's maintainers prefer",
-                        TIE_MARGIN * 100.0
+                        "no clear difference ({a:.1} against {b:.1}, {unit}: within {margin:.0} % on average, or worse by more on some seed); independent, as NCCL's maintainers prefer"
                     ),
                 )
             }
@@ -405,7 +488,7 @@ mod tests {
             &fig(&[117.0, 101.0], Some(220.0)),
         );
         assert_eq!(w, Aggregate::Lag, "{why}");
-        assert!(why.contains("better on each of 2 seeds"), "{why}");
+        assert!(why.contains("worse on none of 2 seeds"), "{why}");
         let (w, _) = judge(
             Metric::CollectiveUs,
             &fig(&[2683.0, 2683.0], None),
@@ -416,12 +499,12 @@ mod tests {
 
     #[test]
     fn a_mean_won_on_one_lucky_seed_is_no_win() {
-        // Bonds better on average, worse on the first seed: not a speed win; the bond
+        // Bonds better on average, 20 % worse on the first seed: not a speed win; the bond
         // survives the member failure, so it wins on that.
         let (w, why) = judge(
             Metric::P99Us,
             &fig(&[250.0, 569.0], None),
-            &fig(&[251.0, 199.0], Some(300.0)),
+            &fig(&[300.0, 199.0], Some(300.0)),
         );
         assert_eq!(w, Aggregate::Lag);
         assert!(
@@ -432,10 +515,17 @@ mod tests {
         let (w, why) = judge(
             Metric::P99Us,
             &fig(&[250.0, 569.0], None),
-            &fig(&[251.0, 199.0], None),
+            &fig(&[300.0, 199.0], None),
         );
         assert_eq!(w, Aggregate::Independent);
         assert!(why.contains("as NCCL's maintainers prefer"), "{why}");
+        // A seed equal within the margin does not stop a win on average.
+        let (w, why) = judge(
+            Metric::P99Us,
+            &fig(&[250.6, 251.3], None),
+            &fig(&[250.7, 199.1], None),
+        );
+        assert_eq!(w, Aggregate::Lag, "{why}");
     }
 
     #[test]
@@ -458,5 +548,33 @@ mod tests {
         };
         let (w, _) = judge(Metric::P99Us, &unfinished, &fig(&[5.0, 5.0], None));
         assert_eq!(w, Aggregate::Lag);
+    }
+}
+
+#[cfg(test)]
+mod rename_tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_and_targets_name_the_same_physical_port_in_the_other_layout() {
+        let lag = Aggregate::Lag;
+        let ind = Aggregate::Independent;
+        assert_eq!(renamed("h1/mlx5_3", lag, 2, false), "h1/mlx5_bond_1");
+        assert_eq!(renamed("h1/mlx5_3", lag, 2, true), "h1/mlx5_bond_1/2");
+        assert_eq!(renamed("h1/mlx5_bond_1", ind, 2, false), "h1/mlx5_2");
+        assert_eq!(renamed("h1/mlx5_bond_1/2", ind, 2, true), "h1/mlx5_3");
+        assert_eq!(renamed("h1/mlx5_bond_0/1", ind, 4, true), "h1/mlx5_0");
+        // Hosts, GPUs, switch ports and foreign names stay as they are.
+        for s in [
+            "h1",
+            "h1/GPU3",
+            "leaf0:4",
+            "h1/rxe0",
+            "h1/mlx5_x",
+            "h1/mlx5_bond_1/x",
+        ] {
+            assert_eq!(renamed(s, lag, 2, true), s);
+            assert_eq!(renamed(s, ind, 2, true), s);
+        }
     }
 }

@@ -46,22 +46,20 @@ fn bonded_ports_win_inference_and_survive_a_member_down() {
 }
 
 /// The same inference hosts with a bond policy that ignores UDP ports (layer2+3): a host
-/// pair's queue pairs share one member, the speed advantage is gone, and bonds are kept
-/// only for surviving a member failure.
+/// pair's queue pairs share one member, and the bonds' advantage shrinks to what different
+/// host pairs landing on different members gives.
 #[test]
-fn bonds_without_l4_hashing_win_only_by_surviving() {
+fn bonds_without_l4_hashing_gain_much_less() {
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/nic-layout-inference.toml");
     let mut loaded = Scenario::load(&p).unwrap_or_else(|e| panic!("{e}"));
     loaded.scenario.config.intra_host.bond_hash_policy = xirang_fabric::config::BondHash::Layer2Plus3;
     let a = compare(&loaded, &[1, 2, 3], &mut |_| {}).unwrap_or_else(|e| panic!("{e}"));
     let c = &a.classes[0];
     eprintln!("{}", serde_json::to_string_pretty(c).unwrap());
-    assert_eq!(c.winner, Aggregate::Lag, "{}", c.reason);
-    assert!(
-        c.reason.contains("no clear difference") && c.reason.contains("survives"),
-        "{}",
-        c.reason
-    );
+    let (ind, lag) = (c.independent.healthy.unwrap(), c.lag.healthy.unwrap());
+    // Under layer3+4 the bonds' p99 is 116.7 µs against 277.1 (VALIDATION.md).
+    assert!(lag > 0.7 * ind, "a much smaller gain: {lag} against {ind}");
+    assert!(c.lag.member_down.is_some(), "still survives a member down");
 }
 
 /// Under queue affinity (older kernels and firmware) a bond's QPs take its ports in
@@ -78,4 +76,31 @@ fn queue_affinity_bonds_come_close_on_training() {
     assert!(lag < ind * 1.05, "within 5 %: {ind} against {lag}");
     assert_eq!(c.winner, Aggregate::Independent, "{}", c.reason);
     assert!(c.reason.contains("as NCCL's maintainers prefer"), "{}", c.reason);
+}
+
+/// A scenario whose endpoints name a NIC (`h0/mlx5_1`) is compared too: the other
+/// layout names the same physical port (`h0/mlx5_bond_0`), and the member taken down is
+/// the endpoint's own.
+#[test]
+fn endpoints_that_name_a_nic_are_renamed_for_the_other_layout() {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/nic-layout-inference.toml");
+    let mut loaded = Scenario::load(&p).unwrap_or_else(|e| panic!("{e}"));
+    loaded.scenario.topology.host_mut().unwrap().aggregate = Some(Aggregate::Independent);
+    let xirang_fabric::workload::Workload::Inference(i) =
+        loaded.scenario.workloads.get_mut("inference").unwrap()
+    else {
+        panic!("the scenario's workload is inference")
+    };
+    i.servers = vec!["h0/mlx5_1".to_string(), "h1/mlx5_1".to_string()];
+    let a = compare(&loaded, &[1], &mut |_| {}).unwrap_or_else(|e| panic!("{e}"));
+    let c = &a.classes[0];
+    assert!(
+        c.independent.healthy.is_some() && c.lag.healthy.is_some(),
+        "{c:?}"
+    );
+    assert!(
+        c.independent.member_down.is_none(),
+        "h0/mlx5_1 down takes the server's endpoint: {c:?}"
+    );
+    assert!(c.lag.member_down.is_some(), "{c:?}");
 }

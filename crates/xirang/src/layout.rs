@@ -1,6 +1,5 @@
 //! The NIC layout comparison as `nccl advise` and `tune` print it.
 
-use anyhow::Result;
 use indicatif::{ProgressBar, ProgressStyle};
 use xirang_fabric::Loaded;
 use xirang_tune::layout::{Figures, LayoutAdvice, compare};
@@ -20,15 +19,17 @@ pub(crate) struct WithLayout<'a, T: serde::Serialize> {
 /// Healthy runs per layout: the scenario's seed and the next two.
 const SEEDS: u64 = 3;
 
-/// Compares the layouts when the scenario asks (its host template sets `aggregate`).
-pub(crate) fn if_asked(loaded: &Loaded, quiet: bool) -> Result<Option<LayoutAdvice>> {
+/// Compares the layouts when the scenario asks (its host template sets `aggregate`). A
+/// comparison that cannot be made is a warning on stderr, not a failure: the command's own
+/// results (NCCL advice, a finished tune) stand without it.
+pub(crate) fn if_asked(loaded: &Loaded, quiet: bool) -> Option<LayoutAdvice> {
     let asked = loaded
         .scenario
         .topology
         .host()
         .is_some_and(|h| h.aggregate.is_some());
     if !asked {
-        return Ok(None);
+        return None;
     }
     let bar = if quiet {
         ProgressBar::hidden()
@@ -42,9 +43,15 @@ pub(crate) fn if_asked(loaded: &Loaded, quiet: bool) -> Result<Option<LayoutAdvi
     };
     let seed = loaded.scenario.run.seed;
     let seeds: Vec<u64> = (0..SEEDS).map(|i| seed.wrapping_add(i)).collect();
-    let advice = compare(loaded, &seeds, &mut |m| bar.set_message(m.to_string()))?;
+    let advice = compare(loaded, &seeds, &mut |m| bar.set_message(m.to_string()));
     bar.finish_and_clear();
-    Ok(Some(advice))
+    match advice {
+        Ok(a) => Some(a),
+        Err(e) => {
+            eprintln!("warning: NIC layout not compared: {e}");
+            None
+        }
+    }
 }
 
 fn cell(v: Option<f64>) -> String {
@@ -82,7 +89,7 @@ pub(crate) fn render(a: &LayoutAdvice) -> String {
     }
     let seeds: Vec<String> = a.seeds.iter().map(u64::to_string).collect();
     let mut s = format!(
-        "NIC layout: {} ports per host, independent or in bonds of {} (simulated, mean of seeds {}; member down: the first port of one host of the class, from the start, the class alone):\n{t}\n",
+        "NIC layout: {} ports per host, independent or in bonds of {} (simulated, mean of seeds {}; member down: the port of one of the class's endpoints, from the start, the class alone):\n{t}\n",
         a.ports_per_host,
         a.bond_ports,
         seeds.join(", ")

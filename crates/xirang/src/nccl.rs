@@ -244,7 +244,7 @@ fn render(f: &FileReport, tests: &[TestRun]) -> String {
 pub(crate) fn advise(a: &NcclAdviseArgs) -> Result<Outcome> {
     let (loaded, _, _) = crate::plan::scenario_platform(a.scenario.as_deref())?;
     let advice = xirang_collective::advise::advise(&loaded).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let layout = crate::layout::if_asked(&loaded, a.json)?;
+    let layout = crate::layout::if_asked(&loaded, a.json);
     let mut env = advice.env_file(&loaded.scenario.name);
     if let Some(l) = &layout {
         env.push_str(&crate::layout::comment(l));

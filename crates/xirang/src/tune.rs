@@ -146,7 +146,7 @@ pub(crate) fn run(a: &TuneArgs) -> Result<Outcome> {
     let layout = {
         let mut tuned = loaded.clone();
         tuned.scenario.config = result.config.clone();
-        crate::layout::if_asked(&tuned, a.quiet || a.json)?
+        crate::layout::if_asked(&tuned, a.quiet || a.json)
     };
     if let Some(l) = &layout {
         for art in artifacts

@@ -382,3 +382,74 @@ fn the_default_recommendation_keeps_its_guardrails_and_only_changes_that_earn_th
         );
     }
 }
+
+/// A scenario that sets `aggregate` gets the NIC layout comparison from `tune`: printed,
+/// in `--json` as `nic_layout`, written to `nic-layout.json`, and noted in the
+/// recommendation and `nccl.env`.
+#[test]
+fn tune_compares_nic_layouts_when_the_scenario_asks() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("t");
+    let (text, _) = run_expect(
+        &[
+            "tune",
+            "crates/xirang-tune/test_data/lag-inference-small.toml",
+            "--out",
+            out.to_str().unwrap(),
+            "--quiet",
+            "--json",
+        ],
+        0,
+    );
+    // The result's own fields come first, in their order; the comparison after them.
+    assert!(
+        text.starts_with("{\n  \"search_stopped\""),
+        "{}",
+        &text[..200.min(text.len())]
+    );
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let c = &v["nic_layout"]["classes"][0];
+    assert_eq!(c["class"], "inference");
+    assert_eq!(c["winner"], "lag", "{c}");
+    assert!(
+        c["lag"]["member_down"].is_number() && c["independent"]["member_down"].is_null(),
+        "{c}"
+    );
+    let saved: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("nic-layout.json")).unwrap()).unwrap();
+    assert_eq!(saved, v["nic_layout"]);
+    for f in ["recommendation.toml", "nccl.env"] {
+        let text = std::fs::read_to_string(out.join(f)).unwrap();
+        assert!(
+            text.contains("# NIC layout, simulated both ways") && text.contains("#   inference: lag, "),
+            "{f}: {text}"
+        );
+    }
+}
+
+/// `nccl advise --json` carries the comparison as `nic_layout`; without `aggregate` there is
+/// none.
+#[test]
+fn nccl_advise_json_carries_the_layout_only_when_asked() {
+    let tmp = tempfile::tempdir().unwrap();
+    let env = tmp.path().join("nccl.env");
+    let v = crate::util::run_json(&[
+        "nccl",
+        "advise",
+        "scenarios/nic-layout-inference.toml",
+        "--out",
+        env.to_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!(v["nic_layout"]["classes"][0]["winner"], "lag");
+    assert_eq!(v["settings"][0]["value"], "=mlx5_bond_0:1");
+    let v = crate::util::run_json(&[
+        "nccl",
+        "advise",
+        "scenarios/default.toml",
+        "--out",
+        env.to_str().unwrap(),
+        "--json",
+    ]);
+    assert!(v.get("nic_layout").is_none());
+}
