@@ -366,3 +366,17 @@ fn a_four_port_bond_spreads_a_failed_members_qps_over_the_survivors() {
         "three survivors share: {sent_by:?}"
     );
 }
+
+/// An HPCC topology file gives each host one port: `aggregate` in its host template
+/// changes nothing (it made zero devices before a review caught it).
+#[test]
+fn an_hpcc_topology_ignores_aggregate() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/reference");
+    let text = "[topology.hpcc]\nfile = \"fattree_k8_128h_100g.txt\"\n\n[topology.hpcc.host]\naggregate = \"lag\"\n";
+    let file = dir.join("lag-probe.toml");
+    let l = Scenario::parse(text, &file)
+        .and_then(|s| s.build(&file, &dir, Some(text)))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(l.fabric.nics.iter().all(|n| n.ports.len() == 1));
+    assert_eq!(l.fabric.hosts.len(), l.fabric.nics.len());
+}
