@@ -11,6 +11,7 @@ pub mod exec;
 pub mod fleet;
 pub mod gates;
 pub mod layout;
+pub mod live;
 pub mod perftest;
 pub mod policy;
 pub mod simulate;

@@ -372,7 +372,8 @@ fn a_four_port_bond_spreads_a_failed_members_qps_over_the_survivors() {
 #[test]
 fn an_hpcc_topology_ignores_aggregate() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/reference");
-    let text = "[topology.hpcc]\nfile = \"fattree_k8_128h_100g.txt\"\n\n[topology.hpcc.host]\naggregate = \"lag\"\n";
+    let text =
+        "[topology.hpcc]\nfile = \"fattree_k8_128h_100g.txt\"\n\n[topology.hpcc.host]\naggregate = \"lag\"\n";
     let file = dir.join("lag-probe.toml");
     let l = Scenario::parse(text, &file)
         .and_then(|s| s.build(&file, &dir, Some(text)))
