@@ -118,8 +118,12 @@ pub fn advise(loaded: &Loaded) -> Result<Advice, String> {
         name: "NCCL_IB_HCA",
         value: Some(format!("={}", order.iter().map(|n| format!("{n}:1")).collect::<Vec<_>>().join(","))),
         why: format!(
-            "the {} NICs of `{}` in the order of the GPUs they serve (GPU i -> the NIC under its PCIe switch); `=` matches names exactly, so mlx5_1 does not also select mlx5_10..19",
-            order.len(),
+            "{} of `{}` in the order of the GPUs they serve (GPU i -> the NIC under its PCIe switch); `=` matches names exactly, so mlx5_1 does not also select mlx5_10..19",
+            if order.len() == 1 {
+                "the NIC".to_string()
+            } else {
+                format!("the {} NICs", order.len())
+            },
             first.name
         ),
     });
@@ -278,8 +282,9 @@ pub fn advise(loaded: &Loaded) -> Result<Advice, String> {
             format!("{channels} channel(s), as the scenario's collective uses (what was simulated)")
         } else {
             format!(
-                "{} channels: two per NIC ({nics} NICs), as NCCL chooses on the HDR fixture; fewer would leave NICs idle in rings and trees",
-                (2 * nics).max(2)
+                "{} channels: two per NIC ({nics} NIC{}), as NCCL chooses on the HDR fixture; fewer would leave NICs idle in rings and trees",
+                (2 * nics).max(2),
+                if nics == 1 { "" } else { "s" }
             )
         },
     });

@@ -267,7 +267,12 @@ pub(crate) fn advise(a: &NcclAdviseArgs) -> Result<Outcome> {
             nic_layout: layout.as_ref(),
         };
         out(&(serde_json::to_string_pretty(&v)? + "\n"))?;
-        return Ok(Outcome::Clean);
+        // The same status as the text: warnings are findings.
+        return Ok(if advice.warnings.is_empty() {
+            Outcome::Clean
+        } else {
+            Outcome::Findings
+        });
     }
     let mut s = env.clone();
     let algos: Vec<Algo> = advice

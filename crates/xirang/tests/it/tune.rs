@@ -433,14 +433,19 @@ fn tune_compares_nic_layouts_when_the_scenario_asks() {
 fn nccl_advise_json_carries_the_layout_only_when_asked() {
     let tmp = tempfile::tempdir().unwrap();
     let env = tmp.path().join("nccl.env");
-    let v = crate::util::run_json(&[
-        "nccl",
-        "advise",
-        "scenarios/nic-layout-inference.toml",
-        "--out",
-        env.to_str().unwrap(),
-        "--json",
-    ]);
+    // Exit 1: the bonded hosts' warning is a finding, as in the text output.
+    let (text, _) = run_expect(
+        &[
+            "nccl",
+            "advise",
+            "scenarios/nic-layout-inference.toml",
+            "--out",
+            env.to_str().unwrap(),
+            "--json",
+        ],
+        1,
+    );
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert_eq!(v["nic_layout"]["classes"][0]["winner"], "lag");
     assert_eq!(v["settings"][0]["value"], "=mlx5_bond_0:1");
     let v = crate::util::run_json(&[
