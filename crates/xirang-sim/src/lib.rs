@@ -219,7 +219,13 @@ fn collect<Q: queue::Queue>(loaded: &Loaded, ex: &workload::Expanded, sim: &Sim<
         .collect();
     let pfc_prios = sim.net.pfc_prios.clone();
     let port_name = |pi: PortId| sim.port_names[pi].clone();
-    let route_names = |qp: QpId| sim.route_of(qp).into_iter().map(port_name).collect::<Vec<_>>();
+    let originals = sim.failover_originals();
+    let route_names = |qp: QpId| {
+        sim.route_as_computed(sim.qps_tx[qp].route, &originals)
+            .into_iter()
+            .map(port_name)
+            .collect::<Vec<_>>()
+    };
     let mut flows: Vec<FlowResult> = ex
         .flows
         .iter()
@@ -389,6 +395,7 @@ fn collective_flows<Q: queue::Queue>(
 ) -> Vec<FlowResult> {
     let fabric = &loaded.fabric;
     let mut out = Vec::new();
+    let originals = sim.failover_originals();
     for rt in &sim.colls {
         let Some(records) = &rt.records else { continue };
         let c = &rt.run;
@@ -433,8 +440,8 @@ fn collective_flows<Q: queue::Queue>(
                     in_collective: true,
                     nvlink: local,
                     path: spec0.map_or_else(Vec::new, |s| {
-                        sim.routes
-                            .ports_of(s.route, &sim.ports)
+                        sim.route_as_computed(s.route, &originals)
+                            .into_iter()
                             .map(|p| sim.port_names[p].clone())
                             .collect()
                     }),

@@ -152,7 +152,7 @@ mod random {
     fn arb_case() -> impl Strategy<Value = Case> {
         (
             (
-                0u8..3,
+                0u8..4,
                 prop::sample::select(vec![100u32, 500, 1000, 2000]),
                 any::<bool>(),
                 prop::sample::select(vec!["dcqcn", "timely", "hpcc", "dctcp", "none"]),
@@ -224,7 +224,7 @@ mod random {
                     "leaf0:0",
                     "spine0",
                 ),
-                _ => (
+                2 => (
                     format!(
                         "[topology.rail_optimized]\nhosts = 8\nhosts_per_group = 4\nspines = 2\nhost_rate_gbps = 100\nfabric_rate_gbps = 100\nlink_delay_ns = {d}\n\n[topology.rail_optimized.host]\ngpus = 2\nnics = 2\n"
                     ),
@@ -232,7 +232,18 @@ mod random {
                     "leaf0:0",
                     "spine0",
                 ),
+                // Bonded hosts: a link_down on a member fails over (and, with a second
+                // fault, both members go down for a while).
+                _ => (
+                    format!(
+                        "[topology.leaf_spine]\nleaves = 3\nspines = 2\nhosts_per_leaf = 2\nhost_rate_gbps = 100\nfabric_rate_gbps = 200\nlink_delay_ns = {d}\n\n[topology.leaf_spine.host]\ngpus = 0\nnics = 2\naggregate = \"lag\"\n"
+                    ),
+                    6,
+                    "leaf1:0",
+                    "spine0",
+                ),
             };
+            let device = if self.shape == 3 { "mlx5_bond_0" } else { "mlx5_0" };
             let mut s = format!(
                 "{topo}\n[config.pfc]\nenabled = {}\n\n[config.buffer]\nswitch_bytes = {}\n\n[config.ecn.leaf]\nenabled = true\nkmin_bytes = {}\nkmax_bytes = {}\npmax = 0.2\n\n[config.classes.bulk]\npriority = 3\ncc = \"{}\"\n\n[workloads.random.flows]\nclass = \"bulk\"\nlist = [\n",
                 self.pfc,
@@ -262,7 +273,7 @@ mod random {
                 s.push_str("\n[workloads.in.incast]\nclass = \"bulk\"\nreceiver = \"h0\"\nsenders = 3\nbytes = 100_000\n");
             }
             if let Some((kind, at, t)) = self.fault {
-                let nic = format!("h{}/mlx5_0", at % hosts);
+                let nic = format!("h{}/{device}", at % hosts);
                 let t = u32::from(t);
                 let f = match kind {
                     0 => format!("kind = \"link_errors\"\ntarget = \"{nic}\"\nloss = 0.01"),
@@ -281,6 +292,13 @@ mod random {
                     _ => format!("kind = \"ecmp_imbalance\"\ntarget = \"{switch}\"\nshare = 0.8"),
                 };
                 s.push_str(&format!("\n[[faults]]\n{f}\n"));
+                if self.shape == 3 && kind == 1 {
+                    s.push_str(&format!(
+                        "\n[[faults]]\nkind = \"link_down\"\ntarget = \"{nic}/2\"\nstart_us = {}\nend_us = {}\n",
+                        u32::from(t) + 20,
+                        u32::from(t) + 120
+                    ));
+                }
             }
             s.push_str("\n[run]\nseed = 7\n");
             if let Some(u) = self.sample_us {

@@ -753,8 +753,40 @@ impl<Q: Queue> Sim<Q> {
         self.live_transfer_qps -= n as usize;
     }
 
-    /// Data path of a QP as egress port ids, sender NIC first.
+    /// Data path of a QP as egress port ids, sender NIC first (as the arena holds it now).
+    #[cfg(test)]
     pub(crate) fn route_of(&self, qp: QpId) -> Vec<PortId> {
         self.routes.ports_of(self.qps_tx[qp].route, &self.ports).collect()
+    }
+
+    /// A route as it was computed, before any bond failover moved its hops: what the
+    /// results report as a flow's path. A failover rewrites each hop in the partition
+    /// that owns it, so the arena of the sender's partition may not hold another
+    /// partition's rewrite; the route as computed is the same everywhere. `originals` is
+    /// [`Sim::failover_originals`].
+    pub(crate) fn route_as_computed(
+        &self,
+        route: RouteId,
+        originals: &std::collections::HashMap<u32, PortId>,
+    ) -> Vec<PortId> {
+        self.routes
+            .ports_of(route, &self.ports)
+            .enumerate()
+            .map(|(k, p)| {
+                originals
+                    .get(&(route.idx() as u32 + k as u32))
+                    .copied()
+                    .unwrap_or(p)
+            })
+            .collect()
+    }
+
+    /// The arena positions a bond failover has moved, with the port each held as
+    /// computed.
+    pub(crate) fn failover_originals(&self) -> std::collections::HashMap<u32, PortId> {
+        self.bond_hops
+            .iter()
+            .flat_map(|(p, at)| at.iter().map(move |i| (*i, *p)))
+            .collect()
     }
 }
