@@ -295,8 +295,8 @@ mod random {
                 if self.shape == 3 && kind == 1 {
                     s.push_str(&format!(
                         "\n[[faults]]\nkind = \"link_down\"\ntarget = \"{nic}/2\"\nstart_us = {}\nend_us = {}\n",
-                        u32::from(t) + 20,
-                        u32::from(t) + 120
+                        t + 20,
+                        t + 120
                     ));
                 }
             }
