@@ -5,17 +5,10 @@ use xirang_fabric::topology::Aggregate;
 use xirang_host::inventory::{Bond, HostInventory, ROCE_LAG_BOND_MODES, pci_card};
 
 use crate::cluster::Cluster;
-use crate::rules::{Evidence, Finding, Layer, Severity};
+use crate::rules::{Finding, Layer, Severity, ev};
 
 /// NCCL's default QPs per connection (docs/reference/nic-aggregation.md §3).
 const NCCL_DEFAULT_QPS_PER_CONNECTION: u32 = 1;
-
-fn ev(h: &HostInventory, path: &str, value: impl ToString) -> Evidence {
-    Evidence {
-        source: format!("{}: {path}", h.source),
-        value: value.to_string(),
-    }
-}
 
 fn bond_file(b: &Bond, f: &str) -> String {
     format!("sys/class/net/{}/bonding/{f}", b.name)

@@ -275,7 +275,8 @@ const CNP_DSCP: u8 = 48;
 /// Counters that count discards (docs/reference/linux-rdma-sysfs.md §1.2 and §1.3).
 const DISCARD_COUNTERS: &[&str] = &["port_xmit_discards", "out_of_buffer"];
 
-fn ev(host: &HostInventory, path: &str, value: impl ToString) -> Evidence {
+/// Evidence read from a host's file.
+pub(crate) fn ev(host: &HostInventory, path: &str, value: impl ToString) -> Evidence {
     Evidence {
         source: format!("{}: {path}", host.source),
         value: value.to_string(),
