@@ -47,6 +47,17 @@ const MIN_STEP_MS: i64 = 1_000;
 
 /// Reads the rules' series in `[since_ms, until_ms]` from a monitor history file.
 pub fn from_history(path: &Path, since_ms: i64, until_ms: i64) -> Result<Window, SourceError> {
+    from_history_of(path, since_ms, until_ms, &metric_names())
+}
+
+/// Reads the series of the metrics `names` in `[since_ms, until_ms]` from a monitor
+/// history file.
+pub fn from_history_of(
+    path: &Path,
+    since_ms: i64,
+    until_ms: i64,
+    names: &[String],
+) -> Result<Window, SourceError> {
     let err = |m: String| SourceError::History {
         path: path.display().to_string(),
         message: m,
@@ -56,7 +67,7 @@ pub fn from_history(path: &Path, since_ms: i64, until_ms: i64) -> Result<Window,
     }
     let h = History::open(path, Retention::default()).map_err(|e| err(e.to_string()))?;
     let mut series = Vec::new();
-    for name in metric_names() {
+    for name in names {
         for w in h
             .query(since_ms, until_ms, Some(name.as_str()))
             .map_err(|e| err(e.to_string()))?
@@ -92,18 +103,34 @@ pub fn from_history(path: &Path, since_ms: i64, until_ms: i64) -> Result<Window,
 
 /// The PromQL selector for the rules' metrics.
 pub fn promql_selector() -> String {
-    format!("{{__name__=~\"{}\"}}", metric_names().join("|"))
+    selector_of(&metric_names())
+}
+
+/// The PromQL selector for these metrics.
+pub fn selector_of(names: &[String]) -> String {
+    format!("{{__name__=~\"{}\"}}", names.join("|"))
 }
 
 /// Reads the rules' series in `[since_ms, until_ms]` from a Prometheus server.
 pub fn from_prometheus(url: &str, since_ms: i64, until_ms: i64) -> Result<Window, SourceError> {
+    from_prometheus_of(url, since_ms, until_ms, &metric_names())
+}
+
+/// Reads the series of the metrics `names` in `[since_ms, until_ms]` from a Prometheus
+/// server (one `query_range`).
+pub fn from_prometheus_of(
+    url: &str,
+    since_ms: i64,
+    until_ms: i64,
+    names: &[String],
+) -> Result<Window, SourceError> {
     let base = url.trim_end_matches('/');
     let err = |m: String| SourceError::Prometheus {
         url: base.to_string(),
         message: m,
     };
     let step_ms = ((until_ms - since_ms) / PROMETHEUS_POINTS).max(MIN_STEP_MS);
-    let query = promql_selector();
+    let query = selector_of(names);
     let mut resp = ureq::get(&format!("{base}/api/v1/query_range"))
         .query("query", &query)
         .query("start", format!("{:.3}", since_ms as f64 / 1000.0))
@@ -171,6 +198,12 @@ pub fn series_from_query_range(body: &serde_json::Value) -> Result<Vec<Series>, 
 /// with `--sample`): times are from the run's start (Unix ms 0 = the run's start), and
 /// every counter starts at 0, as a simulated fabric does.
 pub fn from_sim_out(dir: &Path) -> Result<Window, SourceError> {
+    from_sim_out_of(dir, &rule_counters())
+}
+
+/// Reads the counters `wanted` (hardware names) from a simulator output directory, as
+/// [`from_sim_out`] does.
+pub fn from_sim_out_of(dir: &Path, wanted: &[String]) -> Result<Window, SourceError> {
     let fail = |e: sim_out::SimOutError| SourceError::SimOut {
         path: e.path,
         message: e.message,
@@ -195,7 +228,7 @@ pub fn from_sim_out(dir: &Path) -> Result<Window, SourceError> {
         .rounds
         .iter()
         .flat_map(|(t_ns, values)| values.iter().map(move |c| ((*t_ns / 1_000) as i64, c)));
-    let mut w = window_from_samples(format!("sim-out {}", dir.display()), samples);
+    let mut w = window_from_samples_of(format!("sim-out {}", dir.display()), samples, wanted);
     if let Some((text, links)) = out.optional(sim_out::LINKS).map_err(fail)? {
         add_links(&mut w, &text).map_err(|message| SourceError::SimOut {
             path: links.display().to_string(),
@@ -246,7 +279,15 @@ pub fn window_from_samples<'a>(
     source: String,
     samples: impl Iterator<Item = (i64, &'a xirang_telemetry::CounterValue)>,
 ) -> Window {
-    let wanted = rule_counters();
+    window_from_samples_of(source, samples, &rule_counters())
+}
+
+/// [`window_from_samples`] keeping the counters `wanted` (hardware names).
+pub fn window_from_samples_of<'a>(
+    source: String,
+    samples: impl Iterator<Item = (i64, &'a xirang_telemetry::CounterValue)>,
+    wanted: &[String],
+) -> Window {
     let mut by_key: BTreeMap<SeriesId, Vec<(i64, f64)>> = BTreeMap::new();
     let mut until_ms = 0;
     for (t_ms, c) in samples {

@@ -138,8 +138,8 @@ fn sample_entity(counter: &str) -> Entity {
     }
 }
 
-/// The metric a rule counter is exported as.
-fn metric_of(counter: &str) -> String {
+/// The metric a counter (by its hardware name) is exported as.
+pub fn metric_of(counter: &str) -> String {
     metric_for(&sample_entity(counter), counter, false).name
 }
 

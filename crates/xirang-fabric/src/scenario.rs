@@ -1408,6 +1408,14 @@ impl Scenario {
                         d.error(&at.key(key), m);
                     }
                 }
+                if let Some(share) = x.local_share
+                    && !(0.0..=1.0).contains(&share)
+                {
+                    d.error(
+                        &at.key("local_share"),
+                        format!("expected a share between 0 and 1, found {}", limits::Num(share)),
+                    );
+                }
                 check_start(x.start_us, &at.key("start_us"), d);
                 limits::check_period_us(x.duration_us, &at.key("duration_us"), d);
                 limits::check_time_us(x.service_us, &at.key("service_us"), d);

@@ -254,6 +254,13 @@ pub struct InferenceSpec {
     /// Time between receiving a request and starting its response (server compute).
     #[serde(default)]
     pub service_us: f64,
+    /// Share of each client's requests sent to a server under the client's own leaf
+    /// switch, the rest to servers under other leaves (each group chosen from uniformly;
+    /// a client with no server in one group sends everything to the other). Unset: every
+    /// request picks a server uniformly from all of them. This is the tier-crossing share
+    /// `xirang calibrate` fits to the observed spine utilisation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_share: Option<f64>,
     /// First arrival window start.
     #[serde(default)]
     pub start_us: f64,

@@ -68,6 +68,9 @@ pub enum Source {
     },
     /// Values are handed in by the caller ([`Collector::fold`]), as a replay does.
     External,
+    /// Values come from a function of the round's time, ns (a live replay of a
+    /// simulated run, [`crate::replay::Live`]).
+    Feed(Box<dyn FnMut(u64) -> Vec<CounterValue> + Send>),
 }
 
 /// Prefix of netdev `statistics/` counters in the counter schema.
@@ -215,6 +218,12 @@ impl Collector {
     /// Samples the source at `ts_ns`.
     pub fn round(&mut self, ts_ns: u64) -> Round {
         let started = std::time::Instant::now();
+        if let Source::Feed(feed) = &mut self.source {
+            let values = feed(ts_ns);
+            let mut round = self.fold(ts_ns, &values, Vec::new(), Vec::new());
+            round.duration_s = started.elapsed().as_secs_f64();
+            return round;
+        }
         let (values, gauges, problems) = match &self.source {
             Source::Host { tree, run_ethtool } => {
                 let mut v = host_values(
@@ -229,7 +238,7 @@ impl Collector {
                 tree.end_round();
                 v
             }
-            Source::External => (Vec::new(), Vec::new(), Vec::new()),
+            Source::External | Source::Feed(_) => (Vec::new(), Vec::new(), Vec::new()),
         };
         let mut round = self.fold_groups(ts_ns, &values, gauges, problems);
         round.duration_s = started.elapsed().as_secs_f64();

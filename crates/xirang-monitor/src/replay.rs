@@ -121,6 +121,146 @@ impl Replay {
     }
 }
 
+/// A simulated run served as a live fleet: the run plays `dilation` times slower than
+/// it was simulated, and every counter is multiplied by `dilation`, so that every rate a
+/// scraper computes (bytes per second, marks per second, paused time per second) is the
+/// simulated one; levels (link rates, watermarks) are served as they are. At the end the
+/// run starts again, counters carrying on from where they were, as a fleet in a steady
+/// state does. This is the digital twin's side of `xirang calibrate`'s end-to-end test:
+/// the monitoring agent serves it, a real Prometheus scrapes it.
+#[derive(Debug, Clone)]
+pub struct Live {
+    rounds: Vec<(u64, Vec<CounterValue>)>,
+    gauge: Vec<bool>,
+    /// One pass of the run, simulated ns.
+    period_ns: u64,
+    dilation: u64,
+}
+
+/// Largest dilation accepted: a microsecond of simulation per 10 s of wall time.
+pub const MAX_DILATION: u64 = 10_000_000;
+
+impl Live {
+    /// A live replay of `replay`, one pass lasting `period_ns` of simulated time (the
+    /// run's length: `summary.json`'s `sim_time_ps`), played `dilation` times slower.
+    /// `every` lists counters to serve even when they never change (the run's final
+    /// `counters.csv`: a series lists changes only, and a fleet's agents export their
+    /// zeros too, which is how a reader tells "no PFC" from "no PFC counters").
+    pub fn new(
+        replay: Replay,
+        every: &[CounterValue],
+        period_ns: u64,
+        dilation: u64,
+    ) -> Result<Live, String> {
+        if !(1..=MAX_DILATION).contains(&dilation) {
+            return Err(format!(
+                "expected a dilation from 1 to {MAX_DILATION}, found {dilation}"
+            ));
+        }
+        let last = replay.rounds.last().map_or(0, |r| r.0);
+        if replay.rounds.is_empty() || period_ns == 0 {
+            return Err("no counter samples to replay".into());
+        }
+        // Index i is one counter in every round: the union of the names, every round
+        // padded with zeros for the counters it does not list.
+        let mut names: Vec<(String, String)> = replay.rounds[replay.rounds.len() - 1]
+            .1
+            .iter()
+            .chain(every)
+            .map(|c| (c.entity.clone(), c.name.clone()))
+            .collect();
+        names.sort();
+        names.dedup();
+        let gauge = names
+            .iter()
+            .map(|(_, n)| xirang_telemetry::spec::spec(n).kind == xirang_telemetry::spec::Kind::Gauge)
+            .collect();
+        let rounds = replay
+            .rounds
+            .into_iter()
+            .map(|(t, values)| {
+                let by: BTreeMap<(&str, &str), u64> = values
+                    .iter()
+                    .map(|c| ((c.entity.as_str(), c.name.as_str()), c.value))
+                    .collect();
+                let full = names
+                    .iter()
+                    .map(|(e, n)| CounterValue {
+                        entity: e.clone(),
+                        name: n.clone(),
+                        value: by.get(&(e.as_str(), n.as_str())).copied().unwrap_or(0),
+                    })
+                    .collect();
+                (t, full)
+            })
+            .collect();
+        Ok(Live {
+            rounds,
+            gauge,
+            period_ns: period_ns.max(last),
+            dilation,
+        })
+    }
+
+    /// Simulated ns of one pass.
+    pub fn period_ns(&self) -> u64 {
+        self.period_ns
+    }
+
+    /// The counters `wall_ns` after the replay started.
+    pub fn values_at(&self, wall_ns: u64) -> Vec<CounterValue> {
+        let sim_ns = wall_ns / self.dilation;
+        let passes = sim_ns / self.period_ns;
+        let within = sim_ns % self.period_ns;
+        let end = &self.rounds[self.rounds.len() - 1].1;
+        // The last round at or before `within`; before the first, every counter is 0.
+        let at = self.rounds.partition_point(|r| r.0 <= within);
+        let now = (at > 0).then(|| &self.rounds[at - 1].1);
+        end.iter()
+            .enumerate()
+            .map(|(i, last)| {
+                let v = now.map_or(0, |n| n[i].value);
+                let value = if self.gauge[i] {
+                    if at > 0 { v } else { last.value }
+                } else {
+                    passes
+                        .saturating_mul(last.value)
+                        .saturating_add(v)
+                        .saturating_mul(self.dilation)
+                };
+                CounterValue {
+                    entity: last.entity.clone(),
+                    name: last.name.clone(),
+                    value,
+                }
+            })
+            .collect()
+    }
+}
+
+/// A run's simulated length, ns, from its `summary.json` (`summary.stats.sim_time_ps`);
+/// `None` when the file or the field is missing.
+pub fn run_length_ns(dir: &Path) -> Result<Option<u64>, ReplayError> {
+    let out = SimOut::open(dir).map_err(|e| ReplayError {
+        path: e.path,
+        message: e.message,
+    })?;
+    let Some((text, path)) = out
+        .optional(xirang_telemetry::sim_out::SUMMARY)
+        .map_err(|e| ReplayError {
+            path: e.path,
+            message: e.message,
+        })?
+    else {
+        return Ok(None);
+    };
+    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| ReplayError {
+        path: path.display().to_string(),
+        message: format!("expected JSON: {e}"),
+    })?;
+    Ok(v["summary"]["stats"]["sim_time_ps"].as_u64().map(|ps| ps / 1_000))
+}
+
 /// What a replay found: the rounds, each alert with the time it first fired, and the
 /// last round (what `--json` shows as `final`).
 #[derive(Debug)]

@@ -345,9 +345,31 @@ pub fn expand(loaded: &Loaded, seed: u64) -> Expanded {
                 let mean_gap_us = 1e6 / x.requests_per_sec;
                 let end = x.start_us + x.duration_us;
                 for &c in &clients {
+                    // With a local share, servers split by whether they share the
+                    // client's leaf; without one, one uniform draw (the draws of
+                    // scenarios without the key are unchanged).
+                    let groups = x.local_share.map(|share| {
+                        let leaf = |n: NicId| fabric.attached_switch(n, 0).map(|p| p.node);
+                        let (local, remote): (Vec<NicId>, Vec<NicId>) =
+                            servers.iter().partition(|&&s| leaf(s) == leaf(c));
+                        (share, local, remote)
+                    });
                     let mut t = x.start_us + rng.exponential(mean_gap_us);
                     while t < end {
-                        let s = servers[rng.below(servers.len() as u64) as usize];
+                        let s = match &groups {
+                            None => servers[rng.below(servers.len() as u64) as usize],
+                            Some((share, local, remote)) => {
+                                let pick_local = if local.is_empty() {
+                                    false
+                                } else if remote.is_empty() {
+                                    true
+                                } else {
+                                    rng.uniform() < *share
+                                };
+                                let g = if pick_local { local } else { remote };
+                                g[rng.below(g.len() as u64) as usize]
+                            }
+                        };
                         let req_bytes = sample_size(&x.request, &mut rng);
                         let resp_bytes = sample_size(&x.response, &mut rng);
                         let req = out.flows.len() as u32;

@@ -34,6 +34,12 @@ pub(crate) enum Command {
     /// Planners built on the collective cost model.
     #[command(subcommand)]
     Plan(PlanCmd),
+    /// Fit a scenario's workload (offered load per class, request rates, the share of
+    /// traffic crossing the spines) so the simulated counters match a fabric's observed
+    /// ones: link utilisation, ECN-marked ratio and PFC per tier, CNP rate. Writes the
+    /// calibrated scenario and the observed-vs-simulated table; exit status 1, writing
+    /// nothing, when a figure stays outside the tolerance.
+    Calibrate(CalibrateArgs),
     /// Search congestion-control, ECN and transport settings by application metrics in
     /// the simulator; report the gain over vendor defaults and write the configuration.
     Tune(TuneArgs),
@@ -351,6 +357,16 @@ pub(crate) struct MonitorArgs {
     /// time, instead of sampling a host.
     #[arg(long, conflicts_with_all = ["root", "once"])]
     pub(crate) replay: Option<PathBuf>,
+    /// With --replay of a simulator's output: serve the run on --listen as a live
+    /// agent does, looping, instead of evaluating it at once (a digital twin for
+    /// Prometheus, `xirang calibrate` and rollout gates).
+    #[arg(long, requires = "replay", conflicts_with = "json")]
+    pub(crate) live: bool,
+    /// With --live: play the run this many times slower than simulated and multiply
+    /// every counter by the same factor, so every rate is the simulated one (a run of
+    /// 2 ms at 1000 lasts 2 s per pass).
+    #[arg(long, default_value_t = 1000, requires = "live", value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    pub(crate) dilation: u64,
     /// With --once or --replay: print JSON instead of the exposition text.
     #[arg(long)]
     pub(crate) json: bool,
@@ -394,6 +410,60 @@ pub(crate) struct MonitorQueryArgs {
     /// Print JSON.
     #[arg(long)]
     pub(crate) json: bool,
+}
+
+/// `xirang calibrate`.
+#[derive(Debug, Args)]
+pub(crate) struct CalibrateArgs {
+    /// Scenario to calibrate (default: the built-in default scenario): its fabric names
+    /// the switches and tiers the counters come from; its workloads are fitted.
+    #[arg(long)]
+    pub(crate) scenario: Option<PathBuf>,
+    /// Read a Prometheus server scraping the agents (`http://host:9090`).
+    #[arg(long, conflicts_with_all = ["history", "sim_out"])]
+    pub(crate) prometheus: Option<String>,
+    /// Read the monitoring agent's history (SQLite).
+    #[arg(long, conflicts_with = "sim_out")]
+    pub(crate) history: Option<PathBuf>,
+    /// Read a recorded run (`xirang sim --out DIR`): its whole run is the window.
+    #[arg(long)]
+    pub(crate) sim_out: Option<PathBuf>,
+    /// The window to read, back from now (`1h`, `30m`, `90s`).
+    #[arg(long, default_value = "1h")]
+    pub(crate) since: String,
+    /// Where to write the calibrated scenario.
+    #[arg(long, short, default_value = "calibrated.toml")]
+    pub(crate) out: PathBuf,
+    /// Largest relative residual accepted per figure (0.2: within 20 % of the observed
+    /// value, or of the figure's noise floor when that is larger).
+    #[arg(long, default_value_t = xirang_calibrate::DEFAULT_TOLERANCE, value_parser = share_01)]
+    pub(crate) tolerance: f64,
+    /// Fit only this parameter (key path, e.g.
+    /// `workloads.inference.inference.requests_per_sec`); repeat for several. Default:
+    /// every load, rate and tier-crossing share the workloads have.
+    #[arg(long)]
+    pub(crate) fit: Vec<String>,
+    /// Seeds each candidate runs on, from the scenario's own (1 to 16).
+    #[arg(long, default_value_t = 1, value_parser = count::<1, 16>)]
+    pub(crate) seeds: usize,
+    /// Most simulated runs (10 to 10,000).
+    #[arg(long, default_value_t = xirang_calibrate::DEFAULT_MAX_RUNS, value_parser = count::<10, 10_000>)]
+    pub(crate) max_runs: usize,
+    /// Print JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+fn share_01(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("expected a number, found `{s}`"))?;
+    if v > 0.0 && v <= 1.0 {
+        Ok(v)
+    } else {
+        Err(format!("expected a share in (0, 1], found {s}"))
+    }
 }
 
 /// `xirang audit`.

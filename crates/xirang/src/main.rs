@@ -4,6 +4,7 @@
 mod audit;
 mod bench;
 mod bench_scale;
+mod calibrate;
 mod cli;
 mod cmd;
 mod diagnose;

@@ -66,27 +66,38 @@ pub(crate) fn run(a: &MonitorArgs) -> Result<Outcome> {
         max_bytes: a.history_max_mib.saturating_mul(1024 * 1024),
     };
     let rules = rules(a)?;
-    if let Some(dir) = &a.replay {
+    if let Some(dir) = &a.replay
+        && !a.live
+    {
         return replay_dir(dir, a, rules, retention);
     }
     let root = a.root.clone().unwrap_or_else(|| PathBuf::from("/"));
-    anyhow::ensure!(root.is_dir(), "--root {}: expected a directory", root.display());
-    let live = a.root.is_none();
-    let mut collector = Collector::new(
-        Source::Host {
-            tree: Box::new(DirTree::for_sampling(&root)),
-            run_ethtool: live && !a.no_ethtool,
-        },
-        None,
-    );
-    collector.pcidevice = a.pcidevice;
+    let (collector, what) = match &a.replay {
+        Some(dir) => (
+            live_replay(dir, a.dilation)?,
+            format!("the run in {} (live replay, x{})", dir.display(), a.dilation),
+        ),
+        None => {
+            anyhow::ensure!(root.is_dir(), "--root {}: expected a directory", root.display());
+            let live = a.root.is_none();
+            let mut collector = Collector::new(
+                Source::Host {
+                    tree: Box::new(DirTree::for_sampling(&root)),
+                    run_ethtool: live && !a.no_ethtool,
+                },
+                None,
+            );
+            collector.pcidevice = a.pcidevice;
+            (collector, root.display().to_string())
+        }
+    };
     if a.once {
         return once(collector, interval, rules, a.json);
     }
     let web = web_config(a)?;
     eprintln!(
         "xirang monitor: sampling {} every {:?}, serving {}://{}/metrics",
-        root.display(),
+        what,
         interval,
         if web.as_ref().is_some_and(|w| w.tls.is_some()) {
             "https"
@@ -168,6 +179,39 @@ fn once(mut collector: Collector, interval: Duration, rules: Vec<Rule>, json: bo
         eprintln!("xirang monitor: {p}");
     }
     Ok(Outcome::Clean)
+}
+
+/// A collector serving a simulator's output directory as a live fleet
+/// ([`replay::Live`]).
+fn live_replay(dir: &std::path::Path, dilation: u64) -> Result<Collector> {
+    anyhow::ensure!(
+        replay::is_sim_output(dir),
+        "--replay {} --live: expected a `xirang sim --out` directory (host snapshot series are replayed at once, not live)",
+        dir.display()
+    );
+    let r = replay::load(dir)?;
+    let last = r.rounds.last().map_or(0, |x| x.0);
+    let period_ns = replay::run_length_ns(dir)?.unwrap_or(last);
+    let every = match xirang_telemetry::sim_out::SimOut::open(dir)
+        .and_then(|o| o.optional(xirang_telemetry::sim_out::COUNTERS))
+        .map_err(|e| anyhow::anyhow!("{}: {}", e.path, e.message))?
+    {
+        Some((text, path)) => replay::parse_rows(&text, &path.display().to_string(), false)?
+            .into_iter()
+            .map(|(_, c)| c)
+            .collect(),
+        None => Vec::new(),
+    };
+    let live = replay::Live::new(r, &every, period_ns, dilation)
+        .map_err(|m| anyhow::anyhow!("--replay {}: {m}", dir.display()))?;
+    let mut start: Option<u64> = None;
+    Ok(Collector::new(
+        Source::Feed(Box::new(move |ts_ns| {
+            let t0 = *start.get_or_insert(ts_ns);
+            live.values_at(ts_ns.saturating_sub(t0))
+        })),
+        Some("replay".into()),
+    ))
 }
 
 fn replay_dir(

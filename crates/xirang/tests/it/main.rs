@@ -4,6 +4,7 @@
 //! - `topo`, `scenario`, `sim`: one module per command family; `report`: snapshots of
 //!   the human-readable reports.
 
+mod calibrate;
 mod diagnose;
 mod fuzz_inputs;
 mod guides;

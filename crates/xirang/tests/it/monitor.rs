@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use crate::util::{root, run_expect};
 
 /// Kills a child process when dropped, so a failing test leaves nothing running.
-struct Guard(Child);
+pub(crate) struct Guard(pub(crate) Child);
 
 impl Drop for Guard {
     fn drop(&mut self) {
@@ -19,7 +19,7 @@ impl Drop for Guard {
     }
 }
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -39,11 +39,11 @@ fn write(root: &Path, rel: &str, text: &str) {
     std::fs::rename(tmp, p).unwrap();
 }
 
-fn get(url: &str) -> Option<String> {
+pub(crate) fn get(url: &str) -> Option<String> {
     ureq::get(url).call().ok()?.body_mut().read_to_string().ok()
 }
 
-fn wait_for(url: &str, what: &str) -> String {
+pub(crate) fn wait_for(url: &str, what: &str) -> String {
     let t0 = Instant::now();
     loop {
         if let Some(body) = get(url) {
@@ -105,7 +105,7 @@ fn start_agent(host: &Path) -> (Guard, u16) {
 
 /// Starts Prometheus scraping the agent every second, storing under `dir`; returns it
 /// once ready, and its port.
-fn start_prometheus(prometheus: &str, dir: &Path, agent_port: u16) -> (Guard, u16) {
+pub(crate) fn start_prometheus(prometheus: &str, dir: &Path, agent_port: u16) -> (Guard, u16) {
     start_prometheus_with(
         prometheus,
         dir,
@@ -114,7 +114,7 @@ fn start_prometheus(prometheus: &str, dir: &Path, agent_port: u16) -> (Guard, u1
 }
 
 /// Starts Prometheus with these `scrape_configs` entries (YAML, indented by two).
-fn start_prometheus_with(prometheus: &str, dir: &Path, scrape_configs: &str) -> (Guard, u16) {
+pub(crate) fn start_prometheus_with(prometheus: &str, dir: &Path, scrape_configs: &str) -> (Guard, u16) {
     let prom_port = free_port();
     let config = dir.join("prometheus.yml");
     std::fs::write(
@@ -140,7 +140,7 @@ fn start_prometheus_with(prometheus: &str, dir: &Path, scrape_configs: &str) -> 
     (prom, prom_port)
 }
 
-fn prometheus_binary() -> &'static str {
+pub(crate) fn prometheus_binary() -> &'static str {
     ["/usr/bin/prometheus", "/usr/local/bin/prometheus"]
         .into_iter()
         .find(|p| Path::new(p).exists())

@@ -1,0 +1,482 @@
+//! Xirang calibration: fits a scenario's workload parameters ([`knobs`]) so that the
+//! simulated counters match the ones a fabric reported ([`counters`]), and says how
+//! close the fit came, figure by figure.
+//!
+//! The observed side is any window of counters (`xirang_diagnose::source` reads
+//! Prometheus, a monitor history or a simulator's output); the simulated side is the
+//! final counters of runs of candidate scenarios. Both go through the same
+//! [`counters::figures`], so a figure means the same on both sides.
+//!
+//! The search has two stages. First, moment matching from the scenario's own values:
+//! each class's load is scaled by the ratio of its observed to simulated host
+//! utilisation, each tier-crossing share by the ratio of the crossing it shows, a few
+//! rounds, each kept only if it lowers the objective (the sum of squared relative
+//! residuals). Then a compass search polishes the result (pattern search on the
+//! coordinates; Kolda, Lewis and Torczon, "Optimization by direct search", SIAM Review
+//! 45(3), 2003): each parameter is moved a step up and down (a load on a log scale, a
+//! share on a linear one), the best move that lowers the objective is taken, and the
+//! step is halved when none does, down to [`MIN_STEP`]. Neither needs a gradient, which
+//! a packet simulation does not have, and each compass round's runs are independent, so
+//! they run in parallel. Moment matching matters: the ECN, CNP and PFC figures jump as
+//! flows collide, so from far away a compass search alone settles in whatever valley
+//! trades one class's load against another's.
+//!
+//! This crate runs the simulator and reads windows; it fetches nothing itself and does
+//! not tune configuration (that is `xirang-tune`, which takes the calibrated scenario).
+
+pub mod counters;
+pub mod knobs;
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use rayon::prelude::*;
+use serde::Serialize;
+use thiserror::Error;
+use xirang_fabric::Loaded;
+
+pub use counters::{Figure, Tiers, figures};
+pub use knobs::{Knob, Param, knobs};
+
+/// What can go wrong.
+#[derive(Debug, Error)]
+pub enum CalibrateError {
+    /// The observed window gave nothing to fit to.
+    #[error("no counter to calibrate against in {window}: expected series of {metrics}")]
+    NothingObserved {
+        /// Where the window came from.
+        window: String,
+        /// The metrics looked for.
+        metrics: String,
+    },
+    /// No parameter to fit.
+    #[error("{0}")]
+    NoKnobs(String),
+    /// The scenario has no fixed window to compare rates over.
+    #[error("{0}")]
+    Window(String),
+    /// The scenario as it is does not build or run.
+    #[error("the scenario with its own values: {0}")]
+    Scenario(String),
+    /// The calibrated scenario could not be written as TOML.
+    #[error("writing the calibrated scenario: {0}")]
+    Write(String),
+}
+
+/// Default largest relative residual per figure: 20 %. The simulated workload is drawn
+/// from a seeded process, so a seed other than the observed fleet's moves ECN and PFC
+/// figures by around 10 % at the scales tests run (VALIDATION.md, "Calibration").
+pub const DEFAULT_TOLERANCE: f64 = 0.2;
+/// Last step: 1/256 of the range (3.3 % of a load; 0.004 of a share).
+pub const MIN_STEP: f64 = 1.0 / 256.0;
+/// Default budget of simulated runs.
+pub const DEFAULT_MAX_RUNS: usize = 200;
+
+/// How to calibrate.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Largest relative residual accepted per figure.
+    pub tolerance: f64,
+    /// Seeds each candidate runs on (results averaged).
+    pub seeds: Vec<u64>,
+    /// Most simulated runs (candidates x seeds).
+    pub max_runs: usize,
+    /// Only the knobs with these keys (empty: every knob).
+    pub fit: Vec<String>,
+}
+
+/// One figure after the fit.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Residual {
+    /// Figure name.
+    pub name: String,
+    /// Unit.
+    pub unit: &'static str,
+    /// Observed.
+    pub observed: f64,
+    /// Simulated with the fitted parameters.
+    pub simulated: f64,
+    /// (simulated - observed) / max(|observed|, floor).
+    pub residual: f64,
+    /// |residual| <= tolerance.
+    pub within: bool,
+    /// The metrics behind it.
+    pub metrics: Vec<String>,
+}
+
+/// One parameter after the fit.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Fitted {
+    /// Key path in the scenario.
+    pub key: String,
+    /// Scenario's value.
+    pub initial: f64,
+    /// Fitted value.
+    pub fitted: f64,
+    /// Range searched.
+    pub min: f64,
+    /// Range searched.
+    pub max: f64,
+}
+
+/// The result.
+#[derive(Debug, Clone, Serialize)]
+pub struct Calibration {
+    /// Parameters.
+    pub knobs: Vec<Fitted>,
+    /// Figures.
+    pub residuals: Vec<Residual>,
+    /// Tolerance applied.
+    pub tolerance: f64,
+    /// Simulated runs made.
+    pub runs: usize,
+    /// Objective at the scenario's own values and at the fit.
+    pub objective_initial: f64,
+    /// At the fit.
+    pub objective: f64,
+    /// Figures outside the tolerance (empty: the fit holds).
+    pub outside: Vec<String>,
+    /// The calibrated scenario.
+    #[serde(skip)]
+    pub scenario: xirang_fabric::scenario::Scenario,
+}
+
+impl Calibration {
+    /// Whether every figure is within the tolerance.
+    pub fn holds(&self) -> bool {
+        self.outside.is_empty()
+    }
+}
+
+fn residual(sim: f64, obs: &Figure) -> f64 {
+    (sim - obs.value) / obs.value.abs().max(obs.floor)
+}
+
+/// One evaluated point: its objective and simulated figures (averaged over seeds).
+#[derive(Debug, Clone)]
+struct Point {
+    objective: f64,
+    figures: Vec<Figure>,
+}
+
+/// Runs `loaded` with the knobs at `u` and compares with `observed`.
+fn evaluate(
+    loaded: &Loaded,
+    knobs: &[Knob],
+    u: &[f64],
+    observed: &[Figure],
+    tiers: &Tiers,
+    seeds: &[u64],
+) -> Result<Point, String> {
+    let mut s = loaded.scenario.clone();
+    for (k, &x) in knobs.iter().zip(u) {
+        k.set(&mut s, k.at(x));
+    }
+    let dir = loaded.file.parent().unwrap_or(std::path::Path::new("."));
+    let l = s.build(&loaded.file, dir, None).map_err(|e| e.to_string())?;
+    let mut sums: BTreeMap<String, (Figure, f64)> = BTreeMap::new();
+    for &seed in seeds {
+        let mut opts = xirang_sim::options(&l);
+        opts.seed = seed;
+        opts.sample_interval = None;
+        let r = xirang_sim::simulate(&l, &opts, &mut |_| {});
+        let w = counters::window_of_run(&r);
+        for f in figures(&w, tiers, &mut Vec::new()) {
+            let e = sums.entry(f.name.clone()).or_insert((f.clone(), 0.0));
+            e.1 += f.value;
+        }
+    }
+    let figures: Vec<Figure> = sums
+        .into_values()
+        .map(|(mut f, total)| {
+            f.value = total / seeds.len() as f64;
+            f
+        })
+        .collect();
+    let objective = observed
+        .iter()
+        .map(|o| {
+            let sim = figures.iter().find(|f| f.name == o.name).map_or(0.0, |f| f.value);
+            o.weight * residual(sim, o).powi(2)
+        })
+        .sum();
+    Ok(Point { objective, figures })
+}
+
+/// Rounds of moment matching before the compass search.
+const MOMENT_ROUNDS: usize = 4;
+/// The compass search's first step after moment matching: 1/32 of each range (a load
+/// factor of 1.3, a share of 0.03).
+const POLISH_STEP: f64 = 1.0 / 32.0;
+
+/// Each workload's class priority.
+fn class_priorities(loaded: &Loaded) -> BTreeMap<String, u8> {
+    loaded
+        .scenario
+        .workloads
+        .iter()
+        .filter_map(|(name, w)| {
+            let c = loaded.scenario.config.classes.get(w.class())?;
+            Some((name.clone(), c.priority))
+        })
+        .collect()
+}
+
+/// The figure whose name starts with `prefix` (`util host p3 `), if any.
+fn figure<'a>(figs: &'a [Figure], prefix: &str) -> Option<&'a Figure> {
+    figs.iter().find(|f| f.name.starts_with(prefix))
+}
+
+/// One step of moment matching from `u`, whose run gave `simulated`: a load knob is
+/// scaled by its class's observed over simulated host utilisation (utilisation is
+/// proportional to offered load below saturation); a local-share knob moves the
+/// crossing share `1 - share` by the ratio of the class's observed to simulated spine
+/// over host utilisation (crossing traffic is what reaches the spines). Without
+/// per-class figures, every load is scaled by the total host utilisation.
+fn moment_step(
+    knobs: &[Knob],
+    u: &[f64],
+    simulated: &[Figure],
+    observed: &[Figure],
+    classes: &BTreeMap<String, u8>,
+) -> Vec<f64> {
+    let ratio = |prefix: &str| -> Option<f64> {
+        let o = figure(observed, prefix)?.value;
+        let s = figure(simulated, prefix)?.value;
+        (o > 0.0 && s > 0.0).then(|| o / s)
+    };
+    let upper = figure(observed, "util spine").map_or("core", |_| "spine");
+    knobs
+        .iter()
+        .zip(u)
+        .map(|(k, &x)| {
+            let prio = classes.get(&k.workload);
+            let v = k.at(x);
+            let moved = match k.param {
+                Param::Bytes | Param::RequestsPerSec => prio
+                    .and_then(|p| ratio(&format!("util host p{p} ")))
+                    .or_else(|| ratio("util host"))
+                    .map(|r| v * r),
+                Param::LocalShare => prio.and_then(|p| {
+                    let cross = |figs: &[Figure]| -> Option<f64> {
+                        let up = figure(figs, &format!("util {upper} p{p} "))?.value;
+                        let host = figure(figs, &format!("util host p{p} "))?.value;
+                        (host > 0.0).then(|| up / host)
+                    };
+                    let (o, s) = (cross(observed)?, cross(simulated)?);
+                    (s > 0.0).then(|| 1.0 - (1.0 - v) * o / s)
+                }),
+            };
+            match moved {
+                Some(m) if m.is_finite() => k.position(m.clamp(k.min, k.max)),
+                _ => x,
+            }
+        })
+        .collect()
+}
+
+/// A grid key for a point, so that no point is simulated twice.
+fn grid(u: &[f64]) -> Vec<i64> {
+    u.iter().map(|x| (x / MIN_STEP * 4.0).round() as i64).collect()
+}
+
+/// Fits `loaded`'s workload to the `observed` figures. `progress` is told after each
+/// simulated candidate how many runs are done and the budget.
+pub fn calibrate(
+    loaded: &Loaded,
+    observed: &[Figure],
+    opts: &Options,
+    progress: &(dyn Fn(usize, usize) + Sync),
+) -> Result<Calibration, CalibrateError> {
+    if loaded.scenario.run.end_us.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater) {
+        return Err(CalibrateError::Window(format!(
+            "{}: [run] end_us: expected the simulated window the counters are compared over (for example the inference workload's duration_us); without it the run lasts until its last transfer, so a heavier load shows as a longer run at the same utilisation and cannot be told from a lighter one",
+            loaded.file.display()
+        )));
+    }
+    let tiers = Tiers::of(loaded);
+    let all = knobs(&loaded.scenario, &loaded.fabric);
+    let chosen: Vec<Knob> = if opts.fit.is_empty() {
+        all.clone()
+    } else {
+        let mut v = Vec::new();
+        for key in &opts.fit {
+            match all.iter().find(|k| &k.key() == key) {
+                Some(k) => v.push(k.clone()),
+                None => {
+                    return Err(CalibrateError::NoKnobs(format!(
+                        "--fit {key}: not a parameter of this scenario; expected one of: {}",
+                        all.iter().map(Knob::key).collect::<Vec<_>>().join(", ")
+                    )));
+                }
+            }
+        }
+        v
+    };
+    if chosen.is_empty() {
+        return Err(CalibrateError::NoKnobs(
+            "the scenario has no workload parameter to fit (flow lists and HPCC flow files are replayed as written)".into(),
+        ));
+    }
+    let seeds = if opts.seeds.is_empty() {
+        vec![loaded.scenario.run.seed]
+    } else {
+        opts.seeds.clone()
+    };
+    let per_point = seeds.len();
+    let cache: Mutex<BTreeMap<Vec<i64>, Point>> = Mutex::new(BTreeMap::new());
+    let runs = std::sync::atomic::AtomicUsize::new(0);
+    let eval = |u: &Vec<f64>| -> Option<Point> {
+        if let Some(p) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(&grid(u)) {
+            return Some(p.clone());
+        }
+        let p = evaluate(loaded, &chosen, u, observed, &tiers, &seeds).ok();
+        let done = runs.fetch_add(per_point, std::sync::atomic::Ordering::Relaxed) + per_point;
+        progress(done.min(opts.max_runs), opts.max_runs);
+        if let Some(p) = &p {
+            cache
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(grid(u), p.clone());
+        }
+        p
+    };
+    let mut u: Vec<f64> = chosen.iter().map(|k| k.position(k.initial)).collect();
+    let start = evaluate(loaded, &chosen, &u, observed, &tiers, &seeds).map_err(CalibrateError::Scenario)?;
+    runs.fetch_add(per_point, std::sync::atomic::Ordering::Relaxed);
+    let objective_initial = start.objective;
+    let mut best = start;
+    // First, moments: each class's load scaled by its observed over simulated host
+    // utilisation, each share by the crossing it shows, a few times over.
+    let classes = class_priorities(loaded);
+    for _ in 0..MOMENT_ROUNDS {
+        if runs.load(std::sync::atomic::Ordering::Relaxed) + per_point > opts.max_runs {
+            break;
+        }
+        let next = moment_step(&chosen, &u, &best.figures, observed, &classes);
+        if grid(&next) == grid(&u) {
+            break;
+        }
+        match eval(&next) {
+            Some(p) if p.objective < best.objective => {
+                best = p;
+                u = next;
+            }
+            _ => break,
+        }
+    }
+    let mut step = POLISH_STEP;
+    while step >= MIN_STEP {
+        let used = runs.load(std::sync::atomic::Ordering::Relaxed);
+        let round = 2 * chosen.len() * per_point;
+        if used + round > opts.max_runs {
+            break;
+        }
+        let mut candidates: Vec<Vec<f64>> = Vec::new();
+        for i in 0..chosen.len() {
+            for dir in [-1.0, 1.0] {
+                let mut c = u.clone();
+                c[i] = (c[i] + dir * step).clamp(0.0, 1.0);
+                if grid(&c) != grid(&u) {
+                    candidates.push(c);
+                }
+            }
+        }
+        let results: Vec<(Vec<f64>, Option<Point>)> = candidates
+            .into_par_iter()
+            .map(|c| {
+                let p = eval(&c);
+                (c, p)
+            })
+            .collect();
+        // The best candidate, ties to the first listed: the order is fixed, so the
+        // search is deterministic however the runs were scheduled.
+        let mut moved = false;
+        for (c, p) in results {
+            if let Some(p) = p
+                && p.objective < best.objective
+            {
+                best = p;
+                u = c;
+                moved = true;
+            }
+        }
+        if !moved {
+            step /= 2.0;
+        }
+    }
+    let mut scenario = loaded.scenario.clone();
+    for (k, &x) in chosen.iter().zip(&u) {
+        k.set(&mut scenario, k.at(x));
+    }
+    let residuals: Vec<Residual> = observed
+        .iter()
+        .map(|o| {
+            let f = best.figures.iter().find(|f| f.name == o.name);
+            let sim = f.map_or(0.0, |f| f.value);
+            let r = residual(sim, o);
+            Residual {
+                name: o.name.clone(),
+                unit: o.unit,
+                observed: o.value,
+                simulated: sim,
+                residual: r,
+                within: r.abs() <= opts.tolerance,
+                metrics: o.metrics.clone(),
+            }
+        })
+        .collect();
+    Ok(Calibration {
+        knobs: chosen
+            .iter()
+            .zip(&u)
+            .map(|(k, &x)| Fitted {
+                key: k.key(),
+                initial: k.initial,
+                fitted: k.at(x),
+                min: k.min,
+                max: k.max,
+            })
+            .collect(),
+        outside: residuals
+            .iter()
+            .filter(|r| !r.within)
+            .map(|r| r.name.clone())
+            .collect(),
+        residuals,
+        tolerance: opts.tolerance,
+        runs: runs.load(std::sync::atomic::Ordering::Relaxed),
+        objective_initial,
+        objective: best.objective,
+        scenario,
+    })
+}
+
+/// The calibrated scenario as TOML: `original` (the scenario file's text) with each
+/// fitted value written in place, its comments and layout kept, under `header` (comment
+/// lines, each starting with `#`).
+pub fn calibrated_toml(original: &str, c: &Calibration, header: &str) -> Result<String, CalibrateError> {
+    let mut doc: toml_edit::DocumentMut = original
+        .parse()
+        .map_err(|e: toml_edit::TomlError| CalibrateError::Write(e.to_string()))?;
+    for k in &c.knobs {
+        let parts: Vec<&str> = k.key.split('.').collect();
+        let mut item: &mut toml_edit::Item = doc.as_item_mut();
+        for p in &parts {
+            item = &mut item[*p];
+        }
+        let mut v: toml_edit::Value = if k.key.ends_with(".bytes") {
+            (k.fitted.round() as i64).into()
+        } else {
+            // Four significant digits: the search's last step is 3 % of a load.
+            let digits = 4 - (k.fitted.abs().max(1e-9).log10().floor() as i32) - 1;
+            let scale = 10f64.powi(digits.max(0));
+            ((k.fitted * scale).round() / scale).into()
+        };
+        if let Some(old) = item.as_value() {
+            *v.decor_mut() = old.decor().clone();
+        }
+        *item = toml_edit::Item::Value(v);
+    }
+    Ok(format!("{header}{doc}"))
+}
