@@ -9,7 +9,9 @@
 //! - `ecn_ratio`: packets a tier's switches marked CE over the packets they queued;
 //! - `cnp_rate`: CNPs the NICs sent per second (one per marked packet or per CNP
 //!   interval, docs/reference/congestion-control.md);
-//! - `pause_ratio host`: the share of time NIC transmitters were paused by PFC;
+//! - `pause_ratio host`: the pause time NICs sent to their switch ports (mlx5
+//!   `tx_prioN_pause_duration`: how long each NIC held its port paused), per NIC port
+//!   and second, summed over priorities;
 //! - `pfc_ratio`: PFC frames a tier's switches sent per packet they sent (SAI counts
 //!   frames, not pause time, on switch ports).
 
@@ -234,7 +236,6 @@ pub fn figures(w: &Window, tiers: &Tiers, unknown: &mut Vec<String>) -> Vec<Figu
         if nic_role == is_switch || (pfc_role && s.labels.get("direction").is_some_and(|d| d != "tx")) {
             continue;
         }
-        sums.seen.insert(role_key(role), true);
         let prio = match role {
             Role::NicTxPrioBytes => s.labels.get("priority").and_then(|p| p.parse::<u8>().ok()),
             Role::QueueBytes => s.labels.get("queue").and_then(|p| p.parse::<u8>().ok()),
@@ -257,6 +258,9 @@ pub fn figures(w: &Window, tiers: &Tiers, unknown: &mut Vec<String>) -> Vec<Figu
                 }
             }
         };
+        // Seen only once its switch is known: a series of a switch the model lacks
+        // must not make a figure of zeros.
+        sums.seen.insert(role_key(role), true);
         if let Some(r) = rate(s, seconds_per_unit) {
             *sums.by.entry((role_key(role), tier, prio)).or_default() += r;
         }
@@ -284,7 +288,10 @@ pub fn figures(w: &Window, tiers: &Tiers, unknown: &mut Vec<String>) -> Vec<Figu
                     m("tx_prio3_bytes"),
                 ));
             }
-        } else if sums.seen(Role::NicTxBytes) {
+        }
+        // The totals too: a fleet whose exporters lack per-priority counters is
+        // compared on them (the objective takes the observed window's figures).
+        if sums.seen(Role::NicTxBytes) {
             out.push(util(
                 "util host".into(),
                 sums.get(Role::NicTxBytes, None) / tiers.nic_capacity,
@@ -304,7 +311,8 @@ pub fn figures(w: &Window, tiers: &Tiers, unknown: &mut Vec<String>) -> Vec<Figu
                     m("SAI_QUEUE_STAT_BYTES"),
                 ));
             }
-        } else if sums.seen(Role::SwitchOutBytes) {
+        }
+        if sums.seen(Role::SwitchOutBytes) {
             out.push(util(
                 format!("util {tier}"),
                 sums.get(Role::SwitchOutBytes, Some(tier)) / cap,
@@ -376,8 +384,16 @@ pub fn figures(w: &Window, tiers: &Tiers, unknown: &mut Vec<String>) -> Vec<Figu
 }
 
 /// The window of a finished simulated run: its final counters over its simulated length.
-pub fn window_of_run(r: &xirang_sim::RunResult) -> Window {
-    window_of_counters("simulation".into(), &r.counters, r.stats.sim_time_ps / 1_000)
+/// The span is the scenario's window (`run.end_us`) when given: the engine stops early
+/// once nothing is left to do, and a run that finished early still stands for its whole
+/// window.
+pub fn window_of_run(r: &xirang_sim::RunResult, window_ns: Option<u64>) -> Window {
+    let run_ns = r.stats.sim_time_ps / 1_000;
+    window_of_counters(
+        "simulation".into(),
+        &r.counters,
+        window_ns.map_or(run_ns, |w| w.max(run_ns)),
+    )
 }
 
 /// The window of a run's final counters (every counter 0 at its start) over its length.

@@ -111,13 +111,15 @@ impl Knob {
 }
 
 fn load_knob(workload: &str, kind: &'static str, param: Param, v: f64) -> Knob {
+    // Bytes are whole and at least one; a rate may be any positive number.
+    let floor = if param == Param::Bytes { 1.0 } else { 0.0 };
     Knob {
         workload: workload.to_string(),
         kind,
         param,
         initial: v,
-        min: (v / LOAD_RANGE).max(1.0),
-        max: v * LOAD_RANGE,
+        min: (v / LOAD_RANGE).max(floor),
+        max: (v * LOAD_RANGE).max(floor * LOAD_RANGE),
     }
 }
 

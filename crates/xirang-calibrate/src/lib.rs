@@ -117,6 +117,9 @@ pub struct Fitted {
     pub min: f64,
     /// Range searched.
     pub max: f64,
+    /// The key path's parts (a workload's name may hold a dot).
+    #[serde(skip)]
+    pub path: [String; 4],
 }
 
 /// The result.
@@ -180,7 +183,7 @@ fn evaluate(
         opts.seed = seed;
         opts.sample_interval = None;
         let r = xirang_sim::simulate(&l, &opts, &mut |_| {});
-        let w = counters::window_of_run(&r);
+        let w = counters::window_of_run(&r, Some((l.scenario.run.end_us * 1e3) as u64));
         for f in figures(&w, tiers, &mut Vec::new()) {
             let e = sums.entry(f.name.clone()).or_insert((f.clone(), 0.0));
             e.1 += f.value;
@@ -245,6 +248,11 @@ fn moment_step(
         let s = figure(simulated, prefix)?.value;
         (o > 0.0 && s > 0.0).then(|| o / s)
     };
+    let ratio_exact = |name: &str| -> Option<f64> {
+        let o = observed.iter().find(|f| f.name == name)?.value;
+        let s = simulated.iter().find(|f| f.name == name)?.value;
+        (o > 0.0 && s > 0.0).then(|| o / s)
+    };
     let upper = figure(observed, "util spine").map_or("core", |_| "spine");
     knobs
         .iter()
@@ -255,7 +263,7 @@ fn moment_step(
             let moved = match k.param {
                 Param::Bytes | Param::RequestsPerSec => prio
                     .and_then(|p| ratio(&format!("util host p{p} ")))
-                    .or_else(|| ratio("util host"))
+                    .or_else(|| ratio_exact("util host"))
                     .map(|r| v * r),
                 Param::LocalShare => prio.and_then(|p| {
                     let cross = |figs: &[Figure]| -> Option<f64> {
@@ -344,6 +352,10 @@ pub fn calibrate(
     let mut u: Vec<f64> = chosen.iter().map(|k| k.position(k.initial)).collect();
     let start = evaluate(loaded, &chosen, &u, observed, &tiers, &seeds).map_err(CalibrateError::Scenario)?;
     runs.fetch_add(per_point, std::sync::atomic::Ordering::Relaxed);
+    cache
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(grid(&u), start.clone());
     let objective_initial = start.objective;
     let mut best = start;
     // First, moments: each class's load scaled by its observed over simulated host
@@ -436,6 +448,12 @@ pub fn calibrate(
                 fitted: k.at(x),
                 min: k.min,
                 max: k.max,
+                path: [
+                    "workloads".into(),
+                    k.workload.clone(),
+                    k.kind.into(),
+                    k.param.field().into(),
+                ],
             })
             .collect(),
         outside: residuals
@@ -460,10 +478,9 @@ pub fn calibrated_toml(original: &str, c: &Calibration, header: &str) -> Result<
         .parse()
         .map_err(|e: toml_edit::TomlError| CalibrateError::Write(e.to_string()))?;
     for k in &c.knobs {
-        let parts: Vec<&str> = k.key.split('.').collect();
         let mut item: &mut toml_edit::Item = doc.as_item_mut();
-        for p in &parts {
-            item = &mut item[*p];
+        for p in &k.path {
+            item = &mut item[p.as_str()];
         }
         let mut v: toml_edit::Value = if k.key.ends_with(".bytes") {
             (k.fitted.round() as i64).into()

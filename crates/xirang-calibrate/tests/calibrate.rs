@@ -44,7 +44,7 @@ fn figures_of_a_run_do_not_depend_on_the_time_unit() {
     let l = twin();
     let r = xirang_sim::simulate(&l, &xirang_sim::options(&l), &mut |_| {});
     let tiers = Tiers::of(&l);
-    let w = window_of_run(&r);
+    let w = window_of_run(&r, Some(4_000_000));
     let f = figures(&w, &tiers, &mut Vec::new());
     // As a Prometheus window: Unix ms, the run 4 ms long.
     let mut abs = w.clone();
@@ -82,7 +82,11 @@ fn the_fit_finds_values_a_run_was_made_with() {
     k[0].set(&mut fleet.scenario, 90_000.0);
     k[2].set(&mut fleet.scenario, 4_194_304.0);
     let r = xirang_sim::simulate(&fleet, &xirang_sim::options(&fleet), &mut |_| {});
-    let observed = figures(&window_of_run(&r), &Tiers::of(&l), &mut Vec::new());
+    let observed = figures(
+        &window_of_run(&r, Some(4_000_000)),
+        &Tiers::of(&l),
+        &mut Vec::new(),
+    );
     let opts = Options {
         tolerance: 0.2,
         seeds: vec![],

@@ -158,8 +158,13 @@ impl Live {
             ));
         }
         let last = replay.rounds.last().map_or(0, |r| r.0);
-        if replay.rounds.is_empty() || period_ns == 0 {
+        if replay.rounds.is_empty() {
             return Err("no counter samples to replay".into());
+        }
+        if period_ns == 0 && last == 0 {
+            return Err(
+                "a run of no length (summary.json's sim_time_ps is 0 and every sample is at 0)".into(),
+            );
         }
         // Index i is one counter in every round: the union of the names, every round
         // padded with zeros for the counters it does not list.
@@ -197,7 +202,7 @@ impl Live {
         Ok(Live {
             rounds,
             gauge,
-            period_ns: period_ns.max(last),
+            period_ns: period_ns.max(last).max(1),
             dilation,
         })
     }

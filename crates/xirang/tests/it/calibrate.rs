@@ -119,8 +119,17 @@ fn calibration_recovers_the_fleet_through_the_agent_and_prometheus() {
             .spawn()
             .unwrap(),
     );
-    let metrics = wait_for(&format!("http://127.0.0.1:{agent_port}/metrics"), "the agent");
-    assert!(metrics.contains("xirang_switch_queue_bytes_total{"), "{metrics}");
+    let metrics_url = format!("http://127.0.0.1:{agent_port}/metrics");
+    wait_for(&metrics_url, "the agent");
+    // The agent answers before its first round is in (a loaded machine takes seconds).
+    let t_round = Instant::now();
+    while !get(&metrics_url).is_some_and(|m| m.contains("xirang_switch_queue_bytes_total{")) {
+        assert!(
+            t_round.elapsed() < Duration::from_secs(60),
+            "no replayed round in 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
     let (_prom, prom_port) = start_prometheus(prometheus, dir.path(), agent_port);
     let url = format!("http://127.0.0.1:{prom_port}");
     // Until Prometheus holds 17 samples (16 s of rates).
