@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::monitor::{Guard, free_port, get, prometheus_binary, start_prometheus, wait_for};
+use crate::monitor::{Guard, free_port, get, prometheus_binary, start_prometheus, wait_for, wait_stored};
 use crate::util::{root, run, run_expect};
 
 fn twin() -> String {
@@ -35,8 +35,16 @@ fn fleet() -> String {
     t
 }
 
-/// Simulates the fleet, sampled, into `dir/fleet-out`.
-fn play_fleet(dir: &Path) -> std::path::PathBuf {
+/// A test's files: the fleet's recorded run, the twin's scenario, where the calibrated
+/// scenario goes.
+struct Files {
+    out: std::path::PathBuf,
+    twin: std::path::PathBuf,
+    calibrated: std::path::PathBuf,
+}
+
+/// Simulates the fleet, sampled, into `dir/fleet-out`, and writes the twin beside it.
+fn play_fleet(dir: &Path) -> Files {
     let f = dir.join("fleet.toml");
     std::fs::write(&f, fleet()).unwrap();
     let out = dir.join("fleet-out");
@@ -51,7 +59,13 @@ fn play_fleet(dir: &Path) -> std::path::PathBuf {
         ],
         0,
     );
-    out
+    let twin_file = dir.join("twin.toml");
+    std::fs::write(&twin_file, twin()).unwrap();
+    Files {
+        out,
+        twin: twin_file,
+        calibrated: dir.join("calibrated.toml"),
+    }
 }
 
 fn knob(v: &serde_json::Value, suffix: &str) -> f64 {
@@ -97,7 +111,11 @@ fn check_recovered(v: &serde_json::Value) {
 fn calibration_recovers_the_fleet_through_the_agent_and_prometheus() {
     let prometheus = prometheus_binary();
     let dir = tempfile::tempdir().unwrap();
-    let out = play_fleet(dir.path());
+    let Files {
+        out,
+        twin: twin_file,
+        calibrated,
+    } = play_fleet(dir.path());
     let agent_port = free_port();
     // 4 ms of simulation per 0.4 s: 40 passes in a 16 s window.
     let _agent = Guard(
@@ -133,26 +151,12 @@ fn calibration_recovers_the_fleet_through_the_agent_and_prometheus() {
     let (_prom, prom_port) = start_prometheus(prometheus, dir.path(), agent_port);
     let url = format!("http://127.0.0.1:{prom_port}");
     // Until Prometheus holds 17 samples (16 s of rates).
-    let query = format!("{url}/api/v1/query?query=count_over_time(xirang_switch_queue_bytes_total%5B1m%5D)");
-    let t0 = Instant::now();
-    loop {
-        let stored = get(&query)
-            .and_then(|b| serde_json::from_str::<serde_json::Value>(&b).ok())
-            .and_then(|v| v["data"]["result"][0]["value"][1].as_str().map(str::to_owned))
-            .and_then(|n| n.parse::<u64>().ok())
-            .unwrap_or(0);
-        if stored >= 17 {
-            break;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(180),
-            "Prometheus stored {stored} samples in 180 s"
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
-    let twin_file = dir.path().join("twin.toml");
-    std::fs::write(&twin_file, twin()).unwrap();
-    let calibrated = dir.path().join("calibrated.toml");
+    wait_stored(
+        &url,
+        "xirang_switch_queue_bytes_total",
+        17,
+        Duration::from_secs(180),
+    );
     let o = run(&[
         "calibrate",
         "--scenario",
@@ -214,10 +218,11 @@ fn calibration_recovers_the_fleet_through_the_agent_and_prometheus() {
 #[test]
 fn calibration_recovers_the_fleet_from_a_recorded_run() {
     let dir = tempfile::tempdir().unwrap();
-    let out = play_fleet(dir.path());
-    let twin_file = dir.path().join("twin.toml");
-    std::fs::write(&twin_file, twin()).unwrap();
-    let calibrated = dir.path().join("calibrated.toml");
+    let Files {
+        out,
+        twin: twin_file,
+        calibrated,
+    } = play_fleet(dir.path());
     let o = run(&[
         "calibrate",
         "--scenario",
@@ -239,10 +244,11 @@ fn calibration_recovers_the_fleet_from_a_recorded_run() {
 #[test]
 fn a_fit_outside_the_tolerance_is_refused_naming_the_counters() {
     let dir = tempfile::tempdir().unwrap();
-    let out = play_fleet(dir.path());
-    let twin_file = dir.path().join("twin.toml");
-    std::fs::write(&twin_file, twin()).unwrap();
-    let calibrated = dir.path().join("calibrated.toml");
+    let Files {
+        out,
+        twin: twin_file,
+        calibrated,
+    } = play_fleet(dir.path());
     let (stdout, stderr) = run_expect(
         &[
             "calibrate",
@@ -270,13 +276,15 @@ fn a_fit_outside_the_tolerance_is_refused_naming_the_counters() {
 #[test]
 fn calibration_input_errors_say_what_was_expected() {
     let dir = tempfile::tempdir().unwrap();
-    let out = play_fleet(dir.path());
+    let Files {
+        out,
+        twin: twin_file,
+        calibrated: _,
+    } = play_fleet(dir.path());
     // No window: the default scenario's run lasts as long as its AllReduce.
     let (_, e) = run_expect(&["calibrate", "--sim-out", out.to_str().unwrap()], 1);
     assert!(e.contains("[run] end_us: expected the simulated window"), "{e}");
     // An unknown parameter.
-    let twin_file = dir.path().join("twin.toml");
-    std::fs::write(&twin_file, twin()).unwrap();
     let (_, e) = run_expect(
         &[
             "calibrate",

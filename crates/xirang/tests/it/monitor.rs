@@ -140,6 +140,28 @@ pub(crate) fn start_prometheus_with(prometheus: &str, dir: &Path, scrape_configs
     (prom, prom_port)
 }
 
+/// Waits until Prometheus at `url` holds at least `n` samples of `metric` (its first
+/// series) from the last minute; fails the test after `limit`.
+pub(crate) fn wait_stored(url: &str, metric: &str, n: u64, limit: Duration) {
+    let query = format!("{url}/api/v1/query?query=count_over_time({metric}%5B1m%5D)");
+    let t0 = Instant::now();
+    loop {
+        let stored = get(&query)
+            .and_then(|b| serde_json::from_str::<serde_json::Value>(&b).ok())
+            .and_then(|v| v["data"]["result"][0]["value"][1].as_str().map(str::to_owned))
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or(0);
+        if stored >= n {
+            return;
+        }
+        assert!(
+            t0.elapsed() < limit,
+            "Prometheus stored {stored} samples of {metric} in {limit:?}, expected {n}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
 pub(crate) fn prometheus_binary() -> &'static str {
     ["/usr/bin/prometheus", "/usr/local/bin/prometheus"]
         .into_iter()
@@ -179,25 +201,12 @@ fn diagnose_finds_a_link_error_ramp_through_prometheus() {
     // Steady until Prometheus holds a few samples of the unchanged counter (its start and
     // first scrapes can take many seconds on a loaded machine; ramping earlier would make
     // the window's first value a ramp value).
-    let query = format!(
-        "http://127.0.0.1:{prom_port}/api/v1/query?query=count_over_time(node_infiniband_symbol_error_total%5B1m%5D)"
+    wait_stored(
+        &format!("http://127.0.0.1:{prom_port}"),
+        "node_infiniband_symbol_error_total",
+        3,
+        Duration::from_secs(120),
     );
-    let t_wait = Instant::now();
-    loop {
-        let stored = get(&query)
-            .and_then(|b| serde_json::from_str::<serde_json::Value>(&b).ok())
-            .and_then(|v| v["data"]["result"][0]["value"][1].as_str().map(str::to_owned))
-            .and_then(|n| n.parse::<u64>().ok())
-            .unwrap_or(0);
-        if stored >= 3 {
-            break;
-        }
-        assert!(
-            t_wait.elapsed() < Duration::from_secs(120),
-            "Prometheus stored no steady samples in 120 s"
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
     let (out, _) = run_expect(&["diagnose", "--prometheus", &url, "--since", "1m"], 0);
     assert_eq!(out, "No fault found.\n");
     // Then 5 symbol errors per second for 8 s.
