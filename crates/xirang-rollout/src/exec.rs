@@ -27,7 +27,8 @@ use serde::{Deserialize, Serialize};
 use crate::RolloutError;
 use crate::event::{self, Detail, EventKind, FlashOutcome, HaltKind, Ran, Shown};
 use crate::gates::{self, BenchFigure, GateResult, Reading};
-use crate::policy::fill;
+use crate::live;
+use crate::policy::{LiveGates, LiveMetric, fill};
 use crate::store::{Event, Meta, NewEvent, Store};
 use crate::waves::{NicUpgrade, PlannedNode, Wave};
 
@@ -104,6 +105,21 @@ pub trait Driver {
         phase: Phase,
         since_ms: Option<i64>,
     ) -> Result<(String, BenchFigure), String>;
+    /// One group's per-interval samples of a live metric over `[since_ms, until_ms]`,
+    /// with the query as sent (the gate's evidence). By default, Prometheus's
+    /// `query_range` at the policy's URL.
+    fn live_samples(
+        &mut self,
+        gate: &LiveGates,
+        metric: &LiveMetric,
+        nodes: &[String],
+        since_ms: i64,
+        until_ms: i64,
+    ) -> (String, Result<Vec<f64>, live::SeriesError>) {
+        let q = live::fill_nodes(&metric.query, nodes);
+        let r = live::query_range(&gate.prometheus, &q, since_ms, until_ms, gate.step_s);
+        (q, r)
+    }
     /// Waits (the soak window), in small steps.
     fn sleep_s(&mut self, s: f64);
     /// Now, Unix milliseconds (or simulated).
@@ -466,6 +482,19 @@ fn tail(s: &str, max: usize) -> String {
         i += 1;
     }
     format!("...{}", &s[i..])
+}
+
+/// A number with four significant digits, as gate messages show it.
+fn sig(v: f64) -> String {
+    if !v.is_finite() || v == 0.0 {
+        return format!("{v}");
+    }
+    let digits = 3 - v.abs().log10().floor() as i32;
+    if (0..=6).contains(&digits) {
+        format!("{v:.0$}", digits as usize)
+    } else {
+        format!("{v:.3e}")
+    }
 }
 
 /// Template values for a NIC.
@@ -1175,28 +1204,11 @@ impl<'a, D: Driver> Executor<'a, D> {
         for n in &wave.nodes {
             before.insert(n.name.clone(), self.driver.read(&n.name));
         }
-        if policy.gates.soak_s > 0.0 {
-            (self.say)(&format!("wave {w}: soaking {} s", policy.gates.soak_s));
-            self.append(
-                EXECUTOR,
-                EventKind::SoakStarted,
-                Some(w),
-                None,
-                None,
-                Detail::Soak(event::Soak {
-                    soak_s: policy.gates.soak_s,
-                }),
-            )?;
-            let mut left = policy.gates.soak_s;
-            while left > 0.0 {
-                let dt = left.min(SOAK_CHECK_S);
-                self.driver.sleep_s(dt);
-                left -= dt;
-                if let Some(h) = self.operator_halt()? {
-                    (self.say)(&format!("halted by the operator during the soak: {}", h.reason));
-                    return Ok(Progress::Halted(h));
-                }
-            }
+        let soak_from_ms = self.driver.now_ms();
+        if policy.gates.soak_s > 0.0
+            && let Some(h) = self.soak(w, policy.gates.soak_s)?
+        {
+            return Ok(Progress::Halted(h));
         }
         let st = self.state()?;
         let mut failures = Vec::new();
@@ -1290,6 +1302,57 @@ impl<'a, D: Driver> Executor<'a, D> {
                 )?;
             }
         }
+        if let Some(l) = &policy.gates.live
+            && failures.is_empty()
+        {
+            let mut extensions = 0;
+            loop {
+                let until_ms = self.driver.now_ms();
+                let (results, longer) = self.live_gates(l, wave, soak_from_ms, until_ms);
+                if longer && extensions < l.max_extensions {
+                    extensions += 1;
+                    (self.say)(&format!(
+                        "wave {w}: live gates cannot tell yet; soaking again ({extensions} of {})",
+                        l.max_extensions
+                    ));
+                    if let Some(h) = self.soak(w, policy.gates.soak_s)? {
+                        return Ok(Progress::Halted(h));
+                    }
+                    continue;
+                }
+                for r in results {
+                    (self.say)(&format!(
+                        "wave {w}: gate {} {}: {}",
+                        r.gate,
+                        if r.passed { "passed" } else { "FAILED" },
+                        r.summary
+                    ));
+                    // The result is the group's: it is recorded on each of the wave's
+                    // nodes, as their own gates are, and a failure lists each, with how
+                    // to undo it.
+                    for n in &wave.nodes {
+                        if !r.passed {
+                            failures.push(Failure {
+                                node: n.name.clone(),
+                                gate: r.gate.clone(),
+                                summary: r.summary.clone(),
+                                evidence: r.evidence.clone(),
+                                rollback: vec![],
+                            });
+                        }
+                        self.append(
+                            EXECUTOR,
+                            EventKind::Gate,
+                            Some(w),
+                            Some(&n.name),
+                            None,
+                            Detail::Gate(r.clone()),
+                        )?;
+                    }
+                }
+                break;
+            }
+        }
         if !failures.is_empty() {
             let first = &failures[0];
             let reason = format!(
@@ -1318,6 +1381,161 @@ impl<'a, D: Driver> Executor<'a, D> {
             return self.complete();
         }
         Ok(Progress::WavePassed { wave: w })
+    }
+
+    /// Soaks `soak_s`, looking for an operator's halt between steps.
+    fn soak(&mut self, w: usize, soak_s: f64) -> Result<Option<Halt>, RolloutError> {
+        (self.say)(&format!("wave {w}: soaking {soak_s} s"));
+        self.append(
+            EXECUTOR,
+            EventKind::SoakStarted,
+            Some(w),
+            None,
+            None,
+            Detail::Soak(event::Soak { soak_s }),
+        )?;
+        let mut left = soak_s;
+        while left > 0.0 {
+            let dt = left.min(SOAK_CHECK_S);
+            self.driver.sleep_s(dt);
+            left -= dt;
+            if let Some(h) = self.operator_halt()? {
+                (self.say)(&format!("halted by the operator during the soak: {}", h.reason));
+                return Ok(Some(h));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The live gates of a wave over `[since_ms, until_ms]`, and whether any metric asks
+    /// for a longer soak (its result then says "inconclusive" and fails: the caller soaks
+    /// again while it may).
+    fn live_gates(
+        &mut self,
+        l: &LiveGates,
+        wave: &Wave,
+        since_ms: i64,
+        until_ms: i64,
+    ) -> (Vec<GateResult>, bool) {
+        let canaries: Vec<String> = wave.nodes.iter().map(|n| n.name.clone()).collect();
+        let mut out = Vec::new();
+        let mut longer = false;
+        let mut failed = false;
+        for m in &l.metrics {
+            let gate = format!("live {}", m.name);
+            if wave.control.is_empty() {
+                out.push(GateResult {
+                    gate,
+                    passed: true,
+                    summary: "not compared: no unchanged node shares a rack, switch or job with this wave (the last wave has none left)".into(),
+                    evidence: vec![],
+                });
+                continue;
+            }
+            let (qa, a) = self.driver.live_samples(l, m, &canaries, since_ms, until_ms);
+            let (qb, b) = self.driver.live_samples(l, m, &wave.control, since_ms, until_ms);
+            let window = format!(
+                "{} .. {} every {} s",
+                xirang_telemetry::time::utc(since_ms),
+                xirang_telemetry::time::utc(until_ms),
+                l.step_s
+            );
+            let (a, b) = match (a, b) {
+                (Ok(a), Ok(b)) => (a, b),
+                (Err(e), _) | (_, Err(e)) => {
+                    failed = true;
+                    out.push(GateResult {
+                        gate,
+                        passed: false,
+                        summary: format!("{e}"),
+                        evidence: vec![
+                            format!("prometheus {} canaries: {qa} ({window})", l.prometheus),
+                            format!("prometheus {} control: {qb} ({window})", l.prometheus),
+                        ],
+                    });
+                    continue;
+                }
+            };
+            let r = live::compare(m.better, m.tolerance, &a, &b, l.alpha, l.min_samples);
+            let evidence = vec![
+                format!(
+                    "prometheus {} canaries {}: {qa} ({window}): {} samples, median {}",
+                    l.prometheus,
+                    canaries.join(","),
+                    a.len(),
+                    sig(r.as_ref().map_or(f64::NAN, |c| c.canary_median))
+                ),
+                format!(
+                    "prometheus {} control {}: {qb} ({window}): {} samples, median {}",
+                    l.prometheus,
+                    wave.control.join(","),
+                    b.len(),
+                    sig(r.as_ref().map_or(f64::NAN, |c| c.control_median))
+                ),
+            ];
+            let margin = format!(
+                "{}{:.1} %",
+                if m.better == live::Better::Lower { "+" } else { "-" },
+                m.tolerance * 100.0
+            );
+            let (passed, summary) = match r {
+                Err(e) => {
+                    failed = true;
+                    (false, format!("{e}: the gate fails closed"))
+                }
+                Ok(c) => {
+                    let medians = format!(
+                        "canaries median {} ({} samples) against control {} ({})",
+                        sig(c.canary_median),
+                        c.canary_n,
+                        sig(c.control_median),
+                        c.control_n
+                    );
+                    match c.verdict {
+                        live::Verdict::Pass => (
+                            true,
+                            format!(
+                                "{medians}: no worse than the control {margin} (one-sided Mann-Whitney p = {} < {})",
+                                sig(c.p_no_worse),
+                                l.alpha
+                            ),
+                        ),
+                        live::Verdict::Fail => {
+                            failed = true;
+                            (
+                                false,
+                                format!(
+                                    "{medians}: worse than the control {margin} (one-sided Mann-Whitney p = {} < {})",
+                                    sig(c.p_worse),
+                                    l.alpha
+                                ),
+                            )
+                        }
+                        live::Verdict::Longer => {
+                            longer = true;
+                            (
+                                false,
+                                format!(
+                                    "{medians}: inconclusive (p worse {}, p no worse {}, alpha {}; at least {} samples per group needed): soak longer, or resume with --recheck",
+                                    sig(c.p_worse),
+                                    sig(c.p_no_worse),
+                                    l.alpha,
+                                    l.min_samples
+                                ),
+                            )
+                        }
+                    }
+                }
+            };
+            out.push(GateResult {
+                gate,
+                passed,
+                summary,
+                evidence,
+            });
+        }
+        // A metric that failed outright is not waited on for the others.
+        (out, longer && !failed)
     }
 
     /// An operator's halt (needs no lock: the executor sees it between rounds).

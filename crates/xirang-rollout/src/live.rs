@@ -355,6 +355,66 @@ pub fn samples_from_query_range(body: &serde_json::Value, query: &str) -> Result
     Ok(at.values().map(|(s, n)| s / f64::from(*n)).collect())
 }
 
+/// A query template with `{nodes}` filled with a regex alternation of `nodes` (for
+/// `node=~"{nodes}"`), each name's regex metacharacters escaped, written as PromQL
+/// double-quoted string content (a backslash doubled).
+pub fn fill_nodes(template: &str, nodes: &[String]) -> String {
+    let alternation = nodes
+        .iter()
+        .map(|n| {
+            let mut e = String::new();
+            for c in n.chars() {
+                if "\\.+*?()|[]{}^$".contains(c) {
+                    e.push_str("\\\\");
+                }
+                if c == '"' {
+                    e.push('\\');
+                }
+                e.push(c);
+            }
+            e
+        })
+        .collect::<Vec<_>>()
+        .join("|");
+    template.replace("{nodes}", &alternation)
+}
+
+/// Most time a query may take.
+const QUERY_TIMEOUT_S: u64 = 30;
+
+/// One group's samples from Prometheus at `base`: `query_range` of `query` over
+/// `[since_ms, until_ms]` every `step_s`.
+pub fn query_range(
+    base: &str,
+    query: &str,
+    since_ms: i64,
+    until_ms: i64,
+    step_s: f64,
+) -> Result<Vec<f64>, SeriesError> {
+    let fail = |message: String| SeriesError::Query {
+        query: query.to_string(),
+        message,
+    };
+    let agent = ureq::Agent::config_builder()
+        .timeout_global(Some(std::time::Duration::from_secs(QUERY_TIMEOUT_S)))
+        .http_status_as_error(false)
+        .build()
+        .new_agent();
+    let mut resp = agent
+        .get(&format!("{}/api/v1/query_range", base.trim_end_matches('/')))
+        .query("query", query)
+        .query("start", format!("{:.3}", since_ms as f64 / 1000.0))
+        .query("end", format!("{:.3}", until_ms as f64 / 1000.0))
+        .query("step", format!("{step_s:.3}"))
+        .call()
+        .map_err(|e| fail(format!("{base}: {e}")))?;
+    let body: serde_json::Value = resp
+        .body_mut()
+        .read_json()
+        .map_err(|e| fail(format!("{base}: the answer is not JSON: {e}")))?;
+    samples_from_query_range(&body, query)
+}
+
 #[cfg(test)]
 mod series_tests {
     use super::*;

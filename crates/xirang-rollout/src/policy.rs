@@ -171,6 +171,69 @@ pub struct Gates {
     /// Optional benchmark comparison.
     #[serde(default)]
     pub benchmark: Option<BenchmarkGate>,
+    /// Optional gates on live application metrics from Prometheus: each wave against a
+    /// control group of unchanged nodes in the same failure domains ([`crate::live`]).
+    #[serde(default)]
+    pub live: Option<LiveGates>,
+}
+
+/// Gates on live application metrics: after the soak, each metric of the wave's nodes
+/// against the control group's over the soak window, one sample per `step_s`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LiveGates {
+    /// Prometheus base URL (`http://prometheus:9090`).
+    pub prometheus: String,
+    /// Seconds per sample (the query_range step).
+    #[serde(default = "default_live_step")]
+    pub step_s: f64,
+    /// The test's level.
+    #[serde(default = "default_alpha")]
+    pub alpha: f64,
+    /// Fewest samples per group before a verdict other than "soak longer".
+    #[serde(default = "default_min_samples")]
+    pub min_samples: usize,
+    /// Times the soak is repeated while the test cannot tell; then the wave halts as
+    /// inconclusive (fail closed).
+    #[serde(default = "default_extensions")]
+    pub max_extensions: u32,
+    /// The metrics.
+    pub metrics: Vec<LiveMetric>,
+}
+
+/// One live metric.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LiveMetric {
+    /// Name in messages (`inference p99`).
+    pub name: String,
+    /// PromQL with `{nodes}` where a regex alternation of the group's node names goes,
+    /// e.g. `histogram_quantile(0.99, sum by (le) (rate(request_seconds_bucket{node=~"{nodes}"}[1m])))`.
+    pub query: String,
+    /// Which way is better.
+    pub better: crate::live::Better,
+    /// Relative margin the canaries may be worse by (the tuner's guardrail: 0.01 = 1 %).
+    #[serde(default)]
+    pub tolerance: f64,
+}
+
+/// 30 s: two scrapes at Prometheus's common 15 s interval per sample, twenty samples in
+/// the default 600 s soak.
+fn default_live_step() -> f64 {
+    30.0
+}
+/// The usual 5 % level.
+fn default_alpha() -> f64 {
+    0.05
+}
+/// Eight per group: with 4 and 4 the smallest exact one-sided Mann-Whitney p is
+/// 1/C(8,4) = 0.014, too near 0.05 for the normal approximation used here; 8 and 8 leave
+/// room (1/C(16,8) = 8e-5).
+fn default_min_samples() -> usize {
+    8
+}
+fn default_extensions() -> u32 {
+    2
 }
 
 fn yes() -> bool {
@@ -187,6 +250,7 @@ impl Default for Gates {
             soak_s: DEFAULT_SOAK_S,
             max_error_increase: 0,
             benchmark: None,
+            live: None,
         }
     }
 }
@@ -286,6 +350,66 @@ pub fn fill(template: &str, values: &BTreeMap<&str, String>) -> Result<String, T
 
 /// Largest policy file read: policies are a few dozen lines.
 pub const POLICY_LIMIT: xirang_files::Limit = xirang_files::Limit::new(16 << 20, "rollout policy");
+
+impl LiveGates {
+    fn check(&self, soak_s: f64) -> Result<(), String> {
+        let p = self.prometheus.trim();
+        if !(p.starts_with("http://") || p.starts_with("https://")) {
+            return Err(format!(
+                "gates.live.prometheus: expected an http:// or https:// URL, found `{p}`"
+            ));
+        }
+        if soak_s <= 0.0 {
+            return Err(
+                "gates.live: expected gates.soak_s > 0 (the live metrics are compared over the soak)".into(),
+            );
+        }
+        if !(self.step_s >= 1.0 && self.step_s <= soak_s) {
+            return Err(format!(
+                "gates.live.step_s: expected seconds from 1 to the soak ({soak_s}), found {}",
+                self.step_s
+            ));
+        }
+        if !(self.alpha > 0.0 && self.alpha < 0.5) {
+            return Err(format!(
+                "gates.live.alpha: expected a level in (0, 0.5), found {}",
+                self.alpha
+            ));
+        }
+        if !(3..=10_000).contains(&self.min_samples) {
+            return Err(format!(
+                "gates.live.min_samples: expected 3 to 10000, found {}",
+                self.min_samples
+            ));
+        }
+        if self.max_extensions > 10 {
+            return Err(format!(
+                "gates.live.max_extensions: expected at most 10, found {}",
+                self.max_extensions
+            ));
+        }
+        if self.metrics.is_empty() {
+            return Err("gates.live.metrics: expected at least one metric".into());
+        }
+        for (i, m) in self.metrics.iter().enumerate() {
+            if !m.query.contains("{nodes}") {
+                return Err(format!(
+                    "gates.live.metrics[{i}].query: expected {{nodes}} where the group's node names go (e.g. node=~\"{{nodes}}\")"
+                ));
+            }
+            if !(0.0..1.0).contains(&m.tolerance) {
+                return Err(format!(
+                    "gates.live.metrics[{i}].tolerance: expected a share in [0, 1), found {}",
+                    m.tolerance
+                ));
+            }
+            if m.name.trim().is_empty() {
+                return Err(format!("gates.live.metrics[{i}].name: expected a name"));
+            }
+        }
+        Ok(())
+    }
+}
 
 impl Policy {
     /// Reads and checks a policy file.
@@ -389,6 +513,9 @@ impl Policy {
                 "gates.benchmark.min_ratio: expected a ratio in (0, 2], found {}",
                 b.min_ratio
             ));
+        }
+        if let Some(l) = &self.gates.live {
+            l.check(self.gates.soak_s)?;
         }
         let templates = vec![
             ("commands.flash", self.commands.flash.as_str()),

@@ -33,7 +33,17 @@ pub enum Degradation {
     },
     /// Its first NIC no longer shows the new firmware (a failed burn reverting).
     StaysOld,
+    /// Its application latency (the synthetic `request_p99_seconds` the live gates
+    /// read) is multiplied by this factor; only a live gate sees it.
+    Latency {
+        /// 1.3 = 30 % slower.
+        factor: f64,
+    },
 }
+
+/// The synthetic fleet's request p99 on a healthy node, s (the default scenario's
+/// inference p99 is of this order, VALIDATION.md).
+const NOMINAL_P99_S: f64 = 1.2e-4;
 
 /// What to simulate.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -97,6 +107,19 @@ pub fn default_policy(spec: &SimSpec) -> Policy {
                 result: "{node}.after".into(),
                 command: None,
                 min_ratio: 0.95,
+            }),
+            live: matches!(spec.degradation, Degradation::Latency { .. }).then(|| crate::policy::LiveGates {
+                prometheus: "http://prometheus.invalid:9090".into(),
+                step_s: 30.0,
+                alpha: 0.05,
+                min_samples: 8,
+                max_extensions: 2,
+                metrics: vec![crate::policy::LiveMetric {
+                    name: "request p99".into(),
+                    query: "histogram_quantile(0.99, sum by (le) (rate(request_duration_seconds_bucket{node=~\"{nodes}\"}[1m])))".into(),
+                    better: crate::live::Better::Lower,
+                    tolerance: 0.02,
+                }],
             }),
         },
         commands: crate::policy::Commands::ssh_mlxfwmanager(),
@@ -314,6 +337,41 @@ impl Driver for SimDriver {
                 line: 1,
             },
         ))
+    }
+
+    /// Each interval's sample is the group's mean of its nodes' request p99: nominal,
+    /// with the benchmark's noise, times a latency degradation's factor on a degraded
+    /// node from its upgrade on. The query names the synthetic series.
+    fn live_samples(
+        &mut self,
+        gate: &crate::policy::LiveGates,
+        metric: &crate::policy::LiveMetric,
+        nodes: &[String],
+        since_ms: i64,
+        until_ms: i64,
+    ) -> (String, Result<Vec<f64>, crate::live::SeriesError>) {
+        let q = crate::live::fill_nodes(&metric.query, nodes);
+        let step_ms = (gate.step_s * 1000.0) as i64;
+        let mut out = Vec::new();
+        let mut t = since_ms + step_ms;
+        while t <= until_ms {
+            let t_s = (t - SIM_EPOCH_MS) as f64 / 1000.0;
+            let mut sum = 0.0;
+            for n in nodes {
+                let noise = 1.0 + self.noise * (2.0 * unit(&mut self.rng) - 1.0);
+                let f = match (
+                    self.degraded.get(n),
+                    self.nodes.get(n).and_then(|x| x.upgraded_at_s),
+                ) {
+                    (Some(Degradation::Latency { factor }), Some(t0)) if t_s >= t0 => *factor,
+                    _ => 1.0,
+                };
+                sum += NOMINAL_P99_S * noise * f;
+            }
+            out.push(sum / nodes.len().max(1) as f64);
+            t += step_ms;
+        }
+        (q, Ok(out))
     }
 
     fn sleep_s(&mut self, s: f64) {

@@ -63,6 +63,11 @@ pub struct Wave {
     pub nodes: Vec<PlannedNode>,
     /// Why the stage was split, when it was.
     pub note: Option<String>,
+    /// The control group its live gates compare it with: nodes of later waves (still
+    /// unchanged while this wave soaks) sharing a rack, switch or job with it, as many
+    /// as the wave has. Empty without live gates, and for the last wave.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub control: Vec<String>,
 }
 
 /// A node that is not upgraded, and why.
@@ -487,6 +492,7 @@ pub fn plan(fleet: &Fleet, policy: &Policy) -> Plan {
                 stage: label.clone(),
                 nodes,
                 note,
+                control: Vec::new(),
             });
         }
     }
@@ -508,6 +514,9 @@ pub fn plan(fleet: &Fleet, policy: &Policy) -> Plan {
             nodes,
         })
         .collect();
+    if policy.gates.live.is_some() {
+        control_groups(fleet, &mut waves);
+    }
     Plan {
         total_nodes: fleet.nodes.len(),
         waves,
@@ -515,6 +524,44 @@ pub fn plan(fleet: &Fleet, policy: &Policy) -> Plan {
         combinations,
         caps,
         notes,
+    }
+}
+
+/// Fills each wave's control group: the later waves' nodes that share the most racks,
+/// switches and jobs with the wave (rails are left out: every host is on every rail),
+/// then by name, as many as the wave has nodes.
+fn control_groups(fleet: &Fleet, waves: &mut [Wave]) {
+    let domains: BTreeMap<&str, Vec<&Domain>> = fleet
+        .nodes
+        .iter()
+        .map(|n| {
+            (
+                n.name.as_str(),
+                n.domains.iter().filter(|d| d.kind != DomainKind::Rail).collect(),
+            )
+        })
+        .collect();
+    for i in 0..waves.len() {
+        let mine: BTreeSet<&Domain> = waves[i]
+            .nodes
+            .iter()
+            .flat_map(|n| domains.get(n.name.as_str()).into_iter().flatten().copied())
+            .collect();
+        let mut later: Vec<(usize, &str)> = waves[i + 1..]
+            .iter()
+            .flat_map(|w| &w.nodes)
+            .map(|n| {
+                let shared = domains
+                    .get(n.name.as_str())
+                    .map_or(0, |d| d.iter().filter(|d| mine.contains(*d)).count());
+                (shared, n.name.as_str())
+            })
+            .filter(|(shared, _)| *shared > 0)
+            .collect();
+        later.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(b.1)));
+        let want = waves[i].nodes.len();
+        let control: Vec<String> = later.iter().take(want).map(|(_, n)| n.to_string()).collect();
+        waves[i].control = control;
     }
 }
 
@@ -582,6 +629,9 @@ impl Plan {
                     .map(|u| format!("{} {}→{}", u.nic, u.from, u.to))
                     .collect();
                 let _ = writeln!(s, "  {:<12} {}  [{}]", n.name, n.reason, nics.join(", "));
+            }
+            if !w.control.is_empty() {
+                let _ = writeln!(s, "  control group (live gates): {}", w.control.join(", "));
             }
         }
         if !self.skipped.is_empty() {

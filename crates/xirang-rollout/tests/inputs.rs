@@ -199,3 +199,67 @@ proptest! {
         prop_assert_eq!(got, want);
     }
 }
+
+#[test]
+fn live_gate_errors_name_the_key_and_what_was_expected() {
+    let live = |body: &str| format!("{OK}[gates.live]\n{body}");
+    let metric =
+        "[[gates.live.metrics]]\nname = \"p99\"\nquery = 'p99{node=~\"{nodes}\"}'\nbetter = \"lower\"\n";
+    let good = live(&format!("prometheus = \"http://p:9090\"\n{metric}"));
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("policy.toml");
+    std::fs::write(&p, &good).unwrap();
+    let pol = Policy::load(&p).unwrap();
+    let l = pol.gates.live.unwrap();
+    assert_eq!(
+        (l.step_s, l.alpha, l.min_samples, l.max_extensions),
+        (30.0, 0.05, 8, 2)
+    );
+    let cases = [
+        (
+            live(&format!("prometheus = \"p:9090\"\n{metric}")),
+            "gates.live.prometheus: expected an http:// or https:// URL, found `p:9090`",
+        ),
+        (
+            live(&format!(
+                "prometheus = \"http://p\"\n{}",
+                metric.replace("{node=~\"{nodes}\"}", "")
+            )),
+            "gates.live.metrics[0].query: expected {nodes} where the group's node names go",
+        ),
+        (
+            live(&format!("prometheus = \"http://p\"\n{metric}tolerance = 1.5\n")),
+            "gates.live.metrics[0].tolerance: expected a share in [0, 1), found 1.5",
+        ),
+        (
+            live("prometheus = \"http://p\"\nmetrics = []\n"),
+            "gates.live.metrics: expected at least one metric",
+        ),
+        (
+            live(&format!("prometheus = \"http://p\"\nmin_samples = 2\n{metric}")),
+            "gates.live.min_samples: expected 3 to 10000, found 2",
+        ),
+        (
+            format!("{OK}[gates]\nsoak_s = 0\n[gates.live]\nprometheus = \"http://p\"\n{metric}"),
+            "gates.live: expected gates.soak_s > 0",
+        ),
+        (
+            live(&format!(
+                "prometheus = \"http://p\"\n{}",
+                metric.replace("lower", "faster")
+            )),
+            "unknown variant `faster`, expected `lower` or `higher`",
+        ),
+    ];
+    for (text, want) in cases {
+        let e = policy_err(&text);
+        assert!(e.contains(want), "{e}\nwanted: {want}\n{text}");
+    }
+}
+
+#[test]
+fn node_names_are_escaped_into_the_query_regex() {
+    use xirang_rollout::live::fill_nodes;
+    let q = fill_nodes(r#"x{node=~"{nodes}"}"#, &["h1".into(), "gpu-a.b".into()]);
+    assert_eq!(q, r#"x{node=~"h1|gpu-a\\.b"}"#);
+}

@@ -284,7 +284,8 @@ pub(crate) struct RolloutSimArgs {
     #[arg(long)]
     pub(crate) degraded: Vec<String>,
     /// How bad nodes degrade: bandwidth (benchmark at 70 %), errors (symbol errors
-    /// rising), stays-old (the new firmware does not stick).
+    /// rising), stays-old (the new firmware does not stick), latency (request p99 30 %
+    /// higher, which only a live gate sees; the built-in policy then has one).
     #[arg(long, default_value = "bandwidth")]
     pub(crate) degradation: String,
     /// Rollout policy (TOML) instead of the built-in one (its targets must name

@@ -244,7 +244,8 @@ fn simulate_cmd(a: &RolloutSimArgs) -> Result<Outcome> {
         "bandwidth" => Degradation::Bandwidth { factor: 0.7 },
         "errors" => Degradation::LinkErrors { per_s: 0.05 },
         "stays-old" => Degradation::StaysOld,
-        other => bail!("--degradation {other}: expected bandwidth, errors or stays-old"),
+        "latency" => Degradation::Latency { factor: 1.3 },
+        other => bail!("--degradation {other}: expected bandwidth, errors, stays-old or latency"),
     };
     anyhow::ensure!(
         (0.0..=1.0).contains(&a.degrade_share),

@@ -658,3 +658,154 @@ fn a_hung_flash_is_killed_with_its_process_group_and_left_to_the_operator() {
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("--reflash"));
 }
+
+/// A stand-in for the applications' exporter: `app_request_p99_seconds{node="hN"}` for
+/// the 8 hosts, 100 µs (with a 1 % wobble per scrape), or 150 µs on a node listed in
+/// `degraded` once its mlx5_0 runs the target firmware. Returns its port.
+fn app_exporter(bed: &Bed) -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let dir = bed.dir.clone();
+    std::thread::spawn(move || {
+        use std::io::{Read as _, Write as _};
+        for (i, conn) in listener.incoming().enumerate() {
+            let Ok(mut conn) = conn else { continue };
+            let mut buf = [0u8; 4096];
+            let _ = conn.read(&mut buf);
+            let degraded = std::fs::read_to_string(dir.join("degraded")).unwrap_or_default();
+            let mut body = String::from("# TYPE app_request_p99_seconds gauge\n");
+            for h in 1..=8 {
+                let node = format!("h{h}");
+                let fw = std::fs::read_to_string(
+                    dir.join(format!("inv/hosts/{node}/sys/class/infiniband/mlx5_0/fw_ver")),
+                )
+                .unwrap_or_default();
+                let bad = fw.trim() == TARGET && degraded.lines().any(|l| l == node);
+                let wobble = 1.0 + 0.01 * (((i * 7 + h * 3) % 5) as f64 - 2.0) / 2.0;
+                let v = if bad { 150e-6 } else { 100e-6 } * wobble;
+                body.push_str(&format!("app_request_p99_seconds{{node=\"{node}\"}} {v:e}\n"));
+            }
+            let _ = write!(
+                conn,
+                "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    port
+}
+
+/// Live gates on the bed's policy: a 12 s soak, one sample a second from Prometheus.
+fn live_policy(bed: &Bed, prom_port: u16, query: &str) {
+    bed.policy_set("soak_s = 0", "soak_s = 12");
+    let p = bed.dir.join("policy.toml");
+    let mut text = std::fs::read_to_string(&p).unwrap();
+    text.push_str(&format!(
+        r#"
+[gates.live]
+prometheus = "http://127.0.0.1:{prom_port}"
+step_s = 1
+min_samples = 8
+max_extensions = 0
+
+[[gates.live.metrics]]
+name = "request p99"
+query = '{query}'
+better = "lower"
+tolerance = 0.02
+"#
+    ));
+    std::fs::write(&p, text).unwrap();
+}
+
+/// Starts Prometheus scraping the stand-in exporter every second; waits for samples.
+fn prometheus_for(bed: &Bed) -> (crate::monitor::Guard, u16) {
+    let app = app_exporter(bed);
+    let (prom, port) = crate::monitor::start_prometheus(crate::monitor::prometheus_binary(), &bed.dir, app);
+    crate::monitor::wait_stored(
+        &format!("http://127.0.0.1:{port}"),
+        "app_request_p99_seconds",
+        2,
+        Duration::from_secs(120),
+    );
+    (prom, port)
+}
+
+/// Gates on live application metrics through a real Prometheus: a healthy canary wave
+/// passes against its control group; a wave whose nodes serve requests 50 % slower is
+/// halted, the halt citing both queries and their values; the rollback puts the old
+/// firmware back.
+#[test]
+fn live_gates_pass_a_healthy_wave_and_halt_a_slower_one_citing_prometheus() {
+    let bed = Bed::new(4);
+    let (_prom, port) = prometheus_for(&bed);
+    live_policy(&bed, port, r#"avg(app_request_p99_seconds{node=~"{nodes}"})"#);
+    // The benchmark stand-in fails a degraded node too: let only the live gate see it.
+    bed.policy_set("min_ratio = 0.95", "min_ratio = 0.5");
+    let plan = bed.plan();
+    let w1 = &plan["waves"][0];
+    let control: Vec<&str> = w1["control"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap())
+        .collect();
+    assert!(!control.is_empty(), "{plan:#}");
+    bed.start();
+    let o = bed.run(&["advance", "--execute"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(err.contains("gate live request p99 passed"), "{err}");
+    let log = bed.ok(&["log"]);
+    assert!(
+        log.contains(&format!(
+            "prometheus http://127.0.0.1:{port} control {}",
+            control.join(",")
+        )),
+        "{log}"
+    );
+    assert!(log.contains("no worse than the control +2.0 %"), "{log}");
+
+    // Wave 2 is slower: halted, with the evidence.
+    let nodes = planned(&plan);
+    let w2: Vec<&String> = nodes.iter().filter(|x| x.0 == 2).map(|x| &x.1).collect();
+    std::fs::write(
+        bed.dir.join("degraded"),
+        w2.iter().map(|n| format!("{n}\n")).collect::<String>(),
+    )
+    .unwrap();
+    let o = bed.run(&["advance", "--execute"]);
+    assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = bed.run(&["status"]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("HALTED (gate"), "{text}");
+    assert!(text.contains("failed the live request p99 gate"), "{text}");
+    assert!(text.contains("worse than the control +2.0 %"), "{text}");
+    assert!(
+        text.contains(&format!("avg(app_request_p99_seconds{{node=~\"{}", w2[0])),
+        "{text}"
+    );
+    assert!(text.contains("median 1.5"), "{text}");
+    bed.ok(&["rollback", "--execute"]);
+    for n in &w2 {
+        assert_eq!(bed.fw(n, "mlx5_0"), OLD);
+    }
+}
+
+/// A live gate whose series Prometheus does not have fails closed, naming the query.
+#[test]
+fn a_live_gate_without_its_series_fails_closed_naming_it() {
+    let bed = Bed::new(4);
+    let (_prom, port) = prometheus_for(&bed);
+    live_policy(&bed, port, r#"avg(job_step_seconds{node=~"{nodes}"})"#);
+    bed.start();
+    let o = bed.run(&["advance", "--execute"]);
+    assert_eq!(o.status.code(), Some(1));
+    let o = bed.run(&["status"]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("no series for `avg(job_step_seconds{node=~\""),
+        "{text}"
+    );
+    assert!(text.contains("the gate fails closed"), "{text}");
+}
