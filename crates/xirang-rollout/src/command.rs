@@ -314,8 +314,18 @@ impl Driver for CommandDriver {
         let mut fw = BTreeMap::new();
         let mut pci = BTreeMap::new();
         let mut errors = BTreeMap::new();
+        // A configuration's "version" of a NIC is the state of its knobs.
+        let states = self
+            .policy
+            .configuration
+            .as_ref()
+            .map(|c| crate::config::states(&inv, &c.knobs));
         for d in &inv.rdma {
-            fw.insert(d.name.clone(), d.fw_ver.clone());
+            let version = match &states {
+                Some(s) => s.get(&d.name).cloned().flatten(),
+                None => d.fw_ver.clone(),
+            };
+            fw.insert(d.name.clone(), version);
             if let Some(p) = &d.pci {
                 pci.insert(p.clone(), d.name.clone());
             }

@@ -508,6 +508,8 @@ pub fn values(node: &str, u: &NicUpgrade) -> BTreeMap<&'static str, String> {
     v.insert("image", u.image.clone());
     v.insert("target", u.to.clone());
     v.insert("previous", u.from.clone());
+    v.insert("netdev", u.netdev.clone().unwrap_or_default());
+    v.insert("dir", u.image.clone());
     v
 }
 
@@ -1873,7 +1875,12 @@ pub fn preview(meta: &Meta, st: &State) -> Vec<String> {
         }
     }
     let g = &meta.policy.gates;
-    let mut gates = vec!["firmware"];
+    // A configuration's "firmware" gate is every knob reading its recommended value.
+    let mut gates = vec![if meta.policy.configuration.is_some() {
+        "configuration"
+    } else {
+        "firmware"
+    }];
     if g.audit {
         gates.push("audit");
     }
@@ -1882,6 +1889,23 @@ pub fn preview(meta: &Meta, st: &State) -> Vec<String> {
     }
     if g.benchmark.is_some() {
         gates.push("benchmark");
+    }
+    let live;
+    if let Some(l) = &g.live {
+        live = format!(
+            "live ({} against the control group: {})",
+            l.metrics
+                .iter()
+                .map(|m| m.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+            if wave.control.is_empty() {
+                "none left, not compared".to_string()
+            } else {
+                wave.control.join(", ")
+            }
+        );
+        gates.push(&live);
     }
     out.push(format!(
         "  then gates on every node: {}{}",

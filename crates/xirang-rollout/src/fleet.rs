@@ -78,6 +78,13 @@ pub struct Nic {
     pub fw: Option<String>,
     /// PCI address (`0000:19:00.0`), for the flashing tool's `-d`.
     pub pci: Option<String>,
+    /// Its interface (`ens1np0`), for a configuration's script.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub netdev: Option<String>,
+    /// Its interface's DCQCN knobs ([`crate::config::ecn_values`]), for a configuration
+    /// rollout's states; empty when the host shows none.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub ecn: BTreeMap<String, u64>,
 }
 
 impl Nic {
@@ -155,12 +162,20 @@ impl Fleet {
                 let mut nics: Vec<Nic> = h
                     .rdma
                     .iter()
-                    .map(|d| Nic {
-                        name: d.name.clone(),
-                        hca_type: d.hca_type.clone(),
-                        board_id: d.board_id.clone(),
-                        fw: d.fw_ver.clone(),
-                        pci: d.pci.clone(),
+                    .map(|d| {
+                        let nd = crate::config::netdev_of(h, &d.name);
+                        Nic {
+                            name: d.name.clone(),
+                            hca_type: d.hca_type.clone(),
+                            board_id: d.board_id.clone(),
+                            fw: d.fw_ver.clone(),
+                            pci: d.pci.clone(),
+                            netdev: nd.map(|n| n.name.clone()),
+                            ecn: nd
+                                .and_then(|n| n.ecn.as_ref())
+                                .map(crate::config::ecn_values)
+                                .unwrap_or_default(),
+                        }
                     })
                     .collect();
                 nics.sort_by(|a, b| a.name.cmp(&b.name));
@@ -354,6 +369,8 @@ impl Fleet {
                         board_id: Some(board.clone()),
                         fw: Some(fw.clone()),
                         pci: Some(format!("0000:{:02x}:00.0", 0x10 + k)),
+                        netdev: Some(format!("ens{}np0", k + 1)),
+                        ecn: BTreeMap::new(),
                     }
                 })
                 .collect();

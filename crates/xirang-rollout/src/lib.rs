@@ -1,11 +1,14 @@
-//! Xirang rollout: NIC firmware validation gates and staged (canary, then waves of
-//! growing size) rollouts, with state and an append-only audit log in SQLite.
+//! Xirang rollout: staged (canary, then waves of growing size) rollouts of NIC firmware
+//! or of a tuned configuration ([`config`]), with validation gates (including the
+//! applications' own metrics against a control group, [`live`]), state and an
+//! append-only audit log in SQLite.
 //!
-//! The flashing itself is the vendor's tool: Xirang plans ([`waves`]), gates
-//! ([`gates`]), sequences and records ([`exec`], [`store`]) and stops. The same
-//! executor runs a synthetic fleet in [`simulate`].
+//! The flashing itself is the vendor's tool, the configuring the tuner's script: Xirang
+//! plans ([`waves`]), gates ([`gates`], [`live`]), sequences and records ([`exec`],
+//! [`store`]) and stops. The same executor runs a synthetic fleet in [`simulate`].
 
 pub mod command;
+pub mod config;
 pub mod event;
 pub mod exec;
 pub mod fleet;

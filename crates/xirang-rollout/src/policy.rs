@@ -298,12 +298,34 @@ impl Commands {
     }
 }
 
+/// A tuned configuration as the change (in place of `[[firmware]]`): the directory
+/// `xirang tune` wrote, whose `mlx5-congestion.sh` is applied per NIC interface
+/// ([`crate::config`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Configuration {
+    /// The directory (relative to the policy file), `{dir}` in the command templates.
+    pub dir: String,
+    /// The knobs its script sets, read from it when the policy loads (and kept with a
+    /// started rollout, so that later edits of the directory change nothing for it).
+    #[serde(default)]
+    pub knobs: Vec<crate::config::Knob>,
+    /// The state the knobs put a NIC in ([`crate::config::target`]).
+    #[serde(default)]
+    pub target: String,
+}
+
 /// The policy.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Policy {
-    /// Targets per NIC model; the first rule that matches a NIC applies.
+    /// Targets per NIC model; the first rule that matches a NIC applies. Empty for a
+    /// configuration rollout.
+    #[serde(default)]
     pub firmware: Vec<FirmwareTarget>,
+    /// A tuned configuration as the change instead of firmware.
+    #[serde(default)]
+    pub configuration: Option<Configuration>,
     /// Stages.
     #[serde(default)]
     pub stages: Stages,
@@ -321,7 +343,7 @@ pub struct Policy {
 }
 
 const PLACEHOLDERS: &[&str] = &[
-    "node", "nic", "pci", "hca_type", "board_id", "image", "target", "previous",
+    "node", "nic", "pci", "hca_type", "board_id", "image", "target", "previous", "netdev", "dir",
 ];
 
 /// Checks a template's placeholders; returns the first unknown one.
@@ -430,6 +452,14 @@ impl Policy {
             &dir
         })
         .unwrap_or(dir);
+        // A configuration's directory likewise, and its knobs are read now.
+        if let Some(c) = &mut p.configuration {
+            if !Path::new(&c.dir).is_absolute() {
+                c.dir = p.base_dir.join(&c.dir).display().to_string();
+            }
+            c.knobs = crate::config::load_knobs(Path::new(&c.dir))?;
+            c.target = crate::config::target(&c.knobs);
+        }
         // Benchmark paths are relative to the policy file; made absolute now, because
         // the policy is stored with the rollout and used from any working directory.
         if let Some(b) = &mut p.gates.benchmark {
@@ -455,8 +485,18 @@ impl Policy {
 
     /// Semantic checks the TOML types cannot express.
     pub fn check(&self) -> Result<(), String> {
-        if self.firmware.is_empty() {
-            return Err("expected at least one [[firmware]] target".into());
+        match (&self.configuration, self.firmware.is_empty()) {
+            (None, true) => {
+                return Err(
+                    "expected at least one [[firmware]] target, or a [configuration] (a tuned configuration's directory)".into(),
+                );
+            }
+            (Some(_), false) => {
+                return Err(
+                    "configuration: expected either [[firmware]] targets or a [configuration], not both (one change per rollout)".into(),
+                );
+            }
+            _ => {}
         }
         for (i, f) in self.firmware.iter().enumerate() {
             if f.hca_type.is_none() && f.board_id.is_none() {

@@ -96,6 +96,7 @@ pub fn default_policy(spec: &SimSpec) -> Policy {
         .collect();
     Policy {
         firmware,
+        configuration: None,
         stages: Default::default(),
         limits: Default::default(),
         gates: crate::policy::Gates {

@@ -37,8 +37,11 @@ pub struct NicUpgrade {
     pub from: String,
     /// Target version.
     pub to: String,
-    /// Image file.
+    /// Image file; for a configuration, its directory.
     pub image: String,
+    /// The NIC's interface, for a configuration's templates (`{netdev}`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub netdev: Option<String>,
 }
 
 /// A node in a wave.
@@ -152,6 +155,9 @@ fn classify<'a>(node: &'a Node, policy: &Policy) -> Result<Candidate<'a>, String
     if !bad.is_empty() {
         return Err(format!("refused: {}", bad.join("; ")));
     }
+    if let Some(c) = &policy.configuration {
+        return classify_config(node, policy, c);
+    }
     let mut nics = Vec::new();
     let mut on_target = 0;
     let mut blocked = Vec::new();
@@ -180,6 +186,7 @@ fn classify<'a>(node: &'a Node, policy: &Policy) -> Result<Candidate<'a>, String
                 from: v.to_string(),
                 to: t.target.clone(),
                 image: t.image.clone(),
+                netdev: nic.netdev.clone(),
             }),
             Some(v) => blocked.push(format!(
                 "{} ({}) runs {v}, which is not in allowed_from ({}) for target {}",
@@ -217,6 +224,68 @@ fn classify<'a>(node: &'a Node, policy: &Policy) -> Result<Candidate<'a>, String
     })
 }
 
+/// A configuration change: every NIC whose interface shows the knobs moves from its
+/// state to the recommendation's; a NIC already there counts as done; a NIC whose knobs
+/// cannot be read blocks its node (the script refuses such an interface too).
+fn classify_config<'a>(
+    node: &'a Node,
+    policy: &Policy,
+    c: &crate::policy::Configuration,
+) -> Result<Candidate<'a>, String> {
+    let mut nics = Vec::new();
+    let mut blocked = Vec::new();
+    let mut on_target = 0;
+    for nic in &node.nics {
+        match crate::config::state(&c.knobs, &nic.ecn) {
+            Some(v) if v == c.target => on_target += 1,
+            Some(_) if !missing_values(policy, nic).is_empty() => blocked.push(format!(
+                "{}: {} unknown, needed by the apply/rollback commands",
+                nic.name,
+                missing_values(policy, nic).join(", ")
+            )),
+            Some(v) => nics.push(NicUpgrade {
+                nic: nic.name.clone(),
+                model: nic.model(),
+                hca_type: nic.hca_type.clone(),
+                board_id: nic.board_id.clone(),
+                pci: nic.pci.clone(),
+                from: v,
+                to: c.target.clone(),
+                image: c.dir.clone(),
+                netdev: nic.netdev.clone(),
+            }),
+            None => blocked.push(format!(
+                "{}: the DCQCN knobs the configuration sets are not all readable on {} (not an mlx5 function under MLNX_OFED?)",
+                nic.name,
+                nic.netdev.as_deref().unwrap_or("its interface (none found)")
+            )),
+        }
+    }
+    if !blocked.is_empty() {
+        return Err(format!("blocked: {}", blocked.join("; ")));
+    }
+    if nics.is_empty() {
+        return Err(if on_target > 0 {
+            format!("already on the configuration ({on_target} NIC(s))")
+        } else {
+            "no RDMA NIC".into()
+        });
+    }
+    // Canaries cover each NIC model; the knobs' states before are many and say
+    // nothing about the hardware, so they are not combinations to cover.
+    let combos = nics
+        .iter()
+        .map(|n| (n.model.clone(), "any state".to_string()))
+        .collect();
+    let group = primary_group(node);
+    Ok(Candidate {
+        node,
+        nics,
+        combos,
+        group,
+    })
+}
+
 /// Template values a NIC lacks that the flash or rollback command needs.
 fn missing_values(policy: &Policy, nic: &crate::fleet::Nic) -> Vec<&'static str> {
     let c = &policy.commands;
@@ -224,6 +293,7 @@ fn missing_values(policy: &Policy, nic: &crate::fleet::Nic) -> Vec<&'static str>
         ("pci", nic.pci.is_none()),
         ("hca_type", nic.hca_type.is_none()),
         ("board_id", nic.board_id.is_none()),
+        ("netdev", nic.netdev.is_none()),
     ]
     .into_iter()
     .filter(|(name, missing)| {
@@ -502,7 +572,7 @@ pub fn plan(fleet: &Fleet, policy: &Policy) -> Plan {
             to: cands
                 .iter()
                 .flat_map(|c| c.nics.iter())
-                .find(|u| u.model == model && u.from == from)
+                .find(|u| u.model == model && (u.from == from || policy.configuration.is_some()))
                 .map(|u| u.to.clone())
                 .unwrap_or_default(),
             canary: canary_covers

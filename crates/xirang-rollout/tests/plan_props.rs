@@ -91,6 +91,8 @@ fn build(specs: &[NodeSpec], racks: bool) -> Fleet {
                         board_id: Some(MODELS[s.model].1.into()),
                         fw: v.map(|v| VERSIONS[v].to_string()),
                         pci: Some(format!("0000:{:02x}:00.0", 0x10 + k)),
+                        netdev: None,
+                        ecn: Default::default(),
                     }
                 })
                 .collect();
@@ -129,6 +131,7 @@ fn policy_strategy() -> impl Strategy<Value = Policy> {
                             image: "fw.bin".into(),
                         })
                         .collect(),
+                    configuration: None,
                     stages: Stages {
                         fractions: fr,
                         min_canaries,

@@ -909,3 +909,20 @@ fn a_non_loopback_listen_needs_a_web_config_or_insecure_listen() {
         "the agent with --insecure-listen",
     );
 }
+
+/// The shipped scrape configuration for rollouts is one Prometheus accepts.
+#[test]
+fn the_shipped_rollout_scrape_configuration_is_valid() {
+    let promtool = std::path::Path::new(prometheus_binary()).with_file_name("promtool");
+    let o = Command::new(&promtool)
+        .args(["check", "config"])
+        .arg(root().join("monitoring/prometheus-rollout.yml"))
+        .output()
+        .unwrap_or_else(|e| {
+            panic!(
+                "{}: {e} (scripts/test.sh installs it with `prometheus`)",
+                promtool.display()
+            )
+        });
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+}

@@ -809,3 +809,311 @@ fn a_live_gate_without_its_series_fails_closed_naming_it() {
     );
     assert!(text.contains("the gate fails closed"), "{text}");
 }
+
+/// A configuration rollout's test bed: the fixture cluster, the tuner's `tuned/` (or the
+/// hand-made `worse/`) configuration, and a stand-in for `ssh NODE` that runs the
+/// configuration's script against the node's copied sysfs tree, recording each run.
+fn config_bed(parallel: usize, config: &str, live: Option<u16>) -> Bed {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_path_buf();
+    let inv = dir.join("inv");
+    copy_dir(&root().join("crates/xirang-audit/test_data/cluster"), &inv);
+    std::fs::copy(
+        root().join("crates/xirang-rollout/test_data/fleet.toml"),
+        inv.join("fleet.toml"),
+    )
+    .unwrap();
+    copy_dir(
+        &root().join("crates/xirang-rollout/test_data/config"),
+        &dir.join("config"),
+    );
+    std::fs::write(dir.join("degraded"), "").unwrap();
+    std::fs::write(
+        dir.join("on-node.sh"),
+        r#"#!/bin/sh
+# Stand-in for `ssh NODE`: $1 node, $2 NIC, $3 interface, $4 configuration, $5 test bed,
+# $6 apply or rollback. The rollback file moves aside once used, as the real template
+# does, so that a later apply may write a new one.
+echo "$1 $2 $6" >> "$5/invocations"
+XIRANG_SYSFS="$5/inv/hosts/$1/sys"
+XIRANG_ROLLBACK="$5/rollback/$1-$3.rollback"
+export XIRANG_SYSFS XIRANG_ROLLBACK
+mkdir -p "$5/rollback"
+if [ "$6" = apply ]; then
+    sh "$4/mlx5-congestion.sh" --apply "$3"
+else
+    sh "$4/mlx5-congestion.sh" --rollback "$XIRANG_ROLLBACK" && mv "$XIRANG_ROLLBACK" "$XIRANG_ROLLBACK.used"
+fi
+"#,
+    )
+    .unwrap();
+    let d = dir.display();
+    let (soak, live_section) = match live {
+        None => (0, String::new()),
+        Some(port) => (
+            12,
+            format!(
+                r#"
+[gates.live]
+prometheus = "http://127.0.0.1:{port}"
+step_s = 1
+min_samples = 8
+max_extensions = 0
+
+[[gates.live.metrics]]
+name = "inference p99"
+query = 'avg(app_request_p99_seconds{{node=~"{{nodes}}"}})'
+better = "lower"
+tolerance = 0.02
+"#
+            ),
+        ),
+    };
+    std::fs::write(
+        dir.join("policy.toml"),
+        format!(
+            r#"[configuration]
+dir = "config/{config}"
+
+[limits]
+rack = 0.5
+switch = 0.5
+rail = 0.5
+job = 0.5
+
+[gates]
+audit = true
+soak_s = {soak}
+
+[commands]
+flash = "sh {d}/on-node.sh {{node}} {{nic}} {{netdev}} {{dir}} {d} apply"
+rollback = "sh {d}/on-node.sh {{node}} {{nic}} {{netdev}} {{dir}} {d} rollback"
+parallel = {parallel}
+{live_section}"#
+        ),
+    )
+    .unwrap();
+    Bed { _tmp: tmp, dir }
+}
+
+/// `dir file value` of a configuration's KNOBS block.
+fn knobs(config: &str) -> Vec<(String, String, String)> {
+    let text = std::fs::read_to_string(root().join(format!(
+        "crates/xirang-rollout/test_data/config/{config}/mlx5-congestion.sh"
+    )))
+    .unwrap();
+    let mut inside = false;
+    let mut v = Vec::new();
+    for l in text.lines() {
+        match (inside, l.trim()) {
+            (false, "KNOBS='") => inside = true,
+            (true, "'") => break,
+            (true, l) if !l.is_empty() => {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                v.push((f[0].to_string(), f[1].to_string(), f[2].to_string()));
+            }
+            _ => {}
+        }
+    }
+    v
+}
+
+/// The fixture's interfaces of each NIC.
+const NETDEVS: [(&str, &str); 2] = [("mlx5_0", "ens1np0"), ("mlx5_1", "ens2np0")];
+
+impl Bed {
+    /// A knob of a node's interface as the sysfs tree holds it now.
+    fn knob(&self, node: &str, netdev: &str, dir: &str, file: &str) -> String {
+        std::fs::read_to_string(self.dir.join(format!(
+            "inv/hosts/{node}/sys/class/net/{netdev}/ecn/{dir}/{file}"
+        )))
+        .unwrap()
+        .trim()
+        .to_string()
+    }
+
+    /// Whether every knob of `config` reads its value on every interface of `node`.
+    fn runs(&self, node: &str, config: &str) -> bool {
+        NETDEVS.iter().all(|(_, nd)| {
+            knobs(config)
+                .iter()
+                .all(|(d, f, v)| &self.knob(node, nd, d, f) == v)
+        })
+    }
+
+    /// Applies (not rollbacks) per "node nic".
+    fn applies(&self) -> BTreeMap<String, usize> {
+        let mut m = BTreeMap::new();
+        for l in std::fs::read_to_string(self.dir.join("invocations"))
+            .unwrap_or_default()
+            .lines()
+        {
+            let k: Vec<&str> = l.split(' ').collect();
+            if k[2] == "apply" {
+                *m.entry(format!("{} {}", k[0], k[1])).or_insert(0) += 1;
+            }
+        }
+        m
+    }
+}
+
+/// The fixture's knob values, every file under each interface's ecn/, for comparison.
+fn knob_files(bed: &Bed) -> BTreeMap<String, String> {
+    let mut m = BTreeMap::new();
+    for h in 1..=8 {
+        for (_, nd) in NETDEVS {
+            for (d, f, _) in knobs("tuned").iter().chain(&knobs("worse")) {
+                m.insert(format!("h{h}/{nd}/{d}/{f}"), bed.knob(&format!("h{h}"), nd, d, f));
+            }
+        }
+    }
+    m
+}
+
+/// Acceptance 3 of the closed-loop issue: a configuration rollout killed at random
+/// points (aborts before the n-th log append, SIGKILLs mid-apply) and resumed applies
+/// every NIC's configuration exactly once and ends with every knob at its value.
+#[test]
+fn a_configuration_rollout_survives_crashes_without_applying_twice() {
+    for seed in 0..5u64 {
+        let mut rng = Lcg(seed * 104_729 + 3);
+        let bed = config_bed(1 + rng.next(3) as usize, "tuned", None);
+        let plan = bed.plan();
+        let nodes = planned(&plan);
+        assert_eq!(nodes.len(), 8, "{plan:#}");
+        bed.start();
+        let st = drive_with_crashes(&bed, &mut rng);
+        assert_eq!(st["completed"], true, "seed {seed}: {st:#}");
+        let applies = bed.applies();
+        for (_, n, nics) in &nodes {
+            for nic in nics {
+                assert_eq!(
+                    applies.get(&format!("{n} {nic}")),
+                    Some(&1),
+                    "seed {seed}: {n}/{nic}: {applies:?}"
+                );
+            }
+            assert!(bed.runs(n, "tuned"), "seed {seed}: {n}");
+        }
+    }
+}
+
+/// Serves `app_request_p99_seconds{node}` from each node's knobs: 100 µs on MLNX_OFED's
+/// defaults, 95 µs on `tuned/` (rate_to_set_on_first_cnp 0, the tuner's change), 150 µs
+/// on `worse/` (rpg_ai_rate 1), each with a 1 % wobble per scrape. The values are the
+/// test's stand-in for the services' exporter, not simulated. Returns its port.
+fn config_exporter(bed: &Bed) -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let dir = bed.dir.clone();
+    std::thread::spawn(move || {
+        use std::io::{Read as _, Write as _};
+        for (i, conn) in listener.incoming().enumerate() {
+            let Ok(mut conn) = conn else { continue };
+            let mut buf = [0u8; 4096];
+            let _ = conn.read(&mut buf);
+            let mut body = String::from("# TYPE app_request_p99_seconds gauge\n");
+            for h in 1..=8 {
+                let knob = |f: &str| {
+                    std::fs::read_to_string(
+                        dir.join(format!("inv/hosts/h{h}/sys/class/net/ens1np0/ecn/roce_rp/{f}")),
+                    )
+                    .unwrap_or_default()
+                    .trim()
+                    .to_string()
+                };
+                let base = if knob("rpg_ai_rate") == "1" {
+                    150e-6
+                } else if knob("rate_to_set_on_first_cnp") == "0" {
+                    95e-6
+                } else {
+                    100e-6
+                };
+                let wobble = 1.0 + 0.01 * (((i * 7 + h * 3) % 5) as f64 - 2.0) / 2.0;
+                body.push_str(&format!(
+                    "app_request_p99_seconds{{node=\"h{h}\"}} {:e}\n",
+                    base * wobble
+                ));
+            }
+            let _ = write!(
+                conn,
+                "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    port
+}
+
+/// A bed whose policy gates on a real Prometheus scraping the stand-in exporter.
+fn config_bed_live(config: &str) -> (Bed, crate::monitor::Guard) {
+    // The bed's directory is needed by the exporter and the policy by the bed: make the
+    // bed, start the exporter and Prometheus on it, then rewrite its policy.
+    let bed = config_bed(4, config, Some(1));
+    let app = config_exporter(&bed);
+    let (prom, port) = crate::monitor::start_prometheus(crate::monitor::prometheus_binary(), &bed.dir, app);
+    crate::monitor::wait_stored(
+        &format!("http://127.0.0.1:{port}"),
+        "app_request_p99_seconds",
+        2,
+        Duration::from_secs(120),
+    );
+    bed.policy_set("http://127.0.0.1:1\"", &format!("http://127.0.0.1:{port}\""));
+    (bed, prom)
+}
+
+/// Acceptance 2 of the closed-loop issue, the halt: a configuration that makes the
+/// inference class slower is halted at the canary wave by the live gate, with the
+/// queries and values; the rollback restores every knob it changed, as re-reading the
+/// sysfs tree shows.
+#[test]
+fn a_worse_configuration_is_halted_at_the_canary_and_rolled_back() {
+    let (bed, _prom) = config_bed_live("worse");
+    let before = knob_files(&bed);
+    let nodes = planned(&bed.plan());
+    let canary = &nodes[0].1;
+    bed.start();
+    let o = bed.run(&["advance", "--execute"]);
+    assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(bed.runs(canary, "worse"));
+    let o = bed.run(&["status"]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("HALTED (gate"), "{text}");
+    assert!(text.contains("failed the live inference p99 gate"), "{text}");
+    assert!(text.contains("worse than the control +2.0 %"), "{text}");
+    assert!(
+        text.contains(&format!("avg(app_request_p99_seconds{{node=~\"{canary}\"}})")),
+        "{text}"
+    );
+    assert!(text.contains("median 1.5"), "{text}");
+    assert!(text.contains("median 1.0"), "{text}");
+    // Only the canary was touched.
+    assert_eq!(bed.applies().len(), 2, "{:?}", bed.applies());
+    bed.ok(&["rollback", "--execute"]);
+    assert_eq!(knob_files(&bed), before, "every knob back as it was");
+}
+
+/// Acceptance 2, the promotion: a configuration that helps passes every wave's live
+/// gate against its control group and ends on every node.
+#[test]
+fn a_helpful_configuration_is_promoted_through_every_wave() {
+    let (bed, _prom) = config_bed_live("tuned");
+    let nodes = planned(&bed.plan());
+    let waves = nodes.iter().map(|x| x.0).max().unwrap();
+    bed.start();
+    for w in 1..=waves {
+        let o = bed.run(&["advance", "--execute"]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(0), "wave {w}: {err}");
+        let want = if w < waves {
+            "gate live inference p99 passed: canaries median 9.".to_string()
+        } else {
+            "gate live inference p99 passed: not compared".to_string()
+        };
+        assert!(err.contains(&want), "wave {w}: {err}");
+    }
+    assert_eq!(bed.status()["completed"], true);
+    for (_, n, _) in &nodes {
+        assert!(bed.runs(n, "tuned"), "{n}");
+    }
+}

@@ -1,0 +1,193 @@
+//! Configuration rollouts: the tuner's output (`xirang tune`'s directory) as the change,
+//! in place of a firmware image.
+//!
+//! The host side of a tuned configuration is `mlx5-congestion.sh`, which writes the mlx5
+//! DCQCN knobs of each interface it is given (`/sys/class/net/IF/ecn/roce_rp/*`,
+//! `roce_np/*`) after saving the values it replaces to a rollback file, and writes them
+//! back with `--rollback FILE`. Its `KNOBS` block lists every knob it sets and the value.
+//! A NIC's state is a fingerprint of the values those knobs have on its interface, so
+//! the firmware executor's whole machinery applies unchanged: the plan moves each NIC
+//! from its fingerprint before to the recommendation's, a wave's "firmware" gate checks
+//! that every knob reads the recommended value, a rollback is checked by every knob
+//! reading its value before again, and a crashed apply is settled by reading the knobs
+//! (applied, not started, or halfway: left to the operator), so nothing is applied
+//! twice.
+//!
+//! Switches (the SONiC patch per tier) and `nccl.env` are not rolled out by this module.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::RolloutError;
+
+/// The host script of a tuned configuration.
+pub const SCRIPT: &str = "mlx5-congestion.sh";
+
+/// One knob the script sets.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Knob {
+    /// `roce_rp` or `roce_np`.
+    pub dir: String,
+    /// File under it (`rpg_ai_rate`, `enable/4`).
+    pub file: String,
+    /// Value written.
+    pub value: u64,
+}
+
+impl Knob {
+    /// `roce_rp/rpg_ai_rate`, as [`ecn_values`] keys them.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.dir, self.file)
+    }
+}
+
+/// The knobs of a script's `KNOBS='...'` block (`dir file value` per line). `path`
+/// names the file in errors.
+pub fn parse_knobs(text: &str, path: &Path) -> Result<Vec<Knob>, RolloutError> {
+    let err = |line: usize, message: String| RolloutError::Toml {
+        path: path.to_path_buf(),
+        line,
+        message,
+    };
+    let Some(start) = text.lines().position(|l| l.trim() == "KNOBS='") else {
+        return Err(err(
+            1,
+            format!("expected a `KNOBS='` block listing the knobs (a {SCRIPT} written by `xirang tune`)"),
+        ));
+    };
+    let mut knobs = Vec::new();
+    for (i, line) in text.lines().enumerate().skip(start + 1) {
+        let l = line.trim();
+        if l == "'" {
+            if knobs.is_empty() {
+                return Err(err(i + 1, "expected at least one knob in the KNOBS block".into()));
+            }
+            return Ok(knobs);
+        }
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let [dir, file, value] = f[..] else {
+            return Err(err(
+                i + 1,
+                format!("expected `roce_rp|roce_np FILE VALUE`, found `{l}`"),
+            ));
+        };
+        if dir != "roce_rp" && dir != "roce_np" {
+            return Err(err(i + 1, format!("expected roce_rp or roce_np, found `{dir}`")));
+        }
+        let ok_file = !file.is_empty()
+            && !file.starts_with('/')
+            && file.split('/').all(|p| !p.is_empty() && p != "." && p != "..")
+            && file
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '/');
+        if !ok_file {
+            return Err(err(i + 1, format!("expected a knob file name, found `{file}`")));
+        }
+        let value: u64 = value
+            .parse()
+            .map_err(|_| err(i + 1, format!("expected an unsigned value, found `{value}`")))?;
+        knobs.push(Knob {
+            dir: dir.into(),
+            file: file.into(),
+            value,
+        });
+    }
+    Err(err(
+        start + 1,
+        "the KNOBS block is not closed by a line `'`".into(),
+    ))
+}
+
+/// Reads the knobs of `dir/mlx5-congestion.sh`.
+pub fn load_knobs(dir: &Path) -> Result<Vec<Knob>, RolloutError> {
+    let path = dir.join(SCRIPT);
+    let text = xirang_files::read_text(&path, crate::policy::POLICY_LIMIT)
+        .map_err(|e| RolloutError::Read(Box::new(e)))?;
+    parse_knobs(&text, &path)
+}
+
+/// Every DCQCN knob of an interface as the host reader saw it, keyed `roce_rp/FILE`
+/// (per-priority enables as `roce_rp/enable/P`, 0 or 1).
+pub fn ecn_values(ecn: &xirang_host::inventory::RoceEcn) -> BTreeMap<String, u64> {
+    let mut v = BTreeMap::new();
+    for (dir, params, enable) in [
+        ("roce_rp", &ecn.rp, &ecn.rp_enable),
+        ("roce_np", &ecn.np, &ecn.np_enable),
+    ] {
+        for (k, x) in params {
+            v.insert(format!("{dir}/{k}"), *x);
+        }
+        for (p, e) in enable.iter().enumerate() {
+            if let Some(e) = e {
+                v.insert(format!("{dir}/enable/{p}"), u64::from(*e));
+            }
+        }
+    }
+    v
+}
+
+/// 64-bit FNV-1a: a stable fingerprint, not a security boundary.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    bytes
+        .iter()
+        .fold(OFFSET, |h, b| (h ^ u64::from(*b)).wrapping_mul(PRIME))
+}
+
+fn fingerprint<'a>(pairs: impl Iterator<Item = (String, &'a u64)>) -> String {
+    let mut s = String::new();
+    for (k, v) in pairs {
+        s.push_str(&format!("{k}={v}\n"));
+    }
+    format!("cfg-{:016x}", fnv1a(s.as_bytes()))
+}
+
+/// The state a NIC is in for the recommendation's knobs: a fingerprint of their values
+/// on its interface, `None` when any of them cannot be read.
+pub fn state(knobs: &[Knob], values: &BTreeMap<String, u64>) -> Option<String> {
+    let mut pairs = Vec::new();
+    for k in knobs {
+        let key = k.key();
+        let v = values.get(&key)?;
+        pairs.push((key, v));
+    }
+    Some(fingerprint(pairs.into_iter()))
+}
+
+/// The state the recommendation puts a NIC in.
+pub fn target(knobs: &[Knob]) -> String {
+    let values: Vec<(String, u64)> = knobs.iter().map(|k| (k.key(), k.value)).collect();
+    fingerprint(values.iter().map(|(k, v)| (k.clone(), v)))
+}
+
+/// A host's interface for an RDMA device: the netdev on its PCI function, else the
+/// first the device lists.
+pub fn netdev_of<'a>(
+    inv: &'a xirang_host::HostInventory,
+    rdma: &str,
+) -> Option<&'a xirang_host::inventory::Netdev> {
+    inv.netdevs
+        .iter()
+        .find(|n| n.rdma.as_deref() == Some(rdma))
+        .or_else(|| {
+            let d = inv.rdma.iter().find(|d| d.name == rdma)?;
+            let first = d.netdevs.first()?;
+            inv.netdevs.iter().find(|n| &n.name == first)
+        })
+}
+
+/// The state of every RDMA device of a host (its fingerprint, or `None`).
+pub fn states(inv: &xirang_host::HostInventory, knobs: &[Knob]) -> BTreeMap<String, Option<String>> {
+    inv.rdma
+        .iter()
+        .map(|d| {
+            let s = netdev_of(inv, &d.name)
+                .and_then(|n| n.ecn.as_ref())
+                .and_then(|e| state(knobs, &ecn_values(e)));
+            (d.name.clone(), s)
+        })
+        .collect()
+}
