@@ -67,7 +67,7 @@ fn policy_errors_name_file_line_and_expectation() {
         ),
         (
             "[commands]\nflash = \"a {node}\"\nrollback = \"b {node}\"\n",
-            "DIR/policy.toml:1: missing field `firmware`",
+            "DIR/policy.toml:1: expected at least one [[firmware]] target, or a [configuration] (a tuned configuration's directory)",
         ),
         (
             &OK.replace("hca_type = \"MT4125\"\n", ""),
@@ -87,7 +87,7 @@ fn policy_errors_name_file_line_and_expectation() {
         ),
         (
             &OK.replace("-d {pci} -i {image}", "-d {pcie} -i {image}"),
-            "DIR/policy.toml:3: commands.flash: unknown placeholder {pcie}; expected one of {node} {nic} {pci} {hca_type} {board_id} {image} {target} {previous}",
+            "DIR/policy.toml:3: commands.flash: unknown placeholder {pcie}; expected one of {node} {nic} {pci} {hca_type} {board_id} {image} {target} {previous} {netdev} {dir}",
         ),
         (
             &OK.replace("[commands]\n", "[commands]\ncollect = \"scp {nic}\"\n"),
@@ -96,6 +96,10 @@ fn policy_errors_name_file_line_and_expectation() {
         (
             &OK.replace("[commands]\n", "[commands]\nparallel = 0\n"),
             "DIR/policy.toml:3: commands.parallel: expected at least 1, found 0",
+        ),
+        (
+            &format!("{OK}[configuration]\ndir = \"tuned\"\n"),
+            "DIR/tuned/mlx5-congestion.sh",
         ),
     ];
     for (text, want) in cases {
@@ -262,4 +266,47 @@ fn node_names_are_escaped_into_the_query_regex() {
     use xirang_rollout::live::fill_nodes;
     let q = fill_nodes(r#"x{node=~"{nodes}"}"#, &["h1".into(), "gpu-a.b".into()]);
     assert_eq!(q, r#"x{node=~"h1|gpu-a\\.b"}"#);
+}
+
+#[test]
+fn configuration_errors_name_the_script_or_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let tuned = dir.path().join("tuned");
+    std::fs::create_dir(&tuned).unwrap();
+    let script = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("test_data/config/tuned/mlx5-congestion.sh"),
+    )
+    .unwrap();
+    let write = |text: &str| std::fs::write(tuned.join("mlx5-congestion.sh"), text).unwrap();
+    let load = |policy: &str| {
+        let p = dir.path().join("policy.toml");
+        std::fs::write(&p, policy).unwrap();
+        Policy::load(&p).map_err(|e| e.to_string().replace(&dir.path().display().to_string(), "DIR"))
+    };
+    let commands = "[commands]\nflash = \"ssh {node} a {netdev}\"\nrollback = \"ssh {node} b {netdev}\"\n";
+    write(&script);
+    let p = load(&format!("[configuration]\ndir = \"tuned\"\n{commands}")).unwrap();
+    let c = p.configuration.unwrap();
+    assert_eq!(c.knobs.len(), 23);
+    assert!(c.target.starts_with("cfg-"));
+    let e = load(&format!("{OK}[configuration]\ndir = \"tuned\"\n")).unwrap_err();
+    assert!(
+        e.contains("expected either [[firmware]] targets or a [configuration], not both"),
+        "{e}"
+    );
+    write(&script.replace("roce_rp rpg_ai_rate 5", "roce_rp rpg_ai_rate five"));
+    let e = load(&format!("[configuration]\ndir = \"tuned\"\n{commands}")).unwrap_err();
+    assert!(
+        e.starts_with("DIR/tuned/mlx5-congestion.sh:44: expected an unsigned value, found `five`"),
+        "{e}"
+    );
+    write(&script.replace("roce_rp rpg_gd 11", "roce_rp ../../etc/passwd 11"));
+    let e = load(&format!("[configuration]\ndir = \"tuned\"\n{commands}")).unwrap_err();
+    assert!(
+        e.contains("expected a knob file name, found `../../etc/passwd`"),
+        "{e}"
+    );
+    write("#!/bin/sh\necho hi\n");
+    let e = load(&format!("[configuration]\ndir = \"tuned\"\n{commands}")).unwrap_err();
+    assert!(e.contains("expected a `KNOBS='` block"), "{e}");
 }
