@@ -431,6 +431,11 @@ pub struct SimReport {
 
 /// Plans and runs a rollout on a synthetic fleet, until it completes or halts.
 pub fn simulate(spec: &SimSpec, policy: &Policy) -> Result<(Plan, SimReport), RolloutError> {
+    if policy.configuration.is_some() {
+        return Err(RolloutError::Refused(
+            "a configuration rollout is simulated over an inventory (--inventory): the synthetic fleet's NICs have no DCQCN knobs to configure".into(),
+        ));
+    }
     let fleet = Fleet::synthetic(&spec.fleet, spec.seed);
     simulate_fleet(&fleet, &format!("synthetic:{}", spec.seed), spec, policy)
 }
@@ -443,6 +448,20 @@ pub fn simulate_fleet(
     spec: &SimSpec,
     policy: &Policy,
 ) -> Result<(Plan, SimReport), RolloutError> {
+    // For a configuration, a NIC's "version" is its knobs' state: the synthetic nodes
+    // answer with it.
+    let configured;
+    let fleet = match &policy.configuration {
+        Some(c) => {
+            let mut f = fleet.clone();
+            for nic in f.nodes.iter_mut().flat_map(|n| n.nics.iter_mut()) {
+                nic.fw = crate::config::state(&c.knobs, &nic.ecn);
+            }
+            configured = f;
+            &configured
+        }
+        None => fleet,
+    };
     let plan = plan(fleet, policy);
     let store = Store::in_memory()?;
     store.init(
