@@ -373,6 +373,31 @@ impl Driver for CommandDriver {
     }
 
     fn run_many(&mut self, jobs: &[Job]) -> Vec<Outcome> {
+        // A configuration's script is read again before it is applied: edited (or
+        // re-tuned) since the rollout started, it is not what the plan and its gates
+        // expect, and nothing is applied.
+        if let Some(c) = &self.policy.configuration
+            && jobs.iter().any(|j| j.purpose == crate::exec::Purpose::Flash)
+        {
+            let problem = match crate::config::load_knobs(Path::new(&c.dir)) {
+                Ok(k) if k == c.knobs => None,
+                Ok(_) => Some(format!(
+                    "{}/{}: its KNOBS changed since the rollout started; nothing was applied (start a new rollout for the new configuration)",
+                    c.dir,
+                    crate::config::SCRIPT
+                )),
+                Err(e) => Some(format!("{e}; nothing was applied")),
+            };
+            if let Some(p) = problem {
+                return jobs
+                    .iter()
+                    .map(|_| Outcome {
+                        code: Some(2),
+                        output: p.clone(),
+                    })
+                    .collect();
+            }
+        }
         let prepared: Vec<(String, PathBuf)> = jobs.iter().map(|j| self.prepare(j)).collect();
         let (stdin, timeout, dir) = (self.stdin.as_ref(), self.timeout, self.inv.dir.as_path());
         std::thread::scope(|s| {

@@ -60,6 +60,10 @@ pub fn parse_knobs(text: &str, path: &Path) -> Result<Vec<Knob>, RolloutError> {
     let mut knobs = Vec::new();
     for (i, line) in text.lines().enumerate().skip(start + 1) {
         let l = line.trim();
+        // The script skips blank lines too.
+        if l.is_empty() {
+            continue;
+        }
         if l == "'" {
             if knobs.is_empty() {
                 return Err(err(i + 1, "expected at least one knob in the KNOBS block".into()));
@@ -88,6 +92,15 @@ pub fn parse_knobs(text: &str, path: &Path) -> Result<Vec<Knob>, RolloutError> {
         let value: u64 = value
             .parse()
             .map_err(|_| err(i + 1, format!("expected an unsigned value, found `{value}`")))?;
+        if let Some(k) = knobs.iter().find(|k: &&Knob| k.dir == dir && k.file == file) {
+            return Err(err(
+                i + 1,
+                format!(
+                    "{dir} {file} is listed twice ({} and {value}); expected each knob once",
+                    k.value
+                ),
+            ));
+        }
         knobs.push(Knob {
             dir: dir.into(),
             file: file.into(),

@@ -1212,6 +1212,9 @@ impl<'a, D: Driver> Executor<'a, D> {
         {
             return Ok(Progress::Halted(h));
         }
+        // The live window is the soak: it ends before the benchmarks run on the wave's
+        // nodes (their traffic is not the applications', and the control has none).
+        let mut soak_until_ms = self.driver.now_ms();
         let st = self.state()?;
         let mut failures = Vec::new();
         for n in &wave.nodes {
@@ -1309,8 +1312,7 @@ impl<'a, D: Driver> Executor<'a, D> {
         {
             let mut extensions = 0;
             loop {
-                let until_ms = self.driver.now_ms();
-                let (results, longer) = self.live_gates(l, wave, soak_from_ms, until_ms);
+                let (results, longer) = self.live_gates(l, wave, soak_from_ms, soak_until_ms);
                 if longer && extensions < l.max_extensions {
                     extensions += 1;
                     (self.say)(&format!(
@@ -1320,6 +1322,8 @@ impl<'a, D: Driver> Executor<'a, D> {
                     if let Some(h) = self.soak(w, policy.gates.soak_s)? {
                         return Ok(Progress::Halted(h));
                     }
+                    // The window grows by the new soak: samples add up.
+                    soak_until_ms = self.driver.now_ms();
                     continue;
                 }
                 for r in results {
@@ -1518,11 +1522,15 @@ impl<'a, D: Driver> Executor<'a, D> {
                             (
                                 false,
                                 format!(
-                                    "{medians}: inconclusive (p worse {}, p no worse {}, alpha {}; at least {} samples per group needed): soak longer, or resume with --recheck",
+                                    "{medians}: inconclusive (p worse {}, p no worse {}, alpha {}{}): soak longer, or resume with --recheck",
                                     sig(c.p_worse),
                                     sig(c.p_no_worse),
                                     l.alpha,
-                                    l.min_samples
+                                    if c.canary_n.min(c.control_n) < l.min_samples {
+                                        format!("; at least {} samples per group needed", l.min_samples)
+                                    } else {
+                                        String::new()
+                                    }
                                 ),
                             )
                         }

@@ -364,7 +364,12 @@ pub fn fill_nodes(template: &str, nodes: &[String]) -> String {
         .map(|n| {
             let mut e = String::new();
             for c in n.chars() {
-                if "\\.+*?()|[]{}^$".contains(c) {
+                if c == '\\' {
+                    // Escaped for the regex, then each backslash again for the string.
+                    e.push_str("\\\\\\\\");
+                    continue;
+                }
+                if ".+*?()|[]{}^$".contains(c) {
                     e.push_str("\\\\");
                 }
                 if c == '"' {

@@ -217,8 +217,13 @@ pub struct LiveMetric {
     pub tolerance: f64,
 }
 
+/// The most points Prometheus returns per series from one `query_range` (it refuses a
+/// query beyond: "exceeded maximum resolution of 11,000 points per timeseries").
+const PROMETHEUS_MAX_POINTS: f64 = 11_000.0;
+
 /// 30 s: two scrapes at Prometheus's common 15 s interval per sample, twenty samples in
-/// the default 600 s soak.
+/// the default 600 s soak. A step shorter than the scrape interval repeats samples (and
+/// inflates the test's count): keep it at least the scrape interval.
 fn default_live_step() -> f64 {
     30.0
 }
@@ -402,6 +407,24 @@ impl LiveGates {
             return Err(format!(
                 "gates.live.min_samples: expected 3 to 10000, found {}",
                 self.min_samples
+            ));
+        }
+        // Samples one window can hold: the soak and its extensions, one per step.
+        let most = soak_s * f64::from(1 + self.max_extensions.min(10)) / self.step_s;
+        if most < self.min_samples as f64 {
+            return Err(format!(
+                "gates.live.min_samples: {} samples per group cannot be had: the soak ({soak_s} s) and its {} extension(s) hold {} steps of {} s (lower step_s or min_samples, or lengthen the soak)",
+                self.min_samples,
+                self.max_extensions,
+                most.floor(),
+                self.step_s
+            ));
+        }
+        if most > PROMETHEUS_MAX_POINTS {
+            return Err(format!(
+                "gates.live.step_s: the soak and its extensions make {} steps of {} s; Prometheus answers at most {PROMETHEUS_MAX_POINTS} points per query (raise step_s)",
+                most.floor(),
+                self.step_s
             ));
         }
         if self.max_extensions > 10 {
@@ -603,6 +626,25 @@ impl Policy {
                 return Err(format!(
                     "{key}: placeholder {{{name}}} cannot be used here; expected only {{node}}"
                 ));
+            }
+        }
+        if self.configuration.is_some() {
+            // Each NIC has its interface and its rollback file: a command without
+            // `{netdev}` would run the same thing for every NIC of a node.
+            for (key, t) in &templates {
+                if !t.contains("{netdev}") {
+                    return Err(format!(
+                        "{key}: expected {{netdev}} in a configuration's command (the script is applied per interface)"
+                    ));
+                }
+            }
+        } else {
+            for (key, t) in &templates {
+                if t.contains("{netdev}") || t.contains("{dir}") {
+                    return Err(format!(
+                        "{key}: {{netdev}} and {{dir}} are a configuration's placeholders; a firmware command has {{image}}"
+                    ));
+                }
             }
         }
         for (key, t) in &templates {

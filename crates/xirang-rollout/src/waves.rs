@@ -67,8 +67,9 @@ pub struct Wave {
     /// Why the stage was split, when it was.
     pub note: Option<String>,
     /// The control group its live gates compare it with: nodes of later waves (still
-    /// unchanged while this wave soaks) sharing a rack, switch or job with it, as many
-    /// as the wave has. Empty without live gates, and for the last wave.
+    /// unchanged while this wave soaks, none of their NICs on the target already)
+    /// sharing a rack, switch or job with it, else other later nodes (the plan notes
+    /// it), as many as the wave has. Empty without live gates, and for the last wave.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub control: Vec<String>,
 }
@@ -138,6 +139,7 @@ fn bad_values(node: &Node) -> Vec<String> {
             (Kind::BoardId, nic.board_id.as_ref()),
             (Kind::HcaType, nic.hca_type.as_ref()),
             (Kind::FwVersion, nic.fw.as_ref()),
+            (Kind::Netdev, nic.netdev.as_ref()),
         ];
         for (kind, v) in values {
             if let Some(v) = v
@@ -235,7 +237,22 @@ fn classify_config<'a>(
     let mut nics = Vec::new();
     let mut blocked = Vec::new();
     let mut on_target = 0;
+    let mut uncovered = 0;
     for nic in &node.nics {
+        // A device without DCQCN knobs (an InfiniBand port, another vendor's NIC) is
+        // not the configuration's to change; a RoCE LAG device's knobs live on each
+        // member's interface, of which it names one, so it is refused whole.
+        if nic.ecn.is_empty() {
+            uncovered += 1;
+            continue;
+        }
+        if nic.name.starts_with("mlx5_bond") {
+            blocked.push(format!(
+                "{}: a RoCE LAG device: its knobs are per member interface, and a configuration rollout sets one interface per device",
+                nic.name
+            ));
+            continue;
+        }
         match crate::config::state(&c.knobs, &nic.ecn) {
             Some(v) if v == c.target => on_target += 1,
             Some(_) if !missing_values(policy, nic).is_empty() => blocked.push(format!(
@@ -267,6 +284,8 @@ fn classify_config<'a>(
     if nics.is_empty() {
         return Err(if on_target > 0 {
             format!("already on the configuration ({on_target} NIC(s))")
+        } else if uncovered > 0 {
+            format!("no NIC with DCQCN knobs ({uncovered} NIC(s) without them)")
         } else {
             "no RDMA NIC".into()
         });
@@ -585,7 +604,9 @@ pub fn plan(fleet: &Fleet, policy: &Policy) -> Plan {
         })
         .collect();
     if policy.gates.live.is_some() {
-        control_groups(fleet, &mut waves);
+        for n in control_groups(fleet, policy, &mut waves) {
+            notes.push(n);
+        }
     }
     Plan {
         total_nodes: fleet.nodes.len(),
@@ -600,7 +621,22 @@ pub fn plan(fleet: &Fleet, policy: &Policy) -> Plan {
 /// Fills each wave's control group: the later waves' nodes that share the most racks,
 /// switches and jobs with the wave (rails are left out: every host is on every rail),
 /// then by name, as many as the wave has nodes.
-fn control_groups(fleet: &Fleet, waves: &mut [Wave]) {
+fn control_groups(fleet: &Fleet, policy: &Policy, waves: &mut [Wave]) -> Vec<String> {
+    let mut notes = Vec::new();
+    // A node with a NIC already on the target is partly changed: no control.
+    let changed: BTreeSet<&str> = fleet
+        .nodes
+        .iter()
+        .filter(|n| {
+            n.nics.iter().any(|nic| match &policy.configuration {
+                Some(c) => crate::config::state(&c.knobs, &nic.ecn).as_deref() == Some(c.target.as_str()),
+                None => policy
+                    .target_for(nic)
+                    .is_some_and(|t| nic.fw.as_deref() == Some(t.target.as_str())),
+            })
+        })
+        .map(|n| n.name.as_str())
+        .collect();
     let domains: BTreeMap<&str, Vec<&Domain>> = fleet
         .nodes
         .iter()
@@ -626,13 +662,22 @@ fn control_groups(fleet: &Fleet, waves: &mut [Wave]) {
                     .map_or(0, |d| d.iter().filter(|d| mine.contains(*d)).count());
                 (shared, n.name.as_str())
             })
-            .filter(|(shared, _)| *shared > 0)
+            .filter(|(_, n)| !changed.contains(n))
             .collect();
+        // Nodes sharing the most domains first; without any sharing one (no racks,
+        // jobs or cabling known), the other later nodes, said in a note.
         later.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(b.1)));
+        if !later.is_empty() && later[0].0 == 0 {
+            notes.push(format!(
+                "wave {}: no later node shares a rack, switch or job with it; its control group is taken from other domains",
+                waves[i].number
+            ));
+        }
         let want = waves[i].nodes.len();
         let control: Vec<String> = later.iter().take(want).map(|(_, n)| n.to_string()).collect();
         waves[i].control = control;
     }
+    notes
 }
 
 impl Plan {

@@ -240,6 +240,10 @@ fn live_gate_errors_name_the_key_and_what_was_expected() {
             "gates.live.metrics: expected at least one metric",
         ),
         (
+            live(&format!("prometheus = \"http://p\"\nstep_s = 300\n{metric}")),
+            "gates.live.min_samples: 8 samples per group cannot be had: the soak (600 s) and its 2 extension(s) hold 6 steps of 300 s",
+        ),
+        (
             live(&format!("prometheus = \"http://p\"\nmin_samples = 2\n{metric}")),
             "gates.live.min_samples: expected 3 to 10000, found 2",
         ),
@@ -304,6 +308,27 @@ fn configuration_errors_name_the_script_or_the_key() {
     let e = load(&format!("[configuration]\ndir = \"tuned\"\n{commands}")).unwrap_err();
     assert!(
         e.contains("expected a knob file name, found `../../etc/passwd`"),
+        "{e}"
+    );
+    write(&script.replace("roce_rp rpg_gd 11\n", "roce_rp rpg_gd 11\n\nroce_rp rpg_gd 12\n"));
+    let e = load(&format!("[configuration]\ndir = \"tuned\"\n{commands}")).unwrap_err();
+    assert!(
+        e.contains("roce_rp rpg_gd is listed twice (11 and 12); expected each knob once"),
+        "{e}"
+    );
+    write(&script);
+    let e = load(&format!(
+        "[configuration]\ndir = \"tuned\"\n{}",
+        commands.replace(" b {netdev}", " b")
+    ))
+    .unwrap_err();
+    assert!(
+        e.contains("commands.rollback: expected {netdev} in a configuration's command"),
+        "{e}"
+    );
+    let e = load(&OK.replace("-i {image} burn\"", "-i {image} {netdev}\"")).unwrap_err();
+    assert!(
+        e.contains("{netdev} and {dir} are a configuration's placeholders"),
         "{e}"
     );
     write("#!/bin/sh\necho hi\n");

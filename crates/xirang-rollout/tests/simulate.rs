@@ -235,3 +235,27 @@ fn a_configuration_is_simulated_over_an_inventory_only() {
     let e = simulate(&s, &policy).unwrap_err().to_string();
     assert!(e.contains("simulated over an inventory"), "{e}");
 }
+
+/// Without racks, jobs or cabling, no node shares a domain with another (rails are
+/// every host's): each wave still gets a control group, from other domains, and the plan
+/// says so.
+#[test]
+fn without_shared_domains_the_control_group_comes_from_other_domains_with_a_note() {
+    let s = spec(7, 0.0, Degradation::Latency { factor: 1.3 });
+    let mut fleet = xirang_rollout::fleet::Fleet::synthetic(&s.fleet, s.seed);
+    for n in &mut fleet.nodes {
+        n.domains.retain(|d| d.kind == xirang_rollout::DomainKind::Rail);
+    }
+    let plan = xirang_rollout::plan(&fleet, &default_policy(&s));
+    let last = plan.waves.len();
+    for w in &plan.waves[..last - 1] {
+        assert!(!w.control.is_empty(), "wave {}", w.number);
+    }
+    assert!(
+        plan.notes
+            .iter()
+            .any(|n| n.contains("its control group is taken from other domains")),
+        "{:?}",
+        plan.notes
+    );
+}

@@ -1117,3 +1117,26 @@ fn a_helpful_configuration_is_promoted_through_every_wave() {
         assert!(bed.runs(n, "tuned"), "{n}");
     }
 }
+
+/// A configuration edited after the rollout started is not applied: the plan and its
+/// gates expect the knobs it was started with.
+#[test]
+fn a_configuration_changed_after_start_is_not_applied() {
+    let bed = config_bed(2, "tuned", None);
+    bed.start();
+    let script = bed.dir.join("config/tuned/mlx5-congestion.sh");
+    let text = std::fs::read_to_string(&script).unwrap();
+    std::fs::write(
+        &script,
+        text.replace("roce_rp rpg_ai_rate 5", "roce_rp rpg_ai_rate 6"),
+    )
+    .unwrap();
+    let o = bed.run(&["advance", "--execute"]);
+    assert_eq!(o.status.code(), Some(1));
+    let status = String::from_utf8_lossy(&bed.run(&["status"]).stdout).into_owned();
+    assert!(
+        status.contains("its KNOBS changed since the rollout started; nothing was applied"),
+        "{status}"
+    );
+    assert!(bed.applies().is_empty());
+}
