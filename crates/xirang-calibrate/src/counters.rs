@@ -72,7 +72,7 @@ pub fn counter_names() -> Vec<String> {
 /// The metrics calibration reads, as the monitoring agent exports them (what a
 /// Prometheus query asks for), each once.
 pub fn metric_names() -> Vec<String> {
-    let mut v: Vec<String> = Vec::new();
+    let mut v: Vec<String> = vec![crate::app::REQUEST_BUCKETS.to_string()];
     for (c, _) in roles() {
         let m = metric_of(&c);
         if !v.contains(&m) {
@@ -120,6 +120,10 @@ pub struct Figure {
     pub weight: f64,
     /// The metrics it is computed from, as exported.
     pub metrics: Vec<String>,
+    /// For a quantile of a latency histogram: the class and the bucket bounds, so that
+    /// the simulated side counts its requests into the same buckets ([`crate::app`]).
+    #[serde(skip)]
+    pub histogram: Option<(String, Vec<f64>)>,
 }
 
 /// The fabric's tiers and capacities, as the figures need them.
@@ -278,6 +282,7 @@ pub fn figures(w: &Window, tiers: &Tiers, unknown: &mut Vec<String>) -> Vec<Figu
         floor: UTIL_FLOOR,
         weight: 1.0,
         metrics: vec![metric],
+        histogram: None,
     };
     if tiers.nic_capacity > 0.0 {
         if per_prio_nic {
@@ -337,6 +342,7 @@ pub fn figures(w: &Window, tiers: &Tiers, unknown: &mut Vec<String>) -> Vec<Figu
                     m("SAI_QUEUE_STAT_WRED_ECN_MARKED_PACKETS"),
                     m("SAI_QUEUE_STAT_PACKETS"),
                 ],
+                histogram: None,
             });
         }
     }
@@ -348,6 +354,7 @@ pub fn figures(w: &Window, tiers: &Tiers, unknown: &mut Vec<String>) -> Vec<Figu
             floor: CNP_RATE_FLOOR,
             weight: CONGESTION_WEIGHT,
             metrics: vec![m("np_cnp_sent")],
+            histogram: None,
         });
     }
     if sums.seen(Role::NicPauseSeconds) && tiers.nic_ports > 0 {
@@ -358,6 +365,7 @@ pub fn figures(w: &Window, tiers: &Tiers, unknown: &mut Vec<String>) -> Vec<Figu
             floor: RATIO_FLOOR,
             weight: CONGESTION_WEIGHT,
             metrics: vec![m("tx_prio3_pause_duration")],
+            histogram: None,
         });
     }
     for &tier in tiers.switch_capacity.keys() {
@@ -377,6 +385,7 @@ pub fn figures(w: &Window, tiers: &Tiers, unknown: &mut Vec<String>) -> Vec<Figu
                     m("SAI_PORT_STAT_PFC_3_TX_PKTS"),
                     m("SAI_PORT_STAT_IF_OUT_UCAST_PKTS"),
                 ],
+                histogram: None,
             });
         }
     }

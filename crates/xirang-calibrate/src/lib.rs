@@ -24,6 +24,7 @@
 //! This crate runs the simulator and reads windows; it fetches nothing itself and does
 //! not tune configuration (that is `xirang-tune`, which takes the calibrated scenario).
 
+pub mod app;
 pub mod counters;
 pub mod knobs;
 
@@ -187,6 +188,16 @@ fn evaluate(
         for f in figures(&w, tiers, &mut Vec::new()) {
             let e = sums.entry(f.name.clone()).or_insert((f.clone(), 0.0));
             e.1 += f.value;
+        }
+        // Application figures the fleet exported, through the fleet's buckets (no
+        // answered request: the highest bound, as the fleet's +Inf bucket would say).
+        for o in observed {
+            if let Some((class, les)) = &o.histogram {
+                let v = app::simulated(&r, class, les)
+                    .unwrap_or_else(|| les.iter().copied().filter(|x| x.is_finite()).fold(0.0, f64::max));
+                let e = sums.entry(o.name.clone()).or_insert((o.clone(), 0.0));
+                e.1 += v;
+            }
         }
     }
     let figures: Vec<Figure> = sums

@@ -133,3 +133,74 @@ fn a_scenario_without_a_window_is_refused() {
     let e = calibrate(&l, &[], &opts, &|_, _| {}).unwrap_err().to_string();
     assert!(e.contains("[run] end_us: expected the simulated window"), "{e}");
 }
+
+/// With the services' latency histogram in the window (as README's metric contract has
+/// them export it), the request p99 is one more figure, through the same buckets on
+/// both sides, and the fit still finds the fleet's values.
+#[test]
+fn an_exported_request_histogram_is_compared_through_its_buckets() {
+    use xirang_calibrate::app::{REQUEST_BUCKETS, figures as app_figures};
+    let l = twin();
+    let mut fleet = l.clone();
+    let k = knobs(&l.scenario, &l.fabric);
+    k[0].set(&mut fleet.scenario, 90_000.0);
+    let r = xirang_sim::simulate(&fleet, &xirang_sim::options(&fleet), &mut |_| {});
+    let mut w = window_of_run(&r, Some(4_000_000));
+    // Buckets of 10 µs to about 10 ms, doubling, and +Inf, as a service would declare.
+    let mut les: Vec<f64> = (0..11).map(|i| 10e-6 * f64::from(1u32 << i)).collect();
+    les.push(f64::INFINITY);
+    for le in &les {
+        let count = r
+            .requests
+            .iter()
+            .filter(|q| q.class == "inference")
+            .filter_map(|q| q.latency_ps)
+            .filter(|ps| *ps as f64 * 1e-12 <= *le)
+            .count();
+        w.series.push(xirang_diagnose::window::Series {
+            metric: REQUEST_BUCKETS.into(),
+            labels: [
+                ("class".to_string(), "inference".to_string()),
+                ("le".to_string(), le.to_string()),
+            ]
+            .into_iter()
+            .collect(),
+            points: vec![(0, 0.0), (4_000, count as f64)],
+        });
+    }
+    let mut observed = figures(&w, &Tiers::of(&l), &mut Vec::new());
+    let app = app_figures(&w);
+    assert_eq!(app.len(), 1);
+    let p99 = app[0].value;
+    // The histogram's p99 lies within a bucket of the exact one.
+    let mut exact: Vec<f64> = r
+        .requests
+        .iter()
+        .filter_map(|q| q.latency_ps)
+        .map(|ps| ps as f64 * 1e-12)
+        .collect();
+    exact.sort_by(f64::total_cmp);
+    let e = exact[(exact.len() * 99).div_ceil(100) - 1];
+    assert!(p99 <= 2.0 * e && e <= 2.0 * p99, "{p99} {e}");
+    observed.extend(app);
+    let opts = Options {
+        tolerance: 0.2,
+        seeds: vec![],
+        max_runs: 200,
+        fit: vec![],
+    };
+    let c = calibrate(&l, &observed, &opts, &|_, _| {}).unwrap();
+    let row = c
+        .residuals
+        .iter()
+        .find(|x| x.name == "request p99 (inference)")
+        .unwrap();
+    assert!(row.within, "{row:?}");
+    let rate = c
+        .knobs
+        .iter()
+        .find(|x| x.key.ends_with("requests_per_sec"))
+        .unwrap()
+        .fitted;
+    assert!((rate / 90_000.0 - 1.0).abs() < 0.05, "{:?}", c.knobs);
+}

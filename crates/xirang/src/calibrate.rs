@@ -97,7 +97,8 @@ pub(crate) fn run(a: &CalibrateArgs) -> Result<Outcome> {
     };
     let tiers = Tiers::of(&loaded);
     let mut unknown = Vec::new();
-    let observed: Vec<Figure> = figures(&window, &tiers, &mut unknown);
+    let mut observed: Vec<Figure> = figures(&window, &tiers, &mut unknown);
+    observed.extend(xirang_calibrate::app::figures(&window));
     if !unknown.is_empty() {
         eprintln!(
             "warning: counters of switches the scenario does not have were left out: {}",

@@ -1,0 +1,137 @@
+//! Application figures: an inference service's request p99 from the latency histogram
+//! the services export (`xirang_service_request_seconds`, README's metric contract), when
+//! the window holds it.
+//!
+//! Both sides go through the same buckets: the observed p99 is Prometheus's
+//! `histogram_quantile` over the window's increase of each bucket; the simulated one is
+//! the same quantile over the simulated requests counted into the observed bucket
+//! bounds, so the bucket resolution costs both sides alike.
+
+use std::collections::BTreeMap;
+
+use xirang_diagnose::window::{Window, increase};
+
+use crate::counters::Figure;
+
+/// The buckets of the services' request-latency histogram.
+pub const REQUEST_BUCKETS: &str = "xirang_service_request_seconds_bucket";
+/// Quantile the figure takes.
+const QUANTILE: f64 = 0.99;
+/// A microsecond: below it a latency residual is noise.
+const LATENCY_FLOOR_S: f64 = 1e-6;
+
+/// The quantile `q` of a cumulative histogram (`(le, count)` sorted by `le`, the last
+/// `+Inf`) as Prometheus's `histogram_quantile` computes it: linear within the bucket
+/// the rank falls in, the lowest bucket starting at 0, the `+Inf` bucket answering the
+/// highest finite bound. `None` without observations.
+pub fn histogram_quantile(q: f64, buckets: &[(f64, f64)]) -> Option<f64> {
+    let total = buckets.last()?.1;
+    if total <= 0.0 {
+        return None;
+    }
+    let rank = q * total;
+    let mut lower = (0.0, 0.0);
+    for &(le, count) in buckets {
+        if count >= rank {
+            if le.is_infinite() {
+                return Some(lower.0);
+            }
+            if count == lower.1 {
+                return Some(le);
+            }
+            return Some(lower.0 + (le - lower.0) * (rank - lower.1) / (count - lower.1));
+        }
+        lower = (le, count);
+    }
+    Some(lower.0)
+}
+
+/// Each class's cumulative bucket increases over the window: class -> `(le, count)`.
+pub fn observed_buckets(w: &Window) -> BTreeMap<String, Vec<(f64, f64)>> {
+    let mut by: BTreeMap<String, BTreeMap<u64, (f64, f64)>> = BTreeMap::new();
+    for s in w.series.iter().filter(|s| s.metric == REQUEST_BUCKETS) {
+        let (Some(class), Some(le)) = (s.labels.get("class"), s.labels.get("le")) else {
+            continue;
+        };
+        let Ok(le) = le.parse::<f64>() else { continue };
+        // Keyed by the bound's bits so that one bound from many series is one bucket.
+        let e = by
+            .entry(class.clone())
+            .or_default()
+            .entry(le.to_bits())
+            .or_insert((le, 0.0));
+        e.1 += increase(&s.points);
+    }
+    by.into_iter()
+        .map(|(c, b)| {
+            let mut v: Vec<(f64, f64)> = b.into_values().collect();
+            v.sort_by(|a, b| a.0.total_cmp(&b.0));
+            (c, v)
+        })
+        .collect()
+}
+
+/// The request p99 figure of each class with a histogram in the window, carrying its
+/// bucket bounds for the simulated side.
+pub fn figures(w: &Window) -> Vec<Figure> {
+    observed_buckets(w)
+        .into_iter()
+        .filter_map(|(class, b)| {
+            let p99 = histogram_quantile(QUANTILE, &b)?;
+            Some(Figure {
+                name: format!("request p99 ({class})"),
+                value: p99,
+                unit: "s",
+                floor: LATENCY_FLOOR_S,
+                weight: 1.0,
+                metrics: vec![REQUEST_BUCKETS.to_string()],
+                histogram: Some((class, b.iter().map(|x| x.0).collect())),
+            })
+        })
+        .collect()
+}
+
+/// The simulated request p99 of `class` through the bucket bounds `les`: the answered
+/// requests of that class counted cumulatively into them.
+pub fn simulated(r: &xirang_sim::RunResult, class: &str, les: &[f64]) -> Option<f64> {
+    let lat: Vec<f64> = r
+        .requests
+        .iter()
+        .filter(|q| q.class == class)
+        .filter_map(|q| q.latency_ps)
+        .map(|ps| ps as f64 * 1e-12)
+        .collect();
+    let buckets: Vec<(f64, f64)> = les
+        .iter()
+        .map(|&le| (le, lat.iter().filter(|&&x| x <= le).count() as f64))
+        .collect();
+    histogram_quantile(QUANTILE, &buckets)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantiles_as_prometheus_computes_them() {
+        // 100 observations: 50 under 1 ms, 40 more under 2 ms, 10 more under 4 ms.
+        let b = [
+            (0.001, 50.0),
+            (0.002, 90.0),
+            (0.004, 100.0),
+            (f64::INFINITY, 100.0),
+        ];
+        // Rank 99 falls in (2 ms, 4 ms], 9 of its 10: 2 + 2 * 0.9 ms.
+        assert!((histogram_quantile(0.99, &b).unwrap() - 0.0038).abs() < 1e-12);
+        // Rank 25 in the first bucket, from 0.
+        assert!((histogram_quantile(0.25, &b).unwrap() - 0.0005).abs() < 1e-12);
+        // Everything beyond the last finite bound: that bound.
+        let inf = [(0.001, 0.0), (f64::INFINITY, 10.0)];
+        assert_eq!(histogram_quantile(0.99, &inf), Some(0.001));
+        assert_eq!(
+            histogram_quantile(0.99, &[(0.001, 0.0), (f64::INFINITY, 0.0)]),
+            None
+        );
+        assert_eq!(histogram_quantile(0.99, &[]), None);
+    }
+}
