@@ -153,6 +153,44 @@ pub fn from_prometheus_of(
     })
 }
 
+/// Reads the raw samples of the metrics `names` in the last `until_ms - since_ms` before
+/// `until_ms` from a Prometheus server, with the times they were scraped at (a range
+/// vector selector through the instant-query API). Rates over these are exact, where a
+/// `query_range` answer gives each step the latest sample before it, whose age varies
+/// by up to a scrape interval from step to step.
+pub fn from_prometheus_raw_of(
+    url: &str,
+    since_ms: i64,
+    until_ms: i64,
+    names: &[String],
+) -> Result<Window, SourceError> {
+    let base = url.trim_end_matches('/');
+    let err = |m: String| SourceError::Prometheus {
+        url: base.to_string(),
+        message: m,
+    };
+    let range_ms = (until_ms - since_ms).max(MIN_STEP_MS);
+    let query = format!("{}[{range_ms}ms]", selector_of(names));
+    let mut resp = ureq::get(&format!("{base}/api/v1/query"))
+        .query("query", &query)
+        .query("time", format!("{:.3}", until_ms as f64 / 1000.0))
+        .call()
+        .map_err(|e| err(format!("query {query}: {e}")))?;
+    let body: serde_json::Value = resp
+        .body_mut()
+        .read_json()
+        .map_err(|e| err(format!("the answer is not JSON: {e}")))?;
+    let series = series_from_query_range(&body).map_err(err)?;
+    Ok(Window {
+        source: format!("prometheus {base}"),
+        since_ms,
+        until_ms,
+        series,
+        relative: false,
+        ..Window::default()
+    })
+}
+
 /// The series of a Prometheus `query_range` answer (`{"status": "success", "data":
 /// {"result": [{"metric": {...}, "values": [[t, "v"], ...]}]}}`). A series without a
 /// `__name__` and a point that is not `[number, "number"]` are skipped: the answer is

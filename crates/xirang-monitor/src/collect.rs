@@ -55,6 +55,9 @@ impl Round {
     }
 }
 
+/// A function of the round's time, ns, giving raw counters and ready points.
+pub type Feed = Box<dyn FnMut(u64) -> (Vec<CounterValue>, Vec<Point>) + Send>;
+
 /// Where counters come from.
 pub enum Source {
     /// A host tree (a live `/` or a fixture), read with the host reader; `ethtool -S`
@@ -70,7 +73,7 @@ pub enum Source {
     External,
     /// Values come from a function of the round's time, ns (a live replay of a
     /// simulated run, [`crate::replay::Live`]).
-    Feed(Box<dyn FnMut(u64) -> Vec<CounterValue> + Send>),
+    Feed(Feed),
 }
 
 /// Prefix of netdev `statistics/` counters in the counter schema.
@@ -219,8 +222,8 @@ impl Collector {
     pub fn round(&mut self, ts_ns: u64) -> Round {
         let started = std::time::Instant::now();
         if let Source::Feed(feed) = &mut self.source {
-            let values = feed(ts_ns);
-            let mut round = self.fold(ts_ns, &values, Vec::new(), Vec::new());
+            let (values, points) = feed(ts_ns);
+            let mut round = self.fold(ts_ns, &values, points, Vec::new());
             round.duration_s = started.elapsed().as_secs_f64();
             return round;
         }

@@ -130,12 +130,20 @@ impl Replay {
 /// the monitoring agent serves it, a real Prometheus scrapes it.
 #[derive(Debug, Clone)]
 pub struct Live {
+    /// Answered requests by completion: (simulated ns, class, latency s).
+    requests: Vec<(u64, String, f64)>,
     rounds: Vec<(u64, Vec<CounterValue>)>,
     gauge: Vec<bool>,
     /// One pass of the run, simulated ns.
     period_ns: u64,
     dilation: u64,
 }
+
+/// The replayed latency histogram's buckets: 10 µs doubling 15 times (to 164 ms), then
+/// `+Inf`: a request's latency at packet level runs from tens of µs to a few ms.
+const FIRST_BUCKET_S: f64 = 10e-6;
+/// See [`FIRST_BUCKET_S`].
+const REQUEST_BUCKETS: u32 = 15;
 
 /// Largest dilation accepted: a microsecond of simulation per 10 s of wall time.
 pub const MAX_DILATION: u64 = 10_000_000;
@@ -200,6 +208,7 @@ impl Live {
             })
             .collect();
         Ok(Live {
+            requests: Vec::new(),
             rounds,
             gauge,
             period_ns: period_ns.max(last).max(1),
@@ -210,6 +219,90 @@ impl Live {
     /// Simulated ns of one pass.
     pub fn period_ns(&self) -> u64 {
         self.period_ns
+    }
+
+    /// Adds the run's answered requests (its `requests.csv`), served as the inference
+    /// services' latency histogram `xirang_service_request_seconds` per class, counts
+    /// scaled by the dilation like every counter, latencies as simulated.
+    pub fn with_requests(mut self, csv: &str, path: &str) -> Result<Live, ReplayError> {
+        let mut v = Vec::new();
+        for (i, line) in csv.lines().enumerate().skip(1) {
+            if line.trim().is_empty() {
+                continue;
+            }
+            let err = || ReplayError {
+                path: path.to_string(),
+                message: format!(
+                    "line {}: expected `end_us,workload,class,latency_us`, found `{line}`",
+                    i + 1
+                ),
+            };
+            let f: Vec<&str> = line.split(',').collect();
+            let [end, _, class, lat] = f[..] else {
+                return Err(err());
+            };
+            let end: f64 = end.parse().map_err(|_| err())?;
+            let lat: f64 = lat.parse().map_err(|_| err())?;
+            if !(end.is_finite() && end >= 0.0 && lat.is_finite() && lat >= 0.0) {
+                return Err(err());
+            }
+            v.push(((end * 1e3).round() as u64, class.to_string(), lat * 1e-6));
+        }
+        v.sort_by_key(|r| r.0);
+        self.requests = v;
+        Ok(self)
+    }
+
+    /// The latency histogram's points `wall_ns` after the replay started.
+    pub fn app_points(&self, wall_ns: u64) -> Vec<crate::collect::Point> {
+        if self.requests.is_empty() {
+            return Vec::new();
+        }
+        let sim_ns = wall_ns / self.dilation;
+        let passes = sim_ns / self.period_ns;
+        let within = sim_ns % self.period_ns;
+        let done = self.requests.partition_point(|r| r.0 <= within);
+        let mut classes: Vec<&str> = self.requests.iter().map(|r| r.1.as_str()).collect();
+        classes.sort_unstable();
+        classes.dedup();
+        let mut out = Vec::new();
+        for class in classes {
+            let count = |upto: usize, le: f64| {
+                self.requests[..upto]
+                    .iter()
+                    .filter(|r| r.1 == class && r.2 <= le)
+                    .count() as u64
+            };
+            let all = self.requests.len();
+            let mut les: Vec<f64> = (0..REQUEST_BUCKETS)
+                .map(|k| FIRST_BUCKET_S * f64::from(1u32 << k))
+                .collect();
+            les.push(f64::INFINITY);
+            for le in les {
+                let n = passes * count(all, le) + count(done, le);
+                out.push(crate::collect::Point {
+                    metric: std::sync::Arc::new(xirang_telemetry::metric::Metric {
+                        name: "xirang_service_request_seconds_bucket".into(),
+                        labels: vec![
+                            ("class", class.to_string()),
+                            (
+                                "le",
+                                if le.is_infinite() {
+                                    "+Inf".into()
+                                } else {
+                                    format!("{le}")
+                                },
+                            ),
+                        ],
+                        kind: xirang_telemetry::spec::Kind::Counter,
+                        scale: 1.0,
+                        help: "Requests answered within `le` seconds (the simulated run's, replayed).",
+                    }),
+                    value: (n * self.dilation) as f64,
+                });
+            }
+        }
+        out
     }
 
     /// The counters `wall_ns` after the replay started.

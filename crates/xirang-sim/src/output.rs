@@ -439,6 +439,28 @@ impl RunResult {
         serde_json::to_string_pretty(&rows).expect("serializable") + "\n"
     }
 
+    /// Answered requests as CSV, `end_us,workload,class,latency_us`, in order of
+    /// completion (what a service's latency histogram is made of).
+    pub fn requests_csv(&self) -> String {
+        let start_of: std::collections::HashMap<u64, Ps> =
+            self.flows.iter().map(|f| (f.id, f.start_ps)).collect();
+        let mut rows: Vec<(Ps, &RequestResult, Ps)> = self
+            .requests
+            .iter()
+            .filter_map(|q| {
+                let lat = q.latency_ps?;
+                let start = *start_of.get(&q.request)?;
+                Some((start + lat, q, lat))
+            })
+            .collect();
+        rows.sort_by_key(|r| r.0);
+        let mut s = String::from("end_us,workload,class,latency_us\n");
+        for (end, q, lat) in rows {
+            let _ = writeln!(s, "{},{},{},{}", us_f(end), q.workload, q.class, us_f(lat));
+        }
+        s
+    }
+
     /// Final counters as CSV: `entity,counter,value`.
     pub fn counters_csv(&self) -> String {
         let mut s = String::from("entity,counter,value\n");

@@ -31,8 +31,12 @@ pub const QUEUES: &str = "queues.csv";
 /// Sampled counters, changes only: `time_us,entity,counter,value` (sampled runs only).
 pub const COUNTERS_SERIES: &str = "counters_series.csv";
 
+/// Answered requests: `end_us,workload,class,latency_us`, in order of completion.
+pub const REQUESTS: &str = "requests.csv";
+
 /// Every file a run writes: a directory holding anything else is not a previous run's.
-pub const FILES: [&str; 10] = [
+pub const FILES: [&str; 11] = [
+    REQUESTS,
     FCT,
     PFC,
     FLOWS,
@@ -66,6 +70,8 @@ pub struct Contents {
     pub summary: String,
     /// [`ENGINE`].
     pub engine: String,
+    /// [`REQUESTS`].
+    pub requests: String,
     /// The sampled series, when the run was sampled.
     pub series: Option<Series>,
 }
@@ -99,6 +105,7 @@ pub fn write(out: &OutputDir, c: &Contents) -> Result<(), WriteError> {
         (LINKS, &c.links),
         (SUMMARY, &c.summary),
         (ENGINE, &c.engine),
+        (REQUESTS, &c.requests),
     ] {
         out.write(name, text.as_bytes())?;
     }

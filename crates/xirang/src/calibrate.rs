@@ -88,7 +88,7 @@ pub(crate) fn run(a: &CalibrateArgs) -> Result<Outcome> {
     let from = now - since.as_millis() as i64;
     let names = xirang_calibrate::counters::metric_names();
     let window = match (&a.prometheus, &a.history, &a.sim_out) {
-        (Some(url), _, _) => source::from_prometheus_of(url, from, now, &names)?,
+        (Some(url), _, _) => source::from_prometheus_raw_of(url, from, now, &names)?,
         (_, Some(h), _) => source::from_history_of(h, from, now, &names)?,
         (_, _, Some(dir)) => sim_out_window(dir)?,
         _ => anyhow::bail!(

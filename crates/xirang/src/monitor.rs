@@ -202,13 +202,20 @@ fn live_replay(dir: &std::path::Path, dilation: u64) -> Result<Collector> {
             .collect(),
         None => Vec::new(),
     };
-    let live = replay::Live::new(r, &every, period_ns, dilation)
+    let mut live = replay::Live::new(r, &every, period_ns, dilation)
         .map_err(|m| anyhow::anyhow!("--replay {}: {m}", dir.display()))?;
+    if let Some((text, path)) = xirang_telemetry::sim_out::SimOut::open(dir)
+        .and_then(|o| o.optional(xirang_telemetry::sim_out::REQUESTS))
+        .map_err(|e| anyhow::anyhow!("{}: {}", e.path, e.message))?
+    {
+        live = live.with_requests(&text, &path.display().to_string())?;
+    }
     let mut start: Option<u64> = None;
     Ok(Collector::new(
         Source::Feed(Box::new(move |ts_ns| {
             let t0 = *start.get_or_insert(ts_ns);
-            live.values_at(ts_ns.saturating_sub(t0))
+            let at = ts_ns.saturating_sub(t0);
+            (live.values_at(at), live.app_points(at))
         })),
         Some("replay".into()),
     ))

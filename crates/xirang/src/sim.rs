@@ -211,6 +211,7 @@ pub(crate) fn run(a: &SimArgs) -> Result<Outcome> {
             pfc: result.pfc_hpcc(offset),
             flows: result.flows_json(),
             counters: result.counters_csv(),
+            requests: result.requests_csv(),
             links: xirang_sim::output::links_csv(&loaded.fabric),
             summary: serde_json::to_string_pretty(&results)? + "\n",
             engine: serde_json::to_string_pretty(&engine)? + "\n",

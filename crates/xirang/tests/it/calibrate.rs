@@ -199,6 +199,9 @@ fn calibration_recovers_the_fleet_through_the_agent_and_prometheus() {
         "cnp_rate",
         "pause_ratio host",
         "pfc_ratio spine",
+        // The services' latency histogram, which the replay serves from the run's
+        // requests.
+        "request p99 (inference)",
     ] {
         assert!(names.contains(&want), "{want} missing from {names:?}");
     }
