@@ -25,6 +25,10 @@ const LATENCY_FLOOR_S: f64 = 1e-6;
 /// the rank falls in, the lowest bucket starting at 0, the `+Inf` bucket answering the
 /// highest finite bound. `None` without observations.
 pub fn histogram_quantile(q: f64, buckets: &[(f64, f64)]) -> Option<f64> {
+    // As Prometheus: no +Inf bucket, or nothing but it, answers nothing (NaN there).
+    if buckets.len() < 2 || !buckets.last()?.0.is_infinite() {
+        return None;
+    }
     let total = buckets.last()?.1;
     if total <= 0.0 {
         return None;
@@ -41,32 +45,63 @@ pub fn histogram_quantile(q: f64, buckets: &[(f64, f64)]) -> Option<f64> {
             }
             return Some(lower.0 + (le - lower.0) * (rank - lower.1) / (count - lower.1));
         }
-        lower = (le, count);
+        // Counts that fall (summed from exporters sampled at different times) are
+        // taken at their running maximum.
+        lower = (le, count.max(lower.1));
     }
     Some(lower.0)
 }
 
 /// Each class's cumulative bucket increases over the window: class -> `(le, count)`.
+/// Series of one class with different bucket sets (two service versions) are summed
+/// over the bounds they all have, so that the sum stays cumulative.
 pub fn observed_buckets(w: &Window) -> BTreeMap<String, Vec<(f64, f64)>> {
-    let mut by: BTreeMap<String, BTreeMap<u64, (f64, f64)>> = BTreeMap::new();
+    // class -> the series' other labels -> le bits -> (le, increase)
+    type Groups = BTreeMap<Vec<(String, String)>, BTreeMap<u64, (f64, f64)>>;
+    let mut by: BTreeMap<String, Groups> = BTreeMap::new();
     for s in w.series.iter().filter(|s| s.metric == REQUEST_BUCKETS) {
         let (Some(class), Some(le)) = (s.labels.get("class"), s.labels.get("le")) else {
             continue;
         };
         let Ok(le) = le.parse::<f64>() else { continue };
-        // Keyed by the bound's bits so that one bound from many series is one bucket.
+        if le.is_nan() {
+            continue;
+        }
+        let rest: Vec<(String, String)> = s
+            .labels
+            .iter()
+            .filter(|(k, _)| k.as_str() != "le")
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
         let e = by
             .entry(class.clone())
+            .or_default()
+            .entry(rest)
             .or_default()
             .entry(le.to_bits())
             .or_insert((le, 0.0));
         e.1 += increase(&s.points);
     }
     by.into_iter()
-        .map(|(c, b)| {
-            let mut v: Vec<(f64, f64)> = b.into_values().collect();
+        .filter_map(|(c, groups)| {
+            let mut common: Option<std::collections::BTreeSet<u64>> = None;
+            for g in groups.values() {
+                let keys: std::collections::BTreeSet<u64> = g.keys().copied().collect();
+                common = Some(match common {
+                    None => keys,
+                    Some(c) => c.intersection(&keys).copied().collect(),
+                });
+            }
+            let common = common?;
+            let mut v: Vec<(f64, f64)> = common
+                .iter()
+                .map(|bits| {
+                    let le = f64::from_bits(*bits);
+                    (le, groups.values().map(|g| g[bits].1).sum())
+                })
+                .collect();
             v.sort_by(|a, b| a.0.total_cmp(&b.0));
-            (c, v)
+            Some((c, v))
         })
         .collect()
 }
@@ -133,5 +168,33 @@ mod tests {
             None
         );
         assert_eq!(histogram_quantile(0.99, &[]), None);
+        // No +Inf bucket, or only it: nothing, as Prometheus's NaN.
+        assert_eq!(histogram_quantile(0.99, &[(0.001, 5.0), (0.002, 10.0)]), None);
+        assert_eq!(histogram_quantile(0.99, &[(f64::INFINITY, 10.0)]), None);
+    }
+
+    #[test]
+    fn series_with_different_buckets_are_summed_over_the_bounds_they_share() {
+        use xirang_diagnose::window::Series;
+        let series = |node: &str, le: &str, n: f64| Series {
+            metric: REQUEST_BUCKETS.into(),
+            labels: [("class", "inference"), ("node", node), ("le", le)]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            points: vec![(0, 0.0), (1000, n)],
+        };
+        let w = Window {
+            series: vec![
+                series("a", "0.01", 10.0),
+                series("a", "+Inf", 10.0),
+                series("b", "0.005", 4.0),
+                series("b", "0.05", 10.0),
+                series("b", "+Inf", 10.0),
+            ],
+            ..Window::default()
+        };
+        let b = &observed_buckets(&w)["inference"];
+        assert_eq!(b, &vec![(f64::INFINITY, 20.0)]);
     }
 }

@@ -125,23 +125,49 @@ pub fn from_prometheus_of(
     names: &[String],
 ) -> Result<Window, SourceError> {
     let base = url.trim_end_matches('/');
+    let step_ms = ((until_ms - since_ms) / PROMETHEUS_POINTS).max(MIN_STEP_MS);
+    let query = selector_of(names);
+    let params = [
+        ("query", query.clone()),
+        ("start", format!("{:.3}", since_ms as f64 / 1000.0)),
+        ("end", format!("{:.3}", until_ms as f64 / 1000.0)),
+        ("step", format!("{:.3}", step_ms as f64 / 1000.0)),
+    ];
+    prometheus_window(base, "query_range", &params, since_ms, until_ms)
+}
+
+/// One Prometheus API call (`query` or `query_range`) whose answer is a matrix, as a
+/// window.
+fn prometheus_window(
+    base: &str,
+    api: &str,
+    params: &[(&str, String)],
+    since_ms: i64,
+    until_ms: i64,
+) -> Result<Window, SourceError> {
     let err = |m: String| SourceError::Prometheus {
         url: base.to_string(),
         message: m,
     };
-    let step_ms = ((until_ms - since_ms) / PROMETHEUS_POINTS).max(MIN_STEP_MS);
-    let query = selector_of(names);
-    let mut resp = ureq::get(&format!("{base}/api/v1/query_range"))
-        .query("query", &query)
-        .query("start", format!("{:.3}", since_ms as f64 / 1000.0))
-        .query("end", format!("{:.3}", until_ms as f64 / 1000.0))
-        .query("step", format!("{:.3}", step_ms as f64 / 1000.0))
-        .call()
-        .map_err(|e| err(format!("query_range {query}: {e}")))?;
+    let mut req = ureq::get(&format!("{base}/api/v1/{api}"));
+    for (k, v) in params {
+        req = req.query(k, v);
+    }
+    let query = params
+        .iter()
+        .find(|p| p.0 == "query")
+        .map_or("", |p| p.1.as_str());
+    let mut resp = req.call().map_err(|e| err(format!("{api} {query}: {e}")))?;
     let body: serde_json::Value = resp
         .body_mut()
         .read_json()
         .map_err(|e| err(format!("the answer is not JSON: {e}")))?;
+    if body["status"] == "success" && body["data"]["resultType"] != "matrix" {
+        return Err(err(format!(
+            "{api} {query}: expected a matrix (series over time), found {}",
+            body["data"]["resultType"]
+        )));
+    }
     let series = series_from_query_range(&body).map_err(err)?;
     Ok(Window {
         source: format!("prometheus {base}"),
@@ -165,30 +191,12 @@ pub fn from_prometheus_raw_of(
     names: &[String],
 ) -> Result<Window, SourceError> {
     let base = url.trim_end_matches('/');
-    let err = |m: String| SourceError::Prometheus {
-        url: base.to_string(),
-        message: m,
-    };
     let range_ms = (until_ms - since_ms).max(MIN_STEP_MS);
-    let query = format!("{}[{range_ms}ms]", selector_of(names));
-    let mut resp = ureq::get(&format!("{base}/api/v1/query"))
-        .query("query", &query)
-        .query("time", format!("{:.3}", until_ms as f64 / 1000.0))
-        .call()
-        .map_err(|e| err(format!("query {query}: {e}")))?;
-    let body: serde_json::Value = resp
-        .body_mut()
-        .read_json()
-        .map_err(|e| err(format!("the answer is not JSON: {e}")))?;
-    let series = series_from_query_range(&body).map_err(err)?;
-    Ok(Window {
-        source: format!("prometheus {base}"),
-        since_ms,
-        until_ms,
-        series,
-        relative: false,
-        ..Window::default()
-    })
+    let params = [
+        ("query", format!("{}[{range_ms}ms]", selector_of(names))),
+        ("time", format!("{:.3}", until_ms as f64 / 1000.0)),
+    ];
+    prometheus_window(base, "query", &params, since_ms, until_ms)
 }
 
 /// The series of a Prometheus `query_range` answer (`{"status": "success", "data":

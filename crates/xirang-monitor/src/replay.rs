@@ -279,7 +279,9 @@ impl Live {
                 .collect();
             les.push(f64::INFINITY);
             for le in les {
-                let n = passes * count(all, le) + count(done, le);
+                let n = passes
+                    .saturating_mul(count(all, le))
+                    .saturating_add(count(done, le));
                 out.push(crate::collect::Point {
                     metric: std::sync::Arc::new(xirang_telemetry::metric::Metric {
                         name: "xirang_service_request_seconds_bucket".into(),
@@ -298,7 +300,7 @@ impl Live {
                         scale: 1.0,
                         help: "Requests answered within `le` seconds (the simulated run's, replayed).",
                     }),
-                    value: (n * self.dilation) as f64,
+                    value: n.saturating_mul(self.dilation) as f64,
                 });
             }
         }

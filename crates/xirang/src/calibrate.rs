@@ -98,7 +98,18 @@ pub(crate) fn run(a: &CalibrateArgs) -> Result<Outcome> {
     let tiers = Tiers::of(&loaded);
     let mut unknown = Vec::new();
     let mut observed: Vec<Figure> = figures(&window, &tiers, &mut unknown);
-    observed.extend(xirang_calibrate::app::figures(&window));
+    // A class the scenario does not have can never be fitted: said, and left out.
+    for f in xirang_calibrate::app::figures(&window) {
+        match &f.histogram {
+            Some((class, _)) if !loaded.scenario.workloads.values().any(|w| w.class() == class) => {
+                eprintln!(
+                    "warning: {}: the scenario has no workload of class `{class}`; left out",
+                    f.name
+                )
+            }
+            _ => observed.push(f),
+        }
+    }
     if !unknown.is_empty() {
         eprintln!(
             "warning: counters of switches the scenario does not have were left out: {}",

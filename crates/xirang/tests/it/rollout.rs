@@ -663,28 +663,37 @@ fn a_hung_flash_is_killed_with_its_process_group_and_left_to_the_operator() {
 /// the 8 hosts, 100 µs (with a 1 % wobble per scrape), or 150 µs on a node listed in
 /// `degraded` once its mlx5_0 runs the target firmware. Returns its port.
 fn app_exporter(bed: &Bed) -> u16 {
+    let dir = bed.dir.clone();
+    serve_metrics(move |i| {
+        let degraded = std::fs::read_to_string(dir.join("degraded")).unwrap_or_default();
+        let mut body = String::from("# TYPE app_request_p99_seconds gauge\n");
+        for h in 1..=8 {
+            let node = format!("h{h}");
+            let fw = std::fs::read_to_string(
+                dir.join(format!("inv/hosts/{node}/sys/class/infiniband/mlx5_0/fw_ver")),
+            )
+            .unwrap_or_default();
+            let bad = fw.trim() == TARGET && degraded.lines().any(|l| l == node);
+            let wobble = 1.0 + 0.01 * (((i * 7 + h * 3) % 5) as f64 - 2.0) / 2.0;
+            let v = if bad { 150e-6 } else { 100e-6 } * wobble;
+            body.push_str(&format!("app_request_p99_seconds{{node=\"{node}\"}} {v:e}\n"));
+        }
+        body
+    })
+}
+
+/// Serves `/metrics` on a free loopback port with the body `body(scrape number)` gives
+/// each scrape, from a thread that lives as long as the test process; returns the port.
+fn serve_metrics(body: impl Fn(usize) -> String + Send + 'static) -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
-    let dir = bed.dir.clone();
     std::thread::spawn(move || {
         use std::io::{Read as _, Write as _};
         for (i, conn) in listener.incoming().enumerate() {
             let Ok(mut conn) = conn else { continue };
             let mut buf = [0u8; 4096];
             let _ = conn.read(&mut buf);
-            let degraded = std::fs::read_to_string(dir.join("degraded")).unwrap_or_default();
-            let mut body = String::from("# TYPE app_request_p99_seconds gauge\n");
-            for h in 1..=8 {
-                let node = format!("h{h}");
-                let fw = std::fs::read_to_string(
-                    dir.join(format!("inv/hosts/{node}/sys/class/infiniband/mlx5_0/fw_ver")),
-                )
-                .unwrap_or_default();
-                let bad = fw.trim() == TARGET && degraded.lines().any(|l| l == node);
-                let wobble = 1.0 + 0.01 * (((i * 7 + h * 3) % 5) as f64 - 2.0) / 2.0;
-                let v = if bad { 150e-6 } else { 100e-6 } * wobble;
-                body.push_str(&format!("app_request_p99_seconds{{node=\"{node}\"}} {v:e}\n"));
-            }
+            let body = body(i);
             let _ = write!(
                 conn,
                 "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
@@ -827,6 +836,9 @@ fn config_bed(parallel: usize, config: &str, live: Option<u16>) -> Bed {
         &root().join("crates/xirang-rollout/test_data/config"),
         &dir.join("config"),
     );
+    // The worse configuration: the tuned one with two knobs no tune recommends.
+    std::fs::create_dir_all(dir.join("config/worse")).unwrap();
+    std::fs::write(dir.join("config/worse/mlx5-congestion.sh"), worse_script()).unwrap();
     std::fs::write(dir.join("degraded"), "").unwrap();
     std::fs::write(
         dir.join("on-node.sh"),
@@ -896,12 +908,38 @@ parallel = {parallel}
     Bed { _tmp: tmp, dir }
 }
 
+/// The tuned script with `roce_rp rpg_ai_rate 1` (additive increase at its floor) and
+/// `roce_np min_time_between_cnps 0` (a CNP per marked packet): a configuration no tune
+/// recommends, which the stand-in exporter makes slower.
+fn worse_script() -> String {
+    let tuned = std::fs::read_to_string(
+        root().join("crates/xirang-rollout/test_data/config/tuned/mlx5-congestion.sh"),
+    )
+    .unwrap();
+    let worse = tuned
+        .replace("roce_rp rpg_ai_rate 5\n", "roce_rp rpg_ai_rate 1\n")
+        .replace(
+            "roce_np min_time_between_cnps 4\n",
+            "roce_np min_time_between_cnps 0\n",
+        );
+    for knob in ["roce_rp rpg_ai_rate 5\n", "roce_np min_time_between_cnps 4\n"] {
+        assert!(
+            tuned.contains(knob),
+            "the tuned script's {knob} moved: update the test"
+        );
+    }
+    worse
+}
+
 /// `dir file value` of a configuration's KNOBS block.
 fn knobs(config: &str) -> Vec<(String, String, String)> {
-    let text = std::fs::read_to_string(root().join(format!(
-        "crates/xirang-rollout/test_data/config/{config}/mlx5-congestion.sh"
-    )))
-    .unwrap();
+    let text = match config {
+        "worse" => worse_script(),
+        _ => std::fs::read_to_string(root().join(format!(
+            "crates/xirang-rollout/test_data/config/{config}/mlx5-congestion.sh"
+        )))
+        .unwrap(),
+    };
     let mut inside = false;
     let mut v = Vec::new();
     for l in text.lines() {
@@ -1003,46 +1041,33 @@ fn a_configuration_rollout_survives_crashes_without_applying_twice() {
 /// on `worse/` (rpg_ai_rate 1), each with a 1 % wobble per scrape. The values are the
 /// test's stand-in for the services' exporter, not simulated. Returns its port.
 fn config_exporter(bed: &Bed) -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
     let dir = bed.dir.clone();
-    std::thread::spawn(move || {
-        use std::io::{Read as _, Write as _};
-        for (i, conn) in listener.incoming().enumerate() {
-            let Ok(mut conn) = conn else { continue };
-            let mut buf = [0u8; 4096];
-            let _ = conn.read(&mut buf);
-            let mut body = String::from("# TYPE app_request_p99_seconds gauge\n");
-            for h in 1..=8 {
-                let knob = |f: &str| {
-                    std::fs::read_to_string(
-                        dir.join(format!("inv/hosts/h{h}/sys/class/net/ens1np0/ecn/roce_rp/{f}")),
-                    )
-                    .unwrap_or_default()
-                    .trim()
-                    .to_string()
-                };
-                let base = if knob("rpg_ai_rate") == "1" {
-                    150e-6
-                } else if knob("rate_to_set_on_first_cnp") == "0" {
-                    95e-6
-                } else {
-                    100e-6
-                };
-                let wobble = 1.0 + 0.01 * (((i * 7 + h * 3) % 5) as f64 - 2.0) / 2.0;
-                body.push_str(&format!(
-                    "app_request_p99_seconds{{node=\"h{h}\"}} {:e}\n",
-                    base * wobble
-                ));
-            }
-            let _ = write!(
-                conn,
-                "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
+    serve_metrics(move |i| {
+        let mut body = String::from("# TYPE app_request_p99_seconds gauge\n");
+        for h in 1..=8 {
+            let knob = |f: &str| {
+                std::fs::read_to_string(
+                    dir.join(format!("inv/hosts/h{h}/sys/class/net/ens1np0/ecn/roce_rp/{f}")),
+                )
+                .unwrap_or_default()
+                .trim()
+                .to_string()
+            };
+            let base = if knob("rpg_ai_rate") == "1" {
+                150e-6
+            } else if knob("rate_to_set_on_first_cnp") == "0" {
+                95e-6
+            } else {
+                100e-6
+            };
+            let wobble = 1.0 + 0.01 * (((i * 7 + h * 3) % 5) as f64 - 2.0) / 2.0;
+            body.push_str(&format!(
+                "app_request_p99_seconds{{node=\"h{h}\"}} {:e}\n",
+                base * wobble
+            ));
         }
-    });
-    port
+        body
+    })
 }
 
 /// A bed whose policy gates on a real Prometheus scraping the stand-in exporter.
