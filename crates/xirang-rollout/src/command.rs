@@ -134,6 +134,86 @@ impl CommandDriver {
         .find(|p| p.exists())
     }
 
+    /// A switch read now: its config_db file again, the state of the paths its tier's
+    /// patch writes as its unit's version, and the audit's error findings on it.
+    fn read_switch(&mut self, sw: &crate::fleet::Switch) -> Result<Reading, String> {
+        let patch = self
+            .policy
+            .configuration
+            .as_ref()
+            .and_then(|c| c.patches.iter().find(|p| p.tier == sw.tier))
+            .ok_or_else(|| format!("{}: no patch for its tier ({}) in the rollout", sw.name, sw.tier))?;
+        let path = Path::new(&sw.source);
+        let db = crate::config::read_config_db(path)?;
+        let mut fw = BTreeMap::new();
+        fw.insert(
+            crate::config::SWITCH_UNIT.to_string(),
+            Some(crate::config::switch_state(patch, &db)),
+        );
+        let typed = xirang_switch::sonic::load(path).map_err(|e| e.to_string())?;
+        let mut cluster = self.audit_template.clone();
+        for s in &mut cluster.switches {
+            if s.name == sw.name {
+                s.db = typed.clone();
+            }
+        }
+        let node = sw.name.as_str();
+        let audit_errors = audit(&cluster)
+            .into_iter()
+            .filter(|f| f.severity == Severity::Error)
+            .filter(|f| f.entity == node || f.entity.starts_with(&format!("{node}/")))
+            .map(|f| format!("{} {}: {}", f.rule, f.entity, f.message))
+            .collect();
+        Ok(Reading {
+            fw,
+            pci: BTreeMap::new(),
+            errors: self.switch_link_errors(&sw.name),
+            audit_errors,
+            source: sw.source.clone(),
+            ts_ns: now_ns(),
+        })
+    }
+
+    /// The error counters of a switch's links as its cabled hosts' ports count them
+    /// (`host/dev/port/counter`): a switch's config_db has no counters, and a change that
+    /// hurts its links shows there. Hosts that cannot be read are left out.
+    fn switch_link_errors(&self, switch: &str) -> BTreeMap<String, u64> {
+        let mut errors = BTreeMap::new();
+        let Some(cabling) = &self.inv.cluster.cabling else {
+            return errors;
+        };
+        let mut by_host: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        for c in &cabling.links {
+            if c.switch == switch
+                && let (Some(h), Some(n)) = (&c.host, &c.nic)
+            {
+                by_host.entry(h).or_default().push(n);
+            }
+        }
+        for (host, nics) in by_host {
+            let Some(inv) = self.host_path(host).and_then(|p| xirang_host::read(&p).ok()) else {
+                continue;
+            };
+            for d in &inv.rdma {
+                // The cable names the RDMA device or its interface.
+                if !nics
+                    .iter()
+                    .any(|n| *n == d.name || d.netdevs.iter().any(|x| x == n))
+                {
+                    continue;
+                }
+                for p in &d.ports {
+                    for c in SOAK_COUNTERS {
+                        if let Some(v) = p.counters.get(*c) {
+                            errors.insert(format!("{host}/{}/{}/{c}", d.name, p.port), *v);
+                        }
+                    }
+                }
+            }
+        }
+        errors
+    }
+
     /// A fresh output file for one command.
     fn out_file(&mut self, intent: i64) -> PathBuf {
         self.runs += 1;
@@ -304,6 +384,9 @@ impl Driver for CommandDriver {
                 ));
             }
         }
+        if let Some(sw) = self.inv.fleet.switch(node).cloned() {
+            return self.read_switch(&sw);
+        }
         let path = self.host_path(node).ok_or_else(|| {
             format!(
                 "{}/hosts/{node}: no host tree or snapshot",
@@ -379,14 +462,24 @@ impl Driver for CommandDriver {
         if let Some(c) = &self.policy.configuration
             && jobs.iter().any(|j| j.purpose == crate::exec::Purpose::Flash)
         {
-            let problem = match crate::config::load_knobs(Path::new(&c.dir)) {
-                Ok(k) if k == c.knobs => None,
-                Ok(_) => Some(format!(
+            let dir = Path::new(&c.dir);
+            let patches = if c.switches {
+                crate::config::load_switch_patches(dir)
+            } else {
+                Ok(Vec::new())
+            };
+            let problem = match (crate::config::load_knobs(dir), patches) {
+                (Ok(k), Ok(p)) if k == c.knobs && p == c.patches => None,
+                (Ok(k), Ok(_)) if k == c.knobs => Some(format!(
+                    "{}: its switch patches changed since the rollout started; nothing was applied (start a new rollout for the new configuration)",
+                    c.dir
+                )),
+                (Ok(_), Ok(_)) => Some(format!(
                     "{}/{}: its KNOBS changed since the rollout started; nothing was applied (start a new rollout for the new configuration)",
                     c.dir,
                     crate::config::SCRIPT
                 )),
-                Err(e) => Some(format!("{e}; nothing was applied")),
+                (Err(e), _) | (_, Err(e)) => Some(format!("{e}; nothing was applied")),
             };
             if let Some(p) = problem {
                 return jobs

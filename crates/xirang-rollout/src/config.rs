@@ -13,7 +13,14 @@
 //! (applied, not started, or halfway: left to the operator), so nothing is applied
 //! twice.
 //!
-//! Switches (the SONiC patch per tier) and `nccl.env` are not rolled out by this module.
+//! The switch side is the SONiC config_db JSON Patch per tier (`sonic-TIER.patch.json`,
+//! applied by `config apply-patch` after a `config checkpoint`, undone by `config
+//! rollback`). A switch is a rollout unit of its own, `config_db`, whose state is a
+//! fingerprint of the values at the paths its tier's patch writes: the same machinery
+//! applies (read, compare with the target, settle a crash by reading).
+//!
+//! `nccl.env` is not rolled out: it is read by each job at launch, so it goes with the
+//! job's next start, not with a node's waves.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -139,6 +146,148 @@ pub fn ecn_values(ecn: &xirang_host::inventory::RoceEcn) -> BTreeMap<String, u64
         }
     }
     v
+}
+
+/// The rollout unit of a switch: its whole config_db.
+pub const SWITCH_UNIT: &str = "config_db";
+
+/// The tuner's switch patches, one file per tier.
+const PATCH_PREFIX: &str = "sonic-";
+const PATCH_SUFFIX: &str = ".patch.json";
+
+/// One switch tier's patch (`sonic-leaf.patch.json`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SwitchPatch {
+    /// The tier (`leaf`, `spine`, `core`), as the topology names it.
+    pub tier: String,
+    /// The file name, `{patch}` in the command templates.
+    pub file: String,
+    /// Its operations (add, replace or remove only: the state after them does not
+    /// depend on what was there before).
+    pub ops: Vec<json_patch::PatchOperation>,
+}
+
+/// Largest switch patch read: a few operations per port and queue of the tier.
+const PATCH_LIMIT: xirang_files::Limit = xirang_files::Limit::new(16 << 20, "switch patch");
+
+/// Reads every `sonic-TIER.patch.json` of a configuration's directory, sorted by tier
+/// from the hosts up (leaf, spine, core).
+pub fn load_switch_patches(dir: &Path) -> Result<Vec<SwitchPatch>, RolloutError> {
+    let read_dir = std::fs::read_dir(dir).map_err(|e| {
+        RolloutError::Inventory(format!("{}: cannot list the configuration: {e}", dir.display()))
+    })?;
+    let mut out = Vec::new();
+    for e in read_dir.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(tier) = name
+            .strip_prefix(PATCH_PREFIX)
+            .and_then(|t| t.strip_suffix(PATCH_SUFFIX))
+        else {
+            continue;
+        };
+        let path = e.path();
+        let Some(tier) = xirang_fabric::model::Tier::ALL
+            .into_iter()
+            .find(|t| t.as_str() == tier)
+        else {
+            return Err(RolloutError::Inventory(format!(
+                "{}: expected sonic-TIER.patch.json with TIER one of leaf, spine, core",
+                path.display()
+            )));
+        };
+        let text =
+            xirang_files::read_text(&path, PATCH_LIMIT).map_err(|e| RolloutError::Read(Box::new(e)))?;
+        let err = |message: String| RolloutError::Toml {
+            path: path.clone(),
+            line: 1,
+            message,
+        };
+        let ops = parse_patch(&text, &path)?;
+        if ops.is_empty() {
+            return Err(err("expected at least one operation".into()));
+        }
+        for (i, op) in ops.iter().enumerate() {
+            if !matches!(
+                op,
+                json_patch::PatchOperation::Add(_)
+                    | json_patch::PatchOperation::Replace(_)
+                    | json_patch::PatchOperation::Remove(_)
+            ) {
+                return Err(err(format!(
+                    "operation {i} ({}): expected add, replace or remove (what `xirang tune` writes)",
+                    op.path()
+                )));
+            }
+        }
+        out.push(SwitchPatch {
+            tier: tier.as_str().to_string(),
+            file: name.clone(),
+            ops,
+        });
+    }
+    let rank = |t: &str| {
+        xirang_fabric::model::Tier::ALL
+            .iter()
+            .position(|x| x.as_str() == t)
+    };
+    out.sort_by_key(|p| rank(&p.tier));
+    Ok(out)
+}
+
+/// The paths a patch writes, each once, in order.
+fn patch_paths(p: &SwitchPatch) -> Vec<&str> {
+    let mut seen = std::collections::BTreeSet::new();
+    p.ops
+        .iter()
+        .map(|o| o.path().as_str())
+        .filter(|x| seen.insert(*x))
+        .collect()
+}
+
+/// The state of a switch for a patch: a fingerprint of the value at every path the
+/// patch writes (absent ones included).
+pub fn switch_state(p: &SwitchPatch, db: &serde_json::Value) -> String {
+    let mut s = String::new();
+    for path in patch_paths(p) {
+        match db.pointer(path) {
+            Some(v) => s.push_str(&format!("{path}={v}\n")),
+            None => s.push_str(&format!("{path} absent\n")),
+        }
+    }
+    format!("cfg-{:016x}", fnv1a(s.as_bytes()))
+}
+
+/// The state the patch puts this switch in (its state after the patch is applied to
+/// a copy), or why the patch does not apply to it as it is (a parent missing, a
+/// replaced or removed value absent).
+pub fn switch_after(p: &SwitchPatch, db: &serde_json::Value) -> Result<String, String> {
+    let mut copy = db.clone();
+    json_patch::patch(&mut copy, &p.ops).map_err(|e| format!("{} does not apply: {e}", p.file))?;
+    Ok(switch_state(p, &copy))
+}
+
+/// A JSON Patch's operations; `path` names the file in errors.
+pub fn parse_patch(text: &str, path: &Path) -> Result<Vec<json_patch::PatchOperation>, RolloutError> {
+    serde_json::from_str(text).map_err(|e| RolloutError::Toml {
+        path: path.to_path_buf(),
+        line: e.line(),
+        message: format!("expected a JSON Patch (RFC 6902: a list of {{\"op\", \"path\", \"value\"}}): {e}"),
+    })
+}
+
+/// Applies a patch to a config_db document, all or nothing (as `config apply-patch`).
+pub fn apply_patch(db: &mut serde_json::Value, ops: &[json_patch::PatchOperation]) -> Result<(), String> {
+    json_patch::patch(db, ops).map_err(|e| e.to_string())
+}
+
+/// Largest config_db read (a 64-port switch's is a few hundred KiB).
+pub const CONFIG_DB_LIMIT: xirang_files::Limit = xirang_files::Limit::new(64 << 20, "config_db");
+
+/// A switch's config_db as JSON.
+pub fn read_config_db(path: &Path) -> Result<serde_json::Value, String> {
+    let text = xirang_files::read_text(path, CONFIG_DB_LIMIT).map_err(|e| e.to_string())?;
+    serde_json::from_str(&text)
+        .map_err(|e| format!("{}:{}: expected config_db JSON: {e}", path.display(), e.line()))
 }
 
 /// 64-bit FNV-1a: a stable fingerprint, not a security boundary.

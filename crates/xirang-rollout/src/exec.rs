@@ -510,7 +510,40 @@ pub fn values(node: &str, u: &NicUpgrade) -> BTreeMap<&'static str, String> {
     v.insert("previous", u.from.clone());
     v.insert("netdev", u.netdev.clone().unwrap_or_default());
     v.insert("dir", u.image.clone());
+    if let Some(t) = &u.tier {
+        v.insert("tier", t.clone());
+        v.insert("patch", u.patch_file().unwrap_or_default());
+    }
     v
+}
+
+/// Which live metrics judge a wave: a switch wave's units are switches.
+fn wave_scope(wave: &Wave) -> crate::policy::Scope {
+    if wave.nodes.iter().any(|n| n.nics.iter().any(|u| u.tier.is_some())) {
+        crate::policy::Scope::Switches
+    } else {
+        crate::policy::Scope::Hosts
+    }
+}
+
+/// The command that applies a unit: a NIC's flash, or a switch's patch.
+pub fn apply_template<'p>(policy: &'p crate::policy::Policy, u: &NicUpgrade) -> &'p str {
+    match (&u.tier, &policy.commands.switch_apply) {
+        (Some(_), Some(t)) => t,
+        // A plan with switch units is made only with the switch commands (the policy's
+        // check); an empty template refuses to run.
+        (Some(_), None) => "",
+        (None, _) => &policy.commands.flash,
+    }
+}
+
+/// The command that puts a unit back.
+pub fn rollback_template<'p>(policy: &'p crate::policy::Policy, u: &NicUpgrade) -> &'p str {
+    match (&u.tier, &policy.commands.switch_rollback) {
+        (Some(_), Some(t)) => t,
+        (Some(_), None) => "",
+        (None, _) => &policy.commands.rollback,
+    }
 }
 
 fn node_values(node: &str) -> BTreeMap<&'static str, String> {
@@ -522,6 +555,12 @@ fn node_values(node: &str) -> BTreeMap<&'static str, String> {
 /// A command filled for running: a value that cannot be one word of it (only a plan
 /// made before values were checked against their grammar can hold one) refuses the step.
 fn command_for(template: &str, v: &BTreeMap<&'static str, String>) -> Result<String, RolloutError> {
+    if template.trim().is_empty() {
+        return Err(RolloutError::Refused(format!(
+            "{}: no command for this step in the policy",
+            v.get("node").map_or("", String::as_str)
+        )));
+    }
     fill(template, v).map_err(|e| {
         RolloutError::Refused(format!(
             "{}: a value cannot be put in the command `{template}`: {e}",
@@ -539,7 +578,7 @@ fn shown_command(template: &str, v: &BTreeMap<&'static str, String>) -> String {
 pub fn rollback_commands(meta: &Meta, node: &PlannedNode) -> Vec<String> {
     node.nics
         .iter()
-        .map(|u| shown_command(&meta.policy.commands.rollback, &values(&node.name, u)))
+        .map(|u| shown_command(rollback_template(&meta.policy, u), &values(&node.name, u)))
         .collect()
 }
 
@@ -591,7 +630,7 @@ pub fn rollback_targets(
                     node: n.name.clone(),
                     nic: u.clone(),
                     phase,
-                    command: command_for(&meta.policy.commands.rollback, &values(&n.name, u))?,
+                    command: command_for(rollback_template(&meta.policy, u), &values(&n.name, u))?,
                 });
             }
         }
@@ -1127,7 +1166,7 @@ impl<'a, D: Driver> Executor<'a, D> {
             let mut cmds = Vec::new();
             let mut intents = Vec::new();
             for (node, u) in &jobs {
-                let cmd = command_for(&self.meta.policy.commands.flash, &values(&node.name, u))?;
+                let cmd = command_for(apply_template(&self.meta.policy, u), &values(&node.name, u))?;
                 (self.say)(&format!("{}/{}: {} → {}: {cmd}", node.name, u.nic, u.from, u.to));
                 intents.push(NewEvent {
                     actor: EXECUTOR,
@@ -1427,7 +1466,8 @@ impl<'a, D: Driver> Executor<'a, D> {
         let mut out = Vec::new();
         let mut longer = false;
         let mut failed = false;
-        for m in &l.metrics {
+        let scope = wave_scope(wave);
+        for m in l.metrics.iter().filter(|m| m.scope == scope) {
             let gate = format!("live {}", m.name);
             if wave.control.is_empty() {
                 out.push(GateResult {
@@ -1871,7 +1911,7 @@ pub fn preview(meta: &Meta, st: &State) -> Vec<String> {
             match st.nic(&n.name, &u.nic) {
                 NicPhase::Pending => out.push(format!(
                     "  would run: {}",
-                    shown_command(&meta.policy.commands.flash, &values(&n.name, u))
+                    shown_command(apply_template(&meta.policy, u), &values(&n.name, u))
                 )),
                 NicPhase::Flashed => out.push(format!("  {}/{}: already flashed", n.name, u.nic)),
                 NicPhase::Preexisting => out.push(format!("  {}/{}: was on target already", n.name, u.nic)),
@@ -1904,6 +1944,7 @@ pub fn preview(meta: &Meta, st: &State) -> Vec<String> {
             "live ({} against the control group: {})",
             l.metrics
                 .iter()
+                .filter(|m| m.scope == wave_scope(wave))
                 .map(|m| m.name.as_str())
                 .collect::<Vec<_>>()
                 .join(", "),

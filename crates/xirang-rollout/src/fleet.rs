@@ -110,11 +110,28 @@ pub struct Node {
     pub domains: BTreeSet<Domain>,
 }
 
+/// One switch of the fleet (a configuration rollout's switch side).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Switch {
+    /// Name (its config_db file's stem).
+    pub name: String,
+    /// Tier, from the cabling (leaf when not given).
+    pub tier: String,
+    /// Its config_db file.
+    pub source: String,
+    /// Its config_db as JSON, or why it could not be read as such.
+    #[serde(skip)]
+    pub db: Option<Result<serde_json::Value, String>>,
+}
+
 /// The fleet.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Fleet {
     /// Nodes, sorted by name (names unique).
     pub nodes: Vec<Node>,
+    /// Switches, sorted by name; no switch has a host's name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub switches: Vec<Switch>,
 }
 
 /// `fleet.toml`: what the readers cannot see (racks, jobs).
@@ -240,7 +257,41 @@ impl Fleet {
                 }
             }
         }
-        Ok(Fleet { nodes })
+        let mut switches: Vec<Switch> = cluster
+            .switches
+            .iter()
+            .map(|sw| Switch {
+                name: sw.name.clone(),
+                tier: cluster
+                    .cabling
+                    .as_ref()
+                    .and_then(|c| c.switches.get(&sw.name))
+                    .copied()
+                    .unwrap_or(xirang_fabric::model::Tier::Leaf)
+                    .as_str()
+                    .to_string(),
+                source: sw.source.clone(),
+                db: Some(crate::config::read_config_db(Path::new(&sw.source))),
+            })
+            .collect();
+        switches.sort_by(|a, b| a.name.cmp(&b.name));
+        for sw in &switches {
+            if nodes.binary_search_by(|n| n.name.as_str().cmp(&sw.name)).is_ok() {
+                return Err(RolloutError::Inventory(format!(
+                    "switch `{}` ({}) has the name of a host; expected distinct names",
+                    sw.name, sw.source
+                )));
+            }
+        }
+        Ok(Fleet { nodes, switches })
+    }
+
+    /// The switch called `name`.
+    pub fn switch(&self, name: &str) -> Option<&Switch> {
+        self.switches
+            .binary_search_by(|s| s.name.as_str().cmp(name))
+            .ok()
+            .map(|i| &self.switches[i])
     }
 
     /// The node called `name`.
@@ -380,6 +431,9 @@ impl Fleet {
                 domains,
             });
         }
-        Fleet { nodes }
+        Fleet {
+            nodes,
+            switches: Vec::new(),
+        }
     }
 }

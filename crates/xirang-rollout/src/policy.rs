@@ -215,6 +215,21 @@ pub struct LiveMetric {
     /// Relative margin the canaries may be worse by (the tuner's guardrail: 0.01 = 1 %).
     #[serde(default)]
     pub tolerance: f64,
+    /// Which waves it judges: the hosts' (`{nodes}` host names) or the switches' of a
+    /// configuration's switch side (`{nodes}` switch names).
+    #[serde(default)]
+    pub scope: Scope,
+}
+
+/// What a live metric is about.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scope {
+    /// Host waves.
+    #[default]
+    Hosts,
+    /// Switch waves.
+    Switches,
 }
 
 /// The most points Prometheus returns per series from one `query_range` (it refuses a
@@ -275,6 +290,15 @@ pub struct Commands {
     pub flash: String,
     /// Puts one NIC back on its previous firmware.
     pub rollback: String,
+    /// Applies a configuration's patch to one switch (`{node}` the switch, `{tier}`,
+    /// `{patch}` the file, `{dir}`), for example `ssh {node} 'cd /srv/xirang/tuned &&
+    /// sudo config checkpoint xirang-before && sudo config apply-patch {patch}'`.
+    /// Required when the configuration has switch patches.
+    #[serde(default)]
+    pub switch_apply: Option<String>,
+    /// Puts one switch back (`ssh {node} sudo config rollback xirang-before`).
+    #[serde(default)]
+    pub switch_rollback: Option<String>,
     /// Run before a node's inventory is read again (for example to refresh a
     /// snapshot: `ssh {node} xirang host snapshot -o - > hosts/{node}.tar.gz`).
     #[serde(default)]
@@ -298,6 +322,8 @@ impl Commands {
             flash: "ssh {node} 'mlxfwmanager -d {pci} -i {image} -u -y && mlxfwreset -d {pci} -y reset'".into(),
             rollback: "ssh {node} 'mlxfwmanager -d {pci} -i /srv/firmware/{board_id}-{previous}.bin -u -y && mlxfwreset -d {pci} -y reset'".into(),
             collect: None,
+            switch_apply: None,
+            switch_rollback: None,
             parallel: default_parallel(),
         }
     }
@@ -318,6 +344,14 @@ pub struct Configuration {
     /// The state the knobs put a NIC in ([`crate::config::target`]).
     #[serde(default)]
     pub target: String,
+    /// Whether the directory's switch patches (`sonic-TIER.patch.json`) are rolled out
+    /// too, after every host: `false` rolls out the hosts' knobs only, and says so.
+    #[serde(default = "yes")]
+    pub switches: bool,
+    /// The switch patches, read when the policy loads (and kept with a started rollout,
+    /// as the knobs are). Empty when `switches` is false.
+    #[serde(default)]
+    pub patches: Vec<crate::config::SwitchPatch>,
 }
 
 /// The policy.
@@ -351,6 +385,29 @@ const PLACEHOLDERS: &[&str] = &[
     "node", "nic", "pci", "hca_type", "board_id", "image", "target", "previous", "netdev", "dir",
 ];
 
+/// A host's and a switch's placeholders: what [`fill`] substitutes.
+const ALL_PLACEHOLDERS: &[&str] = &[
+    "node", "nic", "pci", "hca_type", "board_id", "image", "target", "previous", "netdev", "dir", "tier",
+    "patch",
+];
+
+/// The placeholders of a switch's commands.
+const SWITCH_PLACEHOLDERS: &[&str] = &["node", "tier", "patch", "dir", "target", "previous"];
+
+/// The first placeholder of `template` not in `allowed`.
+fn placeholder_not_in(template: &str, allowed: &[&str]) -> Option<String> {
+    let mut rest = template;
+    while let Some(i) = rest.find('{') {
+        let after = &rest[i + 1..];
+        let end = after.find('}')?;
+        if !allowed.contains(&&after[..end]) {
+            return Some(after[..end].to_string());
+        }
+        rest = &after[end + 1..];
+    }
+    None
+}
+
 /// Checks a template's placeholders; returns the first unknown one.
 pub fn unknown_placeholder(template: &str) -> Option<String> {
     let mut rest = template;
@@ -372,7 +429,7 @@ use crate::template::{Template, TemplateError};
 /// Fills a template: parsed as a command line, every value one word (or part of the
 /// template's word) at every shell level it reaches (see [`crate::template`]).
 pub fn fill(template: &str, values: &BTreeMap<&str, String>) -> Result<String, TemplateError> {
-    Template::parse(template, PLACEHOLDERS)?.render(values)
+    Template::parse(template, ALL_PLACEHOLDERS)?.render(values)
 }
 
 /// Largest policy file read: policies are a few dozen lines.
@@ -482,6 +539,11 @@ impl Policy {
             }
             c.knobs = crate::config::load_knobs(Path::new(&c.dir))?;
             c.target = crate::config::target(&c.knobs);
+            c.patches = if c.switches {
+                crate::config::load_switch_patches(Path::new(&c.dir))?
+            } else {
+                Vec::new()
+            };
         }
         // Benchmark paths are relative to the policy file; made absolute now, because
         // the policy is stored with the rollout and used from any working directory.
@@ -580,6 +642,37 @@ impl Policy {
         if let Some(l) = &self.gates.live {
             l.check(self.gates.soak_s)?;
         }
+        let switches = self.configuration.as_ref().is_some_and(|c| !c.patches.is_empty());
+        if let Some(l) = &self.gates.live {
+            // Every kind of wave is judged by some live metric: a wave without one would
+            // pass its live gate untested.
+            for (scope, present) in [(Scope::Hosts, true), (Scope::Switches, switches)] {
+                if present && !l.metrics.iter().any(|m| m.scope == scope) {
+                    return Err(format!(
+                        "gates.live.metrics: expected at least one metric with scope = \"{}\" (the {} waves are judged by them)",
+                        match scope {
+                            Scope::Hosts => "hosts",
+                            Scope::Switches => "switches",
+                        },
+                        match scope {
+                            Scope::Hosts => "hosts'",
+                            Scope::Switches => "configuration's switch",
+                        }
+                    ));
+                }
+            }
+            if !switches && let Some(m) = l.metrics.iter().find(|m| m.scope == Scope::Switches) {
+                return Err(format!(
+                    "gates.live.metrics: `{}` has scope = \"switches\", but no switch patch is rolled out",
+                    m.name
+                ));
+            }
+        }
+        if switches && self.gates.benchmark.is_some() {
+            return Err(
+                "gates.benchmark: a per-host benchmark cannot judge a switch; with switch patches, gate on [gates.live] metrics".into(),
+            );
+        }
         let templates = vec![
             ("commands.flash", self.commands.flash.as_str()),
             ("commands.rollback", self.commands.rollback.as_str()),
@@ -611,18 +704,7 @@ impl Policy {
                     "{key}: expected a command or path, found an empty string"
                 ));
             }
-            if let Some(name) = unknown_placeholder(t).or_else(|| {
-                let mut rest = t;
-                while let Some(i) = rest.find('{') {
-                    let after = &rest[i + 1..];
-                    let end = after.find('}')?;
-                    if &after[..end] != "node" {
-                        return Some(after[..end].to_string());
-                    }
-                    rest = &after[end + 1..];
-                }
-                None
-            }) {
+            if let Some(name) = unknown_placeholder(t).or_else(|| placeholder_not_in(t, &["node"])) {
                 return Err(format!(
                     "{key}: placeholder {{{name}}} cannot be used here; expected only {{node}}"
                 ));
@@ -647,6 +729,7 @@ impl Policy {
                 }
             }
         }
+        self.check_switch_commands()?;
         for (key, t) in &templates {
             if t.trim().is_empty() {
                 return Err(format!("{key}: expected a command, found an empty string"));
@@ -667,6 +750,58 @@ impl Policy {
                         .collect::<Vec<_>>()
                         .join(" ")
                 ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The switch commands: both present exactly when switch patches are rolled out,
+    /// each reaching its switch, with a switch's placeholders only.
+    fn check_switch_commands(&self) -> Result<(), String> {
+        let cmds = [
+            ("commands.switch_apply", &self.commands.switch_apply),
+            ("commands.switch_rollback", &self.commands.switch_rollback),
+        ];
+        let patches: Vec<&str> = self
+            .configuration
+            .iter()
+            .flat_map(|c| c.patches.iter().map(|p| p.file.as_str()))
+            .collect();
+        for (key, t) in cmds {
+            match (t, patches.is_empty()) {
+                (None, false) => {
+                    return Err(format!(
+                        "{key}: expected a command: the configuration has {} (or set `switches = false` under [configuration] to roll out the hosts only)",
+                        patches.join(", ")
+                    ));
+                }
+                (Some(_), true) => {
+                    return Err(format!(
+                        "{key}: no switch patch is rolled out (a configuration with sonic-TIER.patch.json and `switches` on); remove it"
+                    ));
+                }
+                (Some(t), false) => {
+                    if t.trim().is_empty() {
+                        return Err(format!("{key}: expected a command, found an empty string"));
+                    }
+                    Template::parse(t, SWITCH_PLACEHOLDERS).map_err(|e| format!("{key}: {e}"))?;
+                    if !t.contains("{node}") {
+                        return Err(format!(
+                            "{key}: expected {{node}} in the command: it runs on this machine and must reach the switch (for example `ssh {{node}} ...`)"
+                        ));
+                    }
+                    if let Some(name) = placeholder_not_in(t, SWITCH_PLACEHOLDERS) {
+                        return Err(format!(
+                            "{key}: placeholder {{{name}}} cannot be used here; expected {}",
+                            SWITCH_PLACEHOLDERS
+                                .iter()
+                                .map(|p| format!("{{{p}}}"))
+                                .collect::<Vec<_>>()
+                                .join(" ")
+                        ));
+                    }
+                }
+                (None, true) => {}
             }
         }
         Ok(())

@@ -120,6 +120,7 @@ pub fn default_policy(spec: &SimSpec) -> Policy {
                     query: "histogram_quantile(0.99, sum by (le) (rate(request_duration_seconds_bucket{node=~\"{nodes}\"}[1m])))".into(),
                     better: crate::live::Better::Lower,
                     tolerance: 0.02,
+                    scope: crate::policy::Scope::Hosts,
                 }],
             }),
         },
@@ -197,6 +198,26 @@ impl SimDriver {
             if unit(&mut rng) < spec.degrade_share || spec.degraded_nodes.contains(&n.name) {
                 degraded.insert(n.name.clone(), spec.degradation);
             }
+        }
+        // A configuration's switches answer with their config_db's state and one
+        // healthy link; none degrades (the draws above stay the hosts', so a seed's
+        // hosts are the same with or without switches).
+        for (name, units) in planned {
+            let mut errors = BTreeMap::new();
+            for c in crate::gates::SOAK_COUNTERS {
+                errors.insert(format!("links/1/{c}"), 0);
+            }
+            nodes.insert(
+                name,
+                SimNode {
+                    fw: units.values().map(|u| (u.nic.clone(), u.from.clone())).collect(),
+                    errors,
+                    baseline_gbs: NOMINAL_BUSBW_GBS,
+                    upgraded_at_s: None,
+                    flashes: BTreeMap::new(),
+                    planned: units,
+                },
+            );
         }
         SimDriver {
             nodes,

@@ -42,6 +42,17 @@ pub struct NicUpgrade {
     /// The NIC's interface, for a configuration's templates (`{netdev}`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub netdev: Option<String>,
+    /// A switch's unit (its config_db): the tier whose patch it takes. `None` for a
+    /// host's NIC.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier: Option<String>,
+}
+
+impl NicUpgrade {
+    /// The tier's patch file of a switch unit (`sonic-leaf.patch.json`).
+    pub fn patch_file(&self) -> Option<String> {
+        self.tier.as_ref().map(|t| format!("sonic-{t}.patch.json"))
+    }
 }
 
 /// A node in a wave.
@@ -189,6 +200,7 @@ fn classify<'a>(node: &'a Node, policy: &Policy) -> Result<Candidate<'a>, String
                 to: t.target.clone(),
                 image: t.image.clone(),
                 netdev: nic.netdev.clone(),
+                tier: None,
             }),
             Some(v) => blocked.push(format!(
                 "{} ({}) runs {v}, which is not in allowed_from ({}) for target {}",
@@ -270,6 +282,7 @@ fn classify_config<'a>(
                 to: c.target.clone(),
                 image: c.dir.clone(),
                 netdev: nic.netdev.clone(),
+                tier: None,
             }),
             None => blocked.push(format!(
                 "{}: the DCQCN knobs the configuration sets are not all readable on {} (not an mlx5 function under MLNX_OFED?)",
@@ -608,13 +621,163 @@ pub fn plan(fleet: &Fleet, policy: &Policy) -> Plan {
             notes.push(n);
         }
     }
+    let mut total_nodes = fleet.nodes.len();
+    if let Some(c) = &policy.configuration {
+        if c.patches.is_empty() {
+            if !c.switches {
+                notes.push("switches = false: only the hosts' knobs are rolled out; the configuration's switch patches are not applied".into());
+            }
+        } else {
+            total_nodes += fleet.switches.len();
+            switch_waves(fleet, policy, c, &mut waves, &mut skipped, &mut notes);
+        }
+    }
     Plan {
-        total_nodes: fleet.nodes.len(),
+        total_nodes,
         waves,
         skipped,
         combinations,
         caps,
         notes,
+    }
+}
+
+/// The switch side of a configuration, after every host: per tier from the hosts up, a
+/// canary switch, then waves of at most the `switch` limit's share of the tier. Each
+/// switch's unit is its config_db, moved from its state to the state its tier's patch
+/// puts it in. A switch's control group is the tier's switches of later waves: hosts
+/// cannot be one (a host's traffic crosses many switches of a tier).
+fn switch_waves(
+    fleet: &Fleet,
+    policy: &Policy,
+    c: &crate::policy::Configuration,
+    waves: &mut Vec<Wave>,
+    skipped: &mut Vec<Skipped>,
+    notes: &mut Vec<String>,
+) {
+    use xirang_host::names::{Kind, check};
+    for p in &c.patches {
+        let mut members: Vec<PlannedNode> = Vec::new();
+        let tier_switches: Vec<&crate::fleet::Switch> =
+            fleet.switches.iter().filter(|s| s.tier == p.tier).collect();
+        if tier_switches.is_empty() {
+            notes.push(format!(
+                "{}: no {} switch in the inventory (switches/ and the cabling's tiers): not applied",
+                p.file, p.tier
+            ));
+            continue;
+        }
+        for sw in &tier_switches {
+            let skip = |reason: String| Skipped {
+                name: sw.name.clone(),
+                reason,
+            };
+            if let Err(e) = check(Kind::Hostname, &sw.name) {
+                skipped.push(skip(format!("refused: {e}")));
+                continue;
+            }
+            let db = match &sw.db {
+                Some(Ok(db)) => db,
+                Some(Err(e)) => {
+                    skipped.push(skip(format!("blocked: {e}")));
+                    continue;
+                }
+                None => {
+                    skipped.push(skip(format!("blocked: {} was not read", sw.source)));
+                    continue;
+                }
+            };
+            let from = crate::config::switch_state(p, db);
+            let to = match crate::config::switch_after(p, db) {
+                Ok(t) => t,
+                Err(e) => {
+                    skipped.push(skip(format!(
+                        "blocked: {e} on its config_db ({}): the patch was rendered for other ports or tables",
+                        sw.source
+                    )));
+                    continue;
+                }
+            };
+            if from == to {
+                skipped.push(skip(format!("already on the configuration ({})", p.file)));
+                continue;
+            }
+            members.push(PlannedNode {
+                name: sw.name.clone(),
+                reason: String::new(),
+                nics: vec![NicUpgrade {
+                    nic: crate::config::SWITCH_UNIT.into(),
+                    model: format!("SONiC {}", p.tier),
+                    hca_type: None,
+                    board_id: None,
+                    pci: None,
+                    from,
+                    to,
+                    image: c.dir.clone(),
+                    netdev: None,
+                    tier: Some(p.tier.clone()),
+                }],
+            });
+        }
+        if members.is_empty() {
+            continue;
+        }
+        let cap = policy.limits.cap(DomainKind::Switch, tier_switches.len());
+        let mut rest = members.split_off(1);
+        let canary = members;
+        let mut groups = vec![canary];
+        while !rest.is_empty() {
+            let tail = rest.split_off(cap.min(rest.len()));
+            groups.push(std::mem::replace(&mut rest, tail));
+        }
+        let first = waves.len();
+        let parts = groups.len();
+        for (k, mut nodes) in groups.into_iter().enumerate() {
+            let stage = if k == 0 {
+                format!("{} canary", p.tier)
+            } else {
+                format!("{} switches", p.tier)
+            };
+            for n in &mut nodes {
+                n.reason = if k == 0 {
+                    format!("canary of the {} tier: first {} switch", p.tier, p.tier)
+                } else {
+                    format!(
+                        "{} tier: at most {cap} of its {} switches per wave (switch limit {})",
+                        p.tier,
+                        tier_switches.len(),
+                        pct(policy.limits.share(DomainKind::Switch))
+                    )
+                };
+            }
+            waves.push(Wave {
+                number: waves.len() + 1,
+                stage,
+                nodes,
+                note: (k == 0).then(|| {
+                    format!(
+                        "the {} tier's patch {} on {} switch(es) in {parts} wave(s), after every host",
+                        p.tier,
+                        p.file,
+                        tier_switches.len()
+                    )
+                }),
+                control: Vec::new(),
+            });
+        }
+        if policy.gates.live.is_some() {
+            // The tier's later switches, as many as the wave has.
+            for i in first..waves.len() {
+                let want = waves[i].nodes.len();
+                let control: Vec<String> = waves[i + 1..]
+                    .iter()
+                    .flat_map(|w| &w.nodes)
+                    .map(|n| n.name.clone())
+                    .take(want)
+                    .collect();
+                waves[i].control = control;
+            }
+        }
     }
 }
 

@@ -335,3 +335,119 @@ fn configuration_errors_name_the_script_or_the_key() {
     let e = load(&format!("[configuration]\ndir = \"tuned\"\n{commands}")).unwrap_err();
     assert!(e.contains("expected a `KNOBS='` block"), "{e}");
 }
+
+#[test]
+fn switch_patches_need_their_commands_and_fit_each_switch() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("test_data");
+    let tuned = dir.path().join("tuned");
+    std::fs::create_dir(&tuned).unwrap();
+    for f in ["mlx5-congestion.sh", "sonic-leaf.patch.json"] {
+        std::fs::copy(data.join("config/tuned").join(f), tuned.join(f)).unwrap();
+    }
+    let load = |policy: &str| {
+        let p = dir.path().join("policy.toml");
+        std::fs::write(&p, policy).unwrap();
+        Policy::load(&p).map_err(|e| e.to_string().replace(&dir.path().display().to_string(), "DIR"))
+    };
+    let hosts = "[commands]\nflash = \"ssh {node} a {netdev}\"\nrollback = \"ssh {node} b {netdev}\"\n";
+    let switches = "switch_apply = \"ssh {node} apply {patch}\"\nswitch_rollback = \"ssh {node} config rollback xirang-before\"\n";
+    let e = load(&format!("[configuration]\ndir = \"tuned\"\n{hosts}")).unwrap_err();
+    assert!(
+        e.contains("commands.switch_apply: expected a command: the configuration has sonic-leaf.patch.json (or set `switches = false`"),
+        "{e}"
+    );
+    let p = load(&format!(
+        "[configuration]\ndir = \"tuned\"\nswitches = false\n{hosts}"
+    ))
+    .unwrap();
+    assert!(p.configuration.unwrap().patches.is_empty());
+    let e = load(&format!(
+        "[configuration]\ndir = \"tuned\"\nswitches = false\n{hosts}{switches}"
+    ))
+    .unwrap_err();
+    assert!(
+        e.contains("commands.switch_apply: no switch patch is rolled out"),
+        "{e}"
+    );
+    let e = load(&format!(
+        "[configuration]\ndir = \"tuned\"\n{hosts}{}",
+        switches.replace("apply {patch}", "apply {netdev}")
+    ))
+    .unwrap_err();
+    assert!(
+        e.contains("commands.switch_apply: placeholder {netdev} cannot be used here; expected {node} {tier} {patch} {dir} {target} {previous}"),
+        "{e}"
+    );
+    let e = load(&format!(
+        "[configuration]\ndir = \"tuned\"\n{hosts}{}",
+        switches.replace("ssh {node} apply", "apply")
+    ))
+    .unwrap_err();
+    assert!(e.contains("commands.switch_apply: expected {node}"), "{e}");
+    let live = "[gates]\nsoak_s = 600\n[gates.live]\nprometheus = \"http://p:9090\"\n[[gates.live.metrics]]\nname = \"p99\"\nquery = 'x{node=~\"{nodes}\"}'\nbetter = \"lower\"\n";
+    let e = load(&format!(
+        "[configuration]\ndir = \"tuned\"\n{hosts}{switches}{live}"
+    ))
+    .unwrap_err();
+    assert!(
+        e.contains("gates.live.metrics: expected at least one metric with scope = \"switches\""),
+        "{e}"
+    );
+    let p = load(&format!(
+        "[configuration]\ndir = \"tuned\"\n{hosts}{switches}{live}{}",
+        live.split_once("[[gates")
+            .map(|x| format!("[[gates{}scope = \"switches\"\n", x.1))
+            .unwrap()
+    ))
+    .unwrap();
+    // The fixture's leaves take the cut patch: each moves to the state it puts them in.
+    let inv =
+        xirang_rollout::command::load_inventory(&data.join("../../xirang-audit/test_data/cluster")).unwrap();
+    let plan = xirang_rollout::plan(&inv.fleet, &p);
+    let last: Vec<&str> = plan
+        .waves
+        .iter()
+        .rev()
+        .take(2)
+        .map(|w| w.nodes[0].name.as_str())
+        .collect();
+    assert_eq!(last, ["leaf2", "leaf1"], "{plan:#?}");
+    assert_eq!(plan.waves[plan.waves.len() - 2].stage, "leaf canary");
+    assert_eq!(plan.waves[plan.waves.len() - 2].control, ["leaf2"]);
+    // The patch as the tuner rendered it for the default scenario's 12-port leaves with
+    // two lossless queues does not fit them: refused per switch, saying why.
+    std::fs::copy(
+        data.join("config/as-rendered/sonic-leaf.patch.json"),
+        tuned.join("sonic-leaf.patch.json"),
+    )
+    .unwrap();
+    let p = load(&format!("[configuration]\ndir = \"tuned\"\n{hosts}{switches}")).unwrap();
+    let plan = xirang_rollout::plan(&inv.fleet, &p);
+    assert!(plan.waves.iter().all(|w| !w.nodes[0].name.starts_with("leaf")));
+    let why: Vec<&str> = plan.skipped.iter().map(|s| s.reason.as_str()).collect();
+    assert_eq!(why.len(), 2, "{why:?}");
+    assert!(
+        why[0].starts_with("blocked: sonic-leaf.patch.json does not apply:")
+            && why[0].contains("Ethernet0|4"),
+        "{why:?}"
+    );
+    std::fs::write(
+        tuned.join("sonic-leaf.patch.json"),
+        "[{\"op\": \"move\", \"from\": \"/a\", \"path\": \"/b\"}]",
+    )
+    .unwrap();
+    let e = load(&format!("[configuration]\ndir = \"tuned\"\n{hosts}{switches}")).unwrap_err();
+    assert!(
+        e.contains("operation 0 (/b): expected add, replace or remove"),
+        "{e}"
+    );
+    std::fs::write(tuned.join("sonic-edge.patch.json"), "[]").unwrap();
+    let e = load(&format!("[configuration]\ndir = \"tuned\"\n{hosts}{switches}")).unwrap_err();
+    assert!(
+        e.contains(
+            "sonic-edge.patch.json: expected sonic-TIER.patch.json with TIER one of leaf, spine, core"
+        ),
+        "{e}"
+    );
+}

@@ -104,7 +104,10 @@ fn build(specs: &[NodeSpec], racks: bool) -> Fleet {
         })
         .collect();
     nodes.sort_by(|a, b| a.name.cmp(&b.name));
-    Fleet { nodes }
+    Fleet {
+        nodes,
+        switches: Vec::new(),
+    }
 }
 
 fn policy_strategy() -> impl Strategy<Value = Policy> {

@@ -220,7 +220,8 @@ fn control_groups_are_unchanged_nodes_of_the_waves_domains() {
 }
 
 /// A configuration simulated over the fixture inventory: the nodes answer with their
-/// knobs' states, every wave passes; over the synthetic fleet (no knobs) it is refused.
+/// knobs' states and the two leaves with their config_db's, every wave passes (the
+/// leaves' last); over the synthetic fleet (no knobs) it is refused.
 #[test]
 fn a_configuration_is_simulated_over_an_inventory_only() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -229,9 +230,17 @@ fn a_configuration_is_simulated_over_an_inventory_only() {
         xirang_rollout::command::load_inventory(&root.join("../xirang-audit/test_data/cluster")).unwrap();
     let s = SimSpec::default();
     let (plan, r) = xirang_rollout::simulate::simulate_fleet(&inv.fleet, "fixture", &s, &policy).unwrap();
-    assert_eq!(plan.upgrade_count(), 8);
+    assert_eq!(plan.upgrade_count(), 10);
+    let last: Vec<&str> = plan
+        .waves
+        .iter()
+        .rev()
+        .take(2)
+        .map(|w| w.stage.as_str())
+        .collect();
+    assert_eq!(last, ["leaf switches", "leaf canary"]);
     assert_eq!(r.halted_wave, None, "{}", r.render_text());
-    assert_eq!(r.exposed_nodes, 8);
+    assert_eq!(r.exposed_nodes, 10);
     let e = simulate(&s, &policy).unwrap_err().to_string();
     assert!(e.contains("simulated over an inventory"), "{e}");
 }

@@ -176,6 +176,24 @@ pub(crate) enum RolloutCmd {
     /// Run a plan on a synthetic fleet where some upgraded nodes degrade: where does
     /// the rollout halt, and how many nodes were exposed?
     Simulate(RolloutSimArgs),
+    /// Apply a SONiC config_db JSON Patch (a configuration's `sonic-TIER.patch.json`) to
+    /// a saved config_db file, all or nothing, as `config apply-patch` does on the
+    /// switch: to preview (and audit) a tier's patch before a rollout, or to stand in
+    /// for a switch in a test bed.
+    ApplyPatch(RolloutPatchArgs),
+}
+
+/// `xirang rollout apply-patch`.
+#[derive(Debug, Args)]
+pub(crate) struct RolloutPatchArgs {
+    /// The switch's config_db JSON (`show runningconfiguration all` saved, or an
+    /// inventory's switches/NAME.json).
+    pub(crate) config_db: PathBuf,
+    /// The JSON Patch (RFC 6902).
+    pub(crate) patch: PathBuf,
+    /// Write the result here (atomically) instead of printing it; may be CONFIG_DB itself.
+    #[arg(short, long)]
+    pub(crate) output: Option<PathBuf>,
 }
 
 /// Inventory and policy.

@@ -13,7 +13,8 @@ use xirang_rollout::{Policy, plan};
 
 use crate::Outcome;
 use crate::cli::{
-    RolloutCmd, RolloutPlanArgs, RolloutRunArgs, RolloutSimArgs, RolloutStartArgs, RolloutStateArgs,
+    RolloutCmd, RolloutPatchArgs, RolloutPlanArgs, RolloutRunArgs, RolloutSimArgs, RolloutStartArgs,
+    RolloutStateArgs,
 };
 use crate::cmd::out;
 
@@ -74,7 +75,28 @@ pub(crate) fn run(cmd: RolloutCmd) -> Result<Outcome> {
             })
         }
         RolloutCmd::Simulate(a) => simulate_cmd(&a),
+        RolloutCmd::ApplyPatch(a) => apply_patch(&a),
     }
+}
+
+fn apply_patch(a: &RolloutPatchArgs) -> Result<Outcome> {
+    use xirang_rollout::config;
+    let mut db = config::read_config_db(&a.config_db).map_err(anyhow::Error::msg)?;
+    let text = xirang_files::read_text(&a.patch, config::CONFIG_DB_LIMIT)?;
+    let ops = config::parse_patch(&text, &a.patch)?;
+    config::apply_patch(&mut db, &ops).map_err(|e| {
+        anyhow::anyhow!(
+            "{} does not apply to {} (nothing changed): {e}",
+            a.patch.display(),
+            a.config_db.display()
+        )
+    })?;
+    let text = serde_json::to_string_pretty(&db)? + "\n";
+    match &a.output {
+        Some(p) => xirang_files::write_atomic(p, text.as_bytes())?,
+        None => out(&text)?,
+    }
+    Ok(Outcome::Clean)
 }
 
 fn plan_cmd(a: &RolloutPlanArgs) -> Result<Outcome> {

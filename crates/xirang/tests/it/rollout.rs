@@ -819,9 +819,14 @@ fn a_live_gate_without_its_series_fails_closed_naming_it() {
     assert!(text.contains("the gate fails closed"), "{text}");
 }
 
-/// A configuration rollout's test bed: the fixture cluster, the tuner's `tuned/` (or the
-/// hand-made `worse/`) configuration, and a stand-in for `ssh NODE` that runs the
-/// configuration's script against the node's copied sysfs tree, recording each run.
+/// A configuration rollout's test bed: the fixture cluster (eight hosts, two leaf
+/// switches), the tuner's `tuned/` configuration or a worse one made from it (`worse/`:
+/// worse host knobs; `worse-switch/`: the tuned knobs with a worse switch patch), a
+/// stand-in for `ssh NODE` that runs the configuration's script against the node's
+/// copied sysfs tree, and one for `ssh SWITCH` that checkpoints the switch's config_db
+/// and applies the tier's patch to it with `xirang rollout apply-patch` (as `config
+/// checkpoint` and `config apply-patch` do), or restores the checkpoint (`config
+/// rollback`). Each run is recorded.
 fn config_bed(parallel: usize, config: &str, live: Option<u16>) -> Bed {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().to_path_buf();
@@ -836,9 +841,17 @@ fn config_bed(parallel: usize, config: &str, live: Option<u16>) -> Bed {
         &root().join("crates/xirang-rollout/test_data/config"),
         &dir.join("config"),
     );
-    // The worse configuration: the tuned one with two knobs no tune recommends.
-    std::fs::create_dir_all(dir.join("config/worse")).unwrap();
-    std::fs::write(dir.join("config/worse/mlx5-congestion.sh"), worse_script()).unwrap();
+    let tuned = dir.join("config/tuned");
+    for (name, script, patch) in [
+        ("worse", worse_script(), tuned_patch()),
+        ("worse-switch", tuned_script(), worse_patch()),
+    ] {
+        let d = dir.join("config").join(name);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("mlx5-congestion.sh"), script).unwrap();
+        std::fs::write(d.join(PATCH), serde_json::to_string_pretty(&patch).unwrap()).unwrap();
+    }
+    assert!(tuned.join(PATCH).is_file());
     std::fs::write(dir.join("degraded"), "").unwrap();
     std::fs::write(
         dir.join("on-node.sh"),
@@ -859,6 +872,28 @@ fi
 "#,
     )
     .unwrap();
+    std::fs::write(
+        dir.join("on-switch.sh"),
+        format!(
+            r#"#!/bin/sh
+# Stand-in for `ssh SWITCH`: $1 switch, $2 patch file, $3 configuration, $4 test bed,
+# $5 apply or rollback. Apply: `config checkpoint xirang-before` (a copy of the
+# config_db), then `config apply-patch` (all or nothing). Rollback: `config rollback
+# xirang-before` (the checkpoint back).
+echo "$1 config_db $5" >> "$4/invocations"
+DB="$4/inv/switches/$1.json"
+CHECKPOINT="$4/rollback/$1.xirang-before.json"
+mkdir -p "$4/rollback"
+if [ "$5" = apply ]; then
+    cp "$DB" "$CHECKPOINT" && '{xirang}' rollout apply-patch "$DB" "$3/$2" -o "$DB"
+else
+    cp "$CHECKPOINT" "$DB"
+fi
+"#,
+            xirang = env!("CARGO_BIN_EXE_xirang")
+        ),
+    )
+    .unwrap();
     let d = dir.display();
     let (soak, live_section) = match live {
         None => (0, String::new()),
@@ -877,6 +912,13 @@ name = "inference p99"
 query = 'avg(app_request_p99_seconds{{node=~"{{nodes}}"}})'
 better = "lower"
 tolerance = 0.02
+
+[[gates.live.metrics]]
+name = "ECN-marked share"
+query = 'avg(switch_ecn_marked_ratio{{switch=~"{{nodes}}"}})'
+better = "lower"
+tolerance = 0.05
+scope = "switches"
 "#
             ),
         ),
@@ -900,12 +942,59 @@ soak_s = {soak}
 [commands]
 flash = "sh {d}/on-node.sh {{node}} {{nic}} {{netdev}} {{dir}} {d} apply"
 rollback = "sh {d}/on-node.sh {{node}} {{nic}} {{netdev}} {{dir}} {d} rollback"
+switch_apply = "sh {d}/on-switch.sh {{node}} {{patch}} {{dir}} {d} apply"
+switch_rollback = "sh {d}/on-switch.sh {{node}} {{patch}} {{dir}} {d} rollback"
 parallel = {parallel}
 {live_section}"#
         ),
     )
     .unwrap();
     Bed { _tmp: tmp, dir }
+}
+
+/// The leaf tier's patch file.
+const PATCH: &str = "sonic-leaf.patch.json";
+/// The fixture's leaf switches.
+const SWITCHES: [&str; 2] = ["leaf1", "leaf2"];
+
+fn tuned_script() -> String {
+    std::fs::read_to_string(root().join("crates/xirang-rollout/test_data/config/tuned/mlx5-congestion.sh"))
+        .unwrap()
+}
+
+fn tuned_patch() -> Value {
+    let text = std::fs::read_to_string(
+        root()
+            .join("crates/xirang-rollout/test_data/config/tuned")
+            .join(PATCH),
+    )
+    .unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+/// The tuned patch with the leaf profile's WRED thresholds at 1-2 KB and a 100 %
+/// marking probability: nearly every packet marked, a profile no tune recommends.
+fn worse_patch() -> Value {
+    let mut p = tuned_patch();
+    let profile = &mut p[0]["value"];
+    assert!(
+        profile["green_min_threshold"].is_string(),
+        "the tuned patch's first operation is no longer the WRED profile: update the test"
+    );
+    for color in ["green", "yellow", "red"] {
+        profile[format!("{color}_min_threshold")] = "1024".into();
+        profile[format!("{color}_max_threshold")] = "2048".into();
+        profile[format!("{color}_drop_probability")] = "100".into();
+    }
+    p
+}
+
+/// The patch of a configuration, as the bed wrote it.
+fn patch_of(config: &str) -> Value {
+    match config {
+        "worse-switch" => worse_patch(),
+        _ => tuned_patch(),
+    }
 }
 
 /// The tuned script with `roce_rp rpg_ai_rate 1` (additive increase at its floor) and
@@ -935,10 +1024,7 @@ fn worse_script() -> String {
 fn knobs(config: &str) -> Vec<(String, String, String)> {
     let text = match config {
         "worse" => worse_script(),
-        _ => std::fs::read_to_string(root().join(format!(
-            "crates/xirang-rollout/test_data/config/{config}/mlx5-congestion.sh"
-        )))
-        .unwrap(),
+        _ => tuned_script(),
     };
     let mut inside = false;
     let mut v = Vec::new();
@@ -970,8 +1056,21 @@ impl Bed {
         .to_string()
     }
 
-    /// Whether every knob of `config` reads its value on every interface of `node`.
+    /// A switch's config_db file as it is now.
+    fn switch_db(&self, switch: &str) -> String {
+        std::fs::read_to_string(self.dir.join(format!("inv/switches/{switch}.json"))).unwrap()
+    }
+
+    /// Whether every knob of `config` reads its value on every interface of `node`, or
+    /// for a switch, every path of the configuration's patch holds its value.
     fn runs(&self, node: &str, config: &str) -> bool {
+        if SWITCHES.contains(&node) {
+            let db: Value = serde_json::from_str(&self.switch_db(node)).unwrap();
+            return patch_of(config).as_array().unwrap().iter().all(|op| {
+                assert_eq!(op["op"], "add");
+                db.pointer(op["path"].as_str().unwrap()) == Some(&op["value"])
+            });
+        }
         NETDEVS.iter().all(|(_, nd)| {
             knobs(config)
                 .iter()
@@ -995,9 +1094,13 @@ impl Bed {
     }
 }
 
-/// The fixture's knob values, every file under each interface's ecn/, for comparison.
+/// The fixture's knob values, every file under each interface's ecn/, and every
+/// switch's config_db file, for comparison.
 fn knob_files(bed: &Bed) -> BTreeMap<String, String> {
     let mut m = BTreeMap::new();
+    for sw in SWITCHES {
+        m.insert(format!("{sw}.json"), bed.switch_db(sw));
+    }
     for h in 1..=8 {
         for (_, nd) in NETDEVS {
             for (d, f, _) in knobs("tuned").iter().chain(&knobs("worse")) {
@@ -1010,7 +1113,8 @@ fn knob_files(bed: &Bed) -> BTreeMap<String, String> {
 
 /// Acceptance 3 of the closed-loop issue: a configuration rollout killed at random
 /// points (aborts before the n-th log append, SIGKILLs mid-apply) and resumed applies
-/// every NIC's configuration exactly once and ends with every knob at its value.
+/// every NIC's configuration and every switch's patch exactly once and ends with every
+/// knob and switch path at its value.
 #[test]
 fn a_configuration_rollout_survives_crashes_without_applying_twice() {
     for seed in 0..5u64 {
@@ -1018,7 +1122,9 @@ fn a_configuration_rollout_survives_crashes_without_applying_twice() {
         let bed = config_bed(1 + rng.next(3) as usize, "tuned", None);
         let plan = bed.plan();
         let nodes = planned(&plan);
-        assert_eq!(nodes.len(), 8, "{plan:#}");
+        assert_eq!(nodes.len(), 10, "eight hosts, then two switches: {plan:#}");
+        assert_eq!(nodes[8].1, "leaf1", "{plan:#}");
+        assert_eq!(nodes[8].2, ["config_db"], "{plan:#}");
         bed.start();
         let st = drive_with_crashes(&bed, &mut rng);
         assert_eq!(st["completed"], true, "seed {seed}: {st:#}");
@@ -1038,11 +1144,15 @@ fn a_configuration_rollout_survives_crashes_without_applying_twice() {
 
 /// Serves `app_request_p99_seconds{node}` from each node's knobs: 100 µs on MLNX_OFED's
 /// defaults, 95 µs on `tuned/` (rate_to_set_on_first_cnp 0, the tuner's change), 150 µs
-/// on `worse/` (rpg_ai_rate 1), each with a 1 % wobble per scrape. The values are the
-/// test's stand-in for the services' exporter, not simulated. Returns its port.
+/// on `worse/` (rpg_ai_rate 1); and `switch_ecn_marked_ratio{switch}` from each leaf's
+/// config_db: 2 % on the fixture's AZURE_LOSSLESS profile, 1 % on the tuned profile,
+/// 30 % on `worse-switch/`'s (a 1 KB minimum threshold). Each with a 1 % wobble per
+/// scrape. The values are the test's stand-in for the services' and switches'
+/// exporters, not simulated. Returns its port.
 fn config_exporter(bed: &Bed) -> u16 {
     let dir = bed.dir.clone();
     serve_metrics(move |i| {
+        let wobble = |k: usize| 1.0 + 0.01 * (((i * 7 + k * 3) % 5) as f64 - 2.0) / 2.0;
         let mut body = String::from("# TYPE app_request_p99_seconds gauge\n");
         for h in 1..=8 {
             let knob = |f: &str| {
@@ -1060,10 +1170,32 @@ fn config_exporter(bed: &Bed) -> u16 {
             } else {
                 100e-6
             };
-            let wobble = 1.0 + 0.01 * (((i * 7 + h * 3) % 5) as f64 - 2.0) / 2.0;
             body.push_str(&format!(
                 "app_request_p99_seconds{{node=\"h{h}\"}} {:e}\n",
-                base * wobble
+                base * wobble(h)
+            ));
+        }
+        body.push_str("# TYPE switch_ecn_marked_ratio gauge\n");
+        for (k, sw) in SWITCHES.iter().enumerate() {
+            let db: Value = std::fs::read_to_string(dir.join(format!("inv/switches/{sw}.json")))
+                .ok()
+                .and_then(|t| serde_json::from_str(&t).ok())
+                .unwrap_or_default();
+            let profile = db
+                .pointer("/QUEUE/Ethernet0|3/wred_profile")
+                .and_then(Value::as_str);
+            let kmin: u64 = profile
+                .and_then(|p| db["WRED_PROFILE"][p]["green_min_threshold"].as_str())
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            let base = match profile {
+                Some("XIRANG_LEAF") if kmin < 10_000 => 0.30,
+                Some("XIRANG_LEAF") => 0.01,
+                _ => 0.02,
+            };
+            body.push_str(&format!(
+                "switch_ecn_marked_ratio{{switch=\"{sw}\"}} {:e}\n",
+                base * wobble(10 + k)
             ));
         }
         body
@@ -1090,7 +1222,7 @@ fn config_bed_live(config: &str) -> (Bed, crate::monitor::Guard) {
 /// Acceptance 2 of the closed-loop issue, the halt: a configuration that makes the
 /// inference class slower is halted at the canary wave by the live gate, with the
 /// queries and values; the rollback restores every knob it changed, as re-reading the
-/// sysfs tree shows.
+/// sysfs tree shows, and no switch's config_db was touched.
 #[test]
 fn a_worse_configuration_is_halted_at_the_canary_and_rolled_back() {
     let (bed, _prom) = config_bed_live("worse");
@@ -1130,17 +1262,76 @@ fn a_helpful_configuration_is_promoted_through_every_wave() {
         let o = bed.run(&["advance", "--execute"]);
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(0), "wave {w}: {err}");
-        let want = if w < waves {
-            "gate live inference p99 passed: canaries median 9.".to_string()
+        // Hosts, then the leaf canary and the other leaf.
+        let want = if w < waves - 2 {
+            "gate live inference p99 passed: canaries median 9."
+        } else if w == waves - 2 {
+            "gate live inference p99 passed: not compared"
+        } else if w == waves - 1 {
+            "gate live ECN-marked share passed: canaries median 0.01"
         } else {
-            "gate live inference p99 passed: not compared".to_string()
+            "gate live ECN-marked share passed: not compared"
         };
-        assert!(err.contains(&want), "wave {w}: {err}");
+        assert!(err.contains(want), "wave {w}: {err}");
+        if w >= waves - 1 {
+            assert!(!err.contains("inference p99"), "wave {w}: {err}");
+        }
     }
     assert_eq!(bed.status()["completed"], true);
     for (_, n, _) in &nodes {
         assert!(bed.runs(n, "tuned"), "{n}");
     }
+    assert_eq!(
+        nodes.iter().filter(|n| SWITCHES.contains(&n.1.as_str())).count(),
+        2
+    );
+}
+
+/// Acceptance 2, the switch side: a configuration whose host knobs help but whose leaf
+/// patch makes the switches mark nearly every packet goes through every host wave, is
+/// halted at the leaf canary by the switch-scoped live gate (citing the query against
+/// the other leaf), and the rollback restores every switch's config_db byte for byte
+/// and every host's knobs.
+#[test]
+fn a_worse_switch_patch_is_halted_at_the_leaf_canary_and_rolled_back() {
+    let (bed, _prom) = config_bed_live("worse-switch");
+    let before = knob_files(&bed);
+    let nodes = planned(&bed.plan());
+    let waves = nodes.iter().map(|x| x.0).max().unwrap();
+    bed.start();
+    for w in 1..waves {
+        let o = bed.run(&["advance", "--execute"]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        if w < waves - 1 {
+            assert_eq!(o.status.code(), Some(0), "wave {w}: {err}");
+        } else {
+            assert_eq!(o.status.code(), Some(1), "wave {w}: {err}");
+        }
+    }
+    assert!(bed.runs("leaf1", "worse-switch"));
+    assert_eq!(
+        bed.switch_db("leaf2"),
+        before["leaf2.json"],
+        "the second leaf untouched"
+    );
+    let text = String::from_utf8_lossy(&bed.run(&["status"]).stdout).into_owned();
+    assert!(text.contains("failed the live ECN-marked share gate"), "{text}");
+    assert!(
+        text.contains(r#"avg(switch_ecn_marked_ratio{switch=~"leaf1"})"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"avg(switch_ecn_marked_ratio{switch=~"leaf2"})"#),
+        "{text}"
+    );
+    assert!(text.contains("median 0.3"), "{text}");
+    assert!(text.contains("median 0.02"), "{text}");
+    bed.ok(&["rollback", "--execute"]);
+    assert_eq!(
+        knob_files(&bed),
+        before,
+        "every knob and config_db back as it was"
+    );
 }
 
 /// A configuration edited after the rollout started is not applied: the plan and its
@@ -1164,4 +1355,48 @@ fn a_configuration_changed_after_start_is_not_applied() {
         "{status}"
     );
     assert!(bed.applies().is_empty());
+}
+
+/// `xirang rollout apply-patch`: all or nothing, as `config apply-patch` on a switch; a
+/// patch that does not apply names both files and leaves the config_db as it was.
+#[test]
+fn apply_patch_previews_a_tier_patch_and_refuses_one_that_does_not_fit() {
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("leaf1.json");
+    std::fs::copy(
+        root().join("crates/xirang-audit/test_data/cluster/switches/leaf1.json"),
+        &db,
+    )
+    .unwrap();
+    let original = std::fs::read_to_string(&db).unwrap();
+    let cfg = root().join("crates/xirang-rollout/test_data/config");
+    let o = Command::new(env!("CARGO_BIN_EXE_xirang"))
+        .args(["rollout", "apply-patch"])
+        .arg(&db)
+        .arg(cfg.join("tuned").join(PATCH))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(out["QUEUE"]["Ethernet32|3"]["wred_profile"], "XIRANG_LEAF");
+    assert_eq!(
+        out["QUEUE"]["Ethernet32|6"],
+        serde_json::from_str::<Value>(&original).unwrap()["QUEUE"]["Ethernet32|6"]
+    );
+    let o = Command::new(env!("CARGO_BIN_EXE_xirang"))
+        .args(["rollout", "apply-patch"])
+        .arg(&db)
+        .arg(cfg.join("as-rendered").join(PATCH))
+        .arg("-o")
+        .arg(&db)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("as-rendered/sonic-leaf.patch.json does not apply to"),
+        "{err}"
+    );
+    assert!(err.contains("(nothing changed)"), "{err}");
+    assert_eq!(std::fs::read_to_string(&db).unwrap(), original);
 }
