@@ -134,6 +134,24 @@ impl CommandDriver {
         .find(|p| p.exists())
     }
 
+    /// Runs a collect template for `node` in the inventory directory.
+    fn collect(&mut self, template: &str, node: &str) -> Result<(), String> {
+        let mut v = BTreeMap::new();
+        v.insert("node", node.to_string());
+        let line =
+            crate::policy::fill(template, &v).map_err(|e| format!("collect command `{template}`: {e}"))?;
+        let out_file = self.out_file(0);
+        let out = run_shell(&line, &self.inv.dir, self.stdin.as_ref(), &out_file, self.timeout);
+        if !out.ok() {
+            return Err(format!(
+                "collect command failed ({:?}): {line}: {}",
+                out.code,
+                out.output.trim()
+            ));
+        }
+        Ok(())
+    }
+
     /// A switch read now: its config_db file again, the state of the paths its tier's
     /// patch writes as its unit's version, and the audit's error findings on it.
     fn read_switch(&mut self, sw: &crate::fleet::Switch) -> Result<Reading, String> {
@@ -141,8 +159,14 @@ impl CommandDriver {
             .policy
             .configuration
             .as_ref()
-            .and_then(|c| c.patches.iter().find(|p| p.tier == sw.tier))
-            .ok_or_else(|| format!("{}: no patch for its tier ({}) in the rollout", sw.name, sw.tier))?;
+            .and_then(|c| c.patches.iter().find(|p| Some(&p.tier) == sw.tier.as_ref()))
+            .ok_or_else(|| {
+                format!(
+                    "{}: no patch for its tier ({}) in the rollout",
+                    sw.name,
+                    sw.tier.as_deref().unwrap_or("unknown")
+                )
+            })?;
         let path = Path::new(&sw.source);
         let db = crate::config::read_config_db(path)?;
         let mut fw = BTreeMap::new();
@@ -177,21 +201,27 @@ impl CommandDriver {
     /// The error counters of a switch's links as its cabled hosts' ports count them
     /// (`host/dev/port/counter`): a switch's config_db has no counters, and a change that
     /// hurts its links shows there. Hosts that cannot be read are left out.
-    fn switch_link_errors(&self, switch: &str) -> BTreeMap<String, u64> {
+    fn switch_link_errors(&mut self, switch: &str) -> BTreeMap<String, u64> {
         let mut errors = BTreeMap::new();
         let Some(cabling) = &self.inv.cluster.cabling else {
             return errors;
         };
-        let mut by_host: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        let mut by_host: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for c in &cabling.links {
             if c.switch == switch
                 && let (Some(h), Some(n)) = (&c.host, &c.nic)
             {
-                by_host.entry(h).or_default().push(n);
+                by_host.entry(h.clone()).or_default().push(n.clone());
             }
         }
         for (host, nics) in by_host {
-            let Some(inv) = self.host_path(host).and_then(|p| xirang_host::read(&p).ok()) else {
+            // Each host's copy is refreshed first, as a host's own read does.
+            if let Some(c) = self.policy.commands.collect.clone()
+                && self.collect(&c, &host).is_err()
+            {
+                continue;
+            }
+            let Some(inv) = self.host_path(&host).and_then(|p| xirang_host::read(&p).ok()) else {
                 continue;
             };
             for d in &inv.rdma {
@@ -370,22 +400,14 @@ fn now_ns() -> u64 {
 
 impl Driver for CommandDriver {
     fn read(&mut self, node: &str) -> Result<Reading, String> {
-        if let Some(c) = self.policy.commands.collect.clone() {
-            let mut v = BTreeMap::new();
-            v.insert("node", node.to_string());
-            let line = crate::policy::fill(&c, &v).map_err(|e| format!("collect command `{c}`: {e}"))?;
-            let out_file = self.out_file(0);
-            let out = run_shell(&line, &self.inv.dir, self.stdin.as_ref(), &out_file, self.timeout);
-            if !out.ok() {
-                return Err(format!(
-                    "collect command failed ({:?}): {line}: {}",
-                    out.code,
-                    out.output.trim()
-                ));
-            }
-        }
         if let Some(sw) = self.inv.fleet.switch(node).cloned() {
+            if let Some(c) = self.policy.commands.switch_collect.clone() {
+                self.collect(&c, node)?;
+            }
             return self.read_switch(&sw);
+        }
+        if let Some(c) = self.policy.commands.collect.clone() {
+            self.collect(&c, node)?;
         }
         let path = self.host_path(node).ok_or_else(|| {
             format!(
@@ -463,10 +485,13 @@ impl Driver for CommandDriver {
             && jobs.iter().any(|j| j.purpose == crate::exec::Purpose::Flash)
         {
             let dir = Path::new(&c.dir);
-            let patches = if c.switches {
-                crate::config::load_switch_patches(dir)
-            } else {
+            // Patches are compared only when the rollout has some: a rollout started
+            // without (`switches = false`, or before switch patches were rolled out)
+            // applies none.
+            let patches = if c.patches.is_empty() {
                 Ok(Vec::new())
+            } else {
+                crate::config::load_switch_patches(dir)
             };
             let problem = match (crate::config::load_knobs(dir), patches) {
                 (Ok(k), Ok(p)) if k == c.knobs && p == c.patches => None,

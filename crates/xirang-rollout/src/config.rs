@@ -168,7 +168,7 @@ pub struct SwitchPatch {
 }
 
 /// Largest switch patch read: a few operations per port and queue of the tier.
-const PATCH_LIMIT: xirang_files::Limit = xirang_files::Limit::new(16 << 20, "switch patch");
+pub const PATCH_LIMIT: xirang_files::Limit = xirang_files::Limit::new(16 << 20, "switch patch");
 
 /// Reads every `sonic-TIER.patch.json` of a configuration's directory, sorted by tier
 /// from the hosts up (leaf, spine, core).
@@ -207,6 +207,16 @@ pub fn load_switch_patches(dir: &Path) -> Result<Vec<SwitchPatch>, RolloutError>
             return Err(err("expected at least one operation".into()));
         }
         for (i, op) in ops.iter().enumerate() {
+            // config_db is tables of keys of fields: an array position (`-`, a number)
+            // has no value before or after that a state could compare.
+            if op.path().as_str().rsplit('/').next().is_some_and(|last| {
+                last == "-" || (!last.is_empty() && last.bytes().all(|b| b.is_ascii_digit()))
+            }) {
+                return Err(err(format!(
+                    "operation {i} ({}): expected a table, key or field path, not an array position",
+                    op.path()
+                )));
+            }
             if !matches!(
                 op,
                 json_patch::PatchOperation::Add(_)

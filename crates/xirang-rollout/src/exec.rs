@@ -1830,7 +1830,21 @@ impl<'a, D: Driver> Executor<'a, D> {
                 code: out.code,
                 output: tail(&out.output, LOG_OUTPUT_BYTES),
             });
-            if out.ok() {
+            // A rollback that exited 0 is done only when the unit reads its previous
+            // version again (the knobs, the config_db, the firmware).
+            let (now, check) = if out.ok() {
+                let r = self.driver.read(name);
+                let now = r.as_ref().ok().and_then(|r| r.fw_of(u).flatten());
+                let check = match &r {
+                    Ok(_) => format!("reads {}", now.as_deref().unwrap_or("no version")),
+                    Err(e) => format!("cannot be read: {e}"),
+                };
+                readings.insert(name.to_string(), r);
+                (now, check)
+            } else {
+                (None, String::new())
+            };
+            if out.ok() && now.as_deref() == Some(u.from.as_str()) {
                 self.append(
                     EXECUTOR,
                     EventKind::RollbackDone,
@@ -1840,6 +1854,29 @@ impl<'a, D: Driver> Executor<'a, D> {
                     detail,
                 )?;
                 back += 1;
+            } else if out.ok() {
+                self.append(
+                    EXECUTOR,
+                    EventKind::RollbackFailed,
+                    Some(t.wave),
+                    Some(name),
+                    Some(&u.nic),
+                    Detail::Ran(Ran {
+                        command: None,
+                        code: out.code,
+                        output: tail(
+                            &format!(
+                                "{}\n[the command exited 0, but the unit {check}, not {}]",
+                                out.output, u.from
+                            ),
+                            LOG_OUTPUT_BYTES,
+                        ),
+                    }),
+                )?;
+                problems.push(format!(
+                    "{name}/{}: the rollback command exited 0, but the unit {check}, not the previous {}",
+                    u.nic, u.from
+                ));
             } else {
                 self.append(
                     EXECUTOR,

@@ -115,8 +115,11 @@ pub struct Node {
 pub struct Switch {
     /// Name (its config_db file's stem).
     pub name: String,
-    /// Tier, from the cabling (leaf when not given).
-    pub tier: String,
+    /// Tier, from the cabling's `[switches]`; `None` when it does not say (a patch for
+    /// a tier is never applied to a switch of unknown tier).
+    pub tier: Option<String>,
+    /// Host NIC cables to it (the links whose errors its soak reads from the hosts' side).
+    pub host_cables: usize,
     /// Its config_db file.
     pub source: String,
     /// Its config_db as JSON, or why it could not be read as such.
@@ -266,10 +269,13 @@ impl Fleet {
                     .cabling
                     .as_ref()
                     .and_then(|c| c.switches.get(&sw.name))
-                    .copied()
-                    .unwrap_or(xirang_fabric::model::Tier::Leaf)
-                    .as_str()
-                    .to_string(),
+                    .map(|t| t.as_str().to_string()),
+                host_cables: cluster.cabling.as_ref().map_or(0, |c| {
+                    c.links
+                        .iter()
+                        .filter(|l| l.switch == sw.name && l.host.is_some())
+                        .count()
+                }),
                 source: sw.source.clone(),
                 db: Some(crate::config::read_config_db(Path::new(&sw.source))),
             })

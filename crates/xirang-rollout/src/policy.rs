@@ -299,6 +299,11 @@ pub struct Commands {
     /// Puts one switch back (`ssh {node} sudo config rollback xirang-before`).
     #[serde(default)]
     pub switch_rollback: Option<String>,
+    /// Refreshes the inventory's copy of a switch's config_db before it is read again
+    /// (`ssh {node} show runningconfiguration all > switches/{node}.json`): the gates
+    /// and the rollback check read that file. `{node}` only.
+    #[serde(default)]
+    pub switch_collect: Option<String>,
     /// Run before a node's inventory is read again (for example to refresh a
     /// snapshot: `ssh {node} xirang host snapshot -o - > hosts/{node}.tar.gz`).
     #[serde(default)]
@@ -324,6 +329,7 @@ impl Commands {
             collect: None,
             switch_apply: None,
             switch_rollback: None,
+            switch_collect: None,
             parallel: default_parallel(),
         }
     }
@@ -759,15 +765,28 @@ impl Policy {
     /// each reaching its switch, with a switch's placeholders only.
     fn check_switch_commands(&self) -> Result<(), String> {
         let cmds = [
-            ("commands.switch_apply", &self.commands.switch_apply),
-            ("commands.switch_rollback", &self.commands.switch_rollback),
+            (
+                "commands.switch_apply",
+                &self.commands.switch_apply,
+                SWITCH_PLACEHOLDERS,
+            ),
+            (
+                "commands.switch_rollback",
+                &self.commands.switch_rollback,
+                SWITCH_PLACEHOLDERS,
+            ),
+            (
+                "commands.switch_collect",
+                &self.commands.switch_collect,
+                &["node"][..],
+            ),
         ];
         let patches: Vec<&str> = self
             .configuration
             .iter()
             .flat_map(|c| c.patches.iter().map(|p| p.file.as_str()))
             .collect();
-        for (key, t) in cmds {
+        for (key, t, allowed) in cmds {
             match (t, patches.is_empty()) {
                 (None, false) => {
                     return Err(format!(
@@ -784,16 +803,16 @@ impl Policy {
                     if t.trim().is_empty() {
                         return Err(format!("{key}: expected a command, found an empty string"));
                     }
-                    Template::parse(t, SWITCH_PLACEHOLDERS).map_err(|e| format!("{key}: {e}"))?;
+                    Template::parse(t, allowed).map_err(|e| format!("{key}: {e}"))?;
                     if !t.contains("{node}") {
                         return Err(format!(
                             "{key}: expected {{node}} in the command: it runs on this machine and must reach the switch (for example `ssh {{node}} ...`)"
                         ));
                     }
-                    if let Some(name) = placeholder_not_in(t, SWITCH_PLACEHOLDERS) {
+                    if let Some(name) = placeholder_not_in(t, allowed) {
                         return Err(format!(
                             "{key}: placeholder {{{name}}} cannot be used here; expected {}",
-                            SWITCH_PLACEHOLDERS
+                            allowed
                                 .iter()
                                 .map(|p| format!("{{{p}}}"))
                                 .collect::<Vec<_>>()

@@ -625,11 +625,14 @@ pub fn plan(fleet: &Fleet, policy: &Policy) -> Plan {
     if let Some(c) = &policy.configuration {
         if c.patches.is_empty() {
             if !c.switches {
-                notes.push("switches = false: only the hosts' knobs are rolled out; the configuration's switch patches are not applied".into());
+                notes.push("switches = false: only the hosts' knobs are rolled out; the configuration's switch patches, if any, are not applied".into());
             }
         } else {
             total_nodes += fleet.switches.len();
             switch_waves(fleet, policy, c, &mut waves, &mut skipped, &mut notes);
+            if policy.gates.live.is_none() {
+                notes.push("no [gates.live]: the switch waves are judged by their config_db's state, the audit and the soak only".into());
+            }
         }
     }
     Plan {
@@ -656,10 +659,30 @@ fn switch_waves(
     notes: &mut Vec<String>,
 ) {
     use xirang_host::names::{Kind, check};
+    for sw in fleet.switches.iter().filter(|s| s.tier.is_none()) {
+        skipped.push(Skipped {
+            name: sw.name.clone(),
+            reason: "blocked: its tier is unknown (the cabling's [switches] does not name it): no tier's patch is applied to it".into(),
+        });
+    }
+    let patched: BTreeSet<&str> = c.patches.iter().map(|p| p.tier.as_str()).collect();
+    for sw in &fleet.switches {
+        if let Some(t) = sw.tier.as_deref()
+            && !patched.contains(t)
+        {
+            skipped.push(Skipped {
+                name: sw.name.clone(),
+                reason: format!("no patch for the {t} tier in the configuration"),
+            });
+        }
+    }
     for p in &c.patches {
         let mut members: Vec<PlannedNode> = Vec::new();
-        let tier_switches: Vec<&crate::fleet::Switch> =
-            fleet.switches.iter().filter(|s| s.tier == p.tier).collect();
+        let tier_switches: Vec<&crate::fleet::Switch> = fleet
+            .switches
+            .iter()
+            .filter(|s| s.tier.as_deref() == Some(p.tier.as_str()))
+            .collect();
         if tier_switches.is_empty() {
             notes.push(format!(
                 "{}: no {} switch in the inventory (switches/ and the cabling's tiers): not applied",
@@ -674,6 +697,15 @@ fn switch_waves(
             };
             if let Err(e) = check(Kind::Hostname, &sw.name) {
                 skipped.push(skip(format!("refused: {e}")));
+                continue;
+            }
+            // The soak reads a switch's link errors on the hosts' side of its cables; a
+            // switch without host cables (a spine, a core) has none to read, and its
+            // soak would fail closed after the patch is on: refused before.
+            if policy.gates.soak_s > 0.0 && sw.host_cables == 0 {
+                skipped.push(skip(
+                    "blocked: no host is cabled to it, so its links' errors cannot be read for the soak gate (switch counters are not read yet); set soak_s = 0 or apply this tier by hand".into(),
+                ));
                 continue;
             }
             let db = match &sw.db {
@@ -766,6 +798,11 @@ fn switch_waves(
             });
         }
         if policy.gates.live.is_some() {
+            notes.push(format!(
+                "wave {}: the {} tier's last switches have no unchanged switch of the tier left to compare with: its live gates pass without a comparison (their soak, audit and state still judge it)",
+                waves.len(),
+                p.tier
+            ));
             // The tier's later switches, as many as the wave has.
             for i in first..waves.len() {
                 let want = waves[i].nodes.len();

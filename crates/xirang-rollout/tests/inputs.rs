@@ -351,7 +351,7 @@ fn switch_patches_need_their_commands_and_fit_each_switch() {
         Policy::load(&p).map_err(|e| e.to_string().replace(&dir.path().display().to_string(), "DIR"))
     };
     let hosts = "[commands]\nflash = \"ssh {node} a {netdev}\"\nrollback = \"ssh {node} b {netdev}\"\n";
-    let switches = "switch_apply = \"ssh {node} apply {patch}\"\nswitch_rollback = \"ssh {node} config rollback xirang-before\"\n";
+    let switches = "switch_apply = \"ssh {node} apply {patch}\"\nswitch_rollback = \"ssh {node} config rollback xirang-before\"\nswitch_collect = \"ssh {node} show runningconfiguration all > switches/{node}.json\"\n";
     let e = load(&format!("[configuration]\ndir = \"tuned\"\n{hosts}")).unwrap_err();
     assert!(
         e.contains("commands.switch_apply: expected a command: the configuration has sonic-leaf.patch.json (or set `switches = false`"),
@@ -424,13 +424,64 @@ fn switch_patches_need_their_commands_and_fit_each_switch() {
     .unwrap();
     let p = load(&format!("[configuration]\ndir = \"tuned\"\n{hosts}{switches}")).unwrap();
     let plan = xirang_rollout::plan(&inv.fleet, &p);
-    assert!(plan.waves.iter().all(|w| !w.nodes[0].name.starts_with("leaf")));
+    assert!(
+        plan.waves
+            .iter()
+            .flat_map(|w| &w.nodes)
+            .all(|n| !n.name.starts_with("leaf"))
+    );
     let why: Vec<&str> = plan.skipped.iter().map(|s| s.reason.as_str()).collect();
     assert_eq!(why.len(), 2, "{why:?}");
+    for w in &why {
+        assert!(
+            w.starts_with("blocked: sonic-leaf.patch.json does not apply:") && w.contains("Ethernet0|4"),
+            "{why:?}"
+        );
+    }
+    // A switch whose tier the cabling does not name takes no tier's patch; one without
+    // host cables (a spine) cannot have its links' errors read for the soak.
+    std::fs::copy(
+        data.join("config/tuned/sonic-leaf.patch.json"),
+        tuned.join("sonic-leaf.patch.json"),
+    )
+    .unwrap();
+    let p = load(&format!("[configuration]\ndir = \"tuned\"\n{hosts}{switches}")).unwrap();
+    let mut fleet = inv.fleet.clone();
+    fleet.switches[0].tier = None;
+    fleet.switches[1].host_cables = 0;
+    let plan = xirang_rollout::plan(&fleet, &p);
     assert!(
-        why[0].starts_with("blocked: sonic-leaf.patch.json does not apply:")
-            && why[0].contains("Ethernet0|4"),
+        plan.waves
+            .iter()
+            .flat_map(|w| &w.nodes)
+            .all(|n| !n.name.starts_with("leaf"))
+    );
+    let why: Vec<(&str, &str)> = plan
+        .skipped
+        .iter()
+        .map(|s| (s.name.as_str(), s.reason.as_str()))
+        .collect();
+    assert!(
+        why.contains(&(
+            "leaf1",
+            "blocked: its tier is unknown (the cabling's [switches] does not name it): no tier's patch is applied to it"
+        )),
         "{why:?}"
+    );
+    assert!(
+        why.iter()
+            .any(|(n, w)| *n == "leaf2" && w.starts_with("blocked: no host is cabled to it")),
+        "{why:?}"
+    );
+    std::fs::write(
+        tuned.join("sonic-leaf.patch.json"),
+        r#"[{"op": "add", "path": "/PORT/Ethernet0/lanes/-", "value": "1"}]"#,
+    )
+    .unwrap();
+    let e = load(&format!("[configuration]\ndir = \"tuned\"\n{hosts}{switches}")).unwrap_err();
+    assert!(
+        e.contains("expected a table, key or field path, not an array position"),
+        "{e}"
     );
     std::fs::write(
         tuned.join("sonic-leaf.patch.json"),

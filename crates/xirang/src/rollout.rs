@@ -82,7 +82,7 @@ pub(crate) fn run(cmd: RolloutCmd) -> Result<Outcome> {
 fn apply_patch(a: &RolloutPatchArgs) -> Result<Outcome> {
     use xirang_rollout::config;
     let mut db = config::read_config_db(&a.config_db).map_err(anyhow::Error::msg)?;
-    let text = xirang_files::read_text(&a.patch, config::CONFIG_DB_LIMIT)?;
+    let text = xirang_files::read_text(&a.patch, config::PATCH_LIMIT)?;
     let ops = config::parse_patch(&text, &a.patch)?;
     config::apply_patch(&mut db, &ops).map_err(|e| {
         anyhow::anyhow!(

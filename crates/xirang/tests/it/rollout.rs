@@ -877,18 +877,20 @@ fi
         format!(
             r#"#!/bin/sh
 # Stand-in for `ssh SWITCH`: $1 switch, $2 patch file, $3 configuration, $4 test bed,
-# $5 apply or rollback. Apply: `config checkpoint xirang-before` (a copy of the
+# $5 apply, rollback or collect. Apply: `config checkpoint xirang-before` (a copy of the
 # config_db), then `config apply-patch` (all or nothing). Rollback: `config rollback
-# xirang-before` (the checkpoint back).
+# xirang-before` (the checkpoint back). Collect: nothing to copy, the stand-in's switch
+# is the inventory's file itself.
 echo "$1 config_db $5" >> "$4/invocations"
 DB="$4/inv/switches/$1.json"
 CHECKPOINT="$4/rollback/$1.xirang-before.json"
 mkdir -p "$4/rollback"
-if [ "$5" = apply ]; then
-    cp "$DB" "$CHECKPOINT" && '{xirang}' rollout apply-patch "$DB" "$3/$2" -o "$DB"
-else
-    cp "$CHECKPOINT" "$DB"
-fi
+case "$5" in
+    apply) cp "$DB" "$CHECKPOINT" && '{xirang}' rollout apply-patch "$DB" "$3/$2" -o "$DB" ;;
+    rollback) cp "$CHECKPOINT" "$DB" ;;
+    collect) ;;
+    *) exit 2 ;;
+esac
 "#,
             xirang = env!("CARGO_BIN_EXE_xirang")
         ),
@@ -944,6 +946,7 @@ flash = "sh {d}/on-node.sh {{node}} {{nic}} {{netdev}} {{dir}} {d} apply"
 rollback = "sh {d}/on-node.sh {{node}} {{nic}} {{netdev}} {{dir}} {d} rollback"
 switch_apply = "sh {d}/on-switch.sh {{node}} {{patch}} {{dir}} {d} apply"
 switch_rollback = "sh {d}/on-switch.sh {{node}} {{patch}} {{dir}} {d} rollback"
+switch_collect = "sh {d}/on-switch.sh {{node}} - - {d} collect"
 parallel = {parallel}
 {live_section}"#
         ),
@@ -1399,4 +1402,41 @@ fn apply_patch_previews_a_tier_patch_and_refuses_one_that_does_not_fit() {
     );
     assert!(err.contains("(nothing changed)"), "{err}");
     assert_eq!(std::fs::read_to_string(&db).unwrap(), original);
+}
+
+/// A rollback is done when the unit reads its previous state again, not when its command
+/// exits 0: a rollback script that changes nothing is reported, and the NIC stays to be
+/// rolled back.
+#[test]
+fn a_rollback_that_restores_nothing_is_not_counted_as_done() {
+    let bed = config_bed(1, "tuned", None);
+    let nodes = planned(&bed.plan());
+    let canary = nodes[0].1.clone();
+    bed.start();
+    bed.ok(&["advance", "--execute"]);
+    assert!(bed.runs(&canary, "tuned"));
+    let stand_in = bed.dir.join("on-node.sh");
+    let text = std::fs::read_to_string(&stand_in).unwrap();
+    std::fs::write(
+        &stand_in,
+        text.replace(
+            "if [ \"$6\" = apply ]; then",
+            "[ \"$6\" = rollback ] && exit 0\nif [ \"$6\" = apply ]; then",
+        ),
+    )
+    .unwrap();
+    let o = bed.run(&["rollback", "--execute"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains(&format!(
+            "{canary}/mlx5_0: the rollback command exited 0, but the unit reads cfg-"
+        )),
+        "{err}"
+    );
+    assert!(bed.runs(&canary, "tuned"));
+    // Put right, the rollback is taken again and done.
+    std::fs::write(&stand_in, text).unwrap();
+    bed.ok(&["rollback", "--execute"]);
+    assert!(!bed.runs(&canary, "tuned"));
 }
