@@ -1,6 +1,11 @@
 //! Application figures: an inference service's request p99 from the latency histogram
-//! the services export (`xirang_service_request_seconds`, README's metric contract), when
-//! the window holds it.
+//! the services export (`xirang_service_request_seconds`, README's metric contract), and
+//! a training job's collective time from the gauge the jobs export
+//! (`xirang_job_collective_seconds`), when the window holds them.
+//!
+//! The collective time observed is the mean of the gauge's samples over the window, over
+//! every series of the class (each host's rank 0, each op); the simulated one is the
+//! mean time per iteration of the class's collectives that finished in the run.
 //!
 //! Both sides go through the same buckets: the observed p99 is Prometheus's
 //! `histogram_quantile` over the window's increase of each bucket; the simulated one is
@@ -15,6 +20,8 @@ use crate::counters::Figure;
 
 /// The buckets of the services' request-latency histogram.
 pub const REQUEST_BUCKETS: &str = "xirang_service_request_seconds_bucket";
+/// The training jobs' gauge of their last collective's time, s.
+pub const COLLECTIVE_SECONDS: &str = "xirang_job_collective_seconds";
 /// Quantile the figure takes.
 const QUANTILE: f64 = 0.99;
 /// A microsecond: below it a latency residual is noise.
@@ -121,9 +128,68 @@ pub fn figures(w: &Window) -> Vec<Figure> {
                 weight: 1.0,
                 metrics: vec![REQUEST_BUCKETS.to_string()],
                 histogram: Some((class, b.iter().map(|x| x.0).collect())),
+                collective: None,
             })
         })
         .collect()
+}
+
+/// Each class's mean collective time over the window: the mean of every sample of every
+/// `xirang_job_collective_seconds` series of the class (NaN and negative samples left
+/// out).
+pub fn observed_collective_seconds(w: &Window) -> BTreeMap<String, f64> {
+    let mut by: BTreeMap<String, (f64, usize)> = BTreeMap::new();
+    for s in w.series.iter().filter(|s| s.metric == COLLECTIVE_SECONDS) {
+        let Some(class) = s.labels.get("class") else {
+            continue;
+        };
+        for &(_, v) in &s.points {
+            if v.is_finite() && v >= 0.0 {
+                let e = by.entry(class.clone()).or_insert((0.0, 0));
+                e.0 += v;
+                e.1 += 1;
+            }
+        }
+    }
+    by.into_iter()
+        .filter(|(_, (_, n))| *n > 0)
+        .map(|(c, (sum, n))| (c, sum / n as f64))
+        .collect()
+}
+
+/// The collective time figure of each class the jobs exported.
+pub fn collective_figures(w: &Window) -> Vec<Figure> {
+    observed_collective_seconds(w)
+        .into_iter()
+        .map(|(class, v)| Figure {
+            name: format!("collective time ({class})"),
+            value: v,
+            unit: "s",
+            floor: LATENCY_FLOOR_S,
+            weight: 1.0,
+            metrics: vec![COLLECTIVE_SECONDS.to_string()],
+            histogram: None,
+            collective: Some(class),
+        })
+        .collect()
+}
+
+/// The simulated collective time of `class`: the mean time per iteration of its
+/// collectives that finished; a run in which none finished answers its simulated
+/// length (each took at least that), `end_s`.
+pub fn simulated_collective(r: &xirang_sim::RunResult, class: &str, end_s: f64) -> f64 {
+    let t: Vec<f64> = r
+        .collectives
+        .iter()
+        .filter(|c| c.class == class)
+        .filter_map(|c| c.time_ps)
+        .map(|ps| ps as f64 * 1e-12)
+        .collect();
+    if t.is_empty() {
+        end_s
+    } else {
+        t.iter().sum::<f64>() / t.len() as f64
+    }
 }
 
 /// The simulated request p99 of `class` through the bucket bounds `les`: the answered
@@ -146,6 +212,32 @@ pub fn simulated(r: &xirang_sim::RunResult, class: &str, les: &[f64]) -> Option<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_collective_time_is_the_mean_of_every_sample_of_the_class() {
+        let series = |class: &str, op: &str, v: &[f64]| xirang_diagnose::window::Series {
+            metric: COLLECTIVE_SECONDS.into(),
+            labels: [("class", class), ("op", op)]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            points: v.iter().enumerate().map(|(i, &x)| (i as i64 * 1000, x)).collect(),
+        };
+        let w = Window {
+            series: vec![
+                series("training", "all_reduce", &[0.002, 0.004]),
+                series("training", "all_gather", &[0.003, f64::NAN]),
+                series("other", "all_reduce", &[]),
+            ],
+            ..Window::default()
+        };
+        let m = observed_collective_seconds(&w);
+        assert_eq!(m.len(), 1, "a class without samples has no figure: {m:?}");
+        assert!((m["training"] - 0.003).abs() < 1e-15);
+        let f = collective_figures(&w);
+        assert_eq!(f[0].name, "collective time (training)");
+        assert_eq!(f[0].collective.as_deref(), Some("training"));
+    }
 
     #[test]
     fn quantiles_as_prometheus_computes_them() {

@@ -72,7 +72,10 @@ pub fn counter_names() -> Vec<String> {
 /// The metrics calibration reads, as the monitoring agent exports them (what a
 /// Prometheus query asks for), each once.
 pub fn metric_names() -> Vec<String> {
-    let mut v: Vec<String> = vec![crate::app::REQUEST_BUCKETS.to_string()];
+    let mut v: Vec<String> = vec![
+        crate::app::REQUEST_BUCKETS.to_string(),
+        crate::app::COLLECTIVE_SECONDS.to_string(),
+    ];
     for (c, _) in roles() {
         let m = metric_of(&c);
         if !v.contains(&m) {
@@ -124,6 +127,9 @@ pub struct Figure {
     /// the simulated side counts its requests into the same buckets ([`crate::app`]).
     #[serde(skip)]
     pub histogram: Option<(String, Vec<f64>)>,
+    /// For a collective time: the class ([`crate::app`]).
+    #[serde(skip)]
+    pub collective: Option<String>,
 }
 
 /// The fabric's tiers and capacities, as the figures need them.
@@ -283,6 +289,7 @@ pub fn figures(w: &Window, tiers: &Tiers, unknown: &mut Vec<String>) -> Vec<Figu
         weight: 1.0,
         metrics: vec![metric],
         histogram: None,
+        collective: None,
     };
     if tiers.nic_capacity > 0.0 {
         if per_prio_nic {
@@ -343,6 +350,7 @@ pub fn figures(w: &Window, tiers: &Tiers, unknown: &mut Vec<String>) -> Vec<Figu
                     m("SAI_QUEUE_STAT_PACKETS"),
                 ],
                 histogram: None,
+                collective: None,
             });
         }
     }
@@ -355,6 +363,7 @@ pub fn figures(w: &Window, tiers: &Tiers, unknown: &mut Vec<String>) -> Vec<Figu
             weight: CONGESTION_WEIGHT,
             metrics: vec![m("np_cnp_sent")],
             histogram: None,
+            collective: None,
         });
     }
     if sums.seen(Role::NicPauseSeconds) && tiers.nic_ports > 0 {
@@ -366,6 +375,7 @@ pub fn figures(w: &Window, tiers: &Tiers, unknown: &mut Vec<String>) -> Vec<Figu
             weight: CONGESTION_WEIGHT,
             metrics: vec![m("tx_prio3_pause_duration")],
             histogram: None,
+            collective: None,
         });
     }
     for &tier in tiers.switch_capacity.keys() {
@@ -386,6 +396,7 @@ pub fn figures(w: &Window, tiers: &Tiers, unknown: &mut Vec<String>) -> Vec<Figu
                     m("SAI_PORT_STAT_IF_OUT_UCAST_PKTS"),
                 ],
                 histogram: None,
+                collective: None,
             });
         }
     }

@@ -198,6 +198,11 @@ fn evaluate(
                 let e = sums.entry(o.name.clone()).or_insert((o.clone(), 0.0));
                 e.1 += v;
             }
+            if let Some(class) = &o.collective {
+                let v = app::simulated_collective(&r, class, l.scenario.run.end_us * 1e-6);
+                let e = sums.entry(o.name.clone()).or_insert((o.clone(), 0.0));
+                e.1 += v;
+            }
         }
     }
     let figures: Vec<Figure> = sums

@@ -132,6 +132,8 @@ impl Replay {
 pub struct Live {
     /// Answered requests by completion: (simulated ns, class, latency s).
     requests: Vec<(u64, String, f64)>,
+    /// Finished collectives: (class, op, workload, seconds per iteration).
+    collectives: Vec<(String, String, String, f64)>,
     rounds: Vec<(u64, Vec<CounterValue>)>,
     gauge: Vec<bool>,
     /// One pass of the run, simulated ns.
@@ -144,6 +146,9 @@ pub struct Live {
 const FIRST_BUCKET_S: f64 = 10e-6;
 /// See [`FIRST_BUCKET_S`].
 const REQUEST_BUCKETS: u32 = 15;
+
+/// The training jobs' collective time gauge (README's metric contract).
+pub const COLLECTIVE_SECONDS: &str = "xirang_job_collective_seconds";
 
 /// Largest dilation accepted: a microsecond of simulation per 10 s of wall time.
 pub const MAX_DILATION: u64 = 10_000_000;
@@ -209,6 +214,7 @@ impl Live {
             .collect();
         Ok(Live {
             requests: Vec::new(),
+            collectives: Vec::new(),
             rounds,
             gauge,
             period_ns: period_ns.max(last).max(1),
@@ -253,8 +259,40 @@ impl Live {
         Ok(self)
     }
 
-    /// The latency histogram's points `wall_ns` after the replay started.
+    /// Adds the run's finished collectives (its `summary.json`), served as the training
+    /// jobs' gauge `xirang_job_collective_seconds{class, op, workload}`: each one's time
+    /// per iteration as simulated (a time, not scaled by the dilation). A collective that
+    /// did not finish in the run has no time and is not served.
+    pub fn with_collectives(mut self, summary: &str, path: &str) -> Result<Live, ReplayError> {
+        self.collectives = finished_collectives(summary, path)?;
+        Ok(self)
+    }
+
+    /// The application points `wall_ns` after the replay started: the latency histogram
+    /// and the collectives' times.
     pub fn app_points(&self, wall_ns: u64) -> Vec<crate::collect::Point> {
+        let mut out = self.request_points(wall_ns);
+        for (class, op, workload, s) in &self.collectives {
+            out.push(crate::collect::Point {
+                metric: std::sync::Arc::new(xirang_telemetry::metric::Metric {
+                    name: COLLECTIVE_SECONDS.into(),
+                    labels: vec![
+                        ("class", class.clone()),
+                        ("op", op.clone()),
+                        ("workload", workload.clone()),
+                    ],
+                    kind: xirang_telemetry::spec::Kind::Gauge,
+                    scale: 1.0,
+                    help: "Time of the collective's last iteration, s (the simulated run's, replayed).",
+                }),
+                value: *s,
+            });
+        }
+        out
+    }
+
+    /// The latency histogram's points `wall_ns` after the replay started.
+    fn request_points(&self, wall_ns: u64) -> Vec<crate::collect::Point> {
         if self.requests.is_empty() {
             return Vec::new();
         }
@@ -336,6 +374,41 @@ impl Live {
             })
             .collect()
     }
+}
+
+/// The finished collectives of a run's `summary.json` (`summary.collectives`): (class,
+/// op, workload, seconds per iteration). `path` names the file in errors.
+pub fn finished_collectives(
+    summary: &str,
+    path: &str,
+) -> Result<Vec<(String, String, String, f64)>, ReplayError> {
+    let err = |message: String| ReplayError {
+        path: path.to_string(),
+        message,
+    };
+    let v: serde_json::Value =
+        serde_json::from_str(summary).map_err(|e| err(format!("expected JSON: {e}")))?;
+    let mut out = Vec::new();
+    let Some(list) = v["summary"]["collectives"].as_array() else {
+        return Ok(out);
+    };
+    for (i, c) in list.iter().enumerate() {
+        let Some(ps) = c["time_ps"].as_u64() else {
+            continue;
+        };
+        let field = |k: &str| {
+            c[k].as_str()
+                .map(str::to_string)
+                .ok_or_else(|| err(format!("summary.collectives[{i}].{k}: expected a string")))
+        };
+        out.push((
+            field("class")?,
+            field("op")?,
+            field("workload")?,
+            ps as f64 * 1e-12,
+        ));
+    }
+    Ok(out)
 }
 
 /// A run's simulated length, ns, from its `summary.json` (`summary.stats.sim_time_ps`);

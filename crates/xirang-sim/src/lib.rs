@@ -283,6 +283,7 @@ fn collect<Q: queue::Queue>(loaded: &Loaded, ex: &workload::Expanded, sim: &Sim<
             let algbw = time.map(|t| c.bytes as f64 / (t as f64 / 1e12) / 1e9);
             output::CollectiveResult {
                 workload: ex.workloads[c.workload as usize].clone(),
+                class: c.class.clone(),
                 op: serde_name(&c.op),
                 algorithm: serde_name(&c.algorithm),
                 ranks: c.ranks,

@@ -65,6 +65,8 @@ pub struct FlowResult {
 pub struct CollectiveResult {
     /// Workload name.
     pub workload: String,
+    /// Traffic class.
+    pub class: String,
     /// Operation (`all_reduce`, ...).
     pub op: String,
     /// Algorithm.

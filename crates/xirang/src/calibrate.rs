@@ -67,11 +67,25 @@ fn sim_out_window(dir: &std::path::Path) -> Result<xirang_diagnose::window::Wind
             dir.display()
         )
     })?;
-    Ok(xirang_calibrate::counters::window_of_counters(
-        format!("sim-out {}", dir.display()),
-        &last,
-        run_ns,
-    ))
+    let mut w =
+        xirang_calibrate::counters::window_of_counters(format!("sim-out {}", dir.display()), &last, run_ns);
+    // The training jobs' collective time, as they would have exported it at the end.
+    if let Some((text, path)) = SimOut::open(dir)
+        .and_then(|o| o.optional(xirang_telemetry::sim_out::SUMMARY))
+        .map_err(fail)?
+    {
+        for (class, op, workload, s) in replay::finished_collectives(&text, &path.display().to_string())? {
+            w.series.push(xirang_diagnose::window::Series {
+                metric: xirang_calibrate::app::COLLECTIVE_SECONDS.into(),
+                labels: [("class", class), ("op", op), ("workload", workload)]
+                    .into_iter()
+                    .map(|(k, v)| (k.to_string(), v))
+                    .collect(),
+                points: vec![(w.until_ms, s)],
+            });
+        }
+    }
+    Ok(w)
 }
 
 pub(crate) fn run(a: &CalibrateArgs) -> Result<Outcome> {
@@ -99,9 +113,12 @@ pub(crate) fn run(a: &CalibrateArgs) -> Result<Outcome> {
     let mut unknown = Vec::new();
     let mut observed: Vec<Figure> = figures(&window, &tiers, &mut unknown);
     // A class the scenario does not have can never be fitted: said, and left out.
-    for f in xirang_calibrate::app::figures(&window) {
-        match &f.histogram {
-            Some((class, _)) if !loaded.scenario.workloads.values().any(|w| w.class() == class) => {
+    let app = xirang_calibrate::app::figures(&window)
+        .into_iter()
+        .chain(xirang_calibrate::app::collective_figures(&window));
+    for f in app {
+        match f.histogram.as_ref().map(|h| &h.0).or(f.collective.as_ref()) {
+            Some(class) if !loaded.scenario.workloads.values().any(|w| w.class() == class) => {
                 eprintln!(
                     "warning: {}: the scenario has no workload of class `{class}`; left out",
                     f.name

@@ -36,7 +36,8 @@ pub(crate) enum Command {
     Plan(PlanCmd),
     /// Fit a scenario's workload (offered load per class, request rates, the share of
     /// traffic crossing the spines) so the simulated counters match a fabric's observed
-    /// ones: link utilisation, ECN-marked ratio and PFC per tier, CNP rate. Writes the
+    /// ones: link utilisation, ECN-marked ratio and PFC per tier, CNP rate, and the
+    /// applications' request p99 and collective time when exported. Writes the
     /// calibrated scenario and the observed-vs-simulated table; exit status 1, writing
     /// nothing, when a figure stays outside the tolerance.
     Calibrate(CalibrateArgs),

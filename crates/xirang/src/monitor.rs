@@ -210,6 +210,12 @@ fn live_replay(dir: &std::path::Path, dilation: u64) -> Result<Collector> {
     {
         live = live.with_requests(&text, &path.display().to_string())?;
     }
+    if let Some((text, path)) = xirang_telemetry::sim_out::SimOut::open(dir)
+        .and_then(|o| o.optional(xirang_telemetry::sim_out::SUMMARY))
+        .map_err(|e| anyhow::anyhow!("{}: {}", e.path, e.message))?
+    {
+        live = live.with_collectives(&text, &path.display().to_string())?;
+    }
     let mut start: Option<u64> = None;
     Ok(Collector::new(
         Source::Feed(Box::new(move |ts_ns| {

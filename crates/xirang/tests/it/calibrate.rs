@@ -200,11 +200,23 @@ fn calibration_recovers_the_fleet_through_the_agent_and_prometheus() {
         "pause_ratio host",
         "pfc_ratio spine",
         // The services' latency histogram, which the replay serves from the run's
-        // requests.
+        // requests, and the training job's collective time, from its summary.
         "request p99 (inference)",
+        "collective time (training)",
     ] {
         assert!(names.contains(&want), "{want} missing from {names:?}");
     }
+    // The collective time is the fleet's own (the replayed run's), and the fit's is
+    // near it.
+    let coll = v["residuals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "collective time (training)")
+        .unwrap();
+    let observed = coll["observed"].as_f64().unwrap();
+    assert!(observed > 1e-4 && observed < 4e-3, "{coll:#}");
+    assert!(coll["residual"].as_f64().unwrap().abs() <= 0.2, "{coll:#}");
     // The calibrated scenario is a scenario, with the fitted values and the twin's
     // comments.
     let text = std::fs::read_to_string(&calibrated).unwrap();
@@ -240,6 +252,15 @@ fn calibration_recovers_the_fleet_from_a_recorded_run() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     check_recovered(&v);
     assert!(calibrated.is_file());
+    // The run's collective time, from its summary, as the job would have exported it.
+    assert!(
+        v["residuals"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["name"] == "collective time (training)" && r["within"] == true),
+        "{v:#}"
+    );
 }
 
 /// A fit held away from the fleet (only the training load may move, the inference rate
