@@ -134,27 +134,29 @@ pub fn figures(w: &Window) -> Vec<Figure> {
         .collect()
 }
 
-/// Each class's mean collective time over the window: the mean of every sample of every
-/// `xirang_job_collective_seconds` series of the class (NaN and negative samples left
-/// out).
+/// Each class's mean collective time over the window: each `xirang_job_collective_seconds`
+/// series of the class averaged over its samples (NaN and negative ones left out), then
+/// the series averaged, so that a series sampled more often weighs no more.
 pub fn observed_collective_seconds(w: &Window) -> BTreeMap<String, f64> {
     let mut by: BTreeMap<String, (f64, usize)> = BTreeMap::new();
     for s in w.series.iter().filter(|s| s.metric == COLLECTIVE_SECONDS) {
         let Some(class) = s.labels.get("class") else {
             continue;
         };
-        for &(_, v) in &s.points {
-            if v.is_finite() && v >= 0.0 {
-                let e = by.entry(class.clone()).or_insert((0.0, 0));
-                e.0 += v;
-                e.1 += 1;
-            }
+        let v: Vec<f64> = s
+            .points
+            .iter()
+            .map(|p| p.1)
+            .filter(|v| v.is_finite() && *v >= 0.0)
+            .collect();
+        if v.is_empty() {
+            continue;
         }
+        let e = by.entry(class.clone()).or_insert((0.0, 0));
+        e.0 += v.iter().sum::<f64>() / v.len() as f64;
+        e.1 += 1;
     }
-    by.into_iter()
-        .filter(|(_, (_, n))| *n > 0)
-        .map(|(c, (sum, n))| (c, sum / n as f64))
-        .collect()
+    by.into_iter().map(|(c, (sum, n))| (c, sum / n as f64)).collect()
 }
 
 /// The collective time figure of each class the jobs exported.
@@ -175,15 +177,14 @@ pub fn collective_figures(w: &Window) -> Vec<Figure> {
 }
 
 /// The simulated collective time of `class`: the mean time per iteration of its
-/// collectives that finished; a run in which none finished answers its simulated
-/// length (each took at least that), `end_s`.
+/// collectives, one that did not finish counted as the run's length `end_s` (it took at
+/// least that); `end_s` when the class has none.
 pub fn simulated_collective(r: &xirang_sim::RunResult, class: &str, end_s: f64) -> f64 {
     let t: Vec<f64> = r
         .collectives
         .iter()
         .filter(|c| c.class == class)
-        .filter_map(|c| c.time_ps)
-        .map(|ps| ps as f64 * 1e-12)
+        .map(|c| c.time_ps.map_or(end_s, |ps| ps as f64 * 1e-12))
         .collect();
     if t.is_empty() {
         end_s
@@ -225,15 +226,16 @@ mod tests {
         };
         let w = Window {
             series: vec![
-                series("training", "all_reduce", &[0.002, 0.004]),
-                series("training", "all_gather", &[0.003, f64::NAN]),
+                series("training", "all_reduce", &[0.002, 0.004, 0.003]),
+                series("training", "all_gather", &[0.005, f64::NAN]),
                 series("other", "all_reduce", &[]),
             ],
             ..Window::default()
         };
         let m = observed_collective_seconds(&w);
         assert_eq!(m.len(), 1, "a class without samples has no figure: {m:?}");
-        assert!((m["training"] - 0.003).abs() < 1e-15);
+        // (0.003 + 0.005) / 2: each series' mean, then the series'.
+        assert!((m["training"] - 0.004).abs() < 1e-15);
         let f = collective_figures(&w);
         assert_eq!(f[0].name, "collective time (training)");
         assert_eq!(f[0].collective.as_deref(), Some("training"));

@@ -283,7 +283,7 @@ impl Live {
                     ],
                     kind: xirang_telemetry::spec::Kind::Gauge,
                     scale: 1.0,
-                    help: "Time of the collective's last iteration, s (the simulated run's, replayed).",
+                    help: "Time of the collective per iteration, s (the simulated run's, replayed).",
                 }),
                 value: *s,
             });
@@ -396,6 +396,10 @@ pub fn finished_collectives(
         let Some(ps) = c["time_ps"].as_u64() else {
             continue;
         };
+        // A summary written before collectives carried their class: not served.
+        if c.get("class").is_none() {
+            continue;
+        }
         let field = |k: &str| {
             c[k].as_str()
                 .map(str::to_string)

@@ -191,7 +191,7 @@ impl CommandDriver {
         Ok(Reading {
             fw,
             pci: BTreeMap::new(),
-            errors: self.switch_link_errors(&sw.name),
+            errors: self.switch_link_errors(&sw.name)?,
             audit_errors,
             source: sw.source.clone(),
             ts_ns: now_ns(),
@@ -200,11 +200,14 @@ impl CommandDriver {
 
     /// The error counters of a switch's links as its cabled hosts' ports count them
     /// (`host/dev/port/counter`): a switch's config_db has no counters, and a change that
-    /// hurts its links shows there. Hosts that cannot be read are left out.
-    fn switch_link_errors(&mut self, switch: &str) -> BTreeMap<String, u64> {
+    /// hurts its links shows there. The hosts are collected first (`collect`, all at
+    /// once), as a host's own read does; a host that cannot be collected or read fails
+    /// the switch's read, naming it (a soak that silently watched fewer links would pass
+    /// untested).
+    fn switch_link_errors(&mut self, switch: &str) -> Result<BTreeMap<String, u64>, String> {
         let mut errors = BTreeMap::new();
         let Some(cabling) = &self.inv.cluster.cabling else {
-            return errors;
+            return Ok(errors);
         };
         let mut by_host: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for c in &cabling.links {
@@ -214,22 +217,42 @@ impl CommandDriver {
                 by_host.entry(h.clone()).or_default().push(n.clone());
             }
         }
-        for (host, nics) in by_host {
-            // Each host's copy is refreshed first, as a host's own read does.
-            if let Some(c) = self.policy.commands.collect.clone()
-                && self.collect(&c, &host).is_err()
-            {
-                continue;
+        if let Some(template) = self.policy.commands.collect.clone() {
+            let mut lines = Vec::new();
+            for host in by_host.keys() {
+                let mut v = BTreeMap::new();
+                v.insert("node", host.clone());
+                let line = crate::policy::fill(&template, &v)
+                    .map_err(|e| format!("collect command `{template}`: {e}"))?;
+                lines.push((host.clone(), line, self.out_file(0)));
             }
-            let Some(inv) = self.host_path(&host).and_then(|p| xirang_host::read(&p).ok()) else {
-                continue;
-            };
+            let (stdin, timeout, dir) = (self.stdin.as_ref(), self.timeout, self.inv.dir.as_path());
+            let failed: Vec<String> = std::thread::scope(|s| {
+                let handles: Vec<_> = lines
+                    .iter()
+                    .map(|(h, line, out)| (h, s.spawn(move || run_shell(line, dir, stdin, out, timeout))))
+                    .collect();
+                handles
+                    .into_iter()
+                    .filter_map(|(host, h)| (!h.join().is_ok_and(|o| o.ok())).then(|| host.clone()))
+                    .collect()
+            });
+            if !failed.is_empty() {
+                return Err(format!(
+                    "{switch}: the collect command failed for its cabled host(s) {}: their link errors cannot be read",
+                    failed.join(", ")
+                ));
+            }
+        }
+        for (host, nics) in by_host {
+            let inv = self
+                .host_path(&host)
+                .ok_or_else(|| format!("{host}: no host tree or snapshot"))
+                .and_then(|p| xirang_host::read(&p).map_err(|e| e.to_string()))
+                .map_err(|e| format!("{switch}: its cabled host {host} cannot be read: {e}"))?;
             for d in &inv.rdma {
                 // The cable names the RDMA device or its interface.
-                if !nics
-                    .iter()
-                    .any(|n| *n == d.name || d.netdevs.iter().any(|x| x == n))
-                {
+                if !nics.iter().any(|n| *n == d.name || d.netdevs.contains(n)) {
                     continue;
                 }
                 for p in &d.ports {
@@ -241,7 +264,7 @@ impl CommandDriver {
                 }
             }
         }
-        errors
+        Ok(errors)
     }
 
     /// A fresh output file for one command.

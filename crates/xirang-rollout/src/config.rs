@@ -207,13 +207,13 @@ pub fn load_switch_patches(dir: &Path) -> Result<Vec<SwitchPatch>, RolloutError>
             return Err(err("expected at least one operation".into()));
         }
         for (i, op) in ops.iter().enumerate() {
-            // config_db is tables of keys of fields: an array position (`-`, a number)
-            // has no value before or after that a state could compare.
-            if op.path().as_str().rsplit('/').next().is_some_and(|last| {
-                last == "-" || (!last.is_empty() && last.bytes().all(|b| b.is_ascii_digit()))
-            }) {
+            // config_db is tables of keys of fields: an array's end (`-`) has no value
+            // before or after that a state could compare (a numbered position is
+            // refused per switch, where its parent is known to be an array; numbers
+            // are also map keys, as in DSCP_TO_TC_MAP).
+            if op.path().as_str().ends_with("/-") {
                 return Err(err(format!(
-                    "operation {i} ({}): expected a table, key or field path, not an array position",
+                    "operation {i} ({}): expected a table, key or field path, not an array's end",
                     op.path()
                 )));
             }
@@ -271,6 +271,16 @@ pub fn switch_state(p: &SwitchPatch, db: &serde_json::Value) -> String {
 /// a copy), or why the patch does not apply to it as it is (a parent missing, a
 /// replaced or removed value absent).
 pub fn switch_after(p: &SwitchPatch, db: &serde_json::Value) -> Result<String, String> {
+    for op in &p.ops {
+        let path = op.path().as_str();
+        let parent = path.rsplit_once('/').map_or("", |x| x.0);
+        if db.pointer(parent).is_some_and(serde_json::Value::is_array) {
+            return Err(format!(
+                "{}: {path} is a position in an array of this config_db, which has no state to compare",
+                p.file
+            ));
+        }
+    }
     let mut copy = db.clone();
     json_patch::patch(&mut copy, &p.ops).map_err(|e| format!("{} does not apply: {e}", p.file))?;
     Ok(switch_state(p, &copy))

@@ -1839,7 +1839,10 @@ impl<'a, D: Driver> Executor<'a, D> {
                     Ok(_) => format!("reads {}", now.as_deref().unwrap_or("no version")),
                     Err(e) => format!("cannot be read: {e}"),
                 };
-                readings.insert(name.to_string(), r);
+                // A failed read leaves the earlier one for the node's other units.
+                if r.is_ok() {
+                    readings.insert(name.to_string(), r);
+                }
                 (now, check)
             } else {
                 (None, String::new())

@@ -270,10 +270,16 @@ impl Fleet {
                     .as_ref()
                     .and_then(|c| c.switches.get(&sw.name))
                     .map(|t| t.as_str().to_string()),
+                // Cables to hosts the inventory has: the others' errors cannot be read.
                 host_cables: cluster.cabling.as_ref().map_or(0, |c| {
                     c.links
                         .iter()
-                        .filter(|l| l.switch == sw.name && l.host.is_some())
+                        .filter(|l| {
+                            l.switch == sw.name
+                                && l.host
+                                    .as_ref()
+                                    .is_some_and(|h| cluster.hosts.iter().any(|x| &x.hostname == h))
+                        })
                         .count()
                 }),
                 source: sw.source.clone(),

@@ -446,6 +446,14 @@ fn switch_patches_need_their_commands_and_fit_each_switch() {
     )
     .unwrap();
     let p = load(&format!("[configuration]\ndir = \"tuned\"\n{hosts}{switches}")).unwrap();
+    // A numbered position in an array of the switch's config_db has no state to compare.
+    let mut fleet = inv.fleet.clone();
+    if let Some(Ok(db)) = &mut fleet.switches[0].db {
+        db["QUEUE"]["Ethernet0|3"] = serde_json::json!(["not", "a", "table"]);
+    }
+    let plan = xirang_rollout::plan(&fleet, &p);
+    let why = &plan.skipped.iter().find(|s| s.name == "leaf1").unwrap().reason;
+    assert!(why.contains("is a position in an array of this config_db"), "{why}");
     let mut fleet = inv.fleet.clone();
     fleet.switches[0].tier = None;
     fleet.switches[1].host_cables = 0;
@@ -480,7 +488,7 @@ fn switch_patches_need_their_commands_and_fit_each_switch() {
     .unwrap();
     let e = load(&format!("[configuration]\ndir = \"tuned\"\n{hosts}{switches}")).unwrap_err();
     assert!(
-        e.contains("expected a table, key or field path, not an array position"),
+        e.contains("expected a table, key or field path, not an array's end"),
         "{e}"
     );
     std::fs::write(

@@ -896,6 +896,12 @@ esac
         ),
     )
     .unwrap();
+    // Stand-in for refreshing a host's snapshot: the host tree is the inventory's own.
+    std::fs::write(
+        dir.join("collect.sh"),
+        "#!/bin/sh\n# $1 host, $2 test bed.\necho \"$1 host collect\" >> \"$2/invocations\"\n",
+    )
+    .unwrap();
     let d = dir.display();
     let (soak, live_section) = match live {
         None => (0, String::new()),
@@ -947,6 +953,7 @@ rollback = "sh {d}/on-node.sh {{node}} {{nic}} {{netdev}} {{dir}} {d} rollback"
 switch_apply = "sh {d}/on-switch.sh {{node}} {{patch}} {{dir}} {d} apply"
 switch_rollback = "sh {d}/on-switch.sh {{node}} {{patch}} {{dir}} {d} rollback"
 switch_collect = "sh {d}/on-switch.sh {{node}} - - {d} collect"
+collect = "sh {d}/collect.sh {{node}} {d}"
 parallel = {parallel}
 {live_section}"#
         ),
@@ -1288,6 +1295,13 @@ fn a_helpful_configuration_is_promoted_through_every_wave() {
         nodes.iter().filter(|n| SWITCHES.contains(&n.1.as_str())).count(),
         2
     );
+    // A switch is read again through switch_collect, and its cabled hosts (whose ports'
+    // counters its soak reads) through collect, after its patch went on.
+    let log = std::fs::read_to_string(bed.dir.join("invocations")).unwrap();
+    let applied = log.find("leaf1 config_db apply").expect("leaf1 applied");
+    let after = &log[applied..];
+    assert!(after.contains("leaf1 config_db collect"), "{log}");
+    assert!(after.contains("h8 host collect"), "{log}");
 }
 
 /// Acceptance 2, the switch side: a configuration whose host knobs help but whose leaf
