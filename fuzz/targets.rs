@@ -203,31 +203,27 @@ pub(crate) fn rollout_inputs(data: &[u8]) {
     let _ = xirang_rollout::perftest::parse(text);
     // A switch patch, applied (all or nothing) to a small config_db, and the same text as
     // a config_db taking a fixed patch: the fingerprints of both must be computable.
-    let db_path = Path::new("leaf.json");
-    if let Ok(ops) = xirang_rollout::config::parse_patch(text, Path::new("sonic-leaf.patch.json")) {
-        let mut db = serde_json::json!({"QUEUE": {"Ethernet0|3": {"wred_profile": "A"}}, "WRED_PROFILE": {}});
-        let _ = xirang_rollout::config::apply_patch(&mut db, &ops);
+    let fingerprints = |ops: Vec<xirang_rollout::config::PatchOp>, db: &serde_json::Value| {
         let p = xirang_rollout::config::SwitchPatch {
             tier: "leaf".into(),
             file: "sonic-leaf.patch.json".into(),
             ops,
         };
-        let _ = xirang_rollout::config::switch_state(&p, &db);
-        let _ = xirang_rollout::config::switch_after(&p, &db);
+        let _ = xirang_rollout::config::switch_state(&p, db);
+        let _ = xirang_rollout::config::switch_after(&p, db);
+    };
+    if let Ok(ops) = xirang_rollout::config::parse_patch(text, Path::new("sonic-leaf.patch.json")) {
+        let mut db = serde_json::json!({"QUEUE": {"Ethernet0|3": {"wred_profile": "A"}}, "WRED_PROFILE": {}});
+        let _ = xirang_rollout::config::apply_patch(&mut db, &ops);
+        fingerprints(ops, &db);
     }
     if let Ok(db) = serde_json::from_str::<serde_json::Value>(text) {
         let ops = xirang_rollout::config::parse_patch(
             r#"[{"op": "add", "path": "/QUEUE/Ethernet0|3/wred_profile", "value": "X"}]"#,
-            db_path,
+            Path::new("leaf.json"),
         )
         .expect("a fixed patch");
-        let p = xirang_rollout::config::SwitchPatch {
-            tier: "leaf".into(),
-            file: "sonic-leaf.patch.json".into(),
-            ops,
-        };
-        let _ = xirang_rollout::config::switch_state(&p, &db);
-        let _ = xirang_rollout::config::switch_after(&p, &db);
+        fingerprints(ops, &db);
     }
 }
 

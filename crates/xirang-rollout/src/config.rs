@@ -151,6 +151,9 @@ pub fn ecn_values(ecn: &xirang_host::inventory::RoceEcn) -> BTreeMap<String, u64
 /// The rollout unit of a switch: its whole config_db.
 pub const SWITCH_UNIT: &str = "config_db";
 
+/// One JSON Patch operation (RFC 6902), as `parse_patch` reads them.
+pub type PatchOp = json_patch::PatchOperation;
+
 /// The tuner's switch patches, one file per tier.
 const PATCH_PREFIX: &str = "sonic-";
 const PATCH_SUFFIX: &str = ".patch.json";

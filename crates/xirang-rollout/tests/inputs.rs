@@ -453,7 +453,10 @@ fn switch_patches_need_their_commands_and_fit_each_switch() {
     }
     let plan = xirang_rollout::plan(&fleet, &p);
     let why = &plan.skipped.iter().find(|s| s.name == "leaf1").unwrap().reason;
-    assert!(why.contains("is a position in an array of this config_db"), "{why}");
+    assert!(
+        why.contains("is a position in an array of this config_db"),
+        "{why}"
+    );
     let mut fleet = inv.fleet.clone();
     fleet.switches[0].tier = None;
     fleet.switches[1].host_cables = 0;
