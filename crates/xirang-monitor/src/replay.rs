@@ -130,8 +130,9 @@ impl Replay {
 /// the monitoring agent serves it, a real Prometheus scrapes it.
 #[derive(Debug, Clone)]
 pub struct Live {
-    /// Answered requests by completion: (simulated ns, class, latency s).
-    requests: Vec<(u64, String, f64)>,
+    /// Answered requests by completion: (simulated ns, class, latency s, client host;
+    /// empty for a run written before requests named their client).
+    requests: Vec<(u64, String, f64, String)>,
     /// Finished collectives: (class, op, workload, seconds per iteration).
     collectives: Vec<(String, String, String, f64)>,
     rounds: Vec<(u64, Vec<CounterValue>)>,
@@ -239,20 +240,30 @@ impl Live {
             let err = || ReplayError {
                 path: path.to_string(),
                 message: format!(
-                    "line {}: expected `end_us,workload,class,latency_us`, found `{line}`",
+                    "line {}: expected `end_us,workload,class,latency_us,client`, found `{line}`",
                     i + 1
                 ),
             };
             let f: Vec<&str> = line.split(',').collect();
-            let [end, _, class, lat] = f[..] else {
-                return Err(err());
+            // Runs written before requests named their client have four columns.
+            let (end, class, lat, client) = match f[..] {
+                [end, _, class, lat] => (end, class, lat, ""),
+                [end, _, class, lat, client] => (end, class, lat, client),
+                _ => return Err(err()),
             };
             let end: f64 = end.parse().map_err(|_| err())?;
             let lat: f64 = lat.parse().map_err(|_| err())?;
             if !(end.is_finite() && end >= 0.0 && lat.is_finite() && lat >= 0.0) {
                 return Err(err());
             }
-            v.push(((end * 1e3).round() as u64, class.to_string(), lat * 1e-6));
+            // The client's host: the services' exporters label their series with it.
+            let host = client.split('/').next().unwrap_or_default();
+            v.push((
+                (end * 1e3).round() as u64,
+                class.to_string(),
+                lat * 1e-6,
+                host.to_string(),
+            ));
         }
         v.sort_by_key(|r| r.0);
         self.requests = v;
@@ -300,15 +311,20 @@ impl Live {
         let passes = sim_ns / self.period_ns;
         let within = sim_ns % self.period_ns;
         let done = self.requests.partition_point(|r| r.0 <= within);
-        let mut classes: Vec<&str> = self.requests.iter().map(|r| r.1.as_str()).collect();
-        classes.sort_unstable();
-        classes.dedup();
+        // One histogram per class and client host, as each host's service exports its own.
+        let mut groups: Vec<(&str, &str)> = self
+            .requests
+            .iter()
+            .map(|r| (r.1.as_str(), r.3.as_str()))
+            .collect();
+        groups.sort_unstable();
+        groups.dedup();
         let mut out = Vec::new();
-        for class in classes {
+        for (class, node) in groups {
             let count = |upto: usize, le: f64| {
                 self.requests[..upto]
                     .iter()
-                    .filter(|r| r.1 == class && r.2 <= le)
+                    .filter(|r| r.1 == class && r.3 == node && r.2 <= le)
                     .count() as u64
             };
             let all = self.requests.len();
@@ -323,17 +339,21 @@ impl Live {
                 out.push(crate::collect::Point {
                     metric: std::sync::Arc::new(xirang_telemetry::metric::Metric {
                         name: "xirang_service_request_seconds_bucket".into(),
-                        labels: vec![
-                            ("class", class.to_string()),
-                            (
+                        labels: {
+                            let mut l = vec![("class", class.to_string())];
+                            if !node.is_empty() {
+                                l.push(("node", node.to_string()));
+                            }
+                            l.push((
                                 "le",
                                 if le.is_infinite() {
                                     "+Inf".into()
                                 } else {
                                     format!("{le}")
                                 },
-                            ),
-                        ],
+                            ));
+                            l
+                        },
                         kind: xirang_telemetry::spec::Kind::Counter,
                         scale: 1.0,
                         help: "Requests answered within `le` seconds (the simulated run's, replayed).",

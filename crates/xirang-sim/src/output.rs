@@ -441,24 +441,35 @@ impl RunResult {
         serde_json::to_string_pretty(&rows).expect("serializable") + "\n"
     }
 
-    /// Answered requests as CSV, `end_us,workload,class,latency_us`, in order of
-    /// completion (what a service's latency histogram is made of).
+    /// Answered requests as CSV, `end_us,workload,class,latency_us,client`, in order of
+    /// completion (what a service's latency histogram is made of); `client` is the NIC
+    /// the request was sent from (`h6/mlx5_0`).
     pub fn requests_csv(&self) -> String {
-        let start_of: std::collections::HashMap<u64, Ps> =
-            self.flows.iter().map(|f| (f.id, f.start_ps)).collect();
-        let mut rows: Vec<(Ps, &RequestResult, Ps)> = self
+        let start_of: std::collections::HashMap<u64, (Ps, &str)> = self
+            .flows
+            .iter()
+            .map(|f| (f.id, (f.start_ps, f.src.as_str())))
+            .collect();
+        let mut rows: Vec<(Ps, &RequestResult, Ps, &str)> = self
             .requests
             .iter()
             .filter_map(|q| {
                 let lat = q.latency_ps?;
-                let start = *start_of.get(&q.request)?;
-                Some((start + lat, q, lat))
+                let (start, client) = *start_of.get(&q.request)?;
+                Some((start + lat, q, lat, client))
             })
             .collect();
         rows.sort_by_key(|r| r.0);
-        let mut s = String::from("end_us,workload,class,latency_us\n");
-        for (end, q, lat) in rows {
-            let _ = writeln!(s, "{},{},{},{}", us_f(end), q.workload, q.class, us_f(lat));
+        let mut s = String::from("end_us,workload,class,latency_us,client\n");
+        for (end, q, lat, client) in rows {
+            let _ = writeln!(
+                s,
+                "{},{},{},{},{client}",
+                us_f(end),
+                q.workload,
+                q.class,
+                us_f(lat)
+            );
         }
         s
     }
