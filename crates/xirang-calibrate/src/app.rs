@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 
 use xirang_diagnose::window::{Window, increase};
 
-use crate::counters::Figure;
+use crate::counters::{AppFigure, Figure};
 
 /// The buckets of the services' request-latency histogram.
 pub const REQUEST_BUCKETS: &str = "xirang_service_request_seconds_bucket";
@@ -127,8 +127,10 @@ pub fn figures(w: &Window) -> Vec<Figure> {
                 floor: LATENCY_FLOOR_S,
                 weight: 1.0,
                 metrics: vec![REQUEST_BUCKETS.to_string()],
-                histogram: Some((class, b.iter().map(|x| x.0).collect())),
-                collective: None,
+                app: Some(AppFigure::RequestP99 {
+                    class,
+                    les: b.iter().map(|x| x.0).collect(),
+                }),
             })
         })
         .collect()
@@ -170,8 +172,7 @@ pub fn collective_figures(w: &Window) -> Vec<Figure> {
             floor: LATENCY_FLOOR_S,
             weight: 1.0,
             metrics: vec![COLLECTIVE_SECONDS.to_string()],
-            histogram: None,
-            collective: Some(class),
+            app: Some(AppFigure::CollectiveTime { class }),
         })
         .collect()
 }
@@ -238,7 +239,12 @@ mod tests {
         assert!((m["training"] - 0.004).abs() < 1e-15);
         let f = collective_figures(&w);
         assert_eq!(f[0].name, "collective time (training)");
-        assert_eq!(f[0].collective.as_deref(), Some("training"));
+        assert_eq!(
+            f[0].app,
+            Some(AppFigure::CollectiveTime {
+                class: "training".into()
+            })
+        );
     }
 
     #[test]

@@ -123,13 +123,36 @@ pub struct Figure {
     pub weight: f64,
     /// The metrics it is computed from, as exported.
     pub metrics: Vec<String>,
-    /// For a quantile of a latency histogram: the class and the bucket bounds, so that
-    /// the simulated side counts its requests into the same buckets ([`crate::app`]).
+    /// An application figure: what the simulated side computes for it ([`crate::app`]).
+    /// `None` for a counter figure, which [`figures`] computes on both sides.
     #[serde(skip)]
-    pub histogram: Option<(String, Vec<f64>)>,
-    /// For a collective time: the class ([`crate::app`]).
-    #[serde(skip)]
-    pub collective: Option<String>,
+    pub app: Option<AppFigure>,
+}
+
+/// What an application figure is, for its simulated side.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AppFigure {
+    /// A class's request p99 through the observed histogram's bucket bounds.
+    RequestP99 {
+        /// Traffic class.
+        class: String,
+        /// The bucket bounds (`le`), the last `+Inf`.
+        les: Vec<f64>,
+    },
+    /// A class's collective time per iteration.
+    CollectiveTime {
+        /// Traffic class.
+        class: String,
+    },
+}
+
+impl AppFigure {
+    /// The traffic class it is about.
+    pub fn class(&self) -> &str {
+        match self {
+            AppFigure::RequestP99 { class, .. } | AppFigure::CollectiveTime { class } => class,
+        }
+    }
 }
 
 /// The fabric's tiers and capacities, as the figures need them.
@@ -288,8 +311,7 @@ pub fn figures(w: &Window, tiers: &Tiers, unknown: &mut Vec<String>) -> Vec<Figu
         floor: UTIL_FLOOR,
         weight: 1.0,
         metrics: vec![metric],
-        histogram: None,
-        collective: None,
+        app: None,
     };
     if tiers.nic_capacity > 0.0 {
         if per_prio_nic {
@@ -349,8 +371,7 @@ pub fn figures(w: &Window, tiers: &Tiers, unknown: &mut Vec<String>) -> Vec<Figu
                     m("SAI_QUEUE_STAT_WRED_ECN_MARKED_PACKETS"),
                     m("SAI_QUEUE_STAT_PACKETS"),
                 ],
-                histogram: None,
-                collective: None,
+                app: None,
             });
         }
     }
@@ -362,8 +383,7 @@ pub fn figures(w: &Window, tiers: &Tiers, unknown: &mut Vec<String>) -> Vec<Figu
             floor: CNP_RATE_FLOOR,
             weight: CONGESTION_WEIGHT,
             metrics: vec![m("np_cnp_sent")],
-            histogram: None,
-            collective: None,
+            app: None,
         });
     }
     if sums.seen(Role::NicPauseSeconds) && tiers.nic_ports > 0 {
@@ -374,8 +394,7 @@ pub fn figures(w: &Window, tiers: &Tiers, unknown: &mut Vec<String>) -> Vec<Figu
             floor: RATIO_FLOOR,
             weight: CONGESTION_WEIGHT,
             metrics: vec![m("tx_prio3_pause_duration")],
-            histogram: None,
-            collective: None,
+            app: None,
         });
     }
     for &tier in tiers.switch_capacity.keys() {
@@ -395,8 +414,7 @@ pub fn figures(w: &Window, tiers: &Tiers, unknown: &mut Vec<String>) -> Vec<Figu
                     m("SAI_PORT_STAT_PFC_3_TX_PKTS"),
                     m("SAI_PORT_STAT_IF_OUT_UCAST_PKTS"),
                 ],
-                histogram: None,
-                collective: None,
+                app: None,
             });
         }
     }

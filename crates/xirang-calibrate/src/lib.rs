@@ -192,17 +192,16 @@ fn evaluate(
         // Application figures the fleet exported, through the fleet's buckets (no
         // answered request: the highest bound, as the fleet's +Inf bucket would say).
         for o in observed {
-            if let Some((class, les)) = &o.histogram {
-                let v = app::simulated(&r, class, les)
-                    .unwrap_or_else(|| les.iter().copied().filter(|x| x.is_finite()).fold(0.0, f64::max));
-                let e = sums.entry(o.name.clone()).or_insert((o.clone(), 0.0));
-                e.1 += v;
-            }
-            if let Some(class) = &o.collective {
-                let v = app::simulated_collective(&r, class, l.scenario.run.end_us * 1e-6);
-                let e = sums.entry(o.name.clone()).or_insert((o.clone(), 0.0));
-                e.1 += v;
-            }
+            let v = match &o.app {
+                None => continue,
+                Some(counters::AppFigure::RequestP99 { class, les }) => app::simulated(&r, class, les)
+                    .unwrap_or_else(|| les.iter().copied().filter(|x| x.is_finite()).fold(0.0, f64::max)),
+                Some(counters::AppFigure::CollectiveTime { class }) => {
+                    app::simulated_collective(&r, class, l.scenario.run.end_us * 1e-6)
+                }
+            };
+            let e = sums.entry(o.name.clone()).or_insert((o.clone(), 0.0));
+            e.1 += v;
         }
     }
     let figures: Vec<Figure> = sums

@@ -119,26 +119,21 @@ pub(crate) fn run(a: &CalibrateArgs) -> Result<Outcome> {
     for f in app {
         // A collective time needs a collective of the class to compare with (every kind
         // of workload defaults to the training class); a request p99, any workload of it.
-        let fits = |class: &str| {
-            loaded.scenario.workloads.values().any(|w| {
-                w.class() == class
-                    && (f.collective.is_none()
-                        || matches!(w, xirang_fabric::workload::Workload::Collective(_)))
-            })
-        };
-        match f.histogram.as_ref().map(|h| &h.0).or(f.collective.as_ref()) {
-            Some(class) if !fits(class) => {
-                eprintln!(
-                    "warning: {}: the scenario has no {} of class `{class}`; left out",
-                    f.name,
-                    if f.collective.is_some() {
-                        "collective"
-                    } else {
-                        "workload"
-                    }
-                )
-            }
-            _ => observed.push(f),
+        let Some(a) = &f.app else { continue };
+        let collective = matches!(a, xirang_calibrate::counters::AppFigure::CollectiveTime { .. });
+        let fits = loaded.scenario.workloads.values().any(|w| {
+            w.class() == a.class()
+                && (!collective || matches!(w, xirang_fabric::workload::Workload::Collective(_)))
+        });
+        if fits {
+            observed.push(f);
+        } else {
+            eprintln!(
+                "warning: {}: the scenario has no {} of class `{}`; left out",
+                f.name,
+                if collective { "collective" } else { "workload" },
+                a.class()
+            )
         }
     }
     if !unknown.is_empty() {
