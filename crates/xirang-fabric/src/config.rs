@@ -553,6 +553,27 @@ impl DcqcnParams {
     }
 }
 
+/// A NIC's own DCQCN knobs, as mlx5 firmware holds them: one parameter set per port
+/// (`/sys/class/net/IF/ecn/roce_rp/*`, `roce_np/*`) and per priority whether the NIC
+/// rate-limits its QPs with it (`roce_rp/enable/P`, the reaction point) and whether it
+/// answers ECN-marked packets with CNPs (`roce_np/enable/P`, the notification point).
+/// It replaces the class's settings for QPs of classes running DCQCN or no congestion
+/// control; classes running TIMELY, HPCC or DCTCP keep theirs (those are not the
+/// firmware's knobs).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NicCongestion {
+    /// The port's DCQCN parameters.
+    #[serde(default)]
+    pub dcqcn: DcqcnParams,
+    /// Priorities whose QPs this NIC sends under DCQCN (`roce_rp/enable/P = 1`).
+    #[serde(default)]
+    pub rp_priorities: Vec<u8>,
+    /// Priorities on which this NIC sends CNPs for marked packets (`roce_np/enable/P = 1`).
+    #[serde(default)]
+    pub np_priorities: Vec<u8>,
+}
+
 /// TIMELY parameters. Defaults: the paper values and the HPCC simulator's, as listed in
 /// docs/reference/congestion-control.md §2, with the 100 Gbit/s additive step of the
 /// reference runs (docs/reference/reference-scenarios.md).

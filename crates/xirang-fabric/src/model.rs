@@ -189,6 +189,11 @@ pub struct Nic {
     pub pcie: PcieLink,
     /// Network ports.
     pub ports: Vec<NicPort>,
+    /// The NIC's own DCQCN knobs when they differ from its traffic classes' (as read
+    /// from a host's mlx5 sysfs, or a scenario's `[[overrides]]`); `None`: its QPs take
+    /// their class's settings.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub congestion: Option<crate::config::NicCongestion>,
 }
 
 /// A port of a switch.
@@ -198,6 +203,10 @@ pub struct SwitchPort {
     pub mtu_bytes: u32,
     /// The link plugged into this port, if any.
     pub link: Option<LinkId>,
+    /// The port's own ECN marking profile (its lossless queue's SONiC `WRED_PROFILE`, or
+    /// a scenario's `[[overrides]]`); `None`: its tier's (`[config.ecn]`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ecn: Option<crate::config::RedProfile>,
 }
 
 /// A switch.

@@ -247,6 +247,9 @@ fn is_default_tune(t: &crate::tune::TuneSpec) -> bool {
     *t == crate::tune::TuneSpec::default()
 }
 
+/// Largest 802.1p priority: the PCP field of an 802.1Q tag has 3 bits.
+const MAX_PRIORITY: u8 = 7;
+
 /// A deviation of one element from the configuration.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -265,6 +268,13 @@ pub struct Override {
     /// Rate of the link plugged into the port.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub link_rate_gbps: Option<f64>,
+    /// The NIC's own DCQCN knobs (a NIC target only: `host/nic`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub congestion: Option<crate::config::NicCongestion>,
+    /// The port's own ECN marking profile, replacing its tier's (switch targets only). The
+    /// simulator marks every priority of a port with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ecn: Option<crate::config::RedProfile>,
 }
 
 /// Run settings.
@@ -643,6 +653,13 @@ impl Scenario {
                 );
                 continue;
             }
+            if let Some(red) = &o.ecn {
+                let before = d.error_count();
+                red.validate(&at.key("ecn"), d);
+                if d.error_count() > before {
+                    continue;
+                }
+            }
             // A bare switch name targets all of its ports.
             let targets: Vec<crate::model::PortRef> = match fabric.switch_by_name(&o.target) {
                 Some(sw) if !o.target.contains(':') => (0..fabric.switches[sw.index()].ports.len())
@@ -702,13 +719,36 @@ impl Scenario {
                         if let Some(pcie) = o.pcie {
                             fabric.nics[n.index()].pcie = pcie;
                         }
+                        if o.ecn.is_some() {
+                            d.error(
+                                &at.key("target"),
+                                format!("`{}` is a NIC; `ecn` applies to switch ports", o.target),
+                            );
+                        }
+                        if let Some(c) = &o.congestion {
+                            let bad = c
+                                .rp_priorities
+                                .iter()
+                                .chain(&c.np_priorities)
+                                .find(|&&p| p > MAX_PRIORITY);
+                            match bad {
+                                Some(p) => d.error(
+                                    &at.key("congestion"),
+                                    format!("expected priorities 0 to {MAX_PRIORITY}, found {p}"),
+                                ),
+                                None => fabric.nics[n.index()].congestion = Some(c.clone()),
+                            }
+                        }
                     }
-                    Node::Switch(_) => {
-                        if o.firmware.is_some() || o.pcie.is_some() {
+                    Node::Switch(s) => {
+                        if let Some(red) = o.ecn {
+                            fabric.switches[s.index()].ports[p.port as usize].ecn = Some(red);
+                        }
+                        if o.firmware.is_some() || o.pcie.is_some() || o.congestion.is_some() {
                             d.error(
                                 &at.key("target"),
                                 format!(
-                                    "`{}` is a switch port; `firmware` and `pcie` apply to NICs",
+                                    "`{}` is a switch port; `firmware`, `pcie` and `congestion` apply to NICs",
                                     o.target
                                 ),
                             );
@@ -1952,6 +1992,8 @@ pub fn mtu_overrides(fabric: &Fabric, config: &FabricConfig) -> Vec<Override> {
             firmware: None,
             pcie: None,
             link_rate_gbps: None,
+            congestion: None,
+            ecn: None,
         })
     };
     for (ni, n) in fabric.nics.iter().enumerate() {

@@ -516,6 +516,7 @@ impl<'c> Builder<'c> {
                 firmware: t.nic_firmware.clone(),
                 pcie_switch: (j * n_pcie / devices) as usize,
                 pcie: t.nic_pcie,
+                congestion: None,
                 ports: vec![
                     NicPort {
                         speed_gbps: port_gbps,
@@ -548,6 +549,7 @@ impl<'c> Builder<'c> {
                 SwitchPort {
                     mtu_bytes: self.config.mtu.switch_bytes,
                     link: None,
+                    ecn: None,
                 };
                 ports
             ],
@@ -1306,6 +1308,7 @@ fn explicit(b: &mut Builder<'_>, s: &ExplicitTopology, at: &KeyPath, diags: &mut
                 firmware: n.firmware.clone(),
                 pcie_switch: sw,
                 pcie: n.pcie,
+                congestion: None,
                 ports: vec![
                     NicPort {
                         speed_gbps: n.speed_gbps,

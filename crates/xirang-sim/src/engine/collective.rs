@@ -221,7 +221,7 @@ impl<Q: Queue> Sim<Q> {
             let (src, dst) = plan.ends[i];
             let first = self.conn_specs.len() as u32;
             for &ports in &plan.ports[i] {
-                let spec = self.qp_spec(&class, routes[r], routes[r + 1], ports);
+                let spec = self.qp_spec(&class, class.prio, (src, dst), routes[r], routes[r + 1], ports);
                 r += 2;
                 self.conn_specs.push(spec);
             }

@@ -269,17 +269,48 @@ impl<Q: Queue> Sim<Q> {
         plan
     }
 
-    /// A QP's fixed parts from its routes.
+    /// The DCQCN knobs of NIC `nic` when it has its own.
+    fn nic_congestion(&self, nic: NicId) -> Option<&xirang_fabric::config::NicCongestion> {
+        self.nic_congestion
+            .binary_search_by_key(&nic.0, |(i, _)| *i)
+            .ok()
+            .map(|k| &self.nic_congestion[k].1)
+    }
+
+    /// A QP's fixed parts from its class, priority, ends (sender, receiver) and routes.
     pub(crate) fn qp_spec(
         &mut self,
         class: &ClassRt,
+        prio: u8,
+        ends: (NicId, NicId),
         route: RouteId,
         ack_route: RouteId,
         ports: (u16, u16),
     ) -> QpSpec {
         let src_port = self.routes.first(route);
         let line_bps = self.ports[src_port].rate.bps;
+        let firmware_cc = matches!(class.cc, CcAlgorithm::Dcqcn | CcAlgorithm::None);
         let (cc, cnp_interval) = match class.cc {
+            // A NIC with its own knobs decides as mlx5 firmware does: the sender's
+            // `roce_rp/enable/P` whether the QP runs DCQCN (with the sender's parameters),
+            // the receiver's `roce_np/enable/P` whether marks are answered with CNPs (at
+            // the receiver's `min_time_between_cnps`).
+            _ if firmware_cc && !self.nic_congestion.is_empty() => {
+                let class_dcqcn = (class.cc == CcAlgorithm::Dcqcn).then_some(class.dcqcn);
+                let rp = match self.nic_congestion(ends.0) {
+                    Some(c) => c.rp_priorities.contains(&prio).then_some(c.dcqcn),
+                    None => class_dcqcn,
+                };
+                let np = match self.nic_congestion(ends.1) {
+                    Some(c) => c.np_priorities.contains(&prio).then_some(c.dcqcn),
+                    None => class_dcqcn,
+                };
+                let cc = match rp {
+                    Some(p) => CcParams::Dcqcn(intern(&mut self.dcqcn, Dcqcn::new(&p, line_bps))),
+                    None => CcParams::None,
+                };
+                (cc, np.map(|p| Dcqcn::new(&p, line_bps).cnp_interval))
+            }
             CcAlgorithm::None => (CcParams::None, None),
             CcAlgorithm::Dcqcn => {
                 let idx = intern(&mut self.dcqcn, Dcqcn::new(&class.dcqcn, line_bps));
@@ -483,6 +514,8 @@ impl<Q: Queue> Sim<Q> {
                 };
                 let spec = self.qp_spec(
                     &class,
+                    prio,
+                    (d.src, d.dst),
                     routes[2 * qp_at],
                     routes[2 * qp_at + 1],
                     plan.ports[qp_at],

@@ -282,6 +282,9 @@ pub struct Sim<Q: Queue = EventQueue> {
     /// QPs that gave up after their retries.
     pub(crate) qps_failed: u64,
     pub(crate) classes: Vec<ClassRt>,
+    /// The NICs with their own DCQCN knobs (`Nic::congestion`), by NIC index, sorted:
+    /// few or none, so a fabric of many NICs pays nothing for them.
+    pub(crate) nic_congestion: Vec<(u32, xirang_fabric::config::NicCongestion)>,
     pub(crate) dcqcn: Vec<Dcqcn>,
     pub(crate) timely: Vec<Timely>,
     pub(crate) hpcc: Vec<Hpcc>,
@@ -374,9 +377,12 @@ impl<Q: Queue> Sim<Q> {
                     xirang_fabric::config::default_headroom_bytes(l.rate_gbps, l.delay_ns)
                 });
                 let red = match end.node {
-                    Node::Switch(s) => config
-                        .ecn
-                        .profile_at(fabric.switches[s.index()].tier, l.rate_gbps),
+                    Node::Switch(s) => {
+                        let sw = &fabric.switches[s.index()];
+                        sw.ports[end.port as usize]
+                            .ecn
+                            .unwrap_or_else(|| config.ecn.profile_at(sw.tier, l.rate_gbps))
+                    }
                     Node::Nic(_) => RedProfile {
                         enabled: false,
                         ..RedProfile::default()
@@ -559,6 +565,12 @@ impl<Q: Queue> Sim<Q> {
             stray_packets: 0,
             qps_failed: 0,
             classes,
+            nic_congestion: fabric
+                .nics
+                .iter()
+                .enumerate()
+                .filter_map(|(i, n)| n.congestion.clone().map(|c| (i as u32, c)))
+                .collect(),
             dcqcn: Vec::new(),
             timely: Vec::new(),
             hpcc: Vec::new(),
