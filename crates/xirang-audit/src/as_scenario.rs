@@ -4,17 +4,21 @@
 //!
 //! What is read, not assumed: hosts, their GPUs and NICs with PCIe links and firmware,
 //! PCIe switches (the bridge each device hangs under, with its NUMA node as socket), NIC
-//! port speeds, switch ports, the cabling, and MTUs (as overrides). What the inventory
-//! cannot tell (GPU model names, cable lengths) is filled with the PCI id and the
-//! scenario default delay.
+//! port speeds, switch ports, the cabling, and MTUs (as overrides); and the knobs the
+//! simulator runs on (as overrides too, [`knob_overrides`]): each NIC's DCQCN settings
+//! and each switch port's ECN profile. What the inventory cannot tell (GPU model names,
+//! cable lengths) is filled with the PCI id and the scenario default delay.
 
 use std::collections::BTreeMap;
 
+use xirang_fabric::config::{DcqcnParams, NicCongestion, RedProfile};
 use xirang_fabric::model::{PcieLink, Tier};
+use xirang_fabric::scenario::Override;
 use xirang_fabric::topology::{
     ExplicitTopology, GpuSpec, HostSpec, LinkSpec, NicSpec, PcieSwitchSpec, SwitchSpec,
 };
-use xirang_host::inventory::{PciFunction, PciRole};
+use xirang_host::inventory::{PciFunction, PciRole, RoceEcn};
+use xirang_switch::sonic::{ConfigDb, WredProfile};
 
 use crate::cluster::Cluster;
 
@@ -107,15 +111,7 @@ pub fn to_scenario(c: &Cluster, name: &str) -> (ExplicitTopology, String) {
     // Switch ports: EthernetN in index order, so port numbers follow the front panel.
     let mut port_index: BTreeMap<(String, String), u16> = BTreeMap::new();
     for sw in &c.switches {
-        let mut names: Vec<&String> = sw.db.ports.keys().collect();
-        names.sort_by_key(|n| {
-            (
-                n.trim_start_matches(|ch: char| !ch.is_ascii_digit())
-                    .parse::<u64>()
-                    .unwrap_or(u64::MAX),
-                (*n).clone(),
-            )
-        });
+        let names = port_names(&sw.db);
         for (i, n) in names.iter().enumerate() {
             port_index.insert(
                 (sw.name.clone(), (*n).clone()),
@@ -220,7 +216,168 @@ pub fn to_scenario(c: &Cluster, name: &str) -> (ExplicitTopology, String) {
             toml_str(&target)
         ));
     }
+    let knobs = knob_overrides(c);
+    if !knobs.is_empty() {
+        text.push_str(
+            "\n# Each NIC's DCQCN knobs (mlx5 sysfs) and each switch port's ECN profile (the\n# WRED profile of its RoCE queue), as the simulator runs them.\n",
+        );
+        let mut doc = toml::Table::new();
+        doc.insert(
+            "overrides".into(),
+            toml::Value::try_from(&knobs).unwrap_or(toml::Value::Array(Vec::new())),
+        );
+        text.push_str(&toml::to_string(&doc).unwrap_or_default());
+    }
     (topo, text)
+}
+
+/// A switch's ports in front-panel order (EthernetN by N): index i is port i of the
+/// model's switch.
+fn port_names(db: &ConfigDb) -> Vec<&String> {
+    let mut names: Vec<&String> = db.ports.keys().collect();
+    names.sort_by_key(|n| {
+        (
+            n.trim_start_matches(|ch: char| !ch.is_ascii_digit())
+                .parse::<u64>()
+                .unwrap_or(u64::MAX),
+            (*n).clone(),
+        )
+    });
+    names
+}
+
+/// The knobs of an inventory as scenario overrides, what a simulation of the cluster as
+/// it is configured now needs: each RDMA NIC's DCQCN knobs as its interface's mlx5
+/// sysfs shows them ([`nic_congestion`]; a NIC without `ecn/` keeps its class's), and
+/// each switch port's ECN profile, the WRED profile of the queue its RoCE priority
+/// (the policy's `roce_priority`) maps to ([`red_profile`]; a queue without one marks
+/// nothing). The simulator marks every priority of a port with that one profile.
+pub fn knob_overrides(c: &Cluster) -> Vec<Override> {
+    let blank = |target: String| Override {
+        target,
+        mtu_bytes: None,
+        firmware: None,
+        pcie: None,
+        link_rate_gbps: None,
+        congestion: None,
+        ecn: None,
+    };
+    let mut out = Vec::new();
+    for h in &c.hosts {
+        for d in &h.rdma {
+            if let Some(ecn) = h.netdev_of(d).and_then(|n| n.ecn.as_ref()) {
+                out.push(Override {
+                    congestion: Some(nic_congestion(ecn)),
+                    ..blank(format!("{}/{}", h.hostname, d.name))
+                });
+            }
+        }
+    }
+    let prio = c.policy.roce_priority;
+    for sw in &c.switches {
+        for (i, port) in port_names(&sw.db).into_iter().enumerate() {
+            let queue = sw.db.queue_of_tc(port, prio).unwrap_or(prio);
+            out.push(Override {
+                ecn: Some(red_profile(sw.db.wred_of_queue(port, queue))),
+                ..blank(format!("{}:{i}", sw.name))
+            });
+        }
+    }
+    out
+}
+
+/// A NIC's DCQCN knobs from its mlx5 sysfs (`ecn/roce_rp/*`, `ecn/roce_np/*`), in the
+/// model's units: the inverse of what `xirang tune` renders into `mlx5-congestion.sh`
+/// (docs/reference/congestion-control.md §1.5 for names, units and defaults). A knob
+/// the NIC does not show keeps the firmware default; a priority whose enable is
+/// unreadable counts as off.
+pub fn nic_congestion(ecn: &RoceEcn) -> NicCongestion {
+    let mut p = DcqcnParams::default();
+    let rp = |k: &str| ecn.rp.get(k).copied();
+    // Times and rates are whole µs and Mbit/s in sysfs.
+    let f = |v: u64| v as f64;
+    let u = |v: u64| u32::try_from(v).unwrap_or(u32::MAX);
+    if let Some(v) = rp("rpg_time_reset") {
+        p.rpg_time_reset_us = f(v);
+    }
+    if let Some(v) = rp("rpg_byte_reset") {
+        // The firmware counts the byte counter in 64-byte units (§1.5, partly unconfirmed).
+        p.rpg_byte_reset_bytes = v.saturating_mul(64);
+    }
+    if let Some(v) = rp("rpg_threshold") {
+        p.rpg_threshold = u(v);
+    }
+    if let Some(v) = rp("rpg_ai_rate") {
+        p.rpg_ai_rate_mbps = f(v);
+    }
+    if let Some(v) = rp("rpg_hai_rate") {
+        p.rpg_hai_rate_mbps = f(v);
+    }
+    if let Some(v) = rp("rpg_max_rate") {
+        p.rpg_max_rate_mbps = f(v);
+    }
+    if let Some(v) = rp("rpg_min_rate") {
+        p.rpg_min_rate_mbps = f(v);
+    }
+    if let Some(v) = rp("rpg_gd") {
+        p.rpg_gd = u(v);
+    }
+    if let Some(v) = rp("rpg_min_dec_fac") {
+        p.rpg_min_dec_fac_pct = u(v);
+    }
+    if let Some(v) = rp("dce_tcp_g") {
+        p.dce_tcp_g = u(v);
+    }
+    if let Some(v) = rp("dce_tcp_rtt") {
+        p.dce_tcp_rtt_us = f(v);
+    }
+    if let Some(v) = rp("rate_reduce_monitor_period") {
+        p.rate_reduce_monitor_period_us = f(v);
+    }
+    if let Some(v) = rp("initial_alpha_value") {
+        p.initial_alpha_value = u(v);
+    }
+    if let Some(v) = rp("rate_to_set_on_first_cnp") {
+        p.rate_to_set_on_first_cnp_mbps = f(v);
+    }
+    if let Some(v) = rp("clamp_tgt_rate") {
+        p.clamp_tgt_rate = v != 0;
+    }
+    if let Some(v) = rp("clamp_tgt_rate_after_time_inc") {
+        p.clamp_tgt_rate_after_time_inc = v != 0;
+    }
+    if let Some(&v) = ecn.np.get("min_time_between_cnps") {
+        p.min_time_between_cnps_us = f(v);
+    }
+    let on = |en: &[Option<bool>; 8]| (0u8..8).filter(|&i| en[usize::from(i)] == Some(true)).collect();
+    NicCongestion {
+        dcqcn: p,
+        rp_priorities: on(&ecn.rp_enable),
+        np_priorities: on(&ecn.np_enable),
+    }
+}
+
+/// A queue's ECN marking in the model's terms, from its SONiC WRED profile (green, the
+/// colour RoCE traffic carries): thresholds in bytes, Pmax from the drop probability in
+/// percent; no profile, or one that does not mark green, marks nothing.
+pub fn red_profile(w: Option<&WredProfile>) -> RedProfile {
+    let off = RedProfile {
+        enabled: false,
+        ..RedProfile::default()
+    };
+    let Some(w) = w.filter(|w| w.marks_ecn_green()) else {
+        return off;
+    };
+    let (Some(kmin), Some(kmax)) = (w.green_min_bytes, w.green_max_bytes) else {
+        return off;
+    };
+    RedProfile {
+        enabled: true,
+        kmin_bytes: kmin.min(kmax),
+        kmax_bytes: kmax,
+        // Percent to a probability.
+        pmax: f64::from(w.green_drop_probability_pct.unwrap_or(100).min(100)) / 100.0,
+    }
 }
 
 fn toml_str(s: &str) -> String {

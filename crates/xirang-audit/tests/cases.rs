@@ -357,6 +357,34 @@ fn inventory_converts_into_a_loadable_fabric() {
             .iter()
             .all(|s| s.ports.iter().all(|p| p.mtu_bytes == 9100))
     );
+    // And the knobs as the hosts and switches hold them: MLNX_OFED's DCQCN with its
+    // first-CNP rate and clamp, on the RoCE priority 3 only; the leaves' AZURE_LOSSLESS
+    // WRED profile on the cabled ports' queue 3.
+    for n in &fab.nics {
+        let c = n.congestion.as_ref().expect("every NIC shows its ecn/ knobs");
+        assert_eq!(
+            (c.rp_priorities.as_slice(), c.np_priorities.as_slice()),
+            (&[3][..], &[3][..])
+        );
+        assert_eq!(c.dcqcn.rate_to_set_on_first_cnp_mbps, 10.0);
+        assert!(c.dcqcn.clamp_tgt_rate);
+        assert_eq!(c.dcqcn.rpg_byte_reset_bytes, 32767 * 64);
+        let mut d = c.dcqcn;
+        d.rate_to_set_on_first_cnp_mbps = 0.0;
+        d.clamp_tgt_rate = false;
+        assert_eq!(
+            d,
+            xirang_fabric::config::DcqcnParams::default(),
+            "the rest at the defaults"
+        );
+    }
+    let leaf1 = &fab.switches[fab.switch_by_name("leaf1").unwrap().index()];
+    let red = leaf1.ports[0].ecn.expect("a cabled port's profile");
+    assert!(red.enabled);
+    assert_eq!(
+        (red.kmin_bytes, red.kmax_bytes, red.pmax),
+        (2_000_000, 10_000_000, 0.05)
+    );
 }
 
 /// A RoCE LAG host becomes one NIC with a port per bond member in the fabric model, each
