@@ -85,7 +85,12 @@ pub fn load(dir: &Path) -> Result<Replay, ReplayError> {
     };
     let (text, path, with_time) = SimOut::open(dir).and_then(|s| s.counters()).map_err(fail)?;
     let p = path.display().to_string();
-    let rows = parse_rows(&text, &p, with_time)?;
+    Ok(from_rows(parse_rows(&text, &p, with_time)?))
+}
+
+/// The rounds of a run's counter rows ([`parse_rows`]): every counter carried forward
+/// from its last change.
+pub fn from_rows(rows: Vec<(u64, CounterValue)>) -> Replay {
     // Carry every counter forward: the series lists only changes.
     let mut current: BTreeMap<(String, String), u64> = BTreeMap::new();
     let mut by_time: BTreeMap<u64, Vec<CounterValue>> = BTreeMap::new();
@@ -107,7 +112,7 @@ pub fn load(dir: &Path) -> Result<Replay, ReplayError> {
             .collect();
         replay.rounds.push((t, values));
     }
-    Ok(replay)
+    replay
 }
 
 impl Replay {
@@ -130,8 +135,9 @@ impl Replay {
 /// the monitoring agent serves it, a real Prometheus scrapes it.
 #[derive(Debug, Clone)]
 pub struct Live {
-    /// Answered requests by completion: (simulated ns, class, latency s, client host;
-    /// empty for a run written before requests named their client).
+    /// Answered requests by completion: (simulated ns, class, latency s, serving host;
+    /// the client's for a run written before requests named their server, empty before
+    /// they named their client).
     requests: Vec<(u64, String, f64, String)>,
     /// Finished collectives: (class, op, workload, seconds per iteration).
     collectives: Vec<(String, String, String, f64)>,
@@ -147,6 +153,9 @@ pub struct Live {
 const FIRST_BUCKET_S: f64 = 10e-6;
 /// See [`FIRST_BUCKET_S`].
 const REQUEST_BUCKETS: u32 = 15;
+
+/// The help text of the replayed latency histogram.
+const REQUESTS_HELP: &str = "Requests answered within `le` seconds (the simulated run's, replayed).";
 
 /// The training jobs' collective time gauge (README's metric contract).
 pub const COLLECTIVE_SECONDS: &str = "xirang_job_collective_seconds";
@@ -190,10 +199,7 @@ impl Live {
             .collect();
         names.sort();
         names.dedup();
-        let gauge = names
-            .iter()
-            .map(|(_, n)| xirang_telemetry::spec::spec(n).kind == xirang_telemetry::spec::Kind::Gauge)
-            .collect();
+        let gauge = names.iter().map(|(_, n)| is_gauge(n)).collect();
         let rounds = replay
             .rounds
             .into_iter()
@@ -240,15 +246,17 @@ impl Live {
             let err = || ReplayError {
                 path: path.to_string(),
                 message: format!(
-                    "line {}: expected `end_us,workload,class,latency_us,client`, found `{line}`",
+                    "line {}: expected `end_us,workload,class,latency_us,client,server`, found `{line}`",
                     i + 1
                 ),
             };
             let f: Vec<&str> = line.split(',').collect();
-            // Runs written before requests named their client have four columns.
-            let (end, class, lat, client) = match f[..] {
+            // Runs written before requests named their server label by client host, and
+            // before they named their client not at all.
+            let (end, class, lat, host_of) = match f[..] {
                 [end, _, class, lat] => (end, class, lat, ""),
                 [end, _, class, lat, client] => (end, class, lat, client),
+                [end, _, class, lat, _, server] => (end, class, lat, server),
                 _ => return Err(err()),
             };
             let end: f64 = end.parse().map_err(|_| err())?;
@@ -256,8 +264,8 @@ impl Live {
             if !(end.is_finite() && end >= 0.0 && lat.is_finite() && lat >= 0.0) {
                 return Err(err());
             }
-            // The client's host: the services' exporters label their series with it.
-            let host = client.split('/').next().unwrap_or_default();
+            // The serving host: each host's service exports the requests it answered.
+            let host = host_of.split('/').next().unwrap_or_default();
             v.push((
                 (end * 1e3).round() as u64,
                 class.to_string(),
@@ -311,7 +319,7 @@ impl Live {
         let passes = sim_ns / self.period_ns;
         let within = sim_ns % self.period_ns;
         let done = self.requests.partition_point(|r| r.0 <= within);
-        // One histogram per class and client host, as each host's service exports its own.
+        // One histogram per class and serving host, as each host's service exports its own.
         let mut groups: Vec<(&str, &str)> = self
             .requests
             .iter()
@@ -356,7 +364,7 @@ impl Live {
                         },
                         kind: xirang_telemetry::spec::Kind::Counter,
                         scale: 1.0,
-                        help: "Requests answered within `le` seconds (the simulated run's, replayed).",
+                        help: REQUESTS_HELP,
                     }),
                     value: n.saturating_mul(self.dilation) as f64,
                 });
@@ -394,6 +402,119 @@ impl Live {
             })
             .collect()
     }
+}
+
+/// A live replay whose run is replaced while it is served: the digital twin simulated
+/// again after its configuration changed. Counters and histogram buckets carry on from
+/// what was served when the run changed, as a fleet's counters do across a
+/// configuration change; levels (gauges) are the new run's. A counter the new run
+/// lacks keeps its last value.
+#[derive(Debug)]
+pub struct Spliced {
+    live: Live,
+    /// Wall ns (since serving began) at which `live` took over.
+    since_ns: u64,
+    /// Counter totals served at the takeover.
+    base: BTreeMap<(String, String), u64>,
+    /// Bucket counts served at the takeover, by series name and labels.
+    base_points: BTreeMap<SeriesKey, f64>,
+}
+
+/// A series: metric name and labels.
+type SeriesKey = (String, Vec<(&'static str, String)>);
+
+impl Spliced {
+    /// Serves `live` from wall time 0.
+    pub fn new(live: Live) -> Spliced {
+        Spliced {
+            live,
+            since_ns: 0,
+            base: BTreeMap::new(),
+            base_points: BTreeMap::new(),
+        }
+    }
+
+    /// Serves `next` from `wall_ns` on, its counters added to what was served then.
+    pub fn replace(&mut self, next: Live, wall_ns: u64) {
+        let at = wall_ns.max(self.since_ns);
+        let (values, points) = self.at(at);
+        self.base = values
+            .into_iter()
+            .filter(|c| !is_gauge(&c.name))
+            .map(|c| ((c.entity, c.name), c.value))
+            .collect();
+        self.base_points = points
+            .into_iter()
+            .filter(|p| p.metric.kind == xirang_telemetry::spec::Kind::Counter)
+            .map(|p| ((p.metric.name.clone(), p.metric.labels.clone()), p.value))
+            .collect();
+        self.live = next;
+        self.since_ns = at;
+    }
+
+    /// The counters and application points `wall_ns` after serving began.
+    pub fn at(&self, wall_ns: u64) -> (Vec<CounterValue>, Vec<crate::collect::Point>) {
+        let t = wall_ns.saturating_sub(self.since_ns);
+        let mut seen = std::collections::BTreeSet::new();
+        let mut values: Vec<CounterValue> = self
+            .live
+            .values_at(t)
+            .into_iter()
+            .map(|mut c| {
+                let key = (c.entity.clone(), c.name.clone());
+                if let Some(b) = self.base.get(&key) {
+                    c.value = c.value.saturating_add(*b);
+                }
+                seen.insert(key);
+                c
+            })
+            .collect();
+        values.extend(
+            self.base
+                .iter()
+                .filter(|(k, _)| !seen.contains(*k))
+                .map(|((e, n), v)| CounterValue {
+                    entity: e.clone(),
+                    name: n.clone(),
+                    value: *v,
+                }),
+        );
+        let mut seen = std::collections::BTreeSet::new();
+        let mut points: Vec<crate::collect::Point> = self
+            .live
+            .app_points(t)
+            .into_iter()
+            .map(|mut p| {
+                let key = (p.metric.name.clone(), p.metric.labels.clone());
+                if p.metric.kind == xirang_telemetry::spec::Kind::Counter
+                    && let Some(b) = self.base_points.get(&key)
+                {
+                    p.value += b;
+                }
+                seen.insert(key);
+                p
+            })
+            .collect();
+        for ((name, labels), v) in &self.base_points {
+            if !seen.contains(&(name.clone(), labels.clone())) {
+                points.push(crate::collect::Point {
+                    metric: std::sync::Arc::new(xirang_telemetry::metric::Metric {
+                        name: name.clone(),
+                        labels: labels.clone(),
+                        kind: xirang_telemetry::spec::Kind::Counter,
+                        scale: 1.0,
+                        help: REQUESTS_HELP,
+                    }),
+                    value: *v,
+                });
+            }
+        }
+        (values, points)
+    }
+}
+
+fn is_gauge(name: &str) -> bool {
+    xirang_telemetry::spec::spec(name).kind == xirang_telemetry::spec::Kind::Gauge
 }
 
 /// The finished collectives of a run's `summary.json` (`summary.collectives`): (class,

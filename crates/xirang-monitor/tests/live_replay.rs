@@ -77,3 +77,61 @@ fn bad_dilations_and_empty_runs_are_refused() {
     );
     assert!(Live::new(one, &[], 10, 10).is_ok());
 }
+
+fn run(words_at_2us: u64, requests: &str) -> Live {
+    let replay = Replay {
+        rounds: vec![
+            (1_000, vec![cv("h0/mlx5_0/1", "port_xmit_data", words_at_2us / 2)]),
+            (2_000, vec![cv("h0/mlx5_0/1", "port_xmit_data", words_at_2us)]),
+        ],
+    };
+    Live::new(replay, &[], 4_000, 1)
+        .unwrap()
+        .with_requests(requests, "requests.csv")
+        .unwrap()
+}
+
+fn bucket(points: &[xirang_monitor::collect::Point], node: &str, le: &str) -> f64 {
+    points
+        .iter()
+        .find(|p| {
+            p.metric.name == "xirang_service_request_seconds_bucket"
+                && p.metric.labels.contains(&("node", node.to_string()))
+                && p.metric.labels.contains(&("le", le.to_string()))
+        })
+        .map_or(f64::NAN, |p| p.value)
+}
+
+#[test]
+fn a_replaced_run_carries_the_counters_on() {
+    use xirang_monitor::replay::Spliced;
+    // Requests labelled by the host that answered them.
+    let a = run(
+        3_000,
+        "end_us,workload,class,latency_us,client,server\n1.5,s,inference,50,h1/mlx5_0,h5/mlx5_0\n",
+    );
+    let b = run(
+        1_000,
+        "end_us,workload,class,latency_us,client,server\n1.5,s,inference,500,h1/mlx5_0,h6/mlx5_0\n",
+    );
+    let mut s = Spliced::new(a);
+    // 1.25 passes of the first run: 3,000 words and its request, then the second pass's
+    // sample at 1 µs (1,500 words) and not yet its request (at 1.5 µs).
+    let (before, pb) = s.at(5_000);
+    assert_eq!(value(&before, "port_xmit_data"), 4_500);
+    assert_eq!(bucket(&pb, "h5", "+Inf"), 1.0);
+    s.replace(b, 5_000);
+    let (now, pn) = s.at(5_000);
+    assert_eq!(value(&now, "port_xmit_data"), 4_500, "no jump at the change");
+    assert_eq!(bucket(&pn, "h5", "+Inf"), 1.0, "a series the new run lacks stays");
+    // One pass of the new run later: its 1,000 words and its one request on.
+    let (later, pl) = s.at(9_000);
+    assert_eq!(value(&later, "port_xmit_data"), 5_500);
+    assert_eq!(bucket(&pl, "h6", "+Inf"), 1.0);
+    assert_eq!(
+        bucket(&pl, "h6", "0.00032"),
+        0.0,
+        "500 µs is above the 320 µs bucket"
+    );
+    assert_eq!(bucket(&pl, "h5", "+Inf"), 1.0);
+}

@@ -441,30 +441,30 @@ impl RunResult {
         serde_json::to_string_pretty(&rows).expect("serializable") + "\n"
     }
 
-    /// Answered requests as CSV, `end_us,workload,class,latency_us,client`, in order of
-    /// completion (what a service's latency histogram is made of); `client` is the NIC
-    /// the request was sent from (`h6/mlx5_0`).
+    /// Answered requests as CSV, `end_us,workload,class,latency_us,client,server`, in
+    /// order of completion (what a service's latency histogram is made of); `client` is
+    /// the NIC the request was sent from (`h6/mlx5_0`), `server` the one that answered it.
     pub fn requests_csv(&self) -> String {
-        let start_of: std::collections::HashMap<u64, (Ps, &str)> = self
+        let ends_of: std::collections::HashMap<u64, (Ps, &str, &str)> = self
             .flows
             .iter()
-            .map(|f| (f.id, (f.start_ps, f.src.as_str())))
+            .map(|f| (f.id, (f.start_ps, f.src.as_str(), f.dst.as_str())))
             .collect();
-        let mut rows: Vec<(Ps, &RequestResult, Ps, &str)> = self
+        let mut rows: Vec<(Ps, &RequestResult, Ps, &str, &str)> = self
             .requests
             .iter()
             .filter_map(|q| {
                 let lat = q.latency_ps?;
-                let (start, client) = *start_of.get(&q.request)?;
-                Some((start + lat, q, lat, client))
+                let (start, client, server) = *ends_of.get(&q.request)?;
+                Some((start + lat, q, lat, client, server))
             })
             .collect();
         rows.sort_by_key(|r| r.0);
-        let mut s = String::from("end_us,workload,class,latency_us,client\n");
-        for (end, q, lat, client) in rows {
+        let mut s = String::from("end_us,workload,class,latency_us,client,server\n");
+        for (end, q, lat, client, server) in rows {
             let _ = writeln!(
                 s,
-                "{},{},{},{},{client}",
+                "{},{},{},{},{client},{server}",
                 us_f(end),
                 q.workload,
                 q.class,

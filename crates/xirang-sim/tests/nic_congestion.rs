@@ -198,7 +198,10 @@ fn a_port_profile_replaces_its_tiers() {
 
 #[test]
 fn overrides_are_checked_at_load() {
-    let err = |extra: &str| load(&incast("dcqcn", extra)).err().expect("refused");
+    let err = |extra: &str| match load(&incast("dcqcn", extra)) {
+        Ok(_) => panic!("accepted: {extra}"),
+        Err(e) => e,
+    };
     let e = err(&congestion("h0/mlx5_0", "9", "", ""));
     assert!(
         e.contains("overrides[0].congestion") && e.contains("found 9"),
@@ -210,4 +213,65 @@ fn overrides_are_checked_at_load() {
     assert!(e.contains("`ecn` applies to switch ports"), "{e}");
     let e = err("[[overrides]]\ntarget = \"leaf0\"\necn = { kmin_bytes = 9_000, kmax_bytes = 1_000 }\n");
     assert!(e.contains("overrides[0].ecn.kmin_bytes"), "{e}");
+}
+
+#[test]
+fn per_nic_knobs_give_the_same_bytes_on_any_partition_count() {
+    // Two leaves under a spine, senders on both, each NIC with its own knobs: the
+    // partitions (one per leaf and the spine) each decide their QPs' DCQCN from the
+    // same NICs' settings.
+    let text = r#"
+[topology.leaf_spine]
+leaves = 2
+spines = 1
+hosts_per_leaf = 2
+host_rate_gbps = 100
+fabric_rate_gbps = 100
+link_delay_ns = 1000
+
+[topology.leaf_spine.host]
+gpus = 0
+nics = 1
+
+[config.ecn.leaf]
+kmin_bytes = 20_000
+kmax_bytes = 200_000
+pmax = 0.2
+
+[config.classes.training]
+priority = 3
+cc = "none"
+
+[workloads.w.flows]
+list = [
+    { src = "h0", dst = "h3", bytes = 2_000_000 },
+    { src = "h1", dst = "h3", bytes = 2_000_000 },
+    { src = "h2", dst = "h3", bytes = 2_000_000 },
+]
+
+[[overrides]]
+target = "h0/mlx5_0"
+congestion = { rp_priorities = [3], np_priorities = [3], dcqcn = { rpg_max_rate_mbps = 40000.0 } }
+
+[[overrides]]
+target = "h2/mlx5_0"
+congestion = { rp_priorities = [3], np_priorities = [3] }
+
+[[overrides]]
+target = "h3/mlx5_0"
+congestion = { rp_priorities = [], np_priorities = [3], dcqcn = { min_time_between_cnps_us = 50.0 } }
+
+[[overrides]]
+target = "leaf1:1"
+ecn = { kmin_bytes = 5_000, kmax_bytes = 50_000, pmax = 0.5 }
+"#;
+    let l = load(text).unwrap_or_else(|e| panic!("{e}"));
+    let opts = options(&l);
+    let serial = simulate(&l, &opts, &mut |_| {});
+    assert!(total(&serial, "rp_cnp_handled") > 0 && total(&serial, "rp_cnp_ignored") > 0);
+    for parts in [2, 3] {
+        let (par, _) = xirang_sim::parallel::simulate_threads(&l, &opts, parts, 2, &mut |_| {});
+        assert_eq!(par.counters_csv(), serial.counters_csv(), "{parts} partitions");
+        assert_eq!(par.fct_hpcc(), serial.fct_hpcc(), "{parts} partitions");
+    }
 }

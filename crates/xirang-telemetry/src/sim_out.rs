@@ -31,7 +31,8 @@ pub const QUEUES: &str = "queues.csv";
 /// Sampled counters, changes only: `time_us,entity,counter,value` (sampled runs only).
 pub const COUNTERS_SERIES: &str = "counters_series.csv";
 
-/// Answered requests: `end_us,workload,class,latency_us,client`, in order of completion.
+/// Answered requests: `end_us,workload,class,latency_us,client,server`, in order of
+/// completion.
 pub const REQUESTS: &str = "requests.csv";
 
 /// Every file a run writes: a directory holding anything else is not a previous run's.
