@@ -1502,7 +1502,15 @@ impl<'a, D: Driver> Executor<'a, D> {
                     continue;
                 }
             };
-            let r = live::compare(m.better, m.tolerance, &a, &b, l.alpha, l.min_samples);
+            let r = live::compare_with(
+                m.better,
+                m.tolerance,
+                m.absolute_tolerance,
+                &a,
+                &b,
+                l.alpha,
+                l.min_samples,
+            );
             let evidence = vec![
                 format!(
                     "prometheus {} canaries {}: {qa} ({window}): {} samples, median {}",
@@ -1519,11 +1527,16 @@ impl<'a, D: Driver> Executor<'a, D> {
                     sig(r.as_ref().map_or(f64::NAN, |c| c.control_median))
                 ),
             ];
-            let margin = format!(
-                "{}{:.1} %",
-                if m.better == live::Better::Lower { "+" } else { "-" },
-                m.tolerance * 100.0
-            );
+            let sign = if m.better == live::Better::Lower { "+" } else { "-" };
+            let margin = if m.absolute_tolerance > 0.0 {
+                format!(
+                    "{sign}{:.1} % {sign}{}",
+                    m.tolerance * 100.0,
+                    sig(m.absolute_tolerance)
+                )
+            } else {
+                format!("{sign}{:.1} %", m.tolerance * 100.0)
+            };
             let (passed, summary) = match r {
                 Err(e) => {
                     failed = true;

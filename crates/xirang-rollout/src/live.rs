@@ -81,6 +81,21 @@ pub fn compare(
     alpha: f64,
     min_samples: usize,
 ) -> Result<Comparison, NoSamples> {
+    compare_with(better, tolerance, 0.0, canary, control, alpha, min_samples)
+}
+
+/// [`compare`] with an absolute margin too, in the metric's unit, added to the relative
+/// one: what lets a ratio that is 0 on both sides (no ECN marks on either) pass, which a
+/// relative margin of 0 cannot show.
+pub fn compare_with(
+    better: Better,
+    tolerance: f64,
+    absolute: f64,
+    canary: &[f64],
+    control: &[f64],
+    alpha: f64,
+    min_samples: usize,
+) -> Result<Comparison, NoSamples> {
     let canary: Vec<f64> = canary.iter().copied().filter(|x| x.is_finite()).collect();
     let control: Vec<f64> = control.iter().copied().filter(|x| x.is_finite()).collect();
     if canary.is_empty() {
@@ -96,7 +111,12 @@ pub fn compare(
         Better::Higher => (-1.0, 1.0 - tolerance.max(0.0)),
     };
     let a: Vec<f64> = canary.iter().map(|x| sign * x).collect();
-    let b: Vec<f64> = control.iter().map(|x| sign * x * edge).collect();
+    let absolute = if absolute.is_finite() {
+        absolute.max(0.0)
+    } else {
+        0.0
+    };
+    let b: Vec<f64> = control.iter().map(|x| sign * x * edge + absolute).collect();
     let (p_worse, p_no_worse) = mann_whitney_one_sided(&a, &b);
     let enough = canary.len() >= min_samples && control.len() >= min_samples;
     let verdict = if !enough {
@@ -218,6 +238,27 @@ mod tests {
     const SCIPY_LESS: f64 = 0.997_711_038_821_157_2;
     const SCIPY_TIES_GREATER: f64 = 0.941_237_565_951_680_4;
     const SCIPY_TIES_LESS: f64 = 0.089_856_247_439_499_88;
+
+    #[test]
+    fn an_absolute_margin_passes_zeros_on_both_sides() {
+        let zeros = [0.0; 12];
+        let c = compare(Better::Lower, 0.05, &zeros, &zeros, 0.05, 8).unwrap();
+        assert_eq!(
+            c.verdict,
+            Verdict::Longer,
+            "a relative margin cannot tell 0 from 0"
+        );
+        let c = compare_with(Better::Lower, 0.05, 0.001, &zeros, &zeros, 0.05, 8).unwrap();
+        assert_eq!(c.verdict, Verdict::Pass);
+        // A canary marking every packet fails against a control marking none.
+        let c = compare_with(Better::Lower, 0.05, 0.001, &[0.9; 12], &zeros, 0.05, 8).unwrap();
+        assert_eq!(c.verdict, Verdict::Fail);
+        // For a higher-is-better metric the margin is taken off the control.
+        let c = compare_with(Better::Higher, 0.0, 1.0, &[99.5; 12], &[100.0; 12], 0.05, 8).unwrap();
+        assert_eq!(c.verdict, Verdict::Pass);
+        let c = compare_with(Better::Higher, 0.0, 1.0, &[98.0; 12], &[100.0; 12], 0.05, 8).unwrap();
+        assert_eq!(c.verdict, Verdict::Fail);
+    }
 
     fn series(base: f64, spread: f64, n: usize) -> Vec<f64> {
         // A deterministic spread around `base`.

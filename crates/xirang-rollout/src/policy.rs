@@ -215,6 +215,11 @@ pub struct LiveMetric {
     /// Relative margin the canaries may be worse by (the tuner's guardrail: 0.01 = 1 %).
     #[serde(default)]
     pub tolerance: f64,
+    /// Absolute margin the canaries may be worse by, in the metric's unit, on top of the
+    /// relative one: for a ratio that can be 0 on both sides (ECN marks, pauses, drops),
+    /// where no relative margin shows the canaries no worse. Default 0.
+    #[serde(default)]
+    pub absolute_tolerance: f64,
     /// Which waves it judges: the hosts' (`{nodes}` host names) or the switches' of a
     /// configuration's switch side (`{nodes}` switch names).
     #[serde(default)]
@@ -509,6 +514,12 @@ impl LiveGates {
                 return Err(format!(
                     "gates.live.metrics[{i}].tolerance: expected a share in [0, 1), found {}",
                     m.tolerance
+                ));
+            }
+            if !(m.absolute_tolerance.is_finite() && m.absolute_tolerance >= 0.0) {
+                return Err(format!(
+                    "gates.live.metrics[{i}].absolute_tolerance: expected a finite amount >= 0, found {}",
+                    m.absolute_tolerance
                 ));
             }
             if m.name.trim().is_empty() {

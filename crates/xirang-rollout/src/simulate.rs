@@ -120,6 +120,7 @@ pub fn default_policy(spec: &SimSpec) -> Policy {
                     query: "histogram_quantile(0.99, sum by (le) (rate(request_duration_seconds_bucket{node=~\"{nodes}\"}[1m])))".into(),
                     better: crate::live::Better::Lower,
                     tolerance: 0.02,
+                    absolute_tolerance: 0.0,
                     scope: crate::policy::Scope::Hosts,
                 }],
             }),
