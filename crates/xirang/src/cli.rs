@@ -323,6 +323,7 @@ pub(crate) struct RolloutSimArgs {
 /// `xirang monitor`.
 #[derive(Debug, Args)]
 #[command(args_conflicts_with_subcommands = true)]
+#[command(group(clap::ArgGroup::new("served_run").args(["live", "twin"]).multiple(true)))]
 pub(crate) struct MonitorArgs {
     #[command(subcommand)]
     pub(crate) command: Option<MonitorCmd>,
@@ -385,8 +386,20 @@ pub(crate) struct MonitorArgs {
     /// With --live: play the run this many times slower than simulated and multiply
     /// every counter by the same factor, so every rate is the simulated one (a run of
     /// 2 ms at 1000 lasts 2 s per pass).
-    #[arg(long, default_value_t = 1000, requires = "live", value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    #[arg(long, default_value_t = 1000, requires = "served_run", value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     pub(crate) dilation: u64,
+    /// Serve the simulator's run of this scenario as a live fleet (as --replay --live
+    /// does) with the knobs the --inventory's hosts and switches hold (each NIC's DCQCN
+    /// settings, each switch port's ECN profile), simulated again whenever they change:
+    /// the digital twin a configuration rollout's live gates read. The scenario's
+    /// topology names the inventory's hosts, NICs and switches (`xirang audit
+    /// --emit-scenario` writes it).
+    #[arg(long, requires = "inventory", conflicts_with_all = ["root", "once", "replay", "json"])]
+    pub(crate) twin: Option<PathBuf>,
+    /// With --twin: the inventory directory (hosts/, switches/, policy.toml) whose knobs
+    /// the twin runs on, read again every second.
+    #[arg(long, requires = "twin")]
+    pub(crate) inventory: Option<PathBuf>,
     /// With --once or --replay: print JSON instead of the exposition text.
     #[arg(long)]
     pub(crate) json: bool,

@@ -20,6 +20,7 @@ mod plan;
 mod rollout;
 mod sim;
 mod tune;
+mod twin;
 
 use std::io::Write;
 use std::process::ExitCode;

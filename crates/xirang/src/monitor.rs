@@ -1,6 +1,6 @@
 //! `xirang monitor` and `xirang monitor query`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail};
@@ -72,12 +72,25 @@ pub(crate) fn run(a: &MonitorArgs) -> Result<Outcome> {
         return replay_dir(dir, a, rules, retention);
     }
     let root = a.root.clone().unwrap_or_else(|| PathBuf::from("/"));
-    let (collector, what) = match &a.replay {
-        Some(dir) => (
+    let (collector, what) = match (&a.replay, &a.twin) {
+        (_, Some(scenario)) => (
+            crate::twin::collector(crate::twin::Twin {
+                scenario: scenario.clone(),
+                inventory: a.inventory.clone().unwrap_or_default(),
+                dilation: a.dilation,
+            })?,
+            format!(
+                "the twin {} on the knobs of {} (live, x{})",
+                scenario.display(),
+                a.inventory.as_deref().unwrap_or(Path::new("")).display(),
+                a.dilation
+            ),
+        ),
+        (Some(dir), None) => (
             live_replay(dir, a.dilation)?,
             format!("the run in {} (live replay, x{})", dir.display(), a.dilation),
         ),
-        None => {
+        (None, None) => {
             anyhow::ensure!(root.is_dir(), "--root {}: expected a directory", root.display());
             let live = a.root.is_none();
             let mut collector = Collector::new(

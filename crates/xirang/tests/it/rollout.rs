@@ -906,26 +906,27 @@ esac
     let (soak, live_section) = match live {
         None => (0, String::new()),
         Some(port) => (
-            12,
+            TWIN_SOAK_S,
             format!(
                 r#"
 [gates.live]
 prometheus = "http://127.0.0.1:{port}"
 step_s = 1
 min_samples = 8
-max_extensions = 0
+max_extensions = 2
 
 [[gates.live.metrics]]
-name = "inference p99"
-query = 'avg(app_request_p99_seconds{{node=~"{{nodes}}"}})'
+name = "inference median latency"
+query = 'histogram_quantile(0.5, sum by (le) (rate(xirang_service_request_seconds_bucket{{class="inference",node=~"{{nodes}}"}}[3s])))'
 better = "lower"
-tolerance = 0.02
+tolerance = 0.05
 
 [[gates.live.metrics]]
 name = "ECN-marked share"
-query = 'avg(switch_ecn_marked_ratio{{switch=~"{{nodes}}"}})'
+query = 'sum(rate(xirang_switch_queue_wred_ecn_marked_packets_total{{switch=~"{{nodes}}",queue="3"}}[3s])) / sum(rate(xirang_switch_queue_packets_total{{switch=~"{{nodes}}",queue="3"}}[3s]))'
 better = "lower"
 tolerance = 0.05
+absolute_tolerance = 0.001
 scope = "switches"
 "#
             ),
@@ -1007,28 +1008,26 @@ fn patch_of(config: &str) -> Value {
     }
 }
 
-/// The tuned script with `roce_rp rpg_ai_rate 1` (additive increase at its floor) and
-/// `roce_np min_time_between_cnps 0` (a CNP per marked packet): a configuration no tune
-/// recommends, which the stand-in exporter makes slower.
+/// The tuned script with `roce_rp rpg_max_rate 25000`: every DCQCN QP capped at
+/// 25 Gbit/s on 100 Gbit/s ports (a 25G NIC's profile copied over), which the twin says
+/// more than doubles the inference requests' median latency (VALIDATION.md,
+/// "Configuration rollouts on the twin").
 fn worse_script() -> String {
     let tuned = std::fs::read_to_string(
         root().join("crates/xirang-rollout/test_data/config/tuned/mlx5-congestion.sh"),
     )
     .unwrap();
-    let worse = tuned
-        .replace("roce_rp rpg_ai_rate 5\n", "roce_rp rpg_ai_rate 1\n")
-        .replace(
-            "roce_np min_time_between_cnps 4\n",
-            "roce_np min_time_between_cnps 0\n",
-        );
-    for knob in ["roce_rp rpg_ai_rate 5\n", "roce_np min_time_between_cnps 4\n"] {
-        assert!(
-            tuned.contains(knob),
-            "the tuned script's {knob} moved: update the test"
-        );
-    }
-    worse
+    assert!(
+        tuned.contains(UNCAPPED),
+        "the tuned script's {UNCAPPED} moved: update the test"
+    );
+    tuned.replace(UNCAPPED, CAPPED)
 }
+
+/// The tuner's rate cap knob (none) and a 25G profile's.
+const UNCAPPED: &str = "roce_rp rpg_max_rate 0\n";
+/// See [`UNCAPPED`].
+const CAPPED: &str = "roce_rp rpg_max_rate 25000\n";
 
 /// `dir file value` of a configuration's KNOBS block.
 fn knobs(config: &str) -> Vec<(String, String, String)> {
@@ -1152,141 +1151,188 @@ fn a_configuration_rollout_survives_crashes_without_applying_twice() {
     }
 }
 
-/// Serves `app_request_p99_seconds{node}` from each node's knobs: 100 µs on MLNX_OFED's
-/// defaults, 95 µs on `tuned/` (rate_to_set_on_first_cnp 0, the tuner's change), 150 µs
-/// on `worse/` (rpg_ai_rate 1); and `switch_ecn_marked_ratio{switch}` from each leaf's
-/// config_db: 2 % on the fixture's AZURE_LOSSLESS profile, 1 % on the tuned profile,
-/// 30 % on `worse-switch/`'s (a 1 KB minimum threshold). Each with a 1 % wobble per
-/// scrape. The values are the test's stand-in for the services' and switches'
-/// exporters, not simulated. Returns its port.
-fn config_exporter(bed: &Bed) -> u16 {
-    let dir = bed.dir.clone();
-    serve_metrics(move |i| {
-        let wobble = |k: usize| 1.0 + 0.01 * (((i * 7 + k * 3) % 5) as f64 - 2.0) / 2.0;
-        let mut body = String::from("# TYPE app_request_p99_seconds gauge\n");
-        for h in 1..=8 {
-            let knob = |f: &str| {
-                std::fs::read_to_string(
-                    dir.join(format!("inv/hosts/h{h}/sys/class/net/ens1np0/ecn/roce_rp/{f}")),
-                )
-                .unwrap_or_default()
-                .trim()
-                .to_string()
-            };
-            let base = if knob("rpg_ai_rate") == "1" {
-                150e-6
-            } else if knob("rate_to_set_on_first_cnp") == "0" {
-                95e-6
-            } else {
-                100e-6
-            };
-            body.push_str(&format!(
-                "app_request_p99_seconds{{node=\"h{h}\"}} {:e}\n",
-                base * wobble(h)
-            ));
-        }
-        body.push_str("# TYPE switch_ecn_marked_ratio gauge\n");
-        for (k, sw) in SWITCHES.iter().enumerate() {
-            let db: Value = std::fs::read_to_string(dir.join(format!("inv/switches/{sw}.json")))
-                .ok()
-                .and_then(|t| serde_json::from_str(&t).ok())
-                .unwrap_or_default();
-            let profile = db
-                .pointer("/QUEUE/Ethernet0|3/wred_profile")
-                .and_then(Value::as_str);
-            let kmin: u64 = profile
-                .and_then(|p| db["WRED_PROFILE"][p]["green_min_threshold"].as_str())
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(0);
-            let base = match profile {
-                Some("XIRANG_LEAF") if kmin < 10_000 => 0.30,
-                Some("XIRANG_LEAF") => 0.01,
-                _ => 0.02,
-            };
-            body.push_str(&format!(
-                "switch_ecn_marked_ratio{{switch=\"{sw}\"}} {:e}\n",
-                base * wobble(10 + k)
-            ));
-        }
-        body
-    })
-}
+/// Soak of a wave in the twin tests: long enough for the twin to see a change (a poll
+/// or two, a simulation of 40 ms) and for 8 samples after it.
+const TWIN_SOAK_S: u32 = 15;
 
-/// A bed whose policy gates on a real Prometheus scraping the stand-in exporter.
-fn config_bed_live(config: &str) -> (Bed, crate::monitor::Guard) {
-    // The bed's directory is needed by the exporter and the policy by the bed: make the
-    // bed, start the exporter and Prometheus on it, then rewrite its policy.
+/// A bed whose policy gates on a real Prometheus scraping the simulator playing the
+/// fleet: `xirang monitor --twin` runs `crates/xirang-rollout/test_data/twin/fleet-twin.toml`
+/// (the fixture cluster's fabric and a workload) with the knobs the bed's hosts and
+/// switches hold at each moment, simulated again whenever a rollout step changes them.
+/// With `capped`, every NIC starts with the 25G profile's rate cap (the tuner's
+/// configuration then lifts it).
+fn config_bed_live(config: &str, capped: bool) -> (Bed, crate::monitor::Guard, crate::monitor::Guard) {
+    // The policy needs Prometheus's port, Prometheus the twin's, the twin the bed's
+    // inventory: make the bed, start the twin and Prometheus on it, then rewrite its
+    // policy.
     let bed = config_bed(4, config, Some(1));
-    let app = config_exporter(&bed);
-    let (prom, port) = crate::monitor::start_prometheus(crate::monitor::prometheus_binary(), &bed.dir, app);
+    if capped {
+        for h in 1..=8 {
+            for (_, nd) in NETDEVS {
+                std::fs::write(
+                    bed.dir.join(format!(
+                        "inv/hosts/h{h}/sys/class/net/{nd}/ecn/roce_rp/rpg_max_rate"
+                    )),
+                    "25000\n",
+                )
+                .unwrap();
+            }
+        }
+    }
+    let port = crate::monitor::free_port();
+    let twin = crate::monitor::Guard(
+        Command::new(env!("CARGO_BIN_EXE_xirang"))
+            .args([
+                "monitor",
+                "--twin",
+                root()
+                    .join("crates/xirang-rollout/test_data/twin/fleet-twin.toml")
+                    .to_str()
+                    .unwrap(),
+                "--inventory",
+                bed.dir.join("inv").to_str().unwrap(),
+                "--dilation",
+                "100",
+                "--interval",
+                "1s",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(bed.dir.join("twin.log")).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    crate::monitor::wait_for(&format!("http://127.0.0.1:{port}/metrics"), "the twin");
+    let (prom, prom_port) =
+        crate::monitor::start_prometheus(crate::monitor::prometheus_binary(), &bed.dir, port);
     crate::monitor::wait_stored(
-        &format!("http://127.0.0.1:{port}"),
-        "app_request_p99_seconds",
-        2,
+        &format!("http://127.0.0.1:{prom_port}"),
+        "xirang_service_request_seconds_bucket",
+        4,
         Duration::from_secs(120),
     );
-    bed.policy_set("http://127.0.0.1:1\"", &format!("http://127.0.0.1:{port}\""));
-    (bed, prom)
+    bed.policy_set("http://127.0.0.1:1\"", &format!("http://127.0.0.1:{prom_port}\""));
+    (bed, twin, prom)
+}
+
+/// The canaries' and the control's medians from a gate's summary (`canaries median X
+/// (N samples) against control Y (N)`).
+fn summary_medians(text: &str) -> (f64, f64) {
+    let after = |key: &str| {
+        text.split(key)
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("no `{key}` in:\n{text}"))
+    };
+    (after("canaries median "), after("against control "))
+}
+
+/// The canaries' and the control's medians of a gate, from the status's evidence lines
+/// (`... canaries NODES: QUERY (WINDOW): N samples, median X`).
+fn medians(status: &str, gate_query_part: &str) -> (f64, f64) {
+    let pick = |group: &str| {
+        status
+            .lines()
+            .map(str::trim)
+            .find(|l| {
+                l.starts_with("prometheus ")
+                    && l.contains(&format!(" {group} "))
+                    && l.contains(gate_query_part)
+            })
+            .and_then(|l| l.rsplit("median ").next())
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("no {group} median for {gate_query_part} in:\n{status}"))
+    };
+    (pick("canaries"), pick("control"))
+}
+
+/// The twin's histogram query of the inference gate for a group, as the status shows it.
+fn latency_query(nodes: &str) -> String {
+    format!(r#"xirang_service_request_seconds_bucket{{class="inference",node=~"{nodes}"}}"#)
 }
 
 /// Acceptance 2 of the closed-loop issue, the halt: a configuration that makes the
-/// inference class slower is halted at the canary wave by the live gate, with the
-/// queries and values; the rollback restores every knob it changed, as re-reading the
-/// sysfs tree shows, and no switch's config_db was touched.
+/// inference class slower (a 25 Gbit/s rate cap) is halted at the canary wave by the live
+/// gate, on what the simulator playing the fleet says: the canary's answers take longer
+/// than its control's, with the queries and values; the rollback restores every knob it
+/// changed, as re-reading the sysfs tree shows, and no switch's config_db was touched.
 #[test]
 fn a_worse_configuration_is_halted_at_the_canary_and_rolled_back() {
-    let (bed, _prom) = config_bed_live("worse");
+    let (bed, _twin, _prom) = config_bed_live("worse", false);
     let before = knob_files(&bed);
     let nodes = planned(&bed.plan());
     let canary = &nodes[0].1;
     bed.start();
     let o = bed.run(&["advance", "--execute"]);
-    assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stderr));
+    let twin_log = std::fs::read_to_string(bed.dir.join("twin.log")).unwrap_or_default();
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}\ntwin: {twin_log}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     assert!(bed.runs(canary, "worse"));
-    let o = bed.run(&["status"]);
-    let text = String::from_utf8_lossy(&o.stdout);
-    assert!(text.contains("HALTED (gate"), "{text}");
-    assert!(text.contains("failed the live inference p99 gate"), "{text}");
-    assert!(text.contains("worse than the control +2.0 %"), "{text}");
     assert!(
-        text.contains(&format!("avg(app_request_p99_seconds{{node=~\"{canary}\"}})")),
+        twin_log.contains("simulated again"),
+        "the twin saw the change: {twin_log}"
+    );
+    let o = bed.run(&["status"]);
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(text.contains("HALTED (gate"), "{text}");
+    assert!(
+        text.contains("failed the live inference median latency gate"),
         "{text}"
     );
-    assert!(text.contains("median 1.5"), "{text}");
-    assert!(text.contains("median 1.0"), "{text}");
+    assert!(text.contains("worse than the control +5.0 %"), "{text}");
+    assert!(text.contains(&latency_query(canary)), "{text}");
+    // The simulated answers: the canary's median well above its control's.
+    let (canary_s, control_s) = medians(&text, "inference");
+    assert!(canary_s > 1.3 * control_s, "{canary_s} vs {control_s}\n{text}");
     // Only the canary was touched.
     assert_eq!(bed.applies().len(), 2, "{:?}", bed.applies());
     bed.ok(&["rollback", "--execute"]);
     assert_eq!(knob_files(&bed), before, "every knob back as it was");
 }
 
-/// Acceptance 2, the promotion: a configuration that helps passes every wave's live
-/// gate against its control group and ends on every node.
+/// Acceptance 2, the promotion: on a fleet still capped at 25 Gbit/s per QP, the tuned
+/// configuration (no cap) makes each wave's answers faster than its control's in the
+/// twin, passes every wave's live gates and ends on every node; the leaves' patch
+/// leaves their marking share where the other leaf's is.
 #[test]
 fn a_helpful_configuration_is_promoted_through_every_wave() {
-    let (bed, _prom) = config_bed_live("tuned");
+    let (bed, _twin, _prom) = config_bed_live("tuned", true);
     let nodes = planned(&bed.plan());
     let waves = nodes.iter().map(|x| x.0).max().unwrap();
+    let mut first_medians = None;
     bed.start();
     for w in 1..=waves {
         let o = bed.run(&["advance", "--execute"]);
         let err = String::from_utf8_lossy(&o.stderr);
-        assert_eq!(o.status.code(), Some(0), "wave {w}: {err}");
+        let twin = std::fs::read_to_string(bed.dir.join("twin.log")).unwrap_or_default();
+        assert_eq!(o.status.code(), Some(0), "wave {w}: {err}\ntwin: {twin}");
         // Hosts, then the leaf canary and the other leaf.
         let want = if w < waves - 2 {
-            "gate live inference p99 passed: canaries median 9."
+            "gate live inference median latency passed: canaries median"
         } else if w == waves - 2 {
-            "gate live inference p99 passed: not compared"
+            "gate live inference median latency passed: not compared"
         } else if w == waves - 1 {
-            "gate live ECN-marked share passed: canaries median 0.01"
+            "gate live ECN-marked share passed: canaries median"
         } else {
             "gate live ECN-marked share passed: not compared"
         };
         assert!(err.contains(want), "wave {w}: {err}");
         if w >= waves - 1 {
-            assert!(!err.contains("inference p99"), "wave {w}: {err}");
+            assert!(!err.contains("inference median"), "wave {w}: {err}");
+        }
+        if w == 1 {
+            first_medians = Some(summary_medians(&err));
         }
     }
+    // The first wave's canary, uncapped, answered faster than its capped control.
+    let (canary_s, control_s) = first_medians.expect("wave 1 compared");
+    assert!(canary_s < 0.8 * control_s, "{canary_s} vs {control_s}");
     assert_eq!(bed.status()["completed"], true);
     for (_, n, _) in &nodes {
         assert!(bed.runs(n, "tuned"), "{n}");
@@ -1304,14 +1350,14 @@ fn a_helpful_configuration_is_promoted_through_every_wave() {
     assert!(after.contains("h8 host collect"), "{log}");
 }
 
-/// Acceptance 2, the switch side: a configuration whose host knobs help but whose leaf
-/// patch makes the switches mark nearly every packet goes through every host wave, is
-/// halted at the leaf canary by the switch-scoped live gate (citing the query against
-/// the other leaf), and the rollback restores every switch's config_db byte for byte
-/// and every host's knobs.
+/// Acceptance 2, the switch side: a configuration whose host knobs are the tuner's but
+/// whose leaf patch marks above 1 KB with certainty goes through every host wave, is
+/// halted at the leaf canary by the switch-scoped live gate (the twin's leaf1 marks a
+/// share of its packets, leaf2 none; both queries cited), and the rollback restores
+/// every switch's config_db byte for byte and every host's knobs.
 #[test]
 fn a_worse_switch_patch_is_halted_at_the_leaf_canary_and_rolled_back() {
-    let (bed, _prom) = config_bed_live("worse-switch");
+    let (bed, _twin, _prom) = config_bed_live("worse-switch", false);
     let before = knob_files(&bed);
     let nodes = planned(&bed.plan());
     let waves = nodes.iter().map(|x| x.0).max().unwrap();
@@ -1319,10 +1365,11 @@ fn a_worse_switch_patch_is_halted_at_the_leaf_canary_and_rolled_back() {
     for w in 1..waves {
         let o = bed.run(&["advance", "--execute"]);
         let err = String::from_utf8_lossy(&o.stderr);
+        let twin = std::fs::read_to_string(bed.dir.join("twin.log")).unwrap_or_default();
         if w < waves - 1 {
-            assert_eq!(o.status.code(), Some(0), "wave {w}: {err}");
+            assert_eq!(o.status.code(), Some(0), "wave {w}: {err}\ntwin: {twin}");
         } else {
-            assert_eq!(o.status.code(), Some(1), "wave {w}: {err}");
+            assert_eq!(o.status.code(), Some(1), "wave {w}: {err}\ntwin: {twin}");
         }
     }
     assert!(bed.runs("leaf1", "worse-switch"));
@@ -1333,16 +1380,12 @@ fn a_worse_switch_patch_is_halted_at_the_leaf_canary_and_rolled_back() {
     );
     let text = String::from_utf8_lossy(&bed.run(&["status"]).stdout).into_owned();
     assert!(text.contains("failed the live ECN-marked share gate"), "{text}");
-    assert!(
-        text.contains(r#"avg(switch_ecn_marked_ratio{switch=~"leaf1"})"#),
-        "{text}"
-    );
-    assert!(
-        text.contains(r#"avg(switch_ecn_marked_ratio{switch=~"leaf2"})"#),
-        "{text}"
-    );
-    assert!(text.contains("median 0.3"), "{text}");
-    assert!(text.contains("median 0.02"), "{text}");
+    for leaf in ["leaf1", "leaf2"] {
+        let q = format!(r#"xirang_switch_queue_wred_ecn_marked_packets_total{{switch=~"{leaf}",queue="3"}}"#);
+        assert!(text.contains(&q), "{q} in {text}");
+    }
+    let (canary, control) = medians(&text, "wred_ecn_marked");
+    assert!(canary > 0.01 && control < 0.001, "{canary} vs {control}\n{text}");
     bed.ok(&["rollback", "--execute"]);
     assert_eq!(
         knob_files(&bed),

@@ -1,0 +1,174 @@
+//! `xirang monitor --twin SCENARIO --inventory DIR`: the simulator plays the fleet as it
+//! is configured now. The scenario gives the fabric and its workload; the inventory's
+//! hosts and switches give the knobs (each NIC's DCQCN settings from its mlx5 sysfs,
+//! each switch port's ECN profile from its config_db, `xirang_audit::as_scenario::
+//! knob_overrides`). The run is served as a live fleet (`replay::Live`); when the
+//! inventory's knobs change (a rollout applied or rolled back a configuration), the
+//! scenario is simulated again with them and the new run takes over, counters carrying
+//! on (`replay::Spliced`). Rollout gates reading Prometheus then see what the simulator
+//! says the change does to canaries and control.
+
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use xirang_fabric::scenario::{Override, Scenario};
+use xirang_monitor::collect::{Collector, Source};
+use xirang_monitor::replay::{self, Live, Spliced};
+
+/// How often the inventory is read for changed knobs. A change is taken once two reads
+/// a poll apart agree, so that a script caught halfway through writing its knobs is not
+/// simulated.
+const POLL: Duration = Duration::from_secs(1);
+
+/// What the twin simulates and serves.
+#[derive(Debug, Clone)]
+pub(crate) struct Twin {
+    /// The scenario: topology naming the inventory's hosts, NICs and switches (as
+    /// `xirang audit --emit-scenario` writes it), workloads, classes, `[run]`.
+    pub(crate) scenario: PathBuf,
+    /// The inventory directory (`hosts/`, `switches/`, `policy.toml`).
+    pub(crate) inventory: PathBuf,
+    /// Replay dilation.
+    pub(crate) dilation: u64,
+}
+
+/// The inventory's knobs now, with a fingerprint to compare reads by.
+fn read_knobs(inventory: &Path) -> Result<(Vec<Override>, String)> {
+    let cluster = xirang_audit::Cluster::load_dir(inventory)
+        .with_context(|| format!("--inventory {}", inventory.display()))?;
+    let knobs = xirang_audit::as_scenario::knob_overrides(&cluster);
+    let print = serde_json::to_string(&knobs)?;
+    Ok((knobs, print))
+}
+
+/// How many targets' knobs differ between two reads.
+fn changed(a: &[Override], b: &[Override]) -> usize {
+    let by = |v: &[Override]| {
+        v.iter()
+            .map(|o| (o.target.clone(), serde_json::to_string(o).unwrap_or_default()))
+            .collect::<std::collections::BTreeMap<_, _>>()
+    };
+    let (a, b) = (by(a), by(b));
+    a.keys()
+        .chain(b.keys())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .filter(|k| a.get(*k) != b.get(*k))
+        .count()
+}
+
+/// Simulates the scenario with `knobs` and returns the run as a live replay.
+fn simulate(t: &Twin, knobs: Vec<Override>) -> Result<Live> {
+    let path = &t.scenario;
+    let text = xirang_files::read_text(path, xirang_fabric::scenario::SCENARIO_LIMIT)?;
+    let mut scenario = Scenario::parse(&text, path)?;
+    let own = scenario.overrides.len();
+    scenario.overrides.extend(knobs);
+    let base = path.parent().unwrap_or(Path::new("."));
+    let loaded = scenario.build(path, base, Some(&text)).with_context(|| {
+        format!(
+            "the inventory's knobs (overrides[{own}..] below) do not fit {}: its topology must name the inventory's hosts, NICs and switches (write it with `xirang audit --emit-scenario`)",
+            path.display()
+        )
+    })?;
+    let opts = xirang_sim::options(&loaded);
+    let r = xirang_sim::simulate(&loaded, &opts, &mut |_| {});
+    if let Err(e) = r.check_conservation() {
+        anyhow::bail!("conservation check failed (a simulator bug):\n{e}");
+    }
+    let rows = match opts.sample_interval {
+        Some(_) => replay::parse_rows(&r.counter_series_csv(), "the twin's counter series", true)?,
+        None => replay::parse_rows(&r.counters_csv(), "the twin's counters", false)?,
+    };
+    let every: Vec<_> = replay::parse_rows(&r.counters_csv(), "the twin's counters", false)?
+        .into_iter()
+        .map(|(_, c)| c)
+        .collect();
+    let summary = r.summary();
+    let period_ns = summary.stats.sim_time_ps / 1_000;
+    let summary = serde_json::json!({ "summary": summary }).to_string();
+    Ok(Live::new(replay::from_rows(rows), &every, period_ns, t.dilation)
+        .map_err(|m| anyhow::anyhow!("{}: {m}", path.display()))?
+        .with_requests(&r.requests_csv(), "the twin's requests")?
+        .with_collectives(&summary, "the twin's summary")?)
+}
+
+/// A collector serving the twin: simulated once before it returns, then again whenever
+/// the inventory's knobs change (a thread watches them).
+pub(crate) fn collector(t: Twin) -> Result<Collector> {
+    let (knobs, print) = read_knobs(&t.inventory)?;
+    let started = Instant::now();
+    let live = simulate(&t, knobs.clone())?;
+    eprintln!(
+        "xirang monitor: twin: {} simulated with the knobs of {} ({} overrides) in {:.1} s",
+        t.scenario.display(),
+        t.inventory.display(),
+        knobs.len(),
+        started.elapsed().as_secs_f64()
+    );
+    let (tx, rx) = mpsc::channel::<Live>();
+    let watcher = t.clone();
+    std::thread::spawn(move || watch(&watcher, knobs, print, &tx));
+    let mut spliced = Spliced::new(live);
+    let mut start: Option<u64> = None;
+    Ok(Collector::new(
+        Source::Feed(Box::new(move |ts_ns| {
+            let t0 = *start.get_or_insert(ts_ns);
+            let at = ts_ns.saturating_sub(t0);
+            while let Ok(next) = rx.try_recv() {
+                spliced.replace(next, at);
+            }
+            spliced.at(at)
+        })),
+        Some("replay".into()),
+    ))
+}
+
+/// Reads the inventory every [`POLL`]; a change two reads agree on is simulated and
+/// sent. A read or a simulation that fails is reported and the served run kept. Ends
+/// when the collector is gone.
+fn watch(t: &Twin, mut knobs: Vec<Override>, mut print: String, tx: &mpsc::Sender<Live>) {
+    let mut pending: Option<String> = None;
+    let mut last_error = String::new();
+    loop {
+        std::thread::sleep(POLL);
+        let (now, p) = match read_knobs(&t.inventory) {
+            Ok(x) => x,
+            Err(e) => {
+                let m = format!("{e:#}");
+                if m != last_error {
+                    eprintln!("xirang monitor: twin: {m}; serving the last run");
+                    last_error = m;
+                }
+                continue;
+            }
+        };
+        if p == print {
+            pending = None;
+            continue;
+        }
+        if pending.as_deref() != Some(p.as_str()) {
+            pending = Some(p);
+            continue;
+        }
+        let started = Instant::now();
+        let n = changed(&knobs, &now);
+        match simulate(t, now.clone()) {
+            Ok(live) => {
+                eprintln!(
+                    "xirang monitor: twin: the knobs of {n} NIC(s) or switch port(s) changed; simulated again in {:.1} s, serving the new run",
+                    started.elapsed().as_secs_f64()
+                );
+                if tx.send(live).is_err() {
+                    return;
+                }
+            }
+            Err(e) => eprintln!("xirang monitor: twin: {e:#}; serving the last run"),
+        }
+        knobs = now;
+        print = p;
+        pending = None;
+    }
+}
