@@ -67,12 +67,20 @@ fn simulate(t: &Twin, knobs: Vec<Override>) -> Result<Live> {
     let own = scenario.overrides.len();
     scenario.overrides.extend(knobs);
     let base = path.parent().unwrap_or(Path::new("."));
-    let loaded = scenario.build(path, base, Some(&text)).with_context(|| {
-        format!(
-            "the inventory's knobs (overrides[{own}..] below) do not fit {}: its topology must name the inventory's hosts, NICs and switches (write it with `xirang audit --emit-scenario`)",
-            path.display()
-        )
-    })?;
+    // Built without the file's text: the knobs' overrides have no line in it.
+    let loaded = match scenario.build(path, base, None) {
+        Ok(l) => l,
+        Err(knob_error) => {
+            // The scenario's own error, with its lines, if it has one.
+            Scenario::parse(&text, path)?.build(path, base, Some(&text))?;
+            return Err(knob_error).with_context(|| {
+                format!(
+                    "the inventory's knobs (overrides[{own}..]) do not fit {}: its topology must name the inventory's hosts, NICs and switches (write it with `xirang audit --emit-scenario`)",
+                    path.display()
+                )
+            });
+        }
+    };
     let opts = xirang_sim::options(&loaded);
     let r = xirang_sim::simulate(&loaded, &opts, &mut |_| {});
     if let Err(e) = r.check_conservation() {

@@ -926,3 +926,35 @@ fn the_shipped_rollout_scrape_configuration_is_valid() {
         });
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
 }
+
+/// `--twin`'s inputs: a missing inventory, an inventory whose hosts the scenario does
+/// not name, and flags that need the twin or a replay.
+#[test]
+fn the_twin_refuses_what_it_cannot_play() {
+    let twin = root().join("crates/xirang-rollout/test_data/twin/fleet-twin.toml");
+    let twin = twin.to_str().unwrap();
+    let (_, err) = run_expect(&["monitor", "--twin", twin, "--inventory", "no/such/inv"], 1);
+    assert!(err.contains("--inventory no/such/inv"), "{err}");
+    // The calibration twin names h0..h7 under leaf0/leaf1; the fixture cluster h1..h8.
+    let other = root().join("crates/xirang-calibrate/test_data/twin.toml");
+    let inv = root().join("crates/xirang-audit/test_data/cluster");
+    let (_, err) = run_expect(
+        &[
+            "monitor",
+            "--twin",
+            other.to_str().unwrap(),
+            "--inventory",
+            inv.to_str().unwrap(),
+        ],
+        1,
+    );
+    assert!(err.contains("the inventory's knobs"), "{err}");
+    assert!(
+        err.contains("h8/mlx5_0") || err.contains("leaf2"),
+        "names what does not fit: {err}"
+    );
+    let (_, err) = run_expect(&["monitor", "--twin", twin], 2);
+    assert!(err.contains("--inventory"), "{err}");
+    let (_, err) = run_expect(&["monitor", "--dilation", "10"], 2);
+    assert!(err.contains("--live") || err.contains("--twin"), "{err}");
+}
