@@ -40,15 +40,20 @@ fn of(r: &RunResult, entity: &str, name: &str) -> u64 {
         .map_or(0, |c| c.value)
 }
 
-/// Three hosts on one leaf, h0 and h1 sending 4 MB each to h2 (a 2:1 incast that marks
-/// at the leaf's 20 KB threshold), class `cc` on priority 3, then `extra` (overrides).
-fn incast(cc: &str, extra: &str) -> String {
+/// `leaves` leaves of `per_leaf` hosts (one 100 Gbit/s NIC each) under one spine, the
+/// leaves marking above 20 KB, class `training` on priority 3 with `cc`, flows `flows`
+/// (`src > dst bytes` each), then `extra` (overrides).
+fn fabric(leaves: u32, per_leaf: u32, cc: &str, flows: &[(&str, &str, u64)], extra: &str) -> String {
+    let list: Vec<String> = flows
+        .iter()
+        .map(|(a, b, n)| format!("{{ src = \"{a}\", dst = \"{b}\", bytes = {n} }}"))
+        .collect();
     format!(
         r#"
 [topology.leaf_spine]
-leaves = 1
+leaves = {leaves}
 spines = 1
-hosts_per_leaf = 3
+hosts_per_leaf = {per_leaf}
 host_rate_gbps = 100
 fabric_rate_gbps = 100
 link_delay_ns = 1000
@@ -67,12 +72,22 @@ priority = 3
 cc = "{cc}"
 
 [workloads.w.flows]
-list = [
-    {{ src = "h0", dst = "h2", bytes = 4_000_000 }},
-    {{ src = "h1", dst = "h2", bytes = 4_000_000 }},
-]
+list = [{}]
 {extra}
-"#
+"#,
+        list.join(", ")
+    )
+}
+
+/// Three hosts on one leaf, h0 and h1 sending 4 MB each to h2 (a 2:1 incast that marks
+/// at the leaf's 20 KB threshold), class `cc` on priority 3, then `extra` (overrides).
+fn incast(cc: &str, extra: &str) -> String {
+    fabric(
+        1,
+        3,
+        cc,
+        &[("h0", "h2", 4_000_000), ("h1", "h2", 4_000_000)],
+        extra,
     )
 }
 
@@ -136,30 +151,7 @@ fn the_senders_parameters_govern_its_qps() {
     // One flow alone, no congestion: a sender whose rate cap (`rpg_max_rate`) is 25 Gbit/s
     // takes four times as long as at line rate.
     let one = |extra: &str| {
-        run(&format!(
-            r#"
-[topology.leaf_spine]
-leaves = 1
-spines = 1
-hosts_per_leaf = 2
-host_rate_gbps = 100
-fabric_rate_gbps = 100
-link_delay_ns = 1000
-
-[topology.leaf_spine.host]
-gpus = 0
-nics = 1
-
-[config.classes.training]
-priority = 3
-cc = "dcqcn"
-
-[workloads.w.flows]
-list = [{{ src = "h0", dst = "h1", bytes = 4_000_000 }}]
-{extra}
-"#
-        ))
-        .flows[0]
+        run(&fabric(1, 2, "dcqcn", &[("h0", "h1", 4_000_000)], extra)).flows[0]
             .fct_ps
             .expect("finished") as f64
     };
@@ -220,35 +212,7 @@ fn per_nic_knobs_give_the_same_bytes_on_any_partition_count() {
     // Two leaves under a spine, senders on both, each NIC with its own knobs: the
     // partitions (one per leaf and the spine) each decide their QPs' DCQCN from the
     // same NICs' settings.
-    let text = r#"
-[topology.leaf_spine]
-leaves = 2
-spines = 1
-hosts_per_leaf = 2
-host_rate_gbps = 100
-fabric_rate_gbps = 100
-link_delay_ns = 1000
-
-[topology.leaf_spine.host]
-gpus = 0
-nics = 1
-
-[config.ecn.leaf]
-kmin_bytes = 20_000
-kmax_bytes = 200_000
-pmax = 0.2
-
-[config.classes.training]
-priority = 3
-cc = "none"
-
-[workloads.w.flows]
-list = [
-    { src = "h0", dst = "h3", bytes = 2_000_000 },
-    { src = "h1", dst = "h3", bytes = 2_000_000 },
-    { src = "h2", dst = "h3", bytes = 2_000_000 },
-]
-
+    let overrides = r#"
 [[overrides]]
 target = "h0/mlx5_0"
 congestion = { rp_priorities = [3], np_priorities = [3], dcqcn = { rpg_max_rate_mbps = 40000.0 } }
@@ -265,7 +229,18 @@ congestion = { rp_priorities = [], np_priorities = [3], dcqcn = { min_time_betwe
 target = "leaf1:1"
 ecn = { kmin_bytes = 5_000, kmax_bytes = 50_000, pmax = 0.5 }
 "#;
-    let l = load(text).unwrap_or_else(|e| panic!("{e}"));
+    let text = fabric(
+        2,
+        2,
+        "none",
+        &[
+            ("h0", "h3", 2_000_000),
+            ("h1", "h3", 2_000_000),
+            ("h2", "h3", 2_000_000),
+        ],
+        overrides,
+    );
+    let l = load(&text).unwrap_or_else(|e| panic!("{e}"));
     let opts = options(&l);
     let serial = simulate(&l, &opts, &mut |_| {});
     assert!(total(&serial, "rp_cnp_handled") > 0 && total(&serial, "rp_cnp_ignored") > 0);
