@@ -4,10 +4,12 @@
 //!
 //! What is read, not assumed: hosts, their GPUs and NICs with PCIe links and firmware,
 //! PCIe switches (the bridge each device hangs under, with its NUMA node as socket), NIC
-//! port speeds, switch ports, the cabling, and MTUs (as overrides); and the knobs the
-//! simulator runs on (as overrides too, [`knob_overrides`]): each NIC's DCQCN settings
-//! and each switch port's ECN profile. What the inventory cannot tell (GPU model names,
-//! cable lengths) is filled with the PCI id and the scenario default delay.
+//! port speeds, switch ports, the cabling, and MTUs (as overrides). What the inventory
+//! cannot tell (GPU model names, cable lengths) is filled with the PCI id and the
+//! scenario default delay. The knobs the simulator runs on, each NIC's DCQCN settings and
+//! each switch port's ECN profile, are [`knob_overrides`], kept out of the written
+//! scenario: there they would shadow the classes' and tiers' settings that `xirang tune`
+//! searches (`xirang monitor --twin` adds them to a scenario as the inventory holds them).
 
 use std::collections::BTreeMap;
 
@@ -216,18 +218,6 @@ pub fn to_scenario(c: &Cluster, name: &str) -> (ExplicitTopology, String) {
             toml_str(&target)
         ));
     }
-    let knobs = knob_overrides(c);
-    if !knobs.is_empty() {
-        text.push_str(
-            "\n# Each NIC's DCQCN knobs (mlx5 sysfs) and each switch port's ECN profile (the\n# WRED profile of its RoCE queue), as the simulator runs them.\n",
-        );
-        let mut doc = toml::Table::new();
-        doc.insert(
-            "overrides".into(),
-            toml::Value::try_from(&knobs).unwrap_or(toml::Value::Array(Vec::new())),
-        );
-        text.push_str(&toml::to_string(&doc).unwrap_or_default());
-    }
     (topo, text)
 }
 
@@ -249,8 +239,8 @@ fn port_names(db: &ConfigDb) -> Vec<&String> {
 /// The knobs of an inventory as scenario overrides, what a simulation of the cluster as
 /// it is configured now needs: each RDMA NIC's DCQCN knobs as its interface's mlx5
 /// sysfs shows them ([`nic_congestion`]; a NIC without `ecn/` keeps its class's), and
-/// each switch port's ECN profile, the WRED profile of the queue its RoCE priority
-/// (the policy's `roce_priority`) maps to ([`red_profile`]; a queue without one marks
+/// each switch port's ECN profile, the WRED profile of the queue the policy's RoCE DSCP
+/// maps to ([`red_profile`]; a queue without one, or a port without the maps, marks
 /// nothing). The simulator marks every priority of a port with that one profile.
 pub fn knob_overrides(c: &Cluster) -> Vec<Override> {
     let blank = |target: String| Override {
@@ -265,6 +255,11 @@ pub fn knob_overrides(c: &Cluster) -> Vec<Override> {
     let mut out = Vec::new();
     for h in &c.hosts {
         for d in &h.rdma {
+            // The NICs `to_scenario` writes: those with a PCIe link.
+            let in_model = d.pci.as_ref().and_then(|b| h.pci(b)).and_then(pcie).is_some();
+            if !in_model {
+                continue;
+            }
             if let Some(ecn) = h.netdev_of(d).and_then(|n| n.ecn.as_ref()) {
                 out.push(Override {
                     congestion: Some(nic_congestion(ecn)),
@@ -273,12 +268,17 @@ pub fn knob_overrides(c: &Cluster) -> Vec<Override> {
             }
         }
     }
-    let prio = c.policy.roce_priority;
+    let dscp = c.policy.roce_dscp;
     for sw in &c.switches {
         for (i, port) in port_names(&sw.db).into_iter().enumerate() {
-            let queue = sw.db.queue_of_tc(port, prio).unwrap_or(prio);
+            // RoCE's queue as the switch maps it (DSCP -> traffic class -> queue, as the
+            // audit's NET-ECN-SWITCH reads it); a port without the maps marks nothing.
+            let queue = sw
+                .db
+                .dscp_to_tc(port, dscp)
+                .and_then(|tc| sw.db.queue_of_tc(port, tc));
             out.push(Override {
-                ecn: Some(red_profile(sw.db.wred_of_queue(port, queue))),
+                ecn: Some(red_profile(queue.and_then(|q| sw.db.wred_of_queue(port, q)))),
                 ..blank(format!("{}:{i}", sw.name))
             });
         }
@@ -289,8 +289,9 @@ pub fn knob_overrides(c: &Cluster) -> Vec<Override> {
 /// A NIC's DCQCN knobs from its mlx5 sysfs (`ecn/roce_rp/*`, `ecn/roce_np/*`), in the
 /// model's units: the inverse of what `xirang tune` renders into `mlx5-congestion.sh`
 /// (docs/reference/congestion-control.md §1.5 for names, units and defaults). A knob
-/// the NIC does not show keeps the firmware default; a priority whose enable is
-/// unreadable counts as off.
+/// the NIC does not show keeps the firmware default, and so does a priority whose enable
+/// is unreadable (on: the firmware's mask enables every priority,
+/// docs/reference/congestion-control.md §1.5).
 pub fn nic_congestion(ecn: &RoceEcn) -> NicCongestion {
     let mut p = DcqcnParams::default();
     let rp = |k: &str| ecn.rp.get(k).copied();
@@ -349,7 +350,7 @@ pub fn nic_congestion(ecn: &RoceEcn) -> NicCongestion {
     if let Some(&v) = ecn.np.get("min_time_between_cnps") {
         p.min_time_between_cnps_us = f(v);
     }
-    let on = |en: &[Option<bool>; 8]| (0u8..8).filter(|&i| en[usize::from(i)] == Some(true)).collect();
+    let on = |en: &[Option<bool>; 8]| (0u8..8).filter(|&i| en[usize::from(i)] != Some(false)).collect();
     NicCongestion {
         dcqcn: p,
         rp_priorities: on(&ecn.rp_enable),

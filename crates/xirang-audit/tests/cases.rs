@@ -357,9 +357,17 @@ fn inventory_converts_into_a_loadable_fabric() {
             .iter()
             .all(|s| s.ports.iter().all(|p| p.mtu_bytes == 9100))
     );
-    // And the knobs as the hosts and switches hold them: MLNX_OFED's DCQCN with its
-    // first-CNP rate and clamp, on the RoCE priority 3 only; the leaves' AZURE_LOSSLESS
-    // WRED profile on the cabled ports' queue 3.
+    // The knobs stay out of the written scenario (the tuner searches the classes'); as
+    // overrides on top of it they are the hosts' and switches' own: MLNX_OFED's DCQCN
+    // with its first-CNP rate and clamp, on the RoCE priority 3 only; the leaves'
+    // AZURE_LOSSLESS WRED profile on the cabled ports' queue 3.
+    assert!(fab.nics.iter().all(|n| n.congestion.is_none()));
+    let mut with_knobs = xirang_fabric::scenario::Scenario::parse(&text, &file).unwrap();
+    with_knobs.overrides.extend(as_scenario::knob_overrides(&c));
+    let loaded = with_knobs
+        .build(&file, dir.path(), None)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let fab = &loaded.fabric;
     for n in &fab.nics {
         let c = n.congestion.as_ref().expect("every NIC shows its ecn/ knobs");
         assert_eq!(

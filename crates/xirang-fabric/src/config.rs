@@ -563,14 +563,15 @@ impl DcqcnParams {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NicCongestion {
-    /// The port's DCQCN parameters.
+    /// The port's DCQCN parameters (unset ones at the firmware defaults).
     #[serde(default)]
     pub dcqcn: DcqcnParams,
-    /// Priorities whose QPs this NIC sends under DCQCN (`roce_rp/enable/P = 1`).
-    #[serde(default)]
+    /// Priorities whose QPs this NIC sends under DCQCN (`roce_rp/enable/P = 1`). Required:
+    /// the firmware's default enables every priority, a scenario's class only its own,
+    /// so neither is assumed.
     pub rp_priorities: Vec<u8>,
     /// Priorities on which this NIC sends CNPs for marked packets (`roce_np/enable/P = 1`).
-    #[serde(default)]
+    /// Required, as `rp_priorities`.
     pub np_priorities: Vec<u8>,
 }
 

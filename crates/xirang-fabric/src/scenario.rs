@@ -726,17 +726,21 @@ impl Scenario {
                             );
                         }
                         if let Some(c) = &o.congestion {
-                            let bad = c
-                                .rp_priorities
-                                .iter()
-                                .chain(&c.np_priorities)
-                                .find(|&&p| p > MAX_PRIORITY);
-                            match bad {
-                                Some(p) => d.error(
-                                    &at.key("congestion"),
-                                    format!("expected priorities 0 to {MAX_PRIORITY}, found {p}"),
-                                ),
-                                None => fabric.nics[n.index()].congestion = Some(c.clone()),
+                            let before = d.error_count();
+                            for (k, list) in [
+                                ("rp_priorities", &c.rp_priorities),
+                                ("np_priorities", &c.np_priorities),
+                            ] {
+                                if let Some(p) = list.iter().find(|&&p| p > MAX_PRIORITY) {
+                                    d.error(
+                                        &at.key("congestion").key(k),
+                                        format!("expected priorities 0 to {MAX_PRIORITY}, found {p}"),
+                                    );
+                                }
+                            }
+                            c.dcqcn.validate(&at.key("congestion").key("dcqcn"), d);
+                            if d.error_count() == before {
+                                fabric.nics[n.index()].congestion = Some(c.clone());
                             }
                         }
                     }
@@ -1690,59 +1694,7 @@ impl FabricConfig {
                     ),
                 );
             }
-            let dc = &c.dcqcn;
-            let dat = cat.key("dcqcn");
-            if !(1..=31).contains(&dc.rpg_threshold) {
-                d.error(
-                    &dat.key("rpg_threshold"),
-                    format!("expected 1..31, found {}", dc.rpg_threshold),
-                );
-            }
-            if !(10..=11).contains(&dc.rpg_gd) {
-                d.error(
-                    &dat.key("rpg_gd"),
-                    format!("expected 10 or 11, found {}", dc.rpg_gd),
-                );
-            }
-            if dc.dce_tcp_g > 1023 {
-                d.error(
-                    &dat.key("dce_tcp_g"),
-                    format!("expected 0..1023, found {}", dc.dce_tcp_g),
-                );
-            }
-            if dc.initial_alpha_value > 1023 {
-                d.error(
-                    &dat.key("initial_alpha_value"),
-                    format!("expected 0..1023, found {}", dc.initial_alpha_value),
-                );
-            }
-            if !(1..=100).contains(&dc.rpg_min_dec_fac_pct) {
-                d.error(
-                    &dat.key("rpg_min_dec_fac_pct"),
-                    format!("expected 1..100, found {}", dc.rpg_min_dec_fac_pct),
-                );
-            }
-            for (k, v) in [
-                ("rpg_time_reset_us", dc.rpg_time_reset_us),
-                ("dce_tcp_rtt_us", dc.dce_tcp_rtt_us),
-                ("rate_reduce_monitor_period_us", dc.rate_reduce_monitor_period_us),
-            ] {
-                limits::check_period_us(v, &dat.key(k), d);
-            }
-            for (k, v) in [
-                ("rpg_ai_rate_mbps", dc.rpg_ai_rate_mbps),
-                ("rpg_hai_rate_mbps", dc.rpg_hai_rate_mbps),
-                ("rpg_min_rate_mbps", dc.rpg_min_rate_mbps),
-                ("rpg_max_rate_mbps", dc.rpg_max_rate_mbps),
-                ("rate_to_set_on_first_cnp_mbps", dc.rate_to_set_on_first_cnp_mbps),
-            ] {
-                limits::check_rate_mbps(v, false, &dat.key(k), d);
-            }
-            limits::check_time_us(
-                dc.min_time_between_cnps_us,
-                &dat.key("min_time_between_cnps_us"),
-                d,
-            );
+            c.dcqcn.validate(&cat.key("dcqcn"), d);
             let t = &c.timely;
             let tat = cat.key("timely");
             if limits::check_period_us(t.t_high_us, &tat.key("t_high_us"), d)
@@ -1933,6 +1885,65 @@ impl FabricConfig {
                 ),
             );
         }
+    }
+}
+
+impl crate::config::DcqcnParams {
+    /// Checks each parameter against the firmware's range (docs/reference/congestion-control.md §1.5).
+    fn validate(&self, at: &KeyPath, d: &mut Diagnostics) {
+        let dc = self;
+        let dat = at;
+        if !(1..=31).contains(&dc.rpg_threshold) {
+            d.error(
+                &dat.key("rpg_threshold"),
+                format!("expected 1..31, found {}", dc.rpg_threshold),
+            );
+        }
+        if !(10..=11).contains(&dc.rpg_gd) {
+            d.error(
+                &dat.key("rpg_gd"),
+                format!("expected 10 or 11, found {}", dc.rpg_gd),
+            );
+        }
+        if dc.dce_tcp_g > 1023 {
+            d.error(
+                &dat.key("dce_tcp_g"),
+                format!("expected 0..1023, found {}", dc.dce_tcp_g),
+            );
+        }
+        if dc.initial_alpha_value > 1023 {
+            d.error(
+                &dat.key("initial_alpha_value"),
+                format!("expected 0..1023, found {}", dc.initial_alpha_value),
+            );
+        }
+        if !(1..=100).contains(&dc.rpg_min_dec_fac_pct) {
+            d.error(
+                &dat.key("rpg_min_dec_fac_pct"),
+                format!("expected 1..100, found {}", dc.rpg_min_dec_fac_pct),
+            );
+        }
+        for (k, v) in [
+            ("rpg_time_reset_us", dc.rpg_time_reset_us),
+            ("dce_tcp_rtt_us", dc.dce_tcp_rtt_us),
+            ("rate_reduce_monitor_period_us", dc.rate_reduce_monitor_period_us),
+        ] {
+            limits::check_period_us(v, &dat.key(k), d);
+        }
+        for (k, v) in [
+            ("rpg_ai_rate_mbps", dc.rpg_ai_rate_mbps),
+            ("rpg_hai_rate_mbps", dc.rpg_hai_rate_mbps),
+            ("rpg_min_rate_mbps", dc.rpg_min_rate_mbps),
+            ("rpg_max_rate_mbps", dc.rpg_max_rate_mbps),
+            ("rate_to_set_on_first_cnp_mbps", dc.rate_to_set_on_first_cnp_mbps),
+        ] {
+            limits::check_rate_mbps(v, false, &dat.key(k), d);
+        }
+        limits::check_time_us(
+            dc.min_time_between_cnps_us,
+            &dat.key("min_time_between_cnps_us"),
+            d,
+        );
     }
 }
 

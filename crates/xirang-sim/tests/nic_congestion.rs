@@ -199,8 +199,15 @@ fn overrides_are_checked_at_load() {
         e.contains("overrides[0].congestion") && e.contains("found 9"),
         "{e}"
     );
-    let e = err("[[overrides]]\ntarget = \"leaf0\"\ncongestion = { rp_priorities = [3] }\n");
+    let e =
+        err("[[overrides]]\ntarget = \"leaf0\"\ncongestion = { rp_priorities = [3], np_priorities = [3] }\n");
     assert!(e.contains("is a switch port"), "{e}");
+    // Neither enable list is assumed.
+    let e = err("[[overrides]]\ntarget = \"h0/mlx5_0\"\ncongestion = { rp_priorities = [3] }\n");
+    assert!(e.contains("np_priorities"), "{e}");
+    // The parameters are held to the firmware's ranges, as a class's are.
+    let e = err(&congestion("h0/mlx5_0", "3", "3", "rpg_gd = 5"));
+    assert!(e.contains("overrides[0].congestion.dcqcn.rpg_gd"), "{e}");
     let e = err("[[overrides]]\ntarget = \"h0/mlx5_0\"\necn = { enabled = false }\n");
     assert!(e.contains("`ecn` applies to switch ports"), "{e}");
     let e = err("[[overrides]]\ntarget = \"leaf0\"\necn = { kmin_bytes = 9_000, kmax_bytes = 1_000 }\n");
@@ -245,7 +252,11 @@ ecn = { kmin_bytes = 5_000, kmax_bytes = 50_000, pmax = 0.5 }
     let serial = simulate(&l, &opts, &mut |_| {});
     assert!(total(&serial, "rp_cnp_handled") > 0 && total(&serial, "rp_cnp_ignored") > 0);
     for parts in [2, 3] {
-        let (par, _) = xirang_sim::parallel::simulate_threads(&l, &opts, parts, 2, &mut |_| {});
+        let (par, report) = xirang_sim::parallel::simulate_threads(&l, &opts, parts, 2, &mut |_| {});
+        assert!(
+            report.plan.parts() >= 2,
+            "{parts} partitions asked, the run was divided"
+        );
         assert_eq!(par.counters_csv(), serial.counters_csv(), "{parts} partitions");
         assert_eq!(par.fct_hpcc(), serial.fct_hpcc(), "{parts} partitions");
     }

@@ -383,7 +383,7 @@ pub(crate) struct MonitorArgs {
     /// Prometheus, `xirang calibrate` and rollout gates).
     #[arg(long, requires = "replay", conflicts_with = "json")]
     pub(crate) live: bool,
-    /// With --live: play the run this many times slower than simulated and multiply
+    /// With --live or --twin: play the run this many times slower than simulated and multiply
     /// every counter by the same factor, so every rate is the simulated one (a run of
     /// 2 ms at 1000 lasts 2 s per pass).
     #[arg(long, default_value_t = 1000, requires = "served_run", value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
@@ -394,7 +394,7 @@ pub(crate) struct MonitorArgs {
     /// the digital twin a configuration rollout's live gates read. The scenario's
     /// topology names the inventory's hosts, NICs and switches (`xirang audit
     /// --emit-scenario` writes it).
-    #[arg(long, requires = "inventory", conflicts_with_all = ["root", "once", "replay", "json"])]
+    #[arg(long, requires = "inventory", conflicts_with_all = ["root", "once", "replay", "json", "history"])]
     pub(crate) twin: Option<PathBuf>,
     /// With --twin: the inventory directory (hosts/, switches/, policy.toml) whose knobs
     /// the twin runs on, read again every second.

@@ -72,6 +72,8 @@ pub(crate) fn run(a: &MonitorArgs) -> Result<Outcome> {
         return replay_dir(dir, a, rules, retention);
     }
     let root = a.root.clone().unwrap_or_else(|| PathBuf::from("/"));
+    // Refused before a twin's first simulation or a host's first read.
+    let web = if a.once { None } else { web_config(a)? };
     let (collector, what) = match (&a.replay, &a.twin) {
         (_, Some(scenario)) => (
             crate::twin::collector(crate::twin::Twin {
@@ -107,7 +109,6 @@ pub(crate) fn run(a: &MonitorArgs) -> Result<Outcome> {
     if a.once {
         return once(collector, interval, rules, a.json);
     }
-    let web = web_config(a)?;
     eprintln!(
         "xirang monitor: sampling {} every {:?}, serving {}://{}/metrics",
         what,

@@ -43,6 +43,26 @@ pub(crate) fn run(a: &TuneArgs) -> Result<Outcome> {
     if let Some(s) = a.seed {
         loaded.scenario.tune.seed = s;
     }
+    // NICs and switch ports with their own knobs keep them whatever the candidate: the
+    // search moves the classes' DCQCN and the tiers' ECN only.
+    let own_nics = loaded
+        .fabric
+        .nics
+        .iter()
+        .filter(|n| n.congestion.is_some())
+        .count();
+    let own_ports = loaded
+        .fabric
+        .switches
+        .iter()
+        .flat_map(|s| &s.ports)
+        .filter(|p| p.ecn.is_some())
+        .count();
+    if own_nics + own_ports > 0 {
+        eprintln!(
+            "warning: {own_nics} NIC(s) and {own_ports} switch port(s) have their own knobs ([[overrides]] congestion / ecn): they keep them in every candidate, and the search's DCQCN and ECN settings reach only the others"
+        );
+    }
     #[cfg(not(feature = "mpi"))]
     anyhow::ensure!(
         !a.mpi,

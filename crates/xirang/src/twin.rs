@@ -64,6 +64,11 @@ fn simulate(t: &Twin, knobs: Vec<Override>) -> Result<Live> {
     let path = &t.scenario;
     let text = xirang_files::read_text(path, xirang_fabric::scenario::SCENARIO_LIMIT)?;
     let mut scenario = Scenario::parse(&text, path)?;
+    anyhow::ensure!(
+        scenario.run.sample_interval_us > 0.0,
+        "{}: the twin needs `[run] sample_interval_us` (a few hundred samples per run, e.g. end_us / 200): a run without samples would be served as one step per pass",
+        path.display()
+    );
     let own = scenario.overrides.len();
     scenario.overrides.extend(knobs);
     let base = path.parent().unwrap_or(Path::new("."));
@@ -75,7 +80,7 @@ fn simulate(t: &Twin, knobs: Vec<Override>) -> Result<Live> {
             Scenario::parse(&text, path)?.build(path, base, Some(&text))?;
             return Err(knob_error).with_context(|| {
                 format!(
-                    "the inventory's knobs (overrides[{own}..]) do not fit {}: its topology must name the inventory's hosts, NICs and switches (write it with `xirang audit --emit-scenario`)",
+                    "the inventory's knobs (overrides[{own}..]) do not fit {}: an unknown host, NIC or switch port (the scenario's topology must name the inventory's: `xirang audit --emit-scenario` writes it) or a knob out of range",
                     path.display()
                 )
             });
@@ -143,7 +148,12 @@ fn watch(t: &Twin, mut knobs: Vec<Override>, mut print: String, tx: &mpsc::Sende
     loop {
         std::thread::sleep(POLL);
         let (now, p) = match read_knobs(&t.inventory) {
-            Ok(x) => x,
+            Ok(x) => {
+                if !last_error.is_empty() && x.1 == print {
+                    last_error.clear();
+                }
+                x
+            }
             Err(e) => {
                 let m = format!("{e:#}");
                 if m != last_error {
@@ -163,7 +173,11 @@ fn watch(t: &Twin, mut knobs: Vec<Override>, mut print: String, tx: &mpsc::Sende
         }
         let started = Instant::now();
         let n = changed(&knobs, &now);
-        match simulate(t, now.clone()) {
+        // A panic in the simulator must not end the watch: the twin would go on serving
+        // the old knobs' run without a word.
+        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| simulate(t, now.clone())))
+            .unwrap_or_else(|_| Err(anyhow::anyhow!("the simulator panicked (a bug)")));
+        match run {
             Ok(live) => {
                 eprintln!(
                     "xirang monitor: twin: the knobs of {n} NIC(s) or switch port(s) changed; simulated again in {:.1} s, serving the new run",
@@ -172,11 +186,19 @@ fn watch(t: &Twin, mut knobs: Vec<Override>, mut print: String, tx: &mpsc::Sende
                 if tx.send(live).is_err() {
                     return;
                 }
+                knobs = now;
+                print = p;
+                last_error.clear();
             }
-            Err(e) => eprintln!("xirang monitor: twin: {e:#}; serving the last run"),
+            // Not taken as served: tried again at the next poll, said once.
+            Err(e) => {
+                let m = format!("{e:#}");
+                if m != last_error {
+                    eprintln!("xirang monitor: twin: {m}; serving the last run");
+                    last_error = m;
+                }
+            }
         }
-        knobs = now;
-        print = p;
         pending = None;
     }
 }

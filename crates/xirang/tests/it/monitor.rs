@@ -935,19 +935,38 @@ fn the_twin_refuses_what_it_cannot_play() {
     let twin = twin.to_str().unwrap();
     let (_, err) = run_expect(&["monitor", "--twin", twin, "--inventory", "no/such/inv"], 1);
     assert!(err.contains("--inventory no/such/inv"), "{err}");
-    // The calibration twin names h0..h7 under leaf0/leaf1; the fixture cluster h1..h8.
+    // A run without samples would be served in steps.
     let other = root().join("crates/xirang-calibrate/test_data/twin.toml");
     let inv = root().join("crates/xirang-audit/test_data/cluster");
-    let (_, err) = run_expect(
-        &[
-            "monitor",
-            "--twin",
-            other.to_str().unwrap(),
-            "--inventory",
-            inv.to_str().unwrap(),
-        ],
-        1,
+    let twin_of = |scenario: &Path| {
+        run_expect(
+            &[
+                "monitor",
+                "--twin",
+                scenario.to_str().unwrap(),
+                "--inventory",
+                inv.to_str().unwrap(),
+            ],
+            1,
+        )
+        .1
+    };
+    let err = twin_of(&other);
+    assert!(err.contains("sample_interval_us"), "{err}");
+    // The calibration twin names h0..h7 under leaf0/leaf1; the fixture cluster h1..h8.
+    let dir = tempfile::tempdir().unwrap();
+    let sampled = dir.path().join("twin.toml");
+    let text = std::fs::read_to_string(&other).unwrap();
+    assert!(
+        text.contains("[run]\n"),
+        "the calibration twin has a [run] section"
     );
+    std::fs::write(
+        &sampled,
+        text.replace("[run]\n", "[run]\nsample_interval_us = 100\n"),
+    )
+    .unwrap();
+    let err = twin_of(&sampled);
     assert!(err.contains("the inventory's knobs"), "{err}");
     assert!(
         err.contains("h8/mlx5_0") || err.contains("leaf2"),
