@@ -393,7 +393,7 @@ pub(crate) struct MonitorArgs {
     /// settings, each switch port's ECN profile), simulated again whenever they change:
     /// the digital twin a configuration rollout's live gates read. The scenario's
     /// topology names the inventory's hosts, NICs and switches (`xirang audit
-    /// --emit-scenario` writes it).
+    /// --emit-scenario` writes it), and its `[run]` sets `sample_interval_us`.
     #[arg(long, requires = "inventory", conflicts_with_all = ["root", "once", "replay", "json", "history"])]
     pub(crate) twin: Option<PathBuf>,
     /// With --twin: the inventory directory (hosts/, switches/, policy.toml) whose knobs

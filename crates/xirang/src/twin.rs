@@ -91,10 +91,8 @@ fn simulate(t: &Twin, knobs: Vec<Override>) -> Result<Live> {
     if let Err(e) = r.check_conservation() {
         anyhow::bail!("conservation check failed (a simulator bug):\n{e}");
     }
-    let rows = match opts.sample_interval {
-        Some(_) => replay::parse_rows(&r.counter_series_csv(), "the twin's counter series", true)?,
-        None => replay::parse_rows(&r.counters_csv(), "the twin's counters", false)?,
-    };
+    // Sampled: checked above.
+    let rows = replay::parse_rows(&r.counter_series_csv(), "the twin's counter series", true)?;
     let every: Vec<_> = replay::parse_rows(&r.counters_csv(), "the twin's counters", false)?
         .into_iter()
         .map(|(_, c)| c)
@@ -140,10 +138,12 @@ pub(crate) fn collector(t: Twin) -> Result<Collector> {
 }
 
 /// Reads the inventory every [`POLL`]; a change two reads agree on is simulated and
-/// sent. A read or a simulation that fails is reported and the served run kept. Ends
-/// when the collector is gone.
+/// sent. A read or a simulation that fails is reported and the served run kept; knobs
+/// whose simulation failed are not simulated again (it is deterministic) until they
+/// change. Ends when the collector is gone.
 fn watch(t: &Twin, mut knobs: Vec<Override>, mut print: String, tx: &mpsc::Sender<Live>) {
     let mut pending: Option<String> = None;
+    let mut failed: Option<String> = None;
     let mut last_error = String::new();
     loop {
         std::thread::sleep(POLL);
@@ -165,6 +165,10 @@ fn watch(t: &Twin, mut knobs: Vec<Override>, mut print: String, tx: &mpsc::Sende
         };
         if p == print {
             pending = None;
+            failed = None;
+            continue;
+        }
+        if failed.as_deref() == Some(p.as_str()) {
             continue;
         }
         if pending.as_deref() != Some(p.as_str()) {
@@ -190,13 +194,9 @@ fn watch(t: &Twin, mut knobs: Vec<Override>, mut print: String, tx: &mpsc::Sende
                 print = p;
                 last_error.clear();
             }
-            // Not taken as served: tried again at the next poll, said once.
             Err(e) => {
-                let m = format!("{e:#}");
-                if m != last_error {
-                    eprintln!("xirang monitor: twin: {m}; serving the last run");
-                    last_error = m;
-                }
+                eprintln!("xirang monitor: twin: {e:#}; serving the last run");
+                failed = Some(p);
             }
         }
         pending = None;
