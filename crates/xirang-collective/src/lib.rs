@@ -21,5 +21,6 @@ pub mod input;
 pub mod lazy;
 pub mod nccl_tests;
 pub mod overlap;
+pub mod program;
 pub mod schedule;
 pub mod tuner_csv;

@@ -145,7 +145,7 @@ impl Schedule {
                         let mut s = RankSet::new(n);
                         let has = match self.op {
                             CollectiveOp::AllReduce | CollectiveOp::ReduceScatter => true,
-                            CollectiveOp::AllGather => self.owner(p) == r,
+                            CollectiveOp::AllGather | CollectiveOp::SendRecv => self.owner(p) == r,
                             CollectiveOp::Broadcast => r == self.root as usize,
                             CollectiveOp::AllToAll => self.a2a_block(p).0 == r,
                         };
@@ -188,6 +188,9 @@ impl Schedule {
                     CollectiveOp::AllReduce => Some(all.clone()),
                     CollectiveOp::ReduceScatter => (self.owner(p) == r).then(|| all.clone()),
                     CollectiveOp::AllGather => Some(RankSet::single(n, self.owner(p))),
+                    CollectiveOp::SendRecv => {
+                        (self.owner(p) == (r + n - 1) % n).then(|| RankSet::single(n, self.owner(p)))
+                    }
                     CollectiveOp::Broadcast => Some(RankSet::single(n, self.root as usize)),
                     CollectiveOp::AllToAll => {
                         let (src, dst) = self.a2a_block(p);
@@ -284,6 +287,7 @@ pub fn build(op: CollectiveOp, algorithm: CollectiveAlgorithm, shape: Shape) -> 
         (O::ReduceScatter, A::Ring) => b.ring_gather_like(true),
         (O::Broadcast, A::Ring) => b.ring_broadcast(),
         (O::AllToAll, _) => b.all_to_all(),
+        (O::SendRecv, _) => b.send_recv(),
         (op, a) => return Err(format!("{a:?} is not implemented for {op:?}; use ring")),
     }
     Ok(b.done())
@@ -412,6 +416,22 @@ impl Builder {
                         next[((i + 1) % n) as usize] = Some(t);
                     }
                     into = next;
+                }
+            }
+        }
+    }
+
+    /// nccl-tests' `sendrecv`: every rank sends its whole buffer to the next rank. Pieces
+    /// are laid out rank by rank, each rank's block its own send buffer.
+    fn send_recv(&mut self) {
+        let n = self.shape.ranks;
+        let (ch, k) = (self.shape.channels, self.shape.chunks);
+        self.s.piece_bytes = split(self.shape.bytes * u64::from(n), u64::from(n * ch * k));
+        for c in 0..ch {
+            for kk in 0..k {
+                for i in 0..n {
+                    let p = (i * ch + c) * k + kk;
+                    self.push(i, (i + 1) % n, p..p + 1, false, Vec::new(), c, 0);
                 }
             }
         }
@@ -712,6 +732,6 @@ pub fn bus_factor(op: CollectiveOp, n: u32) -> f64 {
     match op {
         CollectiveOp::AllReduce => 2.0 * (n - 1.0) / n,
         CollectiveOp::AllGather | CollectiveOp::ReduceScatter | CollectiveOp::AllToAll => (n - 1.0) / n,
-        CollectiveOp::Broadcast => 1.0,
+        CollectiveOp::Broadcast | CollectiveOp::SendRecv => 1.0,
     }
 }

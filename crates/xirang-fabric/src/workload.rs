@@ -169,6 +169,9 @@ pub enum CollectiveOp {
     Broadcast,
     /// All-to-all.
     AllToAll,
+    /// nccl-tests' `sendrecv`: every rank sends its buffer to the next rank and receives
+    /// the previous rank's.
+    SendRecv,
 }
 
 /// Collective algorithms.

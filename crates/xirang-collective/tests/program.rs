@@ -1,0 +1,152 @@
+//! NCCL's device programs: NCCL's own worked figures (docs/reference/nccl-transport-details.md
+//! §1 and §3), and symbolic runs of every program under NCCL's credits.
+
+use proptest::prelude::*;
+use xirang_collective::cost::Proto;
+use xirang_collective::program::{self, Buffers, Program, Spec, build, channel_split, nccl_channels, verify};
+use xirang_collective::schedule::{CollectiveAlgorithm as A, CollectiveOp as O};
+
+const MIB: u64 = 1 << 20;
+
+fn spec(op: O, algorithm: A, proto: Proto, ranks: u32, g: u32, bytes: u64, channels: u32) -> Spec {
+    Spec {
+        op,
+        algorithm,
+        proto,
+        ranks,
+        ranks_per_host: g,
+        bytes,
+        channels,
+        buffers: Buffers::default(),
+    }
+}
+
+/// (sends per channel on ring.next, data bytes of each send) of a ring program.
+fn ring_sends(p: &dyn Program, channel: u32) -> Vec<u64> {
+    let mut out = Vec::new();
+    for i in 0..p.len(channel, 0, 0) {
+        let prim = p.prim(channel, 0, 0, i);
+        if !prim.send.is_empty() {
+            for j in 0..prim.slices {
+                out.push(prim.slice(j).1);
+            }
+        }
+    }
+    out
+}
+
+/// The helper table of docs/reference/nccl-transport-details.md §1: ring AllReduce,
+/// Simple, 16 ranks, 8 channels.
+#[test]
+fn ring_allreduce_is_cut_as_nccl_cuts_it() {
+    for (bytes, channels, chunk, isends, sizes) in [
+        // 1 MiB: 8 channels of 128 KiB, one loop, 8 KiB chunks: 30 x (8 KiB + 0 B).
+        (MIB, 8, 8 * 1024, 60, [8 * 1024, 0]),
+        // 16 MiB: 2 MiB per channel, 128 KiB chunks: 60 x 64 KiB.
+        (16 * MIB, 8, 128 * 1024, 60, [64 * 1024, 64 * 1024]),
+        // 1 GiB: 128 MiB per channel, four loops of 2 MiB chunks: 240 x 1 MiB.
+        (1024 * MIB, 8, 2 * MIB, 240, [MIB, MIB]),
+    ] {
+        let s = spec(O::AllReduce, A::Ring, Proto::Simple, 16, 8, bytes, 8);
+        let p = build(&s).unwrap();
+        assert_eq!(p.channels(), channels, "{bytes}");
+        assert_eq!(p.slots(), 4, "ring Simple: 4 slices of 2 steps");
+        let first = p.prim(0, 0, 0, 0);
+        assert_eq!(first.bytes, chunk, "{bytes}");
+        let sends = ring_sends(&*p, 0);
+        assert_eq!(sends.len() / 2, isends / 2, "{bytes}: sends per channel");
+        assert_eq!(sends.len(), isends, "{bytes}");
+        assert_eq!(&sends[..2], &sizes, "{bytes}");
+    }
+}
+
+/// §3's worked channel counts for 16 ranks and 8 channels.
+#[test]
+fn small_collectives_use_fewer_channels_as_nccl_does() {
+    let nc = |a, p, b| nccl_channels(a, p, 16, b, 8);
+    assert_eq!(nc(A::Ring, Proto::Simple, 64 * 1024), 2);
+    assert_eq!(nc(A::Ring, Proto::Ll, 64 * 1024), 1);
+    assert_eq!(nc(A::Ring, Proto::Ll128, 64 * 1024), 8);
+    assert_eq!(nc(A::Tree, Proto::Simple, 64 * 1024), 2);
+    for p in [Proto::Ll, Proto::Ll128, Proto::Simple] {
+        assert_eq!(nc(A::Ring, p, MIB), 8);
+        assert_eq!(nc(A::Ring, p, 16 * MIB), 8);
+    }
+    // LL128 at 64 KiB: four 16 KiB cells, so only 4 of the 8 channels carry data.
+    assert_eq!(
+        channel_split(O::AllReduce, Proto::Ll128, 16, 64 * 1024, 8).len(),
+        4
+    );
+    // All-gather at 1 MiB per rank: 128 KiB of each block per channel, 15 x (64 + 64 KiB).
+    let s = spec(O::AllGather, A::Ring, Proto::Simple, 16, 8, 16 * MIB, 8);
+    let p = build(&s).unwrap();
+    assert_eq!(p.channels(), 8);
+    assert_eq!(ring_sends(&*p, 0), vec![64 * 1024; 30]);
+}
+
+/// LL and LL128 carry their flags on the wire; one slice per chunk, 8 in flight.
+#[test]
+fn ll_and_ll128_slices_and_wire_bytes() {
+    assert_eq!(Proto::Ll.wire_bytes(8 * 1024), 16 * 1024);
+    assert_eq!(Proto::Ll128.wire_bytes(8192), 10_240);
+    assert_eq!(Proto::Simple.wire_bytes(1000), 1000);
+    let b = Buffers::default();
+    assert_eq!(b.step_data_bytes(Proto::Ll), 32 * 1024);
+    assert_eq!(b.step_data_bytes(Proto::Ll128), 576_000);
+    for proto in [Proto::Ll, Proto::Ll128] {
+        let p = build(&spec(O::AllReduce, A::Ring, proto, 16, 8, MIB, 8)).unwrap();
+        assert_eq!(p.slots(), program::NCCL_STEPS);
+        assert_eq!(p.prim(0, 0, 0, 0).slices, 1);
+    }
+    // Tree Simple: 512 KiB chunks, one slice each, 8 outstanding.
+    let t = build(&spec(O::AllReduce, A::Tree, Proto::Simple, 16, 8, 16 * MIB, 8)).unwrap();
+    assert_eq!(t.slots(), 8);
+    assert_eq!(t.len(0, 3, 0), 4, "2 MiB per channel in 512 KiB chunks");
+}
+
+fn algorithms() -> impl Strategy<Value = (O, A)> {
+    prop_oneof![
+        Just((O::AllReduce, A::Ring)),
+        Just((O::AllReduce, A::Tree)),
+        Just((O::AllReduce, A::Hierarchical)),
+        Just((O::AllReduce, A::HalvingDoubling)),
+        Just((O::AllGather, A::Ring)),
+        Just((O::ReduceScatter, A::Ring)),
+        Just((O::Broadcast, A::Ring)),
+        Just((O::AllToAll, A::Ring)),
+        Just((O::SendRecv, A::Ring)),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(160))]
+
+    /// Every program, run symbolically with at most `slots` slices outstanding per
+    /// connection, finishes (no deadlock), matches every slice's place in the buffer at both
+    /// ends, and leaves every rank with what the operation promises.
+    #[test]
+    fn every_program_delivers_its_operation(
+        (op, algorithm) in algorithms(),
+        hosts in 1u32..5,
+        g in 1u32..5,
+        proto in prop_oneof![Just(Proto::Simple), Just(Proto::Ll), Just(Proto::Ll128)],
+        kib in 1u64..3000,
+        channels in 1u32..5,
+        shrink in 0u32..5,
+    ) {
+        let ranks = hosts * g;
+        prop_assume!(ranks >= 2);
+        prop_assume!(algorithm != A::Hierarchical || g >= 1);
+        // nccl-tests sizes all-gather and reduce-scatter (and all-to-all) in whole blocks.
+        let bytes = (kib * 1024 / 4 * 4 / u64::from(ranks) * u64::from(ranks)).max(u64::from(ranks) * 4);
+        // Smaller buffers make several loops and chunks out of the same sizes.
+        let mut s = spec(op, algorithm, proto, ranks, g, bytes, channels);
+        s.buffers.simple_bytes >>= 2 * shrink;
+        s.buffers.ll_bytes >>= shrink;
+        s.buffers.ll128_bytes = 8 * 2048 * (300 >> shrink);
+        s.buffers.p2p_net_chunk_bytes >>= shrink;
+        s.buffers.p2p_nvl_chunk_bytes >>= shrink;
+        let p = build(&s).map_err(TestCaseError::fail)?;
+        verify(&*p, op, bytes).map_err(|e| TestCaseError::fail(format!("{op:?}/{algorithm:?}/{proto:?} {ranks}x{g} {bytes} B {channels} ch: {e}")))?;
+    }
+}
