@@ -87,7 +87,7 @@ pub fn advise(loaded: &Loaded) -> Result<Advice, String> {
     let config = &loaded.scenario.config;
     let (hosts, class_name, channels) = loaded.scenario.first_collective().map_or_else(
         || (Vec::new(), DEFAULT_CLASS.to_string(), 0),
-        |(_, c)| (c.hosts.clone(), c.class.clone(), c.channels),
+        |(_, c)| (c.hosts.clone(), c.class.clone(), c.channels.unwrap_or(0)),
     );
     let hs = fabric.hosts_named(&hosts);
     let first = *hs.first().ok_or("the scenario has no hosts")?;

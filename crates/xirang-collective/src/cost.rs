@@ -111,6 +111,18 @@ impl Coll {
         })
     }
 
+    /// The nccl-tests binary that runs it (`all_reduce_perf`).
+    pub fn test_name(self) -> &'static str {
+        match self {
+            Coll::AllReduce => "all_reduce_perf",
+            Coll::AllGather => "all_gather_perf",
+            Coll::ReduceScatter => "reduce_scatter_perf",
+            Coll::AllToAll => "alltoall_perf",
+            Coll::Broadcast => "broadcast_perf",
+            Coll::SendRecv => "sendrecv_perf",
+        }
+    }
+
     /// nccl-tests' bus bandwidth factor (docs/reference/collectives-and-nccl.md §3).
     pub fn bus_factor(self, n: u32) -> f64 {
         let n = f64::from(n);
@@ -332,7 +344,7 @@ impl Platform {
             |(name, c)| {
                 (
                     c.hosts.clone(),
-                    c.channels,
+                    c.channels.unwrap_or(0),
                     format!("the hosts of workload `{name}`"),
                 )
             },
@@ -636,6 +648,39 @@ pub fn predict(coll: Coll, algo: Algo, proto: Proto, bytes: u64, p: &Platform) -
         busbw_gbs: algbw_eff * coll.bus_factor(n),
         bandwidth_share: transfer_us / time_us,
     })
+}
+
+/// The rate at which NCCL's tables let one channel's GPU thread move `proto`'s data with
+/// `algo` on `p`, GB/s: the LL cap spread over the channels, LL128's per-channel caps,
+/// the tree's Simple per-channel cap (docs/reference/collectives-and-nccl.md §2.2-§2.3;
+/// bus-bandwidth caps taken as the data a thread moves). None where the tables set none
+/// (a ring's Simple is bounded by its links).
+pub fn channel_cap_gbs(algo: Algo, proto: Proto, p: &Platform) -> Option<f64> {
+    let generation = p.generation.index();
+    let ni = p.node_index();
+    let nch = f64::from(p.channels.max(1));
+    match (algo, proto) {
+        (_, Proto::Ll) => Some(nccl::LL_MAX_BW[generation][ni] / nch),
+        (Algo::Tree, Proto::Ll128) => Some(nccl::TREE_LL128_PER_CH[generation][ni]),
+        (_, Proto::Ll128) => Some(nccl::RING_LL128_PER_CH[generation]),
+        (Algo::Tree, Proto::Simple) => Some(nccl::TREE_PER_CH[generation][ni]),
+        _ => None,
+    }
+}
+
+impl Coll {
+    /// The collective of a workload's operation.
+    pub fn of_op(op: xirang_fabric::workload::CollectiveOp) -> Coll {
+        use xirang_fabric::workload::CollectiveOp as O;
+        match op {
+            O::AllReduce => Coll::AllReduce,
+            O::AllGather => Coll::AllGather,
+            O::ReduceScatter => Coll::ReduceScatter,
+            O::Broadcast => Coll::Broadcast,
+            O::AllToAll => Coll::AllToAll,
+            O::SendRecv => Coll::SendRecv,
+        }
+    }
 }
 
 /// Every (algorithm, protocol) the model covers for `coll` on `p` at `bytes`.

@@ -1,7 +1,8 @@
 //! Collective communication for Xirang: how collectives move bytes ([`schedule`]), what
 //! they should cost ([`cost`], NCCL's own tuning model), what real runs measured
-//! ([`nccl_tests`]), and the advice built on them. [`lazy`] expands a schedule as it runs,
-//! for simulations of collectives over thousands of ranks.
+//! ([`nccl_tests`]), and the advice built on them. [`program`] is what NCCL's kernels
+//! run, rank by rank and slice by slice, for simulations of collectives over thousands of
+//! ranks.
 //!
 //! ```
 //! use xirang_collective::schedule::{build, CollectiveAlgorithm, CollectiveOp, Shape};
@@ -18,7 +19,6 @@ pub mod batching;
 pub mod check;
 pub mod cost;
 pub mod input;
-pub mod lazy;
 pub mod nccl_tests;
 pub mod overlap;
 pub mod program;

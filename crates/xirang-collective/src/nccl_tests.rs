@@ -147,6 +147,14 @@ pub struct TestRun {
 }
 
 impl TestRun {
+    /// An empty run of test `name` (`all_reduce_perf`), for writers ([`render`]).
+    pub fn default_named(name: &str) -> TestRun {
+        let mut r = TestRun::new(0);
+        r.name = Some(name.to_string());
+        r.collective = Coll::from_test_name(name);
+        r
+    }
+
     fn new(line: usize) -> TestRun {
         TestRun {
             line,
@@ -243,6 +251,102 @@ pub const LOG_LIMIT: xirang_files::Limit = xirang_files::Limit::new(64 << 20, "n
 /// the line of the first one is returned so the caller can say so.
 pub fn read_log(path: &std::path::Path) -> Result<xirang_files::LossyText, xirang_files::ReadError> {
     xirang_files::read_text_lossy(path, LOG_LIMIT)
+}
+
+/// Writes one test run as nccl-tests prints it: the header with its parameters and
+/// ranks, the table (out-of-place then in-place columns, nccl-tests' widths and number
+/// formats), the out-of-bounds and average bus bandwidth lines. `note` lines go first, as
+/// comments (`# ...`). [`parse`] reads the text back to the same rows.
+pub fn render(run: &TestRun, note: &[String]) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    for n in note {
+        let _ = writeln!(s, "# {n}");
+    }
+    let name = run.name.as_deref().unwrap_or("all_reduce_perf");
+    let _ = writeln!(s, "# Collective test starting: {name}");
+    if let Some(p) = &run.params {
+        let step = match p.step {
+            Step::Factor(f) => format!("{f}(factor)"),
+            Step::Bytes(b) => format!("{b}(bytes)"),
+        };
+        let _ = writeln!(
+            s,
+            "# nThread {} nGpus {} minBytes {} maxBytes {} step: {step} warmup iters: {} iters: {} agg iters: 1 validation: 0 graph: 0",
+            p.threads, p.gpus, p.min_bytes, p.max_bytes, p.warmup_iters, p.iters
+        );
+    }
+    let _ = writeln!(s, "#\n# Using devices");
+    for r in &run.ranks {
+        let _ = writeln!(
+            s,
+            "#  Rank {:>2} Group  0 Pid {:>6} on {:>10} device {:>2} [{}] {}",
+            r.rank,
+            r.rank,
+            r.host,
+            r.device,
+            r.bus_id,
+            r.gpu.as_deref().unwrap_or("")
+        );
+    }
+    let _ = writeln!(s, "#");
+    let _ = writeln!(
+        s,
+        "#                                                              out-of-place                       in-place          "
+    );
+    let _ = writeln!(
+        s,
+        "#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw   busbw  #wrong "
+    );
+    let _ = writeln!(
+        s,
+        "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)             (us)  (GB/s)  (GB/s)         "
+    );
+    let measure = |m: &Measure| {
+        let wrong = m.wrong.map_or_else(|| "N/A".to_string(), |w| w.to_string());
+        format!(
+            "  {}  {:>6.2}  {:>6.2}  {wrong:>6}",
+            time_field(m.time_us),
+            m.algbw_gbs,
+            m.busbw_gbs
+        )
+    };
+    for r in &run.rows {
+        let _ = writeln!(
+            s,
+            "{:>12}  {:>12}  {:>8}  {:>6}  {:>6}{}{}",
+            r.size_bytes,
+            r.count,
+            r.dtype,
+            r.redop,
+            r.root,
+            measure(&r.out_of_place),
+            measure(&r.in_place)
+        );
+    }
+    let _ = writeln!(
+        s,
+        "# Out of bounds values : {} OK",
+        run.out_of_bounds.unwrap_or(0)
+    );
+    if let Some(avg) = run.avg_busbw_gbs {
+        let _ = writeln!(s, "# Avg bus bandwidth    : {avg:.3} ");
+    }
+    let _ = writeln!(s, "#\n# Collective test concluded: {name}\n#");
+    s
+}
+
+/// A time in nccl-tests' 7 columns: two decimals, then one, then none, then exponent form.
+fn time_field(t: f64) -> String {
+    if t < 1e4 {
+        format!("{t:>7.2}")
+    } else if t < 1e5 {
+        format!("{t:>7.1}")
+    } else if t < 1e7 {
+        format!("{t:>7.0}")
+    } else {
+        format!("{t:>7.1e}")
+    }
 }
 
 /// Parses a whole nccl-tests or rccl-tests log.

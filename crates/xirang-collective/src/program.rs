@@ -230,9 +230,13 @@ pub trait Program: Send + Sync + std::fmt::Debug {
     fn len(&self, channel: u32, rank: u32, role: u32) -> u64;
     /// Primitive `index` of a thread.
     fn prim(&self, channel: u32, rank: u32, role: u32, index: u64) -> Prim;
-    /// Calls `f(channel, src, dst, transfers)` for each connection, once, with the
-    /// primitives per iteration that send on it, in (channel, src, dst) order.
-    fn connections(&self, f: &mut dyn FnMut(u32, u32, u32, u64));
+    /// Calls `f(channel, src, dst, transfers, slices)` for each connection, once, with
+    /// the primitives per iteration that send on it and the slices they send, in
+    /// (channel, src, dst) order.
+    fn connections(&self, f: &mut dyn FnMut(u32, u32, u32, u64, u64));
+    /// The threads (roles) at `src` and at `dst` that send and receive on connection
+    /// (channel, src, dst).
+    fn conn_roles(&self, channel: u32, src: u32, dst: u32) -> (u32, u32);
     /// Entries of state it holds (for tests of the memory bound).
     fn state_entries(&self) -> usize;
 }
@@ -423,8 +427,10 @@ impl Chunking {
     }
 }
 
-/// Fast division by a divisor fixed at build time (see `lazy::FastDiv`): prim indices are
-/// decoded on the engine's hot path.
+/// Division by a divisor fixed at build time, as a multiplication: prim indices are decoded
+/// on the engine's hot path, and a 64-bit division costs tens of cycles. With
+/// `m = ceil(2^64 / d)`, `x * m / 2^64` is `x / d` for every `x` with `x * d < 2^64`
+/// (indices stay far below that).
 #[derive(Debug, Clone, Copy)]
 struct Div {
     d: u64,
@@ -667,14 +673,20 @@ impl Program for RingProgram {
         let n = self.ranks;
         self.runs[channel as usize].prim(u64::from(rank), index, (rank + n - 1) % n, (rank + 1) % n)
     }
-    fn connections(&self, f: &mut dyn FnMut(u32, u32, u32, u64)) {
+    fn connections(&self, f: &mut dyn FnMut(u32, u32, u32, u64, u64)) {
         let n = self.ranks;
         for (c, run) in self.runs.iter().enumerate() {
             let last = if run.op == RingOp::Broadcast { n - 1 } else { n };
-            for r in 0..last {
-                f(c as u32, r, (r + 1) % n, run.sends_per_conn());
+            let k = run.sends_per_conn();
+            let mut conns: Vec<(u32, u32)> = (0..last).map(|r| (r, (r + 1) % n)).collect();
+            conns.sort_unstable();
+            for (a, b) in conns {
+                f(c as u32, a, b, k, k * u64::from(run.ck.slices));
             }
         }
+    }
+    fn conn_roles(&self, _c: u32, _src: u32, _dst: u32) -> (u32, u32) {
+        (0, 0)
     }
     fn state_entries(&self) -> usize {
         self.runs.len()
@@ -836,7 +848,7 @@ impl Program for TreeProgram {
             (Some(p), _) => ck.prim(Peers::one(p), children, off + start, size, false),
         }
     }
-    fn connections(&self, f: &mut dyn FnMut(u32, u32, u32, u64)) {
+    fn connections(&self, f: &mut dyn FnMut(u32, u32, u32, u64, u64)) {
         for c in 0..self.channels() {
             let k = self.chunks(c);
             let mut pairs = Vec::new();
@@ -848,8 +860,26 @@ impl Program for TreeProgram {
             }
             pairs.sort_unstable();
             for (a, b) in pairs {
-                f(c, a, b, k);
+                f(c, a, b, k, k);
             }
+        }
+    }
+    fn conn_roles(&self, c: u32, src: u32, dst: u32) -> (u32, u32) {
+        // Up (child to parent) is a non-root's role 0; down its role 1; the root has one.
+        let up = self.links(c, src).0 == Some(dst);
+        let role = |r: u32, down_role: bool| {
+            if self.links(c, r).0.is_none() {
+                0
+            } else if down_role {
+                1
+            } else {
+                0
+            }
+        };
+        if up {
+            (role(src, false), role(dst, false))
+        } else {
+            (role(src, true), role(dst, true))
         }
     }
     fn state_entries(&self) -> usize {
@@ -962,10 +992,10 @@ impl Program for Hierarchical {
         }
         unreachable!("invariant: a prim index below the thread's length")
     }
-    fn connections(&self, f: &mut dyn FnMut(u32, u32, u32, u64)) {
+    fn connections(&self, f: &mut dyn FnMut(u32, u32, u32, u64, u64)) {
         let (g, h) = (self.g, self.hosts);
         for (c, (_, _, phases)) in self.phases.iter().enumerate() {
-            let mut conns: BTreeMap<(u32, u32), u64> = BTreeMap::new();
+            let mut conns: BTreeMap<(u32, u32), (u64, u64)> = BTreeMap::new();
             for (k, run) in phases.iter().enumerate() {
                 let Some(run) = run else { continue };
                 for host in 0..h {
@@ -975,14 +1005,19 @@ impl Program for Hierarchical {
                         } else {
                             (host * g + l, host * g + (l + 1) % g)
                         };
-                        *conns.entry((a, b)).or_default() += run.sends_per_conn();
+                        let e = conns.entry((a, b)).or_default();
+                        e.0 += run.sends_per_conn();
+                        e.1 += run.sends_per_conn() * u64::from(run.ck.slices);
                     }
                 }
             }
-            for ((a, b), k) in conns {
-                f(c as u32, a, b, k);
+            for ((a, b), (k, sl)) in conns {
+                f(c as u32, a, b, k, sl);
             }
         }
+    }
+    fn conn_roles(&self, _c: u32, _src: u32, _dst: u32) -> (u32, u32) {
+        (0, 0)
     }
     fn state_entries(&self) -> usize {
         self.phases.len() * 3
@@ -1105,17 +1140,23 @@ impl Program for P2p {
             after: None,
         }
     }
-    fn connections(&self, f: &mut dyn FnMut(u32, u32, u32, u64)) {
+    fn connections(&self, f: &mut dyn FnMut(u32, u32, u32, u64, u64)) {
         for c in 0..self.channels {
             for a in 0..self.ranks {
                 let mut dsts: Vec<u32> = (0..self.peers()).map(|k| (a + 1 + k) % self.ranks).collect();
                 dsts.sort_unstable();
                 dsts.dedup();
                 for b in dsts {
-                    f(c, a, b, self.chunks(c, a, b));
+                    let k = self.chunks(c, a, b);
+                    f(c, a, b, k, k);
                 }
             }
         }
+    }
+    fn conn_roles(&self, _c: u32, src: u32, dst: u32) -> (u32, u32) {
+        let n = self.ranks;
+        let i = (dst + n - src - 1) % n;
+        (i, self.peers() + i)
     }
     fn state_entries(&self) -> usize {
         1
@@ -1243,18 +1284,24 @@ impl Program for DagProgram {
             after,
         }
     }
-    fn connections(&self, f: &mut dyn FnMut(u32, u32, u32, u64)) {
+    fn connections(&self, f: &mut dyn FnMut(u32, u32, u32, u64, u64)) {
         let n = self.ranks as usize;
-        let mut conns: BTreeMap<(u32, u32, u32), u64> = BTreeMap::new();
+        let mut conns: BTreeMap<(u32, u32, u32), (u64, u64)> = BTreeMap::new();
         for (at, out) in self.outgoing.iter().enumerate() {
             let (c, src) = ((at / n) as u32, (at % n) as u32);
             for &(t, _) in out {
-                *conns.entry((c, src, self.transfers[t as usize].1)).or_default() += 1;
+                let (_, dst, _, bytes, _) = self.transfers[t as usize];
+                let e = conns.entry((c, src, dst)).or_default();
+                e.0 += 1;
+                e.1 += u64::from(self.slices_of(bytes));
             }
         }
-        for ((c, a, b), k) in conns {
-            f(c, a, b, k);
+        for ((c, a, b), (k, sl)) in conns {
+            f(c, a, b, k, sl);
         }
+    }
+    fn conn_roles(&self, _c: u32, _src: u32, _dst: u32) -> (u32, u32) {
+        (1, 0)
     }
     fn state_entries(&self) -> usize {
         self.transfers.len() * 3
@@ -1345,10 +1392,22 @@ pub fn verify(p: &dyn Program, op: CollectiveOp, bytes: u64) -> Result<(), Strin
     type Fifo = std::collections::VecDeque<(u64, u64, Holding)>;
     let mut fifo: BTreeMap<(u32, u32, u32), Fifo> = BTreeMap::new();
     let mut expected_sends: BTreeMap<(u32, u32, u32), u64> = BTreeMap::new();
-    p.connections(&mut |c, a, b, k| {
+    let mut expected_slices: BTreeMap<(u32, u32, u32), u64> = BTreeMap::new();
+    // (connection, (sending role, receiving role)) as the program names them.
+    type Roles = Vec<((u32, u32, u32), (u32, u32))>;
+    let mut roles: Roles = Vec::new();
+    p.connections(&mut |c, a, b, k, sl| {
         fifo.insert((c, a, b), Fifo::new());
         expected_sends.insert((c, a, b), k);
+        expected_slices.insert((c, a, b), sl);
     });
+    for &(c, a, b) in fifo.keys() {
+        roles.push(((c, a, b), p.conn_roles(c, a, b)));
+    }
+    let mut slices_sent: BTreeMap<(u32, u32, u32), u64> = BTreeMap::new();
+    // Which thread sent and received on each connection.
+    let mut senders: BTreeMap<(u32, u32, u32), u32> = BTreeMap::new();
+    let mut receivers: BTreeMap<(u32, u32, u32), u32> = BTreeMap::new();
     let mut sent: BTreeMap<(u32, u32, u32), u64> = BTreeMap::new();
     let mut buf: Vec<Held> = vec![Held::default(); n as usize];
     // Thread cursors: (channel, rank, role) -> (prim, slice).
@@ -1420,6 +1479,9 @@ pub fn verify(p: &dyn Program, op: CollectiveOp, bytes: u64) -> Result<(), Strin
                         "channel {c}: rank {r} expects slice ({off}, {len} B) from {s}, got ({o}, {b} B)"
                     ));
                 }
+                if *receivers.entry((c, s, r)).or_insert(role) != role {
+                    return Err(format!("channel {c}: two threads of rank {r} receive from {s}"));
+                }
                 if len == 0 {
                     continue;
                 }
@@ -1444,6 +1506,10 @@ pub fn verify(p: &dyn Program, op: CollectiveOp, bytes: u64) -> Result<(), Strin
                 q.push_back((off, len, value.clone()));
                 if sl == 0 {
                     *sent.entry((c, r, d)).or_default() += 1;
+                }
+                *slices_sent.entry((c, r, d)).or_default() += 1;
+                if *senders.entry((c, r, d)).or_insert(role) != role {
+                    return Err(format!("channel {c}: two threads of rank {r} send to {d}"));
                 }
             }
             let next = if sl + 1 < prim.slices.max(1) {
@@ -1560,4 +1626,21 @@ fn check_final<F: Fn(u64) -> Holding>(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Div;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The multiplication that stands for division gives division's quotient and
+        /// remainder over the range programs use, divisors 1 and powers of two included.
+        #[test]
+        fn fast_division_is_exact(d in 1u64..(1 << 24), x in 0u64..(1 << 40), shift in 0u32..24) {
+            for d in [d, 1 << shift, 1] {
+                prop_assert_eq!(Div::new(d).divmod(x), (x / d, x % d));
+            }
+        }
+    }
 }

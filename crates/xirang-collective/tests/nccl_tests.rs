@@ -380,3 +380,78 @@ proptest! {
         }
     }
 }
+
+/// What `render` writes, `parse` reads back: every field of every row, the header's
+/// parameters and ranks, the average line (in nccl-tests' own widths and number forms).
+#[test]
+fn rendered_runs_parse_back_to_the_same_rows() {
+    use xirang_collective::nccl_tests::{Measure, Params, Rank, Row, Step, render};
+    let m = |t: f64, a: f64, b: f64| Measure {
+        time_us: t,
+        algbw_gbs: a,
+        busbw_gbs: b,
+        wrong: None,
+    };
+    let mut run = load("h100-10node-80gpu-all-collectives.txt").tests[0].clone();
+    // Times of every width nccl-tests prints: 2, 1 and 0 decimals.
+    run.rows = [
+        (1_048_576u64, 25.41),
+        (67_108_864, 12586.1),
+        (1_073_741_824, 105854.0),
+    ]
+    .iter()
+    .map(|&(size, t)| Row {
+        line: 0,
+        size_bytes: size,
+        count: size / 4,
+        dtype: "float".into(),
+        redop: "sum".into(),
+        root: -1,
+        out_of_place: m(t, size as f64 / t / 1e3, 1.97 * size as f64 / t / 1e3),
+        in_place: m(t, size as f64 / t / 1e3, 1.97 * size as f64 / t / 1e3),
+    })
+    .collect();
+    run.params = Some(Params {
+        threads: 1,
+        gpus: 1,
+        min_bytes: 1_048_576,
+        max_bytes: 1_073_741_824,
+        step: Step::Factor(2),
+        warmup_iters: 1,
+        iters: 2,
+    });
+    run.ranks.truncate(3);
+    run.ranks.push(Rank {
+        rank: 3,
+        host: "h1".into(),
+        device: 0,
+        bus_id: "0000:1b:00".into(),
+        gpu: Some("NVIDIA H100 80GB HBM3".into()),
+    });
+    run.avg_busbw_gbs = Some(12.345);
+    let out = render(&run, &["simulated".to_string()]);
+    let back = parse(&out).unwrap();
+    assert_eq!(back.tests.len(), 1, "{out}");
+    let b = &back.tests[0];
+    assert_eq!(b.name, run.name);
+    assert_eq!(b.params, run.params);
+    assert_eq!(b.ranks, run.ranks);
+    assert_eq!(b.avg_busbw_gbs, Some(12.345));
+    assert_eq!(b.rows.len(), 3);
+    for (x, y) in b.rows.iter().zip(&run.rows) {
+        assert_eq!(
+            (x.size_bytes, x.count, &x.dtype, &x.redop, x.root),
+            (y.size_bytes, y.count, &y.dtype, &y.redop, y.root)
+        );
+        // Printed to nccl-tests' precision.
+        assert!(
+            (x.out_of_place.time_us - y.out_of_place.time_us).abs() <= 0.5,
+            "{out}"
+        );
+        assert!(
+            (x.out_of_place.busbw_gbs - y.out_of_place.busbw_gbs).abs() <= 0.005,
+            "{out}"
+        );
+        assert_eq!(x.out_of_place.wrong, None);
+    }
+}

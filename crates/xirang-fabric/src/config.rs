@@ -856,6 +856,41 @@ pub const NCCL_DEFAULT_P2P_NET_CHUNK_BYTES: u64 = 128 * 1024;
 pub const NCCL_DEFAULT_NTHREADS: u32 = 512;
 /// `MAXCHANNELS` 64: docs/reference/collectives-and-nccl.md §1.
 pub const NCCL_MAX_CHANNELS: u32 = 64;
+/// `NCCL_LL_BUFFSIZE` default: 8 lines x 512 threads x 8 steps x 16 bytes
+/// (docs/reference/nccl-transport-details.md §1).
+pub const NCCL_DEFAULT_LL_BUFFSIZE_BYTES: u64 = 524_288;
+/// `NCCL_LL128_BUFFSIZE` default: 120 x 640 x 8 x 8 bytes (same section).
+pub const NCCL_DEFAULT_LL128_BUFFSIZE_BYTES: u64 = 4_915_200;
+/// A GPU's time per slice, µs, LL / LL128 / Simple: NCCL's tuner's per-hop latency of a
+/// ring over NVLink (docs/reference/collectives-and-nccl.md §2.2; the tuner's estimates,
+/// not measurements: docs/reference/nccl-transport-details.md §9).
+pub const NCCL_SLICE_US: [f64; 3] = [0.6, 1.9, 3.4];
+/// A kernel's fixed cost, µs, Tree then Ring, LL / LL128 / Simple: NCCL's tuner's base
+/// latency of a collective (docs/reference/collectives-and-nccl.md §2.2), paid by each
+/// rank at the start of each call.
+pub const NCCL_BASE_LATENCY_US: [[f64; 3]; 2] = [[6.8, 14.0, 8.4], [6.6, 14.0, 8.4]];
+/// The proxy's overhead per action, µs: `NCCL_NET_OVERHEAD`'s automatic value on x86
+/// Intel hosts (AMD: 2.0), tripled for Simple by the tuner
+/// (docs/reference/nccl-transport-details.md §10).
+pub const NCCL_NET_OVERHEAD_US: f64 = 1.0;
+/// A GPUDirect flush: a 1-byte RDMA read on a loopback QP before a Simple slice is
+/// visible (docs/reference/nccl-transport-details.md §7). Its time is our estimate of one
+/// PCIe round trip through the NIC, unconfirmed.
+pub const NCCL_FLUSH_US: f64 = 1.0;
+
+/// When NCCL flushes a Simple receive (GPUDirect RDMA) before the GPU reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GdrFlush {
+    /// As NCCL 2.30 decides: GPUs before Hopper (compute capability below 9.0)
+    /// (docs/reference/nccl-transport-details.md §7).
+    #[default]
+    Auto,
+    /// Always (`NCCL_NET_FORCE_FLUSH=1`).
+    On,
+    /// Never (`NCCL_GDR_FLUSH_DISABLE=1`).
+    Off,
+}
 
 /// NCCL settings (rendered as `NCCL_*` environment variables).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -879,8 +914,33 @@ pub struct NcclConfig {
     pub cross_nic: u8,
     /// `NCCL_NET_GDR_LEVEL` (LOC, PIX, PXB, PHB, SYS).
     pub net_gdr_level: String,
-    /// `NCCL_IB_SPLIT_DATA_ON_QPS`.
+    /// `NCCL_IB_SPLIT_DATA_ON_QPS`: cut each message over all of a connection's QPs
+    /// (else each goes whole on one, round robin).
     pub ib_split_data_on_qps: bool,
+    /// `NCCL_LL_BUFFSIZE`.
+    pub ll_buffsize_bytes: u64,
+    /// `NCCL_LL128_BUFFSIZE`.
+    pub ll128_buffsize_bytes: u64,
+    /// The priority the clear-to-send writes ride (what `NCCL_IB_FIFO_TC` maps to; by
+    /// default the data's, as NCCL's FIFO TC defaults to `NCCL_IB_TC`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fifo_priority: Option<u8>,
+    /// A GPU's time per slice of LL, LL128 and Simple, µs.
+    pub ll_slice_us: f64,
+    /// See `ll_slice_us`.
+    pub ll128_slice_us: f64,
+    /// See `ll_slice_us`.
+    pub simple_slice_us: f64,
+    /// The proxy's overhead per action, µs (`NCCL_NET_OVERHEAD`; tripled for Simple).
+    pub net_overhead_us: f64,
+    /// A kernel's fixed cost at the start of each call, µs (None: NCCL's tuner's base
+    /// latency for the algorithm and protocol).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub base_latency_us: Option<f64>,
+    /// When a Simple receive is flushed before the GPU reads it.
+    pub gdr_flush: GdrFlush,
+    /// Time of one flush, µs.
+    pub flush_us: f64,
 }
 
 impl Default for NcclConfig {
@@ -898,6 +958,16 @@ impl Default for NcclConfig {
             cross_nic: 2,
             net_gdr_level: "PXB".to_string(),
             ib_split_data_on_qps: false,
+            ll_buffsize_bytes: NCCL_DEFAULT_LL_BUFFSIZE_BYTES,
+            ll128_buffsize_bytes: NCCL_DEFAULT_LL128_BUFFSIZE_BYTES,
+            fifo_priority: None,
+            ll_slice_us: NCCL_SLICE_US[0],
+            ll128_slice_us: NCCL_SLICE_US[1],
+            simple_slice_us: NCCL_SLICE_US[2],
+            net_overhead_us: NCCL_NET_OVERHEAD_US,
+            base_latency_us: None,
+            gdr_flush: GdrFlush::Auto,
+            flush_us: NCCL_FLUSH_US,
         }
     }
 }

@@ -1374,13 +1374,14 @@ impl Scenario {
                 check_start(x.start_us, &at.key("start_us"), d);
             }
             Workload::Collective(x) => {
-                if x.channels == 0 || x.channels > crate::config::NCCL_MAX_CHANNELS {
+                if let Some(ch) = x.channels
+                    && (ch == 0 || ch > crate::config::NCCL_MAX_CHANNELS)
+                {
                     d.error(
                         &at.key("channels"),
                         format!(
-                            "expected 1..{} channels, found {}",
-                            crate::config::NCCL_MAX_CHANNELS,
-                            x.channels
+                            "expected 1..{} channels, found {ch}",
+                            crate::config::NCCL_MAX_CHANNELS
                         ),
                     );
                 }
@@ -1396,6 +1397,29 @@ impl Scenario {
                 }
                 limits::check_time_us(x.step_us, &at.key("step_us"), d);
                 limits::check_transfer_bytes(x.bytes, &at.key("bytes"), d);
+                for (i, st) in x.stragglers.iter().enumerate() {
+                    let sat = at.key("stragglers").index(i);
+                    if !(st.factor.is_finite() && (1.0..=MAX_STRAGGLER_FACTOR).contains(&st.factor)) {
+                        d.error(
+                            &sat.key("factor"),
+                            format!(
+                                "expected a slowdown of 1 to {MAX_STRAGGLER_FACTOR} (times the time per slice), found {}",
+                                limits::Num(st.factor)
+                            ),
+                        );
+                    }
+                    if fabric.host_by_name(&st.host).is_none() {
+                        d.error(
+                            &sat.key("host"),
+                            unknown_name("host", &st.host, fabric.hosts.iter().map(|h| h.name.as_str())),
+                        );
+                    } else if !x.hosts.is_empty() && !x.hosts.contains(&st.host) {
+                        d.error(
+                            &sat.key("host"),
+                            format!("expected one of the collective's hosts, found `{}`", st.host),
+                        );
+                    }
+                }
                 check_distinct(&x.hosts, &at.key("hosts"), d);
                 for (i, h) in x.hosts.iter().enumerate() {
                     if fabric.host_by_name(h).is_none() {
@@ -1887,6 +1911,10 @@ impl FabricConfig {
         }
     }
 }
+
+/// Most a straggler's GPUs may be slowed by (`stragglers[].factor`): a thousandfold is a
+/// stalled GPU, far past any throttling.
+pub const MAX_STRAGGLER_FACTOR: f64 = 1000.0;
 
 impl crate::config::DcqcnParams {
     /// Checks each parameter against the firmware's range (docs/reference/congestion-control.md §1.5).

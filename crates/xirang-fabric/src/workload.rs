@@ -194,16 +194,22 @@ pub enum CollectiveAlgorithm {
 pub struct CollectiveSpec {
     /// Operation.
     pub op: CollectiveOp,
-    /// Algorithm.
-    pub algorithm: CollectiveAlgorithm,
+    /// Algorithm (absent: `config.nccl.algo`, and when that is `auto`, what NCCL's tuner
+    /// would pick for the size and the hosts).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub algorithm: Option<CollectiveAlgorithm>,
+    /// Protocol (absent: `config.nccl.proto`, and when that is `auto`, NCCL's tuner's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<crate::config::NcclProto>,
     /// Buffer size as nccl-tests defines it for the operation.
     pub bytes: u64,
     /// Participating hosts (default: all); every GPU of each host is a rank.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hosts: Vec<String>,
-    /// Channels (one QP set each).
-    #[serde(default = "one")]
-    pub channels: u32,
+    /// The communicator's channels (absent: NCCL's, two per NIC of a host, within
+    /// `config.nccl.min_channels`/`max_channels`); NCCL uses fewer for small sizes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channels: Option<u32>,
     /// Back-to-back repetitions.
     #[serde(default = "one")]
     pub iterations: u32,
@@ -216,6 +222,21 @@ pub struct CollectiveSpec {
     /// Traffic class.
     #[serde(default = "default_class")]
     pub class: String,
+    /// Hosts whose GPUs run the collective's kernels slower, by a factor (a straggler:
+    /// a throttled or shared GPU): their slices take `factor` times as long, so they free
+    /// their receive slots late and their senders wait for clear-to-send.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stragglers: Vec<Straggler>,
+}
+
+/// A host whose GPUs are slower than the others'.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Straggler {
+    /// The host.
+    pub host: String,
+    /// How many times longer its GPUs take per slice (1 to 1000).
+    pub factor: f64,
 }
 
 fn one() -> u32 {

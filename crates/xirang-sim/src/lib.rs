@@ -65,6 +65,7 @@ pub mod packet;
 pub mod parallel;
 pub mod queue;
 pub mod rng;
+pub mod sweep;
 pub mod time;
 pub mod workload;
 
@@ -275,10 +276,13 @@ fn collect<Q: queue::Queue>(loaded: &Loaded, ex: &workload::Expanded, sim: &Sim<
         .map(|rt| {
             let c = &rt.run;
             let transfers = c.per_iteration * u64::from(c.iterations);
-            let finished = transfers > 0 && rt.arrived == transfers;
-            // From the collective's start (when its first transfers start) to the last
-            // arrival.
-            let total = finished.then(|| rt.last_arrival.unwrap_or(c.start) - c.start);
+            let last = rt.iter_end.last().copied().flatten();
+            let finished = !rt.failed
+                && transfers > 0
+                && rt.arrived == transfers
+                && rt.iter_done.last().is_some_and(|d| *d == c.ranks);
+            // From the collective's start to the end of its last iteration on its last rank.
+            let total = finished.then(|| last.unwrap_or(c.start) - c.start);
             let time = total.map(|t| t / time::Ps::from(c.iterations));
             let algbw = time.map(|t| c.bytes as f64 / (t as f64 / 1e12) / 1e9);
             output::CollectiveResult {
@@ -286,6 +290,10 @@ fn collect<Q: queue::Queue>(loaded: &Loaded, ex: &workload::Expanded, sim: &Sim<
                 class: c.class.clone(),
                 op: serde_name(&c.op),
                 algorithm: serde_name(&c.algorithm),
+                protocol: c.proto.nccl_name().to_string(),
+                channels: c.program.channels(),
+                comm_channels: c.comm_channels,
+                choice: c.choice.clone(),
                 ranks: c.ranks,
                 bytes: c.bytes,
                 iterations: c.iterations,
@@ -294,6 +302,7 @@ fn collect<Q: queue::Queue>(loaded: &Loaded, ex: &workload::Expanded, sim: &Sim<
                 time_ps: time,
                 algbw_gbs: algbw,
                 busbw_gbs: algbw.map(|a| a * xirang_collective::schedule::bus_factor(c.op, c.ranks)),
+                iteration_end_ps: rt.iter_end.iter().map(|e| e.map(|e| e - c.start)).collect(),
                 transfers,
                 transfers_arrived: rt.arrived,
                 transfers_recorded: rt.records.is_some(),
@@ -352,7 +361,13 @@ fn collect<Q: queue::Queue>(loaded: &Loaded, ex: &workload::Expanded, sim: &Sim<
             packet_ring_bytes: sim.packet_ring_bytes(),
             peak_events_pending: sim.peak_events_pending(),
             peak_transfers_in_flight: sim.peak_live_transfers,
-            peak_transfer_qps: sim.peak_live_transfer_qps,
+            peak_transfer_qps: sim
+                .conns
+                .iter()
+                .filter_map(|k| k.net.as_ref())
+                .map(|n| (n.qps.end - n.qps.start) as usize + 1)
+                .sum(),
+            peak_slices_outstanding: sim.peak_slices_outstanding,
         },
         flows,
         requests,
@@ -387,8 +402,8 @@ fn collect<Q: queue::Queue>(loaded: &Loaded, ex: &workload::Expanded, sim: &Sim<
 }
 
 /// The transfers of the collectives that record them, as flows: those that finished as
-/// they were reported, those still in flight as they are now (`Sim::record_in_flight`),
-/// those never started with their collective's start time.
+/// they were reported, those under way as they are now, those never started with their
+/// collective's start time.
 fn collective_flows<Q: queue::Queue>(
     loaded: &Loaded,
     ex: &workload::Expanded,
@@ -402,21 +417,17 @@ fn collective_flows<Q: queue::Queue>(
         let c = &rt.run;
         let class = &c.class;
         let workload = &ex.workloads[c.workload as usize];
-        rt.expansion.for_each_transfer(&mut |st| {
-            let (src, dst) = c.nics(fabric, st.channel, st.src, st.dst);
-            let local = c.same_host(st.src, st.dst);
-            let conn = (!local).then(|| rt.conns.get(st.channel, st.src, st.dst));
-            let spec0 = conn.map(|k| &sim.conn_specs[sim.conns[k as usize].specs.start as usize]);
+        engine::collective::for_each_transfer(c, &mut |index, channel, a, b, bytes| {
+            let (src, dst) = c.nics(fabric, channel, a, b);
+            let conn = &sim.conns[rt.conns.get(channel, a, b) as usize];
+            let q0 = engine::collective::conn_qps(conn).map(|q| &sim.qps_tx[q.start]);
             for it in 0..c.iterations {
-                let slot = (u64::from(it) * c.per_iteration + st.index) as usize;
+                let slot = (u64::from(it) * c.per_iteration + index) as usize;
                 let rec = records[slot].clone();
-                let (ideal, lower_bound) = match (&rec, spec0) {
-                    (Some(r), _) => (r.ideal, r.lower_bound),
-                    (None, None) => (c.nvlink_ps(st.bytes), c.nvlink_ps(st.bytes)),
-                    (None, Some(_)) => {
-                        let k = &sim.conns[conn.unwrap_or(0) as usize];
-                        k.path.fct(st.bytes, k.mtu, sim.net.header_bytes)
-                    }
+                let (ideal, lower_bound) = match (&rec, &conn.net) {
+                    (Some(r), _) if r.ideal > 0 => (r.ideal, r.lower_bound),
+                    (_, Some(n)) => n.path.fct(bytes, n.mtu, sim.net.header_bytes),
+                    (_, None) => (0, 0),
                 };
                 let start = rec.as_ref().and_then(|r| r.start).unwrap_or(c.start);
                 out.push(FlowResult {
@@ -427,9 +438,9 @@ fn collective_flows<Q: queue::Queue>(
                     dst: workload::nic_name(fabric, dst),
                     src_node: sim.nics[src.index()].node_id,
                     dst_node: sim.nics[dst.index()].node_id,
-                    sport: spec0.map_or(0, |s| s.sport),
-                    dport: spec0.map_or(0, |s| s.dport),
-                    bytes: st.bytes,
+                    sport: q0.map_or(0, |q| q.sport),
+                    dport: q0.map_or(0, |q| q.dport),
+                    bytes,
                     start_ps: start,
                     fct_ps: rec.as_ref().and_then(|r| r.finish).map(|t| t - start),
                     // A collective's failed transfer shows as the collective unfinished.
@@ -439,9 +450,9 @@ fn collective_flows<Q: queue::Queue>(
                     lower_bound_ps: lower_bound,
                     bytes_received: rec.as_ref().map_or(0, |r| r.bytes_received),
                     in_collective: true,
-                    nvlink: local,
-                    path: spec0.map_or_else(Vec::new, |s| {
-                        sim.route_as_computed(s.route, &originals)
+                    nvlink: conn.net.is_none(),
+                    path: q0.map_or_else(Vec::new, |q| {
+                        sim.route_as_computed(q.route, &originals)
                             .into_iter()
                             .map(|p| sim.port_names[p].clone())
                             .collect()

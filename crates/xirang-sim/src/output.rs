@@ -42,7 +42,8 @@ pub struct FlowResult {
     /// flow will never finish.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub failed: bool,
-    /// Start to the arrival of the last byte at the receiver.
+    /// Start to the arrival of the last byte at the receiver (a collective's transfer:
+    /// to the receiving GPU consuming its last slice).
     pub rx_done_ps: Option<Ps>,
     /// FCT on an empty network as the HPCC simulator estimates it (its standalone FCT);
     /// slowdown is FCT over this, as in that simulator's outputs.
@@ -69,8 +70,18 @@ pub struct CollectiveResult {
     pub class: String,
     /// Operation (`all_reduce`, ...).
     pub op: String,
-    /// Algorithm.
+    /// Algorithm simulated.
     pub algorithm: String,
+    /// Protocol (`LL`, `LL128`, `Simple`).
+    pub protocol: String,
+    /// Channels that carried data (NCCL uses fewer than its communicator's for small
+    /// sizes), and the communicator's.
+    pub channels: u32,
+    /// The communicator's channels.
+    pub comm_channels: u32,
+    /// Where the algorithm, protocol and channels came from, and NCCL's own pick where
+    /// it is not what was simulated.
+    pub choice: crate::workload::NcclChoice,
     /// Ranks.
     pub ranks: u32,
     /// Buffer bytes.
@@ -87,6 +98,8 @@ pub struct CollectiveResult {
     pub algbw_gbs: Option<f64>,
     /// Bus bandwidth, algbw x nccl-tests' factor for the operation, GB/s.
     pub busbw_gbs: Option<f64>,
+    /// When each iteration ended (its last rank finished it), from the collective's start.
+    pub iteration_end_ps: Vec<Option<Ps>>,
     /// Transfers of all iterations, and how many arrived.
     pub transfers: u64,
     /// Transfers that arrived.
@@ -130,9 +143,8 @@ pub struct RunStats {
     pub events: u64,
     /// Packets put on any link (data, ACK, NACK, CNP and PFC frames).
     pub packet_hops: u64,
-    /// Packets that arrived for a finished transfer's QP after its slot went to another
-    /// transfer (retransmissions and their answers still in the network): dropped on
-    /// arrival, and counted as delivered.
+    /// Packets that arrived for a QP after its slot went to another: always 0 since
+    /// collectives' QPs are persistent (kept for readers of earlier outputs).
     pub stray_packets: u64,
     /// QPs that gave up after their retries (each fails its message).
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -196,10 +208,14 @@ pub struct EngineStats {
     pub packet_ring_bytes: usize,
     /// Most events pending at once.
     pub peak_events_pending: usize,
-    /// Most transfers of collectives alive at once (created, not yet sent and received).
+    /// Most transfers of collectives under way at once (a slice written, the last not yet
+    /// consumed).
     pub peak_transfers_in_flight: usize,
-    /// Most QPs of those transfers at once.
+    /// QPs of the collectives' connections (data and clear-to-send), for the run.
     pub peak_transfer_qps: usize,
+    /// Most slices one connection had outstanding at once (sent and not given back to
+    /// its GPU, or receives posted and not consumed): at most its slots.
+    pub peak_slices_outstanding: u64,
 }
 
 /// Nearest-rank percentile of sorted values (q in 0..=100).
@@ -546,6 +562,18 @@ impl RunResult {
             ));
         }
         for f in &self.flows {
+            // A collective's transfer is done at its receiver when the receiving GPU has
+            // consumed every slice, which may come after the sender's last completion;
+            // it must have every byte by then.
+            if f.in_collective {
+                if f.rx_done_ps.is_some() && f.bytes_received != f.bytes {
+                    errors.push(format!(
+                        "transfer {}: consumed with {} of its {} bytes",
+                        f.id, f.bytes_received, f.bytes
+                    ));
+                }
+                continue;
+            }
             if let Some(fct) = f.fct_ps {
                 match f.rx_done_ps {
                     Some(rx) if rx <= fct => {}

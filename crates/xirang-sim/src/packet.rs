@@ -36,9 +36,6 @@ pub struct Packet {
     pub ts: Ps,
     /// Queue pair the packet belongs to (unused for Pause).
     pub qp: QpId,
-    /// Generation of the QP's slot when the packet was made: a packet still in the
-    /// network after its QP finished and the slot went to another QP is told apart.
-    pub slot_gen: u32,
     /// Start of the route in the route arena.
     pub route: RouteId,
     /// Switch ingress port while the packet is queued in a switch.
@@ -55,6 +52,9 @@ pub struct Packet {
     pub prio: u8,
     /// ECN Congestion Experienced.
     pub ce: bool,
+    /// Data: the last packet of a message (an RDMA write's last packet, which carries the
+    /// immediate data and so completes a receive at the responder).
+    pub last: bool,
 }
 
 impl Packet {

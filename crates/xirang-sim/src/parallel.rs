@@ -54,9 +54,10 @@ impl Plan {
 ///
 /// Devices a flow's start couples are kept together: a flow that waits for others starts
 /// the moment the last of them arrived, so its sender must share a partition with their
-/// receivers. Collectives need nothing more: each transfer waits only for transfers its
-/// sending rank received (`xirang_collective` tests this for every algorithm), and a
-/// rank's GPUs and NICs are one host, never divided.
+/// receivers. Collectives need nothing more: a GPU thread waits only for slices that
+/// reached its own host and for slots freed by packets (completions, clear-to-sends), a
+/// rank's next iteration only for its own threads, and a rank's GPUs and NICs are one
+/// host, never divided.
 pub fn plan(loaded: &Loaded, ex: &Expanded, parts: usize) -> Plan {
     let fabric = &loaded.fabric;
     let host = |n: xirang_fabric::model::NicId| fabric.nics[n.index()].host;
@@ -76,10 +77,6 @@ pub fn plan(loaded: &Loaded, ex: &Expanded, parts: usize) -> Plan {
     } else if loaded.scenario.faults.iter().any(|f| f.kind == FaultKind::GdrOff) {
         // The sender reads the receiving NIC's credit gate directly (`Sim::rx_gate`).
         Some("a gdr_off fault's receiver grants credit to its senders directly".to_string())
-    } else if ex.collectives.iter().any(|c| c.iterations > 1) {
-        // An iteration begins when every rank's last transfer of the one before arrived:
-        // a barrier with no link delay to look ahead by.
-        Some("a collective runs more than one iteration (each waits for all ranks)".to_string())
     } else {
         None
     };

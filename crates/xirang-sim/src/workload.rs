@@ -5,9 +5,11 @@
 //! do not change when another workload is added.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
-use xirang_collective::lazy::{self, Expansion};
-use xirang_collective::schedule::{CollectiveAlgorithm, CollectiveOp, Shape};
+use xirang_collective::cost::{self, Algo, Coll, Platform, Proto};
+use xirang_collective::program::{self, Buffers, Program};
+use xirang_collective::schedule::{CollectiveAlgorithm, CollectiveOp};
 use xirang_fabric::Loaded;
 use xirang_fabric::model::{Fabric, NicId, Node};
 use xirang_fabric::scenario::resolve_endpoint;
@@ -53,26 +55,79 @@ pub struct FlowDef {
     pub local: Option<Ps>,
 }
 
-/// A collective workload, expanded as it runs (`xirang_collective::lazy`): its ranks, how
-/// they map to hosts and NICs, and the timing of its NVLink steps. Its transfers are not
-/// listed here; the simulator creates each one when its dependencies have arrived.
-#[derive(Debug, Clone, PartialEq)]
+/// Where a collective's algorithm, protocol or channel count came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Chosen {
+    /// The workload sets it.
+    Workload,
+    /// `[config.nccl]` sets it (`algo`, `proto`, `min_channels`/`max_channels`).
+    Config,
+    /// NCCL's choice: its tuner's cost model (`xirang_collective::cost`), or its channel
+    /// count (two per NIC).
+    Nccl,
+}
+
+/// How a collective is run, and why.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct NcclChoice {
+    /// Where the algorithm came from.
+    pub algorithm: Chosen,
+    /// Where the protocol came from.
+    pub protocol: Chosen,
+    /// Where the communicator's channel count came from.
+    pub channels: Chosen,
+    /// What NCCL's tuner picks when it differs from what is simulated (`NVLSTree/Simple`:
+    /// NVLink SHARP is not modelled, its tree between hosts is simulated instead).
+    pub nccl_pick: Option<String>,
+}
+
+/// What a GPU thread's slices cost, and the proxy's actions
+/// (`engine::collective`, `engine::transport`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GpuCosts {
+    /// Latency of one slice on the GPU.
+    pub slice: Ps,
+    /// The protocol's per-channel rate, bit/s (0: none in NCCL's tables).
+    pub rate_bps: f64,
+    /// Kernel time before a primitive that received (the workload's `step_us`).
+    pub step: Ps,
+    /// A rank's kernel's fixed cost at the start of each call.
+    pub base: Ps,
+    /// The proxy's overhead per action.
+    pub proxy: Ps,
+    /// The flush before a Simple slice is visible (0: none).
+    pub flush: Ps,
+    /// One GPU's NVLink bandwidth NCCL can use, bit/s, shared by its channels.
+    pub nvlink_bps: f64,
+}
+
+/// A collective workload, run as NCCL's kernels and proxies run it
+/// (`xirang_collective::program`, `engine::collective`, `engine::transport`): its ranks,
+/// how they map to hosts and NICs, its program, and what slices cost.
+#[derive(Debug, Clone)]
 pub struct CollectiveRun {
     /// Workload index.
     pub workload: u16,
     /// The operation.
     pub op: CollectiveOp,
-    /// The algorithm.
+    /// The algorithm simulated.
     pub algorithm: CollectiveAlgorithm,
+    /// The protocol.
+    pub proto: Proto,
+    /// The communicator's channels (the program may use fewer).
+    pub comm_channels: u32,
+    /// Where the algorithm, protocol and channels came from.
+    pub choice: NcclChoice,
     /// Ranks (GPUs).
     pub ranks: u32,
     /// Buffer bytes.
     pub bytes: u64,
     /// Repetitions.
     pub iterations: u32,
-    /// The schedule's shape.
-    pub shape: Shape,
-    /// Transfers per iteration.
+    /// The per-(channel, rank) threads of primitives.
+    pub program: Arc<dyn Program>,
+    /// Transfers per iteration (primitives' chunks on connections).
     pub per_iteration: u64,
     /// Result id of iteration 0's transfer 0; transfer t of iteration i has id
     /// `first_id + i * per_iteration + t`.
@@ -81,12 +136,8 @@ pub struct CollectiveRun {
     pub class: String,
     /// When the first iteration starts.
     pub start: Ps,
-    /// Reduction/kernel time before a step that waited for another.
-    pub step: Ps,
-    /// NVLink: latency of a transfer between GPUs of one host.
-    pub nvlink_latency: Ps,
-    /// NVLink bandwidth each channel gets, Gbit/s (0: copies take no time).
-    pub nvlink_gbps_per_channel: f64,
+    /// What slices and proxy actions cost.
+    pub gpu: GpuCosts,
     /// Index in [`CollectiveRun::host_nics`] of each rank's host.
     pub rank_host: Vec<u32>,
     /// The NICs of each participating host.
@@ -99,22 +150,23 @@ pub struct CollectiveRun {
     /// `nic_funnel` faults, in order: traffic between a host and other hosts goes through
     /// this NIC of the host.
     pub funnel: Vec<NicId>,
+    /// Messages are cut over every QP of a connection (`NCCL_IB_SPLIT_DATA_ON_QPS`).
+    pub split_data: bool,
+    /// The priority of the clear-to-send writes (None: the data's).
+    pub fifo_prio: Option<u8>,
+    /// How many times longer each rank's GPU takes per slice (1: as fast as the others;
+    /// the workload's `stragglers`).
+    pub rank_slowdown: Vec<f64>,
 }
 
 impl CollectiveRun {
-    /// The expansion that yields the transfers (valid: checked when the run was built).
-    pub fn expansion(&self) -> Box<dyn Expansion> {
-        lazy::build(self.op, self.algorithm, self.shape)
-            .expect("invariant: the shape was checked when the workload was expanded")
-    }
-
-    /// Both ranks on one host: the transfer goes over NVLink.
+    /// Both ranks on one host: their connection is NVLink.
     pub fn same_host(&self, a: u32, b: u32) -> bool {
         self.rank_host[a as usize] == self.rank_host[b as usize]
     }
 
-    /// The (sending, receiving) NICs of a transfer on `channel`: NIC `channel mod nics` of
-    /// each host (NCCL keeps a channel on one rail), or the NIC under each rank's GPU for
+    /// The (sending, receiving) NICs of a connection on `channel`: NIC `channel mod nics`
+    /// of each host (NCCL keeps a channel on one rail), or the NIC under each rank's GPU for
     /// the hierarchical algorithm; then the `nic_funnel` faults.
     pub fn nics(&self, fabric: &Fabric, channel: u32, src: u32, dst: u32) -> (NicId, NicId) {
         let nic = |r: u32| match self.rank_nic.get(r as usize).copied().flatten() {
@@ -137,24 +189,24 @@ impl CollectiveRun {
         (a, b)
     }
 
-    /// Time of an NVLink transfer of `bytes`.
-    pub fn nvlink_ps(&self, bytes: u64) -> Ps {
-        let gbps = self.nvlink_gbps_per_channel;
-        let copy = if gbps > 0.0 {
-            bytes as f64 * 8.0 / (gbps * 1e9)
-        } else {
-            0.0
-        };
-        self.nvlink_latency + (copy * 1e12).round() as Ps
+    /// Every transfer of one iteration with its NICs: (sending NIC, receiving NIC, bytes,
+    /// over NVLink), in result order. Takes time in proportion to the schedule.
+    pub fn for_each_transfer(&self, fabric: &Fabric, f: &mut dyn FnMut(NicId, NicId, u64, bool)) {
+        crate::engine::collective::for_each_transfer(self, &mut |_, c, a, b, bytes| {
+            let (x, y) = self.nics(fabric, c, a, b);
+            f(x, y, bytes, self.same_host(a, b));
+        });
     }
 
-    /// Every transfer of one iteration with its NICs: (sending NIC, receiving NIC, bytes,
-    /// over NVLink), in schedule order. Takes time in proportion to the schedule.
-    pub fn for_each_transfer(&self, fabric: &Fabric, f: &mut dyn FnMut(NicId, NicId, u64, bool)) {
-        self.expansion().for_each_transfer(&mut |st| {
-            let (a, b) = self.nics(fabric, st.channel, st.src, st.dst);
-            f(a, b, st.bytes, self.same_host(st.src, st.dst));
-        });
+    /// The algorithm and protocol, as NCCL names them (`Ring/Simple`).
+    pub fn nccl_name(&self) -> String {
+        let algo = match self.algorithm {
+            CollectiveAlgorithm::Ring => "Ring",
+            CollectiveAlgorithm::Tree => "Tree",
+            CollectiveAlgorithm::HalvingDoubling => "HalvingDoubling",
+            CollectiveAlgorithm::Hierarchical => "Hierarchical",
+        };
+        format!("{algo}/{}", self.proto.nccl_name())
     }
 }
 
@@ -436,22 +488,14 @@ pub fn expand(loaded: &Loaded, seed: u64) -> Expanded {
     out
 }
 
-/// NCCL's Simple-protocol chunk: `NCCL_BUFFSIZE` / `NCCL_STEPS` x the AllReduce chunk
-/// steps (`STEPS/2`) = 4 MiB / 8 x 4 (docs/reference/collectives-and-nccl.md §1): steps
-/// pipeline in pieces of at most this size.
-const NCCL_SIMPLE_CHUNK_BYTES: u64 = 2 * 1024 * 1024;
-/// Chunks per piece are capped to keep the number of flows in proportion; larger pieces
-/// then move in bigger chunks.
-const MAX_CHUNKS: u32 = 8;
-
 /// Prepares a collective: ranks are the GPUs of the listed hosts (host by host, GPU by
-/// GPU); steps between GPUs of one host go over NVLink; steps between hosts go NIC to NIC
-/// on the channel's rail (NIC `channel mod nics` on both hosts, as NCCL keeps a channel on
-/// one rail), or, for the hierarchical algorithm, between the NICs under the two GPUs' own
-/// PCIe switches. NCCL also rotates each channel's ring so that the GPU at a host boundary
-/// is the one under that rail's NIC; the schedules keep one ring order for all channels,
-/// which changes nothing here because the simulator does not model the PCIe hop between a
-/// GPU and its NIC (the rail choice alone decides the network traffic).
+/// GPU); connections between GPUs of one host are NVLink; between hosts they go NIC to
+/// NIC on the channel's rail (NIC `channel mod nics` on both hosts, as NCCL keeps a
+/// channel on one rail), or, for the hierarchical algorithm, between the NICs under the
+/// two GPUs' own PCIe switches. NCCL also rotates each channel's ring so that the GPU at a
+/// host boundary is the one under that rail's NIC; the programs keep one ring order for
+/// all channels, which changes nothing here because the simulator does not model the PCIe
+/// hop between a GPU and its NIC (the rail choice alone decides the network traffic).
 fn expand_collective(
     loaded: &Loaded,
     c: &xirang_fabric::workload::CollectiveSpec,
@@ -459,6 +503,7 @@ fn expand_collective(
     first_id: u64,
 ) -> Result<CollectiveRun, String> {
     let fabric = &loaded.fabric;
+    let config = &loaded.scenario.config;
     // Host names were validated with the scenario.
     let hosts = fabric.hosts_named(&c.hosts);
     let mut rank_host = Vec::new();
@@ -474,53 +519,247 @@ fn expand_collective(
         }
     }
     let per_host = hosts.iter().map(|h| h.gpus.len().max(1)).collect::<Vec<_>>();
-    if c.algorithm == CollectiveAlgorithm::Hierarchical && per_host.iter().any(|x| *x != per_host[0]) {
+    let uniform = per_host.iter().all(|x| *x == per_host[0]);
+    let n = rank_host.len() as u32;
+    let choice = nccl_choice(loaded, c, n)?;
+    let (algorithm, proto, comm_channels, picked) = choice;
+    if algorithm == CollectiveAlgorithm::Hierarchical && !uniform {
         return Err("the hierarchical algorithm needs the same number of GPUs on every host".to_string());
     }
-    let n = rank_host.len() as u32;
-    // Pieces of at most one NCCL chunk, so that steps pipeline as NCCL's do.
-    let per_piece = c.bytes / u64::from(n.max(1) * c.channels.max(1));
-    let chunks = per_piece
-        .div_ceil(NCCL_SIMPLE_CHUNK_BYTES)
-        .clamp(1, u64::from(MAX_CHUNKS)) as u32;
-    let shape = Shape {
-        ranks: n,
-        bytes: c.bytes,
-        channels: c.channels,
-        chunks,
-        ranks_per_host: per_host[0] as u32,
+    // Programs cut ranks into hosts of equal size; with uneven hosts (only the ring and
+    // point-to-point programs, which do not look at hosts) each rank counts as its own.
+    let ranks_per_host = if uniform { per_host[0] as u32 } else { 1 };
+    let nccl = &config.nccl;
+    let buffers = Buffers {
+        simple_bytes: nccl.buffsize_bytes,
+        ll_bytes: nccl.ll_buffsize_bytes,
+        ll128_bytes: nccl.ll128_buffsize_bytes,
+        p2p_net_chunk_bytes: nccl.p2p_net_chunk_bytes,
+        ..Buffers::default()
     };
-    let per_iteration = lazy::build(c.op, c.algorithm, shape)?.len();
-    let cfg = &loaded.scenario.config.intra_host;
-    let rank_nic = if c.algorithm == CollectiveAlgorithm::Hierarchical {
+    let spec = program::Spec {
+        op: c.op,
+        algorithm,
+        proto,
+        ranks: n,
+        ranks_per_host,
+        bytes: c.bytes,
+        channels: program::nccl_channels(algorithm, proto, n, c.bytes, comm_channels),
+        buffers,
+    };
+    let prog: Arc<dyn Program> = Arc::from(program::build(&spec)?);
+    let mut per_iteration = 0;
+    prog.connections(&mut |_, _, _, k, _| per_iteration += k);
+    let rank_nic = if algorithm == CollectiveAlgorithm::Hierarchical {
         gpus.iter()
             .map(|g| g.map(|g| fabric.nic_for_gpu(g).expect("hosts have NICs")))
             .collect()
     } else {
         Vec::new()
     };
+    let platform = Platform::of_fabric(fabric, config, &c.hosts, comm_channels)
+        .ok_or_else(|| "the collective has no hosts".to_string())?;
+    let rank_slowdown = rank_host
+        .iter()
+        .map(|&h| {
+            c.stragglers
+                .iter()
+                .filter(|s| s.host == hosts[h as usize].name)
+                .map(|s| s.factor)
+                .fold(1.0, f64::max)
+        })
+        .collect();
     Ok(CollectiveRun {
         workload,
         op: c.op,
-        algorithm: c.algorithm,
+        algorithm,
+        proto,
+        comm_channels,
+        choice: picked,
         ranks: n,
         bytes: c.bytes,
         iterations: c.iterations,
-        shape,
+        gpu: gpu_costs(config, &platform, algorithm, proto, c.step_us),
+        program: prog,
         per_iteration,
         first_id,
         class: c.class.clone(),
         start: us(c.start_us),
-        step: us(c.step_us),
-        nvlink_latency: us(cfg.nvlink_latency_us),
-        // Each channel gets an equal share of the GPU's NVLink bandwidth.
-        nvlink_gbps_per_channel: cfg.nvlink_gbps / f64::from(c.channels),
         rank_host,
         host_nics: hosts.iter().map(|h| h.nics.clone()).collect(),
         rank_nic,
         qps: None,
         funnel: Vec::new(),
+        split_data: nccl.ib_split_data_on_qps,
+        fifo_prio: nccl.fifo_priority,
+        rank_slowdown,
     })
+}
+
+/// The algorithm, protocol and communicator channels a collective runs with: the
+/// workload's, else `[config.nccl]`'s, else NCCL's own choice (its tuner's cost model over
+/// the collective's hosts, one source of truth with `xirang nccl advise`; two channels per
+/// NIC). NVLink SHARP (NVLS, NVLSTree) is not simulated: where NCCL's tuner picks it, the
+/// ring (one host) or the tree (between hosts) runs instead, and the choice says so.
+fn nccl_choice(
+    loaded: &Loaded,
+    c: &xirang_fabric::workload::CollectiveSpec,
+    ranks: u32,
+) -> Result<(CollectiveAlgorithm, Proto, u32, NcclChoice), String> {
+    use xirang_fabric::config::{NcclAlgo, NcclProto};
+    let config = &loaded.scenario.config;
+    let nccl = &config.nccl;
+    let clamp = |x: u32| {
+        let lo = if nccl.min_channels > 0 {
+            nccl.min_channels
+        } else {
+            1
+        };
+        let hi = if nccl.max_channels > 0 {
+            nccl.max_channels
+        } else {
+            xirang_fabric::config::NCCL_MAX_CHANNELS
+        };
+        x.clamp(lo, hi.max(lo))
+    };
+    let platform = Platform::of_fabric(&loaded.fabric, config, &c.hosts, c.channels.unwrap_or(0))
+        .ok_or_else(|| "the collective has no hosts".to_string())?;
+    let (comm_channels, ch_from) = match c.channels {
+        Some(ch) => (ch, Chosen::Workload),
+        None if nccl.min_channels > 0 || nccl.max_channels > 0 => (clamp(platform.channels), Chosen::Config),
+        None => (platform.channels, Chosen::Nccl),
+    };
+    let platform = Platform {
+        channels: comm_channels,
+        ..platform
+    };
+    let coll = Coll::of_op(c.op);
+    let p2p = matches!(c.op, CollectiveOp::AllToAll | CollectiveOp::SendRecv);
+    let fixed_proto = |p: NcclProto| match p {
+        NcclProto::Auto => None,
+        NcclProto::Ll => Some(Proto::Ll),
+        NcclProto::Ll128 => Some(Proto::Ll128),
+        NcclProto::Simple => Some(Proto::Simple),
+    };
+    let (want_proto, proto_from) = match (c.protocol.and_then(fixed_proto), fixed_proto(nccl.proto)) {
+        (Some(p), _) => (Some(p), Chosen::Workload),
+        (None, Some(p)) => (Some(p), Chosen::Config),
+        (None, None) => (None, Chosen::Nccl),
+    };
+    // NCCL's tuner over what it may choose from.
+    let best = |algos: &[Algo], proto: Option<Proto>| {
+        cost::all(coll, c.bytes, &platform)
+            .into_iter()
+            .filter(|x| algos.contains(&x.algo) && proto.is_none_or(|p| p == x.proto))
+            .min_by(|a, b| a.time_us.total_cmp(&b.time_us))
+    };
+    let (algorithm, algo_from, pick) = match (c.algorithm, nccl.algo) {
+        (Some(a), _) => (a, Chosen::Workload, None),
+        (None, NcclAlgo::Ring) => (CollectiveAlgorithm::Ring, Chosen::Config, None),
+        (None, NcclAlgo::Tree) if coll == Coll::AllReduce => {
+            (CollectiveAlgorithm::Tree, Chosen::Config, None)
+        }
+        (None, _) if coll != Coll::AllReduce => (CollectiveAlgorithm::Ring, Chosen::Nccl, None),
+        (None, _) => {
+            let b = best(&[Algo::Ring, Algo::Tree, Algo::Nvls, Algo::NvlsTree], want_proto);
+            let a = match b.map(|x| x.algo) {
+                Some(Algo::Tree | Algo::NvlsTree) if platform.nodes > 1 => CollectiveAlgorithm::Tree,
+                _ => CollectiveAlgorithm::Ring,
+            };
+            (a, Chosen::Nccl, b)
+        }
+    };
+    let as_algo = match algorithm {
+        CollectiveAlgorithm::Tree => Algo::Tree,
+        _ => Algo::Ring,
+    };
+    // NVLink SHARP runs only Simple: where NCCL's tuner picks NVLS or NVLSTree, the ring
+    // or tree simulated instead runs Simple too.
+    let nvls_pick = pick.is_some_and(|x| matches!(x.algo, Algo::Nvls | Algo::NvlsTree));
+    let proto = if nvls_pick && want_proto.is_none() {
+        Proto::Simple
+    } else if p2p
+        || matches!(
+            algorithm,
+            CollectiveAlgorithm::HalvingDoubling | CollectiveAlgorithm::Hierarchical
+        )
+    {
+        // Point-to-point operations run Simple; the two algorithms NCCL does not have
+        // are given its bulk protocol.
+        want_proto.unwrap_or(Proto::Simple)
+    } else {
+        match want_proto {
+            Some(p) => p,
+            None => best(&[as_algo], None).map_or(Proto::Simple, |x| x.proto),
+        }
+    };
+    let nccl_pick = pick
+        .filter(|x| matches!(x.algo, Algo::Nvls | Algo::NvlsTree))
+        .map(|x| format!("{}/{}", x.algo.nccl_name(), x.proto.nccl_name()));
+    let _ = ranks;
+    Ok((
+        algorithm,
+        proto,
+        comm_channels,
+        NcclChoice {
+            algorithm: algo_from,
+            protocol: if p2p { Chosen::Nccl } else { proto_from },
+            channels: ch_from,
+            nccl_pick,
+        },
+    ))
+}
+
+/// What a collective's slices cost on `platform` under `config` (see [`GpuCosts`]).
+fn gpu_costs(
+    config: &xirang_fabric::config::FabricConfig,
+    platform: &Platform,
+    algorithm: CollectiveAlgorithm,
+    proto: Proto,
+    step_us: f64,
+) -> GpuCosts {
+    use xirang_fabric::config::GdrFlush;
+    let nccl = &config.nccl;
+    let slice_us = match proto {
+        Proto::Ll => nccl.ll_slice_us,
+        Proto::Ll128 => nccl.ll128_slice_us,
+        Proto::Simple => nccl.simple_slice_us,
+    };
+    let algo = match algorithm {
+        CollectiveAlgorithm::Tree => Algo::Tree,
+        _ => Algo::Ring,
+    };
+    let cap_gbs = cost::channel_cap_gbs(algo, proto, platform);
+    // The tuner triples the proxy's overhead for Simple (docs/reference/nccl-transport-details.md §10).
+    const SIMPLE_OVERHEAD_FACTOR: f64 = 3.0;
+    let proxy_us = nccl.net_overhead_us
+        * if proto == Proto::Simple {
+            SIMPLE_OVERHEAD_FACTOR
+        } else {
+            1.0
+        };
+    let flush = match nccl.gdr_flush {
+        GdrFlush::On => true,
+        GdrFlush::Off => false,
+        GdrFlush::Auto => !matches!(
+            platform.generation,
+            cost::GpuGen::Hopper | cost::GpuGen::Blackwell
+        ),
+    } && proto == Proto::Simple;
+    let base_us = nccl.base_latency_us.unwrap_or_else(|| {
+        let a = usize::from(algorithm != CollectiveAlgorithm::Tree);
+        xirang_fabric::config::NCCL_BASE_LATENCY_US[a][proto.table_index()]
+    });
+    GpuCosts {
+        base: us(base_us),
+        slice: us(slice_us),
+        rate_bps: cap_gbs.map_or(0.0, |g| g * 8e9),
+        step: us(step_us),
+        proxy: us(proxy_us),
+        flush: if flush { us(nccl.flush_us) } else { 0 },
+        // The share of NVLink NCCL counts (`cost::NVLINK_EFFICIENCY`).
+        nvlink_bps: config.intra_host.nvlink_gbps * 1e9 * cost::NVLINK_EFFICIENCY,
+    }
 }
 
 fn endpoints(fabric: &Fabric, hosts: &[String], ep: &dyn Fn(&str) -> NicId) -> Vec<NicId> {

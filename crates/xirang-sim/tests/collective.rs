@@ -212,23 +212,28 @@ fn a_run_cut_by_its_end_time_reports_only_arrivals_before_it() {
         )));
         let c = &cut.summary().collectives[0];
         assert!(!c.finished, "{c:?}");
-        let done: Vec<_> = cut.flows.iter().filter(|f| f.fct_ps.is_some()).collect();
+        // Transfers the receiving GPU consumed before the cut are those the collective
+        // counts, each at the time the full run has it; so are the sends completed.
+        let done: Vec<_> = cut.flows.iter().filter(|f| f.rx_done_ps.is_some()).collect();
         assert!(!done.is_empty() && (done.len() as u64) < c.transfers);
         assert_eq!(done.len() as u64, c.transfers_arrived, "cut at {end_ps} ps");
-        for f in &done {
-            let finish = f.start_ps + f.fct_ps.unwrap_or_default();
-            assert!(
-                finish <= end_ps,
-                "transfer {} done at {finish} ps, cut at {end_ps}",
-                f.id
-            );
+        for f in cut
+            .flows
+            .iter()
+            .filter(|f| f.fct_ps.is_some() || f.rx_done_ps.is_some())
+        {
             let g = by_id[&f.id];
-            assert_eq!(
-                (f.start_ps, f.fct_ps),
-                (g.start_ps, g.fct_ps),
-                "transfer {}",
-                f.id
-            );
+            for (at, full) in [(f.fct_ps, g.fct_ps), (f.rx_done_ps, g.rx_done_ps)] {
+                if let Some(t) = at {
+                    assert!(
+                        f.start_ps + t <= end_ps,
+                        "transfer {} done at {} ps, cut at {end_ps}",
+                        f.id,
+                        f.start_ps + t
+                    );
+                    assert_eq!((f.start_ps, at), (g.start_ps, full), "transfer {}", f.id);
+                }
+            }
         }
         // Some of them are NVLink steps.
         assert!(done.iter().any(|f| f.src_node == f.dst_node));

@@ -63,8 +63,10 @@ fn bonds_without_l4_hashing_gain_much_less() {
 }
 
 /// Under queue affinity (older kernels and firmware) a bond's QPs take its ports in
-/// turn, so each bond's two channels land on different ports: the bonds come within the
-/// margin of independent ports, and independent ports are kept only as NCCL's preference.
+/// turn, so each bond's two channels land on different ports: the bonds come within 10 %
+/// of independent ports (against about half the speed by hash), and independent ports
+/// still win (4-8 % by seed on the connection-level transport; VALIDATION.md, "NIC
+/// layout").
 #[test]
 fn queue_affinity_bonds_come_close_on_training() {
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/nic-layout-training.toml");
@@ -73,9 +75,8 @@ fn queue_affinity_bonds_come_close_on_training() {
     let a = compare(&loaded, &[1, 2, 3], &mut |_| {}).unwrap_or_else(|e| panic!("{e}"));
     let c = &a.classes[0];
     let (ind, lag) = (c.independent.healthy.unwrap(), c.lag.healthy.unwrap());
-    assert!(lag < ind * 1.05, "within 5 %: {ind} against {lag}");
+    assert!(lag < ind * 1.10, "within 10 %: {ind} against {lag}");
     assert_eq!(c.winner, Aggregate::Independent, "{}", c.reason);
-    assert!(c.reason.contains("as NCCL's maintainers prefer"), "{}", c.reason);
 }
 
 /// A scenario whose endpoints name a NIC (`h0/mlx5_1`) is compared too: the other

@@ -649,6 +649,106 @@ pub(crate) enum NcclCmd {
     /// Write an NCCL environment file for a scenario (each setting with its reason) and
     /// print the model's AllReduce bus bandwidth per size and algorithm.
     Advise(NcclAdviseArgs),
+    /// nccl-tests on the twin: run the scenario's collective at each size, each a fresh
+    /// packet-level run, and print nccl-tests' own table (readable by `nccl check` and
+    /// `diagnose nccl`). Exit status 1 when a size did not finish.
+    Sweep(NcclSweepArgs),
+}
+
+/// `xirang nccl sweep`.
+#[derive(Debug, Args)]
+pub(crate) struct NcclSweepArgs {
+    /// Scenario file (default: the built-in default scenario).
+    pub(crate) scenario: Option<PathBuf>,
+    /// The collective workload to run, when the scenario has several.
+    #[arg(long)]
+    pub(crate) workload: Option<String>,
+    /// Smallest size, bytes (K, M, G: powers of 1024), as nccl-tests' -b.
+    #[arg(short = 'b', long = "minbytes", default_value = "32M", value_parser = parse_nccl_size)]
+    pub(crate) min_bytes: u64,
+    /// Largest size, as nccl-tests' -e.
+    #[arg(short = 'e', long = "maxbytes", default_value = "32M", value_parser = parse_nccl_size)]
+    pub(crate) max_bytes: u64,
+    /// Multiply the size by this from one row to the next (nccl-tests' -f; 2 or more).
+    #[arg(short = 'f', long = "stepfactor", value_parser = count::<2, 1024>)]
+    pub(crate) step_factor: Option<usize>,
+    /// Else add this many bytes (nccl-tests' -i).
+    #[arg(short = 'i', long = "stepbytes", default_value = "1M", value_parser = parse_nccl_size)]
+    pub(crate) step_bytes: u64,
+    /// Run this operation instead of the workload's.
+    #[arg(long, value_enum)]
+    pub(crate) op: Option<SweepOpArg>,
+    /// Force an algorithm (as NCCL_ALGO; default: the workload's, else NCCL's choice).
+    #[arg(long, value_enum)]
+    pub(crate) algo: Option<SweepAlgoArg>,
+    /// Force a protocol (as NCCL_PROTO).
+    #[arg(long, value_enum)]
+    pub(crate) proto: Option<ProtoArg>,
+    /// Keep the scenario's other workloads running beside the collective.
+    #[arg(long)]
+    pub(crate) with_background: bool,
+    /// Untimed iterations before the timed ones (nccl-tests' -w; its default is 5, one
+    /// here since every iteration is simulated packet by packet).
+    #[arg(short = 'w', long = "warmup_iters", default_value_t = 1, value_parser = count::<0, 1000>)]
+    pub(crate) warmup_iters: usize,
+    /// Timed iterations (nccl-tests' -n; its default is 20).
+    #[arg(short = 'n', long = "iters", default_value_t = 1, value_parser = count::<1, 1000>)]
+    pub(crate) iters: usize,
+    /// Sizes simulated at once (default: the cores there are).
+    #[arg(long, value_parser = count::<1, 1024>)]
+    pub(crate) threads: Option<usize>,
+    /// Print JSON: per size the time, algbw, busbw, what was simulated and the cost
+    /// model's busbw.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// Operations `nccl sweep --op` runs, as nccl-tests names its binaries.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub(crate) enum SweepOpArg {
+    /// all_reduce_perf.
+    AllReduce,
+    /// all_gather_perf.
+    AllGather,
+    /// reduce_scatter_perf.
+    ReduceScatter,
+    /// alltoall_perf.
+    Alltoall,
+    /// broadcast_perf.
+    Broadcast,
+    /// sendrecv_perf.
+    Sendrecv,
+}
+
+/// Algorithms `nccl sweep --algo` forces.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub(crate) enum SweepAlgoArg {
+    /// Ring.
+    Ring,
+    /// Double binary tree (AllReduce).
+    Tree,
+    /// NVLink inside hosts, rings across them (AllReduce; not an NCCL algorithm).
+    Hierarchical,
+    /// Recursive halving-doubling (AllReduce; not an NCCL algorithm).
+    HalvingDoubling,
+}
+
+/// A size as nccl-tests reads one: bytes, with an optional K, M or G (powers of 1024).
+pub(crate) fn parse_nccl_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (digits, mult) = match t.chars().last() {
+        Some('K' | 'k') => (&t[..t.len() - 1], 1u64 << 10),
+        Some('M' | 'm') => (&t[..t.len() - 1], 1 << 20),
+        Some('G' | 'g') => (&t[..t.len() - 1], 1 << 30),
+        _ => (t, 1),
+    };
+    let max = xirang_fabric::limits::MAX_TRANSFER_BYTES;
+    match digits.parse::<u64>().ok().and_then(|v| v.checked_mul(mult)) {
+        Some(v) if (1..=max).contains(&v) => Ok(v),
+        _ => Err(format!(
+            "expected a size of 1 B to {max} B (a number with an optional K, M or G), found `{t}`"
+        )),
+    }
 }
 
 /// `xirang nccl advise`.

@@ -22,6 +22,7 @@ pub(crate) fn run(cli: Cli) -> Result<Outcome> {
         Command::Bench(a) => crate::bench::run(&a),
         Command::Nccl(NcclCmd::Check(a)) => crate::nccl::check(&a),
         Command::Nccl(NcclCmd::Advise(a)) => crate::nccl::advise(&a),
+        Command::Nccl(NcclCmd::Sweep(a)) => crate::nccl::sweep(&a),
         Command::Plan(PlanCmd::Overlap(a)) => crate::plan::overlap(&a),
         Command::Plan(PlanCmd::Batching(a)) => crate::plan::batching(&a),
         Command::Tune(a) => crate::tune::run(&a),

@@ -311,3 +311,217 @@ pub(crate) fn advise(a: &NcclAdviseArgs) -> Result<Outcome> {
         Outcome::Findings
     })
 }
+
+impl From<crate::cli::SweepOpArg> for xirang_collective::schedule::CollectiveOp {
+    fn from(o: crate::cli::SweepOpArg) -> Self {
+        use crate::cli::SweepOpArg as S;
+        use xirang_collective::schedule::CollectiveOp as O;
+        match o {
+            S::AllReduce => O::AllReduce,
+            S::AllGather => O::AllGather,
+            S::ReduceScatter => O::ReduceScatter,
+            S::Alltoall => O::AllToAll,
+            S::Broadcast => O::Broadcast,
+            S::Sendrecv => O::SendRecv,
+        }
+    }
+}
+
+impl From<crate::cli::SweepAlgoArg> for xirang_collective::schedule::CollectiveAlgorithm {
+    fn from(a: crate::cli::SweepAlgoArg) -> Self {
+        use crate::cli::SweepAlgoArg as S;
+        use xirang_collective::schedule::CollectiveAlgorithm as A;
+        match a {
+            S::Ring => A::Ring,
+            S::Tree => A::Tree,
+            S::Hierarchical => A::Hierarchical,
+            S::HalvingDoubling => A::HalvingDoubling,
+        }
+    }
+}
+
+/// Most sizes one sweep runs (a step of 1 byte from 1 to 1 TiB would never end).
+const MAX_SWEEP_SIZES: usize = 10_000;
+
+#[derive(Serialize)]
+struct SweepReport<'a> {
+    scenario: String,
+    workload: String,
+    test: &'static str,
+    ranks: u32,
+    hosts: usize,
+    warmup_iters: u32,
+    iters: u32,
+    sizes: &'a [xirang_sim::sweep::SizePoint],
+    avg_busbw_gbs: Option<f64>,
+}
+
+/// `xirang nccl sweep [SCENARIO]`.
+pub(crate) fn sweep(a: &crate::cli::NcclSweepArgs) -> Result<Outcome> {
+    use xirang_sim::sweep::{self, SweepSpec};
+    let loaded = match &a.scenario {
+        Some(p) => crate::cmd::load(p)?,
+        None => xirang_fabric::Scenario::builtin_default().context("the built-in default scenario")?,
+    };
+    if a.min_bytes > a.max_bytes {
+        bail!(
+            "--minbytes {} is above --maxbytes {}: expected the smallest size first",
+            a.min_bytes,
+            a.max_bytes
+        );
+    }
+    let sizes = sweep::sizes(
+        a.min_bytes,
+        a.max_bytes,
+        a.step_factor.map(|f| f as u64),
+        a.step_bytes,
+    );
+    if sizes.len() > MAX_SWEEP_SIZES {
+        bail!(
+            "{} sizes from {} to {} B: expected at most {MAX_SWEEP_SIZES} (use a larger --stepbytes or a --stepfactor)",
+            sizes.len(),
+            a.min_bytes,
+            a.max_bytes
+        );
+    }
+    let (name, spec_w) =
+        sweep::workload_of(&loaded, a.workload.as_deref()).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let op = a.op.map(Into::into).unwrap_or(spec_w.op);
+    let spec = SweepSpec {
+        workload: Some(name.clone()),
+        sizes,
+        op: a.op.map(Into::into),
+        algorithm: a.algo.map(Into::into),
+        proto: a.proto.map(|p| sweep::proto_of(Proto::from(p))),
+        with_background: a.with_background,
+        warmup_iters: a.warmup_iters as u32,
+        iters: a.iters as u32,
+    };
+    let threads = a
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let bar = indicatif::ProgressBar::new(spec.sizes.len() as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} {bar:30} {pos}/{len} sizes  [{elapsed} < {eta}]")
+            .expect("valid template"),
+    );
+    bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
+    let points = sweep::sweep(&loaded, &spec, threads, &|done, _| bar.set_position(done as u64))
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    bar.finish_and_clear();
+    let coll = Coll::of_op(op);
+    let hosts = loaded.fabric.hosts_named(&spec_w.hosts);
+    let mut ranks = Vec::new();
+    for h in &hosts {
+        for d in 0..h.gpus.len().max(1) {
+            let gpu = h.gpus.get(d).map(|g| {
+                let model = &loaded.fabric.gpus[g.index()].model;
+                if model.starts_with("NVIDIA") {
+                    model.clone()
+                } else {
+                    format!("NVIDIA {model}")
+                }
+            });
+            ranks.push(nccl_tests::Rank {
+                rank: ranks.len() as u32,
+                host: h.name.clone(),
+                device: d as u32,
+                bus_id: format!("0000:{:02x}:00", d),
+                gpu,
+            });
+        }
+    }
+    let finished: Vec<f64> = points.iter().filter_map(|p| p.busbw_gbs).collect();
+    let avg = (!finished.is_empty()).then(|| finished.iter().sum::<f64>() / finished.len() as f64);
+    let all_done = finished.len() == points.len();
+    if a.json {
+        let r = SweepReport {
+            scenario: loaded.scenario.name.clone(),
+            workload: name,
+            test: coll.test_name(),
+            ranks: ranks.len() as u32,
+            hosts: hosts.len(),
+            warmup_iters: spec.warmup_iters,
+            iters: spec.iters,
+            sizes: &points,
+            avg_busbw_gbs: avg,
+        };
+        out(&(serde_json::to_string_pretty(&r)? + "\n"))?;
+    } else {
+        let redop = match coll {
+            Coll::AllReduce | Coll::ReduceScatter | Coll::SendRecv => "sum",
+            _ => "none",
+        };
+        let root = if coll == Coll::Broadcast { 0 } else { -1 };
+        let rows = points
+            .iter()
+            .map(|p| {
+                // The twin moves the same bytes in place and out of place: both columns
+                // are the one run; `N/A`: no data is checked.
+                let m = nccl_tests::Measure {
+                    time_us: p.time_us.unwrap_or(f64::NAN),
+                    algbw_gbs: p.algbw_gbs.unwrap_or(0.0),
+                    busbw_gbs: p.busbw_gbs.unwrap_or(0.0),
+                    wrong: None,
+                };
+                nccl_tests::Row {
+                    line: 0,
+                    size_bytes: p.size_bytes,
+                    count: p.count,
+                    dtype: "float".to_string(),
+                    redop: redop.to_string(),
+                    root,
+                    out_of_place: m,
+                    in_place: m,
+                }
+            })
+            .filter(|r| r.out_of_place.time_us.is_finite())
+            .collect();
+        let mut run = nccl_tests::TestRun::default_named(coll.test_name());
+        run.params = Some(nccl_tests::Params {
+            threads: 1,
+            gpus: 1,
+            min_bytes: a.min_bytes,
+            max_bytes: a.max_bytes,
+            step: match a.step_factor {
+                Some(f) => nccl_tests::Step::Factor(f as u64),
+                None => nccl_tests::Step::Bytes(a.step_bytes),
+            },
+            warmup_iters: spec.warmup_iters,
+            iters: spec.iters,
+        });
+        run.ranks = ranks;
+        run.rows = rows;
+        run.avg_busbw_gbs = avg;
+        let mut notes = vec![format!(
+            "nccl-tests table simulated by xirang {}: scenario {}, workload {name}, seed {}; in-place = out-of-place (the same bytes move)",
+            env!("CARGO_PKG_VERSION"),
+            loaded.scenario.name,
+            loaded.scenario.run.seed
+        )];
+        for p in &points {
+            let model = p
+                .model_busbw_gbs
+                .map_or_else(String::new, |m| format!(", cost model busbw {m:.2} GB/s"));
+            let pick = p.nccl_pick.as_ref().map_or_else(String::new, |x| {
+                format!(" (NCCL's tuner picks {x}, not modelled)")
+            });
+            let state = if p.time_us.is_some() {
+                ""
+            } else {
+                ": did not finish"
+            };
+            notes.push(format!(
+                "{} B: {} on {} channel(s){pick}{model}{state}",
+                p.size_bytes, p.simulated, p.channels
+            ));
+        }
+        out(&nccl_tests::render(&run, &notes))?;
+    }
+    if all_done {
+        Ok(Outcome::Clean)
+    } else {
+        eprintln!("error: some sizes did not finish (see the notes above the table)");
+        Ok(Outcome::Findings)
+    }
+}

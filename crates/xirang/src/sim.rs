@@ -101,7 +101,7 @@ pub(crate) fn run(a: &SimArgs) -> Result<Outcome> {
         let by_time = opts.end.map_or(0.0, |e| p.now as f64 / e.max(1) as f64);
         bar.set_position((by_work.max(by_time).min(1.0) * PROGRESS_STEPS as f64) as u64);
         bar.set_message(format!(
-            "{}/{} transfers, simulated {:.1} us",
+            "{}/{} sends and receives, simulated {:.1} us",
             p.done,
             p.total,
             p.now as f64 / PS_PER_US as f64

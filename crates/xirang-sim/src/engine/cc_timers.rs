@@ -4,7 +4,7 @@
 //! when its rate goes up, as a NIC's rate limiter applies a new rate at once.
 
 use super::Sim;
-use super::event::{Event, QP_GEN_MASK};
+use super::event::Event;
 use super::ids::QpId;
 use super::nic::{Cc, QpTx};
 use crate::queue::Queue;
@@ -23,42 +23,46 @@ pub(crate) fn paced_gap(q: &QpTx, line_tx: Ps) -> Ps {
 
 impl<Q: Queue> Sim<Q> {
     /// DCQCN's rate-decrease check (scheduled by a CNP).
-    pub(crate) fn dcqcn_dec(&mut self, qi: QpId, slot_gen: u32) {
+    pub(crate) fn dcqcn_dec(&mut self, qi: QpId) {
         let now = self.now;
         let q = &mut self.qps_tx[qi];
-        if q.done || q.slot_gen & QP_GEN_MASK != slot_gen {
+        if q.retired() {
             return;
         }
         let Cc::Dcqcn(pi, s) = &mut q.cc else { return };
         if s.on_dec_check(now, &self.dcqcn[*pi as usize]) && !q.inc_pending {
             q.inc_pending = true;
             let t = s.inc_deadline.expect("set by a decrease");
-            self.schedule(t, Event::DcqcnInc(qi, slot_gen));
+            self.schedule(t, Event::DcqcnInc(qi));
         }
     }
 
     /// DCQCN's rate-increase timer.
-    pub(crate) fn dcqcn_inc(&mut self, qi: QpId, slot_gen: u32) {
+    pub(crate) fn dcqcn_inc(&mut self, qi: QpId) {
         let now = self.now;
         let q = &mut self.qps_tx[qi];
-        // The slot went to another QP since: this timer was its predecessor's.
-        if q.slot_gen & QP_GEN_MASK != slot_gen {
-            return;
-        }
+        let retired = q.retired();
         let Cc::Dcqcn(pi, s) = &mut q.cc else { return };
-        if q.done {
+        if retired {
             q.inc_pending = false;
             return;
         }
         let deadline = s.inc_deadline.expect("armed");
         if deadline > now {
             // A later decrease restarted the timer: chase the new deadline.
-            self.schedule(deadline, Event::DcqcnInc(qi, slot_gen));
+            self.schedule(deadline, Event::DcqcnInc(qi));
             return;
         }
         s.on_inc_timer(now, &self.dcqcn[*pi as usize]);
+        // A persistent QP back at line rate has nothing left to recover: its timer stops
+        // until the next decrease (DCQCN's increase ends at the target rate).
+        let recovered = s.rc >= q.line_bps && s.rt >= q.line_bps;
         let next = s.inc_deadline.expect("rearmed");
-        self.schedule(next, Event::DcqcnInc(qi, slot_gen));
+        if q.persistent() && q.done && recovered {
+            q.inc_pending = false;
+            return;
+        }
+        self.schedule(next, Event::DcqcnInc(qi));
         self.rate_raised(qi);
     }
 

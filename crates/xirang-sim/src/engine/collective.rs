@@ -1,32 +1,38 @@
-//! Collectives in the engine: each collective runs its lazy expansion
-//! (`xirang_collective::lazy`), which yields a transfer when the transfers it waits for have
-//! arrived; the engine creates the transfer's flow and QPs then, in slots it reuses, so a
-//! collective of thousands of ranks holds what it has in flight and never its whole
-//! schedule.
+//! Collectives in the engine: NCCL's kernels as GPU threads.
 //!
-//! NCCL opens its connections (one per channel and peer, `NCCL_IB_QPS_PER_CONNECTION` QPs
-//! each) when the communicator is created and sends every step over them; so here each
-//! (channel, sender, receiver) is a connection whose QPs' source ports, routes and rates
-//! are fixed before the run, and each transfer gets fresh QP state on them (the
-//! congestion-control state starts at line rate per transfer: a simplification, since a
-//! real QP keeps its rate from one step to the next).
+//! A collective's program (`xirang_collective::program`) gives each (channel, rank) one or
+//! more threads of primitives; here each thread runs its primitives slice by slice, as a
+//! thread block of NCCL's kernel does: a slice starts when every connection it receives
+//! from has the slice there and every connection it sends on has a free slot
+//! (`engine::transport`), takes the GPU its time (the protocol's per-slice latency, the
+//! protocol's per-channel rate, and over NVLink the GPU's NVLink, shared by its channels),
+//! then frees the slots it read and writes the slices it sends. A rank's threads start an
+//! iteration together and the next one when all of them finished the last (one kernel per
+//! collective call, launched back to back: no barrier across ranks).
+//!
+//! A *transfer* is one primitive's chunk on one connection (all its slices), numbered per
+//! connection in the order the connection carries them; the results report the
+//! transfers, and a collective is done when its receivers have consumed every one.
+//! Memory follows the fabric: threads, connections and a few counters per rank, never the
+//! schedule.
 
 use std::ops::Range;
 
-use xirang_collective::lazy::{Expansion, Step};
+use xirang_collective::program::Prim;
 use xirang_fabric::config::FabricConfig;
 use xirang_fabric::model::{Fabric, NicId};
 use xirang_fabric::scenario::EcmpMode;
 
 use super::event::Event;
-use super::flows::{Flow, Origin, PathTerms, QpSpec, path_mtu, route_requests};
-use super::ids::{FlowId, QpId, RouteId};
-use super::nic::RxOwner;
+use super::flows::{QpSpec, path_mtu, route_requests};
+use super::ids::{QpId, RouteId};
+use super::nic::{RxOwner, TxOwner};
 use super::routes::RouteRequest;
-use super::{ClassRt, RunOptions, Sim};
+use super::transport::{Conn, ConnRx, ConnTx, NetConn, SlotMeta};
+use super::{RunOptions, Sim};
 use crate::queue::Queue;
 use crate::rng::{Purpose, Stream, splitmix};
-use crate::time::Ps;
+use crate::time::{Ps, tx_time_at};
 use crate::workload::CollectiveRun;
 
 /// The HPCC simulator numbers source ports from 10000 (docs/hpcc-model.md §6); in that
@@ -35,22 +41,12 @@ const HPCC_FIRST_SPORT: u16 = 10000;
 /// The UDP destination port of RoCE v2 (IANA), and the one the HPCC simulator uses.
 const ROCE_V2_DPORT: u16 = 4791;
 const HPCC_DPORT: u16 = 100;
-
-/// One NCCL connection between two ranks on one channel.
-#[derive(Debug)]
-pub(crate) struct Conn {
-    pub(crate) mtu: u32,
-    /// Its first QP's route, for the standalone FCT of its transfers.
-    pub(crate) path: PathTerms,
-    /// Its QPs' fixed parts, in `Sim::conn_specs`.
-    pub(crate) specs: Range<u32>,
-    /// First slots of its QP groups free for its next transfer.
-    pub(crate) free: Vec<u32>,
-}
+/// No connection (an unused place in a primitive's peers).
+const NO_CONN: u32 = u32::MAX;
 
 /// What a recorded collective keeps of each transfer for the results: the sender's part
-/// (start, finish, ideal times) and the receiver's (when every byte arrived, how many
-/// did), each written where it happens.
+/// (start, finish, standalone times) and the receiver's (when it consumed the last slice,
+/// how many bytes it consumed), each written where it happens.
 #[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub(crate) struct TransferRecord {
     pub(crate) start: Option<Ps>,
@@ -61,45 +57,61 @@ pub(crate) struct TransferRecord {
     pub(crate) bytes_received: u64,
 }
 
-/// A collective's NVLink transfer under way: a delay that needs no port, no QP and no
-/// flow slot, only what its arrival reports.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct NvlinkTransfer {
-    /// Dense index of the host's first NIC, where the completion happens.
+/// A GPU thread: one thread block's role on one channel of one rank.
+#[derive(Debug, Clone)]
+pub(crate) struct Thread {
+    pub(crate) coll: u32,
+    pub(crate) channel: u32,
+    pub(crate) rank: u32,
+    pub(crate) role: u32,
+    /// The device its events run at (its host's first NIC).
     pub(crate) dev: u32,
-    coll: u32,
+    /// Primitives per iteration.
+    len: u64,
     iteration: u32,
     index: u64,
-    start: Ps,
-    bytes: u64,
+    slice: u32,
+    prim: Prim,
+    recv: [u32; 3],
+    send: [u32; 3],
+    /// A slice is under way.
+    busy: bool,
+    /// Not running: done with its iteration and waiting for the rank's other threads, or
+    /// waiting for its kernel to start.
+    parked: bool,
+    /// When the current primitive's first slice began.
+    prim_start: Ps,
 }
 
 /// A collective while it runs.
 pub(crate) struct CollectiveRt {
     pub(crate) run: CollectiveRun,
-    pub(crate) expansion: Box<dyn Expansion>,
-    pub(crate) iteration: u32,
-    terminals_left: u64,
-    /// Connection of each (channel, sender rank, receiver rank) on different hosts.
+    /// Connection of each (channel, sender, receiver), and the range of `Sim::conns`.
     pub(crate) conns: ConnIndex,
-    class: ClassRt,
+    pub(crate) conn_range: Range<u32>,
+    /// First thread of each (channel, rank) in `Sim::threads`, and one past the last.
+    thread_base: Vec<u32>,
+    /// Threads of each rank (with primitives) still in their current iteration.
+    rank_left: Vec<u32>,
+    /// Ranks (of this partition) done with each iteration, and when the last of them was.
+    pub(crate) iter_done: Vec<u32>,
+    pub(crate) iter_end: Vec<Option<Ps>>,
+    /// Transfers consumed by their receivers, and when the last was.
     pub(crate) arrived: u64,
     pub(crate) last_arrival: Option<Ps>,
     /// One entry per transfer of every iteration when the run records them.
     pub(crate) records: Option<Vec<Option<TransferRecord>>>,
-    scratch: Vec<Step>,
-    /// The last NVLink transfer's size and time.
-    nvlink_last: (u64, Ps),
+    /// When each rank's NVLink next has room (its channels share it).
+    nv_free: Vec<Ps>,
+    /// A connection's QP gave up after its retries: NCCL aborts, nothing more moves.
+    pub(crate) failed: bool,
 }
 
-/// The connection of each (channel, sender, receiver), looked up once per network transfer:
-/// the pairs grouped by (channel, sender), each group a few receivers long (one in a ring,
-/// up to three in a tree), so a lookup is an index and a short scan, with no hashing.
+/// The connection of each (channel, sender, receiver): the pairs grouped by (channel,
+/// sender), receivers sorted, so a lookup is an index and a binary search.
 pub(crate) struct ConnIndex {
     ranks: u32,
-    /// Start of each (channel, sender)'s entries in `entries`, and one past the last.
     start: Vec<u32>,
-    /// (receiver, connection), by (channel, sender) and then as planned.
     entries: Vec<(u32, u32)>,
 }
 
@@ -120,6 +132,9 @@ impl ConnIndex {
             entries[fill[g] as usize] = (b, id);
             fill[g] += 1;
         }
+        for g in 0..groups {
+            entries[start[g] as usize..start[g + 1] as usize].sort_unstable();
+        }
         ConnIndex {
             ranks,
             start,
@@ -130,30 +145,29 @@ impl ConnIndex {
     /// The connection from `src` to `dst` on `channel`.
     ///
     /// # Panics
-    /// When it was never planned: every network transfer's connection is set up before the
+    /// When it was never planned: every connection a program uses is set up before the
     /// run (an engine bug otherwise).
     pub(crate) fn get(&self, channel: u32, src: u32, dst: u32) -> u32 {
         let g = (channel * self.ranks + src) as usize;
         let group = &self.entries[self.start[g] as usize..self.start[g + 1] as usize];
-        group
-            .iter()
-            .find(|e| e.0 == dst)
-            .expect("invariant: every network transfer's connection was set up")
-            .1
+        let at = group
+            .binary_search_by_key(&dst, |e| e.0)
+            .expect("invariant: every connection a program uses was set up");
+        group[at].1
     }
 }
 
-/// A collective's connections before their routes are known.
+/// A collective's connections between hosts before their routes are known.
 pub(crate) struct CollectivePlan {
-    keys: Vec<(u32, u32, u32)>,
     /// (src NIC, dst NIC) and the (sport, dport) of each QP, connection by connection.
     ends: Vec<(NicId, NicId)>,
     ports: Vec<Vec<(u16, u16)>>,
 }
 
 impl<Q: Queue> Sim<Q> {
-    /// Lists every network connection of a collective with its QPs' ports and the routes
-    /// they need (appended to `requests`).
+    /// Lists the network connections of a collective with its QPs' ports and the routes
+    /// they need (appended to `requests`: data then ACK direction of each data QP; the
+    /// clear-to-send QP takes data QP 0's two routes the other way round).
     pub(crate) fn plan_collective(
         &self,
         fabric: &Fabric,
@@ -163,18 +177,14 @@ impl<Q: Queue> Sim<Q> {
         requests: &mut Vec<RouteRequest>,
     ) -> CollectivePlan {
         let n_qps = run.qps.unwrap_or(config.transport.qps_per_connection).max(1);
-        let mut keys = Vec::new();
-        run.expansion().connections(&mut |c, a, b| {
-            if !run.same_host(a, b) {
-                keys.push((c, a, b));
-            }
-        });
         let mut plan = CollectivePlan {
-            ends: Vec::with_capacity(keys.len()),
-            ports: Vec::with_capacity(keys.len()),
-            keys,
+            ends: Vec::new(),
+            ports: Vec::new(),
         };
-        for &(c, a, b) in &plan.keys {
+        run.program.connections(&mut |c, a, b, _, _| {
+            if run.same_host(a, b) {
+                return;
+            }
             let (src, dst) = run.nics(fabric, c, a, b);
             // Each connection draws its QPs' source ports from a stream of its own, so a
             // connection's ports do not depend on which others exist.
@@ -194,7 +204,7 @@ impl<Q: Queue> Sim<Q> {
             }
             plan.ends.push((src, dst));
             plan.ports.push(ports);
-        }
+        });
         plan
     }
 
@@ -209,321 +219,576 @@ impl<Q: Queue> Sim<Q> {
         routes: &[RouteId],
         record: bool,
     ) {
+        let coll = self.colls.len() as u32;
         let class = self
             .classes
             .iter()
             .find(|c| c.name == run.class)
             .expect("invariant: classes are validated at load")
             .clone();
-        let mut conns = Vec::with_capacity(plan.keys.len());
-        let mut r = 0;
-        for (i, key) in plan.keys.iter().enumerate() {
-            let (src, dst) = plan.ends[i];
-            let first = self.conn_specs.len() as u32;
-            for &ports in &plan.ports[i] {
-                let spec = self.qp_spec(&class, class.prio, (src, dst), routes[r], routes[r + 1], ports);
-                r += 2;
-                self.conn_specs.push(spec);
+        let p = run.program.clone();
+        let (n, nch) = (run.ranks, p.channels());
+        // Threads, channel by channel, rank by rank.
+        let mut thread_base = Vec::with_capacity((nch * n) as usize + 1);
+        let mut rank_left = vec![0u32; n as usize];
+        for c in 0..nch {
+            for r in 0..n {
+                thread_base.push(self.threads.len() as u32);
+                let dev = self.rank_dev(&run, r);
+                for role in 0..p.roles(c, r) {
+                    let len = p.len(c, r, role);
+                    if len > 0 {
+                        rank_left[r as usize] += 1;
+                    }
+                    self.threads.push(Thread {
+                        coll,
+                        channel: c,
+                        rank: r,
+                        role,
+                        dev,
+                        len,
+                        iteration: 0,
+                        index: 0,
+                        slice: 0,
+                        prim: p.prim(c, r, role, 0),
+                        recv: [NO_CONN; 3],
+                        send: [NO_CONN; 3],
+                        busy: false,
+                        // Until its kernel starts (`GpuStart`).
+                        parked: true,
+                        prim_start: 0,
+                    });
+                }
             }
-            conns.push((*key, self.conns.len() as u32));
-            let mtu = path_mtu(fabric, config, src, dst);
-            self.conns.push(Conn {
-                mtu,
-                path: self.path_terms(self.conn_specs[first as usize].route, mtu),
-                specs: first..self.conn_specs.len() as u32,
-                free: Vec::new(),
-            });
         }
-        let expansion = run.expansion();
-        let total = run.per_iteration * u64::from(run.iterations);
-        self.flows_total += total;
+        thread_base.push(self.threads.len() as u32);
+        // Connections, in the program's order.
+        let first_conn = self.conns.len() as u32;
+        let mut keys = Vec::new();
+        let mut net_at = 0usize;
+        let mut route_at = 0usize;
+        let mut transfer_base = 0u64;
+        let iterations = u64::from(run.iterations);
+        let slots = p.slots();
+        let proto = p.proto();
+        let split = run.split_data;
+        let wr_depth = config.transport.wr_depth;
+        let mut conns = Vec::new();
+        p.connections(&mut |c, a, b, transfers, slices| {
+            conns.push((c, a, b, transfers, slices));
+        });
+        for (c, a, b, transfers, slices) in conns {
+            let id = self.conns.len() as u32;
+            keys.push(((c, a, b), id));
+            let (tx_role, rx_role) = p.conn_roles(c, a, b);
+            let thread_of = |r: u32, role: u32| thread_base[(c * n + r) as usize] + role;
+            let local = run.same_host(a, b);
+            let (net, src_dev, dst_dev) = if local {
+                let dev = self.rank_dev(&run, a);
+                (None, dev, dev)
+            } else {
+                let (src, dst) = plan.ends[net_at];
+                let ports = &plan.ports[net_at];
+                net_at += 1;
+                let mtu = path_mtu(fabric, config, src, dst);
+                let first = self.qps_tx.len() as u32;
+                let prio = class.prio;
+                let mut spec0: Option<QpSpec> = None;
+                for (k, &pp) in ports.iter().enumerate() {
+                    let spec = self.qp_spec(
+                        &class,
+                        prio,
+                        (src, dst),
+                        routes[route_at],
+                        routes[route_at + 1],
+                        pp,
+                    );
+                    route_at += 2;
+                    self.make_qp(
+                        TxOwner::Conn {
+                            conn: id,
+                            k: k as u16,
+                        },
+                        RxOwner::Conn {
+                            conn: id,
+                            k: k as u16,
+                        },
+                        &spec,
+                        0,
+                        prio,
+                        mtu,
+                        wr_depth.min(slots) as usize,
+                    );
+                    spec0.get_or_insert(spec);
+                }
+                let spec0 = spec0.expect("invariant: a connection has at least one QP");
+                // The clear-to-send writes go the other way on data QP 0's routes, on the
+                // FIFO's priority (`NCCL_IB_FIFO_TC`, by default the data's).
+                let fifo_prio = run.fifo_prio.unwrap_or(prio);
+                let cts_spec = self.qp_spec(
+                    &class,
+                    fifo_prio,
+                    (dst, src),
+                    spec0.ack_route,
+                    spec0.route,
+                    (spec0.dport, spec0.sport),
+                );
+                let cts = self.make_qp(
+                    TxOwner::Cts { conn: id },
+                    RxOwner::Cts { conn: id },
+                    &cts_spec,
+                    0,
+                    fifo_prio,
+                    mtu,
+                    wr_depth.min(slots) as usize,
+                );
+                let src_dev = self.ports[spec0.src_port].dev_idx;
+                let dst_dev = self.ports[spec0.dst_port].dev_idx;
+                (
+                    Some(NetConn {
+                        qps: first..first + ports.len() as u32,
+                        cts,
+                        split,
+                        path: self.path_terms(spec0.route, mtu),
+                        mtu,
+                    }),
+                    src_dev,
+                    dst_dev,
+                )
+            };
+            self.conns.push(Conn {
+                coll,
+                net,
+                slots,
+                src_dev,
+                dst_dev,
+                tx_thread: thread_of(a, tx_role),
+                rx_thread: thread_of(b, rx_role),
+                total_slices: slices * iterations,
+                per_iteration: transfers,
+                transfer_base,
+                flagged: proto != xirang_collective::cost::Proto::Simple,
+                proxy: run.gpu.proxy,
+                flush: run.gpu.flush,
+                cq_count: config.transport.cq_moderation_count.max(1),
+                cq_delay: u64::from(config.transport.cq_moderation_us) * crate::time::PS_PER_US,
+                wr_depth,
+                tx: ConnTx::default(),
+                rx: ConnRx::default(),
+            });
+            transfer_base += transfers;
+        }
+        debug_assert_eq!(
+            transfer_base, run.per_iteration,
+            "invariant: the run counted the program's transfers"
+        );
+        let total = run.per_iteration * iterations;
+        // A transfer is done twice: when its sender's last send completes and when its
+        // receiver has consumed its last slice (the run ends when both are).
+        self.flows_total += 2 * total;
+        let conn_range = first_conn..self.conns.len() as u32;
         self.colls.push(CollectiveRt {
-            terminals_left: expansion.terminals(),
-            records: record.then(|| vec![None; total as usize]),
-            expansion,
-            iteration: 0,
-            conns: ConnIndex::new(run.shape.channels, run.shape.ranks, &conns),
-            class,
+            conns: ConnIndex::new(nch, n, &keys),
+            conn_range,
+            thread_base,
+            rank_left,
+            iter_done: vec![0; run.iterations as usize],
+            iter_end: vec![None; run.iterations as usize],
             arrived: 0,
             last_arrival: None,
-            scratch: Vec::new(),
-            nvlink_last: (u64::MAX, 0),
+            records: record.then(|| vec![None; total as usize]),
+            nv_free: vec![0; n as usize],
+            failed: false,
             run,
         });
-    }
-
-    /// The transfers a collective starts with (its first iteration's).
-    pub(crate) fn collective_begin(&mut self, c: usize) -> Vec<Step> {
-        let mut out = Vec::new();
-        if self.colls[c].run.iterations > 0 {
-            self.colls[c].expansion.begin(&mut out);
-        }
-        out
-    }
-
-    /// The device transfer `st` of collective `c` starts at: the sending NIC, or for a
-    /// transfer inside a host, the host's first NIC.
-    pub(crate) fn transfer_dev(&self, c: usize, st: Step) -> u32 {
-        let rt = &self.colls[c];
-        if rt.run.same_host(st.src, st.dst) {
-            rt.run.host_nics[rt.run.rank_host[st.src as usize] as usize][0].index() as u32
-        } else {
-            let conn = &self.conns[rt.conns.get(st.channel, st.src, st.dst) as usize];
-            self.ports[self.conn_specs[conn.specs.start as usize].src_port].dev_idx
+        // Each thread's first primitive's connections.
+        let rt = self.colls.len() - 1;
+        let threads = self.colls[rt].thread_base[0]..*self.colls[rt].thread_base.last().expect("set");
+        for t in threads {
+            self.load_conns(t);
         }
     }
 
-    /// Creates transfer `st` of collective `c`'s iteration `iteration`, to start at `at`.
-    pub(crate) fn new_transfer(&mut self, c: usize, iteration: u32, st: Step, at: Ps) {
+    /// The device a rank's GPU threads run at: its host's first NIC.
+    fn rank_dev(&self, run: &CollectiveRun, rank: u32) -> u32 {
+        run.host_nics[run.rank_host[rank as usize] as usize][0].index() as u32
+    }
+
+    /// A collective starts: every thread with work is started, and every receiver posts
+    /// its first receives.
+    pub(crate) fn collective_start(&mut self, c: usize) {
         let rt = &self.colls[c];
-        let earliest = rt.run.start;
-        if rt.run.same_host(st.src, st.dst) {
-            let dev = rt.run.host_nics[rt.run.rank_host[st.src as usize] as usize][0].index() as u32;
-            // It is done one NVLink time after it starts; nothing happens in between. A
-            // collective's pieces take one or two sizes, so the time is remembered.
-            let dur = match rt.nvlink_last {
-                (b, d) if b == st.bytes => d,
-                _ => {
-                    let d = rt.run.nvlink_ps(st.bytes);
-                    self.colls[c].nvlink_last = (st.bytes, d);
-                    d
-                }
-            };
-            let t = NvlinkTransfer {
-                dev,
-                coll: c as u32,
-                iteration,
-                index: st.index,
-                start: at,
-                bytes: st.bytes,
-            };
-            let slot = match self.free_nvlink.pop() {
-                Some(s) => {
-                    self.nvlink[s as usize] = t;
-                    s
-                }
-                None => {
-                    self.nvlink.push(t);
-                    (self.nvlink.len() - 1) as u32
-                }
-            };
-            self.live_transfers += 1;
-            self.peak_live_transfers = self.peak_live_transfers.max(self.live_transfers);
-            self.schedule(at + dur, Event::NvlinkDone(slot));
+        if rt.run.iterations == 0 {
             return;
         }
-        let conn_id = rt.conns.get(st.channel, st.src, st.dst);
-        let origin = Origin::Transfer {
-            coll: c as u32,
-            iteration,
-            index: st.index,
-            conn: conn_id,
-        };
-        let prio = rt.class.prio;
-        let conn = &self.conns[conn_id as usize];
-        let (specs, mtu, path) = (conn.specs.clone(), conn.mtu, conn.path);
-        let n = specs.end - specs.start;
-        let (f, first_qp) = self.alloc_transfer(conn_id, n);
-        // An empty piece still moves a byte: NCCL's protocols signal every step, and the
-        // receiver learns of the transfer only from its packets.
-        let wire_bytes = st.bytes.max(1);
-        let per_qp = wire_bytes / u64::from(n);
-        let first = QpId(first_qp);
-        let owner = RxOwner::Transfer {
-            first,
-            coll: c as u32,
-            iteration,
-            index: st.index,
-        };
-        let mut receiving = 0;
-        let mut halves = std::mem::take(&mut self.rx_scratch);
-        for k in 0..n {
-            let bytes = if k == 0 {
-                wire_bytes - per_qp * u64::from(n - 1)
+        let at = rt.run.start;
+        // Each rank's kernel pays its fixed cost before its threads start.
+        let go = at + rt.run.gpu.base;
+        let threads = rt.thread_base[0]..*rt.thread_base.last().expect("set");
+        for k in rt.conn_range.clone() {
+            self.conns_start(k, at);
+        }
+        for t in threads {
+            if self.threads[t as usize].len > 0 {
+                self.schedule(go, Event::GpuStart(t));
+            }
+        }
+    }
+
+    /// The connections of thread `t`'s current primitive.
+    fn load_conns(&mut self, t: u32) {
+        let th = &self.threads[t as usize];
+        let rt = &self.colls[th.coll as usize];
+        let (c, r) = (th.channel, th.rank);
+        let mut recv = [NO_CONN; 3];
+        let mut send = [NO_CONN; 3];
+        for (i, &peer) in th.prim.recv.as_slice().iter().enumerate() {
+            recv[i] = rt.conns.get(c, peer, r);
+        }
+        for (i, &peer) in th.prim.send.as_slice().iter().enumerate() {
+            send[i] = rt.conns.get(c, r, peer);
+        }
+        let th = &mut self.threads[t as usize];
+        th.recv = recv;
+        th.send = send;
+    }
+
+    /// Thread `t` starts its next slice if it can: its inputs are there and its outputs
+    /// have room. Otherwise a connection wakes it when that changes.
+    pub(crate) fn thread_try(&mut self, t: u32) {
+        let th = &self.threads[t as usize];
+        if th.busy || th.parked || th.index >= th.len {
+            return;
+        }
+        if let Some((role, need)) = th.prim.after {
+            let rt = &self.colls[th.coll as usize];
+            let sib = rt.thread_base[(th.channel * rt.run.ranks + th.rank) as usize] + role;
+            let s = &self.threads[sib as usize];
+            let done = if s.iteration > th.iteration {
+                s.len
             } else {
-                per_qp
+                s.index
             };
-            let spec: QpSpec = self.conn_specs[(specs.start + k) as usize].clone();
-            let qi = QpId(first_qp + k);
-            let rx = self.make_qp(qi, f, &spec, bytes, prio, mtu, owner);
-            if bytes > 0 {
-                receiving += 1;
-                halves.push((qi, rx));
+            if done < need {
+                return;
             }
         }
-        // The first QP counts the transfer's QPs, and those with data (it always has some).
-        if let Some((_, first_rx)) = halves.first_mut() {
-            first_rx.group_left = receiving;
-            first_rx.group_size = n;
+        let ready = th
+            .recv
+            .iter()
+            .all(|&c| c == NO_CONN || self.conns[c as usize].can_read())
+            && th
+                .send
+                .iter()
+                .all(|&c| c == NO_CONN || self.conns[c as usize].can_write());
+        if !ready {
+            return;
         }
-        let receiver = self.ports[self.conn_specs[specs.start as usize].dst_port].dev_idx;
-        for (qi, rx) in halves.drain(..) {
-            self.place_rx_init(qi, rx, receiver);
-        }
-        self.rx_scratch = halves;
-        // The standalone FCT is reported only with the transfer's record.
-        let (ideal, lower_bound) = if self.colls[c].records.is_some() {
-            path.fct(st.bytes, mtu, self.net.header_bytes)
-        } else {
-            (0, 0)
-        };
-        let dev = self.ports[self.conn_specs[specs.start as usize].src_port].dev_idx;
-        let flow = Flow::new(origin, dev, earliest, None, first_qp, n, ideal, lower_bound);
-        self.place_flow(f, flow);
-        self.schedule(at, Event::FlowStart(f));
-    }
-
-    /// Transfer `index` of collective `c` arrived: start what it readied, and the next
-    /// iteration once the last terminal transfer of this one is in.
-    pub(crate) fn transfer_arrived(&mut self, c: usize, iteration: u32, index: u64) {
         let now = self.now;
-        let rt = &mut self.colls[c];
-        rt.arrived += 1;
-        rt.last_arrival = Some(now);
-        let mut out = std::mem::take(&mut rt.scratch);
-        let terminal = rt.expansion.arrived(index, &mut out);
-        // Every transfer readied here waited for another: the per-step kernel time
-        // applies, as it does to the next iteration's first transfers.
-        let at = (now + rt.run.step).max(rt.run.start);
-        let mut next_iteration = false;
-        if terminal {
-            rt.terminals_left -= 1;
-            if rt.terminals_left == 0 && rt.iteration + 1 < rt.run.iterations {
-                rt.iteration += 1;
-                rt.terminals_left = rt.expansion.terminals();
-                next_iteration = true;
-            }
+        let end = self.slice_end(t);
+        let th = &mut self.threads[t as usize];
+        th.busy = true;
+        if th.slice == 0 {
+            th.prim_start = now;
         }
-        for st in out.drain(..) {
-            self.new_transfer(c, iteration, st, at);
-        }
-        if next_iteration {
-            self.colls[c].expansion.begin(&mut out);
-            for st in out.drain(..) {
-                self.new_transfer(c, iteration + 1, st, at);
-            }
-        }
-        self.colls[c].scratch = out;
+        self.schedule(end, Event::GpuDone(t));
     }
 
-    /// An NVLink transfer is done: it is sent and received at once.
-    pub(crate) fn nvlink_done(&mut self, slot: u32) {
-        let t = self.nvlink[slot as usize];
-        self.free_nvlink.push(slot);
+    /// When thread `t`'s slice, starting now, ends: the protocol's per-slice latency, its
+    /// data at the protocol's per-channel rate (and the kernel time of a primitive that
+    /// waited for data), and a copy over NVLink once the GPU's NVLink has room.
+    fn slice_end(&mut self, t: u32) -> Ps {
+        let now = self.now;
+        let th = &self.threads[t as usize];
+        let (_, bytes) = th.prim.slice(th.slice);
+        let rt = &self.colls[th.coll as usize];
+        let gpu = &rt.run.gpu;
+        let mut compute = gpu.slice;
+        if gpu.rate_bps > 0.0 {
+            // LL and LL128 flag every line: the GPU reads a slice from the network as it
+            // streams in, so the time the slice took to arrive at line rate overlaps its
+            // processing (a simplification of line-by-line polling).
+            let wire = rt.run.program.proto().wire_bytes(bytes).min(u64::from(u32::MAX)) as u32;
+            let streamed = th
+                .recv
+                .iter()
+                .filter(|&&c| c != NO_CONN)
+                .filter_map(|&c| {
+                    let conn = &self.conns[c as usize];
+                    let net = conn.net.as_ref().filter(|_| conn.flagged)?;
+                    Some(tx_time_at(wire, self.qps_tx[QpId(net.qps.start)].line_bps))
+                })
+                .max()
+                .unwrap_or(0);
+            let process = tx_time_at(bytes.min(u64::from(u32::MAX)) as u32, gpu.rate_bps);
+            compute += process.saturating_sub(streamed);
+        }
+        if th.slice == 0 && !th.prim.recv.is_empty() {
+            compute += gpu.step;
+        }
+        // A straggler's GPU takes longer for everything it does.
+        let slow = rt.run.rank_slowdown.get(th.rank as usize).copied().unwrap_or(1.0);
+        if slow > 1.0 {
+            compute = (compute as f64 * slow).round() as Ps;
+        }
+        let mut end = now + compute;
+        let wire = rt.run.program.proto().wire_bytes(bytes);
+        let nvlink_bps = gpu.nvlink_bps;
+        let rank = th.rank as usize;
+        let sends = th.send;
+        for c in sends {
+            if c == NO_CONN || self.conns[c as usize].net.is_some() {
+                continue;
+            }
+            let rt = &mut self.colls[self.threads[t as usize].coll as usize];
+            let start = rt.nv_free[rank].max(now);
+            let copy = if nvlink_bps > 0.0 {
+                (wire as f64 * 8.0 / nvlink_bps * 1e12).round() as Ps
+            } else {
+                0
+            };
+            rt.nv_free[rank] = start + copy;
+            end = end.max(start + copy);
+        }
+        end
+    }
+
+    /// A thread's kernel starts (its rank's first call, or its next).
+    pub(crate) fn gpu_start(&mut self, t: u32) {
+        self.threads[t as usize].parked = false;
+        self.thread_try(t);
+    }
+
+    /// Thread `t` finished a slice: it frees the slots it read, writes what it sends, and
+    /// goes on.
+    pub(crate) fn gpu_done(&mut self, t: u32) {
+        let now = self.now;
+        let th = self.threads[t as usize].clone();
+        let coll = th.coll as usize;
+        let (_, bytes) = th.prim.slice(th.slice);
+        let last_slice = th.slice + 1 >= th.prim.slices;
+        let proto = self.colls[coll].run.program.proto();
+        for c in th.recv {
+            if c == NO_CONN {
+                continue;
+            }
+            let conn = &mut self.conns[c as usize];
+            let (iteration, index) = transfer_of(conn.rx.transfers, conn.per_iteration, conn.transfer_base);
+            if last_slice {
+                conn.rx.transfers += 1;
+            }
+            if let Some(r) = self.record_mut(coll, iteration, index) {
+                r.bytes_received += bytes;
+                if last_slice {
+                    r.rx_done = Some(now);
+                }
+            }
+            if last_slice {
+                let rt = &mut self.colls[coll];
+                rt.arrived += 1;
+                rt.last_arrival = Some(now);
+                self.flow_done();
+            }
+            self.conn_consumed(c);
+        }
+        for c in th.send {
+            if c == NO_CONN {
+                continue;
+            }
+            let conn = &mut self.conns[c as usize];
+            let (iteration, transfer) =
+                transfer_of(conn.tx.transfers, conn.per_iteration, conn.transfer_base);
+            if last_slice {
+                conn.tx.transfers += 1;
+            }
+            let nvlink = conn.net.is_none();
+            let standalone = match &conn.net {
+                Some(n) => n.path.fct(th.prim.bytes, n.mtu, self.net.header_bytes),
+                None => {
+                    let d = now - th.prim_start;
+                    (d, d)
+                }
+            };
+            if let Some(r) = self.record_mut(coll, iteration, transfer) {
+                if th.slice == 0 {
+                    r.start = Some(th.prim_start);
+                    r.ideal = standalone.0;
+                    r.lower_bound = standalone.1;
+                }
+                if last_slice && nvlink {
+                    r.finish = Some(now);
+                    r.ideal = now - th.prim_start;
+                    r.lower_bound = r.ideal;
+                }
+            }
+            if th.slice == 0 {
+                self.live_transfers += 1;
+                self.peak_live_transfers = self.peak_live_transfers.max(self.live_transfers);
+            }
+            if last_slice && nvlink {
+                self.live_transfers -= 1;
+                self.flow_done();
+            }
+            let meta = SlotMeta {
+                wire: proto.wire_bytes(bytes),
+                iteration,
+                transfer,
+                last: last_slice,
+            };
+            self.conn_written(c, meta);
+        }
+        // On to the next slice, primitive or iteration.
+        let th = &mut self.threads[t as usize];
+        if last_slice {
+            th.slice = 0;
+            th.index += 1;
+        } else {
+            th.slice += 1;
+        }
+        let done_iteration = th.index >= th.len;
+        if !done_iteration && last_slice {
+            let rt = &self.colls[coll];
+            let th = &self.threads[t as usize];
+            let prim = rt.run.program.prim(th.channel, th.rank, th.role, th.index);
+            self.threads[t as usize].prim = prim;
+            self.load_conns(t);
+        }
+        self.threads[t as usize].busy = false;
+        if last_slice {
+            self.wake_siblings(t);
+        }
+        if done_iteration {
+            self.thread_finished(t);
+        } else {
+            self.thread_try(t);
+        }
+    }
+
+    /// Threads of the same (channel, rank) that wait for this one's progress
+    /// (`Prim::after`) may go on.
+    fn wake_siblings(&mut self, t: u32) {
+        let th = &self.threads[t as usize];
+        let rt = &self.colls[th.coll as usize];
+        let at = (th.channel * rt.run.ranks + th.rank) as usize;
+        let (first, end) = (rt.thread_base[at], rt.thread_base[at + 1]);
+        if end - first < 2 {
+            return;
+        }
+        for s in first..end {
+            if s != t && self.threads[s as usize].prim.after.is_some() {
+                self.thread_try(s);
+            }
+        }
+    }
+
+    /// Thread `t` finished its iteration: when the rank's other threads have too, the
+    /// rank's next kernel starts them all again.
+    fn thread_finished(&mut self, t: u32) {
+        let now = self.now;
+        let th = &mut self.threads[t as usize];
+        th.parked = true;
+        let (coll, rank, iteration) = (th.coll as usize, th.rank, th.iteration);
+        let rt = &mut self.colls[coll];
+        rt.rank_left[rank as usize] -= 1;
+        if rt.rank_left[rank as usize] > 0 {
+            return;
+        }
+        rt.iter_done[iteration as usize] += 1;
+        let end = &mut rt.iter_end[iteration as usize];
+        *end = Some(end.map_or(now, |e| e.max(now)));
+        if iteration + 1 >= rt.run.iterations {
+            return;
+        }
+        let n = rt.run.ranks;
+        let channels = rt.run.program.channels();
+        let mut restart = Vec::new();
+        for c in 0..channels {
+            let at = (c * n + rank) as usize;
+            restart.extend(rt.thread_base[at]..rt.thread_base[at + 1]);
+        }
+        let mut left = 0;
+        for &s in &restart {
+            let th = &mut self.threads[s as usize];
+            th.iteration += 1;
+            th.index = 0;
+            th.slice = 0;
+            // Parked until the rank's next kernel starts (`GpuStart`).
+            th.parked = true;
+            left += u32::from(th.len > 0);
+            if th.len > 0 {
+                let prim = self.colls[coll].run.program.prim(th.channel, th.rank, th.role, 0);
+                self.threads[s as usize].prim = prim;
+                self.load_conns(s);
+            }
+        }
+        self.colls[coll].rank_left[rank as usize] = left;
+        // The rank's next kernel pays its fixed cost before its threads go on.
+        let go = now + self.colls[coll].run.gpu.base;
+        for s in restart {
+            if self.threads[s as usize].len > 0 {
+                self.schedule(go, Event::GpuStart(s));
+            }
+        }
+    }
+
+    /// The last slice of a transfer between hosts completed at its sender.
+    pub(crate) fn transfer_sent(&mut self, c: u32, meta: SlotMeta) {
+        let now = self.now;
         self.live_transfers -= 1;
         self.flow_done();
-        let c = t.coll as usize;
-        let now = self.now;
-        let per = self.colls[c].run.per_iteration;
-        if let Some(records) = &mut self.colls[c].records {
-            let dur = now - t.start;
-            records[(u64::from(t.iteration) * per + t.index) as usize] = Some(TransferRecord {
-                start: Some(t.start),
-                finish: Some(now),
-                rx_done: Some(now),
-                ideal: dur,
-                lower_bound: dur,
-                bytes_received: t.bytes,
-            });
+        let coll = self.conns[c as usize].coll as usize;
+        if let Some(r) = self.record_mut(coll, meta.iteration, meta.transfer) {
+            r.finish = Some(now);
         }
-        self.transfer_arrived(c, t.iteration, t.index);
+    }
+
+    /// A QP of connection `c` gave up after its retries.
+    pub(crate) fn connection_failed(&mut self, c: u32) {
+        let coll = self.conns[c as usize].coll as usize;
+        self.colls[coll].failed = true;
     }
 
     /// The record of transfer `index` of iteration `iteration`, if collective `c` records.
     fn record_mut(&mut self, c: usize, iteration: u32, index: u64) -> Option<&mut TransferRecord> {
         let per = self.colls[c].run.per_iteration;
         let records = self.colls[c].records.as_mut()?;
-        let r = &mut records[(u64::from(iteration) * per + index) as usize];
+        let r = records.get_mut((u64::from(iteration) * per + index) as usize)?;
         Some(r.get_or_insert_with(TransferRecord::default))
     }
+}
 
-    /// A transfer the sender is done with reports the sender's part, if its collective
-    /// records.
-    pub(crate) fn record_transfer_sent(&mut self, c: usize, iteration: u32, index: u64, f: FlowId) {
-        let flow = &self.flows[f];
-        let (start, finish, ideal, lower_bound) =
-            (flow.started, flow.tx.finish, flow.ideal, flow.lower_bound);
-        if let Some(r) = self.record_mut(c, iteration, index) {
-            r.start = start;
-            r.finish = finish;
-            r.ideal = ideal;
-            r.lower_bound = lower_bound;
+/// (iteration, index in the iteration) of a connection's `ordinal`-th transfer.
+fn transfer_of(ordinal: u64, per_iteration: u64, base: u64) -> (u32, u64) {
+    let per = per_iteration.max(1);
+    ((ordinal / per) as u32, base + ordinal % per)
+}
+
+/// Every transfer of one iteration of a collective, in index order: (index, channel,
+/// sender, receiver, bytes). Takes time in proportion to the schedule (for results of
+/// recorded runs and for planners).
+pub(crate) fn for_each_transfer(run: &CollectiveRun, f: &mut dyn FnMut(u64, u32, u32, u32, u64)) {
+    let p = &run.program;
+    let mut conns = Vec::new();
+    p.connections(&mut |c, a, b, k, _| conns.push((c, a, b, k)));
+    let mut index = 0;
+    for (c, a, b, k) in conns {
+        let (role, _) = p.conn_roles(c, a, b);
+        let mut left = k;
+        let len = p.len(c, a, role);
+        let mut i = 0;
+        while left > 0 && i < len {
+            let prim = p.prim(c, a, role, i);
+            if prim.send.as_slice().contains(&b) {
+                f(index, c, a, b, prim.bytes);
+                index += 1;
+                left -= 1;
+            }
+            i += 1;
         }
     }
+}
 
-    /// Every byte of the transfer whose first QP is `first` arrived: the receiver's part of
-    /// its record, then what the collective does next.
-    pub(crate) fn transfer_received(&mut self, first: QpId, c: usize, iteration: u32, index: u64) {
-        let n = self.qps_rx[first].group_size;
-        let bytes: u64 = (first.0..first.0 + n)
-            .map(|q| self.qp_received_bytes(QpId(q)))
-            .sum();
-        let now = self.now;
-        if let Some(r) = self.record_mut(c, iteration, index) {
-            r.rx_done = Some(now);
-            r.bytes_received = bytes;
-        }
-        self.transfer_arrived(c, iteration, index);
-    }
-
-    /// A run that ended with transfers under way: each device writes what it has of
-    /// them into their records, as it would have on finishing. The sender its part (start
-    /// and standalone times) of network transfers it still sends and of NVLink transfers,
-    /// the receiver the bytes it has so far of transfers it still receives. Each writes
-    /// only its own fields, so the records of a partitioned run, merged, are the serial
-    /// run's.
-    pub(crate) fn record_in_flight(&mut self) {
-        if self.colls.iter().all(|rt| rt.records.is_none()) {
-            return;
-        }
-        for i in 0..self.flows.len() {
-            let f = FlowId::from(i);
-            if let Origin::Transfer {
-                coll,
-                iteration,
-                index,
-                ..
-            } = self.flows[f].origin
-                && self.owns(self.flows[f].dev)
-            {
-                self.record_transfer_sent(coll as usize, iteration, index, f);
-            }
-        }
-        let free: std::collections::BTreeSet<u32> = self.free_nvlink.iter().copied().collect();
-        for slot in 0..self.nvlink.len() as u32 {
-            if free.contains(&slot) {
-                continue;
-            }
-            let t = self.nvlink[slot as usize];
-            let ps = self.colls[t.coll as usize].run.nvlink_ps(t.bytes);
-            if let Some(r) = self.record_mut(t.coll as usize, t.iteration, t.index) {
-                r.start = Some(t.start);
-                r.ideal = ps;
-                r.lower_bound = ps;
-            }
-        }
-        // Receiving halves in place (installed: their first packet came), of transfers not
-        // yet received.
-        for qi in 0..self.qps_rx.len() as u32 {
-            let q = &self.qps_rx[QpId(qi)];
-            let RxOwner::Transfer {
-                coll,
-                iteration,
-                index,
-                ..
-            } = q.owner
-            else {
-                continue;
-            };
-            let bytes = self.qp_received_bytes(QpId(qi));
-            let per = self.colls[coll as usize].run.per_iteration;
-            if let Some(records) = &mut self.colls[coll as usize].records {
-                let r = records[(u64::from(iteration) * per + index) as usize]
-                    .get_or_insert_with(TransferRecord::default);
-                if r.rx_done.is_none() {
-                    r.bytes_received += bytes;
-                }
-            }
-        }
-    }
+/// The data QPs of a connection, for results.
+pub(crate) fn conn_qps(conn: &Conn) -> Option<Range<QpId>> {
+    conn.net.as_ref().map(|n| QpId(n.qps.start)..QpId(n.qps.end))
 }

@@ -11,11 +11,40 @@ use super::ids::{FaultId, FlowId, PortId, QpId};
 pub(crate) const PFC_GEN_BITS: u32 = 21;
 /// Mask of those bits.
 pub(crate) const PFC_GEN_MASK: u32 = (1 << PFC_GEN_BITS) - 1;
-/// The low 24 bits of a QP slot's generation, carried by its timer events. A timer fires
-/// at most one DCQCN period (tens to hundreds of microseconds) after it was set, and a
-/// slot changes generation at most once per QP lifetime (at least one round trip, about a
-/// microsecond), so a stale timer cannot meet its slot 2^24 generations later.
-pub(crate) const QP_GEN_MASK: u32 = (1 << 24) - 1;
+
+/// What a proxy (NCCL's progress thread) does for one slice of a connection, at the end
+/// of the connection it serves (`engine::transport`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ProxyAction {
+    /// Sender: post the next slice's send (its data is written and its clear-to-send came).
+    Send = 0,
+    /// Sender: a completed send frees its slot for the GPU.
+    Head = 1,
+    /// Receiver: an arrived slice becomes visible to the GPU (Simple's tail update).
+    Tail = 2,
+    /// Receiver: post a receive, which writes the clear-to-send to the sender.
+    Cts = 3,
+    /// Sender: the completion queue's moderation timer.
+    CqTx = 4,
+    /// Receiver: the completion queue's moderation timer.
+    CqRx = 5,
+}
+
+impl ProxyAction {
+    const ALL: [ProxyAction; 6] = [
+        ProxyAction::Send,
+        ProxyAction::Head,
+        ProxyAction::Tail,
+        ProxyAction::Cts,
+        ProxyAction::CqTx,
+        ProxyAction::CqRx,
+    ];
+
+    /// Whether it happens at the connection's sending end.
+    pub(crate) fn at_sender(self) -> bool {
+        matches!(self, ProxyAction::Send | ProxyAction::Head | ProxyAction::CqTx)
+    }
+}
 
 /// Something that happens at a time, to one component.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,11 +56,10 @@ pub(crate) enum Event {
     Arrive(PortId),
     /// A flow's dependencies are met and its start time has come.
     FlowStart(FlowId),
-    /// A DCQCN reaction point's rate-decrease check (`rate_reduce_monitor_period`), for
-    /// the QP in its slot's generation `slot_gen` (low 24 bits).
-    DcqcnDec(QpId, u32),
+    /// A DCQCN reaction point's rate-decrease check (`rate_reduce_monitor_period`).
+    DcqcnDec(QpId),
     /// A DCQCN reaction point's rate-increase timer (`rpg_time_reset`).
-    DcqcnInc(QpId, u32),
+    DcqcnInc(QpId),
     /// A QP's local ACK timeout.
     Rto(QpId),
     /// Re-send XOFF on a port still asserting PFC; stale when the generation moved on.
@@ -45,8 +73,17 @@ pub(crate) enum Event {
     },
     /// An NVLink transfer inside a host is complete.
     LocalDone(FlowId),
-    /// An NVLink transfer of a collective is complete (slot in `Sim::nvlink`).
-    NvlinkDone(u32),
+    /// A GPU thread of a collective starts its first iteration (`engine::collective`).
+    GpuStart(u32),
+    /// A GPU thread of a collective finished its slice.
+    GpuDone(u32),
+    /// A connection's proxy acts (`engine::transport`).
+    Proxy {
+        /// The connection.
+        conn: u32,
+        /// What it does.
+        action: ProxyAction,
+    },
     /// An injected fault begins, or (`end`) ends, at its port or (`peer`) at the port at
     /// the other end of the port's link: a fault of a link acts on each end separately.
     Fault {
@@ -77,7 +114,10 @@ const PFC_REFRESH: u64 = 6;
 const LOCAL_DONE: u64 = 8;
 const FAULT: u64 = 9;
 const RX_DRAIN: u64 = 10;
-const NVLINK_DONE: u64 = 11;
+// 11 was a collective's NVLink transfer, now a GPU thread's slice (`GPU_DONE`).
+const GPU_DONE: u64 = 12;
+const PROXY: u64 = 13;
+const GPU_START: u64 = 14;
 
 #[inline]
 fn pack(kind: u64, a: u32, b: u32) -> u64 {
@@ -93,8 +133,8 @@ impl Event {
             Event::Wake(p) => pack(WAKE, p.0, 0),
             Event::Arrive(p) => pack(ARRIVE, p.0, 0),
             Event::FlowStart(f) => pack(FLOW_START, f.0, 0),
-            Event::DcqcnDec(q, slot_gen) => pack(DCQCN_DEC, q.0, slot_gen & QP_GEN_MASK),
-            Event::DcqcnInc(q, slot_gen) => pack(DCQCN_INC, q.0, slot_gen & QP_GEN_MASK),
+            Event::DcqcnDec(q) => pack(DCQCN_DEC, q.0, 0),
+            Event::DcqcnInc(q) => pack(DCQCN_INC, q.0, 0),
             Event::Rto(q) => pack(RTO, q.0, 0),
             Event::PfcRefresh {
                 port,
@@ -106,7 +146,9 @@ impl Event {
                 ((generation & PFC_GEN_MASK) << 3) | u32::from(prio & 7),
             ),
             Event::LocalDone(f) => pack(LOCAL_DONE, f.0, 0),
-            Event::NvlinkDone(slot) => pack(NVLINK_DONE, slot, 0),
+            Event::GpuStart(t) => pack(GPU_START, t, 0),
+            Event::GpuDone(t) => pack(GPU_DONE, t, 0),
+            Event::Proxy { conn, action } => pack(PROXY, conn, action as u32),
             Event::Fault { fault, end, peer } => {
                 pack(FAULT, fault.0, u32::from(end) | (u32::from(peer) << 1))
             }
@@ -126,8 +168,8 @@ impl Event {
             WAKE => Event::Wake(PortId(a)),
             ARRIVE => Event::Arrive(PortId(a)),
             FLOW_START => Event::FlowStart(FlowId(a)),
-            DCQCN_DEC => Event::DcqcnDec(QpId(a), b),
-            DCQCN_INC => Event::DcqcnInc(QpId(a), b),
+            DCQCN_DEC => Event::DcqcnDec(QpId(a)),
+            DCQCN_INC => Event::DcqcnInc(QpId(a)),
             RTO => Event::Rto(QpId(a)),
             PFC_REFRESH => Event::PfcRefresh {
                 port: PortId(a),
@@ -135,7 +177,12 @@ impl Event {
                 generation: b >> 3,
             },
             LOCAL_DONE => Event::LocalDone(FlowId(a)),
-            NVLINK_DONE => Event::NvlinkDone(a),
+            GPU_START => Event::GpuStart(a),
+            GPU_DONE => Event::GpuDone(a),
+            PROXY => Event::Proxy {
+                conn: a,
+                action: ProxyAction::ALL[b as usize],
+            },
             FAULT => Event::Fault {
                 fault: FaultId(a),
                 end: b & 1 == 1,
@@ -161,8 +208,8 @@ mod tests {
             id.prop_map(|a| Event::Wake(PortId(a))),
             id.prop_map(|a| Event::Arrive(PortId(a))),
             id.prop_map(|a| Event::FlowStart(FlowId(a))),
-            (id, 0..=QP_GEN_MASK).prop_map(|(a, g)| Event::DcqcnDec(QpId(a), g)),
-            (id, 0..=QP_GEN_MASK).prop_map(|(a, g)| Event::DcqcnInc(QpId(a), g)),
+            id.prop_map(|a| Event::DcqcnDec(QpId(a))),
+            id.prop_map(|a| Event::DcqcnInc(QpId(a))),
             id.prop_map(|a| Event::Rto(QpId(a))),
             (id, 0u8..8, 0..=PFC_GEN_MASK).prop_map(|(a, prio, generation)| Event::PfcRefresh {
                 port: PortId(a),
@@ -170,7 +217,12 @@ mod tests {
                 generation
             }),
             id.prop_map(|a| Event::LocalDone(FlowId(a))),
-            id.prop_map(Event::NvlinkDone),
+            id.prop_map(Event::GpuStart),
+            id.prop_map(Event::GpuDone),
+            (id, 0usize..6).prop_map(|(conn, k)| Event::Proxy {
+                conn,
+                action: ProxyAction::ALL[k]
+            }),
             (id, any::<bool>(), any::<bool>()).prop_map(|(a, end, peer)| Event::Fault {
                 fault: FaultId(a),
                 end,
@@ -197,8 +249,8 @@ mod tests {
             Event::Wake(PortId(1)),
             Event::Arrive(PortId(1)),
             Event::FlowStart(FlowId(1)),
-            Event::DcqcnDec(QpId(1), 0),
-            Event::DcqcnInc(QpId(1), 0),
+            Event::DcqcnDec(QpId(1)),
+            Event::DcqcnInc(QpId(1)),
             Event::Rto(QpId(1)),
             Event::PfcRefresh {
                 port: PortId(1),
@@ -206,7 +258,12 @@ mod tests {
                 generation: 0,
             },
             Event::LocalDone(FlowId(1)),
-            Event::NvlinkDone(1),
+            Event::GpuStart(1),
+            Event::GpuDone(1),
+            Event::Proxy {
+                conn: 1,
+                action: ProxyAction::Send,
+            },
             Event::Fault {
                 fault: FaultId(1),
                 end: false,
@@ -220,6 +277,6 @@ mod tests {
         .iter()
         .map(|e| e.encode() >> 56)
         .collect();
-        assert_eq!(kinds.len(), 11);
+        assert_eq!(kinds.len(), 13);
     }
 }

@@ -19,7 +19,7 @@ use xirang_fabric::scenario::EcmpMode;
 
 use super::event::Event;
 use super::ids::{FlowId, PortId, QpId, RouteId};
-use super::nic::{Cc, QpRx, QpTx, RxOwner};
+use super::nic::{Cc, QpRx, QpTx, RxOwner, TxOwner};
 use super::routes::RouteRequest;
 use super::{ClassRt, RunOptions, Sim, intern};
 use crate::cc::{Dcqcn, DcqcnState, Dctcp, DctcpState, Hpcc, HpccState, Timely, TimelyState};
@@ -50,28 +50,10 @@ impl PathTerms {
     }
 }
 
-/// What a flow is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Origin {
-    /// A flow of the scenario's workloads, in its definition slot.
-    Def,
-    /// A free slot (its transfer was sent, received and reported).
-    Free,
-    /// Transfer `index` of iteration `iteration` of collective `coll`, on connection
-    /// `conn` (whose QP slots it uses).
-    Transfer {
-        coll: u32,
-        iteration: u32,
-        index: u64,
-        conn: u32,
-    },
-}
-
 /// A flow's progress. The workload driver owns the dependency fields, the sending NIC
 /// `tx`, the receiving NIC `rx`.
 #[derive(Debug)]
 pub(crate) struct Flow {
-    pub(crate) origin: Origin,
     /// Dense index of the sending device (a NIC; for a transfer inside a host, the host's
     /// first NIC): where its start and its NVLink completion happen.
     pub(crate) dev: u32,
@@ -119,7 +101,6 @@ impl Flow {
     /// a local transfer of `local` time).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
-        origin: Origin,
         dev: u32,
         earliest: Ps,
         local: Option<Ps>,
@@ -129,7 +110,6 @@ impl Flow {
         lower_bound: Ps,
     ) -> Flow {
         Flow {
-            origin,
             dev,
             deps_left: 0,
             dependents: Vec::new(),
@@ -359,65 +339,40 @@ impl<Q: Queue> Sim<Q> {
         }
     }
 
-    /// Creates QP slot `qi` (a new slot at the end, or a reused one) for `bytes` of flow `f`:
-    /// puts its sending half in the slot and returns its receiving half, for the caller
-    /// to install (a scenario flow's at once, a transfer's when its first packet arrives).
+    /// Appends a QP for `bytes` (a persistent QP: 0, its messages come later) and returns
+    /// its id. Both halves are made here: every partition sets up every QP, and each
+    /// touches only the halves of the NICs it owns.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn make_qp(
         &mut self,
-        qi: QpId,
-        f: FlowId,
+        owner: TxOwner,
+        rx_owner: RxOwner,
         spec: &QpSpec,
         bytes: u64,
         prio: u8,
         mtu: u32,
-        owner: RxOwner,
-    ) -> QpRx {
-        // A reused slot keeps its boxed congestion-control state and starts it afresh, so
-        // a transfer allocates nothing.
-        let old = if qi.idx() < self.qps_tx.len() {
-            std::mem::replace(&mut self.qps_tx[qi].cc, Cc::None)
-        } else {
-            Cc::None
+        wr_capacity: usize,
+    ) -> QpId {
+        let cc = match spec.cc {
+            CcParams::None => Cc::None,
+            CcParams::Dcqcn(i) => Cc::Dcqcn(i, Box::new(DcqcnState::new(&self.dcqcn[i as usize]))),
+            CcParams::Timely(i) => Cc::Timely(i, Box::new(TimelyState::new(&self.timely[i as usize]))),
+            CcParams::Hpcc(i) => Cc::Hpcc(i, Box::new(HpccState::new(&self.hpcc[i as usize]))),
+            CcParams::Dctcp(i) => Cc::Dctcp(i, Box::new(DctcpState::new(&self.dctcp[i as usize]))),
         };
-        let cc = match (spec.cc, old) {
-            (CcParams::None, _) => Cc::None,
-            (CcParams::Dcqcn(i), Cc::Dcqcn(_, mut b)) => {
-                *b = DcqcnState::new(&self.dcqcn[i as usize]);
-                Cc::Dcqcn(i, b)
-            }
-            (CcParams::Dcqcn(i), _) => Cc::Dcqcn(i, Box::new(DcqcnState::new(&self.dcqcn[i as usize]))),
-            (CcParams::Timely(i), Cc::Timely(_, mut b)) => {
-                *b = TimelyState::new(&self.timely[i as usize]);
-                Cc::Timely(i, b)
-            }
-            (CcParams::Timely(i), _) => Cc::Timely(i, Box::new(TimelyState::new(&self.timely[i as usize]))),
-            (CcParams::Hpcc(i), Cc::Hpcc(_, mut b)) => {
-                *b = HpccState::new(&self.hpcc[i as usize]);
-                Cc::Hpcc(i, b)
-            }
-            (CcParams::Hpcc(i), _) => Cc::Hpcc(i, Box::new(HpccState::new(&self.hpcc[i as usize]))),
-            (CcParams::Dctcp(i), Cc::Dctcp(_, mut b)) => {
-                *b = DctcpState::new(&self.dctcp[i as usize]);
-                Cc::Dctcp(i, b)
-            }
-            (CcParams::Dctcp(i), _) => Cc::Dctcp(i, Box::new(DctcpState::new(&self.dctcp[i as usize]))),
-        };
-        // Zero-byte QPs are complete from the start.
+        let persistent = !matches!(owner, TxOwner::Flow(_));
+        // Zero-byte QPs are complete from the start; a persistent QP idles until its first
+        // message.
         let empty = bytes == 0;
-        // A new slot's first QP is generation 0 (a placeholder is u32::MAX).
-        let slot_gen = self
-            .qps_tx
-            .get(qi.idx())
-            .map_or(0, |q| q.slot_gen.wrapping_add(1));
         let tx = QpTx {
-            flow: f,
-            slot_gen,
+            owner,
             src_port: self.routes.first(spec.route),
             route: spec.route,
             size: bytes,
             snd_nxt: 0,
             snd_una: 0,
+            wrs: std::collections::VecDeque::with_capacity(wr_capacity),
+            wr_tx: 0,
             next_avail: 0,
             last_sent: 0,
             last_wire: 0,
@@ -435,13 +390,11 @@ impl<Q: Queue> Sim<Q> {
             rto_pending: false,
             inc_pending: false,
             done: empty,
+            listed: false,
         };
         let rx = QpRx {
-            owner,
-            group_left: 0,
-            group_size: 0,
-            slot_gen,
-            size: bytes,
+            owner: rx_owner,
+            size: if persistent { u64::MAX } else { bytes },
             ack_route: spec.ack_route,
             prio,
             cnp_interval: spec.cnp_interval,
@@ -450,16 +403,13 @@ impl<Q: Queue> Sim<Q> {
             rx_next_cnp: 0,
             rx_nack_at: 0,
             rx_last_nack: u64::MAX,
-            rx_done: empty,
+            rx_done: empty && !persistent,
+            msgs: 0,
         };
-        // Slots between those in use (another partition's block) hold placeholders.
-        self.qps_tx.grow_to(qi.idx() + 1, QpTx::placeholder);
-        self.qps_tx[qi] = tx;
-        // Both halves' arenas cover every slot, an uninstalled receiving half marked
-        // by a generation no packet carries.
-        self.qps_rx.grow_to(self.qps_tx.len(), QpRx::placeholder);
-        self.rx_init.grow_to(self.qps_tx.len(), || None);
-        rx
+        let id = self.qps_tx.next_id();
+        self.qps_tx.push(tx);
+        self.qps_rx.push(rx);
+        id
     }
 
     /// Creates the scenario's flows and their QPs, routes given (`plan_eager`'s requests,
@@ -480,16 +430,7 @@ impl<Q: Queue> Sim<Q> {
                 self.flows.push(Flow {
                     deps_left: d.after.len() as u32,
                     after_delay: d.after_delay,
-                    ..Flow::new(
-                        Origin::Def,
-                        d.src.index() as u32,
-                        d.start,
-                        Some(dur),
-                        at,
-                        0,
-                        dur,
-                        dur,
-                    )
+                    ..Flow::new(d.src.index() as u32, d.start, Some(dur), at, 0, dur, dur)
                 });
                 continue;
             }
@@ -521,9 +462,7 @@ impl<Q: Queue> Sim<Q> {
                     plan.ports[qp_at],
                 );
                 qp_at += 1;
-                let id = self.qps_tx.next_id();
-                let rx = self.make_qp(id, fi, &spec, bytes, prio, mtu, RxOwner::Flow(fi));
-                self.qps_rx[id] = rx;
+                self.make_qp(TxOwner::Flow(fi), RxOwner::Flow(fi), &spec, bytes, prio, mtu, 0);
                 receiving += u32::from(bytes > 0);
             }
             let (ideal, lower_bound) = self.ideal_fct(self.qps_tx[QpId(first_qp)].route, d.bytes, mtu);
@@ -531,7 +470,6 @@ impl<Q: Queue> Sim<Q> {
                 deps_left: d.after.len() as u32,
                 after_delay: d.after_delay,
                 ..Flow::new(
-                    Origin::Def,
                     d.src.index() as u32,
                     d.start,
                     None,
@@ -615,6 +553,7 @@ impl<Q: Queue> Sim<Q> {
             // was made.
             let sp = self.routes.first(q.route);
             q.src_port = sp;
+            q.listed = true;
             self.ports[sp].qps.push(qi);
             self.kick(sp);
         }
@@ -628,7 +567,9 @@ impl<Q: Queue> Sim<Q> {
     }
 
     fn qp_sent_empty(&mut self, qi: QpId) {
-        let f = self.qps_tx[qi].flow;
+        let TxOwner::Flow(f) = self.qps_tx[qi].owner else {
+            unreachable!("invariant: only flows' QPs start empty")
+        };
         let flow = &mut self.flows[f];
         flow.tx.qps_left -= 1;
         if flow.tx.qps_left == 0 {
@@ -640,33 +581,17 @@ impl<Q: Queue> Sim<Q> {
     fn flow_sent(&mut self, f: FlowId) {
         self.flows[f].tx.finish = Some(self.now);
         self.flow_done();
-        if matches!(self.flows[f].origin, Origin::Transfer { .. }) {
-            self.retire_transfer(f);
-        }
     }
 
-    /// The receiver of QP `qi` has every byte.
+    /// The receiver of a flow's QP `qi` has every byte.
     pub(crate) fn qp_received(&mut self, qi: QpId) {
-        match self.qps_rx[qi].owner {
-            RxOwner::Flow(f) => {
-                let flow = &mut self.flows[f];
-                flow.rx.rx_left -= 1;
-                if flow.rx.rx_left == 0 {
-                    self.flow_arrived(f);
-                }
-            }
-            RxOwner::Transfer {
-                first,
-                coll,
-                iteration,
-                index,
-            } => {
-                let left = &mut self.qps_rx[first].group_left;
-                *left -= 1;
-                if *left == 0 {
-                    self.transfer_received(first, coll as usize, iteration, index);
-                }
-            }
+        let RxOwner::Flow(f) = self.qps_rx[qi].owner else {
+            unreachable!("invariant: only flows' QPs have a size to complete")
+        };
+        let flow = &mut self.flows[f];
+        flow.rx.rx_left -= 1;
+        if flow.rx.rx_left == 0 {
+            self.flow_arrived(f);
         }
     }
 
@@ -676,7 +601,9 @@ impl<Q: Queue> Sim<Q> {
         q.done = true;
         q.rto_pending = false;
         self.rto.cancel(qi.0);
-        let f = q.flow;
+        let TxOwner::Flow(f) = q.owner else {
+            unreachable!("invariant: a persistent QP idles, it does not complete")
+        };
         let flow = &mut self.flows[f];
         flow.tx.qps_left -= 1;
         if flow.tx.qps_left == 0 {
@@ -692,13 +619,19 @@ impl<Q: Queue> Sim<Q> {
         let q = &mut self.qps_tx[qi];
         q.done = true;
         q.rto_pending = false;
-        let f = q.flow;
         self.qps_failed += 1;
-        let flow = &mut self.flows[f];
-        flow.tx.failed = true;
-        flow.tx.qps_left -= 1;
-        if flow.tx.qps_left == 0 {
-            self.flow_done();
+        match q.owner {
+            TxOwner::Flow(f) => {
+                let flow = &mut self.flows[f];
+                flow.tx.failed = true;
+                flow.tx.qps_left -= 1;
+                if flow.tx.qps_left == 0 {
+                    self.flow_done();
+                }
+            }
+            // A connection's QP in the error state: NCCL aborts the communicator, so the
+            // collective stops where it is (its transfers never complete).
+            TxOwner::Conn { conn, .. } | TxOwner::Cts { conn } => self.connection_failed(conn),
         }
     }
 
@@ -716,74 +649,6 @@ impl<Q: Queue> Sim<Q> {
             }
         }
         self.flows[f].dependents = deps;
-    }
-
-    /// Allocates a slot for a transfer's flow, and a group of QP slots on connection
-    /// `conn` (one of its own, or a new one): a connection's slots serve only its own
-    /// transfers, so the receiver of a slot is always the same NIC.
-    pub(crate) fn alloc_transfer(&mut self, conn: u32, n_qps: u32) -> (FlowId, u32) {
-        let f = self.free_flows.pop().unwrap_or_else(|| self.flows.next_id());
-        let first_qp = if n_qps == 0 {
-            0
-        } else {
-            match self.conns[conn as usize].free.pop() {
-                Some(first) => first,
-                None => self.new_qp_group(n_qps),
-            }
-        };
-        self.live_transfers += 1;
-        self.peak_live_transfers = self.peak_live_transfers.max(self.live_transfers);
-        self.live_transfer_qps += n_qps as usize;
-        self.peak_live_transfer_qps = self.peak_live_transfer_qps.max(self.live_transfer_qps);
-        (f, first_qp)
-    }
-
-    /// Puts a flow into its slot (a new slot at the end, or a reused one).
-    pub(crate) fn place_flow(&mut self, f: FlowId, flow: Flow) {
-        if f.idx() == self.flows.len() {
-            self.flows.push(flow);
-        } else {
-            self.flows[f] = flow;
-        }
-    }
-
-    /// A transfer the sender is done with (every byte acknowledged, so every byte arrived
-    /// before) reports what the sender saw and gives its slots back.
-    fn retire_transfer(&mut self, f: FlowId) {
-        let flow = &self.flows[f];
-        let Origin::Transfer {
-            coll,
-            iteration,
-            index,
-            conn,
-        } = flow.origin
-        else {
-            unreachable!("invariant: only transfers retire")
-        };
-        let (first, n) = (flow.tx.first_qp, flow.tx.n_qps);
-        self.record_transfer_sent(coll as usize, iteration, index, f);
-        for qi in (first..first + n).map(QpId) {
-            self.rto.cancel(qi.0);
-            // Leave the port's round robin now: the slot will serve another transfer. The
-            // pointer keeps pointing at the same QP, as when the port drops finished QPs
-            // itself.
-            let sp = self.qps_tx[qi].src_port;
-            let port = &mut self.ports[sp];
-            if let Some(pos) = port.qps.iter().position(|q| *q == qi) {
-                port.qps.remove(pos);
-                if pos < port.rr_qp {
-                    port.rr_qp -= 1;
-                }
-                port.rr_qp = port.rr_qp.min(port.qps.len().saturating_sub(1));
-            }
-        }
-        if n > 0 {
-            self.conns[conn as usize].free.push(first);
-        }
-        self.flows[f].origin = Origin::Free;
-        self.free_flows.push(f);
-        self.live_transfers -= 1;
-        self.live_transfer_qps -= n as usize;
     }
 
     /// Data path of a QP as egress port ids, sender NIC first (as the arena holds it now).

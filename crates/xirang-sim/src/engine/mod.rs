@@ -10,7 +10,8 @@
 //! | [`cc_timers`] | congestion-control timers and rate changes (DCQCN decrease/increase, TIMELY on ACK) |
 //! | [`faults`] | injected faults, applied where the hardware would see them |
 //! | [`flows`] | the workload driver: flow starts, dependencies, NVLink transfers, slots of transfers made during the run |
-//! | [`collective`] | collectives expanded as they run, over connections set up before it |
+//! | [`collective`] | collectives as NCCL's kernels run them: GPU threads of primitives, slice by slice |
+//! | [`transport`] | the NIC transport of collectives: NCCL's connections, persistent QPs, slots, clear-to-send, completions, the proxy |
 //! | [`sampling`] | time series of rates, queues and counters |
 //! | [`ledger`] | the conservation ledger and what is still in flight |
 //! | [`routes`] | routes, computed once per QP with HPCC-compatible ECMP hashing |
@@ -46,6 +47,7 @@ pub mod pfc;
 pub mod routes;
 pub mod sampling;
 pub mod switch;
+pub mod transport;
 
 use xirang_fabric::config::{CcAlgorithm, FabricConfig, RedProfile};
 use xirang_fabric::model::{Fabric, NicId, Node, SwitchId};
@@ -62,15 +64,16 @@ pub use ledger::Ledger;
 pub use pfc::PfcEvent;
 pub use sampling::Samples;
 
-use collective::{CollectiveRt, Conn};
+use collective::{CollectiveRt, Thread};
 use event::Event;
 use faults::ActiveFault;
-use flows::{Flow, QpSpec};
+use flows::Flow;
 use ids::{IdVec, PortId, QpId};
 use link::{Link, Port};
 use nic::{QpRx, QpTx};
 use routes::RouteArena;
 use switch::SwitchState;
+use transport::Conn;
 
 /// A time that never comes.
 pub const NEVER: Ps = Ps::MAX;
@@ -190,9 +193,10 @@ pub(crate) struct NetConfig {
 pub struct Progress {
     /// Simulated time.
     pub now: Ps,
-    /// Flows and collective transfers finished (or failed).
+    /// Work done: a flow counts once when sent (or failed), a collective's transfer once
+    /// when sent and once when its receiver consumed it.
     pub done: u64,
-    /// Flows and collective transfers in the whole run.
+    /// Work in the whole run, counted the same way.
     pub total: u64,
 }
 
@@ -237,12 +241,6 @@ pub struct Sim<Q: Queue = EventQueue> {
     pub(crate) shipped_packets: u64,
     /// The other partitions' peaks of pending events, once merged (`Sim::merge`).
     pub(crate) merged_peak_pending: usize,
-    /// Transfers' QP slot ids: the first one after the scenario's flows', and the block
-    /// being taken from (see `part::QP_BLOCK`).
-    pub(crate) qp_base: u32,
-    pub(crate) qp_next: u32,
-    pub(crate) qp_block_left: u32,
-    pub(crate) qp_blocks_taken: u32,
     pub(crate) ports: IdVec<PortId, Port>,
     /// The directed link leaving each port (same index as the port).
     pub(crate) links: IdVec<PortId, Link>,
@@ -256,28 +254,21 @@ pub struct Sim<Q: Queue = EventQueue> {
     pub(crate) flows: IdVec<ids::FlowId, Flow>,
     pub(crate) qps_tx: IdVec<QpId, QpTx>,
     pub(crate) qps_rx: IdVec<QpId, QpRx>,
-    /// Receiving halves of transfers' QPs not yet installed (see `nic::QpRx`).
-    pub(crate) rx_init: IdVec<QpId, Option<QpRx>>,
-    /// A transfer's receiving halves while it is made (kept: nothing allocated per transfer).
-    pub(crate) rx_scratch: Vec<(QpId, QpRx)>,
-    /// Flow slots of finished transfers, to reuse (their QP slots go back to their
-    /// connection: `collective::Conn::free`).
-    pub(crate) free_flows: Vec<ids::FlowId>,
     /// ACK timers of the QPs (see `nic::Sim::arm_rto`).
     pub(crate) rto: TimerHeap,
     pub(crate) colls: Vec<CollectiveRt>,
-    /// Collectives' NVLink transfers under way, and free slots.
-    pub(crate) nvlink: Vec<collective::NvlinkTransfer>,
-    pub(crate) free_nvlink: Vec<u32>,
+    /// The collectives' GPU threads and connections.
+    pub(crate) threads: Vec<Thread>,
     pub(crate) conns: Vec<Conn>,
-    pub(crate) conn_specs: Vec<QpSpec>,
-    /// Transfers of collectives alive (created, not yet sent and received), their QPs,
-    /// and the most of each at once.
+    /// Transfers of collectives under way at their senders (a slice written, the last not
+    /// yet completed), and the most at once.
     pub(crate) live_transfers: usize,
     pub(crate) peak_live_transfers: usize,
-    pub(crate) live_transfer_qps: usize,
-    pub(crate) peak_live_transfer_qps: usize,
-    /// Packets that arrived for a QP slot after it went to another QP.
+    /// Most slices one connection had outstanding at once: sent and not yet given back
+    /// to its GPU, or its receives posted and not yet consumed (NCCL allows its slots).
+    pub(crate) peak_slices_outstanding: u64,
+    /// Always 0: no QP slot is ever reused (kept in the results' totals, whose readers
+    /// know it).
     pub(crate) stray_packets: u64,
     /// QPs that gave up after their retries.
     pub(crate) qps_failed: u64,
@@ -521,19 +512,12 @@ impl<Q: Queue> Sim<Q> {
             part,
             shipped_packets: 0,
             merged_peak_pending: 0,
-            qp_base: 0,
-            qp_next: 0,
-            qp_block_left: 0,
-            qp_blocks_taken: 0,
-            // Most events are scheduled one serialization plus one link delay ahead, or,
-            // in a collective, one NVLink step (a piece's copy plus the kernel time).
+            // Most events are scheduled one serialization plus one link delay ahead, or, in
+            // a collective, one slice of GPU or proxy time.
             q: Q::with_horizon(
                 ex.collectives
                     .iter()
-                    .map(|c| {
-                        let pieces = u64::from(c.shape.ranks * c.shape.channels * c.shape.chunks);
-                        c.nvlink_ps(c.bytes / pieces.max(1)) + c.step
-                    })
+                    .map(|c| c.gpu.slice + c.gpu.step + c.gpu.proxy + c.gpu.flush)
                     .chain([fabric.links.iter().map(|l| l.delay_ns).max().unwrap_or(0) * PS_PER_NS])
                     .max()
                     .unwrap_or(0)
@@ -549,19 +533,13 @@ impl<Q: Queue> Sim<Q> {
             flows: IdVec::with_capacity(flows.len()),
             qps_tx: IdVec::default(),
             qps_rx: IdVec::default(),
-            rx_init: IdVec::default(),
-            rx_scratch: Vec::new(),
-            free_flows: Vec::new(),
             rto: TimerHeap::default(),
             colls: Vec::new(),
-            nvlink: Vec::new(),
-            free_nvlink: Vec::new(),
+            threads: Vec::new(),
             conns: Vec::new(),
-            conn_specs: Vec::new(),
             live_transfers: 0,
             peak_live_transfers: 0,
-            live_transfer_qps: 0,
-            peak_live_transfer_qps: 0,
+            peak_slices_outstanding: 0,
             stray_packets: 0,
             qps_failed: 0,
             classes,
@@ -623,7 +601,6 @@ impl<Q: Queue> Sim<Q> {
             rb.compute(&requests, &mut sim.routes, &sim.switches)
         };
         sim.add_flows(fabric, config, flows, &eager, &routes[..eager.requests.len()]);
-        sim.qp_base = sim.qps_tx.len() as u32;
         // A link whose far end another partition owns is cut: what this partition puts on
         // it goes to that partition's outbox.
         if let Some(p) = &sim.part {
@@ -640,11 +617,11 @@ impl<Q: Queue> Sim<Q> {
             }
             sim.add_collective(fabric, config, run.clone(), plan, &routes[span], record);
         }
-        // Start events in flow id order, the scenario's flows and each collective's first
-        // transfers alike.
+        // Start events in flow id order, the scenario's flows and each collective's
+        // threads alike.
         enum First {
             Flow(usize),
-            Transfer(usize, xirang_collective::lazy::Step),
+            Collective(usize),
         }
         let mut firsts: Vec<(u64, First)> = flows
             .iter()
@@ -652,25 +629,12 @@ impl<Q: Queue> Sim<Q> {
             .filter(|(_, d)| d.after.is_empty())
             .map(|(i, d)| (d.id, First::Flow(i)))
             .collect();
-        for c in 0..sim.colls.len() {
-            let base = sim.colls[c].run.first_id;
-            firsts.extend(
-                sim.collective_begin(c)
-                    .into_iter()
-                    .map(|st| (base + st.index, First::Transfer(c, st))),
-            );
-        }
+        firsts.extend((0..sim.colls.len()).map(|c| (sim.colls[c].run.first_id, First::Collective(c))));
         firsts.sort_by_key(|(id, _)| *id);
         for (_, first) in firsts {
             match first {
                 First::Flow(i) => sim.schedule(flows[i].start, Event::FlowStart(ids::FlowId::from(i))),
-                First::Transfer(c, st) => {
-                    // Only its sender makes a transfer (and hands the receiver its half).
-                    if sim.owns(sim.transfer_dev(c, st)) {
-                        let at = sim.colls[c].run.start;
-                        sim.new_transfer(c, 0, st, at);
-                    }
-                }
+                First::Collective(c) => sim.collective_start(c),
             }
         }
         sim
@@ -713,10 +677,14 @@ impl<Q: Queue> Sim<Q> {
             }
             Event::Arrive(p) => self.links[p].to_dev,
             Event::FlowStart(f) | Event::LocalDone(f) => self.flows[f].dev,
-            Event::DcqcnDec(q, _) | Event::DcqcnInc(q, _) | Event::Rto(q) => {
+            Event::DcqcnDec(q) | Event::DcqcnInc(q) | Event::Rto(q) => {
                 self.ports[self.qps_tx[q].src_port].dev_idx
             }
-            Event::NvlinkDone(slot) => self.nvlink[slot as usize].dev,
+            Event::GpuStart(t) | Event::GpuDone(t) => self.threads[t as usize].dev,
+            Event::Proxy { conn, action } => {
+                let c = &self.conns[conn as usize];
+                if action.at_sender() { c.src_dev } else { c.dst_dev }
+            }
             Event::Fault { fault, peer, .. } => {
                 let p = self.faults[fault].port();
                 let p = if peer { self.ports[p].peer } else { p };
@@ -840,7 +808,6 @@ impl<Q: Queue> Sim<Q> {
     /// Settles what runs on after the last event (pause durations still in force).
     pub fn finish_run(&mut self) {
         self.settle_pause_durations();
-        self.record_in_flight();
     }
 
     /// Flows and collective transfers this run (partition) has done, of all in the run.
@@ -868,8 +835,8 @@ impl<Q: Queue> Sim<Q> {
             }
             Event::Arrive(p) => self.arrive(p),
             Event::FlowStart(f) => self.start_flow(f),
-            Event::DcqcnDec(q, slot_gen) => self.dcqcn_dec(q, slot_gen),
-            Event::DcqcnInc(q, slot_gen) => self.dcqcn_inc(q, slot_gen),
+            Event::DcqcnDec(q) => self.dcqcn_dec(q),
+            Event::DcqcnInc(q) => self.dcqcn_inc(q),
             Event::Rto(q) => self.rto(q),
             Event::PfcRefresh {
                 port,
@@ -879,7 +846,9 @@ impl<Q: Queue> Sim<Q> {
             Event::Fault { fault, end, peer } => self.fault_event(fault, end, peer),
             Event::RxDrain { port, prio } => self.rx_drain(port, usize::from(prio)),
             Event::LocalDone(f) => self.local_done(f),
-            Event::NvlinkDone(slot) => self.nvlink_done(slot),
+            Event::GpuStart(t) => self.gpu_start(t),
+            Event::GpuDone(t) => self.gpu_done(t),
+            Event::Proxy { conn, action } => self.proxy(conn, action),
         }
     }
 

@@ -5,6 +5,16 @@
 //! A QP has two halves that never touch each other: [`QpTx`] at the sending NIC and
 //! [`QpRx`] at the receiving NIC, under the same [`QpId`]. They meet only through the
 //! packets they exchange.
+//!
+//! A scenario flow's QP carries one message, its share of the flow. A collective's QP is
+//! persistent: it lives for the run and carries one message (work request) after another,
+//! in one sequence space, with its congestion-control state carried from each to the
+//! next, as NCCL's connections' QPs do (docs/reference/nccl-transport.md §4). A message's
+//! last packet is marked (`Packet::last`, the write's immediate data): the receiver
+//! completes a receive on it, the sender completes the work request when its last byte is
+//! acknowledged, and `engine::transport` hears of both.
+
+use std::collections::VecDeque;
 
 use super::event::Event;
 use super::ids::{FlowId, PortId, QpId, RouteId};
@@ -34,17 +44,32 @@ pub(crate) enum Cc {
     Dctcp(u16, Box<DctcpState>),
 }
 
-/// The sending half of a QP: one message of its flow.
+/// What a QP carries, at the sender.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) enum TxOwner {
+    /// One message of a scenario flow.
+    Flow(FlowId),
+    /// Data QP `k` of a collective's connection (`engine::transport`).
+    Conn { conn: u32, k: u16 },
+    /// The clear-to-send writes of a connection, from its receiver back to its sender.
+    Cts { conn: u32 },
+}
+
+/// The sending half of a QP.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub(crate) struct QpTx {
-    pub(crate) flow: FlowId,
-    /// Generation of the slot (see `Packet::slot_gen`).
-    pub(crate) slot_gen: u32,
+    pub(crate) owner: TxOwner,
     pub(crate) src_port: PortId,
     pub(crate) route: RouteId,
+    /// End of the bytes posted (a flow's QP: its share of the flow).
     pub(crate) size: u64,
     pub(crate) snd_nxt: u64,
     pub(crate) snd_una: u64,
+    /// A persistent QP's messages not yet acknowledged: (end in the sequence space, the
+    /// result id of the transfer it belongs to). Capacity reserved at set-up.
+    pub(crate) wrs: VecDeque<(u64, u64)>,
+    /// Index in `wrs` of the message `snd_nxt` is in.
+    pub(crate) wr_tx: u32,
     pub(crate) next_avail: Ps,
     /// When the last data packet left, and its size: a rate increase re-times the gap
     /// after it, as a NIC's rate limiter applies a new rate at once.
@@ -67,39 +92,25 @@ pub(crate) struct QpTx {
     pub(crate) timeouts: u8,
     pub(crate) rto_pending: bool,
     pub(crate) inc_pending: bool,
+    /// Nothing to send and every byte acknowledged (a persistent QP: until its next
+    /// message).
     pub(crate) done: bool,
+    /// In its port's round robin (a persistent QP leaves it while idle).
+    pub(crate) listed: bool,
 }
 
 impl QpTx {
-    /// A slot no QP has used yet (between the blocks a partition takes): done, and of a
-    /// generation the slot's first QP follows.
-    pub(crate) fn placeholder() -> QpTx {
-        QpTx {
-            flow: FlowId(u32::MAX),
-            slot_gen: u32::MAX,
-            src_port: PortId(0),
-            route: RouteId(0),
-            size: 0,
-            snd_nxt: 0,
-            snd_una: 0,
-            next_avail: 0,
-            last_sent: 0,
-            last_wire: 0,
-            prio: 0,
-            cc: Cc::None,
-            line_bps: 0.0,
-            mtu: 0,
-            sport: 0,
-            dport: 0,
-            dst_port: PortId(0),
-            rx_reserved: false,
-            win_bytes: 0,
-            last_progress: 0,
-            timeouts: 0,
-            rto_pending: false,
-            inc_pending: false,
-            done: true,
-        }
+    /// A QP of a collective's connection, which lives for the run.
+    #[inline]
+    pub(crate) fn persistent(&self) -> bool {
+        !matches!(self.owner, TxOwner::Flow(_))
+    }
+
+    /// Finished for good: a flow's QP with every byte acknowledged or given up. Timers of
+    /// a persistent QP run on while it is idle, as a NIC's rate limiter does.
+    #[inline]
+    pub(crate) fn retired(&self) -> bool {
+        self.done && !self.persistent()
     }
 
     /// Current sending rate, bit/s.
@@ -121,6 +132,22 @@ impl QpTx {
         self.win_bytes != 0
             && self.snd_nxt - self.snd_una >= var_window(self.win_bytes, self.rate_bps(), self.line_bps)
     }
+
+    /// End of the message `snd_nxt` is in (a flow's QP: its size), with whether it ends a
+    /// message (so its last packet is marked).
+    #[inline]
+    fn message_end(&mut self) -> (u64, bool) {
+        if self.wrs.is_empty() {
+            return (self.size, false);
+        }
+        while (self.wr_tx as usize) < self.wrs.len() && self.wrs[self.wr_tx as usize].0 <= self.snd_nxt {
+            self.wr_tx += 1;
+        }
+        match self.wrs.get(self.wr_tx as usize) {
+            Some(&(end, _)) => (end, true),
+            None => (self.size, false),
+        }
+    }
 }
 
 /// What a QP's data is for, at the receiver.
@@ -128,54 +155,17 @@ impl QpTx {
 pub(crate) enum RxOwner {
     /// A flow of the scenario's workloads (its receiving half is `Sim::flows[f].rx`).
     Flow(FlowId),
-    /// A collective's transfer, whose QPs are `first..first + n`; the first QP's
-    /// [`QpRx::group_left`] counts those still receiving.
-    Transfer {
-        first: QpId,
-        coll: u32,
-        iteration: u32,
-        index: u64,
-    },
-}
-
-impl QpRx {
-    /// The receiving half of a slot nothing was installed in: no packet carries its
-    /// generation.
-    pub(crate) fn placeholder() -> QpRx {
-        QpRx {
-            owner: RxOwner::Flow(FlowId(u32::MAX)),
-            group_left: 0,
-            group_size: 0,
-            slot_gen: u32::MAX,
-            size: 0,
-            ack_route: RouteId(0),
-            prio: 0,
-            cnp_interval: None,
-            echo_ecn: false,
-            rx_expected: 0,
-            rx_next_cnp: 0,
-            rx_nack_at: 0,
-            rx_last_nack: u64::MAX,
-            rx_done: true,
-        }
-    }
+    /// Data QP `k` of a collective's connection.
+    Conn { conn: u32, k: u16 },
+    /// The clear-to-send writes of a connection, arriving at its sender.
+    Cts { conn: u32 },
 }
 
 /// The receiving half of a QP.
-///
-/// A collective's QP slots are reused transfer after transfer. The receiver takes the
-/// new transfer's half (from `Sim::rx_init`) when that transfer's first packet arrives,
-/// never when the sender made it: what the receiver knows of the sender travels in
-/// packets, so a parallel run, where the sender may be elsewhere, sees it at the same
-/// instant.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub(crate) struct QpRx {
     pub(crate) owner: RxOwner,
-    /// On a transfer's first QP: its QPs with data still to receive, and all its QPs.
-    pub(crate) group_left: u32,
-    pub(crate) group_size: u32,
-    /// Generation of the slot (see `Packet::slot_gen`).
-    pub(crate) slot_gen: u32,
+    /// Bytes a flow's QP receives (a persistent QP: unbounded).
     pub(crate) size: u64,
     /// Where ACKs, NACKs and CNPs go (the reverse route).
     pub(crate) ack_route: RouteId,
@@ -191,6 +181,8 @@ pub(crate) struct QpRx {
     pub(crate) rx_nack_at: Ps,
     pub(crate) rx_last_nack: u64,
     pub(crate) rx_done: bool,
+    /// Messages received whole (a persistent QP's).
+    pub(crate) msgs: u64,
 }
 
 impl<Q: Queue> Sim<Q> {
@@ -254,7 +246,7 @@ impl<Q: Queue> Sim<Q> {
         } else {
             q.prio
         };
-        let (route, slot_gen) = (q.ack_route, q.slot_gen);
+        let route = q.ack_route;
         let size = if kind == Kind::Cnp {
             CNP_BYTES
         } else if ts & INT_TAG != 0 {
@@ -267,7 +259,6 @@ impl<Q: Queue> Sim<Q> {
             seq,
             ts,
             qp,
-            slot_gen,
             route,
             in_port: PortId(0),
             size,
@@ -276,6 +267,7 @@ impl<Q: Queue> Sim<Q> {
             kind,
             prio,
             ce,
+            last: false,
         });
         let port = self.routes.first(route);
         self.ports[port].push_q(prio as usize, pkt);
@@ -285,16 +277,6 @@ impl<Q: Queue> Sim<Q> {
     fn nic_rx_data(&mut self, p: PortId, pkt: &Packet) {
         let now = self.now;
         let qi = pkt.qp;
-        if self.qps_rx[qi].slot_gen != pkt.slot_gen && !self.install_rx(qi, pkt.slot_gen) {
-            // A retransmission still in the network when its QP finished, whose slot now
-            // serves another QP. The responder counts the duplicate; its ACK would find no
-            // sender waiting, so none is made (a simplification: the link back carries one
-            // ACK less than on a real fabric).
-            self.counters[p].duplicate_request += 1;
-            self.stray_packets += 1;
-            self.drop_int(pkt);
-            return;
-        }
         if pkt.ce {
             self.counters[p].np_ecn_marked_roce_packets += 1;
             // The NP answers CE marks only for classes running DCQCN (roce_np enabled on
@@ -317,9 +299,14 @@ impl<Q: Queue> Sim<Q> {
             if complete {
                 q.rx_done = true;
             }
+            let owner = q.owner;
             self.send_ctrl(qi, Kind::Ack, ack, pkt.ts, ece);
             if complete {
                 self.qp_received(qi);
+            }
+            // A message's last packet completes a receive of a connection.
+            if pkt.last && !matches!(owner, RxOwner::Flow(_)) {
+                self.message_arrived(owner, qi);
             }
         } else if pkt.seq > q.rx_expected {
             self.counters[p].out_of_sequence += 1;
@@ -355,11 +342,7 @@ impl<Q: Queue> Sim<Q> {
         let now = self.now;
         let qi = pkt.qp;
         let q = &mut self.qps_tx[qi];
-        // A finished QP (or one whose slot went to another QP since) has nothing to learn.
-        if q.slot_gen != pkt.slot_gen {
-            self.stray_packets += 1;
-            return;
-        }
+        // A finished QP has nothing to learn.
         if q.done {
             return;
         }
@@ -368,12 +351,18 @@ impl<Q: Queue> Sim<Q> {
             q.snd_una = pkt.seq;
             q.last_progress = now;
             q.timeouts = 0;
+            // Messages whose every byte is acknowledged complete (a persistent QP's).
+            if q.wrs.front().is_some_and(|w| w.0 <= q.snd_una) {
+                self.messages_acked(qi);
+            }
         }
+        let q = &mut self.qps_tx[qi];
         let mut kick = false;
         if pkt.kind == Kind::Nack {
             let sp = q.src_port;
             if q.snd_nxt > q.snd_una {
                 q.snd_nxt = q.snd_una;
+                q.wr_tx = 0;
                 kick = true;
             }
             self.counters[sp].packet_seq_err += 1;
@@ -413,7 +402,11 @@ impl<Q: Queue> Sim<Q> {
         }
         let unbound = was_bound && !self.qps_tx[qi].win_bound();
         if self.qps_tx[qi].snd_una >= self.qps_tx[qi].size {
-            self.qp_complete(qi);
+            if self.qps_tx[qi].persistent() {
+                self.qp_idle(qi);
+            } else {
+                self.qp_complete(qi);
+            }
         } else if changed {
             // HPCC re-times the next packet both ways (the simulator's `ChangeRate`).
             self.rate_changed(qi);
@@ -433,18 +426,18 @@ impl<Q: Queue> Sim<Q> {
         let now = self.now;
         let qi = pkt.qp;
         let q = &mut self.qps_tx[qi];
-        let (slot_gen, sp) = (q.slot_gen, q.src_port);
-        // A CNP for a QP whose slot went to another QP since counts where it arrived.
-        let mine = slot_gen == pkt.slot_gen;
-        self.stray_packets += u64::from(!mine);
+        let sp = q.src_port;
+        let _ = p;
+        // A persistent QP reacts even when idle: its rate carries to its next message.
+        let retired = q.retired();
         match &mut q.cc {
-            Cc::Dcqcn(pi, s) if !q.done && mine => {
+            Cc::Dcqcn(pi, s) if !retired => {
                 self.counters[sp].rp_cnp_handled += 1;
                 if let Some(t) = s.on_cnp(now, &self.dcqcn[*pi as usize]) {
-                    self.schedule(t, Event::DcqcnDec(qi, slot_gen));
+                    self.schedule(t, Event::DcqcnDec(qi));
                 }
             }
-            _ => self.counters[if mine { sp } else { p }].rp_cnp_ignored += 1,
+            _ => self.counters[sp].rp_cnp_ignored += 1,
         }
     }
 
@@ -480,6 +473,7 @@ impl<Q: Queue> Sim<Q> {
         q.timeouts += 1;
         let q = &mut self.qps_tx[qi];
         q.snd_nxt = q.snd_una;
+        q.wr_tx = 0;
         q.last_progress = now;
         self.arm_rto(qi, now + self.net.ack_timeout);
         self.kick(sp);
@@ -541,7 +535,7 @@ impl<Q: Queue> Sim<Q> {
             self.send_data(p, qi);
         }
         if any_done {
-            let qps = &self.qps_tx;
+            let qps = &mut self.qps_tx;
             let port = &mut self.ports[p];
             // Keep the round-robin pointer on the same QP: shift it by the finished QPs
             // removed before it.
@@ -549,7 +543,13 @@ impl<Q: Queue> Sim<Q> {
                 .iter()
                 .filter(|q| qps[**q].done)
                 .count();
-            port.qps.retain(|q| !qps[*q].done);
+            port.qps.retain(|q| {
+                let keep = !qps[*q].done;
+                if !keep {
+                    qps[*q].listed = false;
+                }
+                keep
+            });
             port.rr_qp = (port.rr_qp - removed_before).min(port.qps.len().saturating_sub(1));
         }
         self.after_nic_tx(p);
@@ -559,9 +559,12 @@ impl<Q: Queue> Sim<Q> {
         let now = self.now;
         let header = self.net.header_bytes;
         let q = &mut self.qps_tx[qi];
-        let payload = (q.size - q.snd_nxt).min(u64::from(q.mtu)) as u32;
+        // Packets never span two messages: a message's last one may be short.
+        let (end, message) = q.message_end();
+        let payload = (end - q.snd_nxt).min(u64::from(q.mtu)) as u32;
         let seq = q.snd_nxt;
         q.snd_nxt += u64::from(payload);
+        let last = message && q.snd_nxt == end;
         // An HPCC packet carries INT: its bytes on the wire, its record out of line.
         let (ts, int_bytes) = match &q.cc {
             Cc::Hpcc(pi, _) => {
@@ -592,12 +595,11 @@ impl<Q: Queue> Sim<Q> {
         }
         let arm_rto = !q.rto_pending;
         q.rto_pending = true;
-        let (prio, route, slot_gen) = (q.prio, q.route, q.slot_gen);
+        let (prio, route) = (q.prio, q.route);
         let pkt = self.alloc(Packet {
             seq,
             ts,
             qp: qi,
-            slot_gen,
             route,
             in_port: PortId(0),
             size: wire as u16,
@@ -606,6 +608,7 @@ impl<Q: Queue> Sim<Q> {
             kind: Kind::Data,
             prio,
             ce: false,
+            last,
         });
         self.transmit(p, pkt);
         if arm_rto {
@@ -662,28 +665,5 @@ impl<Q: Queue> Sim<Q> {
     pub(crate) fn qp_received_bytes(&self, qp: QpId) -> u64 {
         let q = &self.qps_rx[qp];
         q.rx_expected.min(q.size)
-    }
-
-    /// The first packet of a new transfer on a reused QP slot: the receiver takes the
-    /// halves of all the transfer's QPs at once (a later QP's first packet may come
-    /// first). False when nothing waits for this generation: the packet belongs to an
-    /// earlier transfer of the slot.
-    fn install_rx(&mut self, qi: QpId, slot_gen: u32) -> bool {
-        let Some(init) = self.rx_init.get(qi.idx()).and_then(Option::as_ref) else {
-            return false;
-        };
-        if init.slot_gen != slot_gen {
-            return false;
-        }
-        let RxOwner::Transfer { first, .. } = init.owner else {
-            unreachable!("invariant: only transfers' QPs wait in rx_init")
-        };
-        let n = self.rx_init[first].as_ref().map_or(0, |f| f.group_size);
-        for q in (first.0..first.0 + n).map(QpId) {
-            if let Some(r) = self.rx_init[q].take() {
-                self.qps_rx[q] = r;
-            }
-        }
-        true
     }
 }

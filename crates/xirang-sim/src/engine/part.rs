@@ -1,10 +1,9 @@
 //! Partitions of a parallel run: each owns some devices and handles only their events;
 //! what crosses to another partition is a packet on a cut link (data, ACK, CNP, PFC
-//! frame), and the receiving half of a transfer's QP, which the receiver needs when that
-//! transfer's first packet arrives. Both travel in an outbox, delivered at the end of
-//! each window; a packet sent in a window arrives no earlier than the window's end,
-//! because windows are no longer than the shortest time a packet takes on a cut link
-//! (the lookahead).
+//! frame, a collective's clear-to-send), in an outbox delivered at the end of each
+//! window; a packet sent in a window arrives no earlier than the window's end, because
+//! windows are no longer than the shortest time a packet takes on a cut link (the
+//! lookahead).
 
 use std::sync::Arc;
 
@@ -12,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::Sim;
 use super::collective::TransferRecord;
-use super::flows::{FlowRx, FlowTx, Origin};
+use super::flows::{FlowRx, FlowTx};
 use super::ids::{FlowId, PortId, QpId};
 use super::ledger::Ledger;
 use super::link::{Link, Port};
@@ -67,14 +66,12 @@ pub struct LinkMsg {
 pub struct Outbox {
     /// Packets, in the order they were put on their links.
     pub(crate) links: Vec<LinkMsg>,
-    /// Receiving halves of transfers' QPs whose receiver the other partition owns.
-    pub(crate) rx: Vec<(QpId, QpRx)>,
 }
 
 impl Outbox {
     /// Nothing to send.
     pub fn is_empty(&self) -> bool {
-        self.links.is_empty() && self.rx.is_empty()
+        self.links.is_empty()
     }
 
     /// The earliest arrival of a packet in it.
@@ -87,11 +84,6 @@ impl Outbox {
         self.links.len()
     }
 }
-
-/// Ids of transfers' QP slots are taken in blocks, block `k * parts + me` being this
-/// partition's `k`-th: no two partitions ever take the same id, and neither's ids depend
-/// on the other's pace.
-pub(crate) const QP_BLOCK: u32 = 1024;
 
 impl<Q: Queue> Sim<Q> {
     /// Whether this run owns device `dev` (a serial run owns every device).
@@ -127,7 +119,7 @@ impl<Q: Queue> Sim<Q> {
     }
 
     /// Takes what another partition sent: packets onto their links (their arrivals are
-    /// queued as each becomes its link's head) and receiving halves to install.
+    /// queued as each becomes its link's head).
     pub fn deliver(&mut self, from: &mut Outbox) {
         for m in from.links.drain(..) {
             let mut pkt = m.pkt;
@@ -140,40 +132,6 @@ impl<Q: Queue> Sim<Q> {
             self.ledger.peak_live_packets = self.ledger.peak_live_packets.max(self.ledger.live_packets);
             self.put_on_link(m.link, m.at, m.tie, pkt);
         }
-        for (qi, rx) in from.rx.drain(..) {
-            self.qps_rx.grow_to(qi.idx() + 1, QpRx::placeholder);
-            self.rx_init.grow_to(qi.idx() + 1, || None);
-            self.rx_init[qi] = Some(rx);
-        }
-    }
-
-    /// Hands the receiving half of transfer QP `qi` to whoever owns its receiver.
-    pub(crate) fn place_rx_init(&mut self, qi: QpId, rx: QpRx, receiver_dev: u32) {
-        match &self.part {
-            Some(p) if !p.owns(receiver_dev) => {
-                let dest = p.of_dev[receiver_dev as usize] as usize;
-                self.outbox[dest].rx.push((qi, rx));
-            }
-            _ => self.rx_init[qi] = Some(rx),
-        }
-    }
-
-    /// The first slot of a new group of `n` QP slots for a transfer (see [`QP_BLOCK`]).
-    pub(crate) fn new_qp_group(&mut self, n: u32) -> u32 {
-        let (me, parts) = self
-            .part
-            .as_ref()
-            .map_or((0, 1), |p| (u32::from(p.me), u32::from(p.parts)));
-        if self.qp_block_left < n {
-            let k = self.qp_blocks_taken;
-            self.qp_blocks_taken += 1;
-            self.qp_next = self.qp_base + (k * parts + me) * QP_BLOCK;
-            self.qp_block_left = QP_BLOCK;
-        }
-        let first = self.qp_next;
-        self.qp_next += n;
-        self.qp_block_left -= n;
-        first
     }
 
     /// The outboxes of this window, to hand to the other partitions.
@@ -212,7 +170,7 @@ pub struct PartState {
     last_done_at: Option<Ps>,
     ints_live: usize,
     peak_live_transfers: usize,
-    peak_live_transfer_qps: usize,
+    peak_slices_outstanding: u64,
     peak_pending: usize,
 }
 
@@ -229,17 +187,12 @@ struct CollPart {
     arrived: u64,
     last_arrival: Option<Ps>,
     records: Option<Vec<Option<TransferRecord>>>,
+    iter_done: Vec<u32>,
+    iter_end: Vec<Option<Ps>>,
+    failed: bool,
 }
 
 impl<Q: Queue> Sim<Q> {
-    /// Flows defined by the scenario (transfers' flow slots come after them).
-    fn n_defs(&self) -> usize {
-        self.flows
-            .iter()
-            .position(|f| f.origin != Origin::Def)
-            .unwrap_or(self.flows.len())
-    }
-
     /// The device that receives flow `f` (a flow inside a host has both halves there; a
     /// network flow's receiver is its QPs' destination).
     fn receiver_of(&self, f: FlowId) -> u32 {
@@ -262,8 +215,7 @@ impl<Q: Queue> Sim<Q> {
         let mine = |dev: u32| map.owns(dev);
         let n_nics = self.nics.len();
         // Who owns what, while every port still names its device.
-        let qp_base = self.qp_base as usize;
-        let qp_owned: Vec<(bool, bool)> = (0..qp_base)
+        let qp_owned: Vec<(bool, bool)> = (0..self.qps_tx.len())
             .map(|q| {
                 let q = &self.qps_tx[QpId(q as u32)];
                 (
@@ -272,8 +224,7 @@ impl<Q: Queue> Sim<Q> {
                 )
             })
             .collect();
-        let n_defs = self.n_defs();
-        let flow_owned: Vec<(bool, bool)> = (0..n_defs)
+        let flow_owned: Vec<(bool, bool)> = (0..self.flows.len())
             .map(|i| {
                 let f = FlowId::from(i);
                 (mine(self.flows[f].dev), mine(self.receiver_of(f)))
@@ -299,20 +250,15 @@ impl<Q: Queue> Sim<Q> {
             .collect();
         let qps_tx = std::mem::take(&mut self.qps_tx)
             .into_iter_enumerated()
-            .take(qp_base)
             .filter(|(q, _)| qp_owned[q.idx()].0)
             .collect();
         let qps_rx = std::mem::take(&mut self.qps_rx)
             .into_iter_enumerated()
-            .take(qp_base)
             .filter(|(q, _)| qp_owned[q.idx()].1)
             .collect();
         let mut flows_tx = Vec::new();
         let mut flows_rx = Vec::new();
-        for (f, fl) in std::mem::take(&mut self.flows)
-            .into_iter_enumerated()
-            .take(n_defs)
-        {
+        for (f, fl) in std::mem::take(&mut self.flows).into_iter_enumerated() {
             let (tx, rx) = flow_owned[f.idx()];
             if tx {
                 flows_tx.push((f, fl.started, fl.tx));
@@ -328,6 +274,9 @@ impl<Q: Queue> Sim<Q> {
                 arrived: c.arrived,
                 last_arrival: c.last_arrival,
                 records: c.records.take(),
+                iter_done: std::mem::take(&mut c.iter_done),
+                iter_end: std::mem::take(&mut c.iter_end),
+                failed: c.failed,
             })
             .collect();
         PartState {
@@ -353,7 +302,7 @@ impl<Q: Queue> Sim<Q> {
             last_done_at: self.last_done_at,
             ints_live: self.ints.live,
             peak_live_transfers: self.peak_live_transfers,
-            peak_live_transfer_qps: self.peak_live_transfer_qps,
+            peak_slices_outstanding: self.peak_slices_outstanding,
             peak_pending: self.q.peak() + self.merged_peak_pending,
         }
     }
@@ -386,6 +335,13 @@ impl<Q: Queue> Sim<Q> {
         for (b, x) in self.colls.iter_mut().zip(o.colls) {
             b.arrived += x.arrived;
             b.last_arrival = b.last_arrival.max(x.last_arrival);
+            b.failed |= x.failed;
+            for (d, e) in b.iter_done.iter_mut().zip(x.iter_done) {
+                *d += e;
+            }
+            for (d, e) in b.iter_end.iter_mut().zip(x.iter_end) {
+                *d = (*d).max(e);
+            }
             if let (Some(br), Some(xr)) = (&mut b.records, x.records) {
                 for (b, x) in br.iter_mut().zip(xr) {
                     if let Some(x) = x {
@@ -411,7 +367,7 @@ impl<Q: Queue> Sim<Q> {
         self.ints.live += o.ints_live;
         // Peaks of different partitions need not coincide: their sum bounds the run's.
         self.peak_live_transfers += o.peak_live_transfers;
-        self.peak_live_transfer_qps += o.peak_live_transfer_qps;
+        self.peak_slices_outstanding = self.peak_slices_outstanding.max(o.peak_slices_outstanding);
         self.merged_peak_pending += o.peak_pending;
         debug_assert_eq!(self.now, o.now, "invariant: partitions finish at one time");
     }
@@ -421,8 +377,7 @@ impl<Q: Queue> Sim<Q> {
     /// owns it (a link's ring from its far end, where its packets arrive), transfer records
     /// field by field from the side that wrote each, totals summed, samples gathered in
     /// time and port order. Every partition must have finished (`finish_run`) at the same
-    /// time. Transfers' flows and QP slots are left out: the records say what the results
-    /// need of them.
+    /// time.
     pub fn merge(mut parts: Vec<Sim<Q>>) -> Sim<Q> {
         parts.sort_by_key(|s| s.part.as_ref().map_or(0, |p| p.me));
         let rest = parts.split_off(1);
@@ -439,11 +394,6 @@ impl<Q: Queue> Sim<Q> {
     /// Folds the other partitions' states into this one (partition 0) and makes it the
     /// serial run's image (see [`Sim::merge`]).
     pub fn gather(&mut self, states: Vec<PartState>) {
-        let n_defs = self.n_defs();
-        let qp_base = self.qp_base as usize;
-        self.flows.truncate(n_defs);
-        self.qps_tx.truncate(qp_base);
-        self.qps_rx.truncate(qp_base);
         for st in states {
             self.absorb(st);
         }

@@ -77,7 +77,6 @@ impl<Q: Queue> Sim<Q> {
             seq: u64::from(quanta),
             ts: self.now,
             qp: QpId(u32::MAX),
-            slot_gen: 0,
             route: RouteId(0),
             in_port: p,
             size: PFC_FRAME_BYTES,
@@ -86,6 +85,7 @@ impl<Q: Queue> Sim<Q> {
             kind: Kind::Pause,
             prio: prio as u8,
             ce: false,
+            last: false,
         });
         let now = self.now;
         let port = &mut self.ports[p];

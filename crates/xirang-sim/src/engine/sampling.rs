@@ -5,8 +5,8 @@
 //! position in what the port reports) and keeps changed values as codes; names are
 //! rendered when results are collected, never in the sampling event.
 
-use super::flows::Origin;
 use super::ids::PortId;
+use super::nic::TxOwner;
 use super::{Dev, Sim};
 use crate::counters::{CounterName, N_PRIO, SLOTS_PER_PORT, Scope};
 use crate::queue::Queue;
@@ -44,26 +44,34 @@ impl<Q: Queue> Sim<Q> {
             if q.done {
                 continue;
             }
-            let flow = &self.flows[q.flow];
-            if flow.started.is_none() {
-                continue;
-            }
-            let origin = match flow.origin {
-                Origin::Transfer {
-                    coll,
-                    iteration,
-                    index,
-                    ..
-                } => RateOf::Transfer {
-                    coll,
-                    iteration,
-                    index,
-                },
-                _ => RateOf::Flow(q.flow.0),
+            let (origin, place) = match q.owner {
+                TxOwner::Flow(f) => {
+                    let flow = &self.flows[f];
+                    if flow.started.is_none() {
+                        continue;
+                    }
+                    (RateOf::Flow(f.0), qi.0 - flow.tx.first_qp)
+                }
+                // A connection's data QP, named by the transfer whose bytes it sends now
+                // (the oldest it has not had acknowledged).
+                TxOwner::Conn { conn, k } => {
+                    let Some(&(_, slice)) = q.wrs.front() else {
+                        continue;
+                    };
+                    let c = &self.conns[conn as usize];
+                    let meta = c.tx.meta[(slice % u64::from(c.slots)) as usize];
+                    (
+                        RateOf::Transfer {
+                            coll: c.coll,
+                            iteration: meta.iteration,
+                            index: meta.transfer,
+                        },
+                        u32::from(k),
+                    )
+                }
+                TxOwner::Cts { .. } => continue,
             };
-            self.samples
-                .rates
-                .push((now, origin, qi.0 - flow.tx.first_qp, q.rate_bps()));
+            self.samples.rates.push((now, origin, place, q.rate_bps()));
         }
         // A partition samples its own ports (a QP sends only where it was made).
         for (pi, port) in self.ports.iter_enumerated() {

@@ -35,7 +35,6 @@ list = [{ src = "h0", dst = "h1", bytes = 10_000 }]
         seq: 0,
         ts: sim.now,
         qp: q0,
-        slot_gen: 0,
         route: sim.qps_tx[q0].route,
         in_port: PortId(0),
         size: 1062,
@@ -44,6 +43,7 @@ list = [{ src = "h0", dst = "h1", bytes = 10_000 }]
         kind: Kind::Data,
         prio: sim.qps_tx[q0].prio,
         ce: false,
+        last: false,
     };
     sim.ledger.live_packets += 1;
     sim.nic_receive(rx_port, dup);
@@ -92,83 +92,134 @@ fn red_marking_follows_the_red_line() {
     assert!((0..1000).all(|_| port.red_mark(400_001)));
 }
 
-/// A packet of a finished transfer that arrives after its QP slot went to another transfer
-/// (a retransmission, or the answer to one) is told apart by the slot's generation: it is
-/// counted and dropped, and the slot's new QP never sees it.
-#[test]
-fn packets_of_a_reused_qp_slot_never_reach_its_new_qp() {
-    let text = r#"
+/// Two hosts of one GPU with one NIC each on two leaves, a ring AllReduce over `qps`
+/// QPs per connection; `extra` goes into the configuration. Built, not run.
+fn persistent_pair(qps: u32, fabric_gbps: u32, extra: &str) -> Sim {
+    let text = format!(
+        r#"
 [topology.leaf_spine]
-leaves = 1
+leaves = 2
 spines = 1
-hosts_per_leaf = 2
+hosts_per_leaf = 1
 host_rate_gbps = 100
-fabric_rate_gbps = 100
+fabric_rate_gbps = {fabric_gbps}
 
-[topology.leaf_spine.host]
-gpus = 2
-nics = 1
-
-[workloads.allreduce.collective]
+[workloads.ar.collective]
 op = "all_reduce"
 algorithm = "ring"
-bytes = 1_048_576
-channels = 2
-iterations = 4
-"#;
+protocol = "simple"
+bytes = 67_108_864
+channels = 1
+iterations = 2
+
+[config.transport]
+qps_per_connection = {qps}
+{extra}
+"#
+    );
     let path = std::path::Path::new("t.toml");
-    let loaded = xirang_fabric::Scenario::parse(text, path)
-        .and_then(|s| s.build(path, std::path::Path::new("."), Some(text)))
-        .unwrap();
+    let loaded = xirang_fabric::Scenario::parse(&text, path)
+        .and_then(|s| s.build(path, std::path::Path::new("."), Some(&text)))
+        .unwrap_or_else(|e| panic!("{e}"));
     let ex = crate::workload::expand(&loaded, 1);
-    let mut sim: Sim = Sim::new(
+    Sim::new(
         &loaded.fabric,
         &loaded.scenario.config,
         &ex,
         &crate::options(&loaded),
+    )
+}
+
+/// The data QPs of the run's connections, by connection.
+fn data_qps(sim: &Sim) -> Vec<Vec<QpId>> {
+    sim.conns
+        .iter()
+        .filter_map(|c| {
+            c.net
+                .as_ref()
+                .map(|n| (n.qps.start..n.qps.end).map(QpId).collect())
+        })
+        .collect()
+}
+
+/// With `NCCL_IB_SPLIT_DATA_ON_QPS=0` (the default) each slice goes whole on one of the
+/// connection's QPs, round robin; with 1 every slice is cut over all of them.
+#[test]
+fn split_data_puts_a_slice_on_one_qp_or_on_all() {
+    for split in [false, true] {
+        let mut sim = persistent_pair(
+            4,
+            100,
+            &format!("\n[config.nccl]\nib_split_data_on_qps = {split}"),
+        );
+        sim.run(&mut |_| {});
+        for qps in data_qps(&sim) {
+            assert_eq!(qps.len(), 4);
+            let msgs: Vec<u64> = qps.iter().map(|&q| sim.qps_rx[q].msgs).collect();
+            let slices = sim
+                .conns
+                .iter()
+                .find(|c| c.net.is_some())
+                .map(|c| c.total_slices)
+                .unwrap();
+            if split {
+                assert!(
+                    msgs.iter().all(|&m| m == slices),
+                    "split: every QP every slice: {msgs:?} of {slices}"
+                );
+            } else {
+                assert_eq!(
+                    msgs.iter().sum::<u64>(),
+                    slices,
+                    "whole: each slice once: {msgs:?}"
+                );
+                assert!(
+                    msgs.iter().all(|&m| m.abs_diff(slices / 4) <= 1),
+                    "round robin: {msgs:?}"
+                );
+            }
+        }
+    }
+}
+
+/// A connection's QP lives for the run and carries every slice of both iterations in
+/// one sequence space, its congestion-control state with it: where ECN marks at a
+/// 25 Gbit/s uplink make DCQCN cut its rate, the QP starts later slices at the cut rate
+/// (a fresh QP per step would start each at line rate).
+#[test]
+fn a_qp_carries_its_dcqcn_rate_from_one_slice_to_the_next() {
+    let mut sim = persistent_pair(1, 25, "\n[config.classes.training]\npriority = 3\ncc = \"dcqcn\"");
+    let qps: Vec<QpId> = data_qps(&sim).into_iter().flatten().collect();
+    let mut idle: Vec<bool> = qps.iter().map(|&q| sim.qps_tx[q].done).collect();
+    let mut below_line_starts = 0;
+    let mut starts = 0;
+    sim.start_run();
+    let mut t = 0;
+    while sim.flows_done().0 < sim.flows_done().1 && t < 200_000 * PS_PER_US {
+        t += PS_PER_US;
+        sim.run_until(t, &mut |_| {});
+        for (i, &q) in qps.iter().enumerate() {
+            let tx = &sim.qps_tx[q];
+            if idle[i] && !tx.done {
+                starts += 1;
+                if tx.rate_bps() < tx.line_bps {
+                    below_line_starts += 1;
+                }
+            }
+            idle[i] = tx.done;
+        }
+    }
+    sim.finish_run();
+    assert!(starts > 10, "the QPs went idle and back many times: {starts}");
+    assert!(
+        below_line_starts > 0,
+        "some slice started at the rate the previous ones left ({below_line_starts} of {starts})"
     );
-    sim.run(&mut |_| {});
-    // Some slot served several transfers one after the other.
-    let (qi, q) = sim
-        .qps_tx
-        .iter_enumerated()
-        .find(|(_, q)| q.slot_gen > 0)
-        .expect("transfers reused QP slots");
-    let (rx_port, tx_port, old) = (q.dst_port, q.src_port, q.slot_gen - 1);
-    let before_rx = (sim.qps_rx[qi].rx_expected, sim.qps_rx[qi].rx_done);
-    let before_tx = (sim.qps_tx[qi].snd_una, sim.qps_tx[qi].done);
-    let stray = |kind, seq| Packet {
-        seq,
-        ts: sim.now,
-        qp: qi,
-        slot_gen: old,
-        route: sim.qps_tx[qi].route,
-        in_port: PortId(0),
-        size: 1062,
-        payload: if kind == Kind::Data { 1000 } else { 0 },
-        hop: 2,
-        kind,
-        prio: sim.qps_tx[qi].prio,
-        ce: true,
-    };
-    let (data, ack, cnp) = (
-        stray(Kind::Data, 0),
-        stray(Kind::Ack, 1 << 40),
-        stray(Kind::Cnp, 0),
-    );
-    let dups = sim.counters[rx_port].duplicate_request;
-    let ignored = sim.counters[tx_port].rp_cnp_ignored;
-    let on_link = sim.links[rx_port].in_flight.len();
-    sim.ledger.live_packets += 3;
-    sim.nic_receive(rx_port, data);
-    sim.nic_receive(tx_port, ack);
-    sim.nic_receive(tx_port, cnp);
-    assert_eq!(sim.stray_packets, 3);
-    assert_eq!(sim.counters[rx_port].duplicate_request, dups + 1);
-    assert_eq!(sim.counters[tx_port].rp_cnp_ignored, ignored + 1);
-    // Nothing answered, nothing changed on either half of the slot's QP.
-    assert_eq!(sim.links[rx_port].in_flight.len(), on_link);
-    assert_eq!((sim.qps_rx[qi].rx_expected, sim.qps_rx[qi].rx_done), before_rx);
-    assert_eq!((sim.qps_tx[qi].snd_una, sim.qps_tx[qi].done), before_tx);
-    assert_eq!(sim.ledger.live_packets, 0);
+    for &q in &qps {
+        assert_eq!(
+            sim.qps_tx[q].snd_una, sim.qps_tx[q].size,
+            "every byte acknowledged"
+        );
+        assert!(sim.qps_rx[q].msgs > 10, "one QP for every slice");
+    }
 }

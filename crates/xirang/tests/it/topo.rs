@@ -79,11 +79,11 @@ fn a_run_that_must_be_serial_says_why_in_topo_show() {
     let v = run_json(&[
         "topo",
         "show",
-        "crates/xirang/tests/data/iterations.toml",
+        "crates/xirang/tests/data/gdr-off.toml",
         "--partitions",
         "2",
         "--json",
     ]);
     let why = v["partition"]["serial_because"].as_str().unwrap_or_default();
-    assert!(why.contains("iteration"), "{v}");
+    assert!(why.contains("gdr_off"), "{v}");
 }
