@@ -563,7 +563,8 @@ impl<Q: Queue> Sim<Q> {
     /// goes on.
     pub(crate) fn gpu_done(&mut self, t: u32) {
         let now = self.now;
-        let th = self.threads[t as usize].clone();
+        // What this slice was (the thread's record is changed below).
+        let th = SliceDone::of(&self.threads[t as usize]);
         let coll = th.coll as usize;
         let (_, bytes) = th.prim.slice(th.slice);
         let last_slice = th.slice + 1 >= th.prim.slices;
@@ -650,8 +651,12 @@ impl<Q: Queue> Sim<Q> {
             let rt = &self.colls[coll];
             let th = &self.threads[t as usize];
             let prim = rt.run.program.prim(th.channel, th.rank, th.role, th.index);
+            // A ring's or a tree's primitives keep their peers: their connections too.
+            let same_peers = prim.recv == th.prim.recv && prim.send == th.prim.send;
             self.threads[t as usize].prim = prim;
-            self.load_conns(t);
+            if !same_peers {
+                self.load_conns(t);
+            }
         }
         self.threads[t as usize].busy = false;
         if last_slice {
@@ -754,6 +759,29 @@ impl<Q: Queue> Sim<Q> {
         let records = self.colls[c].records.as_mut()?;
         let r = records.get_mut((u64::from(iteration) * per + index) as usize)?;
         Some(r.get_or_insert_with(TransferRecord::default))
+    }
+}
+
+/// What `gpu_done` needs of the slice a thread just finished.
+struct SliceDone {
+    coll: u32,
+    prim: Prim,
+    slice: u32,
+    recv: [u32; 3],
+    send: [u32; 3],
+    prim_start: Ps,
+}
+
+impl SliceDone {
+    fn of(th: &Thread) -> SliceDone {
+        SliceDone {
+            coll: th.coll,
+            prim: th.prim,
+            slice: th.slice,
+            recv: th.recv,
+            send: th.send,
+            prim_start: th.prim_start,
+        }
     }
 }
 
