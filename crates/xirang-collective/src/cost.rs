@@ -441,13 +441,16 @@ fn bus_bandwidth(coll: Coll, algo: Algo, p: &Platform) -> Option<f64> {
         }
         // Double binary trees: each tree reduces half the buffer up and broadcasts it down;
         // the busiest node carries `tree_load` buffers per direction (1 with two nodes, 2
-        // beyond), and the chain inside a node one buffer per GPU link.
+        // beyond). Inside a node the GPUs form a chain that every byte climbs and comes
+        // back down: a GPU in the middle of a channel's chain sends its share twice, the
+        // head and the tail once, and the head moves from GPU to GPU with the channel, so a
+        // GPU's links carry 2(g-1)/g buffers per direction.
         (Coll::AllReduce, Algo::Tree) if !single => {
             let net = p.node_net_gbs / tree_load(p.nodes);
             let algbw = if p.gpus_per_node == 1 {
                 net
             } else {
-                net.min(p.intra_gbs)
+                net.min(p.intra_gbs * g / (2.0 * (g - 1.0)))
             };
             Some(algbw * Coll::AllReduce.bus_factor(p.ranks()))
         }

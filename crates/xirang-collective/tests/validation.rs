@@ -50,13 +50,7 @@ fn fixtures() -> Vec<(&'static str, Option<Platform>, &'static str, Explained)> 
             "h100-2node-8gpu-roce-oci.txt",
             Some(hw(GpuGen::Hopper, H100_INTRA_GBS, 16, 200.0, 16, true)),
             "OCI BM.GPU.H100.8: 16x 200 Gb/s RoCE (shape data sheet, assumed)",
-            Some((
-                "the model picks the double binary tree, counting on the two-node tree's halved \
-                 network load; the measurement matches the model's NVLSTree, the algorithm \
-                 NCCL uses on NVSwitch systems. The log has no NCCL_DEBUG to show which ran. As on \
-                 the A100 fixture, the tree's two-node advantage is not seen with 8 GPUs per node.",
-                Algo::NvlsTree,
-            )),
+            None,
         ),
         (
             "a100-2node-8gpu-roce-oci-b4.txt",
@@ -64,9 +58,9 @@ fn fixtures() -> Vec<(&'static str, Option<Platform>, &'static str, Explained)> 
             "OCI BM.GPU.B4.8: 16x 100 Gb/s RoCE (shape data sheet, assumed)",
             Some((
                 "the measurement sits at the ring's NIC bound; the model picks the \
-                 double binary tree, which at two nodes halves the network load and would reach 1.8x \
-                 that. The log has no NCCL_DEBUG to show which algorithm ran; the same model reaches \
-                 the tree's figure on the HDR fixture. Use `xirang nccl check --algo ring` \
+                 double binary tree, which at two nodes halves the network load and is bound by its \
+                 8-GPU chains on NVLink at 1.25x that (the packet simulator's tree agrees). The log \
+                 has no NCCL_DEBUG to show which algorithm ran. Use `xirang nccl check --algo ring` \
                  to compare with the ring.",
                 Algo::Ring,
             )),
