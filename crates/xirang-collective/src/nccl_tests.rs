@@ -305,7 +305,7 @@ pub fn render(run: &TestRun, note: &[String]) -> String {
     let measure = |m: &Measure| {
         let wrong = m.wrong.map_or_else(|| "N/A".to_string(), |w| w.to_string());
         format!(
-            "  {}  {:>6.2}  {:>6.2}  {wrong:>6}",
+            "  {}  {:>6.2}  {:>6.2}  {wrong:>5}",
             time_field(m.time_us),
             m.algbw_gbs,
             m.busbw_gbs

@@ -21,11 +21,13 @@
 //!   go-back-N on NACK or ACK timeout with NCCL's retry count; DCQCN, TIMELY, HPCC (with
 //!   in-band telemetry) and DCTCP per traffic class as pure state machines (`cc`), their
 //!   timers in `engine::cc_timers`;
-//! - workloads (`workload`, `engine::flows`, `engine::collective`): flows, inference
-//!   requests and HPCC flow files; collectives expanded lazily, their transfers created as
-//!   their dependencies complete over NCCL-style connections set up before the run, so
-//!   memory follows what is in flight rather than the schedule (ring, tree and
-//!   hierarchical; halving-doubling and all-to-all keep their explicit schedule);
+//! - workloads (`workload`, `engine::flows`): flows, inference requests and HPCC flow
+//!   files;
+//! - collectives as NCCL runs them (`engine::collective`, `engine::transport`): GPU threads
+//!   running NCCL's device programs slice by slice over connections with persistent QPs,
+//!   NCCL's slots and the receivers' clear-to-send, each slice paying the GPU's and the
+//!   proxy's time; memory follows the fabric's connections, never the schedule; `sweep`
+//!   runs nccl-tests on the twin;
 //! - faults (`engine::faults`), counter sampling (`engine::sampling`) and the conservation
 //!   ledger (`engine::ledger`);
 //! - parallel runs (`parallel`, `engine::part`): the fabric divided into partitions at

@@ -701,6 +701,9 @@ pub(crate) struct NcclSweepArgs {
     /// model's busbw.
     #[arg(long)]
     pub(crate) json: bool,
+    /// Write the table to FILE (whole or not at all) instead of stdout.
+    #[arg(long, value_name = "FILE", conflicts_with = "json")]
+    pub(crate) out: Option<std::path::PathBuf>,
 }
 
 /// Operations `nccl sweep --op` runs, as nccl-tests names its binaries.

@@ -516,7 +516,15 @@ pub(crate) fn sweep(a: &crate::cli::NcclSweepArgs) -> Result<Outcome> {
                 p.size_bytes, p.simulated, p.channels
             ));
         }
-        out(&nccl_tests::render(&run, &notes))?;
+        let table = nccl_tests::render(&run, &notes);
+        match &a.out {
+            // The whole table or nothing: a log another tool reads must not be cut short.
+            Some(path) => {
+                xirang_files::write_atomic(path, table.as_bytes())?;
+                eprintln!("wrote {}", path.display());
+            }
+            None => out(&table)?,
+        }
     }
     if all_done {
         Ok(Outcome::Clean)

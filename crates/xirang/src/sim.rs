@@ -299,7 +299,7 @@ fn render(name: &str, s: &Summary, wall_s: f64, out: &Path) -> String {
         for x in &s.collectives {
             c.add_row(vec![
                 x.workload.clone(),
-                format!("{} ({})", x.op, x.algorithm),
+                format!("{} ({}/{}, {} ch)", x.op, x.algorithm, x.protocol, x.channels),
                 x.ranks.to_string(),
                 x.bytes.to_string(),
                 opt(x.time_ps.map(|t| t as f64 / PS_PER_US as f64), 1),

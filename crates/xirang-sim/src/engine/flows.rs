@@ -1,17 +1,17 @@
-//! The workload driver: flows become QPs at the sending NIC, start when their start time
-//! has come and the flows they wait for have arrived, and report when they are sent
-//! (every byte acknowledged at the sender) and received (every byte in order at the
-//! receiver). Transfers between GPUs of one host take their NVLink time and use no port.
+//! The workload driver of the scenario's flows: flows become QPs at the sending NIC, start
+//! when their start time has come and the flows they wait for have arrived, and report when
+//! they are sent (every byte acknowledged at the sender) and received (every byte in order
+//! at the receiver). Transfers between GPUs of one host take their NVLink time and use no
+//! port.
 //!
-//! A flow's dependencies are application logic (a response after its request, a
-//! collective step after the one before): a flow starts the moment the last data it
-//! waits for arrives, wherever its sender is. In collectives and inference that sender is
-//! the host that received the data; an explicit flow list may name any flow.
+//! A flow's dependencies are application logic (a response after its request): a flow
+//! starts the moment the last data it waits for arrives, wherever its sender is. In
+//! inference that sender is the host that received the data; an explicit flow list may
+//! name any flow.
 //!
-//! Flows of the scenario's workloads exist from the start, in definition order. The
-//! transfers of collectives are created as they become ready (`engine::collective`) in
-//! slots that are reused once a transfer is sent and received, so what a collective holds
-//! follows what it has in flight.
+//! Flows of the scenario's workloads exist from the start, in definition order, each QP
+//! carrying its share of one message. Collectives run elsewhere (`engine::collective`,
+//! `engine::transport`), on persistent QPs made here by `make_qp`.
 
 use xirang_fabric::config::{CcAlgorithm, FabricConfig, roce_active_mtu};
 use xirang_fabric::model::{Fabric, NicId};
