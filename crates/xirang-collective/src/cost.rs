@@ -297,6 +297,11 @@ pub struct Prediction {
     pub bandwidth_share: f64,
 }
 
+/// The share of the tree's bandwidth bound NCCL's tuner counts for Tree/Simple AllReduce
+/// (`tuning.cc`'s `busBw * .92`: docs/reference/collectives-and-nccl.md §2.3): an empirical
+/// discount, not a mechanism, so the packet simulator's tree has no counterpart of it.
+pub const TREE_SIMPLE_EFFICIENCY: f64 = nccl::TREE_EFF;
+
 /// Payload share of a RoCE frame at a 4096-byte MTU: 4096 / (4096 + 62)
 /// (header bytes: xirang_fabric::config::ROCEV2_HEADER_BYTES).
 pub const ROCE_PAYLOAD_SHARE: f64 = 4096.0 / (4096.0 + xirang_fabric::config::ROCEV2_HEADER_BYTES as f64);
