@@ -6,15 +6,19 @@
 //! cargo test --release -p xirang-sim --test sweep_validation -- --ignored --nocapture
 //! ```
 //!
-//! which prints each fixture's table as it finishes (`XIRANG_SWEEP_ONLY=a,b` runs only the
-//! tests whose `file#index` contains one of the comma-separated parts). The logs do not say which algorithm and protocol NCCL ran, so
-//! each size is simulated with NCCL's tuner's pick (the cost model) and with each of the
-//! NCCL algorithms and protocols the simulator runs; the one the measurement matches is
-//! the closest of those (a protocol or algorithm switch with size shows as a change in the
-//! matching one). Targets (the NCCL-transport issue): from 1 MiB up, busbw within 15 % of
-//! the measured with the matching algorithm, within 5 % at the largest size, the time at
-//! the smallest sizes within 30 %; a fixture that cannot meet them says why
-//! (`CANNOT`), and the test fails on a miss that is not explained.
+//! which prints each fixture's table as it finishes (most of an hour). `XIRANG_SWEEP_ONLY=a,b`
+//! runs only the tests whose `file#index` contains one of the comma-separated parts;
+//! `XIRANG_SWEEP_MAX_RANK_BYTES` changes the largest ranks x bytes simulated.
+//!
+//! The logs do not say which algorithm and protocol NCCL ran, so each size is simulated
+//! with NCCL's tuner's pick (the cost model) and with each of the NCCL algorithms and
+//! protocols the simulator runs; the one the measurement matches is the closest of those
+//! (a protocol or algorithm switch with size shows as a change in the matching one).
+//! Targets (the NCCL-transport issue): from 1 MiB up, busbw within 15 % of the measured
+//! with the matching algorithm, within 5 % at the largest size simulated, the time at the
+//! smallest sizes within 30 %. A fixture that cannot meet them says why (`cannot`), a
+//! size whose miss is known and explained is listed (`KNOWN_MISSES`), and the test fails
+//! on any other miss.
 
 use std::path::Path;
 
@@ -41,6 +45,19 @@ const KNOWN_MISSES: &[(&str, usize, u64)] = &[
     // measurement sits between the ring's bound and the engine's tree.
     ("h100-2node-4gpu-hdr-ib-debug-info.txt", 0, 8 << 20),
     ("h100-2node-4gpu-hdr-ib-debug-info.txt", 0, 256 << 20),
+    // The 80-GPU rings from 128 MiB: slower mid sizes than the engine's, and a plateau
+    // 10-12 % below the ring's bound on the hardware the scenario assumes (the log does
+    // not state its network).
+    ("h100-10node-80gpu-all-collectives.txt", 1, 134_216_960),
+    ("h100-10node-80gpu-all-collectives.txt", 1, 268_435_200),
+    ("h100-10node-80gpu-all-collectives.txt", 1, 536_870_400),
+    ("h100-10node-80gpu-all-collectives.txt", 1, 1_073_740_800),
+    ("h100-10node-80gpu-all-collectives.txt", 1, 2_147_482_880),
+    ("h100-10node-80gpu-all-collectives.txt", 2, 134_216_960),
+    ("h100-10node-80gpu-all-collectives.txt", 2, 268_435_200),
+    ("h100-10node-80gpu-all-collectives.txt", 2, 536_870_400),
+    ("h100-10node-80gpu-all-collectives.txt", 2, 1_073_740_800),
+    ("h100-10node-80gpu-all-collectives.txt", 2, 2_147_482_880),
 ];
 
 /// The largest ranks x bytes simulated: a run's work grows with both, and at 80 ranks a
@@ -215,7 +232,12 @@ fn sweeps_match_real_nccl_tests_runs() {
         }
         let run = fixture(file, index);
         let ranks = u64::from(run.nranks().unwrap_or(1));
-        let simulated = |bytes: u64| ranks.saturating_mul(bytes) <= MAX_RANK_BYTES;
+        // XIRANG_SWEEP_MAX_RANK_BYTES lowers (or raises) the bound for a quicker (or fuller) run.
+        let bound = std::env::var("XIRANG_SWEEP_MAX_RANK_BYTES")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(MAX_RANK_BYTES);
+        let simulated = |bytes: u64| ranks.saturating_mul(bytes) <= bound;
         let table_start = out.len();
         let path = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../../scenarios/nccl-tests")
@@ -236,11 +258,14 @@ fn sweeps_match_real_nccl_tests_runs() {
         let smallest = run.rows.iter().map(|r| r.size_bytes).min().unwrap_or(0);
         for row in &run.rows {
             let measured = row.busbw_gbs();
+            // The better placement, as the busbw above (a log's out-of-place time can be an
+            // outlier where its in-place one is not).
+            let measured_us = row.out_of_place.time_us.min(row.in_place.time_us);
             if !simulated(row.size_bytes) {
                 out.push_str(&format!(
                     "| {} | {:.1} | {measured:.2} | not simulated ({ranks} ranks x size above the comparison's bound) | | | | | | |\n",
                     nccl_tests::size_text(row.size_bytes),
-                    row.out_of_place.time_us
+                    measured_us
                 ));
                 continue;
             }
@@ -277,7 +302,7 @@ fn sweeps_match_real_nccl_tests_runs() {
                 .unwrap_or_else(|| auto.clone());
             let pct = |e: f64| format!("{:+.1} %", e * 100.0);
             // Below 1 MiB the log's busbw has too few digits: the time is compared.
-            let time_ratio = auto.time_us.unwrap_or(f64::INFINITY) / row.out_of_place.time_us;
+            let time_ratio = auto.time_us.unwrap_or(f64::INFINITY) / measured_us;
             let (auto_error, matching) = if small {
                 (format!("time {}", pct(time_ratio - 1.0)), "| | |".to_string())
             } else {
@@ -294,7 +319,7 @@ fn sweeps_match_real_nccl_tests_runs() {
             out.push_str(&format!(
                 "| {} | {:.1} | {:.2} | {} | {:.1} | {:.2} | {} | {}\n",
                 nccl_tests::size_text(row.size_bytes),
-                row.out_of_place.time_us,
+                measured_us,
                 measured,
                 auto.simulated,
                 auto.time_us.unwrap_or(0.0),
