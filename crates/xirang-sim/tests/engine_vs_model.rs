@@ -3,8 +3,8 @@
 //! scalable units without oversubscription, hosts of 8 GPUs and 8 x 400 Gbit/s NICs, no
 //! congestion control, 16 to 1,024 GPUs; ring and tree AllReduce with Simple at sizes
 //! where the model's time is mostly moving bytes (its bandwidth share at least 80 %; the
-//! target holds where it is at least 95 %, bandwidth-bound). 4,096 GPUs at the 4 GiB a
-//! bandwidth-bound size needs there would take about an hour, so they are left out.
+//! target holds where it is at least 95 %, bandwidth-bound). 4,096 GPUs at 4 GiB would
+//! take hours, so they are left out.
 //! Heavy: run it with
 //!
 //! ```sh
@@ -20,8 +20,9 @@
 //!   empirical discount), the engine's chain runs at the bound itself, so tree rows are
 //!   judged against the bound.
 //!
-//! The hierarchical (rail) AllReduce is not compared: the cost model has no such algorithm (NCCL has none either; it is the simulator's rail schedule), so
-//! there is nothing to compare it with here.
+//! The hierarchical (rail) AllReduce is not compared: the cost model has no such algorithm
+//! (NCCL has none either; it is the simulator's rail schedule), so there is nothing to
+//! compare it with here.
 
 use std::path::Path;
 
@@ -69,7 +70,7 @@ fn engine_agrees_with_the_cost_model_where_bytes_dominate() {
         "| GPUs | algorithm | size | model busbw GB/s | model bandwidth share | engine busbw GB/s | engine/model | engine/model's bandwidth bound |\n|---|---|---|---|---|---|---|---|\n",
     );
     let mut misses = Vec::new();
-    // (hosts, largest size simulated): the largest bounded so that a run stays minutes.
+    // (hosts, largest size simulated); the 1,024-GPU tree at 4 GiB is most of the run.
     for (hosts, max_mib) in [(2u32, 4096u64), (8, 4096), (32, 4096), (128, 4096)] {
         let text = fabric(hosts);
         let loaded = Scenario::parse(&text, Path::new("x.toml"))
