@@ -19,9 +19,9 @@ use crate::topology::{Builder, HpccTopologySpec};
 pub const FILE_LIMIT: xirang_files::Limit = xirang_files::Limit::new(256 << 20, "HPCC input file");
 
 /// Most nodes an HPCC topology file may declare: the same bound as the NIC ports a
-/// generator builds ([`crate::topology::MAX_GENERATED_NICS`]); every node is a host or a
+/// generator builds ([`crate::limits::MAX_GENERATED_NICS`]); every node is a host or a
 /// switch with its own ports.
-pub const MAX_NODES: u32 = crate::topology::MAX_GENERATED_NICS as u32;
+pub const MAX_NODES: u32 = crate::limits::MAX_GENERATED_NICS as u32;
 
 /// A parse error in an HPCC file: line and what was expected.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -278,7 +278,7 @@ pub fn parse_topology(text: &str) -> Result<HpccTopology, HpccError> {
                 message: format!("expected a link between two nodes, found node {a} linked to itself"),
             });
         }
-        let max_rate = crate::topology::MAX_LINK_RATE_GBPS;
+        let max_rate = crate::limits::MAX_LINK_RATE_GBPS;
         let rate_gbps = t.with(
             &format!("a rate like `100Gbps`, above 0 and at most {max_rate}Gbps"),
             |s| parse_rate_gbps(s).filter(|r| *r > 0.0 && *r <= max_rate),

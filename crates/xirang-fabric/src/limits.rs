@@ -26,6 +26,22 @@ impl fmt::Display for Num {
     }
 }
 
+/// Largest fabric a generator builds: a typo such as `k = 800` must be an error, not an
+/// attempt to allocate a hundred million hosts. A million NIC ports covers the largest GPU
+/// clusters described publicly (around 100k GPUs) with room to spare.
+pub const MAX_GENERATED_NICS: u64 = 1_000_000;
+/// Largest number of GPUs or NICs in one generated host.
+pub const MAX_DEVICES_PER_HOST: u32 = 64;
+
+/// Fastest link rate accepted, Gbit/s. The fastest Ethernet ports being standardised run
+/// at 1.6 Tbit/s (IEEE 802.3dj); ten times that leaves room for what comes next while a
+/// typo (an extra few zeros) still fails here instead of sizing a switch by it.
+pub const MAX_LINK_RATE_GBPS: f64 = 16_000.0;
+
+/// Most ports in one bond: a RoCE LAG spans the ports of one card, at most 4 on
+/// ConnectX-7 (docs/reference/nic-aggregation.md §2).
+pub const MAX_BOND_PORTS: u32 = 4;
+
 /// Latest simulated time a scenario may name, and longest duration: one hour. A `u64` of
 /// picoseconds holds 213 days, so sums of a few such times (a start plus a duration plus
 /// a delay) stay far from wrapping; and a packet-level run of even one simulated second
@@ -206,7 +222,7 @@ pub fn check_buffer_bytes(v: u64, at: &KeyPath, d: &mut Diagnostics) -> bool {
 
 /// A rate in Mbit/s, as congestion-control parameters give it: `0..=` the fastest link.
 pub fn check_rate_mbps(v: f64, positive: bool, at: &KeyPath, d: &mut Diagnostics) -> bool {
-    let max = crate::topology::MAX_LINK_RATE_GBPS * 1e3;
+    let max = MAX_LINK_RATE_GBPS * 1e3;
     let low_ok = if positive { v > 0.0 } else { v >= 0.0 };
     if v.is_finite() && low_ok && v <= max {
         true
@@ -264,10 +280,6 @@ mod tests {
                 .is_some()
         );
         // A million of the largest transfers fit the byte ledger.
-        assert!(
-            MAX_TRANSFER_BYTES
-                .checked_mul(crate::topology::MAX_GENERATED_NICS)
-                .is_some()
-        );
+        assert!(MAX_TRANSFER_BYTES.checked_mul(MAX_GENERATED_NICS).is_some());
     }
 }

@@ -698,14 +698,14 @@ impl Scenario {
                 }
                 if let Some(r) = o.link_rate_gbps {
                     match fabric.port_link(p) {
-                        Some(l) if r.is_finite() && r > 0.0 && r <= crate::topology::MAX_LINK_RATE_GBPS => {
+                        Some(l) if r.is_finite() && r > 0.0 && r <= crate::limits::MAX_LINK_RATE_GBPS => {
                             fabric.links[l.index()].rate_gbps = r
                         }
                         Some(_) => d.error(
                             &at.key("link_rate_gbps"),
                             format!(
                                 "expected a rate above 0 and at most {} Gbit/s, found {r:?}",
-                                crate::topology::MAX_LINK_RATE_GBPS
+                                crate::limits::MAX_LINK_RATE_GBPS
                             ),
                         ),
                         None => d.error(&at.key("target"), format!("`{}`: no link on this port", o.target)),
@@ -1847,12 +1847,12 @@ impl FabricConfig {
             );
         }
         let nv = self.intra_host.nvlink_gbps;
-        if !(nv.is_finite() && nv > 0.0 && nv <= topology::MAX_LINK_RATE_GBPS) {
+        if !(nv.is_finite() && nv > 0.0 && nv <= crate::limits::MAX_LINK_RATE_GBPS) {
             d.error(
                 &at.key("intra_host").key("nvlink_gbps"),
                 format!(
                     "expected a rate above 0 and at most {} Gbit/s, found {}",
-                    topology::MAX_LINK_RATE_GBPS,
+                    crate::limits::MAX_LINK_RATE_GBPS,
                     limits::Num(nv)
                 ),
             );

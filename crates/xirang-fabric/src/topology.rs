@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::FabricConfig;
 use crate::diag::{Diagnostics, KeyPath};
+use crate::limits::{MAX_BOND_PORTS, MAX_DEVICES_PER_HOST, MAX_GENERATED_NICS, MAX_LINK_RATE_GBPS};
 use crate::model::{
     Fabric, Gpu, GpuId, Host, HostId, Nic, NicId, NicPort, Node, PcieLink, PcieSwitch, PortRef, Switch,
     SwitchId, SwitchPort, Tier,
@@ -597,13 +598,6 @@ impl<'c> Builder<'c> {
     }
 }
 
-/// Largest fabric a generator builds: a typo such as `k = 800` must be an error, not an
-/// attempt to allocate a hundred million hosts. A million NIC ports covers the largest GPU
-/// clusters described publicly (around 100k GPUs) with room to spare.
-pub const MAX_GENERATED_NICS: u64 = 1_000_000;
-/// Largest number of GPUs or NICs in one generated host.
-pub const MAX_DEVICES_PER_HOST: u32 = 64;
-
 fn check_size(spec: &TopologySpec, at: &KeyPath, diags: &mut Diagnostics) -> Option<()> {
     let (host, nics, key) = match spec {
         TopologySpec::LeafSpine(s) => (
@@ -638,11 +632,6 @@ fn check_size(spec: &TopologySpec, at: &KeyPath, diags: &mut Diagnostics) -> Opt
     }
     Some(())
 }
-
-/// Fastest link rate accepted, Gbit/s. The fastest Ethernet ports being standardised run
-/// at 1.6 Tbit/s (IEEE 802.3dj); ten times that leaves room for what comes next while a
-/// typo (an extra few zeros) still fails here instead of sizing a switch by it.
-pub const MAX_LINK_RATE_GBPS: f64 = 16_000.0;
 
 fn check_rate(v: f64, at: &KeyPath, diags: &mut Diagnostics) -> bool {
     if v.is_finite() && v > 0.0 && v <= MAX_LINK_RATE_GBPS {
@@ -688,10 +677,6 @@ fn check_host(t: &HostTemplate, at: &KeyPath, diags: &mut Diagnostics) -> bool {
     }
     true
 }
-
-/// Most ports in one bond: a RoCE LAG spans the ports of one card, at most 4 on
-/// ConnectX-7 (docs/reference/nic-aggregation.md §2).
-pub const MAX_BOND_PORTS: u32 = 4;
 
 /// Uplinks per (leaf, spine) pair for a leaf with `down_gbps` of host links: the leaf's
 /// uplink capacity is `down_gbps / oversubscription`, spread evenly over the spines.

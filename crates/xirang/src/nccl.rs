@@ -53,8 +53,8 @@ pub(crate) fn scenario_platform(s: &std::path::Path) -> Result<Platform> {
 
 /// `--nics` and `--nic-gbps` within what a fabric can hold.
 pub(crate) fn check_nics(nics: Option<u32>, nic_gbps: Option<f64>) -> Result<()> {
-    let max_nics = xirang_fabric::topology::MAX_DEVICES_PER_HOST;
-    let max_gbps = xirang_fabric::topology::MAX_LINK_RATE_GBPS;
+    let max_nics = xirang_fabric::limits::MAX_DEVICES_PER_HOST;
+    let max_gbps = xirang_fabric::limits::MAX_LINK_RATE_GBPS;
     if let Some(n) = nics
         && !(1..=max_nics).contains(&n)
     {
