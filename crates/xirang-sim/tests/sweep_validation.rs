@@ -286,8 +286,19 @@ fn sweeps_match_real_nccl_tests_runs() {
                     warmup_iters: 1,
                     iters: 1,
                 };
-                if let Ok(p) = run_size(&loaded, &spec, &name, row.size_bytes) {
-                    points.push(p);
+                // Every candidate is one the simulator runs for this operation: an error is
+                // a failure, never a row quietly left out (nor a candidate standing in for
+                // the tuner's pick).
+                match run_size(&loaded, &spec, &name, row.size_bytes) {
+                    Ok(p) => points.push(p),
+                    Err(e) => failures.push(format!(
+                        "{file} {}: {algorithm:?}/{proto:?} did not run: {e}",
+                        row.size_bytes
+                    )),
+                }
+                if points.is_empty() {
+                    // The tuner's pick (the first candidate) failed: nothing to compare.
+                    break;
                 }
             }
             let Some(auto) = points.first().cloned() else {
