@@ -919,7 +919,7 @@ max_extensions = 2
 name = "inference median latency"
 query = 'histogram_quantile(0.5, sum by (le) (rate(xirang_service_request_seconds_bucket{{class="inference",node=~"{{nodes}}"}}[3s])))'
 better = "lower"
-tolerance = 0.05
+tolerance = {LATENCY_TOLERANCE}
 
 [[gates.live.metrics]]
 name = "ECN-marked share"
@@ -1155,6 +1155,16 @@ fn a_configuration_rollout_survives_crashes_without_applying_twice() {
 /// or two, a simulation of 40 ms) and for 8 samples after it.
 const TWIN_SOAK_S: u32 = 15;
 
+/// The live latency gate's margin in the twin's test beds. Not the 5 % a fleet would use:
+/// on the twin's seed 1, h5 answers 12 of its 133 requests in over 80 us (arrivals that
+/// meet on its link, and the AllReduce it takes part in) against 0-4 for the other hosts,
+/// with the same raw median (46.9 us); Prometheus interpolates the median inside the
+/// 40-80 us bucket of the replayed histogram (buckets doubling from 10 us), so that tail
+/// moves h5's median by about 4 % over an unchanged control (63.0 against 60.3 us in a
+/// failed run), and a 5 % margin left neutral knobs on h5 at the test's edge (p no worse
+/// 0.051). The halts the tests check are 2x (`worse/`) or on the switch gate.
+const LATENCY_TOLERANCE: f64 = 0.10;
+
 /// A bed whose policy gates on a real Prometheus scraping the simulator playing the
 /// fleet: `xirang monitor --twin` runs `crates/xirang-rollout/test_data/twin/fleet-twin.toml`
 /// (the fixture cluster's fabric and a workload) with the knobs the bed's hosts and
@@ -1285,7 +1295,7 @@ fn a_worse_configuration_is_halted_at_the_canary_and_rolled_back() {
         text.contains("failed the live inference median latency gate"),
         "{text}"
     );
-    assert!(text.contains("worse than the control +5.0 %"), "{text}");
+    assert!(text.contains("worse than the control +10.0 %"), "{text}");
     assert!(text.contains(&latency_query(canary)), "{text}");
     // The simulated answers: the canary's median above its control's. (The window
     // starts at the apply, before the twin has simulated the change and Prometheus's
