@@ -13,7 +13,7 @@
 
 use std::collections::BTreeMap;
 
-use xirang_fabric::config::{DcqcnParams, NicCongestion, RedProfile};
+use xirang_fabric::config::{NicCongestion, RedProfile};
 use xirang_fabric::model::{PcieLink, Tier};
 use xirang_fabric::scenario::Override;
 use xirang_fabric::topology::{
@@ -293,63 +293,14 @@ pub fn knob_overrides(c: &Cluster) -> Vec<Override> {
 /// is unreadable (on: the firmware's mask enables every priority,
 /// docs/reference/congestion-control.md §1.5).
 pub fn nic_congestion(ecn: &RoceEcn) -> NicCongestion {
-    let mut p = DcqcnParams::default();
-    let rp = |k: &str| ecn.rp.get(k).copied();
-    // Times and rates are whole µs and Mbit/s in sysfs.
-    let f = |v: u64| v as f64;
-    let u = |v: u64| u32::try_from(v).unwrap_or(u32::MAX);
-    if let Some(v) = rp("rpg_time_reset") {
-        p.rpg_time_reset_us = f(v);
-    }
-    if let Some(v) = rp("rpg_byte_reset") {
-        // The firmware counts the byte counter in 64-byte units (§1.5, partly unconfirmed).
-        p.rpg_byte_reset_bytes = v.saturating_mul(64);
-    }
-    if let Some(v) = rp("rpg_threshold") {
-        p.rpg_threshold = u(v);
-    }
-    if let Some(v) = rp("rpg_ai_rate") {
-        p.rpg_ai_rate_mbps = f(v);
-    }
-    if let Some(v) = rp("rpg_hai_rate") {
-        p.rpg_hai_rate_mbps = f(v);
-    }
-    if let Some(v) = rp("rpg_max_rate") {
-        p.rpg_max_rate_mbps = f(v);
-    }
-    if let Some(v) = rp("rpg_min_rate") {
-        p.rpg_min_rate_mbps = f(v);
-    }
-    if let Some(v) = rp("rpg_gd") {
-        p.rpg_gd = u(v);
-    }
-    if let Some(v) = rp("rpg_min_dec_fac") {
-        p.rpg_min_dec_fac_pct = u(v);
-    }
-    if let Some(v) = rp("dce_tcp_g") {
-        p.dce_tcp_g = u(v);
-    }
-    if let Some(v) = rp("dce_tcp_rtt") {
-        p.dce_tcp_rtt_us = f(v);
-    }
-    if let Some(v) = rp("rate_reduce_monitor_period") {
-        p.rate_reduce_monitor_period_us = f(v);
-    }
-    if let Some(v) = rp("initial_alpha_value") {
-        p.initial_alpha_value = u(v);
-    }
-    if let Some(v) = rp("rate_to_set_on_first_cnp") {
-        p.rate_to_set_on_first_cnp_mbps = f(v);
-    }
-    if let Some(v) = rp("clamp_tgt_rate") {
-        p.clamp_tgt_rate = v != 0;
-    }
-    if let Some(v) = rp("clamp_tgt_rate_after_time_inc") {
-        p.clamp_tgt_rate_after_time_inc = v != 0;
-    }
-    if let Some(&v) = ecn.np.get("min_time_between_cnps") {
-        p.min_time_between_cnps_us = f(v);
-    }
+    use xirang_fabric::mlx5::{self, Dir};
+    let p = mlx5::params(|dir, file| {
+        match dir {
+            Dir::Rp => ecn.rp.get(file),
+            Dir::Np => ecn.np.get(file),
+        }
+        .copied()
+    });
     let on = |en: &[Option<bool>; 8]| (0u8..8).filter(|&i| en[usize::from(i)] != Some(false)).collect();
     NicCongestion {
         dcqcn: p,

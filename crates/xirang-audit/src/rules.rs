@@ -4,6 +4,7 @@
 //! used.
 
 use std::collections::BTreeMap;
+use xirang_fabric::mlx5::Dir;
 
 use serde::Serialize;
 use xirang_host::HostInventory;
@@ -1247,13 +1248,13 @@ fn ecn_host(c: &Cluster, out: &mut Vec<Finding>) {
             let mut off = Vec::new();
             if *rp != Some(true) {
                 off.push((
-                    "roce_rp",
+                    Dir::Rp.name(),
                     "reaction point: the sender ignores CNPs and never slows down",
                 ));
             }
             if *np != Some(true) {
                 off.push((
-                    "roce_np",
+                    Dir::Np.name(),
                     "notification point: CE-marked packets are not answered with CNPs",
                 ));
             }
@@ -1278,7 +1279,7 @@ fn ecn_host(c: &Cluster, out: &mut Vec<Finding>) {
                         ev(
                             h,
                             &format!("sys/class/net/{}/ecn/{s}/enable/{prio}", nd.name),
-                            if *s == "roce_rp" {
+                            if *s == Dir::Rp.name() {
                                 rp.map_or("unreadable".into(), |v| u8::from(v).to_string())
                             } else {
                                 np.map_or("unreadable".into(), |v| u8::from(v).to_string())
@@ -1431,8 +1432,8 @@ fn dcqcn_drift(c: &Cluster, out: &mut Vec<Finding>) {
         .filter_map(|(h, n)| n.ecn.as_ref().map(|e| (h, n, e)))
         .flat_map(|(h, n, e)| {
             e.rp.iter()
-                .map(|(k, v)| (format!("roce_rp/{k}"), *v))
-                .chain(e.np.iter().map(|(k, v)| (format!("roce_np/{k}"), *v)))
+                .map(|(k, v)| (format!("{}/{k}", Dir::Rp.name()), *v))
+                .chain(e.np.iter().map(|(k, v)| (format!("{}/{k}", Dir::Np.name()), *v)))
                 .map(move |(k, v)| (h, n, k, v))
         })
         .collect();

@@ -9,6 +9,7 @@
 //!   HPCC topology files.
 //! - [`scenario`]: TOML scenario files with precise errors; [`limits`]: the range of
 //!   every number they give.
+//! - [`mlx5`]: the mlx5 NICs' DCQCN knobs in sysfs (names, units, ranges), one table.
 //! - [`routing`]: ECMP path enumeration and path MTU; [`analysis`]: bisection, diameter,
 //!   oversubscription.
 //!
@@ -34,6 +35,7 @@ pub mod config;
 pub mod diag;
 pub mod hpcc;
 pub mod limits;
+pub mod mlx5;
 pub mod model;
 pub mod partition;
 pub mod reference;

@@ -1921,35 +1921,20 @@ impl crate::config::DcqcnParams {
     fn validate(&self, at: &KeyPath, d: &mut Diagnostics) {
         let dc = self;
         let dat = at;
-        if !(1..=31).contains(&dc.rpg_threshold) {
-            d.error(
-                &dat.key("rpg_threshold"),
-                format!("expected 1..31, found {}", dc.rpg_threshold),
-            );
-        }
-        if !(10..=11).contains(&dc.rpg_gd) {
-            d.error(
-                &dat.key("rpg_gd"),
-                format!("expected 10 or 11, found {}", dc.rpg_gd),
-            );
-        }
-        if dc.dce_tcp_g > 1023 {
-            d.error(
-                &dat.key("dce_tcp_g"),
-                format!("expected 0..1023, found {}", dc.dce_tcp_g),
-            );
-        }
-        if dc.initial_alpha_value > 1023 {
-            d.error(
-                &dat.key("initial_alpha_value"),
-                format!("expected 0..1023, found {}", dc.initial_alpha_value),
-            );
-        }
-        if !(1..=100).contains(&dc.rpg_min_dec_fac_pct) {
-            d.error(
-                &dat.key("rpg_min_dec_fac_pct"),
-                format!("expected 1..100, found {}", dc.rpg_min_dec_fac_pct),
-            );
+        // The integer knobs' ranges are the mlx5 knob table's; times and rates are
+        // checked below in the model's units.
+        for k in crate::mlx5::KNOBS {
+            if let crate::mlx5::Field::Dcqcn { model_key, get, .. } = k.field
+                && k.max < crate::mlx5::MAX_SYSFS_VALUE
+            {
+                let v = get(dc);
+                if !(k.min..=k.max).contains(&v) {
+                    d.error(
+                        &dat.key(model_key),
+                        format!("expected {}..{}, found {v}", k.min, k.max),
+                    );
+                }
+            }
         }
         for (k, v) in [
             ("rpg_time_reset_us", dc.rpg_time_reset_us),

@@ -24,6 +24,7 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use xirang_fabric::mlx5::Dir;
 
 use serde::{Deserialize, Serialize};
 
@@ -84,9 +85,9 @@ pub fn parse_knobs(text: &str, path: &Path) -> Result<Vec<Knob>, RolloutError> {
                 format!("expected `roce_rp|roce_np FILE VALUE`, found `{l}`"),
             ));
         };
-        if dir != "roce_rp" && dir != "roce_np" {
+        let Some(d) = Dir::parse(dir) else {
             return Err(err(i + 1, format!("expected roce_rp or roce_np, found `{dir}`")));
-        }
+        };
         let ok_file = !file.is_empty()
             && !file.starts_with('/')
             && file.split('/').all(|p| !p.is_empty() && p != "." && p != "..")
@@ -99,6 +100,10 @@ pub fn parse_knobs(text: &str, path: &Path) -> Result<Vec<Knob>, RolloutError> {
         let value: u64 = value
             .parse()
             .map_err(|_| err(i + 1, format!("expected an unsigned value, found `{value}`")))?;
+        // The one knob table says which files mlx5 has and what each takes.
+        if let Some(why) = xirang_fabric::mlx5::check(d, file, value) {
+            return Err(err(i + 1, why));
+        }
         if let Some(k) = knobs.iter().find(|k: &&Knob| k.dir == dir && k.file == file) {
             return Err(err(
                 i + 1,
@@ -133,8 +138,8 @@ pub fn load_knobs(dir: &Path) -> Result<Vec<Knob>, RolloutError> {
 pub fn ecn_values(ecn: &xirang_host::inventory::RoceEcn) -> BTreeMap<String, u64> {
     let mut v = BTreeMap::new();
     for (dir, params, enable) in [
-        ("roce_rp", &ecn.rp, &ecn.rp_enable),
-        ("roce_np", &ecn.np, &ecn.np_enable),
+        (Dir::Rp.name(), &ecn.rp, &ecn.rp_enable),
+        (Dir::Np.name(), &ecn.np, &ecn.np_enable),
     ] {
         for (k, x) in params {
             v.insert(format!("{dir}/{k}"), *x);

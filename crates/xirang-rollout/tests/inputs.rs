@@ -310,10 +310,25 @@ fn configuration_errors_name_the_script_or_the_key() {
         e.contains("expected a knob file name, found `../../etc/passwd`"),
         "{e}"
     );
-    write(&script.replace("roce_rp rpg_gd 11\n", "roce_rp rpg_gd 11\n\nroce_rp rpg_gd 12\n"));
+    write(&script.replace("roce_rp rpg_gd 11\n", "roce_rp rpg_gd 11\n\nroce_rp rpg_gd 10\n"));
     let e = load(&format!("[configuration]\ndir = \"tuned\"\n{commands}")).unwrap_err();
     assert!(
-        e.contains("roce_rp rpg_gd is listed twice (11 and 12); expected each knob once"),
+        e.contains("roce_rp rpg_gd is listed twice (11 and 10); expected each knob once"),
+        "{e}"
+    );
+    // The mlx5 knob table's ranges and names (xirang_fabric::mlx5).
+    write(&script.replace("roce_rp rpg_gd 11\n", "roce_rp rpg_gd 12\n"));
+    let e = load(&format!("[configuration]\ndir = \"tuned\"\n{commands}")).unwrap_err();
+    assert!(
+        e.starts_with("DIR/tuned/mlx5-congestion.sh:46: expected 10..11 for roce_rp/rpg_gd, found 12"),
+        "{e}"
+    );
+    write(&script.replace("roce_rp rpg_gd 11\n", "roce_rp rpg_gdd 11\n"));
+    let e = load(&format!("[configuration]\ndir = \"tuned\"\n{commands}")).unwrap_err();
+    assert!(
+        e.contains(
+            ":46: roce_rp/rpg_gdd is not an mlx5 DCQCN knob; expected enable/0..7 or one of rpg_time_reset,"
+        ),
         "{e}"
     );
     write(&script);

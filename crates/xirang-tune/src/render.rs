@@ -12,7 +12,7 @@ use std::fmt::Write as _;
 
 use serde_json::json;
 use xirang_fabric::Loaded;
-use xirang_fabric::config::{CcAlgorithm, DcqcnParams, FabricConfig};
+use xirang_fabric::config::{CcAlgorithm, FabricConfig};
 use xirang_fabric::model::Tier;
 use xirang_fabric::tune::ParamValue;
 
@@ -230,45 +230,6 @@ pub fn recommendation_toml(cx: &Context<'_>) -> Artifact {
     }
 }
 
-/// `roce_rp/` and `roce_np/` file names and values for one parameter set.
-fn mlx5_knobs(d: &DcqcnParams, cnp_dscp: u8, cnp_prio: u8) -> Vec<(&'static str, &'static str, u64)> {
-    let r = |x: f64| x.round().max(0.0) as u64;
-    vec![
-        ("roce_rp", "rpg_time_reset", r(d.rpg_time_reset_us)),
-        // The firmware counts the byte counter in 64-byte units.
-        ("roce_rp", "rpg_byte_reset", d.rpg_byte_reset_bytes / 64),
-        ("roce_rp", "rpg_threshold", u64::from(d.rpg_threshold)),
-        ("roce_rp", "rpg_max_rate", r(d.rpg_max_rate_mbps)),
-        ("roce_rp", "rpg_ai_rate", r(d.rpg_ai_rate_mbps)),
-        ("roce_rp", "rpg_hai_rate", r(d.rpg_hai_rate_mbps)),
-        ("roce_rp", "rpg_gd", u64::from(d.rpg_gd)),
-        ("roce_rp", "rpg_min_dec_fac", u64::from(d.rpg_min_dec_fac_pct)),
-        ("roce_rp", "rpg_min_rate", r(d.rpg_min_rate_mbps)),
-        (
-            "roce_rp",
-            "rate_to_set_on_first_cnp",
-            r(d.rate_to_set_on_first_cnp_mbps),
-        ),
-        ("roce_rp", "dce_tcp_g", u64::from(d.dce_tcp_g)),
-        ("roce_rp", "dce_tcp_rtt", r(d.dce_tcp_rtt_us)),
-        (
-            "roce_rp",
-            "rate_reduce_monitor_period",
-            r(d.rate_reduce_monitor_period_us),
-        ),
-        ("roce_rp", "initial_alpha_value", u64::from(d.initial_alpha_value)),
-        ("roce_rp", "clamp_tgt_rate", u64::from(d.clamp_tgt_rate)),
-        (
-            "roce_rp",
-            "clamp_tgt_rate_after_time_inc",
-            u64::from(d.clamp_tgt_rate_after_time_inc),
-        ),
-        ("roce_np", "min_time_between_cnps", r(d.min_time_between_cnps_us)),
-        ("roce_np", "cnp_dscp", u64::from(cnp_dscp)),
-        ("roce_np", "cnp_802p_prio", u64::from(cnp_prio)),
-    ]
-}
-
 /// A POSIX shell script that sets the DCQCN knobs of mlx5 NICs through MLNX_OFED's sysfs.
 pub fn mlx5_script(cx: &Context<'_>) -> Artifact {
     let dcqcn = cx.classes_on(CcAlgorithm::Dcqcn);
@@ -343,8 +304,8 @@ pub fn mlx5_script(cx: &Context<'_>) -> Artifact {
     s.push_str("fi\n\n");
     s.push_str("# knob directory, file, value\nKNOBS='\n");
     if let Some((_, d)) = &params {
-        for (dir, file, value) in mlx5_knobs(d, cx.config.cnp.dscp, cx.config.cnp.priority) {
-            let _ = writeln!(s, "{dir} {file} {value}");
+        for (k, value) in xirang_fabric::mlx5::values(d, cx.config.cnp.dscp, cx.config.cnp.priority) {
+            let _ = writeln!(s, "{} {} {value}", k.dir.name(), k.file);
         }
         for (_, p) in &dcqcn {
             let _ = writeln!(s, "roce_rp enable/{p} 1");
