@@ -16,24 +16,100 @@
 
 use crate::time::Ps;
 
-/// Ordering key: time in the high 64 bits, tie in the low 64, so ordering is one
-/// 128-bit comparison.
-#[inline]
-pub fn key(time: Ps, tie: u64) -> u128 {
-    (u128::from(time) << 64) | u128::from(tie)
+/// When an event happens and its place among the events of that instant: the time in
+/// the high 64 bits, the [`Tie`] in the low 64, so ordering is one 128-bit comparison.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Key(u128);
+
+impl Key {
+    /// Above every key: a bound that stops nothing.
+    pub const MAX: Key = Key(u128::MAX);
+
+    /// The key of an event at `time` with `tie`.
+    #[inline(always)]
+    pub fn new(time: Ps, tie: Tie) -> Key {
+        Key((u128::from(time) << 64) | u128::from(tie.0))
+    }
+
+    /// The event's time.
+    #[inline(always)]
+    pub fn time(self) -> Ps {
+        (self.0 >> 64) as Ps
+    }
+
+    /// The event's tie.
+    #[inline(always)]
+    pub fn tie(self) -> Tie {
+        Tie(self.0 as u64)
+    }
 }
 
-/// The tie of a queue or timer key.
-#[inline]
-pub fn tie_of(key: u128) -> u64 {
-    key as u64
+/// Bits of a tie's device fields: 2^21 devices, above any fabric a scenario may
+/// describe (`engine::MAX_DEVICES`).
+pub const TIE_DEV_BITS: u32 = 21;
+/// Bits of a tie's sequence field: what the two device fields leave of 64.
+const TIE_SEQ_BITS: u32 = 64 - 2 * TIE_DEV_BITS;
+const TIE_SEQ_MASK: u64 = (1 << TIE_SEQ_BITS) - 1;
+
+/// The order of events at one instant, made from the event itself (`engine::Sim::tie`),
+/// never from when it was queued: from the top, the device the event is for (permuted by
+/// a hash of the instant, [`Tie::event`]), the device that scheduled it, and that
+/// device's count of events it scheduled (wrapping). This is the only place that knows
+/// the layout.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, serde::Serialize, serde::Deserialize,
+)]
+#[serde(transparent)]
+pub struct Tie(u64);
+
+impl Tie {
+    /// The tie of an event at `time` for device `target`, scheduled by device `source`
+    /// as its `seq`-th event. The target's field is its index XOR a hash of the instant
+    /// (still one value per device): which of two devices goes first at an instant
+    /// changes from instant to instant, as it does on real hardware, instead of always
+    /// favouring the lower index.
+    #[inline(always)]
+    pub fn event(time: Ps, target: u32, source: u32, seq: u32) -> Tie {
+        Tie(
+            (u64::from(target ^ instant_mask(time)) << (TIE_DEV_BITS + TIE_SEQ_BITS))
+                | (u64::from(source) << TIE_SEQ_BITS)
+                | (u64::from(seq) & TIE_SEQ_MASK),
+        )
+    }
+
+    /// The device an event with this tie at `time` is for (the inverse of [`Tie::event`]'s
+    /// first field).
+    #[inline(always)]
+    pub fn target(self, time: Ps) -> u32 {
+        (self.0 >> (TIE_DEV_BITS + TIE_SEQ_BITS)) as u32 ^ instant_mask(time)
+    }
+
+    /// A tie from its bits (tests and the queue benchmarks order arbitrary values).
+    pub const fn from_bits(bits: u64) -> Tie {
+        Tie(bits)
+    }
+
+    /// The tie's bits.
+    #[inline(always)]
+    pub fn bits(self) -> u64 {
+        self.0
+    }
 }
 
-/// The time of a queue or timer key.
-#[inline]
-pub fn time_of(key: u128) -> Ps {
-    (key >> 64) as Ps
+/// A per-instant permutation of device indices: the top [`TIE_DEV_BITS`] of a
+/// multiplicative hash of the time (Fibonacci hashing's constant, 2^64 / golden ratio).
+#[inline(always)]
+fn instant_mask(t: Ps) -> u32 {
+    (t.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - TIE_DEV_BITS)) as u32
 }
+
+/// An event as the engine encodes it (`engine::event::Event::encode`): the queue only
+/// carries it, and orders by it only should two events ever share a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct EventCode(pub u64);
+
+/// A queued event: its key, then itself.
+type Entry = (Key, EventCode);
 
 /// What the engine needs of an event queue. Implementations must pop in (time, tie)
 /// order; the engine never queues two events with one key.
@@ -45,13 +121,13 @@ pub trait Queue: Default + Send {
     }
     /// Schedules `ev` at `time` (never before the last popped event), ordered by `tie`
     /// among events at that time.
-    fn push(&mut self, time: Ps, tie: u64, ev: u64);
+    fn push(&mut self, time: Ps, tie: Tie, ev: EventCode);
     /// Removes and returns the earliest event (its key and itself) if it is not after
     /// `limit`.
-    fn pop_until(&mut self, limit: Ps) -> Option<(u128, u64)>;
+    fn pop_until(&mut self, limit: Ps) -> Option<Entry>;
     /// Removes and returns the earliest event if it is not after `limit` and its key (time,
     /// tie) is below `key`: how the engine merges this queue with its timer heap.
-    fn pop_before(&mut self, key: u128, limit: Ps) -> Option<(u128, u64)>;
+    fn pop_before(&mut self, key: Key, limit: Ps) -> Option<Entry>;
     /// Time of the earliest pending event.
     fn peek_time(&self) -> Option<Ps>;
     /// True when nothing is pending.
@@ -61,21 +137,21 @@ pub trait Queue: Default + Send {
 }
 
 impl Queue for HeapQueue {
-    fn push(&mut self, time: Ps, tie: u64, ev: u64) {
+    fn push(&mut self, time: Ps, tie: Tie, ev: EventCode) {
         HeapQueue::push(self, time, tie, ev)
     }
-    fn pop_until(&mut self, limit: Ps) -> Option<(u128, u64)> {
+    fn pop_until(&mut self, limit: Ps) -> Option<Entry> {
         HeapQueue::pop_until(self, limit)
     }
-    fn pop_before(&mut self, key: u128, limit: Ps) -> Option<(u128, u64)> {
+    fn pop_before(&mut self, key: Key, limit: Ps) -> Option<Entry> {
         let k = self.heap.min_key()?;
-        if k >= key || time_of(k) > limit {
+        if k >= key || k.time() > limit {
             return None;
         }
         self.heap.pop()
     }
     fn peek_time(&self) -> Option<Ps> {
-        self.heap.min_key().map(time_of)
+        self.heap.min_key().map(Key::time)
     }
     fn is_empty(&self) -> bool {
         HeapQueue::is_empty(self)
@@ -90,15 +166,15 @@ impl Queue for EventQueue {
         EventQueue::with_horizon(horizon)
     }
     #[inline]
-    fn push(&mut self, time: Ps, tie: u64, ev: u64) {
+    fn push(&mut self, time: Ps, tie: Tie, ev: EventCode) {
         EventQueue::push(self, time, tie, ev)
     }
     #[inline]
-    fn pop_until(&mut self, limit: Ps) -> Option<(u128, u64)> {
-        EventQueue::pop_before(self, u128::MAX, limit)
+    fn pop_until(&mut self, limit: Ps) -> Option<Entry> {
+        EventQueue::pop_before(self, Key::MAX, limit)
     }
     #[inline]
-    fn pop_before(&mut self, key: u128, limit: Ps) -> Option<(u128, u64)> {
+    fn pop_before(&mut self, key: Key, limit: Ps) -> Option<Entry> {
         EventQueue::pop_before(self, key, limit)
     }
     fn peek_time(&self) -> Option<Ps> {
@@ -115,7 +191,7 @@ impl Queue for EventQueue {
 /// A 4-ary min-heap of (key, event).
 #[derive(Debug, Default)]
 pub struct Heap {
-    heap: Vec<(u128, u64)>,
+    heap: Vec<Entry>,
 }
 
 const ARITY: usize = 4;
@@ -133,13 +209,13 @@ impl Heap {
 
     /// Smallest key.
     #[inline]
-    pub fn min_key(&self) -> Option<u128> {
+    pub fn min_key(&self) -> Option<Key> {
         self.heap.first().map(|e| e.0)
     }
 
     /// Inserts.
     #[inline]
-    pub fn push(&mut self, k: u128, ev: u64) {
+    pub fn push(&mut self, k: Key, ev: EventCode) {
         self.heap.push((k, ev));
         let mut i = self.heap.len() - 1;
         let e = self.heap[i];
@@ -159,7 +235,7 @@ impl Heap {
 
     /// Removes the smallest entry.
     #[inline]
-    pub fn pop(&mut self) -> Option<(u128, u64)> {
+    pub fn pop(&mut self) -> Option<Entry> {
         let top = *self.heap.first()?;
         let last = self.heap.pop().expect("non-empty");
         if self.heap.is_empty() {
@@ -214,14 +290,14 @@ impl HeapQueue {
     }
 
     /// Schedules `ev` at `time`, ordered by `tie` among events at that time.
-    pub fn push(&mut self, time: Ps, tie: u64, ev: u64) {
-        self.heap.push(key(time, tie), ev);
+    pub fn push(&mut self, time: Ps, tie: Tie, ev: EventCode) {
+        self.heap.push(Key::new(time, tie), ev);
         self.peak = self.peak.max(self.heap.len());
     }
 
     /// Removes the earliest event (key and event) if it is not after `limit`.
-    pub fn pop_until(&mut self, limit: Ps) -> Option<(u128, u64)> {
-        if time_of(self.heap.min_key()?) > limit {
+    pub fn pop_until(&mut self, limit: Ps) -> Option<Entry> {
+        if (self.heap.min_key()?).time() > limit {
             return None;
         }
         self.heap.pop()
@@ -261,13 +337,13 @@ const MAX_POOLED: usize = 64;
 /// heap beside the sorted run.
 #[derive(Debug)]
 enum Bucket {
-    Small(Vec<(u128, u64)>),
+    Small(Vec<Entry>),
     Large {
         /// Sorted once `sorted`; `pos` entries already taken from its front.
-        items: Vec<(u128, u64)>,
+        items: Vec<Entry>,
         pos: usize,
         sorted: bool,
-        late: std::collections::BinaryHeap<std::cmp::Reverse<(u128, u64)>>,
+        late: std::collections::BinaryHeap<std::cmp::Reverse<Entry>>,
     },
 }
 
@@ -287,7 +363,7 @@ impl Default for Bucket {
 
 impl Bucket {
     #[inline(always)]
-    fn push(&mut self, k: u128, ev: u64, pool: &mut Vec<Vec<(u128, u64)>>) {
+    fn push(&mut self, k: Key, ev: EventCode, pool: &mut Vec<Vec<Entry>>) {
         match self {
             Bucket::Small(v) if v.len() < SMALL_BUCKET => v.push((k, ev)),
             _ => self.push_large(k, ev, pool),
@@ -296,7 +372,7 @@ impl Bucket {
 
     #[cold]
     #[inline(never)]
-    fn push_large(&mut self, k: u128, ev: u64, pool: &mut Vec<Vec<(u128, u64)>>) {
+    fn push_large(&mut self, k: Key, ev: EventCode, pool: &mut Vec<Vec<Entry>>) {
         if let Bucket::Small(v) = self {
             // Large buckets come and go by the thousand in a collective: their buffers
             // are reused, not allocated each time.
@@ -326,7 +402,7 @@ impl Bucket {
 
     /// Sorts a large bucket's run if it is not yet: done once, when its first event is due.
     #[inline]
-    fn prepare(&mut self, scratch: &mut Vec<(u128, u64)>, order: &mut Vec<u64>) {
+    fn prepare(&mut self, scratch: &mut Vec<Entry>, order: &mut Vec<u64>) {
         if let Bucket::Large { items, sorted, .. } = self
             && !*sorted
         {
@@ -337,7 +413,7 @@ impl Bucket {
 
     /// The smallest entry and where it is. A large bucket must be prepared.
     #[inline]
-    fn min(&self) -> (At, (u128, u64)) {
+    fn min(&self) -> (At, Entry) {
         match self {
             Bucket::Small(v) => {
                 let mut best = 0;
@@ -364,7 +440,7 @@ impl Bucket {
     }
 
     /// The smallest key, without preparing (a scan of an unsorted large bucket).
-    fn min_key_slow(&self) -> u128 {
+    fn min_key_slow(&self) -> Key {
         match self {
             Bucket::Large {
                 items,
@@ -383,7 +459,7 @@ impl Bucket {
 
     /// Removes the entry `min` found; true when the bucket is then empty.
     #[inline]
-    fn take(&mut self, at: At, pool: &mut Vec<Vec<(u128, u64)>>) -> ((u128, u64), bool) {
+    fn take(&mut self, at: At, pool: &mut Vec<Vec<Entry>>) -> (Entry, bool) {
         match (self, at) {
             (Bucket::Small(v), At::Small(idx)) => {
                 let e = v.swap_remove(idx);
@@ -422,10 +498,10 @@ impl Bucket {
 /// the entries are moved once into that order, and each run of entries those bits do
 /// not tell apart (a device's events at one instant: one to three) is finished by
 /// insertion. Sorting the 24-byte entries themselves cost four times more (BENCHMARKS.md).
-fn sort_bucket(items: &mut Vec<(u128, u64)>, scratch: &mut Vec<(u128, u64)>, order: &mut Vec<u64>) {
-    let prefix = |e: &(u128, u64)| -> u64 {
-        let time_in_bucket = time_of(e.0) & ((1 << BUCKET_SHIFT) - 1);
-        (time_in_bucket << (32 - BUCKET_SHIFT)) | (tie_of(e.0) >> (32 + BUCKET_SHIFT))
+fn sort_bucket(items: &mut Vec<Entry>, scratch: &mut Vec<Entry>, order: &mut Vec<u64>) {
+    let prefix = |e: &Entry| -> u64 {
+        let time_in_bucket = e.0.time() & ((1 << BUCKET_SHIFT) - 1);
+        (time_in_bucket << (32 - BUCKET_SHIFT)) | (e.0.tie().bits() >> (32 + BUCKET_SHIFT))
     };
     order.clear();
     order.extend(
@@ -475,10 +551,10 @@ pub struct EventQueue {
     far: Heap,
     peak: usize,
     /// The bucket sort's buffers, kept between buckets.
-    scratch: Vec<(u128, u64)>,
+    scratch: Vec<Entry>,
     order: Vec<u64>,
     /// Buffers of emptied large buckets.
-    pool: Vec<Vec<(u128, u64)>>,
+    pool: Vec<Vec<Entry>>,
 }
 
 impl Default for EventQueue {
@@ -530,8 +606,8 @@ impl EventQueue {
     /// Schedules `ev` at `time`, which must not be before the last popped event, ordered
     /// by `tie` among events at that time.
     #[inline]
-    pub fn push(&mut self, time: Ps, tie: u64, ev: u64) {
-        let k = key(time, tie);
+    pub fn push(&mut self, time: Ps, tie: Tie, ev: EventCode) {
+        let k = Key::new(time, tie);
         let b = time >> BUCKET_SHIFT;
         debug_assert!(b >= self.cur, "invariant: events are never scheduled in the past");
         if b - self.cur <= self.mask as u64 {
@@ -577,7 +653,7 @@ impl EventQueue {
 
     /// Where the smallest entry of a non-empty bucket is, and its key.
     #[inline]
-    fn bucket_min(&mut self, slot: usize) -> (At, u128) {
+    fn bucket_min(&mut self, slot: usize) -> (At, Key) {
         let b = &mut self.buckets[slot];
         b.prepare(&mut self.scratch, &mut self.order);
         let (at, e) = b.min();
@@ -586,14 +662,14 @@ impl EventQueue {
 
     /// Removes and returns the earliest event (key and event) if it is not after `limit`.
     #[inline]
-    pub fn pop_until(&mut self, limit: Ps) -> Option<(u128, u64)> {
-        self.pop_before(u128::MAX, limit)
+    pub fn pop_until(&mut self, limit: Ps) -> Option<Entry> {
+        self.pop_before(Key::MAX, limit)
     }
 
     /// Removes and returns the earliest event (key and event) if it is not after `limit`
     /// and its key is below `key`.
     #[inline]
-    pub fn pop_before(&mut self, key: u128, limit: Ps) -> Option<(u128, u64)> {
+    pub fn pop_before(&mut self, key: Key, limit: Ps) -> Option<Entry> {
         let wheel = self.next_slot().map(|s| (s, self.bucket_min(s)));
         let far = self.far.min_key();
         let take_far = match (wheel, far) {
@@ -604,17 +680,17 @@ impl EventQueue {
         };
         if take_far {
             let fk = far.expect("far has the minimum");
-            if time_of(fk) > limit || fk >= key {
+            if fk.time() > limit || fk >= key {
                 return None;
             }
             let (k, ev) = self.far.pop().expect("non-empty");
             // Moving the cursor forward keeps every wheel event inside the window: they
             // were all at or after this (minimum) event.
-            self.cur = time_of(k) >> BUCKET_SHIFT;
+            self.cur = k.time() >> BUCKET_SHIFT;
             return Some((k, ev));
         }
         let (slot, (idx, wk)) = wheel.expect("wheel has the minimum");
-        if time_of(wk) > limit || wk >= key {
+        if wk.time() > limit || wk >= key {
             return None;
         }
         let ((k, ev), empty) = self.buckets[slot].take(idx, &mut self.pool);
@@ -622,7 +698,7 @@ impl EventQueue {
             self.occupied[slot / 64] &= !(1 << (slot % 64));
         }
         self.in_wheel -= 1;
-        self.cur = time_of(k) >> BUCKET_SHIFT;
+        self.cur = k.time() >> BUCKET_SHIFT;
         Some((k, ev))
     }
 
@@ -631,9 +707,9 @@ impl EventQueue {
         let wheel = self.next_slot().map(|s| self.buckets[s].min_key_slow());
         match (wheel, self.far.min_key()) {
             (None, None) => None,
-            (Some(w), None) => Some(time_of(w)),
-            (None, Some(f)) => Some(time_of(f)),
-            (Some(w), Some(f)) => Some(time_of(w.min(f))),
+            (Some(w), None) => Some(w.time()),
+            (None, Some(f)) => Some(f.time()),
+            (Some(w), Some(f)) => Some((w.min(f)).time()),
         }
     }
 }
@@ -645,7 +721,7 @@ impl EventQueue {
 /// pops the two structures in one order.
 #[derive(Debug, Default)]
 pub struct TimerHeap {
-    heap: Vec<(u128, u32)>,
+    heap: Vec<(Key, u32)>,
     /// Position of each slot's timer in `heap` (`u32::MAX`: not armed).
     pos: Vec<u32>,
 }
@@ -665,13 +741,13 @@ impl TimerHeap {
 
     /// The earliest timer's key and slot.
     #[inline]
-    pub fn peek(&self) -> Option<(u128, u32)> {
+    pub fn peek(&self) -> Option<(Key, u32)> {
         self.heap.first().copied()
     }
 
     /// Arms (or re-arms) `slot` at `time`, ordered by `tie` among equal times.
-    pub fn set(&mut self, slot: u32, time: Ps, tie: u64) {
-        let k = key(time, tie);
+    pub fn set(&mut self, slot: u32, time: Ps, tie: Tie) {
+        let k = Key::new(time, tie);
         if self.pos.len() <= slot as usize {
             self.pos.resize(slot as usize + 1, UNARMED);
         }
@@ -718,7 +794,7 @@ impl TimerHeap {
     pub fn pop(&mut self) -> Option<(Ps, u32)> {
         let (k, slot) = self.peek()?;
         self.cancel(slot);
-        Some((time_of(k), slot))
+        Some((k.time(), slot))
     }
 
     fn up(&mut self, mut i: usize) {
@@ -762,6 +838,35 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// A key from a time and a tie's bits.
+    fn key(time: Ps, tie: u64) -> Key {
+        Key::new(time, Tie::from_bits(tie))
+    }
+
+    proptest! {
+        /// A key gives back its time and tie, and orders by time, then tie.
+        #[test]
+        fn keys_round_trip_and_order(t1: u64, b1: u64, t2: u64, b2: u64) {
+            let (a, b) = (key(t1, b1), key(t2, b2));
+            prop_assert_eq!((a.time(), a.tie().bits()), (t1, b1));
+            prop_assert_eq!(a.cmp(&b), (t1, b1).cmp(&(t2, b2)));
+        }
+
+        /// A tie gives back the device it was made for, at any instant; ties of one
+        /// instant order by that device's permuted index, then the scheduling device,
+        /// then its count.
+        #[test]
+        fn ties_round_trip(t: u64, target in 0u32..(1 << TIE_DEV_BITS), source in 0u32..(1 << TIE_DEV_BITS), seq: u32, seq2: u32) {
+            let tie = Tie::event(t, target, source, seq);
+            prop_assert_eq!(tie.target(t), target);
+            prop_assert_eq!(tie.bits() & ((1 << (64 - 2 * TIE_DEV_BITS)) - 1), u64::from(seq) & TIE_SEQ_MASK);
+            prop_assert_eq!((tie.bits() >> (64 - 2 * TIE_DEV_BITS)) & ((1 << TIE_DEV_BITS) - 1), u64::from(source));
+            let same_device = Tie::event(t, target, source, seq2);
+            prop_assert_eq!(same_device.target(t), target);
+            prop_assert_eq!(tie.cmp(&same_device), (u64::from(seq) & TIE_SEQ_MASK).cmp(&(u64::from(seq2) & TIE_SEQ_MASK)));
+        }
+    }
+
     proptest! {
         /// The calendar queue pops exactly what the reference heap pops, in (time, tie)
         /// order, for any mix of near, far and equal times scheduled during dispatch, with
@@ -782,15 +887,15 @@ mod tests {
                 for k in 0..pushes.max(1) {
                     // Ties out of queueing order; the id keeps every key distinct.
                     let t = ((tie * 7919 + k as u64 * 104_729) % 1000) << 32 | id;
-                    cal.push(now + delay, t, id);
-                    reference.push(now + delay, t, id);
+                    cal.push(now + delay, Tie::from_bits(t), EventCode(id));
+                    reference.push(now + delay, Tie::from_bits(t), EventCode(id));
                     id += 1;
                 }
                 let a = cal.pop_until(u64::MAX);
                 let b = reference.pop_until(u64::MAX);
                 prop_assert_eq!(a, b);
                 if let Some((k, _)) = a {
-                    now = time_of(k);
+                    now = k.time();
                     got.push(a);
                     want.push(b);
                 }
@@ -813,11 +918,11 @@ mod tests {
         #[test]
         fn timer_heap_matches_a_sorted_list(ops in proptest::collection::vec((0u32..20, 0u64..1000, 0u8..3), 1..300)) {
             let mut heap = TimerHeap::default();
-            let mut model: std::collections::BTreeMap<u32, u128> = Default::default();
+            let mut model: std::collections::BTreeMap<u32, Key> = Default::default();
             for (seq, (slot, time, op)) in ops.into_iter().enumerate() {
                 match op {
                     0 | 1 => {
-                        heap.set(slot, time, seq as u64);
+                        heap.set(slot, time, Tie::from_bits(seq as u64));
                         model.insert(slot, key(time, seq as u64));
                     }
                     _ => {
@@ -831,7 +936,7 @@ mod tests {
             }
             while let Some((t, slot)) = heap.pop() {
                 let k = model.remove(&slot).expect("popped an armed slot");
-                prop_assert_eq!(time_of(k), t);
+                prop_assert_eq!(k.time(), t);
                 prop_assert!(model.values().all(|o| *o > k));
             }
             prop_assert!(model.is_empty());
@@ -841,32 +946,35 @@ mod tests {
     #[test]
     fn pop_before_stops_at_the_key() {
         let mut q = EventQueue::new();
-        q.push(10, 7, 2);
-        q.push(10, 3, 1);
+        q.push(10, Tie::from_bits(7), EventCode(2));
+        q.push(10, Tie::from_bits(3), EventCode(1));
         // Events at the same time order by tie, not by when they were queued: the one
         // below the key pops, the one above it waits.
-        assert_eq!(q.pop_before(key(10, 5), u64::MAX), Some((key(10, 3), 1)));
+        assert_eq!(
+            q.pop_before(key(10, 5), u64::MAX),
+            Some((key(10, 3), EventCode(1)))
+        );
         assert_eq!(q.pop_before(key(10, 5), u64::MAX), None);
-        assert_eq!(q.pop_before(u128::MAX, u64::MAX), Some((key(10, 7), 2)));
+        assert_eq!(q.pop_before(Key::MAX, u64::MAX), Some((key(10, 7), EventCode(2))));
         let mut h = HeapQueue::new();
-        h.push(5, 1, 1);
+        h.push(5, Tie::from_bits(1), EventCode(1));
         assert_eq!(Queue::pop_before(&mut h, key(5, 1), u64::MAX), None);
         assert_eq!(
             Queue::pop_before(&mut h, key(5, 2), u64::MAX),
-            Some((key(5, 1), 1))
+            Some((key(5, 1), EventCode(1)))
         );
     }
 
     #[test]
     fn pop_until_respects_the_limit() {
         let mut q = EventQueue::new();
-        q.push(10, 0, 1);
-        q.push(1 << 40, 0, 2);
+        q.push(10, Tie::from_bits(0), EventCode(1));
+        q.push(1 << 40, Tie::from_bits(0), EventCode(2));
         assert_eq!(q.peek_time(), Some(10));
         assert_eq!(q.pop_until(9), None);
-        assert_eq!(q.pop_until(10), Some((key(10, 0), 1)));
+        assert_eq!(q.pop_until(10), Some((key(10, 0), EventCode(1))));
         assert_eq!(q.pop_until(1 << 39), None);
-        assert_eq!(q.pop_until(u64::MAX), Some((key(1 << 40, 0), 2)));
+        assert_eq!(q.pop_until(u64::MAX), Some((key(1 << 40, 0), EventCode(2))));
         assert!(q.is_empty());
     }
 }

@@ -6,6 +6,7 @@
 //! [`Event::decode`] are exact inverses for every value an event can hold (tested).
 
 use super::ids::{FaultId, FlowId, PortId, QpId};
+use crate::queue::EventCode;
 
 /// Bits of the PFC refresh generation carried in an event.
 pub(crate) const PFC_GEN_BITS: u32 = 21;
@@ -128,7 +129,11 @@ fn pack(kind: u64, a: u32, b: u32) -> u64 {
 impl Event {
     /// The queue's 8-byte form.
     #[inline(always)]
-    pub(crate) fn encode(self) -> u64 {
+    pub(crate) fn encode(self) -> EventCode {
+        EventCode(self.encode_bits())
+    }
+
+    fn encode_bits(self) -> u64 {
         match self {
             Event::Wake(p) => pack(WAKE, p.0, 0),
             Event::Arrive(p) => pack(ARRIVE, p.0, 0),
@@ -161,7 +166,8 @@ impl Event {
     /// # Panics
     /// On a kind no [`Event::encode`] produces (a corrupted queue: an engine bug).
     #[inline(always)]
-    pub(crate) fn decode(e: u64) -> Event {
+    pub(crate) fn decode(code: EventCode) -> Event {
+        let e = code.0;
         let a = e as u32;
         let b = ((e >> 32) & 0xFF_FFFF) as u32;
         match e >> 56 {
@@ -275,7 +281,7 @@ mod tests {
             },
         ]
         .iter()
-        .map(|e| e.encode() >> 56)
+        .map(|e| e.encode().0 >> 56)
         .collect();
         assert_eq!(kinds.len(), 13);
     }

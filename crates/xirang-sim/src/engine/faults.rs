@@ -342,7 +342,7 @@ impl<Q: Queue> Sim<Q> {
         for q in self.nic_port_ids(q) {
             self.ports[q].slow_rx = None;
             for prio in 0..N_PRIO {
-                if self.ports[q].xoff & (1 << prio) != 0 {
+                if self.ports[q].xoff.contains(prio) {
                     self.send_pfc(q, prio, false);
                 }
             }
@@ -364,7 +364,7 @@ impl<Q: Queue> Sim<Q> {
         rx.backlog_bytes += f64::from(pkt.size);
         let backlog = rx.backlog_bytes;
         let drain_bps = rx.drain_bps;
-        if backlog >= NIC_RX_XOFF_BYTES && self.net.pfc_lossless[prio] && port.xoff & (1 << prio) == 0 {
+        if backlog >= NIC_RX_XOFF_BYTES && self.net.pfc_lossless[prio] && !port.xoff.contains(prio) {
             self.send_pfc(p, prio, true);
             self.schedule_rx_drain(p, prio, backlog, drain_bps);
         }
@@ -389,7 +389,7 @@ impl<Q: Queue> Sim<Q> {
         let Some(rx) = port.slow_rx.as_mut() else {
             return;
         };
-        if port.xoff & (1 << prio) == 0 {
+        if !port.xoff.contains(prio) {
             return;
         }
         rx.drain_to(now);

@@ -12,10 +12,11 @@ use xirang_fabric::model::PcieLink;
 
 use super::event::Event;
 use super::ids::{PortId, QpId};
+use super::prios::Prios;
 use super::{Dev, NEVER, Sim};
 use crate::counters::N_PRIO;
 use crate::packet::{Kind, Packet};
-use crate::queue::Queue;
+use crate::queue::{Queue, Tie};
 use crate::rng::Stream;
 use crate::time::{Ps, Rate};
 
@@ -39,16 +40,16 @@ pub(crate) struct Port {
     pub(crate) ctrl: VecDeque<Packet>,
     /// Invariant: bit p set iff `pr[p].queue` is non-empty. Only [`Port::push_q`] and
     /// [`Port::pop_q`] touch the queues.
-    pub(crate) nonempty: u8,
+    pub(crate) nonempty: Prios,
     /// Bit p set when a pause was received on p that may still be in force; `is_paused`
     /// clears it once the pause ended.
-    pub(crate) pause_mask: u8,
+    pub(crate) pause_mask: Prios,
     /// DWRR round-robin pointer.
     pub(crate) rr: u8,
     /// The queue under `rr` already got its quantum for this turn.
     pub(crate) turn_credited: bool,
     /// Priorities on which this port told its peer to pause (XOFF sent, no XON yet).
-    pub(crate) xoff: u8,
+    pub(crate) xoff: Prios,
     /// Headroom for bytes arriving after XOFF (switch ingress).
     pub(crate) headroom: u64,
     /// Everything kept per priority, together, so that handling a packet touches one block.
@@ -119,7 +120,7 @@ pub(crate) struct Link {
     /// orders the same whoever queues the event: the sender for a packet put on an empty
     /// link, the receiver when the packet before it arrives, or, across a partition, the
     /// receiving partition when the packet reaches it.
-    pub(crate) in_flight: VecDeque<(Ps, u64, Packet)>,
+    pub(crate) in_flight: VecDeque<(Ps, Tie, Packet)>,
 }
 
 impl Link {
@@ -154,11 +155,11 @@ impl Port {
             busy_until: 0,
             wake_at: NEVER,
             ctrl: VecDeque::new(),
-            nonempty: 0,
-            pause_mask: 0,
+            nonempty: Prios::NONE,
+            pause_mask: Prios::NONE,
             rr: 0,
             turn_credited: false,
-            xoff: 0,
+            xoff: Prios::NONE,
             headroom,
             pr: std::array::from_fn(|_| PrioState {
                 pause_since: NEVER,
@@ -182,7 +183,7 @@ impl Port {
     #[inline(always)]
     pub(crate) fn push_q(&mut self, prio: usize, pkt: Packet) {
         self.pr[prio].queue.push_back(pkt);
-        self.nonempty |= 1 << prio;
+        self.nonempty.insert(prio);
     }
 
     /// Pops the head of a queue; an emptied queue loses its DWRR deficit.
@@ -193,7 +194,7 @@ impl Port {
             .pop_front()
             .expect("invariant: popped queues are non-empty");
         if self.pr[prio].queue.is_empty() {
-            self.nonempty &= !(1 << prio);
+            self.nonempty.remove(prio);
             self.pr[prio].deficit = 0;
         }
         pkt
@@ -267,7 +268,7 @@ impl<Q: Queue> Sim<Q> {
     /// Puts a packet on the ring of the link leaving `p`, and queues its arrival if it
     /// is the ring's head.
     #[inline(always)]
-    pub(crate) fn put_on_link(&mut self, p: PortId, at: Ps, tie: u64, pkt: Packet) {
+    pub(crate) fn put_on_link(&mut self, p: PortId, at: Ps, tie: Tie, pkt: Packet) {
         let link = &mut self.links[p];
         let was_empty = link.in_flight.is_empty();
         link.in_flight.push_back((at, tie, pkt));
@@ -301,15 +302,12 @@ impl<Q: Queue> Sim<Q> {
 
     /// Priorities of port `p` with packets waiting and no pause in force.
     #[inline(always)]
-    pub(crate) fn sendable(&mut self, p: PortId) -> u8 {
+    pub(crate) fn sendable(&mut self, p: PortId) -> Prios {
         let port = &self.ports[p];
         let mut ready = port.nonempty;
-        let mut maybe_paused = ready & port.pause_mask;
-        while maybe_paused != 0 {
-            let prio = maybe_paused.trailing_zeros() as usize;
-            maybe_paused &= maybe_paused - 1;
+        for prio in ready.and(port.pause_mask).iter() {
             if self.is_paused(p, prio) {
-                ready &= !(1 << prio);
+                ready.remove(prio);
             }
         }
         ready

@@ -44,6 +44,7 @@ pub mod link;
 pub mod nic;
 pub mod part;
 pub mod pfc;
+pub mod prios;
 pub mod routes;
 pub mod sampling;
 pub mod switch;
@@ -55,7 +56,7 @@ use xirang_fabric::scenario::EcmpMode;
 
 use crate::cc::{Dcqcn, Dctcp, Hpcc, Timely};
 use crate::counters::{CounterValue, N_PRIO, PortCounters};
-use crate::queue::{EventQueue, Queue, TimerHeap, tie_of, time_of};
+use crate::queue::{EventQueue, Key, Queue, TIE_DEV_BITS, Tie, TimerHeap};
 use crate::rng::{Purpose, Stream};
 use crate::time::{PS_PER_NS, PS_PER_US, Ps, Rate};
 use crate::workload::Expanded;
@@ -78,24 +79,12 @@ use transport::Conn;
 /// A time that never comes.
 pub const NEVER: Ps = Ps::MAX;
 
-/// Bits of an event tie for the device the event is for, and for the device that
-/// scheduled it; the rest count that device's events (see [`Sim::tie`]).
-pub(crate) const TIE_DEV_BITS: u32 = 21;
-const TIE_SEQ_BITS: u32 = 64 - 2 * TIE_DEV_BITS;
-const TIE_SEQ_MASK: u64 = (1 << TIE_SEQ_BITS) - 1;
 /// The device index of what belongs to no device (nothing today; the run loop's own
 /// bookkeeping would).
 pub(crate) const GLOBAL_DEV: u32 = (1 << TIE_DEV_BITS) - 1;
 /// Most devices (NICs and switches) a run may have: device indices fit a tie's field,
 /// below [`GLOBAL_DEV`].
 pub const MAX_DEVICES: usize = GLOBAL_DEV as usize;
-
-/// The permutation of device indices at instant `t` (see [`Sim::tie`]).
-#[inline(always)]
-fn instant_mask(t: Ps) -> u32 {
-    // Fibonacci hashing: one multiplication, and the top bits depend on every bit of t.
-    (t.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - TIE_DEV_BITS)) as u32
-}
 
 /// A run ends at the end of the first window of this width in which every flow is done
 /// (see [`Sim::run`]): one microsecond, about one link delay in the fabrics Xirang models.
@@ -658,14 +647,12 @@ impl<Q: Queue> Sim<Q> {
     /// the lower index (a fixed order made one sender win every simultaneous grab of a
     /// shared credit gate).
     #[inline(always)]
-    pub(crate) fn tie(&mut self, t: Ps, target: u32) -> u64 {
+    pub(crate) fn tie(&mut self, t: Ps, target: u32) -> Tie {
         let source = if self.in_setup { target } else { self.cur };
         let slot = (source as usize).min(self.dev_seq.len() - 1);
         let seq = self.dev_seq[slot];
         self.dev_seq[slot] = seq.wrapping_add(1);
-        (u64::from(target ^ instant_mask(t)) << (TIE_DEV_BITS + TIE_SEQ_BITS))
-            | (u64::from(source) << TIE_SEQ_BITS)
-            | (u64::from(seq) & TIE_SEQ_MASK)
+        Tie::event(t, target, source, seq)
     }
 
     /// The device an event happens at.
@@ -761,17 +748,17 @@ impl<Q: Queue> Sim<Q> {
             // The event queue and the ACK timers order by the same keys, so popping
             // whichever holds the smaller key keeps the order one queue would have.
             let timer = self.rto.peek();
-            let (k, e) = match self.q.pop_before(timer.map_or(u128::MAX, |(k, _)| k), limit) {
+            let (k, e) = match self.q.pop_before(timer.map_or(Key::MAX, |(k, _)| k), limit) {
                 Some((k, e)) => (k, Event::decode(e)),
                 None => match timer {
-                    Some((k, qp)) if time_of(k) <= limit => {
+                    Some((k, qp)) if k.time() <= limit => {
                         self.rto.pop();
                         (k, Event::Rto(QpId(qp)))
                     }
                     _ => break,
                 },
             };
-            let t = time_of(k);
+            let t = k.time();
             while self.next_sample < t {
                 self.now = self.next_sample;
                 self.sample();
@@ -779,7 +766,7 @@ impl<Q: Queue> Sim<Q> {
             }
             debug_assert!(t >= self.now, "invariant: time never goes backwards");
             self.now = t;
-            self.cur = (tie_of(k) >> (TIE_DEV_BITS + TIE_SEQ_BITS)) as u32 ^ instant_mask(t);
+            self.cur = k.tie().target(t);
             self.dispatch(e);
             self.events += 1;
             if self.events.is_multiple_of(PROGRESS_EVERY) {
@@ -817,7 +804,7 @@ impl<Q: Queue> Sim<Q> {
 
     /// Time of the earliest pending event or timer.
     pub fn next_event_time(&self) -> Option<Ps> {
-        let timer = self.rto.peek().map(|(k, _)| time_of(k));
+        let timer = self.rto.peek().map(|(k, _)| k.time());
         match (self.q.peek_time(), timer) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -885,7 +872,7 @@ impl<Q: Queue> Sim<Q> {
                 // Pauses still in force count up to now, as the hardware's running
                 // duration counters do (they are settled into the totals at the end).
                 for prio in 0..N_PRIO {
-                    if port.xoff & (1 << prio) != 0 {
+                    if port.xoff.contains(prio) {
                         c.tx_pause_ps[prio] += self.now - port.pr[prio].xoff_since;
                     }
                     if port.pr[prio].pause_since != NEVER {

@@ -20,7 +20,7 @@ use super::event::Event;
 use super::ids::{FlowId, PortId, QpId, RouteId};
 use super::{NEVER, Sim};
 use crate::cc::{DcqcnState, DctcpState, HpccState, TimelyState, int, var_window};
-use crate::packet::{INT_TAG, Kind, Packet};
+use crate::packet::{Kind, Packet, Stamp};
 use crate::queue::Queue;
 use crate::time::{PS_PER_US, Ps};
 
@@ -239,7 +239,7 @@ impl<Q: Queue> Sim<Q> {
     }
 
     /// Queues an ACK, NACK or CNP from the receiver of `qp` back to its sender.
-    fn send_ctrl(&mut self, qp: QpId, kind: Kind, seq: u64, ts: Ps, ce: bool) {
+    fn send_ctrl(&mut self, qp: QpId, kind: Kind, seq: u64, stamp: Stamp, ce: bool) {
         let q = &self.qps_rx[qp];
         let prio = if kind == Kind::Cnp || self.net.ack_prio_high {
             self.net.cnp_prio
@@ -249,7 +249,7 @@ impl<Q: Queue> Sim<Q> {
         let route = q.ack_route;
         let size = if kind == Kind::Cnp {
             CNP_BYTES
-        } else if ts & INT_TAG != 0 {
+        } else if stamp.int_index().is_some() {
             // The ACK carries the data packet's INT back.
             ACK_BYTES + int::HEADER_BYTES as u16
         } else {
@@ -257,7 +257,7 @@ impl<Q: Queue> Sim<Q> {
         };
         let pkt = self.alloc(Packet {
             seq,
-            ts,
+            stamp,
             qp,
             route,
             in_port: PortId(0),
@@ -287,7 +287,7 @@ impl<Q: Queue> Sim<Q> {
             {
                 q.rx_next_cnp = now + interval;
                 self.counters[p].np_cnp_sent += 1;
-                self.send_ctrl(qi, Kind::Cnp, 0, now, false);
+                self.send_ctrl(qi, Kind::Cnp, 0, Stamp::sent_at(now), false);
             }
         }
         let q = &mut self.qps_rx[qi];
@@ -300,7 +300,7 @@ impl<Q: Queue> Sim<Q> {
                 q.rx_done = true;
             }
             let owner = q.owner;
-            self.send_ctrl(qi, Kind::Ack, ack, pkt.ts, ece);
+            self.send_ctrl(qi, Kind::Ack, ack, pkt.stamp, ece);
             if complete {
                 self.qp_received(qi);
             }
@@ -315,7 +315,7 @@ impl<Q: Queue> Sim<Q> {
                 q.rx_nack_at = now + NACK_INTERVAL;
                 q.rx_last_nack = q.rx_expected;
                 let exp = q.rx_expected;
-                self.send_ctrl(qi, Kind::Nack, exp, pkt.ts, ece);
+                self.send_ctrl(qi, Kind::Nack, exp, pkt.stamp, ece);
             } else {
                 // No answer: the packet's INT ends here.
                 self.drop_int(pkt);
@@ -326,7 +326,7 @@ impl<Q: Queue> Sim<Q> {
             // the sender retransmitting forever.
             self.counters[p].duplicate_request += 1;
             let ack = self.qps_rx[qi].rx_expected;
-            self.send_ctrl(qi, Kind::Ack, ack, pkt.ts, ece);
+            self.send_ctrl(qi, Kind::Ack, ack, pkt.stamp, ece);
         }
     }
 
@@ -376,7 +376,11 @@ impl<Q: Queue> Sim<Q> {
                 s.on_ack(
                     pkt.seq,
                     q.snd_nxt,
-                    now.saturating_sub(pkt.ts),
+                    now.saturating_sub(
+                        pkt.stamp
+                            .sent_time()
+                            .expect("invariant: TIMELY's packets carry their send time"),
+                    ),
                     &self.timely[*pi as usize],
                 );
                 raised = s.rate > before;
@@ -488,10 +492,8 @@ impl<Q: Queue> Sim<Q> {
             self.after_nic_tx(p);
             return;
         }
-        let ready = self.sendable(p);
-        if ready != 0 {
+        if let Some(prio) = self.sendable(p).highest() {
             // Control packets, highest priority first.
-            let prio = 7 - ready.leading_zeros() as usize;
             let pkt = self.ports[p].pop_q(prio);
             self.transmit(p, pkt);
             self.after_nic_tx(p);
@@ -566,12 +568,12 @@ impl<Q: Queue> Sim<Q> {
         q.snd_nxt += u64::from(payload);
         let last = message && q.snd_nxt == end;
         // An HPCC packet carries INT: its bytes on the wire, its record out of line.
-        let (ts, int_bytes) = match &q.cc {
+        let (stamp, int_bytes) = match &q.cc {
             Cc::Hpcc(pi, _) => {
                 let multi = self.hpcc[*pi as usize].multi as u8;
-                (INT_TAG | u64::from(self.ints.take(multi)), int::HEADER_BYTES)
+                (Stamp::int(self.ints.take(multi)), int::HEADER_BYTES)
             }
-            _ => (now, 0),
+            _ => (Stamp::sent_at(now), 0),
         };
         let q = &mut self.qps_tx[qi];
         let wire = payload + header + int_bytes;
@@ -598,7 +600,7 @@ impl<Q: Queue> Sim<Q> {
         let (prio, route) = (q.prio, q.route);
         let pkt = self.alloc(Packet {
             seq,
-            ts,
+            stamp,
             qp: qi,
             route,
             in_port: PortId(0),
@@ -626,10 +628,7 @@ impl<Q: Queue> Sim<Q> {
         if !port.ctrl.is_empty() {
             t = busy;
         }
-        let mut waiting = port.nonempty;
-        while waiting != 0 {
-            let prio = waiting.trailing_zeros() as usize;
-            waiting &= waiting - 1;
+        for prio in port.nonempty.iter() {
             let pause_end = port.pr[prio].paused_until;
             t = t.min(if pause_end > now {
                 pause_end.max(busy)

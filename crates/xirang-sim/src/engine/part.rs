@@ -22,8 +22,8 @@ use super::sampling::Samples;
 use super::switch::SwitchState;
 use crate::cc::int::Record;
 use crate::counters::PortCounters;
-use crate::packet::{INT_TAG, Packet};
-use crate::queue::Queue;
+use crate::packet::{Packet, Stamp};
+use crate::queue::{Queue, Tie};
 use crate::time::Ps;
 
 /// Which partition owns each device, and which one this is.
@@ -53,7 +53,7 @@ pub struct LinkMsg {
     /// When it arrives.
     pub at: Ps,
     /// The tie of its arrival event.
-    pub tie: u64,
+    pub tie: Tie,
     /// The packet.
     pub pkt: Packet,
     /// Its INT record, if it carries one (HPCC): the index in the packet is only
@@ -93,7 +93,7 @@ impl<Q: Queue> Sim<Q> {
     }
 
     /// Sends a packet over a cut link to the partition at its other end.
-    pub(crate) fn ship(&mut self, p: PortId, at: Ps, tie: u64, mut pkt: Packet) {
+    pub(crate) fn ship(&mut self, p: PortId, at: Ps, tie: Tie, mut pkt: Packet) {
         let to_dev = self.links[p].to_dev;
         let dest = self
             .part
@@ -103,7 +103,7 @@ impl<Q: Queue> Sim<Q> {
         let int = pkt.int_index().map(|i| {
             let rec = self.ints.records[i as usize];
             self.ints.give_back(i);
-            pkt.ts = 0;
+            pkt.stamp = Stamp::NONE;
             rec
         });
         // The packet lives on in the other partition's ledger.
@@ -126,7 +126,7 @@ impl<Q: Queue> Sim<Q> {
             if let Some(rec) = m.int {
                 let i = self.ints.take(rec.multi);
                 self.ints.records[i as usize] = rec;
-                pkt.ts = INT_TAG | u64::from(i);
+                pkt.stamp = Stamp::int(i);
             }
             self.ledger.live_packets += 1;
             self.ledger.peak_live_packets = self.ledger.peak_live_packets.max(self.ledger.live_packets);

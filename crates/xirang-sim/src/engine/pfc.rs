@@ -7,7 +7,7 @@ use super::ids::{PortId, QpId, RouteId};
 use super::link::PFC_FRAME_BYTES;
 use super::{Dev, NEVER, Sim};
 use crate::counters::N_PRIO;
-use crate::packet::{Kind, Packet};
+use crate::packet::{Kind, Packet, Stamp};
 use crate::queue::Queue;
 use crate::time::Ps;
 
@@ -41,7 +41,7 @@ impl<Q: Queue> Sim<Q> {
         if port.pr[prio].paused_until > now {
             return true;
         }
-        port.pause_mask &= !(1 << prio);
+        port.pause_mask.remove(prio);
         if port.pr[prio].pause_since != NEVER {
             self.counters[p].rx_pause_ps[prio] += port.pr[prio].paused_until - port.pr[prio].pause_since;
             port.pr[prio].pause_since = NEVER;
@@ -62,7 +62,7 @@ impl<Q: Queue> Sim<Q> {
                         NEVER
                     };
                 }
-                if port.xoff & (1 << prio) != 0 {
+                if port.xoff.contains(prio) {
                     c.tx_pause_ps[prio] += now - port.pr[prio].xoff_since;
                     port.pr[prio].xoff_since = now;
                 }
@@ -75,7 +75,7 @@ impl<Q: Queue> Sim<Q> {
         let quanta = if xoff { self.net.pause_quanta } else { 0 };
         let pkt = self.alloc(Packet {
             seq: u64::from(quanta),
-            ts: self.now,
+            stamp: Stamp::sent_at(self.now),
             qp: QpId(u32::MAX),
             route: RouteId(0),
             in_port: p,
@@ -91,8 +91,8 @@ impl<Q: Queue> Sim<Q> {
         let port = &mut self.ports[p];
         port.ctrl.push_back(pkt);
         if xoff {
-            if port.xoff & (1 << prio) == 0 {
-                port.xoff |= 1 << prio;
+            if !port.xoff.contains(prio) {
+                port.xoff.insert(prio);
                 port.pr[prio].xoff_since = now;
             }
             port.pr[prio].pfc_gen = port.pr[prio].pfc_gen.wrapping_add(1) & PFC_GEN_MASK;
@@ -109,7 +109,7 @@ impl<Q: Queue> Sim<Q> {
                 },
             );
         } else {
-            port.xoff &= !(1 << prio);
+            port.xoff.remove(prio);
             self.counters[p].tx_pause_ps[prio] += now - port.pr[prio].xoff_since;
             port.pr[prio].xoff_since = NEVER;
         }
@@ -119,7 +119,7 @@ impl<Q: Queue> Sim<Q> {
     /// A refresh timer fired: re-send XOFF if this pause is still the one asserted.
     pub(crate) fn pfc_refresh(&mut self, p: PortId, prio: usize, generation: u32) {
         let port = &self.ports[p];
-        if port.xoff & (1 << prio) != 0 && port.pr[prio].pfc_gen == generation {
+        if port.xoff.contains(prio) && port.pr[prio].pfc_gen == generation {
             self.send_pfc(p, prio, true);
         }
     }
@@ -149,7 +149,7 @@ impl<Q: Queue> Sim<Q> {
                 port.pr[prio].pause_since = now;
             }
             port.pr[prio].paused_until = now + port.rate.tx_time(quanta * PAUSE_QUANTUM_BYTES);
-            port.pause_mask |= 1 << prio;
+            port.pause_mask.insert(prio);
         } else {
             if paused {
                 self.counters[p].rx_pause_ps[prio] += now - port.pr[prio].pause_since;
@@ -157,7 +157,7 @@ impl<Q: Queue> Sim<Q> {
                 self.counters[p].rx_pause_transition[prio] += 1;
             }
             port.pr[prio].paused_until = 0;
-            port.pause_mask &= !(1 << prio);
+            port.pause_mask.remove(prio);
             self.kick(p);
         }
     }

@@ -126,7 +126,7 @@ impl<Q: Queue> Sim<Q> {
             }
         }
         sw.used += size;
-        if lossless && port.xoff & (1 << prio) == 0 {
+        if lossless && !port.xoff.contains(prio) {
             let thr = sw.threshold(self.net.pfc_th);
             if port.pr[prio].hdrm > 0 || port.pr[prio].ing.saturating_sub(reserved) >= thr {
                 self.send_pfc(inp, prio, true);
@@ -155,11 +155,11 @@ impl<Q: Queue> Sim<Q> {
     fn pick_queue(&mut self, p: PortId) -> Option<usize> {
         let cnp = self.net.cnp_prio as usize;
         let ready = self.sendable(p);
-        if ready & (1 << cnp) != 0 {
+        if ready.contains(cnp) {
             return Some(cnp);
         }
-        let others = ready & !(1 << cnp);
-        if others == 0 {
+        let others = ready.without(cnp);
+        if others.is_empty() {
             return None;
         }
         let port = &mut self.ports[p];
@@ -167,9 +167,9 @@ impl<Q: Queue> Sim<Q> {
         // deficit covers the head packet; then the turn passes to the next ready queue.
         // Each pass either serves or moves the pointer, so two rotations always suffice.
         for _ in 0..3 * N_PRIO {
-            let rr = u32::from(port.rr);
-            let prio = ((rr + others.rotate_right(rr).trailing_zeros()) % N_PRIO as u32) as usize;
-            if prio as u32 != rr {
+            let rr = usize::from(port.rr);
+            let prio = others.next_from(rr).expect("invariant: `others` is not empty");
+            if prio != rr {
                 port.rr = prio as u8;
                 port.turn_credited = false;
             }
@@ -207,7 +207,7 @@ impl<Q: Queue> Sim<Q> {
 
     fn after_switch_tx(&mut self, p: PortId) {
         let port = &self.ports[p];
-        if port.nonempty != 0 || !port.ctrl.is_empty() {
+        if !port.nonempty.is_empty() || !port.ctrl.is_empty() {
             let t = port.busy_until;
             self.schedule_wake(p, t);
         }
@@ -218,7 +218,7 @@ impl<Q: Queue> Sim<Q> {
         let port = &self.ports[p];
         let mut t = NEVER;
         for prio in 0..N_PRIO {
-            if port.nonempty & (1 << prio) != 0 && port.pr[prio].paused_until > self.now {
+            if port.nonempty.contains(prio) && port.pr[prio].paused_until > self.now {
                 t = t.min(port.pr[prio].paused_until);
             }
         }
@@ -244,11 +244,10 @@ impl<Q: Queue> Sim<Q> {
         port.pr[prio].ing -= size - from_hdrm;
         sw.shared_used -= from_shared;
         sw.used -= size;
-        let resume =
-            self.net.pfc_lossless[prio] && port.xoff & (1 << prio) != 0 && port.pr[prio].hdrm == 0 && {
-                let shared = port.pr[prio].ing.saturating_sub(reserved);
-                shared == 0 || shared + self.net.xon_offset <= sw.threshold(self.net.pfc_th)
-            };
+        let resume = self.net.pfc_lossless[prio] && port.xoff.contains(prio) && port.pr[prio].hdrm == 0 && {
+            let shared = port.pr[prio].ing.saturating_sub(reserved);
+            shared == 0 || shared + self.net.xon_offset <= sw.threshold(self.net.pfc_th)
+        };
         let o = &mut self.ports[out];
         o.pr[prio].egr -= size;
         if pkt.kind == Kind::Data && o.red_mark(o.pr[prio].egr) {

@@ -1,7 +1,7 @@
 //! Unit tests of engine internals that the public API cannot reach.
 
 use super::*;
-use crate::packet::{Kind, Packet};
+use crate::packet::{Kind, Packet, Stamp};
 
 /// Regression (review): a duplicate data packet (the sender went back after its last ACK
 /// was lost) is answered with the cumulative ACK, so the sender can finish.
@@ -33,7 +33,7 @@ list = [{ src = "h0", dst = "h1", bytes = 10_000 }]
     assert!(sim.links[rx_port].in_flight.is_empty());
     let dup = Packet {
         seq: 0,
-        ts: sim.now,
+        stamp: Stamp::sent_at(sim.now),
         qp: q0,
         route: sim.qps_tx[q0].route,
         in_port: PortId(0),
