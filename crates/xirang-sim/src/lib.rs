@@ -206,8 +206,8 @@ fn collect<Q: queue::Queue>(loaded: &Loaded, ex: &workload::Expanded, sim: &Sim<
         .requests
         .iter()
         .map(|r| {
-            let req = &sim.flows[FlowId(r.request)];
-            let resp = &sim.flows[FlowId(r.response)];
+            let req = &sim.work.flows[FlowId(r.request)];
+            let resp = &sim.work.flows[FlowId(r.response)];
             RequestResult {
                 workload: ex.workloads[r.workload as usize].clone(),
                 class: ex.flows[r.request as usize].class.clone(),
@@ -220,11 +220,11 @@ fn collect<Q: queue::Queue>(loaded: &Loaded, ex: &workload::Expanded, sim: &Sim<
             }
         })
         .collect();
-    let pfc_prios = sim.net.pfc_prios.clone();
-    let port_name = |pi: PortId| sim.port_names[pi].clone();
+    let pfc_prios = sim.fab.net.pfc_prios.clone();
+    let port_name = |pi: PortId| sim.fab.port_names[pi].clone();
     let originals = sim.failover_originals();
     let route_names = |qp: QpId| {
-        sim.route_as_computed(sim.qps_tx[qp].route, &originals)
+        sim.route_as_computed(sim.xport.qps_tx[qp].route, &originals)
             .into_iter()
             .map(port_name)
             .collect::<Vec<_>>()
@@ -234,8 +234,8 @@ fn collect<Q: queue::Queue>(loaded: &Loaded, ex: &workload::Expanded, sim: &Sim<
         .iter()
         .enumerate()
         .map(|(i, d)| {
-            let f = &sim.flows[FlowId::from(i)];
-            let q0 = (f.tx.n_qps > 0).then(|| &sim.qps_tx[QpId(f.tx.first_qp)]);
+            let f = &sim.work.flows[FlowId::from(i)];
+            let q0 = (f.tx.n_qps > 0).then(|| &sim.xport.qps_tx[QpId(f.tx.first_qp)]);
             let start = f.started.unwrap_or(d.start);
             FlowResult {
                 id: d.id,
@@ -243,8 +243,8 @@ fn collect<Q: queue::Queue>(loaded: &Loaded, ex: &workload::Expanded, sim: &Sim<
                 class: d.class.clone(),
                 src: workload::nic_name(fabric, d.src),
                 dst: workload::nic_name(fabric, d.dst),
-                src_node: sim.nics[d.src.index()].node_id,
-                dst_node: sim.nics[d.dst.index()].node_id,
+                src_node: sim.fab.nics[d.src.index()].node_id,
+                dst_node: sim.fab.nics[d.dst.index()].node_id,
                 sport: q0.map_or(0, |q| q.sport),
                 dport: q0.map_or(0, |q| q.dport),
                 bytes: d.bytes,
@@ -273,6 +273,7 @@ fn collect<Q: queue::Queue>(loaded: &Loaded, ex: &workload::Expanded, sim: &Sim<
     // Every flow in id order, a recorded collective's transfers among the others.
     flows.sort_by_key(|f| f.id);
     let collectives = sim
+        .work
         .colls
         .iter()
         .map(|rt| {
@@ -315,18 +316,19 @@ fn collect<Q: queue::Queue>(loaded: &Loaded, ex: &workload::Expanded, sim: &Sim<
     let (n, bytes, data, int_packets) = sim.in_flight();
     let stats = RunStats {
         sim_time_ps: sim.now(),
-        events: sim.events,
-        packet_hops: sim.packet_hops,
-        stray_packets: sim.stray_packets,
-        qps_failed: sim.qps_failed,
+        events: sim.stats.events,
+        packet_hops: sim.stats.packet_hops,
+        stray_packets: sim.xport.stray_packets,
+        qps_failed: sim.xport.qps_failed,
         packets_in_flight_at_end: n,
         bytes_in_flight_at_end: bytes,
         data_bytes_in_flight_at_end: data,
         int_packets_at_end: int_packets,
-        int_records_at_end: sim.ints.live,
-        ledger: sim.ledger,
+        int_records_at_end: sim.cc.ints.live,
+        ledger: sim.stats.ledger,
     };
     let mut rate_series: Vec<(time::Ps, u64, u32, f64)> = sim
+        .stats
         .samples
         .rates
         .iter()
@@ -338,7 +340,7 @@ fn collect<Q: queue::Queue>(loaded: &Loaded, ex: &workload::Expanded, sim: &Sim<
                     iteration,
                     index,
                 } => {
-                    let run = &sim.colls[coll as usize].run;
+                    let run = &sim.work.colls[coll as usize].run;
                     run.first_id + u64::from(iteration) * run.per_iteration + index
                 }
             };
@@ -347,11 +349,12 @@ fn collect<Q: queue::Queue>(loaded: &Loaded, ex: &workload::Expanded, sim: &Sim<
         .collect();
     // By flow, as a run divided among partitions would gather them.
     rate_series.sort_by_key(|&(t, id, qp, _)| (t, id, qp));
-    let mut pfc = sim.pfc_log.clone();
+    let mut pfc = sim.stats.pfc_log.clone();
     // Port by port within an instant: the order of devices at one instant is the
     // engine's business, and a parallel run gathers each port's events from where it ran.
     pfc.sort_by_key(|e| (e.time, e.at_switch, e.node_id, e.ifindex));
     let queue_series = sim
+        .stats
         .samples
         .queues
         .iter()
@@ -362,14 +365,15 @@ fn collect<Q: queue::Queue>(loaded: &Loaded, ex: &workload::Expanded, sim: &Sim<
             peak_packets: sim.peak_live_packets(),
             packet_ring_bytes: sim.packet_ring_bytes(),
             peak_events_pending: sim.peak_events_pending(),
-            peak_transfers_in_flight: sim.peak_live_transfers,
+            peak_transfers_in_flight: sim.work.peak_live_transfers,
             peak_transfer_qps: sim
+                .work
                 .conns
                 .iter()
                 .filter_map(|k| k.net.as_ref())
                 .map(|n| (n.qps.end - n.qps.start) as usize + 1)
                 .sum(),
-            peak_slices_outstanding: sim.peak_slices_outstanding,
+            peak_slices_outstanding: sim.work.peak_slices_outstanding,
         },
         flows,
         requests,
@@ -380,13 +384,14 @@ fn collect<Q: queue::Queue>(loaded: &Loaded, ex: &workload::Expanded, sim: &Sim<
         rate_series,
         queue_series,
         counter_series: sim
+            .stats
             .samples
             .counters
             .iter()
             .map(|&(t, p, scope, name, value)| {
                 let entity = match scope {
-                    counters::Scope::Port => sim.port_names[p].clone(),
-                    counters::Scope::Queue(q) => format!("{}/q{q}", sim.port_names[p]),
+                    counters::Scope::Port => sim.fab.port_names[p].clone(),
+                    counters::Scope::Queue(q) => format!("{}/q{q}", sim.fab.port_names[p]),
                 };
                 (
                     t,
@@ -414,21 +419,21 @@ fn collective_flows<Q: queue::Queue>(
     let fabric = &loaded.fabric;
     let mut out = Vec::new();
     let originals = sim.failover_originals();
-    for rt in &sim.colls {
+    for rt in &sim.work.colls {
         let Some(records) = &rt.records else { continue };
         let c = &rt.run;
         let class = &c.class;
         let workload = &ex.workloads[c.workload as usize];
         engine::collective::for_each_transfer(c, &mut |index, channel, a, b, bytes| {
             let (src, dst) = c.nics(fabric, channel, a, b);
-            let conn = &sim.conns[rt.conns.get(channel, a, b) as usize];
-            let q0 = engine::collective::conn_qps(conn).map(|q| &sim.qps_tx[q.start]);
+            let conn = &sim.work.conns[rt.conns.get(channel, a, b) as usize];
+            let q0 = engine::collective::conn_qps(conn).map(|q| &sim.xport.qps_tx[q.start]);
             for it in 0..c.iterations {
                 let slot = (u64::from(it) * c.per_iteration + index) as usize;
                 let rec = records[slot].clone();
                 let (ideal, lower_bound) = match (&rec, &conn.net) {
                     (Some(r), _) if r.ideal > 0 => (r.ideal, r.lower_bound),
-                    (_, Some(n)) => n.path.fct(bytes, n.mtu, sim.net.header_bytes),
+                    (_, Some(n)) => n.path.fct(bytes, n.mtu, sim.fab.net.header_bytes),
                     (_, None) => (0, 0),
                 };
                 let start = rec.as_ref().and_then(|r| r.start).unwrap_or(c.start);
@@ -438,8 +443,8 @@ fn collective_flows<Q: queue::Queue>(
                     class: class.clone(),
                     src: workload::nic_name(fabric, src),
                     dst: workload::nic_name(fabric, dst),
-                    src_node: sim.nics[src.index()].node_id,
-                    dst_node: sim.nics[dst.index()].node_id,
+                    src_node: sim.fab.nics[src.index()].node_id,
+                    dst_node: sim.fab.nics[dst.index()].node_id,
                     sport: q0.map_or(0, |q| q.sport),
                     dport: q0.map_or(0, |q| q.dport),
                     bytes,
@@ -456,7 +461,7 @@ fn collective_flows<Q: queue::Queue>(
                     path: q0.map_or_else(Vec::new, |q| {
                         sim.route_as_computed(q.route, &originals)
                             .into_iter()
-                            .map(|p| sim.port_names[p].clone())
+                            .map(|p| sim.fab.port_names[p].clone())
                             .collect()
                     }),
                 });

@@ -25,12 +25,12 @@ impl<Q: Queue> Sim<Q> {
     /// DCQCN's rate-decrease check (scheduled by a CNP).
     pub(crate) fn dcqcn_dec(&mut self, qi: QpId) {
         let now = self.now;
-        let q = &mut self.qps_tx[qi];
+        let q = &mut self.xport.qps_tx[qi];
         if q.retired() {
             return;
         }
         let Cc::Dcqcn(pi, s) = &mut q.cc else { return };
-        if s.on_dec_check(now, &self.dcqcn[*pi as usize]) && !q.inc_pending {
+        if s.on_dec_check(now, &self.cc.dcqcn[*pi as usize]) && !q.inc_pending {
             q.inc_pending = true;
             let t = s.inc_deadline.expect("set by a decrease");
             self.schedule(t, Event::DcqcnInc(qi));
@@ -40,7 +40,7 @@ impl<Q: Queue> Sim<Q> {
     /// DCQCN's rate-increase timer.
     pub(crate) fn dcqcn_inc(&mut self, qi: QpId) {
         let now = self.now;
-        let q = &mut self.qps_tx[qi];
+        let q = &mut self.xport.qps_tx[qi];
         let retired = q.retired();
         let Cc::Dcqcn(pi, s) = &mut q.cc else { return };
         if retired {
@@ -53,7 +53,7 @@ impl<Q: Queue> Sim<Q> {
             self.schedule(deadline, Event::DcqcnInc(qi));
             return;
         }
-        s.on_inc_timer(now, &self.dcqcn[*pi as usize]);
+        s.on_inc_timer(now, &self.cc.dcqcn[*pi as usize]);
         // A persistent QP back at line rate has nothing left to recover: its timer stops
         // until the next decrease (DCQCN's increase ends at the target rate).
         let recovered = s.rc >= q.line_bps && s.rt >= q.line_bps;
@@ -70,11 +70,11 @@ impl<Q: Queue> Sim<Q> {
     /// the new rate after it (the HPCC simulator's `ChangeRate` shifts `m_nextAvail` by
     /// the difference of the two gaps).
     pub(crate) fn rate_changed(&mut self, qi: QpId) {
-        let q = &mut self.qps_tx[qi];
+        let q = &mut self.xport.qps_tx[qi];
         if q.done || q.snd_nxt >= q.size || q.last_wire == 0 {
             return;
         }
-        let line_tx = self.ports[q.src_port].rate.tx_time(q.last_wire);
+        let line_tx = self.fab.ports[q.src_port].rate.tx_time(q.last_wire);
         let at = q.last_sent + paced_gap(q, line_tx);
         let sooner = at < q.next_avail;
         q.next_avail = at;
@@ -87,11 +87,11 @@ impl<Q: Queue> Sim<Q> {
     /// The QP's rate went up: the packet after the last one may leave sooner.
     pub(crate) fn rate_raised(&mut self, qi: QpId) {
         let now = self.now;
-        let q = &mut self.qps_tx[qi];
+        let q = &mut self.xport.qps_tx[qi];
         if q.done || q.snd_nxt >= q.size || q.next_avail <= now {
             return;
         }
-        let line_tx = self.ports[q.src_port].rate.tx_time(q.last_wire);
+        let line_tx = self.fab.ports[q.src_port].rate.tx_time(q.last_wire);
         let sooner = (q.last_sent + paced_gap(q, line_tx)).max(now);
         if sooner < q.next_avail {
             q.next_avail = sooner;

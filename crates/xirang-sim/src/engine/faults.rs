@@ -83,13 +83,13 @@ impl<Q: Queue> Sim<Q> {
     pub(crate) fn faulted(&mut self, q: PortId, pkt: &Packet) -> bool {
         let now = self.now;
         let mut lost = false;
-        for f in self.faults.iter_mut() {
+        for f in self.faults.active.iter_mut() {
             if now < f.start || now >= f.end {
                 continue;
             }
             if f.port != q {
                 // A link that is down loses what arrives at either of its ends.
-                if f.kind == FaultKind::LinkDown && self.ports[f.port].peer == q {
+                if f.kind == FaultKind::LinkDown && self.fab.ports[f.port].peer == q {
                     lost = true;
                 }
                 continue;
@@ -100,7 +100,7 @@ impl<Q: Queue> Sim<Q> {
                     // The port MTU bounds the IP packet: the frame less its Ethernet
                     // header and FCS.
                     if u32::from(pkt.size).saturating_sub(ETH_HEADER_FCS_BYTES) as f64 > f.param {
-                        let c = &mut self.counters[q];
+                        let c = &mut self.stats.counters[q];
                         c.rx_errors += 1;
                         c.rx_oversize += 1;
                         lost = true;
@@ -120,7 +120,7 @@ impl<Q: Queue> Sim<Q> {
                     // PFC frames are left alone: a lost pause frame only shortens a
                     // pause, and corrupting them would change nothing the rules read.
                     if pkt.kind != Kind::Pause && f.rng.next_u64() < f.threshold {
-                        let c = &mut self.counters[q];
+                        let c = &mut self.stats.counters[q];
                         c.rx_errors += 1;
                         c.symbol_errors += 1;
                         lost = true;
@@ -137,34 +137,34 @@ impl<Q: Queue> Sim<Q> {
     /// A fault begins or (with `end`) ends at its port, or (with `peer`) at the other end
     /// of the port's link.
     pub(crate) fn fault_event(&mut self, i: FaultId, end: bool, peer: bool) {
-        let f = &mut self.faults[i];
+        let f = &mut self.faults.active[i];
         let own = f.port;
-        let q = if peer { self.ports[own].peer } else { own };
+        let q = if peer { self.fab.ports[own].peer } else { own };
         let side = usize::from(peer);
         match (f.kind, end) {
             // Both ends count a link going down; a bond moves the member's traffic.
             (FaultKind::LinkDown, false) => {
-                self.counters[q].link_downed += 1;
+                self.stats.counters[q].link_downed += 1;
                 self.bond_event(q);
             }
             (FaultKind::LinkDown, true) => self.bond_event(q),
             (FaultKind::SlowLink, false) => {
-                f.saved_rates[side] = Some(self.ports[q].rate);
-                self.ports[q].rate = Rate::from_gbps(f.param);
+                f.saved_rates[side] = Some(self.fab.ports[q].rate);
+                self.fab.ports[q].rate = Rate::from_gbps(f.param);
             }
             (FaultKind::SlowLink, true) => {
                 if let Some(r) = f.saved_rates[side].take() {
-                    self.ports[q].rate = r;
+                    self.fab.ports[q].rate = r;
                 }
             }
             (FaultKind::EcnOff, false) => {
-                f.saved_red = self.ports[q].red.enabled;
-                self.ports[q].red.enabled = false;
+                f.saved_red = self.fab.ports[q].red.enabled;
+                self.fab.ports[q].red.enabled = false;
             }
-            (FaultKind::EcnOff, true) => self.ports[q].red.enabled = f.saved_red,
-            (FaultKind::PfcOff, off) => self.ports[q].pfc_off = !off,
+            (FaultKind::EcnOff, true) => self.fab.ports[q].red.enabled = f.saved_red,
+            (FaultKind::PfcOff, off) => self.fab.ports[q].pfc_off = !off,
             (FaultKind::SlowReceiver, false) => {
-                self.ports[q].slow_rx = Some(SlowRx {
+                self.fab.ports[q].slow_rx = Some(SlowRx {
                     drain_bps: f.param * 1e9,
                     backlog_bytes: 0.0,
                     last: self.now,
@@ -175,10 +175,10 @@ impl<Q: Queue> Sim<Q> {
                 // rate on its own (a simplification for multi-port NICs, whose ports
                 // would share it).
                 let Some(link) = f.pcie else { return };
-                f.saved_pcie = self.ports[q].pcie;
+                f.saved_pcie = self.fab.ports[q].pcie;
                 let gbps = link.usable_gbps();
                 for p in self.nic_port_ids(q) {
-                    let port = &mut self.ports[p];
+                    let port = &mut self.fab.ports[p];
                     port.pcie = Some(link);
                     port.host_cap = Some(Rate::from_gbps(gbps));
                     port.slow_rx = Some(SlowRx {
@@ -191,7 +191,7 @@ impl<Q: Queue> Sim<Q> {
             (FaultKind::PcieDegraded, true) => {
                 let saved = f.saved_pcie;
                 for p in self.nic_port_ids(q) {
-                    let port = &mut self.ports[p];
+                    let port = &mut self.fab.ports[p];
                     port.pcie = saved;
                     port.host_cap = None;
                 }
@@ -214,11 +214,11 @@ impl<Q: Queue> Sim<Q> {
     /// The member ports of the bond at either end of port `q`'s link: (the NIC's ports,
     /// the NIC side of the link), when that NIC has several ports.
     fn bond_of(&self, q: PortId) -> Option<(Vec<PortId>, PortId)> {
-        let nic_side = match self.ports[q].dev {
+        let nic_side = match self.fab.ports[q].dev {
             Dev::Nic(_) => q,
-            Dev::Switch(_) => self.ports[q].peer,
+            Dev::Switch(_) => self.fab.ports[q].peer,
         };
-        let Dev::Nic(_) = self.ports[nic_side].dev else {
+        let Dev::Nic(_) = self.fab.ports[nic_side].dev else {
             return None;
         };
         let members = self.nic_port_ids(nic_side);
@@ -240,21 +240,25 @@ impl<Q: Queue> Sim<Q> {
         let Some((members, _)) = self.bond_of(q) else {
             return;
         };
-        let nic_end = matches!(self.ports[q].dev, Dev::Nic(_));
+        let nic_end = matches!(self.fab.ports[q].dev, Dev::Nic(_));
         // This end's port of each member: the NIC's own, or the switch's facing it.
         let ends: Vec<PortId> = members
             .iter()
-            .map(|&m| if nic_end { m } else { self.ports[m].peer })
+            .map(|&m| if nic_end { m } else { self.fab.ports[m].peer })
             .collect();
-        if !nic_end && ends.iter().any(|&e| self.ports[e].dev != self.ports[q].dev) {
+        if !nic_end
+            && ends
+                .iter()
+                .any(|&e| self.fab.ports[e].dev != self.fab.ports[q].dev)
+        {
             return;
         }
         // Where each end's port sits in the routes as computed, recorded before the
         // first change at this end.
         for &e in &ends {
-            if !self.bond_hops.iter().any(|(p, _)| *p == e) {
-                let at = self.routes.positions(e);
-                self.bond_hops.push((e, at));
+            if !self.faults.bond_hops.iter().any(|(p, _)| *p == e) {
+                let at = self.fab.routes.positions(e);
+                self.faults.bond_hops.push((e, at));
             }
         }
         let now = self.now;
@@ -267,15 +271,16 @@ impl<Q: Queue> Sim<Q> {
             .collect();
         for (k, &e) in ends.iter().enumerate() {
             let (_, at) = self
+                .faults
                 .bond_hops
                 .iter()
                 .find(|(p, _)| *p == e)
                 .expect("recorded above");
             let at = at.clone();
             if up[k] || survivors.is_empty() {
-                self.routes.set(&at, &[e]);
+                self.fab.routes.set(&at, &[e]);
             } else {
-                self.routes.set(&at, &survivors);
+                self.fab.routes.set(&at, &survivors);
             }
         }
         if nic_end {
@@ -286,11 +291,11 @@ impl<Q: Queue> Sim<Q> {
     /// Whether NIC port `m`'s link is down at `now` by some `link_down` fault, named at
     /// either end.
     fn link_down_at(&self, m: PortId, now: super::Ps) -> bool {
-        self.faults.iter().any(|f| {
+        self.faults.active.iter().any(|f| {
             f.kind == FaultKind::LinkDown
                 && now >= f.start
                 && now < f.end
-                && (f.port == m || self.ports[f.port].peer == m)
+                && (f.port == m || self.fab.ports[f.port].peer == m)
         })
     }
 
@@ -302,9 +307,9 @@ impl<Q: Queue> Sim<Q> {
         };
         let mut moved = Vec::new();
         for &m in &members {
-            let routes = &self.routes;
-            let qps = &self.qps_tx;
-            let port = &mut self.ports[m];
+            let routes = &self.fab.routes;
+            let qps = &self.xport.qps_tx;
+            let port = &mut self.fab.ports[m];
             let before = port.qps.len();
             port.qps.retain(|&qi| {
                 let stays = routes.first(qps[qi].route) == m;
@@ -318,9 +323,9 @@ impl<Q: Queue> Sim<Q> {
             }
         }
         for qi in moved {
-            let to = self.routes.first(self.qps_tx[qi].route);
-            self.qps_tx[qi].src_port = to;
-            self.ports[to].qps.push(qi);
+            let to = self.fab.routes.first(self.xport.qps_tx[qi].route);
+            self.xport.qps_tx[qi].src_port = to;
+            self.fab.ports[to].qps.push(qi);
             self.kick(to);
         }
         // QPs not yet started take their port from the route when they start
@@ -329,8 +334,9 @@ impl<Q: Queue> Sim<Q> {
 
     /// The ports of the NIC that owns port `q`.
     fn nic_port_ids(&self, q: PortId) -> Vec<PortId> {
-        let dev = self.ports[q].dev;
-        self.ports
+        let dev = self.fab.ports[q].dev;
+        self.fab
+            .ports
             .iter_enumerated()
             .filter(|(_, p)| p.dev == dev)
             .map(|(i, _)| i)
@@ -340,9 +346,9 @@ impl<Q: Queue> Sim<Q> {
     /// A slow receiver drains at full speed again: resume whatever it paused.
     fn end_slow_rx(&mut self, q: PortId) {
         for q in self.nic_port_ids(q) {
-            self.ports[q].slow_rx = None;
+            self.fab.ports[q].slow_rx = None;
             for prio in 0..N_PRIO {
-                if self.ports[q].xoff.contains(prio) {
+                if self.fab.ports[q].xoff.contains(prio) {
                     self.send_pfc(q, prio, false);
                 }
             }
@@ -356,7 +362,7 @@ impl<Q: Queue> Sim<Q> {
     pub(crate) fn slow_rx_arrival(&mut self, p: PortId, pkt: &Packet) {
         let now = self.now;
         let prio = pkt.prio as usize;
-        let port = &mut self.ports[p];
+        let port = &mut self.fab.ports[p];
         let Some(rx) = port.slow_rx.as_mut() else {
             return;
         };
@@ -364,7 +370,7 @@ impl<Q: Queue> Sim<Q> {
         rx.backlog_bytes += f64::from(pkt.size);
         let backlog = rx.backlog_bytes;
         let drain_bps = rx.drain_bps;
-        if backlog >= NIC_RX_XOFF_BYTES && self.net.pfc_lossless[prio] && !port.xoff.contains(prio) {
+        if backlog >= NIC_RX_XOFF_BYTES && self.fab.net.pfc_lossless[prio] && !port.xoff.contains(prio) {
             self.send_pfc(p, prio, true);
             self.schedule_rx_drain(p, prio, backlog, drain_bps);
         }
@@ -385,7 +391,7 @@ impl<Q: Queue> Sim<Q> {
     /// A slow receiver's backlog may have drained to XON: resume the peer, or wait more.
     pub(crate) fn rx_drain(&mut self, p: PortId, prio: usize) {
         let now = self.now;
-        let port = &mut self.ports[p];
+        let port = &mut self.fab.ports[p];
         let Some(rx) = port.slow_rx.as_mut() else {
             return;
         };
@@ -409,13 +415,13 @@ impl<Q: Queue> Sim<Q> {
                 continue;
             };
             let name = fabric.port_name(pr);
-            let Some((port, _)) = self.port_names.iter_enumerated().find(|(_, n)| **n == name) else {
+            let Some((port, _)) = self.fab.port_names.iter_enumerated().find(|(_, n)| **n == name) else {
                 continue;
             };
             let start = (f.start_us * PS_PER_US as f64) as Ps;
             let end = f.end_us.map(|e| (e * PS_PER_US as f64) as Ps).unwrap_or(NEVER);
             let loss = f.loss.unwrap_or(0.0).clamp(0.0, 1.0);
-            let idx = self.faults.push(ActiveFault {
+            let idx = self.faults.active.push(ActiveFault {
                 kind: f.kind,
                 port,
                 start,
@@ -462,9 +468,9 @@ impl<Q: Queue> Sim<Q> {
                 FaultKind::GdrOff => {
                     let cap = Rate::from_gbps(f.bounce_gbps.unwrap_or(0.0));
                     for p in self.nic_port_ids(port) {
-                        self.ports[p].host_cap = Some(cap);
-                        self.ports[p].rx_cap = Some(cap);
-                        self.rx_gated = true;
+                        self.fab.ports[p].host_cap = Some(cap);
+                        self.fab.ports[p].rx_cap = Some(cap);
+                        self.fab.rx_gated = true;
                     }
                 }
                 // Both ends of the link count it going down; a bond member's link also

@@ -241,7 +241,7 @@ impl<Q: Queue> Sim<Q> {
                     _ => (49152 + sport_rng.below(16384) as u16, 4791),
                 };
                 plan.ports.push((sport, dport));
-                let ips = (self.nics[d.src.index()].ip, self.nics[d.dst.index()].ip);
+                let ips = (self.fab.nics[d.src.index()].ip, self.fab.nics[d.dst.index()].ip);
                 plan.requests
                     .extend(route_requests(ips, d.src, d.dst, sport, dport));
             }
@@ -251,10 +251,11 @@ impl<Q: Queue> Sim<Q> {
 
     /// The DCQCN knobs of NIC `nic` when it has its own.
     fn nic_congestion(&self, nic: NicId) -> Option<&xirang_fabric::config::NicCongestion> {
-        self.nic_congestion
+        self.cc
+            .nic_congestion
             .binary_search_by_key(&nic.0, |(i, _)| *i)
             .ok()
-            .map(|k| &self.nic_congestion[k].1)
+            .map(|k| &self.cc.nic_congestion[k].1)
     }
 
     /// A QP's fixed parts from its class, priority, ends (sender, receiver) and routes.
@@ -267,15 +268,15 @@ impl<Q: Queue> Sim<Q> {
         ack_route: RouteId,
         ports: (u16, u16),
     ) -> QpSpec {
-        let src_port = self.routes.first(route);
-        let line_bps = self.ports[src_port].rate.bps;
+        let src_port = self.fab.routes.first(route);
+        let line_bps = self.fab.ports[src_port].rate.bps;
         let firmware_cc = matches!(class.cc, CcAlgorithm::Dcqcn | CcAlgorithm::None);
         let (cc, cnp_interval) = match class.cc {
             // A NIC with its own knobs decides as mlx5 firmware does: the sender's
             // `roce_rp/enable/P` whether the QP runs DCQCN (with the sender's parameters),
             // the receiver's `roce_np/enable/P` whether marks are answered with CNPs (at
             // the receiver's `min_time_between_cnps`).
-            _ if firmware_cc && !self.nic_congestion.is_empty() => {
+            _ if firmware_cc && !self.cc.nic_congestion.is_empty() => {
                 let class_dcqcn = (class.cc == CcAlgorithm::Dcqcn).then_some(class.dcqcn);
                 let rp = match self.nic_congestion(ends.0) {
                     Some(c) => c.rp_priorities.contains(&prio).then_some(c.dcqcn),
@@ -286,32 +287,35 @@ impl<Q: Queue> Sim<Q> {
                     None => class_dcqcn,
                 };
                 let cc = match rp {
-                    Some(p) => CcParams::Dcqcn(intern(&mut self.dcqcn, Dcqcn::new(&p, line_bps))),
+                    Some(p) => CcParams::Dcqcn(intern(&mut self.cc.dcqcn, Dcqcn::new(&p, line_bps))),
                     None => CcParams::None,
                 };
                 (cc, np.map(|p| Dcqcn::new(&p, line_bps).cnp_interval))
             }
             CcAlgorithm::None => (CcParams::None, None),
             CcAlgorithm::Dcqcn => {
-                let idx = intern(&mut self.dcqcn, Dcqcn::new(&class.dcqcn, line_bps));
-                (CcParams::Dcqcn(idx), Some(self.dcqcn[idx as usize].cnp_interval))
+                let idx = intern(&mut self.cc.dcqcn, Dcqcn::new(&class.dcqcn, line_bps));
+                (
+                    CcParams::Dcqcn(idx),
+                    Some(self.cc.dcqcn[idx as usize].cnp_interval),
+                )
             }
             CcAlgorithm::Timely => {
-                let idx = intern(&mut self.timely, Timely::new(&class.timely, line_bps));
+                let idx = intern(&mut self.cc.timely, Timely::new(&class.timely, line_bps));
                 (CcParams::Timely(idx), None)
             }
             CcAlgorithm::Hpcc => {
-                let b = self.base_rtt.expect("computed when a class runs HPCC");
+                let b = self.cc.base_rtt.expect("computed when a class runs HPCC");
                 let idx = intern(
-                    &mut self.hpcc,
+                    &mut self.cc.hpcc,
                     Hpcc::new(&class.hpcc, line_bps, b.max_rtt_ns, b.max_bdp_bytes),
                 );
                 (CcParams::Hpcc(idx), None)
             }
             CcAlgorithm::Dctcp => {
-                let b = self.base_rtt.expect("computed when a class runs DCTCP");
+                let b = self.cc.base_rtt.expect("computed when a class runs DCTCP");
                 let idx = intern(
-                    &mut self.dctcp,
+                    &mut self.cc.dctcp,
                     Dctcp::new(&class.dctcp, line_bps, b.max_bdp_bytes),
                 );
                 (CcParams::Dctcp(idx), None)
@@ -320,8 +324,8 @@ impl<Q: Queue> Sim<Q> {
         // HPCC and DCTCP QPs are window-limited as the HPCC simulator runs them (HAS_WIN
         // and VAR_WIN in its run.py); DCQCN and TIMELY are paced only.
         let win_bytes = match cc {
-            CcParams::Hpcc(i) => self.hpcc[i as usize].win_bytes,
-            CcParams::Dctcp(i) => self.dctcp[i as usize].win_bytes,
+            CcParams::Hpcc(i) => self.cc.hpcc[i as usize].win_bytes,
+            CcParams::Dctcp(i) => self.cc.dctcp[i as usize].win_bytes,
             _ => 0,
         };
         QpSpec {
@@ -355,10 +359,10 @@ impl<Q: Queue> Sim<Q> {
     ) -> QpId {
         let cc = match spec.cc {
             CcParams::None => Cc::None,
-            CcParams::Dcqcn(i) => Cc::Dcqcn(i, Box::new(DcqcnState::new(&self.dcqcn[i as usize]))),
-            CcParams::Timely(i) => Cc::Timely(i, Box::new(TimelyState::new(&self.timely[i as usize]))),
-            CcParams::Hpcc(i) => Cc::Hpcc(i, Box::new(HpccState::new(&self.hpcc[i as usize]))),
-            CcParams::Dctcp(i) => Cc::Dctcp(i, Box::new(DctcpState::new(&self.dctcp[i as usize]))),
+            CcParams::Dcqcn(i) => Cc::Dcqcn(i, Box::new(DcqcnState::new(&self.cc.dcqcn[i as usize]))),
+            CcParams::Timely(i) => Cc::Timely(i, Box::new(TimelyState::new(&self.cc.timely[i as usize]))),
+            CcParams::Hpcc(i) => Cc::Hpcc(i, Box::new(HpccState::new(&self.cc.hpcc[i as usize]))),
+            CcParams::Dctcp(i) => Cc::Dctcp(i, Box::new(DctcpState::new(&self.cc.dctcp[i as usize]))),
         };
         let persistent = !matches!(owner, TxOwner::Flow(_));
         // Zero-byte QPs are complete from the start; a persistent QP idles until its first
@@ -366,7 +370,7 @@ impl<Q: Queue> Sim<Q> {
         let empty = bytes == 0;
         let tx = QpTx {
             owner,
-            src_port: self.routes.first(spec.route),
+            src_port: self.fab.routes.first(spec.route),
             route: spec.route,
             size: bytes,
             snd_nxt: 0,
@@ -406,9 +410,9 @@ impl<Q: Queue> Sim<Q> {
             rx_done: empty && !persistent,
             msgs: 0,
         };
-        let id = self.qps_tx.next_id();
-        self.qps_tx.push(tx);
-        self.qps_rx.push(rx);
+        let id = self.xport.qps_tx.next_id();
+        self.xport.qps_tx.push(tx);
+        self.xport.qps_rx.push(rx);
         id
     }
 
@@ -426,8 +430,8 @@ impl<Q: Queue> Sim<Q> {
         let mut qp_at = 0usize;
         for d in defs {
             if let Some(dur) = d.local {
-                let at = self.qps_tx.len() as u32;
-                self.flows.push(Flow {
+                let at = self.xport.qps_tx.len() as u32;
+                self.work.flows.push(Flow {
                     deps_left: d.after.len() as u32,
                     after_delay: d.after_delay,
                     ..Flow::new(d.src.index() as u32, d.start, Some(dur), at, 0, dur, dur)
@@ -435,8 +439,9 @@ impl<Q: Queue> Sim<Q> {
                 continue;
             }
             let n_qps = d.qps.unwrap_or(config_qps).max(1);
-            let fi = self.flows.next_id();
+            let fi = self.work.flows.next_id();
             let class = self
+                .cc
                 .classes
                 .iter()
                 .find(|c| c.name == d.class)
@@ -444,7 +449,7 @@ impl<Q: Queue> Sim<Q> {
                 .clone();
             let prio = d.prio.unwrap_or(class.prio);
             let mtu = path_mtu(fabric, config, d.src, d.dst);
-            let first_qp = self.qps_tx.len() as u32;
+            let first_qp = self.xport.qps_tx.len() as u32;
             let per_qp = d.bytes / u64::from(n_qps);
             let mut receiving = 0;
             for k in 0..n_qps {
@@ -465,7 +470,7 @@ impl<Q: Queue> Sim<Q> {
                 self.make_qp(TxOwner::Flow(fi), RxOwner::Flow(fi), &spec, bytes, prio, mtu, 0);
                 receiving += u32::from(bytes > 0);
             }
-            let (ideal, lower_bound) = self.ideal_fct(self.qps_tx[QpId(first_qp)].route, d.bytes, mtu);
+            let (ideal, lower_bound) = self.ideal_fct(self.xport.qps_tx[QpId(first_qp)].route, d.bytes, mtu);
             let mut flow = Flow {
                 deps_left: d.after.len() as u32,
                 after_delay: d.after_delay,
@@ -482,11 +487,11 @@ impl<Q: Queue> Sim<Q> {
             // QPs a message too small to split leaves empty send nothing: the receiver
             // waits only for the others.
             flow.rx.rx_left = receiving;
-            self.flows.push(flow);
+            self.work.flows.push(flow);
         }
         for (fi, d) in defs.iter().enumerate() {
             for &a in &d.after {
-                self.flows[FlowId(a)].dependents.push(FlowId::from(fi));
+                self.work.flows[FlowId(a)].dependents.push(FlowId::from(fi));
             }
         }
     }
@@ -494,11 +499,12 @@ impl<Q: Queue> Sim<Q> {
     /// The NIC port at the end of a route.
     pub(crate) fn route_end(&self, route: RouteId) -> PortId {
         let last = self
+            .fab
             .routes
-            .ports_of(route, &self.ports)
+            .ports_of(route, &self.fab.ports)
             .last()
             .expect("invariant: routes are not empty");
-        self.ports[last].peer
+        self.fab.ports[last].peer
     }
 
     /// The HPCC simulator's "standalone" FCT: base RTT (twice the path's propagation delay
@@ -508,7 +514,8 @@ impl<Q: Queue> Sim<Q> {
     /// strict lower bound: every wire byte at the bottleneck plus the propagation delay
     /// there and back.
     pub(crate) fn ideal_fct(&self, route: RouteId, bytes: u64, mtu: u32) -> (Ps, Ps) {
-        self.path_terms(route, mtu).fct(bytes, mtu, self.net.header_bytes)
+        self.path_terms(route, mtu)
+            .fct(bytes, mtu, self.fab.net.header_bytes)
     }
 
     /// What [`Sim::ideal_fct`] needs of a route, at the ports' current rates (set-up
@@ -521,9 +528,9 @@ impl<Q: Queue> Sim<Q> {
             tx_one: 0,
             bottleneck_bps: f64::INFINITY,
         };
-        for p in self.routes.ports_of(route, &self.ports) {
-            let port = &self.ports[p];
-            t.delay += self.links[p].delay;
+        for p in self.fab.routes.ports_of(route, &self.fab.ports) {
+            let port = &self.fab.ports[p];
+            t.delay += self.fab.links[p].delay;
             t.tx_one += port.rate.tx_time(mtu);
             t.bottleneck_bps = t.bottleneck_bps.min(port.rate.bps);
         }
@@ -534,14 +541,14 @@ impl<Q: Queue> Sim<Q> {
     /// round robin, or an NVLink transfer begins.
     pub(crate) fn start_flow(&mut self, f: FlowId) {
         let now = self.now;
-        let flow = &mut self.flows[f];
+        let flow = &mut self.work.flows[f];
         flow.started = Some(now);
         if let Some(dur) = flow.local {
             self.schedule(now + dur, Event::LocalDone(f));
             return;
         }
         for qi in flow.qp_ids() {
-            let q = &mut self.qps_tx[qi];
+            let q = &mut self.xport.qps_tx[qi];
             if q.done {
                 // An empty QP (a message smaller than its QPs) is sent as it starts.
                 self.qp_sent_empty(qi);
@@ -551,26 +558,26 @@ impl<Q: Queue> Sim<Q> {
             q.last_progress = now;
             // The route's first hop, which a bond's failover may have moved since the QP
             // was made.
-            let sp = self.routes.first(q.route);
+            let sp = self.fab.routes.first(q.route);
             q.src_port = sp;
             q.listed = true;
-            self.ports[sp].qps.push(qi);
+            self.fab.ports[sp].qps.push(qi);
             self.kick(sp);
         }
     }
 
     /// An NVLink transfer is complete: it is sent and received at once.
     pub(crate) fn local_done(&mut self, f: FlowId) {
-        self.flows[f].tx.finish = Some(self.now);
+        self.work.flows[f].tx.finish = Some(self.now);
         self.flow_done();
         self.flow_arrived(f);
     }
 
     fn qp_sent_empty(&mut self, qi: QpId) {
-        let TxOwner::Flow(f) = self.qps_tx[qi].owner else {
+        let TxOwner::Flow(f) = self.xport.qps_tx[qi].owner else {
             unreachable!("invariant: only flows' QPs start empty")
         };
-        let flow = &mut self.flows[f];
+        let flow = &mut self.work.flows[f];
         flow.tx.qps_left -= 1;
         if flow.tx.qps_left == 0 {
             self.flow_sent(f);
@@ -579,16 +586,16 @@ impl<Q: Queue> Sim<Q> {
 
     /// Every QP of flow `f` is sent (each byte acknowledged): the sender is done with it.
     fn flow_sent(&mut self, f: FlowId) {
-        self.flows[f].tx.finish = Some(self.now);
+        self.work.flows[f].tx.finish = Some(self.now);
         self.flow_done();
     }
 
     /// The receiver of a flow's QP `qi` has every byte.
     pub(crate) fn qp_received(&mut self, qi: QpId) {
-        let RxOwner::Flow(f) = self.qps_rx[qi].owner else {
+        let RxOwner::Flow(f) = self.xport.qps_rx[qi].owner else {
             unreachable!("invariant: only flows' QPs have a size to complete")
         };
-        let flow = &mut self.flows[f];
+        let flow = &mut self.work.flows[f];
         flow.rx.rx_left -= 1;
         if flow.rx.rx_left == 0 {
             self.flow_arrived(f);
@@ -597,14 +604,14 @@ impl<Q: Queue> Sim<Q> {
 
     /// The sender of QP `qi` has every byte acknowledged.
     pub(crate) fn qp_complete(&mut self, qi: QpId) {
-        let q = &mut self.qps_tx[qi];
+        let q = &mut self.xport.qps_tx[qi];
         q.done = true;
         q.rto_pending = false;
-        self.rto.cancel(qi.0);
+        self.xport.rto.cancel(qi.0);
         let TxOwner::Flow(f) = q.owner else {
             unreachable!("invariant: a persistent QP idles, it does not complete")
         };
-        let flow = &mut self.flows[f];
+        let flow = &mut self.work.flows[f];
         flow.tx.qps_left -= 1;
         if flow.tx.qps_left == 0 {
             self.flow_sent(f);
@@ -616,13 +623,13 @@ impl<Q: Queue> Sim<Q> {
     /// retry-exceeded error and the QP goes to the error state), so the flow never
     /// finishes and nothing waiting for it starts; the run goes on without it.
     pub(crate) fn qp_failed(&mut self, qi: QpId) {
-        let q = &mut self.qps_tx[qi];
+        let q = &mut self.xport.qps_tx[qi];
         q.done = true;
         q.rto_pending = false;
-        self.qps_failed += 1;
+        self.xport.qps_failed += 1;
         match q.owner {
             TxOwner::Flow(f) => {
-                let flow = &mut self.flows[f];
+                let flow = &mut self.work.flows[f];
                 flow.tx.failed = true;
                 flow.tx.qps_left -= 1;
                 if flow.tx.qps_left == 0 {
@@ -637,24 +644,27 @@ impl<Q: Queue> Sim<Q> {
 
     /// All of a scenario flow's data arrived: start the flows waiting for it.
     fn flow_arrived(&mut self, f: FlowId) {
-        let flow = &mut self.flows[f];
+        let flow = &mut self.work.flows[f];
         flow.rx.rx_done = Some(self.now);
         let deps = std::mem::take(&mut flow.dependents);
         for &d in &deps {
-            let dep = &mut self.flows[d];
+            let dep = &mut self.work.flows[d];
             dep.deps_left -= 1;
             if dep.deps_left == 0 {
                 let t = (self.now + dep.after_delay).max(dep.earliest);
                 self.schedule(t, Event::FlowStart(d));
             }
         }
-        self.flows[f].dependents = deps;
+        self.work.flows[f].dependents = deps;
     }
 
     /// Data path of a QP as egress port ids, sender NIC first (as the arena holds it now).
     #[cfg(test)]
     pub(crate) fn route_of(&self, qp: QpId) -> Vec<PortId> {
-        self.routes.ports_of(self.qps_tx[qp].route, &self.ports).collect()
+        self.fab
+            .routes
+            .ports_of(self.xport.qps_tx[qp].route, &self.fab.ports)
+            .collect()
     }
 
     /// A route as it was computed, before any bond failover moved its hops: what the
@@ -667,8 +677,9 @@ impl<Q: Queue> Sim<Q> {
         route: RouteId,
         originals: &std::collections::HashMap<u32, PortId>,
     ) -> Vec<PortId> {
-        self.routes
-            .ports_of(route, &self.ports)
+        self.fab
+            .routes
+            .ports_of(route, &self.fab.ports)
             .enumerate()
             .map(|(k, p)| {
                 originals
@@ -682,7 +693,8 @@ impl<Q: Queue> Sim<Q> {
     /// The arena positions a bond failover has moved, with the port each held as
     /// computed.
     pub(crate) fn failover_originals(&self) -> std::collections::HashMap<u32, PortId> {
-        self.bond_hops
+        self.faults
+            .bond_hops
             .iter()
             .flat_map(|(p, at)| at.iter().map(move |i| (*i, *p)))
             .collect()

@@ -59,7 +59,7 @@ impl<Q: Queue> Sim<Q> {
     /// Accounts a packet a NIC or switch creates.
     #[inline]
     pub(crate) fn alloc(&mut self, pkt: Packet) -> Packet {
-        let l = &mut self.ledger;
+        let l = &mut self.stats.ledger;
         l.created_packets += 1;
         l.created_bytes += u64::from(pkt.size);
         if pkt.kind == Kind::Data {
@@ -75,7 +75,7 @@ impl<Q: Queue> Sim<Q> {
     /// Accounts a packet that reached the device it was for.
     #[inline]
     pub(crate) fn consume(&mut self, k: &Packet) {
-        let l = &mut self.ledger;
+        let l = &mut self.stats.ledger;
         l.delivered_packets += 1;
         l.delivered_bytes += u64::from(k.size);
         if k.kind == Kind::Data {
@@ -87,7 +87,7 @@ impl<Q: Queue> Sim<Q> {
         if k.kind != Kind::Data
             && let Some(i) = k.int_index()
         {
-            self.ints.give_back(i);
+            self.cc.ints.give_back(i);
         }
     }
 
@@ -95,9 +95,9 @@ impl<Q: Queue> Sim<Q> {
     #[inline]
     pub(crate) fn account_drop(&mut self, k: &Packet) {
         if let Some(i) = k.int_index() {
-            self.ints.give_back(i);
+            self.cc.ints.give_back(i);
         }
-        let l = &mut self.ledger;
+        let l = &mut self.stats.ledger;
         l.dropped_packets += 1;
         l.dropped_bytes += u64::from(k.size);
         if k.kind == Kind::Data {
@@ -108,12 +108,12 @@ impl<Q: Queue> Sim<Q> {
 
     /// Packets alive (queued or on a link).
     pub fn live_packets(&self) -> usize {
-        self.ledger.live_packets
+        self.stats.ledger.live_packets
     }
 
     /// Most packets alive at once.
     pub fn peak_live_packets(&self) -> usize {
-        self.ledger.peak_live_packets
+        self.stats.ledger.peak_live_packets
     }
 
     /// Bytes held by every packet ring (egress queues, PFC queues, links), at the
@@ -122,11 +122,17 @@ impl<Q: Queue> Sim<Q> {
         let pkt = std::mem::size_of::<Packet>();
         let flight = std::mem::size_of::<(Ps, u64, Packet)>();
         let queues: usize = self
+            .fab
             .ports
             .iter()
             .map(|p| p.ctrl.capacity() * pkt + p.pr.iter().map(|s| s.queue.capacity() * pkt).sum::<usize>())
             .sum();
-        let links: usize = self.links.iter().map(|l| l.in_flight.capacity() * flight).sum();
+        let links: usize = self
+            .fab
+            .links
+            .iter()
+            .map(|l| l.in_flight.capacity() * flight)
+            .sum();
         queues + links
     }
 
@@ -142,13 +148,13 @@ impl<Q: Queue> Sim<Q> {
                 data += u64::from(k.payload);
             }
         };
-        for port in self.ports.iter() {
+        for port in self.fab.ports.iter() {
             port.ctrl.iter().for_each(&mut count);
             for q in port.pr.iter().map(|s| &s.queue) {
                 q.iter().for_each(&mut count);
             }
         }
-        for link in self.links.iter() {
+        for link in self.fab.links.iter() {
             link.in_flight.iter().for_each(|(_, _, k)| count(k));
         }
         (n, bytes, data, int)

@@ -215,6 +215,26 @@ pub struct RunOptions {
 pub struct Sim<Q: Queue = EventQueue> {
     pub(crate) now: Ps,
     pub(crate) q: Q,
+    /// Who schedules: what the ties of the events queued now are made of.
+    pub(crate) sched: Sched,
+    /// This partition's place among the others, in a parallel run.
+    pub(crate) dist: Dist,
+    /// Ports, links, devices and routes.
+    pub(crate) fab: Fab,
+    /// The NICs' QP halves and their ACK timers.
+    pub(crate) xport: Xport,
+    /// Congestion control's parameter sets and HPCC's INT records.
+    pub(crate) cc: CcState,
+    /// The workload driver: flows, collectives, their GPU threads and connections.
+    pub(crate) work: Work,
+    /// What the run reports: the ledger, counters, samples, PFC log.
+    pub(crate) stats: Stats,
+    /// Injected faults and bond failover.
+    pub(crate) faults: Faults,
+}
+
+/// Who schedules: the inputs of [`Sim::tie`], and the run's end.
+pub(crate) struct Sched {
     /// The device whose event is being handled: what [`Sim::schedule`] names as the
     /// scheduler of the events it queues.
     pub(crate) cur: u32,
@@ -222,45 +242,51 @@ pub struct Sim<Q: Queue = EventQueue> {
     pub(crate) dev_seq: Vec<u32>,
     /// While the run is set up, each device schedules its own first events.
     pub(crate) in_setup: bool,
+    pub(crate) end: Option<Ps>,
+}
+
+/// A partition's place among the others.
+pub(crate) struct Dist {
     /// The partition this is, in a parallel run.
-    pub(crate) part: Option<part::PartMap>,
+    pub(crate) map: Option<part::PartMap>,
     /// What this partition sends each other one at the end of the window.
     pub(crate) outbox: Vec<part::Outbox>,
     /// Packets sent to other partitions.
     pub(crate) shipped_packets: u64,
     /// The other partitions' peaks of pending events, once merged (`Sim::merge`).
     pub(crate) merged_peak_pending: usize,
+}
+
+/// The fabric as the engine runs it.
+pub(crate) struct Fab {
     pub(crate) ports: IdVec<PortId, Port>,
     /// The directed link leaving each port (same index as the port).
     pub(crate) links: IdVec<PortId, Link>,
-    /// Counters of each port that are not touched per packet.
-    pub(crate) counters: IdVec<PortId, PortCounters>,
     /// Each port's name (`h3/mlx5_0/1`, `leaf2:7`).
     pub(crate) port_names: IdVec<PortId, String>,
     pub(crate) switches: Vec<SwitchState>,
     pub(crate) nics: Vec<NicState>,
     pub(crate) routes: RouteArena,
-    pub(crate) flows: IdVec<ids::FlowId, Flow>,
+    pub(crate) net: NetConfig,
+    /// Some NIC port has a `gdr_off` credit gate.
+    pub(crate) rx_gated: bool,
+}
+
+/// The NIC transport's QPs.
+pub(crate) struct Xport {
     pub(crate) qps_tx: IdVec<QpId, QpTx>,
     pub(crate) qps_rx: IdVec<QpId, QpRx>,
     /// ACK timers of the QPs (see `nic::Sim::arm_rto`).
     pub(crate) rto: TimerHeap,
-    pub(crate) colls: Vec<CollectiveRt>,
-    /// The collectives' GPU threads and connections.
-    pub(crate) threads: Vec<Thread>,
-    pub(crate) conns: Vec<Conn>,
-    /// Transfers of collectives under way at their senders (a slice written, the last not
-    /// yet completed), and the most at once.
-    pub(crate) live_transfers: usize,
-    pub(crate) peak_live_transfers: usize,
-    /// Most slices one connection had outstanding at once: sent and not yet given back
-    /// to its GPU, or its receives posted and not yet consumed (NCCL allows its slots).
-    pub(crate) peak_slices_outstanding: u64,
     /// Always 0: no QP slot is ever reused (kept in the results' totals, whose readers
     /// know it).
     pub(crate) stray_packets: u64,
     /// QPs that gave up after their retries.
     pub(crate) qps_failed: u64,
+}
+
+/// Congestion control's state shared by QPs.
+pub(crate) struct CcState {
     pub(crate) classes: Vec<ClassRt>,
     /// The NICs with their own DCQCN knobs (`Nic::congestion`), by NIC index, sorted:
     /// few or none, so a fabric of many NICs pays nothing for them.
@@ -273,26 +299,48 @@ pub struct Sim<Q: Queue = EventQueue> {
     /// QPs); computed only when a class runs one of them.
     pub(crate) base_rtt: Option<xirang_fabric::model::BaseRtt>,
     pub(crate) ints: IntSlab,
-    pub(crate) net: NetConfig,
-    /// Some NIC port has a `gdr_off` credit gate.
-    pub(crate) rx_gated: bool,
+}
+
+/// The workload driver's state.
+pub(crate) struct Work {
+    pub(crate) flows: IdVec<ids::FlowId, Flow>,
+    pub(crate) colls: Vec<CollectiveRt>,
+    /// The collectives' GPU threads and connections.
+    pub(crate) threads: Vec<Thread>,
+    pub(crate) conns: Vec<Conn>,
+    /// Transfers of collectives under way at their senders (a slice written, the last not
+    /// yet completed), and the most at once.
+    pub(crate) live_transfers: usize,
+    pub(crate) peak_live_transfers: usize,
+    /// Most slices one connection had outstanding at once: sent and not yet given back
+    /// to its GPU, or its receives posted and not yet consumed (NCCL allows its slots).
+    pub(crate) peak_slices_outstanding: u64,
     /// Flows and collective transfers in the whole run, and those this run (partition)
     /// has done (sent, or failed).
     pub(crate) flows_total: u64,
     pub(crate) flows_done: u64,
     /// When this run (partition) last did one.
     pub(crate) last_done_at: Option<Ps>,
+}
+
+/// What the run reports.
+pub(crate) struct Stats {
     pub(crate) events: u64,
     pub(crate) packet_hops: u64,
     pub(crate) ledger: Ledger,
+    /// Counters of each port that are not touched per packet.
+    pub(crate) counters: IdVec<PortId, PortCounters>,
     pub(crate) pfc_log: Vec<PfcEvent>,
     pub(crate) samples: Samples,
     pub(crate) sample_interval: Option<Ps>,
     /// When the next counter sample is due.
     pub(crate) next_sample: Ps,
-    pub(crate) end: Option<Ps>,
-    /// Injected faults (few; checked on every arrival only when there are any).
-    pub(crate) faults: IdVec<ids::FaultId, ActiveFault>,
+}
+
+/// Injected faults.
+pub(crate) struct Faults {
+    /// The faults (few; checked on every arrival only when there are any).
+    pub(crate) active: IdVec<ids::FaultId, ActiveFault>,
     /// Bond failover: where each bonded NIC's ports, and the switch ports facing them,
     /// sit in the routes as computed (`engine::faults`), recorded at the bond's first
     /// member event.
@@ -494,13 +542,18 @@ impl<Q: Queue> Sim<Q> {
         let n_devs = fabric.nics.len() + fabric.switches.len();
         let mut sim = Sim {
             now: 0,
-            cur: GLOBAL_DEV,
-            dev_seq: vec![0; n_devs + 1],
-            in_setup: true,
-            outbox: vec![part::Outbox::default(); part.as_ref().map_or(0, |p| usize::from(p.parts))],
-            part,
-            shipped_packets: 0,
-            merged_peak_pending: 0,
+            sched: Sched {
+                cur: GLOBAL_DEV,
+                dev_seq: vec![0; n_devs + 1],
+                in_setup: true,
+                end: opts.end,
+            },
+            dist: Dist {
+                outbox: vec![part::Outbox::default(); part.as_ref().map_or(0, |p| usize::from(p.parts))],
+                map: part,
+                shipped_packets: 0,
+                merged_peak_pending: 0,
+            },
             // Most events are scheduled one serialization plus one link delay ahead, or, in
             // a collective, one slice of GPU or proxy time.
             q: Q::with_horizon(
@@ -512,53 +565,64 @@ impl<Q: Queue> Sim<Q> {
                     .unwrap_or(0)
                     + PS_PER_US,
             ),
-            counters: (0..ports.len()).map(|_| PortCounters::default()).collect(),
-            port_names,
-            ports,
-            links,
-            switches,
-            nics,
-            routes: RouteArena::default(),
-            flows: IdVec::with_capacity(flows.len()),
-            qps_tx: IdVec::default(),
-            qps_rx: IdVec::default(),
-            rto: TimerHeap::default(),
-            colls: Vec::new(),
-            threads: Vec::new(),
-            conns: Vec::new(),
-            live_transfers: 0,
-            peak_live_transfers: 0,
-            peak_slices_outstanding: 0,
-            stray_packets: 0,
-            qps_failed: 0,
-            classes,
-            nic_congestion: fabric
-                .nics
-                .iter()
-                .enumerate()
-                .filter_map(|(i, n)| n.congestion.clone().map(|c| (i as u32, c)))
-                .collect(),
-            dcqcn: Vec::new(),
-            timely: Vec::new(),
-            hpcc: Vec::new(),
-            dctcp: Vec::new(),
-            base_rtt,
-            ints: IntSlab::default(),
-            net,
-            rx_gated: false,
-            flows_total: flows.len() as u64,
-            flows_done: 0,
-            last_done_at: None,
-            events: 0,
-            packet_hops: 0,
-            ledger: Ledger::default(),
-            faults: IdVec::default(),
-            bond_hops: Vec::new(),
-            pfc_log: Vec::new(),
-            samples: Samples::default(),
-            sample_interval: opts.sample_interval,
-            next_sample: NEVER,
-            end: opts.end,
+            stats: Stats {
+                events: 0,
+                packet_hops: 0,
+                ledger: Ledger::default(),
+                counters: (0..ports.len()).map(|_| PortCounters::default()).collect(),
+                pfc_log: Vec::new(),
+                samples: Samples::default(),
+                sample_interval: opts.sample_interval,
+                next_sample: NEVER,
+            },
+            fab: Fab {
+                port_names,
+                ports,
+                links,
+                switches,
+                nics,
+                routes: RouteArena::default(),
+                net,
+                rx_gated: false,
+            },
+            xport: Xport {
+                qps_tx: IdVec::default(),
+                qps_rx: IdVec::default(),
+                rto: TimerHeap::default(),
+                stray_packets: 0,
+                qps_failed: 0,
+            },
+            work: Work {
+                flows: IdVec::with_capacity(flows.len()),
+                colls: Vec::new(),
+                threads: Vec::new(),
+                conns: Vec::new(),
+                live_transfers: 0,
+                peak_live_transfers: 0,
+                peak_slices_outstanding: 0,
+                flows_total: flows.len() as u64,
+                flows_done: 0,
+                last_done_at: None,
+            },
+            cc: CcState {
+                classes,
+                nic_congestion: fabric
+                    .nics
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, n)| n.congestion.clone().map(|c| (i as u32, c)))
+                    .collect(),
+                dcqcn: Vec::new(),
+                timely: Vec::new(),
+                hpcc: Vec::new(),
+                dctcp: Vec::new(),
+                base_rtt,
+                ints: IntSlab::default(),
+            },
+            faults: Faults {
+                active: IdVec::default(),
+                bond_hops: Vec::new(),
+            },
         };
         // Every route of the run at once, destination by destination: the flows' QPs,
         // then each collective's connections.
@@ -578,8 +642,8 @@ impl<Q: Queue> Sim<Q> {
                 fabric,
                 &nic_ports,
                 &sw_ports,
-                &sim.nics,
-                &sim.switches,
+                &sim.fab.nics,
+                &sim.fab.switches,
                 opts.ecmp,
                 opts.hot_switch,
             )
@@ -587,14 +651,14 @@ impl<Q: Queue> Sim<Q> {
                 config.intra_host.bond_hash_policy,
                 config.intra_host.lag_port_select,
             );
-            rb.compute(&requests, &mut sim.routes, &sim.switches)
+            rb.compute(&requests, &mut sim.fab.routes, &sim.fab.switches)
         };
         sim.add_flows(fabric, config, flows, &eager, &routes[..eager.requests.len()]);
         // A link whose far end another partition owns is cut: what this partition puts on
         // it goes to that partition's outbox.
-        if let Some(p) = &sim.part {
-            for (pi, link) in sim.links.iter_mut().enumerate() {
-                link.cut = p.owns(sim.ports[PortId::from(pi)].dev_idx) && !p.owns(link.to_dev);
+        if let Some(p) = &sim.dist.map {
+            for (pi, link) in sim.fab.links.iter_mut().enumerate() {
+                link.cut = p.owns(sim.fab.ports[PortId::from(pi)].dev_idx) && !p.owns(link.to_dev);
             }
         }
         let mut budget = opts.transfer_records;
@@ -618,7 +682,9 @@ impl<Q: Queue> Sim<Q> {
             .filter(|(_, d)| d.after.is_empty())
             .map(|(i, d)| (d.id, First::Flow(i)))
             .collect();
-        firsts.extend((0..sim.colls.len()).map(|c| (sim.colls[c].run.first_id, First::Collective(c))));
+        firsts.extend(
+            (0..sim.work.colls.len()).map(|c| (sim.work.colls[c].run.first_id, First::Collective(c))),
+        );
         firsts.sort_by_key(|(id, _)| *id);
         for (_, first) in firsts {
             match first {
@@ -631,7 +697,7 @@ impl<Q: Queue> Sim<Q> {
 
     /// Nothing is pending: no event and no armed timer.
     pub(crate) fn idle(&self) -> bool {
-        self.q.is_empty() && self.rto.is_empty()
+        self.q.is_empty() && self.xport.rto.is_empty()
     }
 
     /// The tie of an event for device `target` scheduled now: the device it is for, the
@@ -648,10 +714,14 @@ impl<Q: Queue> Sim<Q> {
     /// shared credit gate).
     #[inline(always)]
     pub(crate) fn tie(&mut self, t: Ps, target: u32) -> Tie {
-        let source = if self.in_setup { target } else { self.cur };
-        let slot = (source as usize).min(self.dev_seq.len() - 1);
-        let seq = self.dev_seq[slot];
-        self.dev_seq[slot] = seq.wrapping_add(1);
+        let source = if self.sched.in_setup {
+            target
+        } else {
+            self.sched.cur
+        };
+        let slot = (source as usize).min(self.sched.dev_seq.len() - 1);
+        let seq = self.sched.dev_seq[slot];
+        self.sched.dev_seq[slot] = seq.wrapping_add(1);
         Tie::event(t, target, source, seq)
     }
 
@@ -660,22 +730,22 @@ impl<Q: Queue> Sim<Q> {
     pub(crate) fn target_of(&self, e: Event) -> u32 {
         match e {
             Event::Wake(p) | Event::PfcRefresh { port: p, .. } | Event::RxDrain { port: p, .. } => {
-                self.ports[p].dev_idx
+                self.fab.ports[p].dev_idx
             }
-            Event::Arrive(p) => self.links[p].to_dev,
-            Event::FlowStart(f) | Event::LocalDone(f) => self.flows[f].dev,
+            Event::Arrive(p) => self.fab.links[p].to_dev,
+            Event::FlowStart(f) | Event::LocalDone(f) => self.work.flows[f].dev,
             Event::DcqcnDec(q) | Event::DcqcnInc(q) | Event::Rto(q) => {
-                self.ports[self.qps_tx[q].src_port].dev_idx
+                self.fab.ports[self.xport.qps_tx[q].src_port].dev_idx
             }
-            Event::GpuStart(t) | Event::GpuDone(t) => self.threads[t as usize].dev,
+            Event::GpuStart(t) | Event::GpuDone(t) => self.work.threads[t as usize].dev,
             Event::Proxy { conn, action } => {
-                let c = &self.conns[conn as usize];
+                let c = &self.work.conns[conn as usize];
                 if action.at_sender() { c.src_dev } else { c.dst_dev }
             }
             Event::Fault { fault, peer, .. } => {
-                let p = self.faults[fault].port();
-                let p = if peer { self.ports[p].peer } else { p };
-                self.ports[p].dev_idx
+                let p = self.faults.active[fault].port();
+                let p = if peer { self.fab.ports[p].peer } else { p };
+                self.fab.ports[p].dev_idx
             }
         }
     }
@@ -688,7 +758,7 @@ impl<Q: Queue> Sim<Q> {
         // devices' first events. Once running, a device only ever schedules events for
         // itself or for devices it shares a partition with (a flow that starts when
         // another arrived has its sender with that receiver: `crate::parallel::plan`).
-        if self.in_setup && !self.owns(target) {
+        if self.sched.in_setup && !self.owns(target) {
             return;
         }
         debug_assert!(
@@ -702,8 +772,8 @@ impl<Q: Queue> Sim<Q> {
     /// A flow (or collective transfer) is done: sent, or failed.
     #[inline]
     pub(crate) fn flow_done(&mut self) {
-        self.flows_done += 1;
-        self.last_done_at = Some(self.now);
+        self.work.flows_done += 1;
+        self.work.last_done_at = Some(self.now);
     }
 
     /// Runs until every flow is done, the end time, or no events remain. `progress` is
@@ -715,7 +785,7 @@ impl<Q: Queue> Sim<Q> {
     /// how a parallel run divides the fabric. Counter samples are taken at every multiple
     /// of the sampling interval, after the events of that instant, up to the end.
     pub fn run(&mut self, progress: &mut dyn FnMut(Progress)) {
-        let end = self.end.unwrap_or(NEVER);
+        let end = self.sched.end.unwrap_or(NEVER);
         self.start_run();
         loop {
             // The grid window of the next event (windows holding nothing are skipped:
@@ -727,7 +797,7 @@ impl<Q: Queue> Sim<Q> {
                 self.stop_at_end(end, !self.idle());
                 break;
             }
-            if self.flows_done == self.flows_total || self.idle() {
+            if self.work.flows_done == self.work.flows_total || self.idle() {
                 break;
             }
         }
@@ -736,51 +806,51 @@ impl<Q: Queue> Sim<Q> {
 
     /// Ends set-up: from now on events are scheduled by the device handling one.
     pub fn start_run(&mut self) {
-        self.in_setup = false;
-        self.next_sample = self.sample_interval.unwrap_or(NEVER);
+        self.sched.in_setup = false;
+        self.stats.next_sample = self.stats.sample_interval.unwrap_or(NEVER);
     }
 
     /// Handles every event and takes every sample due up to `limit` (inclusive).
     pub fn run_until(&mut self, limit: Ps, progress: &mut dyn FnMut(Progress)) {
         const PROGRESS_EVERY: u64 = 1 << 16;
-        let iv = self.sample_interval.unwrap_or(NEVER);
+        let iv = self.stats.sample_interval.unwrap_or(NEVER);
         loop {
             // The event queue and the ACK timers order by the same keys, so popping
             // whichever holds the smaller key keeps the order one queue would have.
-            let timer = self.rto.peek();
+            let timer = self.xport.rto.peek();
             let (k, e) = match self.q.pop_before(timer.map_or(Key::MAX, |(k, _)| k), limit) {
                 Some((k, e)) => (k, Event::decode(e)),
                 None => match timer {
                     Some((k, qp)) if k.time() <= limit => {
-                        self.rto.pop();
+                        self.xport.rto.pop();
                         (k, Event::Rto(QpId(qp)))
                     }
                     _ => break,
                 },
             };
             let t = k.time();
-            while self.next_sample < t {
-                self.now = self.next_sample;
+            while self.stats.next_sample < t {
+                self.now = self.stats.next_sample;
                 self.sample();
-                self.next_sample = self.next_sample.saturating_add(iv);
+                self.stats.next_sample = self.stats.next_sample.saturating_add(iv);
             }
             debug_assert!(t >= self.now, "invariant: time never goes backwards");
             self.now = t;
-            self.cur = k.tie().target(t);
+            self.sched.cur = k.tie().target(t);
             self.dispatch(e);
-            self.events += 1;
-            if self.events.is_multiple_of(PROGRESS_EVERY) {
+            self.stats.events += 1;
+            if self.stats.events.is_multiple_of(PROGRESS_EVERY) {
                 progress(Progress {
                     now: self.now,
-                    done: self.flows_done,
-                    total: self.flows_total,
+                    done: self.work.flows_done,
+                    total: self.work.flows_total,
                 });
             }
         }
-        while self.next_sample <= limit && self.next_sample != NEVER {
-            self.now = self.next_sample;
+        while self.stats.next_sample <= limit && self.stats.next_sample != NEVER {
+            self.now = self.stats.next_sample;
             self.sample();
-            self.next_sample = self.next_sample.saturating_add(iv);
+            self.stats.next_sample = self.stats.next_sample.saturating_add(iv);
         }
     }
 
@@ -799,12 +869,12 @@ impl<Q: Queue> Sim<Q> {
 
     /// Flows and collective transfers this run (partition) has done, of all in the run.
     pub fn flows_done(&self) -> (u64, u64) {
-        (self.flows_done, self.flows_total)
+        (self.work.flows_done, self.work.flows_total)
     }
 
     /// Time of the earliest pending event or timer.
     pub fn next_event_time(&self) -> Option<Ps> {
-        let timer = self.rto.peek().map(|(k, _)| k.time());
+        let timer = self.xport.rto.peek().map(|(k, _)| k.time());
         match (self.q.peek_time(), timer) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -815,8 +885,8 @@ impl<Q: Queue> Sim<Q> {
     fn dispatch(&mut self, e: Event) {
         match e {
             Event::Wake(p) => {
-                if self.ports[p].wake_at == self.now {
-                    self.ports[p].wake_at = NEVER;
+                if self.fab.ports[p].wake_at == self.now {
+                    self.fab.ports[p].wake_at = NEVER;
                     self.try_send(p);
                 }
             }
@@ -843,10 +913,10 @@ impl<Q: Queue> Sim<Q> {
     pub fn named_counters(&self) -> Vec<CounterValue> {
         let mut out = Vec::new();
         for (pi, c) in self.port_counters().iter_enumerated() {
-            let name = &self.port_names[pi];
-            match self.ports[pi].dev {
-                Dev::Nic(_) => c.nic_named(name, &self.net.pfc_prios, &mut out),
-                Dev::Switch(_) => c.switch_named(name, &self.net.pfc_prios, &mut out),
+            let name = &self.fab.port_names[pi];
+            match self.fab.ports[pi].dev {
+                Dev::Nic(_) => c.nic_named(name, &self.fab.net.pfc_prios, &mut out),
+                Dev::Switch(_) => c.switch_named(name, &self.fab.net.pfc_prios, &mut out),
             }
         }
         out
@@ -854,7 +924,7 @@ impl<Q: Queue> Sim<Q> {
 
     /// Largest number of pending events.
     pub fn peak_events_pending(&self) -> usize {
-        self.q.peak() + self.merged_peak_pending
+        self.q.peak() + self.dist.merged_peak_pending
     }
 
     /// Current simulated time.
@@ -865,10 +935,11 @@ impl<Q: Queue> Sim<Q> {
     /// Complete counters of every port: the rarely-touched ones as kept, the per-packet ones
     /// from the port's own transmit and receive counts.
     pub(crate) fn port_counters(&self) -> IdVec<PortId, PortCounters> {
-        self.ports
+        self.fab
+            .ports
             .iter_enumerated()
             .map(|(pi, port)| {
-                let mut c = self.counters[pi].clone();
+                let mut c = self.stats.counters[pi].clone();
                 // Pauses still in force count up to now, as the hardware's running
                 // duration counters do (they are settled into the totals at the end).
                 for prio in 0..N_PRIO {

@@ -195,11 +195,11 @@ impl<Q: Queue> Sim<Q> {
     #[inline]
     pub(crate) fn rx_gate(&self, qi: QpId) -> Ps {
         // Runs without a `gdr_off` fault (nearly all) skip the receiver lookup per QP.
-        if !self.rx_gated {
+        if !self.fab.rx_gated {
             return 0;
         }
-        let q = &self.qps_tx[qi];
-        let d = &self.ports[q.dst_port];
+        let q = &self.xport.qps_tx[qi];
+        let d = &self.fab.ports[q.dst_port];
         if d.rx_cap.is_some() && !q.rx_reserved {
             d.rx_free_at
         } else {
@@ -211,10 +211,10 @@ impl<Q: Queue> Sim<Q> {
     /// (free at `at`) and waits for it, so that the receiver's senders share its rate in
     /// the order they asked, as NCCL's receiver grants credit per connection.
     fn reserve_rx(&mut self, qi: QpId, at: Ps) {
-        let header = self.net.header_bytes;
-        let q = &mut self.qps_tx[qi];
+        let header = self.fab.net.header_bytes;
+        let q = &mut self.xport.qps_tx[qi];
         let wire = (q.size - q.snd_nxt).min(u64::from(q.mtu)) as u32 + header;
-        let d = &mut self.ports[q.dst_port];
+        let d = &mut self.fab.ports[q.dst_port];
         if let Some(cap) = d.rx_cap {
             d.rx_free_at = at + cap.tx_time(wire);
             q.next_avail = at;
@@ -226,7 +226,7 @@ impl<Q: Queue> Sim<Q> {
     pub(crate) fn nic_receive(&mut self, p: PortId, pkt: Packet) {
         match pkt.kind {
             Kind::Data => {
-                if self.ports[p].slow_rx.is_some() {
+                if self.fab.ports[p].slow_rx.is_some() {
                     self.slow_rx_arrival(p, &pkt);
                 }
                 self.nic_rx_data(p, &pkt)
@@ -240,9 +240,9 @@ impl<Q: Queue> Sim<Q> {
 
     /// Queues an ACK, NACK or CNP from the receiver of `qp` back to its sender.
     fn send_ctrl(&mut self, qp: QpId, kind: Kind, seq: u64, stamp: Stamp, ce: bool) {
-        let q = &self.qps_rx[qp];
-        let prio = if kind == Kind::Cnp || self.net.ack_prio_high {
-            self.net.cnp_prio
+        let q = &self.xport.qps_rx[qp];
+        let prio = if kind == Kind::Cnp || self.fab.net.ack_prio_high {
+            self.fab.net.cnp_prio
         } else {
             q.prio
         };
@@ -269,8 +269,8 @@ impl<Q: Queue> Sim<Q> {
             ce,
             last: false,
         });
-        let port = self.routes.first(route);
-        self.ports[port].push_q(prio as usize, pkt);
+        let port = self.fab.routes.first(route);
+        self.fab.ports[port].push_q(prio as usize, pkt);
         self.kick(port);
     }
 
@@ -278,19 +278,19 @@ impl<Q: Queue> Sim<Q> {
         let now = self.now;
         let qi = pkt.qp;
         if pkt.ce {
-            self.counters[p].np_ecn_marked_roce_packets += 1;
+            self.stats.counters[p].np_ecn_marked_roce_packets += 1;
             // The NP answers CE marks only for classes running DCQCN (roce_np enabled on
             // their priority), at most one CNP per QP per interval.
-            let q = &mut self.qps_rx[qi];
+            let q = &mut self.xport.qps_rx[qi];
             if let Some(interval) = q.cnp_interval
                 && now >= q.rx_next_cnp
             {
                 q.rx_next_cnp = now + interval;
-                self.counters[p].np_cnp_sent += 1;
+                self.stats.counters[p].np_cnp_sent += 1;
                 self.send_ctrl(qi, Kind::Cnp, 0, Stamp::sent_at(now), false);
             }
         }
-        let q = &mut self.qps_rx[qi];
+        let q = &mut self.xport.qps_rx[qi];
         let ece = pkt.ce && q.echo_ecn;
         if pkt.seq == q.rx_expected {
             q.rx_expected += u64::from(pkt.payload);
@@ -309,8 +309,8 @@ impl<Q: Queue> Sim<Q> {
                 self.message_arrived(owner, qi);
             }
         } else if pkt.seq > q.rx_expected {
-            self.counters[p].out_of_sequence += 1;
-            let q = &mut self.qps_rx[qi];
+            self.stats.counters[p].out_of_sequence += 1;
+            let q = &mut self.xport.qps_rx[qi];
             if now >= q.rx_nack_at || q.rx_last_nack != q.rx_expected {
                 q.rx_nack_at = now + NACK_INTERVAL;
                 q.rx_last_nack = q.rx_expected;
@@ -324,8 +324,8 @@ impl<Q: Queue> Sim<Q> {
             // A duplicate: the sender went back (NACK or timeout) or an ACK was lost. An RC
             // responder answers with the cumulative ACK, so a lost last ACK cannot leave
             // the sender retransmitting forever.
-            self.counters[p].duplicate_request += 1;
-            let ack = self.qps_rx[qi].rx_expected;
+            self.stats.counters[p].duplicate_request += 1;
+            let ack = self.xport.qps_rx[qi].rx_expected;
             self.send_ctrl(qi, Kind::Ack, ack, pkt.stamp, ece);
         }
     }
@@ -334,14 +334,14 @@ impl<Q: Queue> Sim<Q> {
     #[inline]
     pub(crate) fn drop_int(&mut self, pkt: &Packet) {
         if let Some(i) = pkt.int_index() {
-            self.ints.give_back(i);
+            self.cc.ints.give_back(i);
         }
     }
 
     fn nic_rx_ack(&mut self, pkt: &Packet) {
         let now = self.now;
         let qi = pkt.qp;
-        let q = &mut self.qps_tx[qi];
+        let q = &mut self.xport.qps_tx[qi];
         // A finished QP has nothing to learn.
         if q.done {
             return;
@@ -356,7 +356,7 @@ impl<Q: Queue> Sim<Q> {
                 self.messages_acked(qi);
             }
         }
-        let q = &mut self.qps_tx[qi];
+        let q = &mut self.xport.qps_tx[qi];
         let mut kick = false;
         if pkt.kind == Kind::Nack {
             let sp = q.src_port;
@@ -365,9 +365,9 @@ impl<Q: Queue> Sim<Q> {
                 q.wr_tx = 0;
                 kick = true;
             }
-            self.counters[sp].packet_seq_err += 1;
+            self.stats.counters[sp].packet_seq_err += 1;
         }
-        let q = &mut self.qps_tx[qi];
+        let q = &mut self.xport.qps_tx[qi];
         let mut raised = false;
         let mut changed = false;
         match &mut q.cc {
@@ -381,14 +381,14 @@ impl<Q: Queue> Sim<Q> {
                             .sent_time()
                             .expect("invariant: TIMELY's packets carry their send time"),
                     ),
-                    &self.timely[*pi as usize],
+                    &self.cc.timely[*pi as usize],
                 );
                 raised = s.rate > before;
             }
             Cc::Hpcc(pi, s) => {
                 if let Some(i) = pkt.int_index() {
-                    let rec = self.ints.records[i as usize];
-                    changed = s.on_ack(pkt.seq, q.snd_nxt, &rec, &self.hpcc[*pi as usize]);
+                    let rec = self.cc.ints.records[i as usize];
+                    changed = s.on_ack(pkt.seq, q.snd_nxt, &rec, &self.cc.hpcc[*pi as usize]);
                 }
             }
             Cc::Dctcp(pi, s) => {
@@ -399,14 +399,14 @@ impl<Q: Queue> Sim<Q> {
                     q.snd_nxt,
                     pkt.ce,
                     u64::from(q.mtu),
-                    &self.dctcp[*pi as usize],
+                    &self.cc.dctcp[*pi as usize],
                 );
             }
             Cc::None | Cc::Dcqcn(..) => {}
         }
-        let unbound = was_bound && !self.qps_tx[qi].win_bound();
-        if self.qps_tx[qi].snd_una >= self.qps_tx[qi].size {
-            if self.qps_tx[qi].persistent() {
+        let unbound = was_bound && !self.xport.qps_tx[qi].win_bound();
+        if self.xport.qps_tx[qi].snd_una >= self.xport.qps_tx[qi].size {
+            if self.xport.qps_tx[qi].persistent() {
                 self.qp_idle(qi);
             } else {
                 self.qp_complete(qi);
@@ -415,11 +415,11 @@ impl<Q: Queue> Sim<Q> {
             // HPCC re-times the next packet both ways (the simulator's `ChangeRate`).
             self.rate_changed(qi);
             if unbound {
-                let sp = self.qps_tx[qi].src_port;
+                let sp = self.xport.qps_tx[qi].src_port;
                 self.kick(sp);
             }
         } else if kick || unbound {
-            let sp = self.qps_tx[qi].src_port;
+            let sp = self.xport.qps_tx[qi].src_port;
             self.kick(sp);
         } else if raised {
             self.rate_raised(qi);
@@ -429,19 +429,19 @@ impl<Q: Queue> Sim<Q> {
     fn nic_rx_cnp(&mut self, p: PortId, pkt: &Packet) {
         let now = self.now;
         let qi = pkt.qp;
-        let q = &mut self.qps_tx[qi];
+        let q = &mut self.xport.qps_tx[qi];
         let sp = q.src_port;
         let _ = p;
         // A persistent QP reacts even when idle: its rate carries to its next message.
         let retired = q.retired();
         match &mut q.cc {
             Cc::Dcqcn(pi, s) if !retired => {
-                self.counters[sp].rp_cnp_handled += 1;
-                if let Some(t) = s.on_cnp(now, &self.dcqcn[*pi as usize]) {
+                self.stats.counters[sp].rp_cnp_handled += 1;
+                if let Some(t) = s.on_cnp(now, &self.cc.dcqcn[*pi as usize]) {
                     self.schedule(t, Event::DcqcnDec(qi));
                 }
             }
-            _ => self.counters[sp].rp_cnp_ignored += 1,
+            _ => self.stats.counters[sp].rp_cnp_ignored += 1,
         }
     }
 
@@ -449,37 +449,37 @@ impl<Q: Queue> Sim<Q> {
     /// that completes takes its timer with it (with a 4.3 s timeout, a timer left in the
     /// event queue would outlive nearly every run and every QP).
     fn arm_rto(&mut self, qi: QpId, at: Ps) {
-        let dev = self.ports[self.qps_tx[qi].src_port].dev_idx;
+        let dev = self.fab.ports[self.xport.qps_tx[qi].src_port].dev_idx;
         let tie = self.tie(at, dev);
-        self.rto.set(qi.0, at, tie);
+        self.xport.rto.set(qi.0, at, tie);
     }
 
     /// The ACK timer of QP `qi` fired: go back to the last acknowledged byte if nothing
     /// moved for a whole timeout.
     pub(crate) fn rto(&mut self, qi: QpId) {
         let now = self.now;
-        let q = &mut self.qps_tx[qi];
+        let q = &mut self.xport.qps_tx[qi];
         if q.done || q.snd_una >= q.snd_nxt {
             q.rto_pending = false;
             return;
         }
-        let deadline = q.last_progress + self.net.ack_timeout;
+        let deadline = q.last_progress + self.fab.net.ack_timeout;
         if deadline > now {
             self.arm_rto(qi, deadline);
             return;
         }
         let sp = q.src_port;
-        self.counters[sp].local_ack_timeout_err += 1;
-        if q.timeouts >= self.net.retry_cnt {
+        self.stats.counters[sp].local_ack_timeout_err += 1;
+        if q.timeouts >= self.fab.net.retry_cnt {
             self.qp_failed(qi);
             return;
         }
         q.timeouts += 1;
-        let q = &mut self.qps_tx[qi];
+        let q = &mut self.xport.qps_tx[qi];
         q.snd_nxt = q.snd_una;
         q.wr_tx = 0;
         q.last_progress = now;
-        self.arm_rto(qi, now + self.net.ack_timeout);
+        self.arm_rto(qi, now + self.fab.net.ack_timeout);
         self.kick(sp);
     }
 
@@ -487,32 +487,32 @@ impl<Q: Queue> Sim<Q> {
     /// priority, then data from the QPs in round robin.
     pub(crate) fn nic_send(&mut self, p: PortId) {
         let now = self.now;
-        if let Some(pkt) = self.ports[p].ctrl.pop_front() {
+        if let Some(pkt) = self.fab.ports[p].ctrl.pop_front() {
             self.transmit(p, pkt);
             self.after_nic_tx(p);
             return;
         }
         if let Some(prio) = self.sendable(p).highest() {
             // Control packets, highest priority first.
-            let pkt = self.ports[p].pop_q(prio);
+            let pkt = self.fab.ports[p].pop_q(prio);
             self.transmit(p, pkt);
             self.after_nic_tx(p);
             return;
         }
         // Data waits while the host side (a degraded PCIe link) is still busy.
-        if self.ports[p].host_free_at > now {
+        if self.fab.ports[p].host_free_at > now {
             self.after_nic_tx(p);
             return;
         }
         // Data: round robin over QPs whose rate limiter allows a packet now.
-        let n = self.ports[p].qps.len();
-        let start = self.ports[p].rr_qp;
+        let n = self.fab.ports[p].qps.len();
+        let start = self.fab.ports[p].rr_qp;
         let mut any_done = false;
         let mut chosen = None;
         for i in 1..=n {
             let idx = (start + i) % n;
-            let qi = self.ports[p].qps[idx];
-            let q = &self.qps_tx[qi];
+            let qi = self.fab.ports[p].qps[idx];
+            let q = &self.xport.qps_tx[qi];
             if q.done {
                 any_done = true;
                 continue;
@@ -533,12 +533,12 @@ impl<Q: Queue> Sim<Q> {
             break;
         }
         if let Some((idx, qi)) = chosen {
-            self.ports[p].rr_qp = idx;
+            self.fab.ports[p].rr_qp = idx;
             self.send_data(p, qi);
         }
         if any_done {
-            let qps = &mut self.qps_tx;
-            let port = &mut self.ports[p];
+            let qps = &mut self.xport.qps_tx;
+            let port = &mut self.fab.ports[p];
             // Keep the round-robin pointer on the same QP: shift it by the finished QPs
             // removed before it.
             let removed_before = port.qps[..port.rr_qp.min(port.qps.len())]
@@ -559,8 +559,8 @@ impl<Q: Queue> Sim<Q> {
 
     fn send_data(&mut self, p: PortId, qi: QpId) {
         let now = self.now;
-        let header = self.net.header_bytes;
-        let q = &mut self.qps_tx[qi];
+        let header = self.fab.net.header_bytes;
+        let q = &mut self.xport.qps_tx[qi];
         // Packets never span two messages: a message's last one may be short.
         let (end, message) = q.message_end();
         let payload = (end - q.snd_nxt).min(u64::from(q.mtu)) as u32;
@@ -570,25 +570,25 @@ impl<Q: Queue> Sim<Q> {
         // An HPCC packet carries INT: its bytes on the wire, its record out of line.
         let (stamp, int_bytes) = match &q.cc {
             Cc::Hpcc(pi, _) => {
-                let multi = self.hpcc[*pi as usize].multi as u8;
-                (Stamp::int(self.ints.take(multi)), int::HEADER_BYTES)
+                let multi = self.cc.hpcc[*pi as usize].multi as u8;
+                (Stamp::int(self.cc.ints.take(multi)), int::HEADER_BYTES)
             }
             _ => (Stamp::sent_at(now), 0),
         };
-        let q = &mut self.qps_tx[qi];
+        let q = &mut self.xport.qps_tx[qi];
         let wire = payload + header + int_bytes;
         if let Cc::Dcqcn(pi, s) = &mut q.cc {
-            s.on_sent(wire, &self.dcqcn[*pi as usize]);
+            s.on_sent(wire, &self.cc.dcqcn[*pi as usize]);
         }
         q.last_sent = now;
         q.last_wire = wire;
-        q.next_avail = now + super::cc_timers::paced_gap(q, self.ports[p].rate.tx_time(wire));
+        q.next_avail = now + super::cc_timers::paced_gap(q, self.fab.ports[p].rate.tx_time(wire));
         let dst = q.dst_port;
-        let port = &mut self.ports[p];
+        let port = &mut self.fab.ports[p];
         if let Some(cap) = port.host_cap {
             port.host_free_at = port.host_free_at.max(now) + cap.tx_time(wire);
         }
-        let d = &mut self.ports[dst];
+        let d = &mut self.fab.ports[dst];
         if q.rx_reserved {
             // The credit was taken when the QP asked for it.
             q.rx_reserved = false;
@@ -614,7 +614,7 @@ impl<Q: Queue> Sim<Q> {
         });
         self.transmit(p, pkt);
         if arm_rto {
-            self.arm_rto(qi, now + self.net.ack_timeout);
+            self.arm_rto(qi, now + self.fab.net.ack_timeout);
         }
     }
 
@@ -622,7 +622,7 @@ impl<Q: Queue> Sim<Q> {
     /// wait, else when the earliest rate limiter or pause lets a QP send.
     fn after_nic_tx(&mut self, p: PortId) {
         let now = self.now;
-        let port = &self.ports[p];
+        let port = &self.fab.ports[p];
         let busy = port.busy_until.max(now);
         let mut t = NEVER;
         if !port.ctrl.is_empty() {
@@ -637,7 +637,7 @@ impl<Q: Queue> Sim<Q> {
             });
         }
         for &qi in &port.qps {
-            let q = &self.qps_tx[qi];
+            let q = &self.xport.qps_tx[qi];
             // A window-bound QP waits for an ACK, which kicks the port.
             if q.done || q.snd_nxt >= q.size || q.win_bound() {
                 continue;
@@ -653,7 +653,7 @@ impl<Q: Queue> Sim<Q> {
         }
         if t != NEVER {
             debug_assert!(
-                t > now || self.ports[p].busy_until > now,
+                t > now || self.fab.ports[p].busy_until > now,
                 "invariant: nic_send sends whatever is sendable now"
             );
             self.schedule_wake(p, t.max(now + 1));
@@ -662,7 +662,7 @@ impl<Q: Queue> Sim<Q> {
 
     /// Bytes the receiver of a QP got in order.
     pub(crate) fn qp_received_bytes(&self, qp: QpId) -> u64 {
-        let q = &self.qps_rx[qp];
+        let q = &self.xport.qps_rx[qp];
         q.rx_expected.min(q.size)
     }
 }

@@ -89,27 +89,28 @@ impl<Q: Queue> Sim<Q> {
     /// Whether this run owns device `dev` (a serial run owns every device).
     #[inline]
     pub(crate) fn owns(&self, dev: u32) -> bool {
-        self.part.as_ref().is_none_or(|p| p.owns(dev))
+        self.dist.map.as_ref().is_none_or(|p| p.owns(dev))
     }
 
     /// Sends a packet over a cut link to the partition at its other end.
     pub(crate) fn ship(&mut self, p: PortId, at: Ps, tie: Tie, mut pkt: Packet) {
-        let to_dev = self.links[p].to_dev;
+        let to_dev = self.fab.links[p].to_dev;
         let dest = self
-            .part
+            .dist
+            .map
             .as_ref()
             .expect("invariant: only partitioned runs cut links")
             .of_dev[to_dev as usize] as usize;
         let int = pkt.int_index().map(|i| {
-            let rec = self.ints.records[i as usize];
-            self.ints.give_back(i);
+            let rec = self.cc.ints.records[i as usize];
+            self.cc.ints.give_back(i);
             pkt.stamp = Stamp::NONE;
             rec
         });
         // The packet lives on in the other partition's ledger.
-        self.ledger.live_packets -= 1;
-        self.shipped_packets += 1;
-        self.outbox[dest].links.push(LinkMsg {
+        self.stats.ledger.live_packets -= 1;
+        self.dist.shipped_packets += 1;
+        self.dist.outbox[dest].links.push(LinkMsg {
             link: p,
             at,
             tie,
@@ -124,20 +125,24 @@ impl<Q: Queue> Sim<Q> {
         for m in from.links.drain(..) {
             let mut pkt = m.pkt;
             if let Some(rec) = m.int {
-                let i = self.ints.take(rec.multi);
-                self.ints.records[i as usize] = rec;
+                let i = self.cc.ints.take(rec.multi);
+                self.cc.ints.records[i as usize] = rec;
                 pkt.stamp = Stamp::int(i);
             }
-            self.ledger.live_packets += 1;
-            self.ledger.peak_live_packets = self.ledger.peak_live_packets.max(self.ledger.live_packets);
+            self.stats.ledger.live_packets += 1;
+            self.stats.ledger.peak_live_packets = self
+                .stats
+                .ledger
+                .peak_live_packets
+                .max(self.stats.ledger.live_packets);
             self.put_on_link(m.link, m.at, m.tie, pkt);
         }
     }
 
     /// The outboxes of this window, to hand to the other partitions.
     pub fn take_outboxes(&mut self) -> Vec<Outbox> {
-        let n = self.outbox.len();
-        std::mem::replace(&mut self.outbox, vec![Outbox::default(); n])
+        let n = self.dist.outbox.len();
+        std::mem::replace(&mut self.dist.outbox, vec![Outbox::default(); n])
     }
 }
 
@@ -196,10 +201,10 @@ impl<Q: Queue> Sim<Q> {
     /// The device that receives flow `f` (a flow inside a host has both halves there; a
     /// network flow's receiver is its QPs' destination).
     fn receiver_of(&self, f: FlowId) -> u32 {
-        let fl = &self.flows[f];
+        let fl = &self.work.flows[f];
         match fl.local {
             Some(_) => fl.dev,
-            None => self.ports[self.qps_tx[QpId(fl.tx.first_qp)].dst_port].dev_idx,
+            None => self.fab.ports[self.xport.qps_tx[QpId(fl.tx.first_qp)].dst_port].dev_idx,
         }
     }
 
@@ -209,56 +214,57 @@ impl<Q: Queue> Sim<Q> {
     /// When the run is not partitioned.
     pub fn into_part_state(mut self) -> PartState {
         let map = self
-            .part
+            .dist
+            .map
             .clone()
             .expect("invariant: a partition's state comes from a partitioned run");
         let mine = |dev: u32| map.owns(dev);
-        let n_nics = self.nics.len();
+        let n_nics = self.fab.nics.len();
         // Who owns what, while every port still names its device.
-        let qp_owned: Vec<(bool, bool)> = (0..self.qps_tx.len())
+        let qp_owned: Vec<(bool, bool)> = (0..self.xport.qps_tx.len())
             .map(|q| {
-                let q = &self.qps_tx[QpId(q as u32)];
+                let q = &self.xport.qps_tx[QpId(q as u32)];
                 (
-                    mine(self.ports[q.src_port].dev_idx),
-                    mine(self.ports[q.dst_port].dev_idx),
+                    mine(self.fab.ports[q.src_port].dev_idx),
+                    mine(self.fab.ports[q.dst_port].dev_idx),
                 )
             })
             .collect();
-        let flow_owned: Vec<(bool, bool)> = (0..self.flows.len())
+        let flow_owned: Vec<(bool, bool)> = (0..self.work.flows.len())
             .map(|i| {
                 let f = FlowId::from(i);
-                (mine(self.flows[f].dev), mine(self.receiver_of(f)))
+                (mine(self.work.flows[f].dev), mine(self.receiver_of(f)))
             })
             .collect();
-        let port_owned: Vec<bool> = self.ports.iter().map(|p| mine(p.dev_idx)).collect();
-        let counters = std::mem::take(&mut self.counters);
-        let ports = std::mem::take(&mut self.ports)
+        let port_owned: Vec<bool> = self.fab.ports.iter().map(|p| mine(p.dev_idx)).collect();
+        let counters = std::mem::take(&mut self.stats.counters);
+        let ports = std::mem::take(&mut self.fab.ports)
             .into_iter_enumerated()
             .zip(counters.into_iter_enumerated())
             .filter(|((p, _), _)| port_owned[p.idx()])
             .map(|((p, port), (_, c))| (p, port, c))
             .collect();
-        let links = std::mem::take(&mut self.links)
+        let links = std::mem::take(&mut self.fab.links)
             .into_iter_enumerated()
             .filter(|(_, l)| mine(l.to_dev))
             .collect();
-        let switches = std::mem::take(&mut self.switches)
+        let switches = std::mem::take(&mut self.fab.switches)
             .into_iter()
             .enumerate()
             .filter(|(s, _)| mine((n_nics + s) as u32))
             .map(|(s, sw)| (s as u32, sw))
             .collect();
-        let qps_tx = std::mem::take(&mut self.qps_tx)
+        let qps_tx = std::mem::take(&mut self.xport.qps_tx)
             .into_iter_enumerated()
             .filter(|(q, _)| qp_owned[q.idx()].0)
             .collect();
-        let qps_rx = std::mem::take(&mut self.qps_rx)
+        let qps_rx = std::mem::take(&mut self.xport.qps_rx)
             .into_iter_enumerated()
             .filter(|(q, _)| qp_owned[q.idx()].1)
             .collect();
         let mut flows_tx = Vec::new();
         let mut flows_rx = Vec::new();
-        for (f, fl) in std::mem::take(&mut self.flows).into_iter_enumerated() {
+        for (f, fl) in std::mem::take(&mut self.work.flows).into_iter_enumerated() {
             let (tx, rx) = flow_owned[f.idx()];
             if tx {
                 flows_tx.push((f, fl.started, fl.tx));
@@ -268,6 +274,7 @@ impl<Q: Queue> Sim<Q> {
             }
         }
         let colls = self
+            .work
             .colls
             .iter_mut()
             .map(|c| CollPart {
@@ -290,49 +297,49 @@ impl<Q: Queue> Sim<Q> {
             flows_tx,
             flows_rx,
             colls,
-            samples: std::mem::take(&mut self.samples),
-            pfc_log: std::mem::take(&mut self.pfc_log),
-            ledger: self.ledger,
-            events: self.events,
-            packet_hops: self.packet_hops,
-            shipped_packets: self.shipped_packets,
-            stray_packets: self.stray_packets,
-            qps_failed: self.qps_failed,
-            flows_done: self.flows_done,
-            last_done_at: self.last_done_at,
-            ints_live: self.ints.live,
-            peak_live_transfers: self.peak_live_transfers,
-            peak_slices_outstanding: self.peak_slices_outstanding,
-            peak_pending: self.q.peak() + self.merged_peak_pending,
+            samples: std::mem::take(&mut self.stats.samples),
+            pfc_log: std::mem::take(&mut self.stats.pfc_log),
+            ledger: self.stats.ledger,
+            events: self.stats.events,
+            packet_hops: self.stats.packet_hops,
+            shipped_packets: self.dist.shipped_packets,
+            stray_packets: self.xport.stray_packets,
+            qps_failed: self.xport.qps_failed,
+            flows_done: self.work.flows_done,
+            last_done_at: self.work.last_done_at,
+            ints_live: self.cc.ints.live,
+            peak_live_transfers: self.work.peak_live_transfers,
+            peak_slices_outstanding: self.work.peak_slices_outstanding,
+            peak_pending: self.q.peak() + self.dist.merged_peak_pending,
         }
     }
 
     /// Puts another partition's state into this one (see [`PartState`]).
     pub fn absorb(&mut self, o: PartState) {
         for (p, port, counters) in o.ports {
-            self.ports[p] = port;
-            self.counters[p] = counters;
+            self.fab.ports[p] = port;
+            self.stats.counters[p] = counters;
         }
         for (p, link) in o.links {
-            self.links[p] = link;
+            self.fab.links[p] = link;
         }
         for (s, sw) in o.switches {
-            self.switches[s as usize] = sw;
+            self.fab.switches[s as usize] = sw;
         }
         for (q, tx) in o.qps_tx {
-            self.qps_tx[q] = tx;
+            self.xport.qps_tx[q] = tx;
         }
         for (q, rx) in o.qps_rx {
-            self.qps_rx[q] = rx;
+            self.xport.qps_rx[q] = rx;
         }
         for (f, started, tx) in o.flows_tx {
-            self.flows[f].started = started;
-            self.flows[f].tx = tx;
+            self.work.flows[f].started = started;
+            self.work.flows[f].tx = tx;
         }
         for (f, rx) in o.flows_rx {
-            self.flows[f].rx = rx;
+            self.work.flows[f].rx = rx;
         }
-        for (b, x) in self.colls.iter_mut().zip(o.colls) {
+        for (b, x) in self.work.colls.iter_mut().zip(o.colls) {
             b.arrived += x.arrived;
             b.last_arrival = b.last_arrival.max(x.last_arrival);
             b.failed |= x.failed;
@@ -351,24 +358,24 @@ impl<Q: Queue> Sim<Q> {
             }
         }
         let mut samples = o.samples;
-        self.samples.counters.append(&mut samples.counters);
-        self.samples.rates.append(&mut samples.rates);
-        self.samples.queues.append(&mut samples.queues);
+        self.stats.samples.counters.append(&mut samples.counters);
+        self.stats.samples.rates.append(&mut samples.rates);
+        self.stats.samples.queues.append(&mut samples.queues);
         let mut pfc = o.pfc_log;
-        self.pfc_log.append(&mut pfc);
-        self.ledger.absorb(&o.ledger);
-        self.events += o.events;
-        self.packet_hops += o.packet_hops;
-        self.shipped_packets += o.shipped_packets;
-        self.stray_packets += o.stray_packets;
-        self.qps_failed += o.qps_failed;
-        self.flows_done += o.flows_done;
-        self.last_done_at = self.last_done_at.max(o.last_done_at);
-        self.ints.live += o.ints_live;
+        self.stats.pfc_log.append(&mut pfc);
+        self.stats.ledger.absorb(&o.ledger);
+        self.stats.events += o.events;
+        self.stats.packet_hops += o.packet_hops;
+        self.dist.shipped_packets += o.shipped_packets;
+        self.xport.stray_packets += o.stray_packets;
+        self.xport.qps_failed += o.qps_failed;
+        self.work.flows_done += o.flows_done;
+        self.work.last_done_at = self.work.last_done_at.max(o.last_done_at);
+        self.cc.ints.live += o.ints_live;
         // Peaks of different partitions need not coincide: their sum bounds the run's.
-        self.peak_live_transfers += o.peak_live_transfers;
-        self.peak_slices_outstanding = self.peak_slices_outstanding.max(o.peak_slices_outstanding);
-        self.merged_peak_pending += o.peak_pending;
+        self.work.peak_live_transfers += o.peak_live_transfers;
+        self.work.peak_slices_outstanding = self.work.peak_slices_outstanding.max(o.peak_slices_outstanding);
+        self.dist.merged_peak_pending += o.peak_pending;
         debug_assert_eq!(self.now, o.now, "invariant: partitions finish at one time");
     }
 
@@ -379,10 +386,10 @@ impl<Q: Queue> Sim<Q> {
     /// time and port order. Every partition must have finished (`finish_run`) at the same
     /// time.
     pub fn merge(mut parts: Vec<Sim<Q>>) -> Sim<Q> {
-        parts.sort_by_key(|s| s.part.as_ref().map_or(0, |p| p.me));
+        parts.sort_by_key(|s| s.dist.map.as_ref().map_or(0, |p| p.me));
         let rest = parts.split_off(1);
         let mut base = parts.pop().expect("invariant: a run has a partition");
-        if base.part.is_none() {
+        if base.dist.map.is_none() {
             assert!(rest.is_empty(), "invariant: a serial run is one partition");
             return base;
         }
@@ -398,12 +405,15 @@ impl<Q: Queue> Sim<Q> {
             self.absorb(st);
         }
         // Each partition's samples are in time order, and at one time in port order.
-        self.samples.counters.sort_by_key(|&(t, p, ..)| (t, p));
-        self.samples.queues.sort_by_key(|&(t, p, prio, _)| (t, p, prio));
-        for l in self.links.iter_mut() {
+        self.stats.samples.counters.sort_by_key(|&(t, p, ..)| (t, p));
+        self.stats
+            .samples
+            .queues
+            .sort_by_key(|&(t, p, prio, _)| (t, p, prio));
+        for l in self.fab.links.iter_mut() {
             l.cut = false;
         }
-        self.part = None;
+        self.dist.map = None;
     }
 }
 

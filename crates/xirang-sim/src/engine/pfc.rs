@@ -37,13 +37,14 @@ impl<Q: Queue> Sim<Q> {
     #[inline(always)]
     pub(crate) fn is_paused(&mut self, p: PortId, prio: usize) -> bool {
         let now = self.now;
-        let port = &mut self.ports[p];
+        let port = &mut self.fab.ports[p];
         if port.pr[prio].paused_until > now {
             return true;
         }
         port.pause_mask.remove(prio);
         if port.pr[prio].pause_since != NEVER {
-            self.counters[p].rx_pause_ps[prio] += port.pr[prio].paused_until - port.pr[prio].pause_since;
+            self.stats.counters[p].rx_pause_ps[prio] +=
+                port.pr[prio].paused_until - port.pr[prio].pause_since;
             port.pr[prio].pause_since = NEVER;
         }
         false
@@ -52,7 +53,7 @@ impl<Q: Queue> Sim<Q> {
     /// Adds pause time still running at the end of the run to the counters.
     pub(crate) fn settle_pause_durations(&mut self) {
         let now = self.now;
-        for (port, c) in self.ports.iter_mut().zip(self.counters.iter_mut()) {
+        for (port, c) in self.fab.ports.iter_mut().zip(self.stats.counters.iter_mut()) {
             for prio in 0..N_PRIO {
                 if port.pr[prio].pause_since != NEVER {
                     c.rx_pause_ps[prio] += port.pr[prio].paused_until.min(now) - port.pr[prio].pause_since;
@@ -72,7 +73,7 @@ impl<Q: Queue> Sim<Q> {
 
     /// Sends a PFC frame out of port `p` (towards its peer) for `prio`.
     pub(crate) fn send_pfc(&mut self, p: PortId, prio: usize, xoff: bool) {
-        let quanta = if xoff { self.net.pause_quanta } else { 0 };
+        let quanta = if xoff { self.fab.net.pause_quanta } else { 0 };
         let pkt = self.alloc(Packet {
             seq: u64::from(quanta),
             stamp: Stamp::sent_at(self.now),
@@ -88,7 +89,7 @@ impl<Q: Queue> Sim<Q> {
             last: false,
         });
         let now = self.now;
-        let port = &mut self.ports[p];
+        let port = &mut self.fab.ports[p];
         port.ctrl.push_back(pkt);
         if xoff {
             if !port.xoff.contains(prio) {
@@ -110,7 +111,7 @@ impl<Q: Queue> Sim<Q> {
             );
         } else {
             port.xoff.remove(prio);
-            self.counters[p].tx_pause_ps[prio] += now - port.pr[prio].xoff_since;
+            self.stats.counters[p].tx_pause_ps[prio] += now - port.pr[prio].xoff_since;
             port.pr[prio].xoff_since = NEVER;
         }
         self.kick(p);
@@ -118,7 +119,7 @@ impl<Q: Queue> Sim<Q> {
 
     /// A refresh timer fired: re-send XOFF if this pause is still the one asserted.
     pub(crate) fn pfc_refresh(&mut self, p: PortId, prio: usize, generation: u32) {
-        let port = &self.ports[p];
+        let port = &self.fab.ports[p];
         if port.xoff.contains(prio) && port.pr[prio].pfc_gen == generation {
             self.send_pfc(p, prio, true);
         }
@@ -130,13 +131,13 @@ impl<Q: Queue> Sim<Q> {
         let quanta = pkt.seq as u32;
         let now = self.now;
         let paused = self.is_paused(p, prio);
-        let port = &mut self.ports[p];
-        self.counters[p].rx_pause[prio] += 1;
+        let port = &mut self.fab.ports[p];
+        self.stats.counters[p].rx_pause[prio] += 1;
         let (node_id, at_switch) = match port.dev {
-            Dev::Nic(n) => (self.nics[n.index()].node_id, false),
-            Dev::Switch(s) => (self.switches[s.index()].hash_seed, true),
+            Dev::Nic(n) => (self.fab.nics[n.index()].node_id, false),
+            Dev::Switch(s) => (self.fab.switches[s.index()].hash_seed, true),
         };
-        self.pfc_log.push(PfcEvent {
+        self.stats.pfc_log.push(PfcEvent {
             time: now,
             node_id,
             at_switch,
@@ -152,9 +153,9 @@ impl<Q: Queue> Sim<Q> {
             port.pause_mask.insert(prio);
         } else {
             if paused {
-                self.counters[p].rx_pause_ps[prio] += now - port.pr[prio].pause_since;
+                self.stats.counters[p].rx_pause_ps[prio] += now - port.pr[prio].pause_since;
                 port.pr[prio].pause_since = NEVER;
-                self.counters[p].rx_pause_transition[prio] += 1;
+                self.stats.counters[p].rx_pause_transition[prio] += 1;
             }
             port.pr[prio].paused_until = 0;
             port.pause_mask.remove(prio);

@@ -40,13 +40,13 @@ pub struct Samples {
 impl<Q: Queue> Sim<Q> {
     pub(crate) fn sample(&mut self) {
         let now = self.now;
-        for (qi, q) in self.qps_tx.iter_enumerated() {
+        for (qi, q) in self.xport.qps_tx.iter_enumerated() {
             if q.done {
                 continue;
             }
             let (origin, place) = match q.owner {
                 TxOwner::Flow(f) => {
-                    let flow = &self.flows[f];
+                    let flow = &self.work.flows[f];
                     if flow.started.is_none() {
                         continue;
                     }
@@ -58,7 +58,7 @@ impl<Q: Queue> Sim<Q> {
                     let Some(&(_, slice)) = q.wrs.front() else {
                         continue;
                     };
-                    let c = &self.conns[conn as usize];
+                    let c = &self.work.conns[conn as usize];
                     let meta = c.tx.meta[(slice % u64::from(c.slots)) as usize];
                     (
                         RateOf::Transfer {
@@ -71,29 +71,32 @@ impl<Q: Queue> Sim<Q> {
                 }
                 TxOwner::Cts { .. } => continue,
             };
-            self.samples.rates.push((now, origin, place, q.rate_bps()));
+            self.stats.samples.rates.push((now, origin, place, q.rate_bps()));
         }
         // A partition samples its own ports (a QP sends only where it was made).
-        for (pi, port) in self.ports.iter_enumerated() {
+        for (pi, port) in self.fab.ports.iter_enumerated() {
             if !self.owns(port.dev_idx) {
                 continue;
             }
             if matches!(port.dev, Dev::Switch(_)) {
                 for prio in 0..N_PRIO {
                     if port.pr[prio].egr > 0 {
-                        self.samples.queues.push((now, pi, prio as u8, port.pr[prio].egr));
+                        self.stats
+                            .samples
+                            .queues
+                            .push((now, pi, prio as u8, port.pr[prio].egr));
                     }
                 }
             }
         }
         let counters = self.port_counters();
-        let samples = &mut self.samples;
+        let samples = &mut self.stats.samples;
         if samples.last.is_empty() {
             samples.last = vec![UNSEEN; counters.len() * SLOTS_PER_PORT];
         }
         for (pi, c) in counters.iter_enumerated() {
-            let dev = self.ports[pi].dev_idx;
-            if !self.part.as_ref().is_none_or(|p| p.owns(dev)) {
+            let dev = self.fab.ports[pi].dev_idx;
+            if !self.dist.map.as_ref().is_none_or(|p| p.owns(dev)) {
                 continue;
             }
             let base = pi.idx() * SLOTS_PER_PORT;
@@ -106,9 +109,9 @@ impl<Q: Queue> Sim<Q> {
                     out.push((now, pi, scope, name, value));
                 }
             };
-            match self.ports[pi].dev {
-                Dev::Nic(_) => c.visit_nic(&self.net.pfc_prios, &mut keep),
-                Dev::Switch(_) => c.visit_switch(&self.net.pfc_prios, &mut keep),
+            match self.fab.ports[pi].dev {
+                Dev::Nic(_) => c.visit_nic(&self.fab.net.pfc_prios, &mut keep),
+                Dev::Switch(_) => c.visit_switch(&self.fab.net.pfc_prios, &mut keep),
             }
         }
     }

@@ -81,27 +81,27 @@ impl<Q: Queue> Sim<Q> {
             self.consume(&pkt);
             return;
         }
-        let out = self.routes.hop(pkt.route, pkt.hop);
+        let out = self.fab.routes.hop(pkt.route, pkt.hop);
         pkt.hop += 1;
         let prio = pkt.prio as usize;
         let size = u64::from(pkt.size);
-        let lossless = self.net.pfc_lossless[prio] && !self.ports[inp].pfc_off;
-        let reserved = self.net.reserved;
-        let sw = &mut self.switches[s.index()];
+        let lossless = self.fab.net.pfc_lossless[prio] && !self.fab.ports[inp].pfc_off;
+        let reserved = self.fab.net.reserved;
+        let sw = &mut self.fab.switches[s.index()];
         if sw.used + size > sw.buffer {
-            self.counters[inp].in_discards += 1;
+            self.stats.counters[inp].in_discards += 1;
             self.drop_packet(out, &pkt);
             return;
         }
         // Thresholds are taken before this packet is counted (HPCC `CheckIngressAdmission`).
-        let port = &mut self.ports[inp];
+        let port = &mut self.fab.ports[inp];
         let shared_pq = port.pr[prio].ing.saturating_sub(reserved);
         let new = port.pr[prio].ing + size;
         if lossless {
-            let thr = sw.threshold(self.net.pfc_th);
+            let thr = sw.threshold(self.fab.net.pfc_th);
             if port.pr[prio].hdrm + size > port.headroom && shared_pq + size > thr {
                 // Headroom overflow: a lossless packet is lost. Sized headroom prevents it.
-                self.counters[inp].in_discards += 1;
+                self.stats.counters[inp].in_discards += 1;
                 self.drop_packet(out, &pkt);
                 return;
             }
@@ -114,9 +114,9 @@ impl<Q: Queue> Sim<Q> {
                 sw.shared_used += size.min(new - reserved);
             }
         } else {
-            let thr = sw.threshold(self.net.lossy_th);
+            let thr = sw.threshold(self.fab.net.lossy_th);
             if shared_pq + size > thr {
-                self.counters[inp].in_discards += 1;
+                self.stats.counters[inp].in_discards += 1;
                 self.drop_packet(out, &pkt);
                 return;
             }
@@ -127,13 +127,13 @@ impl<Q: Queue> Sim<Q> {
         }
         sw.used += size;
         if lossless && !port.xoff.contains(prio) {
-            let thr = sw.threshold(self.net.pfc_th);
+            let thr = sw.threshold(self.fab.net.pfc_th);
             if port.pr[prio].hdrm > 0 || port.pr[prio].ing.saturating_sub(reserved) >= thr {
                 self.send_pfc(inp, prio, true);
             }
         }
         pkt.in_port = inp;
-        let o = &mut self.ports[out];
+        let o = &mut self.fab.ports[out];
         o.pr[prio].egr += size;
         if o.pr[prio].egr > o.pr[prio].watermark {
             o.pr[prio].watermark = o.pr[prio].egr;
@@ -145,7 +145,7 @@ impl<Q: Queue> Sim<Q> {
     /// Accounts a packet dropped by admission on its way to egress port `out`.
     fn drop_packet(&mut self, out: PortId, k: &Packet) {
         self.account_drop(k);
-        let c = &mut self.counters[out];
+        let c = &mut self.stats.counters[out];
         c.tx_discards += 1;
         c.q_dropped[k.prio as usize] += 1;
     }
@@ -153,7 +153,7 @@ impl<Q: Queue> Sim<Q> {
     /// Picks the next queue of switch port `p`: the CNP priority strictly first, then DWRR
     /// over the others with a quantum of one jumbo frame.
     fn pick_queue(&mut self, p: PortId) -> Option<usize> {
-        let cnp = self.net.cnp_prio as usize;
+        let cnp = self.fab.net.cnp_prio as usize;
         let ready = self.sendable(p);
         if ready.contains(cnp) {
             return Some(cnp);
@@ -162,7 +162,7 @@ impl<Q: Queue> Sim<Q> {
         if others.is_empty() {
             return None;
         }
-        let port = &mut self.ports[p];
+        let port = &mut self.fab.ports[p];
         // Classic DWRR: a queue gets one quantum when its turn starts and sends while its
         // deficit covers the head packet; then the turn passes to the next ready queue.
         // Each pass either serves or moves the pointer, so two rotations always suffice.
@@ -190,7 +190,7 @@ impl<Q: Queue> Sim<Q> {
 
     /// Switch port `p`'s transmitter is free: send its next packet.
     pub(crate) fn switch_send(&mut self, p: PortId) {
-        if let Some(pkt) = self.ports[p].ctrl.pop_front() {
+        if let Some(pkt) = self.fab.ports[p].ctrl.pop_front() {
             self.transmit(p, pkt);
             self.after_switch_tx(p);
             return;
@@ -199,14 +199,14 @@ impl<Q: Queue> Sim<Q> {
             self.wake_for_pause(p);
             return;
         };
-        let mut pkt = self.ports[p].pop_q(prio);
+        let mut pkt = self.fab.ports[p].pop_q(prio);
         self.switch_dequeue(p, &mut pkt);
         self.transmit(p, pkt);
         self.after_switch_tx(p);
     }
 
     fn after_switch_tx(&mut self, p: PortId) {
-        let port = &self.ports[p];
+        let port = &self.fab.ports[p];
         if !port.nonempty.is_empty() || !port.ctrl.is_empty() {
             let t = port.busy_until;
             self.schedule_wake(p, t);
@@ -215,7 +215,7 @@ impl<Q: Queue> Sim<Q> {
 
     /// Nothing sendable: if queues wait behind a pause, wake when it expires.
     fn wake_for_pause(&mut self, p: PortId) {
-        let port = &self.ports[p];
+        let port = &self.fab.ports[p];
         let mut t = NEVER;
         for prio in 0..N_PRIO {
             if port.nonempty.contains(prio) && port.pr[prio].paused_until > self.now {
@@ -232,26 +232,27 @@ impl<Q: Queue> Sim<Q> {
         let prio = pkt.prio as usize;
         let size = u64::from(pkt.size);
         let inp = pkt.in_port;
-        let reserved = self.net.reserved;
-        let Dev::Switch(s) = self.ports[out].dev else {
+        let reserved = self.fab.net.reserved;
+        let Dev::Switch(s) = self.fab.ports[out].dev else {
             unreachable!("invariant: switch_dequeue runs on switch ports")
         };
-        let sw = &mut self.switches[s.index()];
-        let port = &mut self.ports[inp];
+        let sw = &mut self.fab.switches[s.index()];
+        let port = &mut self.fab.ports[inp];
         let from_hdrm = port.pr[prio].hdrm.min(size);
         let from_shared = (size - from_hdrm).min(port.pr[prio].ing.saturating_sub(reserved));
         port.pr[prio].hdrm -= from_hdrm;
         port.pr[prio].ing -= size - from_hdrm;
         sw.shared_used -= from_shared;
         sw.used -= size;
-        let resume = self.net.pfc_lossless[prio] && port.xoff.contains(prio) && port.pr[prio].hdrm == 0 && {
-            let shared = port.pr[prio].ing.saturating_sub(reserved);
-            shared == 0 || shared + self.net.xon_offset <= sw.threshold(self.net.pfc_th)
-        };
-        let o = &mut self.ports[out];
+        let resume =
+            self.fab.net.pfc_lossless[prio] && port.xoff.contains(prio) && port.pr[prio].hdrm == 0 && {
+                let shared = port.pr[prio].ing.saturating_sub(reserved);
+                shared == 0 || shared + self.fab.net.xon_offset <= sw.threshold(self.fab.net.pfc_th)
+            };
+        let o = &mut self.fab.ports[out];
         o.pr[prio].egr -= size;
         if pkt.kind == Kind::Data && o.red_mark(o.pr[prio].egr) {
-            self.counters[out].q_ecn_marked[prio] += 1;
+            self.stats.counters[out].q_ecn_marked[prio] += 1;
             pkt.ce = true;
         }
         if pkt.kind == Kind::Data
@@ -259,10 +260,10 @@ impl<Q: Queue> Sim<Q> {
         {
             // HPCC's INT hop at egress dequeue (the simulator's SwitchNotifyDequeue): the
             // port's bytes sent before this packet, its queue (every priority) after it.
-            let o = &self.ports[out];
+            let o = &self.fab.ports[out];
             let tx_bytes: u64 = o.pr.iter().map(|s| s.tx_bytes).sum();
             let qlen: u64 = o.pr.iter().map(|s| s.egr).sum();
-            let rec = &mut self.ints.records[i as usize];
+            let rec = &mut self.cc.ints.records[i as usize];
             let hop = crate::cc::int::Hop::encode(
                 self.now / PS_PER_NS,
                 tx_bytes,

@@ -28,32 +28,32 @@ list = [{ src = "h0", dst = "h1", bytes = 10_000 }]
     sim.run(&mut |_| {});
     let q0 = QpId(0);
     let route = sim.route_of(q0);
-    let rx_port = sim.ports[*route.last().unwrap()].peer;
+    let rx_port = sim.fab.ports[*route.last().unwrap()].peer;
     // The ACK of the duplicate leaves the receiver on the link of its own port.
-    assert!(sim.links[rx_port].in_flight.is_empty());
+    assert!(sim.fab.links[rx_port].in_flight.is_empty());
     let dup = Packet {
         seq: 0,
         stamp: Stamp::sent_at(sim.now),
         qp: q0,
-        route: sim.qps_tx[q0].route,
+        route: sim.xport.qps_tx[q0].route,
         in_port: PortId(0),
         size: 1062,
         payload: 1000,
         hop: 2,
         kind: Kind::Data,
-        prio: sim.qps_tx[q0].prio,
+        prio: sim.xport.qps_tx[q0].prio,
         ce: false,
         last: false,
     };
-    sim.ledger.live_packets += 1;
+    sim.stats.ledger.live_packets += 1;
     sim.nic_receive(rx_port, dup);
-    let (_, _, ack) = sim.links[rx_port]
+    let (_, _, ack) = sim.fab.links[rx_port]
         .in_flight
         .front()
         .copied()
         .expect("an ACK went out");
     assert_eq!((ack.kind, ack.seq), (Kind::Ack, 10_000));
-    assert_eq!(sim.counters[rx_port].duplicate_request, 1);
+    assert_eq!(sim.stats.counters[rx_port].duplicate_request, 1);
 }
 
 /// The marking probability measured at a queue held at a fixed length between Kmin and
@@ -132,7 +132,8 @@ qps_per_connection = {qps}
 
 /// The data QPs of the run's connections, by connection.
 fn data_qps(sim: &Sim) -> Vec<Vec<QpId>> {
-    sim.conns
+    sim.work
+        .conns
         .iter()
         .filter_map(|c| {
             c.net
@@ -155,8 +156,9 @@ fn split_data_puts_a_slice_on_one_qp_or_on_all() {
         sim.run(&mut |_| {});
         for qps in data_qps(&sim) {
             assert_eq!(qps.len(), 4);
-            let msgs: Vec<u64> = qps.iter().map(|&q| sim.qps_rx[q].msgs).collect();
+            let msgs: Vec<u64> = qps.iter().map(|&q| sim.xport.qps_rx[q].msgs).collect();
             let slices = sim
+                .work
                 .conns
                 .iter()
                 .find(|c| c.net.is_some())
@@ -190,7 +192,7 @@ fn split_data_puts_a_slice_on_one_qp_or_on_all() {
 fn a_qp_carries_its_dcqcn_rate_from_one_slice_to_the_next() {
     let mut sim = persistent_pair(1, 25, "\n[config.classes.training]\npriority = 3\ncc = \"dcqcn\"");
     let qps: Vec<QpId> = data_qps(&sim).into_iter().flatten().collect();
-    let mut idle: Vec<bool> = qps.iter().map(|&q| sim.qps_tx[q].done).collect();
+    let mut idle: Vec<bool> = qps.iter().map(|&q| sim.xport.qps_tx[q].done).collect();
     let mut below_line_starts = 0;
     let mut starts = 0;
     sim.start_run();
@@ -199,7 +201,7 @@ fn a_qp_carries_its_dcqcn_rate_from_one_slice_to_the_next() {
         t += PS_PER_US;
         sim.run_until(t, &mut |_| {});
         for (i, &q) in qps.iter().enumerate() {
-            let tx = &sim.qps_tx[q];
+            let tx = &sim.xport.qps_tx[q];
             if idle[i] && !tx.done {
                 starts += 1;
                 if tx.rate_bps() < tx.line_bps {
@@ -217,9 +219,9 @@ fn a_qp_carries_its_dcqcn_rate_from_one_slice_to_the_next() {
     );
     for &q in &qps {
         assert_eq!(
-            sim.qps_tx[q].snd_una, sim.qps_tx[q].size,
+            sim.xport.qps_tx[q].snd_una, sim.xport.qps_tx[q].size,
             "every byte acknowledged"
         );
-        assert!(sim.qps_rx[q].msgs > 10, "one QP for every slice");
+        assert!(sim.xport.qps_rx[q].msgs > 10, "one QP for every slice");
     }
 }
