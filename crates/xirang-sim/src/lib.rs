@@ -222,7 +222,7 @@ fn collect<Q: queue::Queue>(loaded: &Loaded, ex: &workload::Expanded, sim: &Sim<
         .collect();
     let pfc_prios = sim.fab.net.pfc_prios.clone();
     let port_name = |pi: PortId| sim.fab.port_names[pi].clone();
-    let originals = sim.failover_originals();
+    let originals = sim.faults.failover_originals();
     let route_names = |qp: QpId| {
         sim.route_as_computed(sim.xport.qps_tx[qp].route, &originals)
             .into_iter()
@@ -418,7 +418,7 @@ fn collective_flows<Q: queue::Queue>(
 ) -> Vec<FlowResult> {
     let fabric = &loaded.fabric;
     let mut out = Vec::new();
-    let originals = sim.failover_originals();
+    let originals = sim.faults.failover_originals();
     for rt in &sim.work.colls {
         let Some(records) = &rt.records else { continue };
         let c = &rt.run;

@@ -191,7 +191,7 @@ pub fn drive<Q: Queue>(
     let Some(first) = sims.first() else {
         return Err(Aborted("a worker has no partition".to_string()));
     };
-    let end = first.sched.end.unwrap_or(NEVER);
+    let end = first.sched.end().unwrap_or(NEVER);
     let total = first.flows_done().1;
     let mut stats = Stats::default();
     for s in sims.iter_mut() {
@@ -201,7 +201,7 @@ pub fn drive<Q: Queue>(
         let mut out = Vec::new();
         let mut st = Status::NONE;
         for s in sims.iter_mut() {
-            let me = s.dist.map.as_ref().map_or(0, |p| p.me);
+            let me = s.dist.me();
             let local = s.status();
             st = st.combine(local);
             for (to, outbox) in s.take_outboxes().into_iter().enumerate() {
@@ -224,7 +224,7 @@ pub fn drive<Q: Queue>(
         for m in &mut mail {
             let s = sims
                 .iter_mut()
-                .find(|s| s.dist.map.as_ref().is_some_and(|p| p.me == m.to))
+                .find(|s| s.dist.map().is_some_and(|p| p.me == m.to))
                 .ok_or_else(|| Aborted(format!("mail for partition {} reached the wrong worker", m.to)))?;
             s.deliver(&mut m.outbox);
         }
@@ -551,7 +551,7 @@ fn threaded_worker<W: Exchange + Gather>(
         {
             let mut f = finished.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             for s in sims {
-                if s.dist.map.as_ref().is_some_and(|p| p.me == 0) {
+                if s.dist.map().is_some_and(|p| p.me == 0) {
                     f.1 = Some(s);
                 } else {
                     f.0.push(s.into_part_state());

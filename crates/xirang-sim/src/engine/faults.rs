@@ -10,7 +10,7 @@ use xirang_fabric::scenario::{Fault, FaultKind};
 use xirang_fabric::topology::parse_port_ref;
 
 use super::event::Event;
-use super::ids::{FaultId, PortId};
+use super::ids::{FaultId, IdVec, PortId};
 use super::{Dev, NEVER, Sim};
 use crate::counters::N_PRIO;
 use crate::packet::{Kind, Packet};
@@ -31,7 +31,7 @@ const NIC_RX_XON_BYTES: f64 = 32_768.0;
 
 /// An injected fault as the engine applies it.
 #[derive(Debug)]
-pub(crate) struct ActiveFault {
+struct ActiveFault {
     kind: FaultKind,
     /// The port whose receiver sees it.
     port: PortId,
@@ -53,10 +53,46 @@ pub(crate) struct ActiveFault {
     saved_pcie: Option<PcieLink>,
 }
 
-impl ActiveFault {
-    /// The port whose receiver sees the fault.
-    pub(crate) fn port(&self) -> PortId {
-        self.port
+/// The fault component: the run's injected faults and bond failover. Its state is its
+/// own; the handlers of this module change it, the others ask it.
+///
+/// ```
+/// let faults = xirang_sim::engine::faults::Faults::default();
+/// assert!(!faults.any());
+/// ```
+///
+/// ```compile_fail
+/// let faults = xirang_sim::engine::faults::Faults::default();
+/// let _ = faults.active.len(); // private to the fault component
+/// ```
+#[derive(Debug, Default)]
+pub struct Faults {
+    /// The faults (few; checked on every arrival only when there are any).
+    active: IdVec<FaultId, ActiveFault>,
+    /// Bond failover: where each bonded NIC's ports, and the switch ports facing them,
+    /// sit in the routes as computed, recorded at the bond's first member event.
+    bond_hops: Vec<(PortId, Vec<u32>)>,
+}
+
+impl Faults {
+    /// True when the run has a fault (arrivals are checked only then).
+    #[inline(always)]
+    pub fn any(&self) -> bool {
+        !self.active.is_empty()
+    }
+
+    /// The port whose receiver sees fault `f`.
+    pub(crate) fn port_of(&self, f: FaultId) -> PortId {
+        self.active[f].port
+    }
+
+    /// The arena positions a bond failover has moved, with the port each held as
+    /// computed.
+    pub(crate) fn failover_originals(&self) -> std::collections::HashMap<u32, PortId> {
+        self.bond_hops
+            .iter()
+            .flat_map(|(p, at)| at.iter().map(move |i| (*i, *p)))
+            .collect()
     }
 }
 

@@ -671,7 +671,7 @@ impl<Q: Queue> Sim<Q> {
     /// results report as a flow's path. A failover rewrites each hop in the partition
     /// that owns it, so the arena of the sender's partition may not hold another
     /// partition's rewrite; the route as computed is the same everywhere. `originals` is
-    /// [`Sim::failover_originals`].
+    /// [`Faults::failover_originals`](super::faults::Faults::failover_originals).
     pub(crate) fn route_as_computed(
         &self,
         route: RouteId,
@@ -687,16 +687,6 @@ impl<Q: Queue> Sim<Q> {
                     .copied()
                     .unwrap_or(p)
             })
-            .collect()
-    }
-
-    /// The arena positions a bond failover has moved, with the port each held as
-    /// computed.
-    pub(crate) fn failover_originals(&self) -> std::collections::HashMap<u32, PortId> {
-        self.faults
-            .bond_hops
-            .iter()
-            .flat_map(|(p, at)| at.iter().map(move |i| (*i, *p)))
             .collect()
     }
 }

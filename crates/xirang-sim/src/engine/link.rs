@@ -291,7 +291,7 @@ impl<Q: Queue> Sim<Q> {
         let st = &mut self.fab.ports[q].pr[pkt.prio as usize];
         st.rx_bytes += u64::from(pkt.size);
         st.rx_packets += 1;
-        if !self.faults.active.is_empty() && self.faulted(q, &pkt) {
+        if self.faults.any() && self.faulted(q, &pkt) {
             return;
         }
         match self.fab.ports[q].dev {

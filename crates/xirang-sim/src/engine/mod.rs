@@ -47,6 +47,7 @@ pub mod pfc;
 pub mod prios;
 pub mod routes;
 pub mod sampling;
+pub mod sched;
 pub mod switch;
 pub mod transport;
 
@@ -67,12 +68,14 @@ pub use sampling::Samples;
 
 use collective::{CollectiveRt, Thread};
 use event::Event;
-use faults::ActiveFault;
+use faults::Faults;
 use flows::Flow;
 use ids::{IdVec, PortId, QpId};
 use link::{Link, Port};
 use nic::{QpRx, QpTx};
+use part::Dist;
 use routes::RouteArena;
+use sched::Sched;
 use switch::SwitchState;
 use transport::Conn;
 
@@ -233,30 +236,6 @@ pub struct Sim<Q: Queue = EventQueue> {
     pub(crate) faults: Faults,
 }
 
-/// Who schedules: the inputs of [`Sim::tie`], and the run's end.
-pub(crate) struct Sched {
-    /// The device whose event is being handled: what [`Sim::schedule`] names as the
-    /// scheduler of the events it queues.
-    pub(crate) cur: u32,
-    /// Events each device has scheduled (wrapping): the last part of a tie.
-    pub(crate) dev_seq: Vec<u32>,
-    /// While the run is set up, each device schedules its own first events.
-    pub(crate) in_setup: bool,
-    pub(crate) end: Option<Ps>,
-}
-
-/// A partition's place among the others.
-pub(crate) struct Dist {
-    /// The partition this is, in a parallel run.
-    pub(crate) map: Option<part::PartMap>,
-    /// What this partition sends each other one at the end of the window.
-    pub(crate) outbox: Vec<part::Outbox>,
-    /// Packets sent to other partitions.
-    pub(crate) shipped_packets: u64,
-    /// The other partitions' peaks of pending events, once merged (`Sim::merge`).
-    pub(crate) merged_peak_pending: usize,
-}
-
 /// The fabric as the engine runs it.
 pub(crate) struct Fab {
     pub(crate) ports: IdVec<PortId, Port>,
@@ -335,16 +314,6 @@ pub(crate) struct Stats {
     pub(crate) sample_interval: Option<Ps>,
     /// When the next counter sample is due.
     pub(crate) next_sample: Ps,
-}
-
-/// Injected faults.
-pub(crate) struct Faults {
-    /// The faults (few; checked on every arrival only when there are any).
-    pub(crate) active: IdVec<ids::FaultId, ActiveFault>,
-    /// Bond failover: where each bonded NIC's ports, and the switch ports facing them,
-    /// sit in the routes as computed (`engine::faults`), recorded at the bond's first
-    /// member event.
-    pub(crate) bond_hops: Vec<(PortId, Vec<u32>)>,
 }
 
 impl<Q: Queue> Sim<Q> {
@@ -542,18 +511,8 @@ impl<Q: Queue> Sim<Q> {
         let n_devs = fabric.nics.len() + fabric.switches.len();
         let mut sim = Sim {
             now: 0,
-            sched: Sched {
-                cur: GLOBAL_DEV,
-                dev_seq: vec![0; n_devs + 1],
-                in_setup: true,
-                end: opts.end,
-            },
-            dist: Dist {
-                outbox: vec![part::Outbox::default(); part.as_ref().map_or(0, |p| usize::from(p.parts))],
-                map: part,
-                shipped_packets: 0,
-                merged_peak_pending: 0,
-            },
+            sched: Sched::new(n_devs, opts.end),
+            dist: Dist::new(part),
             // Most events are scheduled one serialization plus one link delay ahead, or, in
             // a collective, one slice of GPU or proxy time.
             q: Q::with_horizon(
@@ -619,10 +578,7 @@ impl<Q: Queue> Sim<Q> {
                 base_rtt,
                 ints: IntSlab::default(),
             },
-            faults: Faults {
-                active: IdVec::default(),
-                bond_hops: Vec::new(),
-            },
+            faults: Faults::default(),
         };
         // Every route of the run at once, destination by destination: the flows' QPs,
         // then each collective's connections.
@@ -656,7 +612,7 @@ impl<Q: Queue> Sim<Q> {
         sim.add_flows(fabric, config, flows, &eager, &routes[..eager.requests.len()]);
         // A link whose far end another partition owns is cut: what this partition puts on
         // it goes to that partition's outbox.
-        if let Some(p) = &sim.dist.map {
+        if let Some(p) = sim.dist.map() {
             for (pi, link) in sim.fab.links.iter_mut().enumerate() {
                 link.cut = p.owns(sim.fab.ports[PortId::from(pi)].dev_idx) && !p.owns(link.to_dev);
             }
@@ -700,29 +656,10 @@ impl<Q: Queue> Sim<Q> {
         self.q.is_empty() && self.xport.rto.is_empty()
     }
 
-    /// The tie of an event for device `target` scheduled now: the device it is for, the
-    /// device scheduling it (the one whose event is being handled), and that device's
-    /// count of events it scheduled. Events at one time run device by device, and each
-    /// device's in an order that depends only on what devices did before, never on the
-    /// order the queue received them in; so the order is the same however the fabric is
-    /// divided among partitions. (During set-up each device schedules its own first events.)
-    ///
-    /// The device field is the device's index permuted by a hash of the time (an XOR, so
-    /// still one value per device): which of two devices goes first at an instant changes
-    /// from instant to instant, as it does on real hardware, instead of always favouring
-    /// the lower index (a fixed order made one sender win every simultaneous grab of a
-    /// shared credit gate).
+    /// The tie of an event for device `target` scheduled now ([`Sched::tie`]).
     #[inline(always)]
     pub(crate) fn tie(&mut self, t: Ps, target: u32) -> Tie {
-        let source = if self.sched.in_setup {
-            target
-        } else {
-            self.sched.cur
-        };
-        let slot = (source as usize).min(self.sched.dev_seq.len() - 1);
-        let seq = self.sched.dev_seq[slot];
-        self.sched.dev_seq[slot] = seq.wrapping_add(1);
-        Tie::event(t, target, source, seq)
+        self.sched.tie(t, target)
     }
 
     /// The device an event happens at.
@@ -743,7 +680,7 @@ impl<Q: Queue> Sim<Q> {
                 if action.at_sender() { c.src_dev } else { c.dst_dev }
             }
             Event::Fault { fault, peer, .. } => {
-                let p = self.faults.active[fault].port();
+                let p = self.faults.port_of(fault);
                 let p = if peer { self.fab.ports[p].peer } else { p };
                 self.fab.ports[p].dev_idx
             }
@@ -758,7 +695,7 @@ impl<Q: Queue> Sim<Q> {
         // devices' first events. Once running, a device only ever schedules events for
         // itself or for devices it shares a partition with (a flow that starts when
         // another arrived has its sender with that receiver: `crate::parallel::plan`).
-        if self.sched.in_setup && !self.owns(target) {
+        if self.sched.in_setup() && !self.owns(target) {
             return;
         }
         debug_assert!(
@@ -785,7 +722,7 @@ impl<Q: Queue> Sim<Q> {
     /// how a parallel run divides the fabric. Counter samples are taken at every multiple
     /// of the sampling interval, after the events of that instant, up to the end.
     pub fn run(&mut self, progress: &mut dyn FnMut(Progress)) {
-        let end = self.sched.end.unwrap_or(NEVER);
+        let end = self.sched.end().unwrap_or(NEVER);
         self.start_run();
         loop {
             // The grid window of the next event (windows holding nothing are skipped:
@@ -806,7 +743,7 @@ impl<Q: Queue> Sim<Q> {
 
     /// Ends set-up: from now on events are scheduled by the device handling one.
     pub fn start_run(&mut self) {
-        self.sched.in_setup = false;
+        self.sched.start_run();
         self.stats.next_sample = self.stats.sample_interval.unwrap_or(NEVER);
     }
 
@@ -836,7 +773,7 @@ impl<Q: Queue> Sim<Q> {
             }
             debug_assert!(t >= self.now, "invariant: time never goes backwards");
             self.now = t;
-            self.sched.cur = k.tie().target(t);
+            self.sched.running(k);
             self.dispatch(e);
             self.stats.events += 1;
             if self.stats.events.is_multiple_of(PROGRESS_EVERY) {
@@ -924,7 +861,7 @@ impl<Q: Queue> Sim<Q> {
 
     /// Largest number of pending events.
     pub fn peak_events_pending(&self) -> usize {
-        self.q.peak() + self.dist.merged_peak_pending
+        self.q.peak() + self.dist.merged_peak_pending()
     }
 
     /// Current simulated time.

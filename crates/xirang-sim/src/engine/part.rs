@@ -45,6 +45,53 @@ impl PartMap {
     }
 }
 
+/// A partition's place among the others: the partition component. Its state is its
+/// own; this module's handlers ship packets and merge partitions, the others ask it.
+#[derive(Debug)]
+pub struct Dist {
+    /// The partition this is, in a parallel run.
+    map: Option<PartMap>,
+    /// What this partition sends each other one at the end of the window.
+    outbox: Vec<Outbox>,
+    /// Packets sent to other partitions.
+    shipped_packets: u64,
+    /// The other partitions' peaks of pending events, once merged (`Sim::merge`).
+    merged_peak_pending: usize,
+}
+
+impl Dist {
+    /// The partition `map` of a parallel run (None: the whole run).
+    pub fn new(map: Option<PartMap>) -> Dist {
+        Dist {
+            outbox: vec![Outbox::default(); map.as_ref().map_or(0, |p| usize::from(p.parts))],
+            map,
+            shipped_packets: 0,
+            merged_peak_pending: 0,
+        }
+    }
+
+    /// The partition this is, in a parallel run.
+    pub fn map(&self) -> Option<&PartMap> {
+        self.map.as_ref()
+    }
+
+    /// This partition's number (0 for a whole run).
+    pub fn me(&self) -> u16 {
+        self.map.as_ref().map_or(0, |p| p.me)
+    }
+
+    /// True when this partition runs device `dev` (a whole run runs every one).
+    #[inline(always)]
+    pub fn owns(&self, dev: u32) -> bool {
+        self.map.as_ref().is_none_or(|p| p.owns(dev))
+    }
+
+    /// The other partitions' peaks of pending events, once merged.
+    pub fn merged_peak_pending(&self) -> usize {
+        self.merged_peak_pending
+    }
+}
+
 /// A packet leaving its partition on a cut link, with what its arrival needs.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LinkMsg {
@@ -89,7 +136,7 @@ impl<Q: Queue> Sim<Q> {
     /// Whether this run owns device `dev` (a serial run owns every device).
     #[inline]
     pub(crate) fn owns(&self, dev: u32) -> bool {
-        self.dist.map.as_ref().is_none_or(|p| p.owns(dev))
+        self.dist.owns(dev)
     }
 
     /// Sends a packet over a cut link to the partition at its other end.

@@ -96,7 +96,7 @@ impl<Q: Queue> Sim<Q> {
         }
         for (pi, c) in counters.iter_enumerated() {
             let dev = self.fab.ports[pi].dev_idx;
-            if !self.dist.map.as_ref().is_none_or(|p| p.owns(dev)) {
+            if !self.dist.owns(dev) {
                 continue;
             }
             let base = pi.idx() * SLOTS_PER_PORT;
