@@ -187,6 +187,28 @@ pub enum TargetKind {
     Workload,
 }
 
+/// Where a fault acts, resolved when the scenario is built: the simulator takes ids,
+/// never the names a file gives.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FaultTarget {
+    /// A port with a link.
+    Port(PortRef),
+    /// A switch (`ecmp_imbalance`).
+    Switch(crate::model::SwitchId),
+    /// A workload (`single_qp`), by its key in `[workloads]`: workloads are named in the
+    /// results too.
+    Workload(String),
+}
+
+/// A fault of the scenario with its target resolved ([`Loaded::faults`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResolvedFault {
+    /// Where it acts.
+    pub target: FaultTarget,
+    /// The fault as the file gives it.
+    pub fault: Fault,
+}
+
 /// One injected fault.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -381,11 +403,32 @@ pub struct Loaded {
     pub fabric: Fabric,
     /// Flows of `hpcc_flows` workloads, by workload name.
     pub hpcc_flows: BTreeMap<String, Vec<HpccFlow>>,
+    /// The scenario's `[[faults]]`, in order, their targets resolved.
+    pub faults: Vec<ResolvedFault>,
     /// Warnings (nothing is wrong enough to stop).
     pub warnings: Vec<Diagnostic>,
 }
 
 impl Scenario {
+    /// The faults with their targets resolved on `fabric`. Validation has checked every
+    /// target, so each resolves; one that did not would be dropped, not guessed.
+    fn resolve_faults(&self, fabric: &Fabric) -> Vec<ResolvedFault> {
+        self.faults
+            .iter()
+            .filter_map(|f| {
+                let target = match f.kind.target_kind() {
+                    TargetKind::Port => FaultTarget::Port(parse_port_ref(fabric, &f.target, None).ok()?),
+                    TargetKind::Switch => FaultTarget::Switch(fabric.switch_by_name(&f.target)?),
+                    TargetKind::Workload => FaultTarget::Workload(f.target.clone()),
+                };
+                Some(ResolvedFault {
+                    target,
+                    fault: f.clone(),
+                })
+            })
+            .collect()
+    }
+
     /// The first `collective` workload (in name order) with its name: the job whose hosts
     /// and traffic class the collective tools plan for.
     pub fn first_collective(&self) -> Option<(&str, &crate::workload::CollectiveSpec)> {
@@ -588,11 +631,13 @@ impl Scenario {
             if d.error_count() == 0 {
                 let mut all = d.finish(text);
                 all.sort_by_key(|x| x.severity != Severity::Error);
+                let faults = self.resolve_faults(&fabric);
                 return Ok(Loaded {
                     file: file.to_path_buf(),
                     scenario: self.clone(),
                     fabric,
                     hpcc_flows,
+                    faults,
                     warnings: all,
                 });
             }

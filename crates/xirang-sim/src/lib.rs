@@ -75,6 +75,7 @@ pub use engine::{Ledger, PfcEvent, Progress, RunOptions, Sim};
 pub use output::{EngineStats, FlowResult, RunResult, Summary};
 
 use xirang_fabric::Loaded;
+use xirang_fabric::scenario::{FaultKind, FaultTarget, ResolvedFault};
 
 use crate::engine::ids::{FlowId, PortId, QpId};
 use crate::output::{RequestResult, RunStats};
@@ -88,12 +89,10 @@ pub fn options(loaded: &Loaded) -> RunOptions {
         end: (r.end_us > 0.0).then(|| us(r.end_us)),
         sample_interval: (r.sample_interval_us > 0.0).then(|| us(r.sample_interval_us)),
         ecmp: r.ecmp,
-        hot_switch: loaded
-            .scenario
-            .faults
-            .iter()
-            .filter(|f| f.kind == xirang_fabric::scenario::FaultKind::EcmpImbalance)
-            .find_map(|f| Some((loaded.fabric.switch_by_name(&f.target)?, f.share?))),
+        hot_switch: loaded.faults.iter().find_map(|f| match f.target {
+            FaultTarget::Switch(s) if f.fault.kind == FaultKind::EcmpImbalance => Some((s, f.fault.share?)),
+            _ => None,
+        }),
         transfer_records: r.transfer_records,
     }
 }
@@ -127,8 +126,8 @@ pub fn simulate_with<Q: queue::Queue>(
 /// The scenario's workloads expanded, with the faults that rewrite flows applied.
 fn prepare(loaded: &Loaded, opts: &RunOptions) -> workload::Expanded {
     let mut expanded = workload::expand(loaded, opts.seed);
-    funnel(&loaded.fabric, &loaded.scenario.faults, &mut expanded);
-    single_qp(&loaded.scenario.faults, &mut expanded);
+    funnel(&loaded.fabric, &loaded.faults, &mut expanded);
+    single_qp(&loaded.faults, &mut expanded);
     expanded
 }
 
@@ -140,24 +139,17 @@ fn run_prepared<Q: queue::Queue>(
     progress: &mut dyn FnMut(Progress),
 ) -> RunResult {
     let mut sim = Sim::<Q>::new(&loaded.fabric, &loaded.scenario.config, expanded, opts);
-    sim.inject(&loaded.fabric, &loaded.scenario.faults, opts.seed);
+    sim.inject(&loaded.fabric, &loaded.faults, opts.seed);
     sim.run(progress);
     collect(loaded, expanded, &sim)
 }
 
 /// Applies `nic_funnel` faults: every flow from or to a NIC of the target's host uses the
 /// target NIC instead (the application picked one NIC for all its GPUs).
-fn funnel(
-    fabric: &xirang_fabric::model::Fabric,
-    faults: &[xirang_fabric::scenario::Fault],
-    ex: &mut workload::Expanded,
-) {
+fn funnel(fabric: &xirang_fabric::model::Fabric, faults: &[ResolvedFault], ex: &mut workload::Expanded) {
     use xirang_fabric::model::Node;
-    for f in faults
-        .iter()
-        .filter(|f| f.kind == xirang_fabric::scenario::FaultKind::NicFunnel)
-    {
-        let Ok(p) = xirang_fabric::topology::parse_port_ref(fabric, &f.target, None) else {
+    for f in faults.iter().filter(|f| f.fault.kind == FaultKind::NicFunnel) {
+        let FaultTarget::Port(p) = f.target else {
             continue;
         };
         let Node::Nic(nic) = p.node else {
@@ -182,12 +174,12 @@ fn funnel(
 }
 
 /// Applies `single_qp` faults: every connection of the named workload is one QP.
-fn single_qp(faults: &[xirang_fabric::scenario::Fault], ex: &mut workload::Expanded) {
-    for f in faults
-        .iter()
-        .filter(|f| f.kind == xirang_fabric::scenario::FaultKind::SingleQp)
-    {
-        let Some(w) = ex.workloads.iter().position(|n| *n == f.target) else {
+fn single_qp(faults: &[ResolvedFault], ex: &mut workload::Expanded) {
+    for f in faults.iter().filter(|f| f.fault.kind == FaultKind::SingleQp) {
+        let FaultTarget::Workload(name) = &f.target else {
+            continue;
+        };
+        let Some(w) = ex.workloads.iter().position(|n| n == name) else {
             continue;
         };
         for d in ex.flows.iter_mut().filter(|d| usize::from(d.workload) == w) {

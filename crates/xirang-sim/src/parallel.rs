@@ -74,7 +74,7 @@ pub fn plan(loaded: &Loaded, ex: &Expanded, parts: usize) -> Plan {
     couplings.dedup();
     let serial_because = if parts < 2 {
         None
-    } else if loaded.scenario.faults.iter().any(|f| f.kind == FaultKind::GdrOff) {
+    } else if loaded.faults.iter().any(|f| f.fault.kind == FaultKind::GdrOff) {
         // The sender reads the receiving NIC's credit gate directly (`Sim::rx_gate`).
         Some("a gdr_off fault's receiver grants credit to its senders directly".to_string())
     } else {
@@ -313,7 +313,7 @@ fn build_part(loaded: &Loaded, opts: &RunOptions, expanded: &Expanded, plan: &Pl
     };
     let mut sim =
         Sim::<EventQueue>::new_part(&loaded.fabric, &loaded.scenario.config, expanded, opts, Some(map));
-    sim.inject(&loaded.fabric, &loaded.scenario.faults, opts.seed);
+    sim.inject(&loaded.fabric, &loaded.faults, opts.seed);
     sim
 }
 

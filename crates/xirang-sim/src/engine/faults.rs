@@ -6,8 +6,7 @@
 //! event of that end's own.
 
 use xirang_fabric::model::{Fabric, Node, PcieLink};
-use xirang_fabric::scenario::{Fault, FaultKind};
-use xirang_fabric::topology::parse_port_ref;
+use xirang_fabric::scenario::{FaultKind, FaultTarget, ResolvedFault};
 
 use super::event::Event;
 use super::ids::{FaultId, IdVec, PortId};
@@ -443,15 +442,24 @@ impl<Q: Queue> Sim<Q> {
         }
     }
 
-    /// Injects the scenario's faults (validated by the scenario: every target is a port
-    /// with a link). Call before [`Sim::run`].
-    pub fn inject(&mut self, fabric: &Fabric, faults: &[Fault], seed: u64) {
-        for (i, f) in faults.iter().enumerate() {
-            let Ok(pr) = parse_port_ref(fabric, &f.target, None) else {
+    /// Injects the scenario's faults (validated and resolved by the scenario: every port
+    /// target has a link). Call before [`Sim::run`].
+    pub fn inject(&mut self, fabric: &Fabric, faults: &[ResolvedFault], seed: u64) {
+        for (i, rf) in faults.iter().enumerate() {
+            let FaultTarget::Port(pr) = rf.target else {
                 continue;
             };
-            let name = fabric.port_name(pr);
-            let Some((port, _)) = self.fab.port_names.iter_enumerated().find(|(_, n)| **n == name) else {
+            let f = &rf.fault;
+            let dev = match pr.node {
+                Node::Nic(n) => Dev::Nic(n),
+                Node::Switch(s) => Dev::Switch(s),
+            };
+            let Some((port, _)) = self
+                .fab
+                .ports
+                .iter_enumerated()
+                .find(|(_, p)| p.dev == dev && p.local == pr.port)
+            else {
                 continue;
             };
             let start = (f.start_us * PS_PER_US as f64) as Ps;
