@@ -157,6 +157,27 @@ pub fn parse_duration_s(text: &str) -> Result<f64, String> {
     Ok(secs)
 }
 
+/// Shortest wall-clock span accepted: the smallest unit written (an interval that rounds
+/// to nothing would make the agent sample without pause).
+pub const MIN_WALL_DURATION_S: f64 = 1e-3;
+/// Longest: ten years, more than any retention or look-back needs, far inside what a
+/// `Duration` and the history's millisecond timestamps hold.
+pub const MAX_WALL_DURATION_S: f64 = 10.0 * 365.0 * 86_400.0;
+
+/// A span of wall-clock time (`500ms`, `10s`, `5m`, `2h`, `30d`; the unit is required):
+/// the monitor's interval and retentions, the look-backs of `calibrate` and `diagnose`.
+pub fn wall_duration(text: &str) -> Result<std::time::Duration, String> {
+    let secs = parse_duration_s(text)?;
+    if !(MIN_WALL_DURATION_S..=MAX_WALL_DURATION_S).contains(&secs) {
+        return Err(format!(
+            "`{}`: expected a duration from 1ms to {} days",
+            text.trim(),
+            MAX_WALL_DURATION_S / 86_400.0
+        ));
+    }
+    Ok(std::time::Duration::from_secs_f64(secs))
+}
+
 /// A sampling interval, as the scenario's `[run]` or `--sample` gives it.
 pub fn sample_interval_us(v: f64) -> Result<(), String> {
     if v.is_finite() && (MIN_SAMPLE_INTERVAL_US..=MAX_SIM_TIME_US).contains(&v) {

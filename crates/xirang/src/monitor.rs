@@ -16,25 +16,6 @@ use crate::Outcome;
 use crate::cli::{MonitorArgs, MonitorCmd, MonitorQueryArgs};
 use crate::cmd::{out, table};
 
-/// Parses a span of wall-clock time (`500ms`, `10s`, `5m`, `2h`, `30d`; the unit is required).
-pub(crate) fn parse_duration(s: &str) -> Result<Duration> {
-    let secs = xirang_fabric::limits::parse_duration_s(s).map_err(anyhow::Error::msg)?;
-    anyhow::ensure!(
-        (MIN_DURATION_S..=MAX_DURATION_S).contains(&secs),
-        "`{}`: expected a duration from 1ms to {} days",
-        s.trim(),
-        MAX_DURATION_S / 86_400.0
-    );
-    Ok(Duration::from_secs_f64(secs))
-}
-
-/// Shortest duration accepted: the smallest unit written (an interval that rounds to
-/// nothing would make the agent sample without pause).
-const MIN_DURATION_S: f64 = 1e-3;
-/// Longest: ten years, more than any retention or look-back needs, far inside what a
-/// `Duration` and the history's millisecond timestamps hold.
-const MAX_DURATION_S: f64 = 10.0 * 365.0 * 86_400.0;
-
 fn rules(a: &MonitorArgs) -> Result<Vec<Rule>> {
     Ok(match &a.alerts {
         Some(p) => alerts::load_rules(p)?,
@@ -55,12 +36,12 @@ pub(crate) fn run(a: &MonitorArgs) -> Result<Outcome> {
         Some(MonitorCmd::Bench(b)) => return crate::monitor_bench::run(b),
         None => {}
     }
-    let interval = parse_duration(&a.interval).context("--interval")?;
+    let interval = xirang_fabric::limits::wall_duration(&a.interval).map_err(anyhow::Error::msg).context("--interval")?;
     let retention = Retention {
-        raw_s: parse_duration(&a.raw_retention)
+        raw_s: xirang_fabric::limits::wall_duration(&a.raw_retention).map_err(anyhow::Error::msg)
             .context("--raw-retention")?
             .as_secs(),
-        minute_s: parse_duration(&a.minute_retention)
+        minute_s: xirang_fabric::limits::wall_duration(&a.minute_retention).map_err(anyhow::Error::msg)
             .context("--minute-retention")?
             .as_secs(),
         max_bytes: a.history_max_mib.saturating_mul(1024 * 1024),
@@ -342,7 +323,7 @@ fn replay_snapshots(
 }
 
 fn query(q: &MonitorQueryArgs) -> Result<Outcome> {
-    let since = parse_duration(&q.since).context("--since")?;
+    let since = xirang_fabric::limits::wall_duration(&q.since).map_err(anyhow::Error::msg).context("--since")?;
     // A missing file, a FIFO or a directory is named as such before SQLite sees it.
     xirang_files::open_regular(&q.history).context("--history")?;
     let h = History::open(&q.history, Retention::default())?;
