@@ -97,7 +97,9 @@ pub(crate) fn run(a: &CalibrateArgs) -> Result<Outcome> {
         Some(p) => xirang_files::read_text(p, xirang_fabric::scenario::SCENARIO_LIMIT)?,
         None => BUILTIN_DEFAULT.to_string(),
     };
-    let since = xirang_fabric::limits::wall_duration(&a.since).map_err(anyhow::Error::msg).context("--since")?;
+    let since = xirang_fabric::limits::wall_duration(&a.since)
+        .map_err(anyhow::Error::msg)
+        .context("--since")?;
     let now = now_ms();
     let from = now - since.as_millis() as i64;
     let names = xirang_calibrate::counters::metric_names();

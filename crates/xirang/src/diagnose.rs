@@ -100,7 +100,9 @@ fn report(findings: &[xirang_diagnose::Finding], json: bool) -> Result<Outcome> 
 
 pub(crate) fn counters(a: &DiagnoseArgs) -> Result<Outcome> {
     use xirang_diagnose::request::{Request, Source, diagnose};
-    let since = xirang_fabric::limits::wall_duration(&a.since).map_err(anyhow::Error::msg).context("--since")?;
+    let since = xirang_fabric::limits::wall_duration(&a.since)
+        .map_err(anyhow::Error::msg)
+        .context("--since")?;
     let source = match (&a.history, &a.prometheus, &a.sim_out) {
         (Some(h), _, _) => Source::History(h.clone()),
         (None, Some(url), _) => Source::Prometheus(url.clone()),

@@ -36,12 +36,16 @@ pub(crate) fn run(a: &MonitorArgs) -> Result<Outcome> {
         Some(MonitorCmd::Bench(b)) => return crate::monitor_bench::run(b),
         None => {}
     }
-    let interval = xirang_fabric::limits::wall_duration(&a.interval).map_err(anyhow::Error::msg).context("--interval")?;
+    let interval = xirang_fabric::limits::wall_duration(&a.interval)
+        .map_err(anyhow::Error::msg)
+        .context("--interval")?;
     let retention = Retention {
-        raw_s: xirang_fabric::limits::wall_duration(&a.raw_retention).map_err(anyhow::Error::msg)
+        raw_s: xirang_fabric::limits::wall_duration(&a.raw_retention)
+            .map_err(anyhow::Error::msg)
             .context("--raw-retention")?
             .as_secs(),
-        minute_s: xirang_fabric::limits::wall_duration(&a.minute_retention).map_err(anyhow::Error::msg)
+        minute_s: xirang_fabric::limits::wall_duration(&a.minute_retention)
+            .map_err(anyhow::Error::msg)
             .context("--minute-retention")?
             .as_secs(),
         max_bytes: a.history_max_mib.saturating_mul(1024 * 1024),
@@ -323,7 +327,9 @@ fn replay_snapshots(
 }
 
 fn query(q: &MonitorQueryArgs) -> Result<Outcome> {
-    let since = xirang_fabric::limits::wall_duration(&q.since).map_err(anyhow::Error::msg).context("--since")?;
+    let since = xirang_fabric::limits::wall_duration(&q.since)
+        .map_err(anyhow::Error::msg)
+        .context("--since")?;
     // A missing file, a FIFO or a directory is named as such before SQLite sees it.
     xirang_files::open_regular(&q.history).context("--history")?;
     let h = History::open(&q.history, Retention::default())?;

@@ -29,7 +29,9 @@ pub(crate) fn run(a: &TuneArgs) -> Result<Outcome> {
         None => Scenario::builtin_default().context("the built-in default scenario")?,
     };
     if let Some(t) = &a.time {
-        let d = xirang_fabric::limits::wall_duration(t).map_err(anyhow::Error::msg).context("--time")?;
+        let d = xirang_fabric::limits::wall_duration(t)
+            .map_err(anyhow::Error::msg)
+            .context("--time")?;
         anyhow::ensure!(
             !d.is_zero(),
             "--time: expected a positive duration like 90s or 10m, found {t}"

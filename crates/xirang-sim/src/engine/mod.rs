@@ -33,6 +33,7 @@
 //! directly (`nic::Sim::rx_gate`), and a flow's dependencies (`flows`), which start a
 //! flow the moment the data it waited for arrived, wherever its sender is.
 
+pub mod build;
 pub mod cc_timers;
 pub mod collective;
 pub mod event;
@@ -51,15 +52,13 @@ pub mod sched;
 pub mod switch;
 pub mod transport;
 
-use xirang_fabric::config::{CcAlgorithm, FabricConfig, RedProfile};
-use xirang_fabric::model::{Fabric, NicId, Node, SwitchId};
-use xirang_fabric::scenario::EcmpMode;
+use xirang_fabric::config::{CcAlgorithm, FabricConfig};
+use xirang_fabric::model::{Fabric, NicId, SwitchId};
 
 use crate::cc::{Dcqcn, Dctcp, Hpcc, Timely};
 use crate::counters::{CounterValue, N_PRIO, PortCounters};
 use crate::queue::{EventQueue, Key, Queue, TIE_DEV_BITS, Tie, TimerHeap};
-use crate::rng::{Purpose, Stream};
-use crate::time::{PS_PER_NS, PS_PER_US, Ps, Rate};
+use crate::time::{PS_PER_US, Ps};
 use crate::workload::Expanded;
 
 pub use ledger::Ledger;
@@ -332,198 +331,24 @@ impl<Q: Queue> Sim<Q> {
         opts: &RunOptions,
         part: Option<part::PartMap>,
     ) -> Sim<Q> {
-        let flows = &ex.flows;
-        let mut ports: IdVec<PortId, Port> = IdVec::with_capacity(fabric.links.len() * 2);
-        let mut links: IdVec<PortId, Link> = IdVec::with_capacity(fabric.links.len() * 2);
-        let mut nic_ports: Vec<Vec<PortId>> = fabric
-            .nics
-            .iter()
-            .map(|n| vec![PortId(u32::MAX); n.ports.len()])
-            .collect();
-        let mut sw_ports: Vec<Vec<PortId>> = fabric
-            .switches
-            .iter()
-            .map(|s| vec![PortId(u32::MAX); s.ports.len()])
-            .collect();
-        let dev_of = |n: Node| match n {
-            Node::Nic(x) => Dev::Nic(x),
-            Node::Switch(x) => Dev::Switch(x),
-        };
-        assert!(
-            fabric.nics.len() + fabric.switches.len() <= MAX_DEVICES,
-            "invariant: scenario validation keeps devices below MAX_DEVICES"
-        );
-        let n_nics_usize = fabric.nics.len();
-        let dev_index = |n: Node| match n {
-            Node::Nic(x) => x.index() as u32,
-            Node::Switch(x) => (n_nics_usize + x.index()) as u32,
-        };
-        let pfc = &config.pfc;
-        for l in &fabric.links {
-            let base = ports.next_id().0;
-            for (end, peer) in [(l.a, base + 1), (l.b, base)] {
-                let id = ports.next_id();
-                match end.node {
-                    Node::Nic(n) => nic_ports[n.index()][end.port as usize] = id,
-                    Node::Switch(s) => sw_ports[s.index()][end.port as usize] = id,
-                }
-                let rate = Rate::from_gbps(l.rate_gbps);
-                // HPCC sizes headroom per port as 3 x rate x one-way delay
-                // (docs/reference/congestion-control.md §6).
-                let headroom = pfc.headroom_bytes.unwrap_or_else(|| {
-                    xirang_fabric::config::default_headroom_bytes(l.rate_gbps, l.delay_ns)
-                });
-                let red = match end.node {
-                    Node::Switch(s) => {
-                        let sw = &fabric.switches[s.index()];
-                        sw.ports[end.port as usize]
-                            .ecn
-                            .unwrap_or_else(|| config.ecn.profile_at(sw.tier, l.rate_gbps))
-                    }
-                    Node::Nic(_) => RedProfile {
-                        enabled: false,
-                        ..RedProfile::default()
-                    },
-                };
-                let ecn_rng = matches!(end.node, Node::Switch(_))
-                    .then(|| Stream::new(opts.seed, Purpose::Ecn, u64::from(id.0)));
-                let mut port = Port::new(
-                    dev_of(end.node),
-                    dev_index(end.node),
-                    end.port,
-                    PortId(peer),
-                    rate,
-                    headroom,
-                    red,
-                    ecn_rng,
-                );
-                if let Node::Nic(n) = end.node {
-                    port.pcie = Some(fabric.nics[n.index()].pcie);
-                }
-                ports.push(port);
-                let far = if end.node == l.a.node && end.port == l.a.port {
-                    l.b
-                } else {
-                    l.a
-                };
-                links.push(Link::new(l.delay_ns * PS_PER_NS, dev_index(far.node)));
-            }
-        }
-        let n_nics = fabric.nics.len() as u32;
-        // Node ids: HPCC topologies keep the file's ids (hosts `h<id>`, switches `sw<id>`);
-        // otherwise NICs count from 0 and switches follow.
-        let hpcc_ids = fabric
-            .hosts
-            .iter()
-            .all(|h| h.nics.len() == 1 && xirang_fabric::hpcc::node_id_from_name(&h.name).is_some())
-            && fabric
-                .switches
-                .iter()
-                .all(|s| xirang_fabric::hpcc::node_id_from_name(&s.name).is_some());
-        let nic_node_id = |i: usize| {
-            if hpcc_ids {
-                xirang_fabric::hpcc::node_id_from_name(&fabric.hosts[fabric.nics[i].host.index()].name)
-                    .expect("checked")
-            } else {
-                i as u32
-            }
-        };
-        let sw_node_id = |i: usize| {
-            if hpcc_ids {
-                xirang_fabric::hpcc::node_id_from_name(&fabric.switches[i].name).expect("checked")
-            } else {
-                n_nics + i as u32
-            }
-        };
-        let seed_mix = match opts.ecmp {
-            EcmpMode::Hpcc => 0,
-            EcmpMode::Seeded => Stream::new(opts.seed, Purpose::Ecmp, 0).next_u64() as u32,
-        };
-        let switches: Vec<SwitchState> = (0..fabric.switches.len())
-            .map(|i| {
-                let mine = sw_ports[i].iter().filter(|p| p.0 != u32::MAX);
-                let total_hdrm: u64 = if pfc.enabled {
-                    mine.clone().map(|p| ports[*p].headroom).sum()
-                } else {
-                    0
-                };
-                SwitchState::new(
-                    sw_node_id(i) ^ seed_mix,
-                    config.buffer.switch_bytes,
-                    total_hdrm + mine.count() as u64 * config.buffer.reserved_bytes,
-                )
-            })
-            .collect();
-        let nics: Vec<NicState> = (0..fabric.nics.len())
-            .map(|i| {
-                let id = nic_node_id(i);
-                NicState {
-                    node_id: id,
-                    ip: xirang_fabric::hpcc::node_ip(id),
-                }
-            })
-            .collect();
-        let classes: Vec<ClassRt> = config
-            .classes
-            .iter()
-            .map(|(name, c)| ClassRt {
-                name: name.clone(),
-                prio: c.priority,
-                cc: c.cc,
-                dcqcn: c.dcqcn,
-                timely: c.timely,
-                hpcc: c.hpcc,
-                dctcp: c.dctcp,
-            })
-            .collect();
-        let windowed = classes
-            .iter()
-            .any(|c| matches!(c.cc, CcAlgorithm::Hpcc | CcAlgorithm::Dctcp));
-        let base_rtt = windowed.then(|| fabric.base_rtt(config.transport.roce_mtu_bytes));
-        let net = NetConfig {
-            pfc_lossless: std::array::from_fn(|p| pfc.is_lossless(p as u8)),
-            pfc_prios: if pfc.enabled {
-                pfc.priorities.clone()
-            } else {
-                Vec::new()
-            },
-            pfc_th: pfc.dynamic_th,
-            lossy_th: config.buffer.lossy_dynamic_th,
-            reserved: config.buffer.reserved_bytes,
-            xon_offset: pfc.xon_offset_bytes,
-            pause_quanta: pfc.pause_quanta,
-            cnp_prio: config.cnp.priority,
-            ack_prio_high: config.cnp.ack_on_cnp_priority,
-            header_bytes: config.transport.header_bytes,
-            ack_timeout: config.transport.ack_timeout_ps(),
-            retry_cnt: config.transport.retry_cnt,
-        };
-        let port_names = ports
-            .iter()
-            .map(|p| {
-                let node = match p.dev {
-                    Dev::Nic(n) => Node::Nic(n),
-                    Dev::Switch(s) => Node::Switch(s),
-                };
-                fabric.port_name(xirang_fabric::model::PortRef { node, port: p.local })
-            })
-            .collect();
+        let layout = build::ports_and_links(fabric, config, opts);
+        let (switches, nics) = build::devices(fabric, config, opts, &layout);
+        let (classes, base_rtt) = build::classes(fabric, config);
+        let net = build::net_config(config);
+        let port_names = build::port_names(fabric, &layout.ports);
+        let build::PortLayout {
+            ports,
+            links,
+            nic_ports,
+            sw_ports,
+        } = layout;
         let n_devs = fabric.nics.len() + fabric.switches.len();
+        let flows = &ex.flows;
         let mut sim = Sim {
             now: 0,
             sched: Sched::new(n_devs, opts.end),
             dist: Dist::new(part),
-            // Most events are scheduled one serialization plus one link delay ahead, or, in
-            // a collective, one slice of GPU or proxy time.
-            q: Q::with_horizon(
-                ex.collectives
-                    .iter()
-                    .map(|c| c.gpu.slice + c.gpu.step + c.gpu.proxy + c.gpu.flush)
-                    .chain([fabric.links.iter().map(|l| l.delay_ns).max().unwrap_or(0) * PS_PER_NS])
-                    .max()
-                    .unwrap_or(0)
-                    + PS_PER_US,
-            ),
+            q: Q::with_horizon(build::queue_horizon(fabric, ex)),
             stats: Stats {
                 events: 0,
                 packet_hops: 0,
@@ -580,74 +405,7 @@ impl<Q: Queue> Sim<Q> {
             },
             faults: Faults::default(),
         };
-        // Every route of the run at once, destination by destination: the flows' QPs,
-        // then each collective's connections.
-        let eager = sim.plan_eager(config, flows, opts);
-        let mut requests = eager.requests.clone();
-        let plans: Vec<_> = ex
-            .collectives
-            .iter()
-            .map(|run| {
-                let first = requests.len();
-                let plan = sim.plan_collective(fabric, config, run, opts, &mut requests);
-                (plan, first..requests.len())
-            })
-            .collect();
-        let routes = {
-            let mut rb = routes::RouteBuilder::new(
-                fabric,
-                &nic_ports,
-                &sw_ports,
-                &sim.fab.nics,
-                &sim.fab.switches,
-                opts.ecmp,
-                opts.hot_switch,
-            )
-            .with_bonds(
-                config.intra_host.bond_hash_policy,
-                config.intra_host.lag_port_select,
-            );
-            rb.compute(&requests, &mut sim.fab.routes, &sim.fab.switches)
-        };
-        sim.add_flows(fabric, config, flows, &eager, &routes[..eager.requests.len()]);
-        // A link whose far end another partition owns is cut: what this partition puts on
-        // it goes to that partition's outbox.
-        if let Some(p) = sim.dist.map() {
-            for (pi, link) in sim.fab.links.iter_mut().enumerate() {
-                link.cut = p.owns(sim.fab.ports[PortId::from(pi)].dev_idx) && !p.owns(link.to_dev);
-            }
-        }
-        let mut budget = opts.transfer_records;
-        for (run, (plan, span)) in ex.collectives.iter().zip(plans) {
-            let total = run.per_iteration * u64::from(run.iterations);
-            let record = total <= budget;
-            if record {
-                budget -= total;
-            }
-            sim.add_collective(fabric, config, run.clone(), plan, &routes[span], record);
-        }
-        // Start events in flow id order, the scenario's flows and each collective's
-        // threads alike.
-        enum First {
-            Flow(usize),
-            Collective(usize),
-        }
-        let mut firsts: Vec<(u64, First)> = flows
-            .iter()
-            .enumerate()
-            .filter(|(_, d)| d.after.is_empty())
-            .map(|(i, d)| (d.id, First::Flow(i)))
-            .collect();
-        firsts.extend(
-            (0..sim.work.colls.len()).map(|c| (sim.work.colls[c].run.first_id, First::Collective(c))),
-        );
-        firsts.sort_by_key(|(id, _)| *id);
-        for (_, first) in firsts {
-            match first {
-                First::Flow(i) => sim.schedule(flows[i].start, Event::FlowStart(ids::FlowId::from(i))),
-                First::Collective(c) => sim.collective_start(c),
-            }
-        }
+        sim.populate(fabric, config, ex, opts, &nic_ports, &sw_ports);
         sim
     }
 

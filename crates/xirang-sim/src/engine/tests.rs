@@ -2,6 +2,9 @@
 
 use super::*;
 use crate::packet::{Kind, Packet, Stamp};
+use crate::rng::{Purpose, Stream};
+use crate::time::Rate;
+use xirang_fabric::config::RedProfile;
 
 /// Regression (review): a duplicate data packet (the sender went back after its last ACK
 /// was lost) is answered with the cumulative ACK, so the sender can finish.
