@@ -191,11 +191,40 @@ fn single_qp(faults: &[ResolvedFault], ex: &mut workload::Expanded) {
     }
 }
 
+/// The run's results from a finished engine.
 fn collect<Q: queue::Queue>(loaded: &Loaded, ex: &workload::Expanded, sim: &Sim<Q>) -> RunResult {
-    let fabric = &loaded.fabric;
+    let flows = flow_results(loaded, ex, sim);
+    let mut pfc = sim.stats.pfc_log.clone();
+    // Port by port within an instant: the order of devices at one instant is the
+    // engine's business, and a parallel run gathers each port's events from where it ran.
+    pfc.sort_by_key(|e| (e.time, e.at_switch, e.node_id, e.ifindex));
+    let queue_series = sim
+        .stats
+        .samples
+        .queues
+        .iter()
+        .map(|(t, p, prio, b)| (*t, sim.fab.port_names[*p].clone(), *prio, *b))
+        .collect();
+    RunResult {
+        engine: engine_stats(sim),
+        flows,
+        requests: request_results(ex, sim),
+        collectives: collective_results(ex, sim),
+        counters: sim.named_counters(),
+        pfc,
+        stats: run_stats(sim),
+        rate_series: rate_series(ex, sim),
+        queue_series,
+        counter_series: counter_series(sim),
+        skipped: ex.skipped.clone(),
+        priorities_with_pfc: sim.fab.net.pfc_prios.clone(),
+    }
+}
+
+/// The answered requests of inference workloads.
+fn request_results<Q: queue::Queue>(ex: &workload::Expanded, sim: &Sim<Q>) -> Vec<RequestResult> {
     let id_of = |i: u32| ex.flows[i as usize].id;
-    let requests = ex
-        .requests
+    ex.requests
         .iter()
         .map(|r| {
             let req = &sim.work.flows[FlowId(r.request)];
@@ -211,8 +240,12 @@ fn collect<Q: queue::Queue>(loaded: &Loaded, ex: &workload::Expanded, sim: &Sim<
                 },
             }
         })
-        .collect();
-    let pfc_prios = sim.fab.net.pfc_prios.clone();
+        .collect()
+}
+
+/// Every flow's result, a recorded collective's transfers among them, in id order.
+fn flow_results<Q: queue::Queue>(loaded: &Loaded, ex: &workload::Expanded, sim: &Sim<Q>) -> Vec<FlowResult> {
+    let fabric = &loaded.fabric;
     let port_name = |pi: PortId| sim.fab.port_names[pi].clone();
     let originals = sim.faults.failover_originals();
     let route_names = |qp: QpId| {
@@ -264,8 +297,15 @@ fn collect<Q: queue::Queue>(loaded: &Loaded, ex: &workload::Expanded, sim: &Sim<
     flows.extend(collective_flows(loaded, ex, sim));
     // Every flow in id order, a recorded collective's transfers among the others.
     flows.sort_by_key(|f| f.id);
-    let collectives = sim
-        .work
+    flows
+}
+
+/// Each collective's result.
+fn collective_results<Q: queue::Queue>(
+    ex: &workload::Expanded,
+    sim: &Sim<Q>,
+) -> Vec<output::CollectiveResult> {
+    sim.work
         .colls
         .iter()
         .map(|rt| {
@@ -303,10 +343,13 @@ fn collect<Q: queue::Queue>(loaded: &Loaded, ex: &workload::Expanded, sim: &Sim<
                 transfers_recorded: rt.records.is_some(),
             }
         })
-        .collect();
-    let counters = sim.named_counters();
+        .collect()
+}
+
+/// The run's totals and what was still in flight at its end.
+fn run_stats<Q: queue::Queue>(sim: &Sim<Q>) -> RunStats {
     let (n, bytes, data, int_packets) = sim.in_flight();
-    let stats = RunStats {
+    RunStats {
         sim_time_ps: sim.now(),
         events: sim.stats.events,
         packet_hops: sim.stats.packet_hops,
@@ -318,7 +361,11 @@ fn collect<Q: queue::Queue>(loaded: &Loaded, ex: &workload::Expanded, sim: &Sim<
         int_packets_at_end: int_packets,
         int_records_at_end: sim.cc.ints.live,
         ledger: sim.stats.ledger,
-    };
+    }
+}
+
+/// The QP rate samples, by flow id.
+fn rate_series<Q: queue::Queue>(ex: &workload::Expanded, sim: &Sim<Q>) -> Vec<(time::Ps, u64, u32, f64)> {
     let mut rate_series: Vec<(time::Ps, u64, u32, f64)> = sim
         .stats
         .samples
@@ -341,62 +388,47 @@ fn collect<Q: queue::Queue>(loaded: &Loaded, ex: &workload::Expanded, sim: &Sim<
         .collect();
     // By flow, as a run divided among partitions would gather them.
     rate_series.sort_by_key(|&(t, id, qp, _)| (t, id, qp));
-    let mut pfc = sim.stats.pfc_log.clone();
-    // Port by port within an instant: the order of devices at one instant is the
-    // engine's business, and a parallel run gathers each port's events from where it ran.
-    pfc.sort_by_key(|e| (e.time, e.at_switch, e.node_id, e.ifindex));
-    let queue_series = sim
-        .stats
+    rate_series
+}
+
+/// The sampled counters, by port or queue name.
+fn counter_series<Q: queue::Queue>(sim: &Sim<Q>) -> Vec<(time::Ps, counters::CounterValue)> {
+    sim.stats
         .samples
-        .queues
+        .counters
         .iter()
-        .map(|(t, p, prio, b)| (*t, port_name(*p), *prio, *b))
-        .collect();
-    RunResult {
-        engine: output::EngineStats {
-            peak_packets: sim.peak_live_packets(),
-            packet_ring_bytes: sim.packet_ring_bytes(),
-            peak_events_pending: sim.peak_events_pending(),
-            peak_transfers_in_flight: sim.work.peak_live_transfers,
-            peak_transfer_qps: sim
-                .work
-                .conns
-                .iter()
-                .filter_map(|k| k.net.as_ref())
-                .map(|n| (n.qps.end - n.qps.start) as usize + 1)
-                .sum(),
-            peak_slices_outstanding: sim.work.peak_slices_outstanding,
-        },
-        flows,
-        requests,
-        collectives,
-        counters,
-        pfc,
-        stats,
-        rate_series,
-        queue_series,
-        counter_series: sim
-            .stats
-            .samples
-            .counters
+        .map(|&(t, p, scope, name, value)| {
+            let entity = match scope {
+                counters::Scope::Port => sim.fab.port_names[p].clone(),
+                counters::Scope::Queue(q) => format!("{}/q{q}", sim.fab.port_names[p]),
+            };
+            (
+                t,
+                counters::CounterValue {
+                    entity,
+                    name: name.render(),
+                    value,
+                },
+            )
+        })
+        .collect()
+}
+
+/// What the engine itself used.
+fn engine_stats<Q: queue::Queue>(sim: &Sim<Q>) -> output::EngineStats {
+    output::EngineStats {
+        peak_packets: sim.peak_live_packets(),
+        packet_ring_bytes: sim.packet_ring_bytes(),
+        peak_events_pending: sim.peak_events_pending(),
+        peak_transfers_in_flight: sim.work.peak_live_transfers,
+        peak_transfer_qps: sim
+            .work
+            .conns
             .iter()
-            .map(|&(t, p, scope, name, value)| {
-                let entity = match scope {
-                    counters::Scope::Port => sim.fab.port_names[p].clone(),
-                    counters::Scope::Queue(q) => format!("{}/q{q}", sim.fab.port_names[p]),
-                };
-                (
-                    t,
-                    counters::CounterValue {
-                        entity,
-                        name: name.render(),
-                        value,
-                    },
-                )
-            })
-            .collect(),
-        skipped: ex.skipped.clone(),
-        priorities_with_pfc: pfc_prios,
+            .filter_map(|k| k.net.as_ref())
+            .map(|n| (n.qps.end - n.qps.start) as usize + 1)
+            .sum(),
+        peak_slices_outstanding: sim.work.peak_slices_outstanding,
     }
 }
 

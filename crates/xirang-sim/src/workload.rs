@@ -394,61 +394,7 @@ pub fn expand(loaded: &Loaded, seed: u64) -> Expanded {
             Workload::Inference(x) => {
                 let clients: Vec<NicId> = x.clients.iter().map(|s| ep(s)).collect();
                 let servers: Vec<NicId> = x.servers.iter().map(|s| ep(s)).collect();
-                let mean_gap_us = 1e6 / x.requests_per_sec;
-                let end = x.start_us + x.duration_us;
-                for &c in &clients {
-                    // With a local share, servers split by whether they share the
-                    // client's leaf; without one, one uniform draw (the draws of
-                    // scenarios without the key are unchanged).
-                    let groups = x.local_share.map(|share| {
-                        let leaf = |n: NicId| fabric.attached_switch(n, 0).map(|p| p.node);
-                        let (local, remote): (Vec<NicId>, Vec<NicId>) =
-                            servers.iter().partition(|&&s| leaf(s) == leaf(c));
-                        (share, local, remote)
-                    });
-                    let mut t = x.start_us + rng.exponential(mean_gap_us);
-                    while t < end {
-                        let s = match &groups {
-                            None => servers[rng.below(servers.len() as u64) as usize],
-                            Some((share, local, remote)) => {
-                                let pick_local = if local.is_empty() {
-                                    false
-                                } else if remote.is_empty() {
-                                    true
-                                } else {
-                                    rng.uniform() < *share
-                                };
-                                let g = if pick_local { local } else { remote };
-                                g[rng.below(g.len() as u64) as usize]
-                            }
-                        };
-                        let req_bytes = sample_size(&x.request, &mut rng);
-                        let resp_bytes = sample_size(&x.response, &mut rng);
-                        let req = out.flows.len() as u32;
-                        out.flows.push(FlowDef {
-                            src: c,
-                            dst: s,
-                            bytes: req_bytes,
-                            start: us(t),
-                            ..base.clone()
-                        });
-                        out.flows.push(FlowDef {
-                            src: s,
-                            dst: c,
-                            bytes: resp_bytes,
-                            start: us(t),
-                            after: vec![req],
-                            after_delay: us(x.service_us),
-                            ..base.clone()
-                        });
-                        out.requests.push(Request {
-                            workload: widx,
-                            request: req,
-                            response: req + 1,
-                        });
-                        t += rng.exponential(mean_gap_us);
-                    }
-                }
+                expand_inference(fabric, x, &clients, &servers, &base, widx, &mut rng, &mut out);
             }
             Workload::HpccFlows(h) => {
                 let offset = us(h.time_offset_us);
@@ -486,6 +432,77 @@ pub fn expand(loaded: &Loaded, seed: u64) -> Expanded {
         }
     }
     out
+}
+
+/// An inference workload's requests: each client sends requests at Poisson times to a
+/// server drawn uniformly (or, with a local share, from its own leaf's or the others'),
+/// and each answer leaves the server `service_us` after the request arrived.
+#[allow(clippy::too_many_arguments)]
+fn expand_inference(
+    fabric: &xirang_fabric::model::Fabric,
+    x: &xirang_fabric::workload::InferenceSpec,
+    clients: &[NicId],
+    servers: &[NicId],
+    base: &FlowDef,
+    widx: u16,
+    rng: &mut Stream,
+    out: &mut Expanded,
+) {
+    let mean_gap_us = 1e6 / x.requests_per_sec;
+    let end = x.start_us + x.duration_us;
+    for &c in clients {
+        // With a local share, servers split by whether they share the
+        // client's leaf; without one, one uniform draw (the draws of
+        // scenarios without the key are unchanged).
+        let groups = x.local_share.map(|share| {
+            let leaf = |n: NicId| fabric.attached_switch(n, 0).map(|p| p.node);
+            let (local, remote): (Vec<NicId>, Vec<NicId>) =
+                servers.iter().partition(|&&s| leaf(s) == leaf(c));
+            (share, local, remote)
+        });
+        let mut t = x.start_us + rng.exponential(mean_gap_us);
+        while t < end {
+            let s = match &groups {
+                None => servers[rng.below(servers.len() as u64) as usize],
+                Some((share, local, remote)) => {
+                    let pick_local = if local.is_empty() {
+                        false
+                    } else if remote.is_empty() {
+                        true
+                    } else {
+                        rng.uniform() < *share
+                    };
+                    let g = if pick_local { local } else { remote };
+                    g[rng.below(g.len() as u64) as usize]
+                }
+            };
+            let req_bytes = sample_size(&x.request, rng);
+            let resp_bytes = sample_size(&x.response, rng);
+            let req = out.flows.len() as u32;
+            out.flows.push(FlowDef {
+                src: c,
+                dst: s,
+                bytes: req_bytes,
+                start: us(t),
+                ..base.clone()
+            });
+            out.flows.push(FlowDef {
+                src: s,
+                dst: c,
+                bytes: resp_bytes,
+                start: us(t),
+                after: vec![req],
+                after_delay: us(x.service_us),
+                ..base.clone()
+            });
+            out.requests.push(Request {
+                workload: widx,
+                request: req,
+                response: req + 1,
+            });
+            t += rng.exponential(mean_gap_us);
+        }
+    }
 }
 
 /// Prepares a collective: ranks are the GPUs of the listed hosts (host by host, GPU by

@@ -229,40 +229,7 @@ impl<Q: Queue> Sim<Q> {
             .clone();
         let p = run.program.clone();
         let (n, nch) = (run.ranks, p.channels());
-        // Threads, channel by channel, rank by rank.
-        let mut thread_base = Vec::with_capacity((nch * n) as usize + 1);
-        let mut rank_left = vec![0u32; n as usize];
-        for c in 0..nch {
-            for r in 0..n {
-                thread_base.push(self.work.threads.len() as u32);
-                let dev = self.rank_dev(&run, r);
-                for role in 0..p.roles(c, r) {
-                    let len = p.len(c, r, role);
-                    if len > 0 {
-                        rank_left[r as usize] += 1;
-                    }
-                    self.work.threads.push(Thread {
-                        coll,
-                        channel: c,
-                        rank: r,
-                        role,
-                        dev,
-                        len,
-                        iteration: 0,
-                        index: 0,
-                        slice: 0,
-                        prim: p.prim(c, r, role, 0),
-                        recv: [NO_CONN; 3],
-                        send: [NO_CONN; 3],
-                        busy: false,
-                        // Until its kernel starts (`GpuStart`).
-                        parked: true,
-                        prim_start: 0,
-                    });
-                }
-            }
-        }
-        thread_base.push(self.work.threads.len() as u32);
+        let (thread_base, rank_left) = self.add_threads(coll, &run);
         // Connections, in the program's order.
         let first_conn = self.work.conns.len() as u32;
         let mut keys = Vec::new();
@@ -272,7 +239,6 @@ impl<Q: Queue> Sim<Q> {
         let iterations = u64::from(run.iterations);
         let slots = p.slots();
         let proto = p.proto();
-        let split = run.split_data;
         let wr_depth = config.transport.wr_depth;
         let mut conns = Vec::new();
         p.connections(&mut |c, a, b, transfers, slices| {
@@ -291,71 +257,20 @@ impl<Q: Queue> Sim<Q> {
                 let (src, dst) = plan.ends[net_at];
                 let ports = &plan.ports[net_at];
                 net_at += 1;
-                let mtu = path_mtu(fabric, config, src, dst);
-                let first = self.xport.qps_tx.len() as u32;
-                let prio = class.prio;
-                let mut spec0: Option<QpSpec> = None;
-                for (k, &pp) in ports.iter().enumerate() {
-                    let spec = self.qp_spec(
-                        &class,
-                        prio,
-                        (src, dst),
-                        routes[route_at],
-                        routes[route_at + 1],
-                        pp,
-                    );
-                    route_at += 2;
-                    self.make_qp(
-                        TxOwner::Conn {
-                            conn: id,
-                            k: k as u16,
-                        },
-                        RxOwner::Conn {
-                            conn: id,
-                            k: k as u16,
-                        },
-                        &spec,
-                        0,
-                        prio,
-                        mtu,
-                        wr_depth.min(slots) as usize,
-                    );
-                    spec0.get_or_insert(spec);
-                }
-                let spec0 = spec0.expect("invariant: a connection has at least one QP");
-                // The clear-to-send writes go the other way on data QP 0's routes, on the
-                // FIFO's priority (`NCCL_IB_FIFO_TC`, by default the data's).
-                let fifo_prio = run.fifo_prio.unwrap_or(prio);
-                let cts_spec = self.qp_spec(
+                let qp_routes = &routes[route_at..route_at + 2 * ports.len()];
+                route_at += 2 * ports.len();
+                let (net, src_dev, dst_dev) = self.open_net_conn(
+                    fabric,
+                    config,
                     &class,
-                    fifo_prio,
-                    (dst, src),
-                    spec0.ack_route,
-                    spec0.route,
-                    (spec0.dport, spec0.sport),
+                    &run,
+                    id,
+                    (src, dst),
+                    ports,
+                    qp_routes,
+                    slots,
                 );
-                let cts = self.make_qp(
-                    TxOwner::Cts { conn: id },
-                    RxOwner::Cts { conn: id },
-                    &cts_spec,
-                    0,
-                    fifo_prio,
-                    mtu,
-                    wr_depth.min(slots) as usize,
-                );
-                let src_dev = self.fab.ports[spec0.src_port].dev_idx;
-                let dst_dev = self.fab.ports[spec0.dst_port].dev_idx;
-                (
-                    Some(NetConn {
-                        qps: first..first + ports.len() as u32,
-                        cts,
-                        split,
-                        path: self.path_terms(spec0.route, mtu),
-                        mtu,
-                    }),
-                    src_dev,
-                    dst_dev,
-                )
+                (Some(net), src_dev, dst_dev)
             };
             self.work.conns.push(Conn {
                 coll,
@@ -409,6 +324,124 @@ impl<Q: Queue> Sim<Q> {
         for t in threads {
             self.load_conns(t);
         }
+    }
+
+    /// A collective's GPU threads, channel by channel, rank by rank: each thread's first
+    /// index (one past the last at the end) and each rank's threads with work.
+    fn add_threads(&mut self, coll: u32, run: &CollectiveRun) -> (Vec<u32>, Vec<u32>) {
+        let p = &run.program;
+        let (n, nch) = (run.ranks, p.channels());
+        let mut thread_base = Vec::with_capacity((nch * n) as usize + 1);
+        let mut rank_left = vec![0u32; n as usize];
+        for c in 0..nch {
+            for r in 0..n {
+                thread_base.push(self.work.threads.len() as u32);
+                let dev = self.rank_dev(run, r);
+                for role in 0..p.roles(c, r) {
+                    let len = p.len(c, r, role);
+                    if len > 0 {
+                        rank_left[r as usize] += 1;
+                    }
+                    self.work.threads.push(Thread {
+                        coll,
+                        channel: c,
+                        rank: r,
+                        role,
+                        dev,
+                        len,
+                        iteration: 0,
+                        index: 0,
+                        slice: 0,
+                        prim: p.prim(c, r, role, 0),
+                        recv: [NO_CONN; 3],
+                        send: [NO_CONN; 3],
+                        busy: false,
+                        // Until its kernel starts (`GpuStart`).
+                        parked: true,
+                        prim_start: 0,
+                    });
+                }
+            }
+        }
+        thread_base.push(self.work.threads.len() as u32);
+        (thread_base, rank_left)
+    }
+
+    /// The QPs of a connection between hosts: a data QP per port pair of `ports` (its
+    /// routes two by two in `routes`, data then ACK) and the QP of its receiver's
+    /// clear-to-send writes; with the devices at its two ends.
+    #[allow(clippy::too_many_arguments)]
+    fn open_net_conn(
+        &mut self,
+        fabric: &Fabric,
+        config: &FabricConfig,
+        class: &super::ClassRt,
+        run: &CollectiveRun,
+        id: u32,
+        (src, dst): (NicId, NicId),
+        ports: &[(u16, u16)],
+        routes: &[RouteId],
+        slots: u32,
+    ) -> (NetConn, u32, u32) {
+        let split = run.split_data;
+        let wr_depth = config.transport.wr_depth;
+        let mtu = path_mtu(fabric, config, src, dst);
+        let first = self.xport.qps_tx.len() as u32;
+        let prio = class.prio;
+        let mut spec0: Option<QpSpec> = None;
+        for (k, &pp) in ports.iter().enumerate() {
+            let spec = self.qp_spec(class, prio, (src, dst), routes[2 * k], routes[2 * k + 1], pp);
+            self.make_qp(
+                TxOwner::Conn {
+                    conn: id,
+                    k: k as u16,
+                },
+                RxOwner::Conn {
+                    conn: id,
+                    k: k as u16,
+                },
+                &spec,
+                0,
+                prio,
+                mtu,
+                wr_depth.min(slots) as usize,
+            );
+            spec0.get_or_insert(spec);
+        }
+        let spec0 = spec0.expect("invariant: a connection has at least one QP");
+        // The clear-to-send writes go the other way on data QP 0's routes, on the
+        // FIFO's priority (`NCCL_IB_FIFO_TC`, by default the data's).
+        let fifo_prio = run.fifo_prio.unwrap_or(prio);
+        let cts_spec = self.qp_spec(
+            class,
+            fifo_prio,
+            (dst, src),
+            spec0.ack_route,
+            spec0.route,
+            (spec0.dport, spec0.sport),
+        );
+        let cts = self.make_qp(
+            TxOwner::Cts { conn: id },
+            RxOwner::Cts { conn: id },
+            &cts_spec,
+            0,
+            fifo_prio,
+            mtu,
+            wr_depth.min(slots) as usize,
+        );
+        let src_dev = self.fab.ports[spec0.src_port].dev_idx;
+        let dst_dev = self.fab.ports[spec0.dst_port].dev_idx;
+        (
+            NetConn {
+                qps: first..first + ports.len() as u32,
+                cts,
+                split,
+                path: self.path_terms(spec0.route, mtu),
+                mtu,
+            },
+            src_dev,
+            dst_dev,
+        )
     }
 
     /// The device a rank's GPU threads run at: its host's first NIC.
