@@ -1671,6 +1671,14 @@ pub fn resolve_endpoint(fabric: &Fabric, s: &str) -> Result<crate::model::NicId,
 impl FabricConfig {
     /// Checks ranges and consistency of the configuration.
     pub fn validate(&self, at: &KeyPath, d: &mut Diagnostics) {
+        self.validate_switching(at, d);
+        self.validate_classes(at, d);
+        self.validate_transport(at, d);
+        self.validate_memory(at, d);
+    }
+
+    /// MTUs, PFC, ECN scaling and the switch buffer.
+    fn validate_switching(&self, at: &KeyPath, d: &mut Diagnostics) {
         for (key, m) in [
             ("nic_bytes", self.mtu.nic_bytes),
             ("switch_bytes", self.mtu.switch_bytes),
@@ -1734,6 +1742,10 @@ impl FabricConfig {
                 "expected a buffer size > 0, found 0".to_string(),
             );
         }
+    }
+
+    /// The traffic classes: priorities, congestion-control algorithms and their parameters.
+    fn validate_classes(&self, at: &KeyPath, d: &mut Diagnostics) {
         if self.classes.is_empty() {
             d.error(
                 &at.key("classes"),
@@ -1828,6 +1840,11 @@ impl FabricConfig {
                 limits::check_rate_mbps(v, true, &tat.key(k), d);
             }
         }
+    }
+
+    /// CNP marking, the RoCE transport, NVLink, and the buffer sizes.
+    fn validate_transport(&self, at: &KeyPath, d: &mut Diagnostics) {
+        let pfc = at.key("pfc");
         if self.cnp.priority > 7 {
             d.error(
                 &at.key("cnp").key("priority"),
@@ -1917,6 +1934,10 @@ impl FabricConfig {
         if let Some(h) = self.pfc.headroom_bytes {
             limits::check_buffer_bytes(h, &pfc.key("headroom_bytes"), d);
         }
+    }
+
+    /// The registered-memory pool.
+    fn validate_memory(&self, at: &KeyPath, d: &mut Diagnostics) {
         let mem = &self.memory;
         let mat = at.key("memory");
         for (k, v) in [
