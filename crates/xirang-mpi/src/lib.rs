@@ -15,11 +15,17 @@ use xirang_sim::engine::part::PartState;
 use xirang_sim::parallel::{Aborted, DistributedError, Exchange, Gather, Mail, Report, Stats, Status};
 use xirang_sim::{Progress, RunOptions, RunResult};
 
+#[cfg(feature = "mpi")]
+pub mod job;
 pub mod local;
 #[cfg(feature = "mpi")]
 pub mod mpi_transport;
 #[cfg(feature = "mpi")]
 pub mod tune;
+
+/// What a command asked to run over MPI says when the binary was built without it.
+pub const NOT_BUILT: &str = "this xirang was built without MPI; build it with `cargo build --release --features mpi` \
+     (Debian packages libopenmpi-dev, openmpi-bin and libclang-dev: scripts/install-mpi.sh)";
 
 /// How bytes move between the workers of a run.
 pub trait Transport {

@@ -46,16 +46,13 @@ pub(crate) fn run(a: &SimArgs) -> Result<Outcome> {
     }
     #[cfg(feature = "mpi")]
     let mpi = if a.mpi {
-        Some(crate::mpi::Job::start()?)
+        Some(xirang_mpi::job::Job::start()?)
     } else {
         None
     };
     #[cfg(not(feature = "mpi"))]
     if a.mpi {
-        bail!(
-            "this xirang was built without MPI; build it with `cargo build --release --features mpi` \
-             (Debian packages libopenmpi-dev, openmpi-bin and libclang-dev: scripts/install-mpi.sh)"
-        );
+        bail!(xirang_mpi::NOT_BUILT);
     }
     // Ranks other than 0 simulate their partitions and write nothing.
     #[cfg(feature = "mpi")]
@@ -63,7 +60,7 @@ pub(crate) fn run(a: &SimArgs) -> Result<Outcome> {
         && job.rank() != 0
     {
         let parts = a.partitions.unwrap_or(job.size() * a.threads);
-        job.simulate(&loaded, &opts, parts, a.threads, &mut |_| {})?;
+        job.simulate(&loaded, &opts, parts, a.threads, &mut |_| {});
         return Ok(Outcome::Clean);
     }
     let out_dir = a.out.clone().unwrap_or_else(|| {
@@ -78,7 +75,7 @@ pub(crate) fn run(a: &SimArgs) -> Result<Outcome> {
     #[cfg(feature = "mpi")]
     if let (Some(job), Err(e)) = (&mpi, &out) {
         // The other ranks are already in the run: end them too.
-        job.abort(&anyhow::anyhow!("{e}"));
+        job.abort(e);
     }
     let out = out?;
 
@@ -117,7 +114,7 @@ pub(crate) fn run(a: &SimArgs) -> Result<Outcome> {
                     a.partitions.unwrap_or(job.size() * a.threads),
                     a.threads,
                     &mut on_progress,
-                )?
+                )
                 .expect("invariant: rank 0 has the results");
             Some((r, Some(report)))
         }

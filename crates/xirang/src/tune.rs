@@ -66,14 +66,10 @@ pub(crate) fn run(a: &TuneArgs) -> Result<Outcome> {
         );
     }
     #[cfg(not(feature = "mpi"))]
-    anyhow::ensure!(
-        !a.mpi,
-        "this xirang was built without MPI; build it with `cargo build --release --features mpi` \
-         (Debian packages libopenmpi-dev, openmpi-bin and libclang-dev: scripts/install-mpi.sh)"
-    );
+    anyhow::ensure!(!a.mpi, xirang_mpi::NOT_BUILT);
     #[cfg(feature = "mpi")]
     let job = if a.mpi {
-        Some(crate::mpi::Job::start()?)
+        Some(xirang_mpi::job::Job::start()?)
     } else {
         None
     };
@@ -84,7 +80,7 @@ pub(crate) fn run(a: &TuneArgs) -> Result<Outcome> {
     {
         let eval = Evaluator::new(&loaded);
         if let Err(e) = xirang_mpi::tune::serve(job.world(), &eval) {
-            job.abort(&anyhow::anyhow!(e));
+            job.abort(&format!("{:#}", anyhow::anyhow!(e)));
         }
         return Ok(Outcome::Clean);
     }
@@ -110,7 +106,7 @@ pub(crate) fn run(a: &TuneArgs) -> Result<Outcome> {
     #[cfg(feature = "mpi")]
     if let (Some(job), Err(e)) = (&job, &store) {
         // The other ranks wait for batches: end them too.
-        job.abort(&anyhow::anyhow!("{e}"));
+        job.abort(e);
     }
     let store = store?;
     let eval = Evaluator::new(&loaded);
@@ -141,11 +137,11 @@ pub(crate) fn run(a: &TuneArgs) -> Result<Outcome> {
             match r {
                 Ok(r) => {
                     if let Err(e) = runner.finish() {
-                        job.abort(&anyhow::anyhow!(e));
+                        job.abort(&format!("{:#}", anyhow::anyhow!(e)));
                     }
                     r
                 }
-                Err(e) => job.abort(&e.into()),
+                Err(e) => job.abort(&format!("{:#}", anyhow::Error::from(e))),
             }
         }
         None => tune(&eval, &space, &baselines, store, &report)?,
