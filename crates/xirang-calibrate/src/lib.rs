@@ -27,6 +27,7 @@
 pub mod app;
 pub mod counters;
 pub mod knobs;
+pub mod twin;
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;

@@ -20,7 +20,6 @@ mod plan;
 mod rollout;
 mod sim;
 mod tune;
-mod twin;
 
 use std::io::Write;
 use std::process::ExitCode;

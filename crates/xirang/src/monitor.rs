@@ -61,7 +61,7 @@ pub(crate) fn run(a: &MonitorArgs) -> Result<Outcome> {
     let web = if a.once { None } else { web_config(a)? };
     let (collector, what) = match (&a.replay, &a.twin) {
         (_, Some(scenario)) => (
-            crate::twin::collector(crate::twin::Twin {
+            xirang_calibrate::twin::collector(xirang_calibrate::twin::Twin {
                 scenario: scenario.clone(),
                 inventory: a.inventory.clone().unwrap_or_default(),
                 dilation: a.dilation,

@@ -12,10 +12,64 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
-use xirang_fabric::scenario::{Override, Scenario};
+use xirang_fabric::scenario::{Override, Scenario, ScenarioError};
 use xirang_monitor::collect::{Collector, Source};
-use xirang_monitor::replay::{self, Live, Spliced};
+use xirang_monitor::replay::{self, Live, ReplayError, Spliced};
+
+/// Why the twin cannot serve.
+#[derive(Debug, thiserror::Error)]
+pub enum TwinError {
+    /// The inventory does not load.
+    #[error("--inventory {}: {error}", path.display())]
+    Inventory {
+        /// The inventory directory.
+        path: PathBuf,
+        /// What is wrong with it (in the message, so not a separate cause).
+        error: xirang_audit::AuditError,
+    },
+    /// The scenario file cannot be read.
+    #[error(transparent)]
+    Read(#[from] xirang_files::ReadError),
+    /// The scenario is wrong on its own.
+    #[error(transparent)]
+    Scenario(#[from] ScenarioError),
+    /// The scenario has no samples to serve.
+    #[error("{}: the twin needs `[run] sample_interval_us` (a few hundred samples per run, e.g. end_us / 200): a run without samples would be served as one step per pass", path.display())]
+    NoSamples {
+        /// The scenario.
+        path: PathBuf,
+    },
+    /// The inventory's knobs do not fit the scenario.
+    #[error("the inventory's knobs (overrides[{own}..]) do not fit {}: an unknown host, NIC or switch port (the scenario's topology must name the inventory's: `xirang audit --emit-scenario` writes it) or a knob out of range: {error}", path.display())]
+    Knobs {
+        /// The scenario.
+        path: PathBuf,
+        /// The scenario's own overrides (the knobs come after them).
+        own: usize,
+        /// What the build said (in the message, so not a separate cause).
+        error: ScenarioError,
+    },
+    /// The simulator broke an invariant.
+    #[error("conservation check failed (a simulator bug):\n{0}")]
+    Conservation(String),
+    /// The run's outputs do not replay.
+    #[error(transparent)]
+    Replay(#[from] ReplayError),
+    /// The replay refused the run.
+    #[error("{}: {message}", path.display())]
+    Live {
+        /// The scenario.
+        path: PathBuf,
+        /// Why.
+        message: String,
+    },
+    /// The knobs do not serialize (not expected).
+    #[error("the knobs do not serialize: {0}")]
+    Json(#[from] serde_json::Error),
+    /// The simulator panicked (a bug).
+    #[error("the simulator panicked (a bug)")]
+    Panicked,
+}
 
 /// How often the inventory is read for changed knobs. A change is taken once two reads
 /// a poll apart agree, so that a script caught halfway through writing its knobs is not
@@ -24,20 +78,22 @@ const POLL: Duration = Duration::from_secs(1);
 
 /// What the twin simulates and serves.
 #[derive(Debug, Clone)]
-pub(crate) struct Twin {
+pub struct Twin {
     /// The scenario: topology naming the inventory's hosts, NICs and switches (as
     /// `xirang audit --emit-scenario` writes it), workloads, classes, `[run]`.
-    pub(crate) scenario: PathBuf,
+    pub scenario: PathBuf,
     /// The inventory directory (`hosts/`, `switches/`, `policy.toml`).
-    pub(crate) inventory: PathBuf,
+    pub inventory: PathBuf,
     /// Replay dilation.
-    pub(crate) dilation: u64,
+    pub dilation: u64,
 }
 
 /// The inventory's knobs now, with a fingerprint to compare reads by.
-fn read_knobs(inventory: &Path) -> Result<(Vec<Override>, String)> {
-    let cluster = xirang_audit::Cluster::load_dir(inventory)
-        .with_context(|| format!("--inventory {}", inventory.display()))?;
+fn read_knobs(inventory: &Path) -> Result<(Vec<Override>, String), TwinError> {
+    let cluster = xirang_audit::Cluster::load_dir(inventory).map_err(|error| TwinError::Inventory {
+        path: inventory.to_path_buf(),
+        error,
+    })?;
     let knobs = xirang_audit::as_scenario::knob_overrides(&cluster);
     let print = serde_json::to_string(&knobs)?;
     Ok((knobs, print))
@@ -60,15 +116,13 @@ fn changed(a: &[Override], b: &[Override]) -> usize {
 }
 
 /// Simulates the scenario with `knobs` and returns the run as a live replay.
-fn simulate(t: &Twin, knobs: Vec<Override>) -> Result<Live> {
+fn simulate(t: &Twin, knobs: Vec<Override>) -> Result<Live, TwinError> {
     let path = &t.scenario;
     let text = xirang_files::read_text(path, xirang_fabric::scenario::SCENARIO_LIMIT)?;
     let mut scenario = Scenario::parse(&text, path)?;
-    anyhow::ensure!(
-        scenario.run.sample_interval_us > 0.0,
-        "{}: the twin needs `[run] sample_interval_us` (a few hundred samples per run, e.g. end_us / 200): a run without samples would be served as one step per pass",
-        path.display()
-    );
+    if scenario.run.sample_interval_us <= 0.0 {
+        return Err(TwinError::NoSamples { path: path.clone() });
+    }
     let own = scenario.overrides.len();
     scenario.overrides.extend(knobs);
     let base = path.parent().unwrap_or(Path::new("."));
@@ -78,18 +132,17 @@ fn simulate(t: &Twin, knobs: Vec<Override>) -> Result<Live> {
         Err(knob_error) => {
             // The scenario's own error, with its lines, if it has one.
             Scenario::parse(&text, path)?.build(path, base, Some(&text))?;
-            return Err(knob_error).with_context(|| {
-                format!(
-                    "the inventory's knobs (overrides[{own}..]) do not fit {}: an unknown host, NIC or switch port (the scenario's topology must name the inventory's: `xirang audit --emit-scenario` writes it) or a knob out of range",
-                    path.display()
-                )
+            return Err(TwinError::Knobs {
+                path: path.clone(),
+                own,
+                error: knob_error,
             });
         }
     };
     let opts = xirang_sim::options(&loaded);
     let r = xirang_sim::simulate(&loaded, &opts, &mut |_| {});
     if let Err(e) = r.check_conservation() {
-        anyhow::bail!("conservation check failed (a simulator bug):\n{e}");
+        return Err(TwinError::Conservation(e.to_string()));
     }
     // Sampled: checked above.
     let rows = replay::parse_rows(&r.counter_series_csv(), "the twin's counter series", true)?;
@@ -101,14 +154,17 @@ fn simulate(t: &Twin, knobs: Vec<Override>) -> Result<Live> {
     let period_ns = summary.stats.sim_time_ps / 1_000;
     let summary = serde_json::json!({ "summary": summary }).to_string();
     Ok(Live::new(replay::from_rows(rows), &every, period_ns, t.dilation)
-        .map_err(|m| anyhow::anyhow!("{}: {m}", path.display()))?
+        .map_err(|message| TwinError::Live {
+            path: path.clone(),
+            message,
+        })?
         .with_requests(&r.requests_csv(), "the twin's requests")?
         .with_collectives(&summary, "the twin's summary")?)
 }
 
 /// A collector serving the twin: simulated once before it returns, then again whenever
 /// the inventory's knobs change (a thread watches them).
-pub(crate) fn collector(t: Twin) -> Result<Collector> {
+pub fn collector(t: Twin) -> Result<Collector, TwinError> {
     let (knobs, print) = read_knobs(&t.inventory)?;
     let started = Instant::now();
     let live = simulate(&t, knobs.clone())?;
@@ -155,7 +211,7 @@ fn watch(t: &Twin, mut knobs: Vec<Override>, mut print: String, tx: &mpsc::Sende
                 x
             }
             Err(e) => {
-                let m = format!("{e:#}");
+                let m = error_chain(&e);
                 if m != last_error {
                     eprintln!("xirang monitor: twin: {m}; serving the last run");
                     last_error = m;
@@ -180,7 +236,7 @@ fn watch(t: &Twin, mut knobs: Vec<Override>, mut print: String, tx: &mpsc::Sende
         // A panic in the simulator must not end the watch: the twin would go on serving
         // the old knobs' run without a word.
         let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| simulate(t, now.clone())))
-            .unwrap_or_else(|_| Err(anyhow::anyhow!("the simulator panicked (a bug)")));
+            .unwrap_or(Err(TwinError::Panicked));
         match run {
             Ok(live) => {
                 eprintln!(
@@ -195,10 +251,22 @@ fn watch(t: &Twin, mut knobs: Vec<Override>, mut print: String, tx: &mpsc::Sende
                 last_error.clear();
             }
             Err(e) => {
-                eprintln!("xirang monitor: twin: {e:#}; serving the last run");
+                eprintln!("xirang monitor: twin: {}; serving the last run", error_chain(&e));
                 failed = Some(p);
             }
         }
         pending = None;
     }
+}
+
+/// An error with its causes, as `anyhow`'s `{:#}` prints them.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cause = c.source();
+    }
+    s
 }
