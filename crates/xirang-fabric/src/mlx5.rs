@@ -91,54 +91,70 @@ fn narrow(v: u64) -> u32 {
     u32::try_from(v).unwrap_or(u32::MAX)
 }
 
-macro_rules! f64_knob {
-    ($dir:expr, $file:literal, $field:ident, $unit:literal) => {
+/// A knob of a `DcqcnParams` field, read with `get` and written with `set` (closures of
+/// the parameters `d` and the sysfs value `v`).
+macro_rules! dcqcn_knob {
+    ($dir:expr, $file:literal, $field:ident, |$d:ident| $get:expr, |$d2:ident, $v:ident| $set:expr, $min:expr, $max:expr, $unit:literal) => {
         Knob {
             dir: $dir,
             file: $file,
             field: Field::Dcqcn {
                 model_key: stringify!($field),
-                get: |d| whole(d.$field),
-                set: |d, v| d.$field = v as f64,
+                get: |$d| $get,
+                set: |$d2, $v| $set,
             },
-            min: 0,
-            max: MAX_SYSFS_VALUE,
+            min: $min,
+            max: $max,
             unit: $unit,
         }
     };
 }
 
-macro_rules! u32_knob {
-    ($dir:expr, $file:literal, $field:ident, $min:expr, $max:expr) => {
-        Knob {
-            dir: $dir,
-            file: $file,
-            field: Field::Dcqcn {
-                model_key: stringify!($field),
-                get: |d| u64::from(d.$field),
-                set: |d, v| d.$field = narrow(v),
-            },
-            min: $min,
-            max: $max,
-            unit: "",
-        }
+/// A time or rate: whole units in sysfs, any u32.
+macro_rules! f64_knob {
+    ($dir:expr, $file:literal, $field:ident, $unit:literal) => {
+        dcqcn_knob!(
+            $dir,
+            $file,
+            $field,
+            |d| whole(d.$field),
+            |d, v| d.$field = v as f64,
+            0,
+            MAX_SYSFS_VALUE,
+            $unit
+        )
     };
 }
 
+/// A count or fixed-point value within the firmware's range.
+macro_rules! u32_knob {
+    ($dir:expr, $file:literal, $field:ident, $min:expr, $max:expr) => {
+        dcqcn_knob!(
+            $dir,
+            $file,
+            $field,
+            |d| u64::from(d.$field),
+            |d, v| d.$field = narrow(v),
+            $min,
+            $max,
+            ""
+        )
+    };
+}
+
+/// A switch: 0 or 1.
 macro_rules! bool_knob {
     ($dir:expr, $file:literal, $field:ident) => {
-        Knob {
-            dir: $dir,
-            file: $file,
-            field: Field::Dcqcn {
-                model_key: stringify!($field),
-                get: |d| u64::from(d.$field),
-                set: |d, v| d.$field = v != 0,
-            },
-            min: 0,
-            max: 1,
-            unit: "",
-        }
+        dcqcn_knob!(
+            $dir,
+            $file,
+            $field,
+            |d| u64::from(d.$field),
+            |d, v| d.$field = v != 0,
+            0,
+            1,
+            ""
+        )
     };
 }
 
