@@ -359,7 +359,7 @@ fn run_stats<Q: queue::Queue>(sim: &Sim<Q>) -> RunStats {
         bytes_in_flight_at_end: bytes,
         data_bytes_in_flight_at_end: data,
         int_packets_at_end: int_packets,
-        int_records_at_end: sim.cc.ints.live,
+        int_records_at_end: sim.cc.ints().live(),
         ledger: sim.stats.ledger,
     }
 }

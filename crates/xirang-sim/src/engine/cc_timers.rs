@@ -30,7 +30,7 @@ impl<Q: Queue> Sim<Q> {
             return;
         }
         let Cc::Dcqcn(pi, s) = &mut q.cc else { return };
-        if s.on_dec_check(now, &self.cc.dcqcn[*pi as usize]) && !q.inc_pending {
+        if s.on_dec_check(now, self.cc.dcqcn(*pi)) && !q.inc_pending {
             q.inc_pending = true;
             let t = s.inc_deadline.expect("set by a decrease");
             self.schedule(t, Event::DcqcnInc(qi));
@@ -53,7 +53,7 @@ impl<Q: Queue> Sim<Q> {
             self.schedule(deadline, Event::DcqcnInc(qi));
             return;
         }
-        s.on_inc_timer(now, &self.cc.dcqcn[*pi as usize]);
+        s.on_inc_timer(now, self.cc.dcqcn(*pi));
         // A persistent QP back at line rate has nothing left to recover: its timer stops
         // until the next decrease (DCQCN's increase ends at the target rate).
         let recovered = s.rc >= q.line_bps && s.rt >= q.line_bps;

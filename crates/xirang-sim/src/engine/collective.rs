@@ -220,13 +220,7 @@ impl<Q: Queue> Sim<Q> {
         record: bool,
     ) {
         let coll = self.work.colls.len() as u32;
-        let class = self
-            .cc
-            .classes
-            .iter()
-            .find(|c| c.name == run.class)
-            .expect("invariant: classes are validated at load")
-            .clone();
+        let class = self.cc.class(&run.class).clone();
         let p = run.program.clone();
         let (n, nch) = (run.ranks, p.channels());
         let (thread_base, rank_left) = self.add_threads(coll, &run);

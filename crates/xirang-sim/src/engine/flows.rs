@@ -19,10 +19,9 @@ use xirang_fabric::scenario::EcmpMode;
 
 use super::event::Event;
 use super::ids::{FlowId, PortId, QpId, RouteId};
-use super::nic::{Cc, QpRx, QpTx, RxOwner, TxOwner};
+use super::nic::{QpRx, QpTx, RxOwner, TxOwner};
 use super::routes::RouteRequest;
-use super::{ClassRt, RunOptions, Sim, intern};
-use crate::cc::{Dcqcn, DcqcnState, Dctcp, DctcpState, Hpcc, HpccState, Timely, TimelyState};
+use super::{ClassRt, RunOptions, Sim};
 use crate::queue::Queue;
 use crate::rng::{Purpose, Stream};
 use crate::time::Ps;
@@ -249,15 +248,6 @@ impl<Q: Queue> Sim<Q> {
         plan
     }
 
-    /// The DCQCN knobs of NIC `nic` when it has its own.
-    fn nic_congestion(&self, nic: NicId) -> Option<&xirang_fabric::config::NicCongestion> {
-        self.cc
-            .nic_congestion
-            .binary_search_by_key(&nic.0, |(i, _)| *i)
-            .ok()
-            .map(|k| &self.cc.nic_congestion[k].1)
-    }
-
     /// A QP's fixed parts from its class, priority, ends (sender, receiver) and routes.
     pub(crate) fn qp_spec(
         &mut self,
@@ -270,64 +260,7 @@ impl<Q: Queue> Sim<Q> {
     ) -> QpSpec {
         let src_port = self.fab.routes.first(route);
         let line_bps = self.fab.ports[src_port].rate.bps;
-        let firmware_cc = matches!(class.cc, CcAlgorithm::Dcqcn | CcAlgorithm::None);
-        let (cc, cnp_interval) = match class.cc {
-            // A NIC with its own knobs decides as mlx5 firmware does: the sender's
-            // `roce_rp/enable/P` whether the QP runs DCQCN (with the sender's parameters),
-            // the receiver's `roce_np/enable/P` whether marks are answered with CNPs (at
-            // the receiver's `min_time_between_cnps`).
-            _ if firmware_cc && !self.cc.nic_congestion.is_empty() => {
-                let class_dcqcn = (class.cc == CcAlgorithm::Dcqcn).then_some(class.dcqcn);
-                let rp = match self.nic_congestion(ends.0) {
-                    Some(c) => c.rp_priorities.contains(&prio).then_some(c.dcqcn),
-                    None => class_dcqcn,
-                };
-                let np = match self.nic_congestion(ends.1) {
-                    Some(c) => c.np_priorities.contains(&prio).then_some(c.dcqcn),
-                    None => class_dcqcn,
-                };
-                let cc = match rp {
-                    Some(p) => CcParams::Dcqcn(intern(&mut self.cc.dcqcn, Dcqcn::new(&p, line_bps))),
-                    None => CcParams::None,
-                };
-                (cc, np.map(|p| Dcqcn::new(&p, line_bps).cnp_interval))
-            }
-            CcAlgorithm::None => (CcParams::None, None),
-            CcAlgorithm::Dcqcn => {
-                let idx = intern(&mut self.cc.dcqcn, Dcqcn::new(&class.dcqcn, line_bps));
-                (
-                    CcParams::Dcqcn(idx),
-                    Some(self.cc.dcqcn[idx as usize].cnp_interval),
-                )
-            }
-            CcAlgorithm::Timely => {
-                let idx = intern(&mut self.cc.timely, Timely::new(&class.timely, line_bps));
-                (CcParams::Timely(idx), None)
-            }
-            CcAlgorithm::Hpcc => {
-                let b = self.cc.base_rtt.expect("computed when a class runs HPCC");
-                let idx = intern(
-                    &mut self.cc.hpcc,
-                    Hpcc::new(&class.hpcc, line_bps, b.max_rtt_ns, b.max_bdp_bytes),
-                );
-                (CcParams::Hpcc(idx), None)
-            }
-            CcAlgorithm::Dctcp => {
-                let b = self.cc.base_rtt.expect("computed when a class runs DCTCP");
-                let idx = intern(
-                    &mut self.cc.dctcp,
-                    Dctcp::new(&class.dctcp, line_bps, b.max_bdp_bytes),
-                );
-                (CcParams::Dctcp(idx), None)
-            }
-        };
-        // HPCC and DCTCP QPs are window-limited as the HPCC simulator runs them (HAS_WIN
-        // and VAR_WIN in its run.py); DCQCN and TIMELY are paced only.
-        let win_bytes = match cc {
-            CcParams::Hpcc(i) => self.cc.hpcc[i as usize].win_bytes,
-            CcParams::Dctcp(i) => self.cc.dctcp[i as usize].win_bytes,
-            _ => 0,
-        };
+        let (cc, cnp_interval, win_bytes) = self.cc.qp_params(class, prio, ends, line_bps);
         QpSpec {
             route,
             ack_route,
@@ -357,13 +290,7 @@ impl<Q: Queue> Sim<Q> {
         mtu: u32,
         wr_capacity: usize,
     ) -> QpId {
-        let cc = match spec.cc {
-            CcParams::None => Cc::None,
-            CcParams::Dcqcn(i) => Cc::Dcqcn(i, Box::new(DcqcnState::new(&self.cc.dcqcn[i as usize]))),
-            CcParams::Timely(i) => Cc::Timely(i, Box::new(TimelyState::new(&self.cc.timely[i as usize]))),
-            CcParams::Hpcc(i) => Cc::Hpcc(i, Box::new(HpccState::new(&self.cc.hpcc[i as usize]))),
-            CcParams::Dctcp(i) => Cc::Dctcp(i, Box::new(DctcpState::new(&self.cc.dctcp[i as usize]))),
-        };
+        let cc = self.cc.start(spec.cc);
         let persistent = !matches!(owner, TxOwner::Flow(_));
         // Zero-byte QPs are complete from the start; a persistent QP idles until its first
         // message.
@@ -440,13 +367,7 @@ impl<Q: Queue> Sim<Q> {
             }
             let n_qps = d.qps.unwrap_or(config_qps).max(1);
             let fi = self.work.flows.next_id();
-            let class = self
-                .cc
-                .classes
-                .iter()
-                .find(|c| c.name == d.class)
-                .expect("invariant: classes are validated at load")
-                .clone();
+            let class = self.cc.class(&d.class).clone();
             let prio = d.prio.unwrap_or(class.prio);
             let mtu = path_mtu(fabric, config, d.src, d.dst);
             let first_qp = self.xport.qps_tx.len() as u32;

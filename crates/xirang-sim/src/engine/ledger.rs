@@ -87,7 +87,7 @@ impl<Q: Queue> Sim<Q> {
         if k.kind != Kind::Data
             && let Some(i) = k.int_index()
         {
-            self.cc.ints.give_back(i);
+            self.cc.ints_mut().give_back(i);
         }
     }
 
@@ -95,7 +95,7 @@ impl<Q: Queue> Sim<Q> {
     #[inline]
     pub(crate) fn account_drop(&mut self, k: &Packet) {
         if let Some(i) = k.int_index() {
-            self.cc.ints.give_back(i);
+            self.cc.ints_mut().give_back(i);
         }
         let l = &mut self.stats.ledger;
         l.dropped_packets += 1;

@@ -35,6 +35,7 @@
 
 pub mod build;
 pub mod cc_timers;
+pub mod ccstate;
 pub mod collective;
 pub mod event;
 pub mod faults;
@@ -55,7 +56,6 @@ pub mod transport;
 use xirang_fabric::config::{CcAlgorithm, FabricConfig};
 use xirang_fabric::model::{Fabric, NicId, SwitchId};
 
-use crate::cc::{Dcqcn, Dctcp, Hpcc, Timely};
 use crate::counters::{CounterValue, N_PRIO, PortCounters};
 use crate::queue::{EventQueue, Key, Queue, TIE_DEV_BITS, Tie, TimerHeap};
 use crate::time::{PS_PER_US, Ps};
@@ -65,6 +65,7 @@ pub use ledger::Ledger;
 pub use pfc::PfcEvent;
 pub use sampling::Samples;
 
+use ccstate::CcState;
 use collective::{CollectiveRt, Thread};
 use event::Event;
 use faults::Faults;
@@ -116,43 +117,6 @@ pub(crate) struct ClassRt {
     pub(crate) timely: xirang_fabric::config::TimelyParams,
     pub(crate) hpcc: xirang_fabric::config::HpccParams,
     pub(crate) dctcp: xirang_fabric::config::DctcpParams,
-}
-
-/// INT records of the HPCC packets in flight, by index (`Packet::int_index`): a record is
-/// taken when an HPCC QP sends a data packet, written by every switch the packet leaves,
-/// handed to the ACK by the receiver, and returned when the ACK reaches the sender or the
-/// packet is lost. Capacity follows the packets in flight, reused afterwards.
-#[derive(Debug, Default)]
-pub(crate) struct IntSlab {
-    pub(crate) records: Vec<crate::cc::int::Record>,
-    free: Vec<u32>,
-    pub(crate) live: usize,
-}
-
-impl IntSlab {
-    pub(crate) fn take(&mut self, multi: u8) -> u32 {
-        self.live += 1;
-        let rec = crate::cc::int::Record {
-            multi,
-            ..Default::default()
-        };
-        match self.free.pop() {
-            Some(i) => {
-                self.records[i as usize] = rec;
-                i
-            }
-            None => {
-                self.records.push(rec);
-                u32::try_from(self.records.len() - 1)
-                    .expect("invariant: fewer than 2^32 INT records in flight")
-            }
-        }
-    }
-
-    pub(crate) fn give_back(&mut self, i: u32) {
-        self.live -= 1;
-        self.free.push(i);
-    }
 }
 
 /// Fabric-wide settings every device reads (the scenario's configuration; never changed
@@ -261,22 +225,6 @@ pub(crate) struct Xport {
     pub(crate) stray_packets: u64,
     /// QPs that gave up after their retries.
     pub(crate) qps_failed: u64,
-}
-
-/// Congestion control's state shared by QPs.
-pub(crate) struct CcState {
-    pub(crate) classes: Vec<ClassRt>,
-    /// The NICs with their own DCQCN knobs (`Nic::congestion`), by NIC index, sorted:
-    /// few or none, so a fabric of many NICs pays nothing for them.
-    pub(crate) nic_congestion: Vec<(u32, xirang_fabric::config::NicCongestion)>,
-    pub(crate) dcqcn: Vec<Dcqcn>,
-    pub(crate) timely: Vec<Timely>,
-    pub(crate) hpcc: Vec<Hpcc>,
-    pub(crate) dctcp: Vec<Dctcp>,
-    /// The fabric's largest base RTT and BDP (HPCC's T and the window of HPCC and DCTCP
-    /// QPs); computed only when a class runs one of them.
-    pub(crate) base_rtt: Option<xirang_fabric::model::BaseRtt>,
-    pub(crate) ints: IntSlab,
 }
 
 /// The workload driver's state.
@@ -388,21 +336,16 @@ impl<Q: Queue> Sim<Q> {
                 flows_done: 0,
                 last_done_at: None,
             },
-            cc: CcState {
+            cc: CcState::new(
                 classes,
-                nic_congestion: fabric
+                fabric
                     .nics
                     .iter()
                     .enumerate()
                     .filter_map(|(i, n)| n.congestion.clone().map(|c| (i as u32, c)))
                     .collect(),
-                dcqcn: Vec::new(),
-                timely: Vec::new(),
-                hpcc: Vec::new(),
-                dctcp: Vec::new(),
                 base_rtt,
-                ints: IntSlab::default(),
-            },
+            ),
             faults: Faults::default(),
         };
         sim.populate(fabric, config, ex, opts, &nic_ports, &sw_ports);
@@ -677,15 +620,6 @@ impl<Q: Queue> Sim<Q> {
             })
             .collect()
     }
-}
-
-/// Index of `x` in `v`, appending it if absent: QPs share parameter sets by index.
-pub(crate) fn intern<T: PartialEq>(v: &mut Vec<T>, x: T) -> u16 {
-    let i = v.iter().position(|y| *y == x).unwrap_or_else(|| {
-        v.push(x);
-        v.len() - 1
-    });
-    u16::try_from(i).expect("invariant: fewer than 65536 distinct parameter sets")
 }
 
 #[cfg(test)]

@@ -334,7 +334,7 @@ impl<Q: Queue> Sim<Q> {
     #[inline]
     pub(crate) fn drop_int(&mut self, pkt: &Packet) {
         if let Some(i) = pkt.int_index() {
-            self.cc.ints.give_back(i);
+            self.cc.ints_mut().give_back(i);
         }
     }
 
@@ -381,26 +381,20 @@ impl<Q: Queue> Sim<Q> {
                             .sent_time()
                             .expect("invariant: TIMELY's packets carry their send time"),
                     ),
-                    &self.cc.timely[*pi as usize],
+                    self.cc.timely(*pi),
                 );
                 raised = s.rate > before;
             }
             Cc::Hpcc(pi, s) => {
                 if let Some(i) = pkt.int_index() {
-                    let rec = self.cc.ints.records[i as usize];
-                    changed = s.on_ack(pkt.seq, q.snd_nxt, &rec, &self.cc.hpcc[*pi as usize]);
+                    let rec = self.cc.ints().record(i);
+                    changed = s.on_ack(pkt.seq, q.snd_nxt, &rec, self.cc.hpcc(*pi));
                 }
             }
             Cc::Dctcp(pi, s) => {
                 // The new rate applies from the next packet: the simulator sets it without
                 // re-timing the one already scheduled.
-                s.on_ack(
-                    pkt.seq,
-                    q.snd_nxt,
-                    pkt.ce,
-                    u64::from(q.mtu),
-                    &self.cc.dctcp[*pi as usize],
-                );
+                s.on_ack(pkt.seq, q.snd_nxt, pkt.ce, u64::from(q.mtu), self.cc.dctcp(*pi));
             }
             Cc::None | Cc::Dcqcn(..) => {}
         }
@@ -437,7 +431,7 @@ impl<Q: Queue> Sim<Q> {
         match &mut q.cc {
             Cc::Dcqcn(pi, s) if !retired => {
                 self.stats.counters[sp].rp_cnp_handled += 1;
-                if let Some(t) = s.on_cnp(now, &self.cc.dcqcn[*pi as usize]) {
+                if let Some(t) = s.on_cnp(now, self.cc.dcqcn(*pi)) {
                     self.schedule(t, Event::DcqcnDec(qi));
                 }
             }
@@ -570,15 +564,15 @@ impl<Q: Queue> Sim<Q> {
         // An HPCC packet carries INT: its bytes on the wire, its record out of line.
         let (stamp, int_bytes) = match &q.cc {
             Cc::Hpcc(pi, _) => {
-                let multi = self.cc.hpcc[*pi as usize].multi as u8;
-                (Stamp::int(self.cc.ints.take(multi)), int::HEADER_BYTES)
+                let multi = self.cc.hpcc(*pi).multi as u8;
+                (Stamp::int(self.cc.ints_mut().take(multi)), int::HEADER_BYTES)
             }
             _ => (Stamp::sent_at(now), 0),
         };
         let q = &mut self.xport.qps_tx[qi];
         let wire = payload + header + int_bytes;
         if let Cc::Dcqcn(pi, s) = &mut q.cc {
-            s.on_sent(wire, &self.cc.dcqcn[*pi as usize]);
+            s.on_sent(wire, self.cc.dcqcn(*pi));
         }
         q.last_sent = now;
         q.last_wire = wire;

@@ -149,8 +149,8 @@ impl<Q: Queue> Sim<Q> {
             .expect("invariant: only partitioned runs cut links")
             .of_dev[to_dev as usize] as usize;
         let int = pkt.int_index().map(|i| {
-            let rec = self.cc.ints.records[i as usize];
-            self.cc.ints.give_back(i);
+            let rec = self.cc.ints().record(i);
+            self.cc.ints_mut().give_back(i);
             pkt.stamp = Stamp::NONE;
             rec
         });
@@ -172,8 +172,7 @@ impl<Q: Queue> Sim<Q> {
         for m in from.links.drain(..) {
             let mut pkt = m.pkt;
             if let Some(rec) = m.int {
-                let i = self.cc.ints.take(rec.multi);
-                self.cc.ints.records[i as usize] = rec;
+                let i = self.cc.ints_mut().put(rec);
                 pkt.stamp = Stamp::int(i);
             }
             self.stats.ledger.live_packets += 1;
@@ -354,7 +353,7 @@ impl<Q: Queue> Sim<Q> {
             qps_failed: self.xport.qps_failed,
             flows_done: self.work.flows_done,
             last_done_at: self.work.last_done_at,
-            ints_live: self.cc.ints.live,
+            ints_live: self.cc.ints().live(),
             peak_live_transfers: self.work.peak_live_transfers,
             peak_slices_outstanding: self.work.peak_slices_outstanding,
             peak_pending: self.q.peak() + self.dist.merged_peak_pending,
@@ -418,7 +417,7 @@ impl<Q: Queue> Sim<Q> {
         self.xport.qps_failed += o.qps_failed;
         self.work.flows_done += o.flows_done;
         self.work.last_done_at = self.work.last_done_at.max(o.last_done_at);
-        self.cc.ints.live += o.ints_live;
+        self.cc.ints_mut().absorb_live(o.ints_live);
         // Peaks of different partitions need not coincide: their sum bounds the run's.
         self.work.peak_live_transfers += o.peak_live_transfers;
         self.work.peak_slices_outstanding = self.work.peak_slices_outstanding.max(o.peak_slices_outstanding);

@@ -263,7 +263,7 @@ impl<Q: Queue> Sim<Q> {
             let o = &self.fab.ports[out];
             let tx_bytes: u64 = o.pr.iter().map(|s| s.tx_bytes).sum();
             let qlen: u64 = o.pr.iter().map(|s| s.egr).sum();
-            let rec = &mut self.cc.ints.records[i as usize];
+            let rec = self.cc.ints_mut().record_mut(i);
             let hop = crate::cc::int::Hop::encode(
                 self.now / PS_PER_NS,
                 tx_bytes,
