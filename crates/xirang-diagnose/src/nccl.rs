@@ -542,6 +542,24 @@ fn diagnose_one(log: &Log, f: &Facts, rep: &Report, views: &[Result<RunView, Str
         f.hosts.iter().cloned().collect::<Vec<_>>().join(", ")
     };
     let multi_host = f.hosts.len() >= 2;
+    failure_findings(log, f, &hosts_text, &mut out);
+    setup_findings(log, f, views, &hosts_text, multi_host, &mut out);
+    falling_finding(log, f, rep, views, &hosts_text, &mut out);
+    below_model_findings(log, f, rep, views, &hosts_text, &mut out);
+    // Findings about how NCCL ran say, too, how far below the model the run is.
+    for x in out
+        .iter_mut()
+        .filter(|x| matches!(x.rule, "NCCL-SOCKET" | "NCCL-GDR-OFF"))
+    {
+        if let Some((run, v)) = rep.tests.iter().zip(views).find(|(r, _)| !r.rows.is_empty()) {
+            x.evidence.push(model_evidence(log, run, v));
+        }
+    }
+    out
+}
+
+/// Failed or aborted runs.
+fn failure_findings(log: &Log, f: &Facts, hosts_text: &str, out: &mut Vec<Finding>) {
     for (line, text) in &f.failures {
         let abort = text.contains(ABORT_TEXT);
         let reporter = text.split(':').next().filter(|h| f.hosts.contains(*h));
@@ -577,6 +595,17 @@ fn diagnose_one(log: &Log, f: &Facts, rep: &Report, views: &[Result<RunView, Str
             break;
         }
     }
+}
+
+/// How NCCL was set up: wrong values, sockets instead of RDMA, GPUDirect off, NICs used and local ranks.
+fn setup_findings(
+    log: &Log,
+    f: &Facts,
+    views: &[Result<RunView, String>],
+    hosts_text: &str,
+    multi_host: bool,
+    out: &mut Vec<Finding>,
+) {
     if !f.wrong.is_empty() {
         let (line, n) = f.wrong[0];
         out.push(Finding {
@@ -728,6 +757,17 @@ fn diagnose_one(log: &Log, f: &Facts, rep: &Report, views: &[Result<RunView, Str
             evidence,
         });
     }
+}
+
+/// Bandwidth that falls as messages grow: one finding per log, the run that falls furthest leading.
+fn falling_finding(
+    log: &Log,
+    f: &Facts,
+    rep: &Report,
+    views: &[Result<RunView, String>],
+    hosts_text: &str,
+    out: &mut Vec<Finding>,
+) {
     let falling: Vec<(&TestRun, &Result<RunView, String>, Vec<ShapeRow>)> = rep
         .tests
         .iter()
@@ -792,6 +832,17 @@ fn diagnose_one(log: &Log, f: &Facts, rep: &Report, views: &[Result<RunView, Str
             evidence,
         });
     }
+}
+
+/// Runs below the model when nothing else explains them.
+fn below_model_findings(
+    log: &Log,
+    f: &Facts,
+    rep: &Report,
+    views: &[Result<RunView, String>],
+    hosts_text: &str,
+    out: &mut Vec<Finding>,
+) {
     let explained = !out.is_empty();
     for (run, v) in rep.tests.iter().zip(views) {
         let Ok(v) = v else { continue };
@@ -831,16 +882,6 @@ fn diagnose_one(log: &Log, f: &Facts, rep: &Report, views: &[Result<RunView, Str
                 .collect(),
         });
     }
-    // Findings about how NCCL ran say, too, how far below the model the run is.
-    for x in out
-        .iter_mut()
-        .filter(|x| matches!(x.rule, "NCCL-SOCKET" | "NCCL-GDR-OFF"))
-    {
-        if let Some((run, v)) = rep.tests.iter().zip(views).find(|(r, _)| !r.rows.is_empty()) {
-            x.evidence.push(model_evidence(log, run, v));
-        }
-    }
-    out
 }
 
 /// The run against the model in one evidence line, or why it was not compared.
