@@ -669,6 +669,11 @@ fn setup_findings(
             evidence: f.no_gdr.iter().take(3).map(|(l, t)| ev(log, *l, t)).collect(),
         });
     }
+    nic_findings(log, f, views, out);
+}
+
+/// The NICs NCCL used per host, and more local ranks than NICs.
+fn nic_findings(log: &Log, f: &Facts, views: &[Result<RunView, String>], out: &mut Vec<Finding>) {
     for (host, gpus) in &f.nic_use {
         let mut by_nic: BTreeMap<u32, Vec<(u32, usize, String)>> = BTreeMap::new();
         for (gpu, nics) in gpus {
