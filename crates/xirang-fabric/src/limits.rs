@@ -291,10 +291,16 @@ mod tests {
     fn wall_durations_run_from_a_millisecond_to_ten_years() {
         use super::wall_duration;
         assert_eq!(wall_duration("1ms"), Ok(std::time::Duration::from_millis(1)));
-        assert_eq!(wall_duration("30d"), Ok(std::time::Duration::from_secs(2_592_000)));
+        assert_eq!(
+            wall_duration("30d"),
+            Ok(std::time::Duration::from_secs(2_592_000))
+        );
         for bad in ["0s", "500us", "3651d", "1e400s"] {
             let e = wall_duration(bad).unwrap_err();
-            assert!(e.contains("expected a duration from 1ms to 3650 days"), "{bad}: {e}");
+            assert!(
+                e.contains("expected a duration from 1ms to 3650 days"),
+                "{bad}: {e}"
+            );
         }
         assert!(wall_duration("10").unwrap_err().contains("has no unit"));
     }
