@@ -78,7 +78,7 @@ pub(crate) fn scenario_sim(data: &[u8]) {
         return;
     }
     let mut opts = xirang_sim::options(&l);
-    let ex = xirang_sim::workload::expand(&l, opts.seed);
+    let ex = xirang_sim::workload::expand(l.model(), opts.seed);
     let transfers: u64 = ex.flows.len() as u64
         + ex.collectives
             .iter()

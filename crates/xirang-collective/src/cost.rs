@@ -14,7 +14,7 @@
 use serde::Serialize;
 
 use xirang_fabric::config::FabricConfig;
-use xirang_fabric::model::Fabric;
+use xirang_fabric::model::{Fabric, Host};
 
 /// GPU generations NCCL distinguishes in its tuning tables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -367,7 +367,12 @@ impl Platform {
         hosts: &[String],
         channels: u32,
     ) -> Option<Platform> {
-        let hs = fabric.hosts_named(hosts);
+        Platform::of_hosts(fabric, config, &fabric.hosts_named(hosts), channels)
+    }
+
+    /// [`Platform::of_fabric`] of hosts already resolved (the simulator's, which looks up
+    /// no name).
+    pub fn of_hosts(fabric: &Fabric, config: &FabricConfig, hs: &[&Host], channels: u32) -> Option<Platform> {
         let first = hs.first()?;
         let gpus = first.gpus.len().max(1) as u32;
         let generation = first.gpus.first().map_or(GpuGen::Ampere, |g| {

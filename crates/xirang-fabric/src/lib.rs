@@ -31,6 +31,7 @@
 //! ```
 
 pub mod analysis;
+pub mod built;
 pub mod config;
 pub mod diag;
 pub mod hpcc;

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::built::{self, BuiltWorkload, WorkloadId};
 use crate::config::{
     FabricConfig, MAX_HEADER_BYTES, MAX_MTU_BYTES, MAX_ROCE_MTU_BYTES, MAX_WR_DEPTH, MIN_MTU_BYTES,
     RedProfile,
@@ -195,9 +196,8 @@ pub enum FaultTarget {
     Port(PortRef),
     /// A switch (`ecmp_imbalance`).
     Switch(crate::model::SwitchId),
-    /// A workload (`single_qp`), by its key in `[workloads]`: workloads are named in the
-    /// results too.
-    Workload(String),
+    /// A workload (`single_qp`).
+    Workload(WorkloadId),
 }
 
 /// A fault of the scenario with its target resolved ([`Loaded::faults`]).
@@ -401,8 +401,10 @@ pub struct Loaded {
     pub scenario: Scenario,
     /// The fabric, with overrides applied.
     pub fabric: Fabric,
-    /// Flows of `hpcc_flows` workloads, by workload name.
-    pub hpcc_flows: BTreeMap<String, Vec<HpccFlow>>,
+    /// The workloads as they run, in name order, their endpoints resolved. Editing
+    /// `scenario.workloads` after the build changes nothing that runs: edit these, or
+    /// build again.
+    pub workloads: Vec<BuiltWorkload>,
     /// The scenario's `[[faults]]`, in order, their targets resolved.
     pub faults: Vec<ResolvedFault>,
     /// Warnings (nothing is wrong enough to stop).
@@ -419,7 +421,9 @@ impl Scenario {
                 let target = match f.kind.target_kind() {
                     TargetKind::Port => FaultTarget::Port(parse_port_ref(fabric, &f.target, None).ok()?),
                     TargetKind::Switch => FaultTarget::Switch(fabric.switch_by_name(&f.target)?),
-                    TargetKind::Workload => FaultTarget::Workload(f.target.clone()),
+                    TargetKind::Workload => FaultTarget::Workload(WorkloadId(
+                        self.workloads.keys().position(|n| *n == f.target)? as u16,
+                    )),
                 };
                 Some(ResolvedFault {
                     target,
@@ -427,6 +431,31 @@ impl Scenario {
                 })
             })
             .collect()
+    }
+
+    /// The workloads with their endpoints resolved on `fabric`, in name order. Validation
+    /// has checked every name; one that still does not resolve is an error at its key.
+    fn resolve_workloads(
+        &self,
+        fabric: &Fabric,
+        hpcc_flows: &BTreeMap<String, Vec<HpccFlow>>,
+        at: &KeyPath,
+        d: &mut Diagnostics,
+    ) -> Vec<BuiltWorkload> {
+        let mut out = Vec::with_capacity(self.workloads.len());
+        for (i, (name, spec)) in self.workloads.iter().enumerate() {
+            let hpcc = hpcc_flows.get(name).map(Vec::as_slice);
+            match built::resolve(fabric, spec, hpcc) {
+                Ok(ends) => out.push(BuiltWorkload {
+                    id: WorkloadId(i as u16),
+                    name: name.clone(),
+                    spec: spec.clone(),
+                    ends,
+                }),
+                Err(why) => d.error(&at.key(name).key(spec.kind()), why),
+            }
+        }
+        out
     }
 
     /// The first `collective` workload (in name order) with its name: the job whose hosts
@@ -628,6 +657,11 @@ impl Scenario {
                     }
                 }
             }
+            let workloads = if d.error_count() == 0 {
+                self.resolve_workloads(&fabric, &hpcc_flows, &root.key("workloads"), &mut d)
+            } else {
+                Vec::new()
+            };
             if d.error_count() == 0 {
                 let mut all = d.finish(text);
                 all.sort_by_key(|x| x.severity != Severity::Error);
@@ -636,7 +670,7 @@ impl Scenario {
                     file: file.to_path_buf(),
                     scenario: self.clone(),
                     fabric,
-                    hpcc_flows,
+                    workloads,
                     faults,
                     warnings: all,
                 });

@@ -75,6 +75,7 @@ pub use engine::{Ledger, PfcEvent, Progress, RunOptions, Sim};
 pub use output::{EngineStats, FlowResult, RunResult, Summary};
 
 use xirang_fabric::Loaded;
+use xirang_fabric::built::Model;
 use xirang_fabric::scenario::{FaultKind, FaultTarget, ResolvedFault};
 
 use crate::engine::ids::{FlowId, PortId, QpId};
@@ -83,13 +84,14 @@ use crate::time::us;
 
 /// Run options from a scenario's `[run]` section.
 pub fn options(loaded: &Loaded) -> RunOptions {
+    let model = loaded.model();
     let r = &loaded.scenario.run;
     RunOptions {
         seed: r.seed,
         end: (r.end_us > 0.0).then(|| us(r.end_us)),
         sample_interval: (r.sample_interval_us > 0.0).then(|| us(r.sample_interval_us)),
         ecmp: r.ecmp,
-        hot_switch: loaded.faults.iter().find_map(|f| match f.target {
+        hot_switch: model.faults.iter().find_map(|f| match f.target {
             FaultTarget::Switch(s) if f.fault.kind == FaultKind::EcmpImbalance => Some((s, f.fault.share?)),
             _ => None,
         }),
@@ -100,7 +102,13 @@ pub fn options(loaded: &Loaded) -> RunOptions {
 /// Expands the scenario's workloads, runs them, and collects the results. `progress`
 /// receives how far the run is now and then.
 pub fn simulate(loaded: &Loaded, opts: &RunOptions, progress: &mut dyn FnMut(Progress)) -> RunResult {
-    simulate_with::<queue::EventQueue>(loaded, opts, progress)
+    simulate_model(loaded.model(), opts, progress)
+}
+
+/// [`simulate`] of a built model: what a caller that varies the configuration runs, so
+/// that each run borrows the fabric and the workloads instead of copying them.
+pub fn simulate_model(model: Model<'_>, opts: &RunOptions, progress: &mut dyn FnMut(Progress)) -> RunResult {
+    simulate_with::<queue::EventQueue>(model, opts, progress)
 }
 
 /// [`simulate`] on the plain 4-ary heap, the reference engine `xirang bench` compares the
@@ -109,39 +117,39 @@ pub fn simulate(loaded: &Loaded, opts: &RunOptions, progress: &mut dyn FnMut(Pro
 /// a generic call from the CLI instantiated the whole engine there, at the CLI's
 /// opt-level.
 pub fn simulate_heap(loaded: &Loaded, opts: &RunOptions, progress: &mut dyn FnMut(Progress)) -> RunResult {
-    simulate_with::<queue::HeapQueue>(loaded, opts, progress)
+    simulate_with::<queue::HeapQueue>(loaded.model(), opts, progress)
 }
 
-/// [`simulate`] with a chosen event queue implementation. A caller in another crate
-/// compiles the engine in its own crate: prefer [`simulate`] and [`simulate_heap`].
+/// [`simulate_model`] with a chosen event queue implementation. A caller in another
+/// crate compiles the engine in its own crate: prefer [`simulate`] and [`simulate_heap`].
 pub fn simulate_with<Q: queue::Queue>(
-    loaded: &Loaded,
+    model: Model<'_>,
     opts: &RunOptions,
     progress: &mut dyn FnMut(Progress),
 ) -> RunResult {
-    let expanded = prepare(loaded, opts);
-    run_prepared::<Q>(loaded, opts, &expanded, progress)
+    let expanded = prepare(model, opts);
+    run_prepared::<Q>(model, opts, &expanded, progress)
 }
 
 /// The scenario's workloads expanded, with the faults that rewrite flows applied.
-fn prepare(loaded: &Loaded, opts: &RunOptions) -> workload::Expanded {
-    let mut expanded = workload::expand(loaded, opts.seed);
-    funnel(&loaded.fabric, &loaded.faults, &mut expanded);
-    single_qp(&loaded.faults, &mut expanded);
+fn prepare(model: Model<'_>, opts: &RunOptions) -> workload::Expanded {
+    let mut expanded = workload::expand(model, opts.seed);
+    funnel(model.fabric, model.faults, &mut expanded);
+    single_qp(model.faults, &mut expanded);
     expanded
 }
 
 /// Runs prepared workloads serially and collects the results.
 fn run_prepared<Q: queue::Queue>(
-    loaded: &Loaded,
+    model: Model<'_>,
     opts: &RunOptions,
     expanded: &workload::Expanded,
     progress: &mut dyn FnMut(Progress),
 ) -> RunResult {
-    let mut sim = Sim::<Q>::new(&loaded.fabric, &loaded.scenario.config, expanded, opts);
-    sim.inject(&loaded.fabric, &loaded.faults, opts.seed);
+    let mut sim = Sim::<Q>::new(model.fabric, model.config, expanded, opts);
+    sim.inject(model.fabric, model.faults, opts.seed);
     sim.run(progress);
-    collect(loaded, expanded, &sim)
+    collect(model, expanded, &sim)
 }
 
 /// Applies `nic_funnel` faults: every flow from or to a NIC of the target's host uses the
@@ -179,7 +187,7 @@ fn single_qp(faults: &[ResolvedFault], ex: &mut workload::Expanded) {
         let FaultTarget::Workload(name) = &f.target else {
             continue;
         };
-        let Some(w) = ex.workloads.iter().position(|n| n == name) else {
+        let Some(w) = ex.workload_ids.iter().position(|id| id == name) else {
             continue;
         };
         for d in ex.flows.iter_mut().filter(|d| usize::from(d.workload) == w) {
@@ -192,8 +200,8 @@ fn single_qp(faults: &[ResolvedFault], ex: &mut workload::Expanded) {
 }
 
 /// The run's results from a finished engine.
-fn collect<Q: queue::Queue>(loaded: &Loaded, ex: &workload::Expanded, sim: &Sim<Q>) -> RunResult {
-    let flows = flow_results(loaded, ex, sim);
+fn collect<Q: queue::Queue>(model: Model<'_>, ex: &workload::Expanded, sim: &Sim<Q>) -> RunResult {
+    let flows = flow_results(model, ex, sim);
     let mut pfc = sim.stats.pfc_log.clone();
     // Port by port within an instant: the order of devices at one instant is the
     // engine's business, and a parallel run gathers each port's events from where it ran.
@@ -244,8 +252,8 @@ fn request_results<Q: queue::Queue>(ex: &workload::Expanded, sim: &Sim<Q>) -> Ve
 }
 
 /// Every flow's result, a recorded collective's transfers among them, in id order.
-fn flow_results<Q: queue::Queue>(loaded: &Loaded, ex: &workload::Expanded, sim: &Sim<Q>) -> Vec<FlowResult> {
-    let fabric = &loaded.fabric;
+fn flow_results<Q: queue::Queue>(model: Model<'_>, ex: &workload::Expanded, sim: &Sim<Q>) -> Vec<FlowResult> {
+    let fabric = model.fabric;
     let port_name = |pi: PortId| sim.fab.port_names[pi].clone();
     let originals = sim.faults.failover_originals();
     let route_names = |qp: QpId| {
@@ -294,7 +302,7 @@ fn flow_results<Q: queue::Queue>(loaded: &Loaded, ex: &workload::Expanded, sim: 
             }
         })
         .collect();
-    flows.extend(collective_flows(loaded, ex, sim));
+    flows.extend(collective_flows(model, ex, sim));
     // Every flow in id order, a recorded collective's transfers among the others.
     flows.sort_by_key(|f| f.id);
     flows
@@ -436,11 +444,11 @@ fn engine_stats<Q: queue::Queue>(sim: &Sim<Q>) -> output::EngineStats {
 /// they were reported, those under way as they are now, those never started with their
 /// collective's start time.
 fn collective_flows<Q: queue::Queue>(
-    loaded: &Loaded,
+    model: Model<'_>,
     ex: &workload::Expanded,
     sim: &Sim<Q>,
 ) -> Vec<FlowResult> {
-    let fabric = &loaded.fabric;
+    let fabric = model.fabric;
     let mut out = Vec::new();
     let originals = sim.faults.failover_originals();
     for rt in &sim.work.colls {

@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
 use xirang_fabric::Loaded;
+use xirang_fabric::built::Model;
 use xirang_fabric::model::HostId;
 use xirang_fabric::partition::{Partition, partition};
 use xirang_fabric::scenario::FaultKind;
@@ -58,8 +59,8 @@ impl Plan {
 /// reached its own host and for slots freed by packets (completions, clear-to-sends), a
 /// rank's next iteration only for its own threads, and a rank's GPUs and NICs are one
 /// host, never divided.
-pub fn plan(loaded: &Loaded, ex: &Expanded, parts: usize) -> Plan {
-    let fabric = &loaded.fabric;
+pub fn plan(model: Model<'_>, ex: &Expanded, parts: usize) -> Plan {
+    let fabric = model.fabric;
     let host = |n: xirang_fabric::model::NicId| fabric.nics[n.index()].host;
     let mut couplings: Vec<(HostId, HostId)> = Vec::new();
     for d in &ex.flows {
@@ -74,7 +75,7 @@ pub fn plan(loaded: &Loaded, ex: &Expanded, parts: usize) -> Plan {
     couplings.dedup();
     let serial_because = if parts < 2 {
         None
-    } else if loaded.faults.iter().any(|f| f.fault.kind == FaultKind::GdrOff) {
+    } else if model.faults.iter().any(|f| f.fault.kind == FaultKind::GdrOff) {
         // The sender reads the receiving NIC's credit gate directly (`Sim::rx_gate`).
         Some("a gdr_off fault's receiver grants credit to its senders directly".to_string())
     } else {
@@ -111,7 +112,8 @@ pub fn plan(loaded: &Loaded, ex: &Expanded, parts: usize) -> Plan {
 
 /// [`plan`] for a run of `loaded` with `opts` (its workloads expanded as a run would).
 pub fn plan_for(loaded: &Loaded, opts: &RunOptions, parts: usize) -> Plan {
-    plan(loaded, &crate::prepare(loaded, opts), parts)
+    let model = loaded.model();
+    plan(model, &crate::prepare(model, opts), parts)
 }
 
 /// Where a run stands after a window, combined over every partition.
@@ -305,15 +307,14 @@ pub struct Report {
 }
 
 /// Partition `me` of `plan`'s run, set up and with its faults in place.
-fn build_part(loaded: &Loaded, opts: &RunOptions, expanded: &Expanded, plan: &Plan, me: usize) -> Sim {
+fn build_part(model: Model<'_>, opts: &RunOptions, expanded: &Expanded, plan: &Plan, me: usize) -> Sim {
     let map = PartMap {
         me: me as u16,
         parts: plan.parts() as u16,
         of_dev: plan.of_dev.clone(),
     };
-    let mut sim =
-        Sim::<EventQueue>::new_part(&loaded.fabric, &loaded.scenario.config, expanded, opts, Some(map));
-    sim.inject(&loaded.fabric, &loaded.faults, opts.seed);
+    let mut sim = Sim::<EventQueue>::new_part(model.fabric, model.config, expanded, opts, Some(map));
+    sim.inject(model.fabric, model.faults, opts.seed);
     sim
 }
 
@@ -327,11 +328,12 @@ pub fn simulate_threads(
     threads: usize,
     progress: &mut dyn FnMut(Progress),
 ) -> (RunResult, Report) {
-    let expanded = crate::prepare(loaded, opts);
-    let plan = plan(loaded, &expanded, parts);
+    let model = loaded.model();
+    let expanded = crate::prepare(model, opts);
+    let plan = plan(model, &expanded, parts);
     let n = plan.parts();
     if n < 2 {
-        let result = crate::run_prepared::<EventQueue>(loaded, opts, &expanded, progress);
+        let result = crate::run_prepared::<EventQueue>(model, opts, &expanded, progress);
         let report = Report {
             plan,
             threads: 1,
@@ -342,7 +344,7 @@ pub fn simulate_threads(
     }
     let threads = threads.clamp(1, n);
     let hub = Hub::new(threads);
-    let build = |me: usize| build_part(loaded, opts, &expanded, &plan, me);
+    let build = |me: usize| build_part(model, opts, &expanded, &plan, me);
     let worker = |w: usize, progress: &mut dyn FnMut(Progress)| -> Result<(Vec<Sim>, Stats), Aborted> {
         let mut ex = HubEnd {
             hub: &hub,
@@ -375,7 +377,7 @@ pub fn simulate_threads(
     }
     assert_eq!(sims.len(), n, "invariant: every worker finished or one panicked");
     let sim = Sim::merge(sims);
-    let result = crate::collect(loaded, &expanded, &sim);
+    let result = crate::collect(model, &expanded, &sim);
     let report = Report {
         plan,
         threads,
@@ -444,14 +446,15 @@ pub fn simulate_distributed<W: Exchange + Gather>(
     wire: &mut W,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<Option<(RunResult, Report)>, DistributedError> {
-    let expanded = crate::prepare(loaded, opts);
-    let plan = plan(loaded, &expanded, parts.max(workers));
+    let model = loaded.model();
+    let expanded = crate::prepare(model, opts);
+    let plan = plan(model, &expanded, parts.max(workers));
     let n = plan.parts();
     if n < 2 {
         if worker != 0 {
             return Ok(None);
         }
-        let result = crate::run_prepared::<EventQueue>(loaded, opts, &expanded, progress);
+        let result = crate::run_prepared::<EventQueue>(model, opts, &expanded, progress);
         let report = Report {
             plan,
             threads: 1,
@@ -467,12 +470,12 @@ pub fn simulate_distributed<W: Exchange + Gather>(
     let threads = threads.clamp(1, mine.len());
     if threads > 1 {
         return threaded_worker(
-            loaded, opts, &expanded, plan, worker, workers, threads, wire, progress,
+            model, opts, &expanded, plan, worker, workers, threads, wire, progress,
         );
     }
     let mut sims: Vec<Sim> = mine
         .iter()
-        .map(|&me| build_part(loaded, opts, &expanded, &plan, me))
+        .map(|&me| build_part(model, opts, &expanded, &plan, me))
         .collect();
     let stats = drive(&mut sims, wire, plan.lookahead_ps, progress)?;
     // Partition 0 (worker 0's first) gathers; everything else becomes a state.
@@ -485,7 +488,7 @@ pub fn simulate_distributed<W: Exchange + Gather>(
     let mut sim = base.expect("invariant: worker 0 runs partition 0");
     states.sort_by_key(PartState::part);
     sim.gather(states);
-    let result = crate::collect(loaded, &expanded, &sim);
+    let result = crate::collect(model, &expanded, &sim);
     let report = Report {
         plan,
         threads: 1,
@@ -501,7 +504,7 @@ pub fn simulate_distributed<W: Exchange + Gather>(
 /// exchange), and at the end gathers the threads' partitions.
 #[allow(clippy::too_many_arguments)]
 fn threaded_worker<W: Exchange + Gather>(
-    loaded: &Loaded,
+    model: Model<'_>,
     opts: &RunOptions,
     expanded: &Expanded,
     plan: Plan,
@@ -522,7 +525,7 @@ fn threaded_worker<W: Exchange + Gather>(
     let hub = Hub::new(threads);
     let finished: Mutex<(Vec<PartState>, Option<Sim>, Stats)> =
         Mutex::new((Vec::new(), None, Stats::default()));
-    let build = |me: usize| build_part(loaded, opts, expanded, &plan, me);
+    let build = |me: usize| build_part(model, opts, expanded, &plan, me);
     let thread = |t: usize,
                   wire: Option<&mut W>,
                   progress: &mut dyn FnMut(Progress)|
@@ -584,7 +587,7 @@ fn threaded_worker<W: Exchange + Gather>(
     let mut sim = base.expect("invariant: worker 0 runs partition 0");
     states.sort_by_key(PartState::part);
     sim.gather(states);
-    let result = crate::collect(loaded, expanded, &sim);
+    let result = crate::collect(model, expanded, &sim);
     let report = Report {
         plan,
         threads,

@@ -8,7 +8,9 @@
 use xirang_collective::cost::{self, Algo, Coll, Platform, Proto};
 use xirang_collective::schedule::{CollectiveAlgorithm, CollectiveOp};
 use xirang_fabric::Loaded;
+use xirang_fabric::built::{BuiltWorkload, Ends, Model};
 use xirang_fabric::config::NcclProto;
+use xirang_fabric::model::Host;
 use xirang_fabric::workload::{CollectiveSpec, Workload};
 
 /// nccl-tests' element type: `float`, 4 bytes (its `-d` default).
@@ -110,17 +112,17 @@ pub fn align(op: CollectiveOp, ranks: u32, size: u64) -> (u64, u64) {
     (count * ELEM_BYTES * div, count)
 }
 
-/// The collective workload a sweep runs: its name and spec.
+/// The collective workload a sweep runs: its name and spec. The name is the user's
+/// `--workload`, looked up once here, before anything runs.
 pub fn workload_of<'a>(
     loaded: &'a Loaded,
     name: Option<&str>,
 ) -> Result<(String, &'a CollectiveSpec), SweepError> {
     let colls: Vec<(String, &str, &CollectiveSpec)> = loaded
-        .scenario
         .workloads
         .iter()
-        .filter_map(|(n, w)| match w {
-            Workload::Collective(c) => Some((n.clone(), n.as_str(), c)),
+        .filter_map(|w| match &w.spec {
+            Workload::Collective(c) => Some((w.name.clone(), w.name.as_str(), c)),
             _ => None,
         })
         .collect();
@@ -160,17 +162,20 @@ pub fn workload_of<'a>(
     }
 }
 
-/// The scenario of one size: the workload at that size, op, algorithm and protocol, run
+/// The workloads of one size: the workload at that size, op, algorithm and protocol, run
 /// `warmup + iters` times, alone unless the sweep keeps the background.
-pub fn scenario_of(loaded: &Loaded, spec: &SweepSpec, name: &str, size: u64) -> Result<Loaded, SweepError> {
-    let mut l = loaded.clone();
-    let w = l
-        .scenario
+pub fn workloads_of(
+    loaded: &Loaded,
+    spec: &SweepSpec,
+    name: &str,
+    size: u64,
+) -> Result<Vec<BuiltWorkload>, SweepError> {
+    let w = loaded
         .workloads
-        .get(name)
-        .cloned()
+        .iter()
+        .find(|w| w.name == name)
         .ok_or_else(|| SweepError::Workload(format!("no workload `{name}`")))?;
-    let Workload::Collective(mut c) = w else {
+    let Workload::Collective(mut c) = w.spec.clone() else {
         return Err(SweepError::Workload(format!("`{name}` is not a collective")));
     };
     if let Some(op) = spec.op {
@@ -192,21 +197,30 @@ pub fn scenario_of(loaded: &Loaded, spec: &SweepSpec, name: &str, size: u64) -> 
     c.bytes = size;
     c.iterations = spec.warmup_iters + spec.iters.max(1);
     c.start_us = 0.0;
-    if !spec.with_background {
-        l.scenario.workloads.retain(|n, _| n == name);
+    let mut out: Vec<BuiltWorkload> = loaded
+        .workloads
+        .iter()
+        .filter(|w| spec.with_background || w.name == name)
+        .cloned()
+        .collect();
+    for w in out.iter_mut().filter(|w| w.name == name) {
+        w.spec = Workload::Collective(c.clone());
     }
-    if let Some(Workload::Collective(slot)) = l.scenario.workloads.get_mut(name) {
-        *slot = c;
-    }
-    Ok(l)
+    Ok(out)
 }
 
-/// Runs one size (see [`scenario_of`]) and times it.
+/// Runs one size (see [`workloads_of`]) and times it.
 pub fn run_size(loaded: &Loaded, spec: &SweepSpec, name: &str, asked: u64) -> Result<SizePoint, SweepError> {
-    // Ranks decide the alignment: the sized scenario is built twice, the first time only
+    // Ranks decide the alignment: the sized workloads are made twice, the first time only
     // to count them.
-    let probe = scenario_of(loaded, spec, name, asked.max(1))?;
-    let ex = crate::workload::expand(&probe, probe.scenario.run.seed);
+    let probe = workloads_of(loaded, spec, name, asked.max(1))?;
+    let ex = crate::workload::expand(
+        Model {
+            workloads: &probe,
+            ..loaded.model()
+        },
+        loaded.scenario.run.seed,
+    );
     let run = ex
         .collectives
         .iter()
@@ -222,9 +236,13 @@ pub fn run_size(loaded: &Loaded, spec: &SweepSpec, name: &str, asked: u64) -> Re
     let op = run.op;
     let (size, count) = align(op, run.ranks, asked);
     let size = size.max(ELEM_BYTES);
-    let l = scenario_of(loaded, spec, name, size)?;
-    let opts = crate::options(&l);
-    let r = crate::simulate(&l, &opts, &mut |_| {});
+    let sized = workloads_of(loaded, spec, name, size)?;
+    let model = Model {
+        workloads: &sized,
+        ..loaded.model()
+    };
+    let opts = crate::options(loaded);
+    let r = crate::simulate_model(model, &opts, &mut |_| {});
     let c = r
         .collectives
         .iter()
@@ -249,11 +267,11 @@ pub fn run_size(loaded: &Loaded, spec: &SweepSpec, name: &str, asked: u64) -> Re
     let coll = Coll::of_op(op);
     let algbw = time_us.map(|t| size as f64 / t / 1e3);
     let ranks = run.ranks;
-    let hosts = match l.scenario.workloads.get(name) {
-        Some(Workload::Collective(w)) => w.hosts.clone(),
+    let hosts: Vec<&Host> = match sized.iter().find(|w| w.name == name).map(|w| &w.ends) {
+        Some(Ends::Collective(e)) => e.hosts.iter().map(|h| &model.fabric.hosts[h.index()]).collect(),
         _ => Vec::new(),
     };
-    let model = Platform::of_fabric(&l.fabric, &l.scenario.config, &hosts, run.comm_channels)
+    let model = Platform::of_hosts(model.fabric, model.config, &hosts, run.comm_channels)
         .and_then(|p| {
             let algo = match run.algorithm {
                 CollectiveAlgorithm::Tree => Algo::Tree,

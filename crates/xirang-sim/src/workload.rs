@@ -10,9 +10,8 @@ use std::sync::Arc;
 use xirang_collective::cost::{self, Algo, Coll, Platform, Proto};
 use xirang_collective::program::{self, Buffers, Program};
 use xirang_collective::schedule::{CollectiveAlgorithm, CollectiveOp};
-use xirang_fabric::Loaded;
-use xirang_fabric::model::{Fabric, NicId, Node};
-use xirang_fabric::scenario::resolve_endpoint;
+use xirang_fabric::built::{CollectiveEnds, Ends, Model, WorkloadId};
+use xirang_fabric::model::{Fabric, Host, NicId, Node};
 use xirang_fabric::workload::{SizeDist, Workload};
 
 use crate::rng::{Purpose, Stream};
@@ -226,6 +225,8 @@ pub struct Request {
 pub struct Expanded {
     /// Workload names, in scenario order.
     pub workloads: Vec<String>,
+    /// Each of [`Expanded::workloads`]' place in the scenario (what faults name).
+    pub workload_ids: Vec<WorkloadId>,
     /// Flows.
     pub flows: Vec<FlowDef>,
     /// Inference requests.
@@ -288,17 +289,19 @@ impl Expanded {
     }
 }
 
-/// Expands every workload of a loaded scenario.
-pub fn expand(loaded: &Loaded, seed: u64) -> Expanded {
-    let fabric = &loaded.fabric;
+/// Expands every workload of a built scenario (its random streams keyed by the workload's
+/// place in `model.workloads`).
+pub fn expand(model: Model<'_>, seed: u64) -> Expanded {
+    let fabric = model.fabric;
     let mut out = Expanded::default();
     let mut next_id = 0u64;
-    for (wi, (name, w)) in loaded.scenario.workloads.iter().enumerate() {
+    for (wi, bw) in model.workloads.iter().enumerate() {
+        let (name, w) = (&bw.name, &bw.spec);
         let widx = wi as u16;
         let first_flow = out.flows.len();
         out.workloads.push(name.clone());
+        out.workload_ids.push(bw.id);
         let mut rng = Stream::new(seed, Purpose::Workload, wi as u64);
-        let ep = |s: &str| resolve_endpoint(fabric, s).expect("invariant: endpoints are validated at load");
         let base = FlowDef {
             id: 0,
             workload: widx,
@@ -315,34 +318,28 @@ pub fn expand(loaded: &Loaded, seed: u64) -> Expanded {
             time_offset: 0,
             local: None,
         };
-        match w {
-            Workload::Flows(f) => {
+        match (w, &bw.ends) {
+            (Workload::Flows(f), Ends::Flows(ends)) => {
                 let first = out.flows.len() as u32;
-                let ids: BTreeMap<&str, u32> = f
-                    .list
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(i, x)| x.id.as_deref().map(|id| (id, first + i as u32)))
-                    .collect();
-                for x in &f.list {
+                for (x, e) in f.list.iter().zip(ends) {
                     out.flows.push(FlowDef {
                         class: x.class.clone().unwrap_or_else(|| f.class.clone()),
-                        src: ep(&x.src),
-                        dst: ep(&x.dst),
+                        src: e.src,
+                        dst: e.dst,
                         bytes: x.bytes,
                         start: us(x.start_us),
                         prio: x.priority,
-                        after: x.after.iter().map(|a| ids[a.as_str()]).collect(),
+                        after: e.after.iter().map(|a| first + a).collect(),
                         ..base.clone()
                     });
                 }
             }
-            Workload::Incast(x) => {
-                let dst = ep(&x.receiver);
-                let senders: Vec<NicId> = if x.sender_hosts.is_empty() {
+            (Workload::Incast(x), Ends::Incast { receiver, senders }) => {
+                let dst = *receiver;
+                let senders: Vec<NicId> = if senders.is_empty() {
                     pick_incast_senders(fabric, dst, x.senders.map_or(1, |c| c.get()) as usize, &mut rng)
                 } else {
-                    x.sender_hosts.iter().map(|s| ep(s)).collect()
+                    senders.clone()
                 };
                 for src in senders {
                     out.flows.push(FlowDef {
@@ -354,8 +351,7 @@ pub fn expand(loaded: &Loaded, seed: u64) -> Expanded {
                     });
                 }
             }
-            Workload::Permutation(x) => {
-                let eps = endpoints(fabric, &x.hosts, &ep);
+            (Workload::Permutation(x), Ends::Hosts(eps)) => {
                 // Sattolo's algorithm: a uniformly random cyclic permutation, so nobody sends
                 // to itself.
                 let mut perm: Vec<usize> = (0..eps.len()).collect();
@@ -375,10 +371,9 @@ pub fn expand(loaded: &Loaded, seed: u64) -> Expanded {
                     }
                 }
             }
-            Workload::AllToAll(x) => {
-                let eps = endpoints(fabric, &x.hosts, &ep);
-                for &s in &eps {
-                    for &d in &eps {
+            (Workload::AllToAll(x), Ends::Hosts(eps)) => {
+                for &s in eps {
+                    for &d in eps {
                         if s != d {
                             out.flows.push(FlowDef {
                                 src: s,
@@ -391,15 +386,14 @@ pub fn expand(loaded: &Loaded, seed: u64) -> Expanded {
                     }
                 }
             }
-            Workload::Inference(x) => {
-                let clients: Vec<NicId> = x.clients.iter().map(|s| ep(s)).collect();
-                let servers: Vec<NicId> = x.servers.iter().map(|s| ep(s)).collect();
-                expand_inference(fabric, x, &clients, &servers, &base, widx, &mut rng, &mut out);
+            (Workload::Inference(x), Ends::Inference { clients, servers }) => {
+                expand_inference(fabric, x, clients, servers, &base, widx, &mut rng, &mut out);
             }
-            Workload::HpccFlows(h) => {
+            (Workload::HpccFlows(h), Ends::Hpcc(lines)) => {
                 let offset = us(h.time_offset_us);
                 let mut pair_port: BTreeMap<(u32, u32), u16> = BTreeMap::new();
-                for f in &loaded.hpcc_flows[name] {
+                for line in lines {
+                    let f = &line.flow;
                     // The HPCC simulator numbers source ports per (src, dst) pair from 10000
                     // (docs/hpcc-model.md §6).
                     const HPCC_FIRST_SPORT: u16 = 10000;
@@ -407,8 +401,8 @@ pub fn expand(loaded: &Loaded, seed: u64) -> Expanded {
                     let this = *sport;
                     *sport = sport.wrapping_add(1);
                     out.flows.push(FlowDef {
-                        src: ep(&format!("h{}", f.src)),
-                        dst: ep(&format!("h{}", f.dst)),
+                        src: line.src,
+                        dst: line.dst,
                         bytes: f.bytes,
                         start: f.start_ps.saturating_sub(offset),
                         prio: Some(f.pg),
@@ -418,13 +412,21 @@ pub fn expand(loaded: &Loaded, seed: u64) -> Expanded {
                     });
                 }
             }
-            Workload::Collective(c) => match expand_collective(loaded, c, widx, next_id) {
-                Ok(run) => {
-                    next_id += run.per_iteration * u64::from(run.iterations);
-                    out.collectives.push(run);
+            (Workload::Collective(c), Ends::Collective(ends)) => {
+                match expand_collective(model, c, ends, widx, next_id) {
+                    Ok(run) => {
+                        next_id += run.per_iteration * u64::from(run.iterations);
+                        out.collectives.push(run);
+                    }
+                    Err(why) => out.skipped.push((name.clone(), why)),
                 }
-                Err(why) => out.skipped.push((name.clone(), why)),
-            },
+            }
+            // `Scenario::build` resolves each kind's own endpoints; a pair of another kind
+            // would be a bug there, reported rather than guessed at.
+            _ => out.skipped.push((
+                name.clone(),
+                format!("its endpoints were resolved for another kind than `{}`", w.kind()),
+            )),
         }
         for f in &mut out.flows[first_flow..] {
             f.id = next_id;
@@ -514,15 +516,15 @@ fn expand_inference(
 /// all channels, which changes nothing here because the simulator does not model the PCIe
 /// hop between a GPU and its NIC (the rail choice alone decides the network traffic).
 fn expand_collective(
-    loaded: &Loaded,
+    model: Model<'_>,
     c: &xirang_fabric::workload::CollectiveSpec,
+    ends: &CollectiveEnds,
     workload: u16,
     first_id: u64,
 ) -> Result<CollectiveRun, String> {
-    let fabric = &loaded.fabric;
-    let config = &loaded.scenario.config;
-    // Host names were validated with the scenario.
-    let hosts = fabric.hosts_named(&c.hosts);
+    let fabric = model.fabric;
+    let config = model.config;
+    let hosts: Vec<&Host> = ends.hosts.iter().map(|h| &fabric.hosts[h.index()]).collect();
     let mut rank_host = Vec::new();
     let mut gpus = Vec::new();
     for (hi, h) in hosts.iter().enumerate() {
@@ -538,7 +540,7 @@ fn expand_collective(
     let per_host = hosts.iter().map(|h| h.gpus.len().max(1)).collect::<Vec<_>>();
     let uniform = per_host.iter().all(|x| *x == per_host[0]);
     let n = rank_host.len() as u32;
-    let choice = nccl_choice(loaded, c, n)?;
+    let choice = nccl_choice(model, c, &hosts, n)?;
     let (algorithm, proto, comm_channels, picked) = choice;
     if algorithm == CollectiveAlgorithm::Hierarchical && !uniform {
         return Err("the hierarchical algorithm needs the same number of GPUs on every host".to_string());
@@ -574,18 +576,9 @@ fn expand_collective(
     } else {
         Vec::new()
     };
-    let platform = Platform::of_fabric(fabric, config, &c.hosts, comm_channels)
+    let platform = Platform::of_hosts(fabric, config, &hosts, comm_channels)
         .ok_or_else(|| "the collective has no hosts".to_string())?;
-    let rank_slowdown = rank_host
-        .iter()
-        .map(|&h| {
-            c.stragglers
-                .iter()
-                .filter(|s| s.host == hosts[h as usize].name)
-                .map(|s| s.factor)
-                .fold(1.0, f64::max)
-        })
-        .collect();
+    let rank_slowdown = rank_host.iter().map(|&h| ends.slowdown[h as usize]).collect();
     Ok(CollectiveRun {
         workload,
         op: c.op,
@@ -619,12 +612,13 @@ fn expand_collective(
 /// NIC). NVLink SHARP (NVLS, NVLSTree) is not simulated: where NCCL's tuner picks it, the
 /// ring (one host) or the tree (between hosts) runs instead, and the choice says so.
 fn nccl_choice(
-    loaded: &Loaded,
+    model: Model<'_>,
     c: &xirang_fabric::workload::CollectiveSpec,
+    hosts: &[&Host],
     ranks: u32,
 ) -> Result<(CollectiveAlgorithm, Proto, u32, NcclChoice), String> {
     use xirang_fabric::config::{NcclAlgo, NcclProto};
-    let config = &loaded.scenario.config;
+    let config = model.config;
     let nccl = &config.nccl;
     let clamp = |x: u32| {
         let lo = if nccl.min_channels > 0 {
@@ -639,7 +633,7 @@ fn nccl_choice(
         };
         x.clamp(lo, hi.max(lo))
     };
-    let platform = Platform::of_fabric(&loaded.fabric, config, &c.hosts, c.channels.unwrap_or(0))
+    let platform = Platform::of_hosts(model.fabric, config, hosts, c.channels.unwrap_or(0))
         .ok_or_else(|| "the collective has no hosts".to_string())?;
     let (comm_channels, ch_from) = match c.channels {
         Some(ch) => (ch, Chosen::Workload),
@@ -776,18 +770,6 @@ fn gpu_costs(
         flush: if flush { us(nccl.flush_us) } else { 0 },
         // The share of NVLink NCCL counts (`cost::NVLINK_EFFICIENCY`).
         nvlink_bps: config.intra_host.nvlink_gbps * 1e9 * cost::NVLINK_EFFICIENCY,
-    }
-}
-
-fn endpoints(fabric: &Fabric, hosts: &[String], ep: &dyn Fn(&str) -> NicId) -> Vec<NicId> {
-    if hosts.is_empty() {
-        fabric
-            .hosts
-            .iter()
-            .filter_map(|h| h.nics.first().copied())
-            .collect()
-    } else {
-        hosts.iter().map(|h| ep(h)).collect()
     }
 }
 

@@ -6,10 +6,11 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use xirang_fabric::Loaded;
+use xirang_fabric::built::Model;
 use xirang_fabric::config::FabricConfig;
 use xirang_fabric::workload::Workload;
 use xirang_sim::time::{PS_PER_US, us};
-use xirang_sim::{RunResult, simulate};
+use xirang_sim::{RunResult, simulate_model};
 
 /// Application metrics of one traffic class in one run.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -124,26 +125,25 @@ impl<'a> Evaluator<'a> {
 
     /// Runs `config` on run seed `seed`, stopping at `cap_us` of simulated time if given.
     pub fn run(&self, config: &FabricConfig, seed: u64, cap_us: Option<f64>) -> RunMetrics {
-        let loaded = self.variant(config);
-        let mut opts = xirang_sim::options(&loaded);
+        let mut opts = xirang_sim::options(self.base);
         opts.seed = seed;
         opts.end = cap_us.map(us);
         opts.sample_interval = None;
-        let r = simulate(&loaded, &opts, &mut |_| {});
-        self.metrics(&loaded, &r)
+        let r = simulate_model(self.variant(config), &opts, &mut |_| {});
+        self.metrics(self.base, &r)
     }
 
     /// Runs `config` as [`Evaluator::run`] does and returns the whole result, sampled every
     /// `sample_us` (for the report's time series).
     pub fn run_full(&self, config: &FabricConfig, seed: u64, sample_us: f64) -> RunResult {
-        let loaded = self.variant(config);
-        let mut opts = xirang_sim::options(&loaded);
+        let mut opts = xirang_sim::options(self.base);
         opts.seed = seed;
         opts.sample_interval = Some(us(sample_us));
-        simulate(&loaded, &opts, &mut |_| {})
+        simulate_model(self.variant(config), &opts, &mut |_| {})
     }
 
-    /// The scenario with `config`.
+    /// The scenario with `config`, borrowed: a candidate changes only the configuration,
+    /// so a run copies neither the fabric nor the workloads.
     ///
     /// Runs are never shortened: shrinking the collectives (and the inference traffic with
     /// them) to a quarter ranked candidates poorly against full runs on the default
@@ -151,10 +151,11 @@ impl<'a> Evaluator<'a> {
     /// for a single full run), because shorter flows never reach the congestion-control
     /// steady state that full runs are judged on. The search's cheap rounds therefore use
     /// fewer seeds, not shorter runs.
-    fn variant(&self, config: &FabricConfig) -> Loaded {
-        let mut loaded = self.base.clone();
-        loaded.scenario.config = config.clone();
-        loaded
+    fn variant<'c>(&'c self, config: &'c FabricConfig) -> Model<'c> {
+        Model {
+            config,
+            ..self.base.model()
+        }
     }
 
     fn metrics(&self, loaded: &Loaded, r: &RunResult) -> RunMetrics {

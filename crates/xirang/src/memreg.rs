@@ -147,7 +147,7 @@ pub(crate) fn plan(a: &crate::cli::MemregPlanArgs) -> Result<Outcome> {
     let loaded = crate::cmd::load(&a.file)?;
     let cfg = &loaded.scenario.config;
     let fabric = &loaded.fabric;
-    let ex = xirang_sim::workload::expand(&loaded, a.seed);
+    let ex = xirang_sim::workload::expand(loaded.model(), a.seed);
     // A workload that could not be expanded is traffic the plan does not count: the
     // verdict cannot be trusted, so the command fails (below).
     for (w, why) in &ex.skipped {

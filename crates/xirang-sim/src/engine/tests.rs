@@ -25,9 +25,9 @@ list = [{ src = "h0", dst = "h1", bytes = 10_000 }]
     let loaded = xirang_fabric::Scenario::parse(text, path)
         .and_then(|s| s.build(path, std::path::Path::new("."), Some(text)))
         .unwrap();
-    let ex = crate::workload::expand(&loaded, 1);
+    let ex = crate::workload::expand(loaded.model(), 1);
     let opts = crate::options(&loaded);
-    let mut sim: Sim = Sim::new(&loaded.fabric, &loaded.scenario.config, &ex, &opts);
+    let mut sim: Sim = Sim::new(&loaded.fabric, loaded.model().config, &ex, &opts);
     sim.run(&mut |_| {});
     let q0 = QpId(0);
     let route = sim.route_of(q0);
@@ -124,10 +124,10 @@ qps_per_connection = {qps}
     let loaded = xirang_fabric::Scenario::parse(&text, path)
         .and_then(|s| s.build(path, std::path::Path::new("."), Some(&text)))
         .unwrap_or_else(|e| panic!("{e}"));
-    let ex = crate::workload::expand(&loaded, 1);
+    let ex = crate::workload::expand(loaded.model(), 1);
     Sim::new(
         &loaded.fabric,
-        &loaded.scenario.config,
+        loaded.model().config,
         &ex,
         &crate::options(&loaded),
     )
