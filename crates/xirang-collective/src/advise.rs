@@ -5,6 +5,7 @@
 
 use serde::Serialize;
 use xirang_fabric::Loaded;
+use xirang_fabric::config::FabricConfig;
 use xirang_fabric::model::{Fabric, Host};
 use xirang_fabric::routing::Graph;
 
@@ -98,7 +99,37 @@ pub fn advise(loaded: &Loaded) -> Result<Advice, String> {
     let mut settings = Vec::new();
     let mut warnings = Vec::new();
 
-    // NICs in the order of the GPUs they serve.
+    let order = nic_order(fabric, first);
+    settings.push(hca_setting(first, &order));
+    settings.push(Setting {
+        name: "NCCL_IB_GID_INDEX",
+        value: None,
+        why: "NCCL picks the RoCE v2 GID itself since 2.21; on older NCCL set the index whose /sys/class/infiniband/<dev>/ports/1/gid_attrs/types/<idx> reads `RoCE v2` with an IPv4-mapped GID".to_string(),
+    });
+
+    // The collective's traffic class.
+    class_settings(config, &class_name, &mut settings, &mut warnings);
+    qp_settings(loaded, first, &hs, &order, &mut settings, &mut warnings);
+    // GPUDirect RDMA reach from the PCIe placement.
+    settings.push(gdr_setting(fabric, first, &mut warnings));
+    // Buffers against the bandwidth-delay product of the longest path.
+    buffer_settings(fabric, first, &hs, channels, &mut settings);
+
+    // The algorithm, only on a clear win.
+    let table = table(&platform);
+    settings.push(algo_setting(&table));
+    Ok(Advice {
+        hosts: hs.iter().map(|h| h.name.clone()).collect(),
+        platform,
+        settings,
+        table,
+        warnings,
+    })
+}
+
+/// The first host's NICs in the order of the GPUs they serve, then any NIC no GPU is
+/// served by.
+fn nic_order(fabric: &Fabric, first: &Host) -> Vec<String> {
     let mut order: Vec<String> = Vec::new();
     for g in &first.gpus {
         if let Some(n) = fabric.nic_for_gpu(*g) {
@@ -114,9 +145,21 @@ pub fn advise(loaded: &Loaded) -> Result<Advice, String> {
             order.push(name.clone());
         }
     }
-    settings.push(Setting {
+    order
+}
+
+/// `NCCL_IB_HCA`: the NICs by exact name, in the order of the GPUs they serve.
+fn hca_setting(first: &Host, order: &[String]) -> Setting {
+    Setting {
         name: "NCCL_IB_HCA",
-        value: Some(format!("={}", order.iter().map(|n| format!("{n}:1")).collect::<Vec<_>>().join(","))),
+        value: Some(format!(
+            "={}",
+            order
+                .iter()
+                .map(|n| format!("{n}:1"))
+                .collect::<Vec<_>>()
+                .join(",")
+        )),
         why: format!(
             "{} of `{}` in the order of the GPUs they serve (GPU i -> the NIC under its PCIe switch); `=` matches names exactly, so mlx5_1 does not also select mlx5_10..19",
             if order.len() == 1 {
@@ -126,15 +169,18 @@ pub fn advise(loaded: &Loaded) -> Result<Advice, String> {
             },
             first.name
         ),
-    });
-    settings.push(Setting {
-        name: "NCCL_IB_GID_INDEX",
-        value: None,
-        why: "NCCL picks the RoCE v2 GID itself since 2.21; on older NCCL set the index whose /sys/class/infiniband/<dev>/ports/1/gid_attrs/types/<idx> reads `RoCE v2` with an IPv4-mapped GID".to_string(),
-    });
+    }
+}
 
-    // The collective's traffic class.
-    match config.classes.get(&class_name) {
+/// The traffic class settings (`NCCL_IB_TC`, `NCCL_IB_SL`) from the collective's class,
+/// with a warning when the class is not lossless or not defined.
+fn class_settings(
+    config: &FabricConfig,
+    class_name: &str,
+    settings: &mut Vec<Setting>,
+    warnings: &mut Vec<String>,
+) {
+    match config.classes.get(class_name) {
         Some(class) => {
             let lossless = config.pfc.enabled && config.pfc.priorities.contains(&class.priority);
             if !lossless {
@@ -167,7 +213,20 @@ pub fn advise(loaded: &Loaded) -> Result<Advice, String> {
             "the collective's class `{class_name}` is not defined in the scenario"
         )),
     }
+}
 
+/// QPs per connection: as many as a bond's member ports (with a warning that separate
+/// devices are better), or enough for ECMP to spread over several paths, else left to
+/// NCCL.
+fn qp_settings(
+    loaded: &Loaded,
+    first: &Host,
+    hs: &[&Host],
+    order: &[String],
+    settings: &mut Vec<Setting>,
+    warnings: &mut Vec<String>,
+) {
+    let fabric = &loaded.fabric;
     // A bond is one device whose QPs each use one member port: a connection reaches
     // every member only with as many QPs, placed by a hash (docs/reference/nic-aggregation.md §3).
     let bond_ports = first
@@ -182,7 +241,7 @@ pub fn advise(loaded: &Loaded) -> Result<Advice, String> {
         })
         .max()
         .unwrap_or(1) as u32;
-    let paths = multipath(fabric, &hs);
+    let paths = multipath(fabric, hs);
     if bond_ports > 1 {
         // The hint is for generated topologies; an explicit list has no template.
         let compared = loaded
@@ -235,10 +294,13 @@ pub fn advise(loaded: &Loaded) -> Result<Advice, String> {
                 .to_string(),
         });
     }
+}
 
-    // GPUDirect RDMA reach from the PCIe placement.
+/// `NCCL_NET_GDR_LEVEL`: GPUDirect RDMA's reach from the PCIe placement of the first
+/// host's GPUs and NICs, with a warning for GPUs without a NIC under their switch.
+fn gdr_setting(fabric: &Fabric, first: &Host, warnings: &mut Vec<String>) -> Setting {
     let (pix, node, sys) = pcie_distances(fabric, first);
-    let gdr = if node + sys == 0 {
+    if node + sys == 0 {
         Setting {
             name: "NCCL_NET_GDR_LEVEL",
             value: Some("PXB".to_string()),
@@ -259,11 +321,13 @@ pub fn advise(loaded: &Loaded) -> Result<Advice, String> {
             value: Some(if sys > 0 { "SYS" } else { "PHB" }.to_string()),
             why: "lets GPUDirect RDMA cross the host bridge for GPUs without a NIC under their PCIe switch; measure with nccl-tests, since peer-to-peer through the root complex is slow on some CPUs, and prefer fixing the placement".to_string(),
         }
-    };
-    settings.push(gdr);
+    }
+}
 
-    // Buffers against the bandwidth-delay product of the longest path.
-    let bdp = bdp_bytes(fabric, &hs);
+/// `NCCL_BUFFSIZE` against the longest path's bandwidth-delay product, and
+/// `NCCL_MIN_NCHANNELS`: the scenario's own channels, else two per NIC.
+fn buffer_settings(fabric: &Fabric, first: &Host, hs: &[&Host], channels: u32, settings: &mut Vec<Setting>) {
+    let bdp = bdp_bytes(fabric, hs);
     settings.push(Setting {
         name: "NCCL_BUFFSIZE",
         value: None,
@@ -288,17 +352,6 @@ pub fn advise(loaded: &Loaded) -> Result<Advice, String> {
             )
         },
     });
-
-    // The algorithm, only on a clear win.
-    let table = table(&platform);
-    settings.push(algo_setting(&table));
-    Ok(Advice {
-        hosts: hs.iter().map(|h| h.name.clone()).collect(),
-        platform,
-        settings,
-        table,
-        warnings,
-    })
 }
 
 /// AllReduce bus bandwidth for every algorithm (best protocol each) from 1 KiB to 4 GiB.

@@ -351,164 +351,195 @@ fn time_field(t: f64) -> String {
 
 /// Parses a whole nccl-tests or rccl-tests log.
 pub fn parse(text: &str) -> Result<Report, ParseError> {
-    let mut tests: Vec<TestRun> = Vec::new();
-    let mut warnings = Vec::new();
-    let mut cur: Option<TestRun> = None;
-    // A test name seen on a command line before the test's own header.
-    let mut name_hint: Option<String> = None;
-    let mut version_hint: Option<String> = None;
-    let mut pending: Option<Pending> = None;
-    // The current run was opened by `# Collective test starting:` and has no `# nThread` yet.
-    let mut opened_by_name = false;
-
+    let mut parser = Parser::default();
     for (i, raw) in text.lines().enumerate() {
-        let n = i + 1;
+        parser.line(i + 1, raw)?;
+    }
+    Ok(parser.end())
+}
+
+/// A log's parse so far: the runs finished and the one open, what the next run will be
+/// called, and a result row cut short by log lines.
+#[derive(Default)]
+struct Parser {
+    tests: Vec<TestRun>,
+    warnings: Vec<(usize, String)>,
+    cur: Option<TestRun>,
+    /// A test name seen on a command line before the test's own header.
+    name_hint: Option<String>,
+    version_hint: Option<String>,
+    pending: Option<Pending>,
+    /// The current run was opened by `# Collective test starting:` and has no `# nThread` yet.
+    opened_by_name: bool,
+}
+
+impl Parser {
+    /// The open run, opened at `line` when there is none.
+    fn run(&mut self, line: usize) -> &mut TestRun {
+        open(&mut self.cur, line, &mut self.name_hint, &mut self.version_hint)
+    }
+
+    /// Line `n`: a version in NCCL's log part, then the table part: a header or footer
+    /// comment, the rest of a cut row, a row, a failure, a version line, or a command
+    /// line naming the test.
+    fn line(&mut self, n: usize, raw: &str) -> Result<(), ParseError> {
         let line = raw.trim_end();
         let (table_part, log_part) = split_log(line);
         if let Some(log) = log_part
             && let Some(v) = log.split("NCCL version ").nth(1)
         {
-            set_version(&mut cur, &mut version_hint, v);
+            set_version(&mut self.cur, &mut self.version_hint, v);
         }
         let t = table_part.trim();
         if t.is_empty() {
-            continue;
+            return Ok(());
         }
         if let Some(rest) = t.strip_prefix('#') {
-            if let Some(p) = pending.take() {
+            if let Some(p) = self.pending.take() {
                 return Err(incomplete(&p));
             }
-            let rest = rest.trim();
-            if let Some(name) = rest.strip_prefix("Collective test starting:") {
-                finish(&mut tests, cur.take());
-                let mut run = TestRun::new(n);
-                run.name = Some(name.trim().to_string());
-                run.nccl_version = version_hint.take();
-                cur = Some(run);
-                opened_by_name = true;
-                name_hint = None;
-            } else if rest.starts_with("nThread") {
-                let params = parse_params(rest).map_err(|m| ParseError { line: n, message: m })?;
-                if !(opened_by_name && cur.as_ref().is_some_and(|c| c.params.is_none())) {
-                    finish(&mut tests, cur.take());
-                    let mut run = TestRun::new(n);
-                    run.name = name_hint.take();
-                    run.nccl_version = version_hint.take();
-                    cur = Some(run);
-                }
-                opened_by_name = false;
-                cur.as_mut().expect("opened above").params = Some(params);
-            } else if let Some(r) = rest.strip_prefix("Rank") {
-                let rank = parse_rank(r).map_err(|m| ParseError { line: n, message: m })?;
-                open(&mut cur, n, &mut name_hint, &mut version_hint)
-                    .ranks
-                    .push(rank);
-            } else if let Some(r) = rest.strip_prefix("Reducing maxBytes to") {
-                let v = r.split_whitespace().next().and_then(|x| x.parse().ok());
-                open(&mut cur, n, &mut name_hint, &mut version_hint).max_bytes_reduced_to = v;
-            } else if let Some(r) = rest.strip_prefix("Out of bounds values") {
-                let v = r.trim_start_matches([' ', ':']).split_whitespace().next();
-                let v = v.and_then(|x| x.parse().ok()).ok_or_else(|| ParseError {
-                    line: n,
-                    message: format!("expected `# Out of bounds values : <count> OK`, found `{t}`"),
-                })?;
-                open(&mut cur, n, &mut name_hint, &mut version_hint).out_of_bounds = Some(v);
-            } else if let Some(r) = rest.strip_prefix("Avg bus bandwidth") {
-                let v = r.trim_start_matches([' ', ':']).trim();
-                let v = v.parse::<f64>().map_err(|_| ParseError {
-                    line: n,
-                    message: format!("expected `# Avg bus bandwidth : <GB/s>`, found `{t}`"),
-                })?;
-                open(&mut cur, n, &mut name_hint, &mut version_hint).avg_busbw_gbs = Some(v);
-            } else if rest.starts_with("Collective test concluded") {
-                finish(&mut tests, cur.take());
-                opened_by_name = false;
-            } else if let Some(r) = rest.strip_prefix("nccl-tests version") {
-                // `# nccl-tests version 2.17.8 nccl-headers=22902 nccl-library=22902`:
-                // the library version is the NCCL that ran.
-                if let Some(code) = r
-                    .split_whitespace()
-                    .find_map(|w| w.strip_prefix("nccl-library="))
-                    .and_then(|c| c.parse::<u32>().ok())
-                {
-                    // NCCL_VERSION_CODE = major x 10000 + minor x 100 + patch.
-                    version_hint = Some(format!("{}.{}.{}", code / 10000, code / 100 % 100, code % 100));
-                }
-            }
-            continue;
+            return self.comment(n, t, rest.trim());
         }
-        if let Some(p) = pending.as_mut() {
-            if is_failure(t) {
-                // The run died in the middle of a size: the row will never be finished.
-                warnings.push((
-                    p.line,
-                    format!(
-                        "result row for size {} never finished: the test failed",
-                        p.fields[0]
-                    ),
-                ));
-                pending = None;
-                open(&mut cur, n, &mut name_hint, &mut version_hint)
-                    .failures
-                    .push((n, t.to_string()));
-                continue;
-            }
-            // The rest of a row interrupted by log lines.
-            p.fields.extend(t.split_whitespace().map(str::to_string));
-            if p.fields.len() >= ROW_FIELDS {
-                let p = pending.take().expect("pending");
-                let row = parse_row(p.line, &p.fields)?;
-                open(&mut cur, p.line, &mut name_hint, &mut version_hint)
-                    .rows
-                    .push(row);
-            }
-            continue;
+        if self.pending.is_some() {
+            return self.rest_of_row(n, t);
         }
         if looks_like_row(t) {
             let fields: Vec<String> = t.split_whitespace().map(str::to_string).collect();
             if fields.len() >= ROW_FIELDS || log_part.is_none() {
                 let row = parse_row(n, &fields)?;
-                open(&mut cur, n, &mut name_hint, &mut version_hint)
-                    .rows
-                    .push(row);
+                self.run(n).rows.push(row);
             } else {
-                pending = Some(Pending { line: n, fields });
+                self.pending = Some(Pending { line: n, fields });
             }
-            continue;
+            return Ok(());
         }
         if is_failure(t) {
-            open(&mut cur, n, &mut name_hint, &mut version_hint)
-                .failures
-                .push((n, t.to_string()));
-            continue;
+            self.run(n).failures.push((n, t.to_string()));
+            return Ok(());
         }
         if let Some(v) = t
             .strip_prefix("NCCL version ")
             .or_else(|| t.strip_prefix("RCCL version "))
         {
-            set_version(&mut cur, &mut version_hint, v);
-            continue;
+            set_version(&mut self.cur, &mut self.version_hint, v);
+            return Ok(());
         }
         // A command line or job script naming the binary (`.../all_reduce_perf -b 8 ...`,
         // `EXEC_CMD=/opt/nccl-tests/bin/all_reduce_perf`).
         if let Some(name) = perf_binary(t) {
-            match cur.as_mut() {
+            match self.cur.as_mut() {
                 Some(c) if c.rows.is_empty() && c.name.is_none() => c.name = Some(name),
-                _ => name_hint = Some(name),
+                _ => self.name_hint = Some(name),
             }
         }
+        Ok(())
     }
-    if let Some(p) = pending {
-        warnings.push((
-            p.line,
-            format!(
-                "result row for size {} is unfinished at the end of the file",
-                p.fields[0]
-            ),
-        ));
+
+    /// A comment line `t` (`rest` after the `#`): the header and footer lines that open
+    /// and close runs and carry their parameters, ranks, bounds and averages.
+    fn comment(&mut self, n: usize, t: &str, rest: &str) -> Result<(), ParseError> {
+        if let Some(name) = rest.strip_prefix("Collective test starting:") {
+            finish(&mut self.tests, self.cur.take());
+            let mut run = TestRun::new(n);
+            run.name = Some(name.trim().to_string());
+            run.nccl_version = self.version_hint.take();
+            self.cur = Some(run);
+            self.opened_by_name = true;
+            self.name_hint = None;
+        } else if rest.starts_with("nThread") {
+            let params = parse_params(rest).map_err(|m| ParseError { line: n, message: m })?;
+            if !(self.opened_by_name && self.cur.as_ref().is_some_and(|c| c.params.is_none())) {
+                finish(&mut self.tests, self.cur.take());
+                let mut run = TestRun::new(n);
+                run.name = self.name_hint.take();
+                run.nccl_version = self.version_hint.take();
+                self.cur = Some(run);
+            }
+            self.opened_by_name = false;
+            self.cur.as_mut().expect("opened above").params = Some(params);
+        } else if let Some(r) = rest.strip_prefix("Rank") {
+            let rank = parse_rank(r).map_err(|m| ParseError { line: n, message: m })?;
+            self.run(n).ranks.push(rank);
+        } else if let Some(r) = rest.strip_prefix("Reducing maxBytes to") {
+            let v = r.split_whitespace().next().and_then(|x| x.parse().ok());
+            self.run(n).max_bytes_reduced_to = v;
+        } else if let Some(r) = rest.strip_prefix("Out of bounds values") {
+            let v = r.trim_start_matches([' ', ':']).split_whitespace().next();
+            let v = v.and_then(|x| x.parse().ok()).ok_or_else(|| ParseError {
+                line: n,
+                message: format!("expected `# Out of bounds values : <count> OK`, found `{t}`"),
+            })?;
+            self.run(n).out_of_bounds = Some(v);
+        } else if let Some(r) = rest.strip_prefix("Avg bus bandwidth") {
+            let v = r.trim_start_matches([' ', ':']).trim();
+            let v = v.parse::<f64>().map_err(|_| ParseError {
+                line: n,
+                message: format!("expected `# Avg bus bandwidth : <GB/s>`, found `{t}`"),
+            })?;
+            self.run(n).avg_busbw_gbs = Some(v);
+        } else if rest.starts_with("Collective test concluded") {
+            finish(&mut self.tests, self.cur.take());
+            self.opened_by_name = false;
+        } else if let Some(r) = rest.strip_prefix("nccl-tests version") {
+            // `# nccl-tests version 2.17.8 nccl-headers=22902 nccl-library=22902`:
+            // the library version is the NCCL that ran.
+            if let Some(code) = r
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix("nccl-library="))
+                .and_then(|c| c.parse::<u32>().ok())
+            {
+                // NCCL_VERSION_CODE = major x 10000 + minor x 100 + patch.
+                self.version_hint = Some(format!("{}.{}.{}", code / 10000, code / 100 % 100, code % 100));
+            }
+        }
+        Ok(())
     }
-    finish(&mut tests, cur);
-    Ok(Report { tests, warnings })
+
+    /// Line `n` (`t`) while a row interrupted by log lines is pending: a failure ends
+    /// it unfinished (with a warning), anything else is more of its fields, and once
+    /// it has them all it is a row of its own line.
+    fn rest_of_row(&mut self, n: usize, t: &str) -> Result<(), ParseError> {
+        let p = self.pending.as_mut().expect("a row is pending");
+        if is_failure(t) {
+            // The run died in the middle of a size: the row will never be finished.
+            self.warnings.push((
+                p.line,
+                format!(
+                    "result row for size {} never finished: the test failed",
+                    p.fields[0]
+                ),
+            ));
+            self.pending = None;
+            self.run(n).failures.push((n, t.to_string()));
+            return Ok(());
+        }
+        // The rest of a row interrupted by log lines.
+        p.fields.extend(t.split_whitespace().map(str::to_string));
+        if p.fields.len() >= ROW_FIELDS {
+            let p = self.pending.take().expect("pending");
+            let row = parse_row(p.line, &p.fields)?;
+            self.run(p.line).rows.push(row);
+        }
+        Ok(())
+    }
+
+    /// The report: a row still pending is a warning, and the open run is finished.
+    fn end(mut self) -> Report {
+        if let Some(p) = self.pending {
+            self.warnings.push((
+                p.line,
+                format!(
+                    "result row for size {} is unfinished at the end of the file",
+                    p.fields[0]
+                ),
+            ));
+        }
+        finish(&mut self.tests, self.cur);
+        Report {
+            tests: self.tests,
+            warnings: self.warnings,
+        }
+    }
 }
 
 /// An explicit `NCCL version 2.23.4+cuda12.6` line: belongs to the open run unless that

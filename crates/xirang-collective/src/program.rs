@@ -1385,40 +1385,8 @@ impl Held {
 /// next slice when its inputs are there and its connections have a free slot. Errors
 /// name the first problem found.
 pub fn verify(p: &dyn Program, op: CollectiveOp, bytes: u64) -> Result<(), String> {
-    let n = p.ranks();
-    let nch = p.channels();
-    let slots = u64::from(p.slots());
-    // Connection FIFOs: (channel, src, dst) -> slices in flight (offset, bytes, value).
-    type Fifo = std::collections::VecDeque<(u64, u64, Holding)>;
-    let mut fifo: BTreeMap<(u32, u32, u32), Fifo> = BTreeMap::new();
-    let mut expected_sends: BTreeMap<(u32, u32, u32), u64> = BTreeMap::new();
-    let mut expected_slices: BTreeMap<(u32, u32, u32), u64> = BTreeMap::new();
-    // (connection, (sending role, receiving role)) as the program names them.
-    type Roles = Vec<((u32, u32, u32), (u32, u32))>;
-    let mut roles: Roles = Vec::new();
-    p.connections(&mut |c, a, b, k, sl| {
-        fifo.insert((c, a, b), Fifo::new());
-        expected_sends.insert((c, a, b), k);
-        expected_slices.insert((c, a, b), sl);
-    });
-    for &(c, a, b) in fifo.keys() {
-        roles.push(((c, a, b), p.conn_roles(c, a, b)));
-    }
-    let mut slices_sent: BTreeMap<(u32, u32, u32), u64> = BTreeMap::new();
-    // Which thread sent and received on each connection.
-    let mut senders: BTreeMap<(u32, u32, u32), u32> = BTreeMap::new();
-    let mut receivers: BTreeMap<(u32, u32, u32), u32> = BTreeMap::new();
-    let mut sent: BTreeMap<(u32, u32, u32), u64> = BTreeMap::new();
-    let mut buf: Vec<Held> = vec![Held::default(); n as usize];
-    // Thread cursors: (channel, rank, role) -> (prim, slice).
-    let mut cur: BTreeMap<(u32, u32, u32), (u64, u32)> = BTreeMap::new();
-    for c in 0..nch {
-        for r in 0..n {
-            for role in 0..p.roles(c, r) {
-                cur.insert((c, r, role), (0, 0));
-            }
-        }
-    }
+    let mut run = Run::new(p);
+    let n = run.n;
     let n64 = u64::from(n);
     let block = (bytes / n64).max(1);
     let initial = |r: u32| {
@@ -1434,121 +1402,247 @@ pub fn verify(p: &dyn Program, op: CollectiveOp, bytes: u64) -> Result<(), Strin
             has.into_iter().collect()
         }
     };
-    loop {
+    while run.round(&initial)? {}
+    run.check_drained()?;
+    check_final(&run.buf, op, n, bytes, &initial)
+}
+
+/// A connection: (channel, src, dst).
+type Conn = (u32, u32, u32);
+/// A thread: (channel, rank, role).
+type Thread = (u32, u32, u32);
+/// A connection's slices in flight: (offset, bytes, value).
+type Fifo = std::collections::VecDeque<(u64, u64, Holding)>;
+
+/// The symbolic run of a program: its connections' FIFOs and what they carried, each
+/// rank's buffer, and each thread's place in its primitives.
+struct Run<'p> {
+    p: &'p dyn Program,
+    n: u32,
+    slots: u64,
+    /// Connection FIFOs: slices in flight.
+    fifo: BTreeMap<Conn, Fifo>,
+    /// Transfers per iteration each connection carries, as the program says.
+    expected_sends: BTreeMap<Conn, u64>,
+    slices_sent: BTreeMap<Conn, u64>,
+    /// Which thread sent and received on each connection.
+    senders: BTreeMap<Conn, u32>,
+    receivers: BTreeMap<Conn, u32>,
+    /// Transfers each connection carried.
+    sent: BTreeMap<Conn, u64>,
+    buf: Vec<Held>,
+    /// Thread cursors: (primitive, slice).
+    cur: BTreeMap<Thread, (u64, u32)>,
+}
+
+impl<'p> Run<'p> {
+    /// The run before any step: the program's connections empty, every thread at its
+    /// first primitive.
+    fn new(p: &'p dyn Program) -> Self {
+        let n = p.ranks();
+        let nch = p.channels();
+        let slots = u64::from(p.slots());
+        let mut fifo: BTreeMap<Conn, Fifo> = BTreeMap::new();
+        let mut expected_sends: BTreeMap<Conn, u64> = BTreeMap::new();
+        let mut expected_slices: BTreeMap<Conn, u64> = BTreeMap::new();
+        // (connection, (sending role, receiving role)) as the program names them.
+        type Roles = Vec<(Conn, (u32, u32))>;
+        let mut roles: Roles = Vec::new();
+        p.connections(&mut |c, a, b, k, sl| {
+            fifo.insert((c, a, b), Fifo::new());
+            expected_sends.insert((c, a, b), k);
+            expected_slices.insert((c, a, b), sl);
+        });
+        for &(c, a, b) in fifo.keys() {
+            roles.push(((c, a, b), p.conn_roles(c, a, b)));
+        }
+        let mut cur: BTreeMap<Thread, (u64, u32)> = BTreeMap::new();
+        for c in 0..nch {
+            for r in 0..n {
+                for role in 0..p.roles(c, r) {
+                    cur.insert((c, r, role), (0, 0));
+                }
+            }
+        }
+        Run {
+            p,
+            n,
+            slots,
+            fifo,
+            expected_sends,
+            slices_sent: BTreeMap::new(),
+            senders: BTreeMap::new(),
+            receivers: BTreeMap::new(),
+            sent: BTreeMap::new(),
+            buf: vec![Held::default(); n as usize],
+            cur,
+        }
+    }
+
+    /// Every thread in turn takes a step if it can; whether any did.
+    fn round<F: Fn(u64) -> Holding>(&mut self, initial: &dyn Fn(u32) -> F) -> Result<bool, String> {
         let mut progressed = false;
-        let keys: Vec<_> = cur.keys().copied().collect();
+        let keys: Vec<_> = self.cur.keys().copied().collect();
         for key in keys {
-            let (c, r, role) = key;
-            let (pi, sl) = cur[&key];
-            if pi >= p.len(c, r, role) {
+            if self.step(key, initial)? {
+                progressed = true;
+            }
+        }
+        Ok(progressed)
+    }
+
+    /// Thread `key` takes its next slice when its primitive's turn has come, its
+    /// inputs are there and every outgoing connection has a free slot; whether it did.
+    fn step<F: Fn(u64) -> Holding>(
+        &mut self,
+        key: Thread,
+        initial: &dyn Fn(u32) -> F,
+    ) -> Result<bool, String> {
+        let (c, r, role) = key;
+        let (pi, sl) = self.cur[&key];
+        if pi >= self.p.len(c, r, role) {
+            return Ok(false);
+        }
+        let prim = self.p.prim(c, r, role, pi);
+        if let Some((other, need)) = prim.after
+            && self.cur.get(&(c, r, other)).is_none_or(|x| x.0 < need)
+        {
+            return Ok(false);
+        }
+        let (off, len) = prim.slice(sl);
+        // Inputs there, and a free slot on every outgoing connection.
+        let ready = prim
+            .recv
+            .as_slice()
+            .iter()
+            .all(|&s| self.fifo.get(&(c, s, r)).is_some_and(|q| !q.is_empty()))
+            && prim.send.as_slice().iter().all(|&d| {
+                self.fifo
+                    .get(&(c, r, d))
+                    .is_some_and(|q| (q.len() as u64) < self.slots)
+            });
+        if !ready {
+            return Ok(false);
+        }
+        let value = self.receive(key, &prim, off, len, initial)?;
+        if len > 0 {
+            self.buf[r as usize].set(off, off + len, value.clone());
+        }
+        self.send(key, &prim, sl, (off, len), &value)?;
+        let next = if sl + 1 < prim.slices.max(1) {
+            (pi, sl + 1)
+        } else {
+            (pi + 1, 0)
+        };
+        self.cur.insert(key, next);
+        Ok(true)
+    }
+
+    /// The slice `[off, off + len)` thread `key` holds after taking one from each of
+    /// the primitive's sources: reduced into its copy, or replacing it. Each must be the
+    /// slice expected, from one thread of the rank, and a reduction never adds data twice.
+    fn receive<F: Fn(u64) -> Holding>(
+        &mut self,
+        key: Thread,
+        prim: &Prim,
+        off: u64,
+        len: u64,
+        initial: &dyn Fn(u32) -> F,
+    ) -> Result<Holding, String> {
+        let (c, r, role) = key;
+        let mut value = if len > 0 {
+            self.buf[r as usize].get(off, off + len, &initial(r))?
+        } else {
+            Holding::new()
+        };
+        for &s in prim.recv.as_slice() {
+            let (o, b, v) = self
+                .fifo
+                .get_mut(&(c, s, r))
+                .and_then(|q| q.pop_front())
+                .expect("checked above");
+            if (o, b) != (off, len) {
+                return Err(format!(
+                    "channel {c}: rank {r} expects slice ({off}, {len} B) from {s}, got ({o}, {b} B)"
+                ));
+            }
+            if *self.receivers.entry((c, s, r)).or_insert(role) != role {
+                return Err(format!("channel {c}: two threads of rank {r} receive from {s}"));
+            }
+            if len == 0 {
                 continue;
             }
-            let prim = p.prim(c, r, role, pi);
-            if let Some((other, need)) = prim.after
-                && cur.get(&(c, r, other)).is_none_or(|x| x.0 < need)
-            {
-                continue;
-            }
-            let (off, len) = prim.slice(sl);
-            // Inputs there, and a free slot on every outgoing connection.
-            let ready = prim
-                .recv
-                .as_slice()
-                .iter()
-                .all(|&s| fifo.get(&(c, s, r)).is_some_and(|q| !q.is_empty()))
-                && prim
-                    .send
-                    .as_slice()
-                    .iter()
-                    .all(|&d| fifo.get(&(c, r, d)).is_some_and(|q| (q.len() as u64) < slots));
-            if !ready {
-                continue;
-            }
-            let mut value = if len > 0 {
-                buf[r as usize].get(off, off + len, &initial(r))?
-            } else {
-                Holding::new()
-            };
-            for &s in prim.recv.as_slice() {
-                let (o, b, v) = fifo
-                    .get_mut(&(c, s, r))
-                    .and_then(|q| q.pop_front())
-                    .expect("checked above");
-                if (o, b) != (off, len) {
+            if prim.reduce {
+                if !value.is_disjoint(&v) {
                     return Err(format!(
-                        "channel {c}: rank {r} expects slice ({off}, {len} B) from {s}, got ({o}, {b} B)"
+                        "channel {c}: rank {r} reduces data twice at offset {off}"
                     ));
                 }
-                if *receivers.entry((c, s, r)).or_insert(role) != role {
-                    return Err(format!("channel {c}: two threads of rank {r} receive from {s}"));
-                }
-                if len == 0 {
-                    continue;
-                }
-                if prim.reduce {
-                    if !value.is_disjoint(&v) {
-                        return Err(format!(
-                            "channel {c}: rank {r} reduces data twice at offset {off}"
-                        ));
-                    }
-                    value.extend(v);
-                } else {
-                    value = v;
-                }
-            }
-            if len > 0 {
-                buf[r as usize].set(off, off + len, value.clone());
-            }
-            for &d in prim.send.as_slice() {
-                let q = fifo
-                    .get_mut(&(c, r, d))
-                    .ok_or_else(|| format!("channel {c}: rank {r} sends to {d} without a connection"))?;
-                q.push_back((off, len, value.clone()));
-                if sl == 0 {
-                    *sent.entry((c, r, d)).or_default() += 1;
-                }
-                *slices_sent.entry((c, r, d)).or_default() += 1;
-                if *senders.entry((c, r, d)).or_insert(role) != role {
-                    return Err(format!("channel {c}: two threads of rank {r} send to {d}"));
-                }
-            }
-            let next = if sl + 1 < prim.slices.max(1) {
-                (pi, sl + 1)
+                value.extend(v);
             } else {
-                (pi + 1, 0)
-            };
-            cur.insert(key, next);
-            progressed = true;
+                value = v;
+            }
         }
-        if !progressed {
-            break;
-        }
+        Ok(value)
     }
-    for (&(c, r, role), &(pi, _)) in &cur {
-        let len = p.len(c, r, role);
-        if pi < len {
-            return Err(format!(
-                "deadlock: channel {c} rank {r} thread {role} stuck at primitive {pi} of {len}"
-            ));
+
+    /// Slice `sl` (`(offset, bytes)`) of thread `key`'s primitive, holding `value`, onto
+    /// each outgoing connection, counted; one thread of the rank sends on a connection.
+    fn send(
+        &mut self,
+        key: Thread,
+        prim: &Prim,
+        sl: u32,
+        (off, len): (u64, u64),
+        value: &Holding,
+    ) -> Result<(), String> {
+        let (c, r, role) = key;
+        for &d in prim.send.as_slice() {
+            let q = self
+                .fifo
+                .get_mut(&(c, r, d))
+                .ok_or_else(|| format!("channel {c}: rank {r} sends to {d} without a connection"))?;
+            q.push_back((off, len, value.clone()));
+            if sl == 0 {
+                *self.sent.entry((c, r, d)).or_default() += 1;
+            }
+            *self.slices_sent.entry((c, r, d)).or_default() += 1;
+            if *self.senders.entry((c, r, d)).or_insert(role) != role {
+                return Err(format!("channel {c}: two threads of rank {r} send to {d}"));
+            }
         }
+        Ok(())
     }
-    for (k, q) in &fifo {
-        if !q.is_empty() {
-            return Err(format!(
-                "connection {k:?} ends with {} slices unconsumed",
-                q.len()
-            ));
+
+    /// When no thread can move: every thread finished (else a deadlock), every
+    /// connection empty, and each carried the transfers the program says.
+    fn check_drained(&self) -> Result<(), String> {
+        for (&(c, r, role), &(pi, _)) in &self.cur {
+            let len = self.p.len(c, r, role);
+            if pi < len {
+                return Err(format!(
+                    "deadlock: channel {c} rank {r} thread {role} stuck at primitive {pi} of {len}"
+                ));
+            }
         }
-    }
-    for (k, want) in &expected_sends {
-        let got = sent.get(k).copied().unwrap_or(0);
-        if got != *want {
-            return Err(format!(
-                "connection {k:?} carried {got} transfers, the program says {want}"
-            ));
+        for (k, q) in &self.fifo {
+            if !q.is_empty() {
+                return Err(format!(
+                    "connection {k:?} ends with {} slices unconsumed",
+                    q.len()
+                ));
+            }
         }
+        for (k, want) in &self.expected_sends {
+            let got = self.sent.get(k).copied().unwrap_or(0);
+            if got != *want {
+                return Err(format!(
+                    "connection {k:?} carried {got} transfers, the program says {want}"
+                ));
+            }
+        }
+        Ok(())
     }
-    check_final(&buf, op, n, bytes, &initial)
 }
 
 /// Every rank's buffer holds what `op` promises, over every byte it promises.

@@ -94,13 +94,42 @@ fn busy_rate(w: &Window, pts: &[(i64, f64)]) -> Option<(f64, f64)> {
 /// One leaf's uplinks: spine -> (bytes sent up, ports, evidence).
 type Uplinks = BTreeMap<String, (f64, Vec<String>, Vec<Evidence>)>;
 
+/// The ECMP rules: from the leaves' uplink bytes, a hot spine; failing that, uplinks
+/// that idle beside congested siblings.
 fn ecmp(w: &Window, views: &[View<'_>]) -> Vec<Finding> {
     if w.links.is_empty() {
         return Vec::new();
     }
-    let is_switch_port = |e: &str| e.contains(':') && !e.contains('/');
-    let switch_of = |e: &str| e.split(':').next().unwrap_or("").to_string();
-    // Leaves: switches cabled to a NIC; the switches they are cabled to are spines.
+    let up = uplinks(w);
+    let spines: BTreeSet<&String> = up.values().collect();
+    if spines.len() < 2 {
+        return Vec::new();
+    }
+    let (by_leaf, marked) = uplink_traffic(views, &up);
+    if by_leaf.is_empty() {
+        return Vec::new();
+    }
+    let out = hot_spines(&spines, &by_leaf, &marked);
+    if !out.is_empty() {
+        // A hot spine explains idle uplinks to the others.
+        return out;
+    }
+    collisions(&by_leaf, &marked)
+}
+
+/// A switch's port (`switch:port`); a NIC's port names a host and device with `/`.
+fn is_switch_port(e: &str) -> bool {
+    e.contains(':') && !e.contains('/')
+}
+
+/// The switch of a port.
+fn switch_of(e: &str) -> String {
+    e.split(':').next().unwrap_or("").to_string()
+}
+
+/// Each leaf port cabled up, and the spine it goes to. Leaves are the switches cabled
+/// to a NIC; the switches they are cabled to are spines.
+fn uplinks(w: &Window) -> BTreeMap<&str, String> {
     let mut leaves: BTreeSet<String> = BTreeSet::new();
     for (a, b) in &w.links {
         for (x, y) in [(a, b), (b, a)] {
@@ -122,10 +151,15 @@ fn ecmp(w: &Window, views: &[View<'_>]) -> Vec<Finding> {
             }
         }
     }
-    let spines: BTreeSet<&String> = up.values().collect();
-    if spines.len() < 2 {
-        return Vec::new();
-    }
+    up
+}
+
+/// The bytes each leaf sent up to each spine (leaves with at least two counted
+/// uplinks that carried anything), and the packets each uplink marked for congestion.
+fn uplink_traffic(
+    views: &[View<'_>],
+    up: &BTreeMap<&str, String>,
+) -> (BTreeMap<String, Uplinks>, BTreeMap<String, f64>) {
     let out_m = metric("s:1", "SAI_PORT_STAT_IF_OUT_OCTETS");
     let marked_m = metric("s:1/q3", QUEUE_ECN_MARKED);
     let mut by_leaf: BTreeMap<String, Uplinks> = BTreeMap::new();
@@ -150,14 +184,21 @@ fn ecmp(w: &Window, views: &[View<'_>]) -> Vec<Finding> {
     // Each leaf's uplinks are those cabled and counted: an idle uplink reads 0, an
     // uplink without a series (a scrape gap, a spine of another pod) is not judged.
     by_leaf.retain(|_, l| l.len() >= 2 && l.values().map(|x| x.0).sum::<f64>() > 0.0);
-    if by_leaf.is_empty() {
-        return Vec::new();
-    }
+    (by_leaf, marked)
+}
+
+/// `ECMP-HOT-SPINE`: each spine that takes far more than its fair share of the
+/// leaves' uplink bytes, favoured by at least half of the leaves (and two).
+fn hot_spines(
+    spines: &BTreeSet<&String>,
+    by_leaf: &BTreeMap<String, Uplinks>,
+    marked: &BTreeMap<String, f64>,
+) -> Vec<Finding> {
     let n = spines.len() as f64;
     let fair = 1.0 / n;
     let total: f64 = by_leaf.values().flat_map(|l| l.values().map(|x| x.0)).sum();
     let mut out = Vec::new();
-    for spine in &spines {
+    for spine in spines {
         let bytes: f64 = by_leaf.values().filter_map(|l| l.get(*spine)).map(|x| x.0).sum();
         let share = bytes / total;
         let hot_leaves: Vec<(&String, f64)> = by_leaf
@@ -217,14 +258,16 @@ fn ecmp(w: &Window, views: &[View<'_>]) -> Vec<Finding> {
                 .collect(),
         });
     }
-    if !out.is_empty() {
-        // A hot spine explains idle uplinks to the others.
-        return out;
-    }
+    out
+}
+
+/// `ECMP-COLLISIONS`: leaves where an uplink idles while a sibling was congested; at
+/// several leaves, too few flows per connection.
+fn collisions(by_leaf: &BTreeMap<String, Uplinks>, marked: &BTreeMap<String, f64>) -> Vec<Finding> {
     // Leaves where an uplink idles while a sibling was congested.
     let mut colliding: Vec<(String, String, String, f64)> = Vec::new();
     let mut evidence = Vec::new();
-    for (leaf, l) in &by_leaf {
+    for (leaf, l) in by_leaf {
         let mean = l.values().map(|x| x.0).sum::<f64>() / l.len() as f64;
         let idle: Vec<&String> = l
             .iter()

@@ -1253,73 +1253,203 @@ impl<'a, D: Driver> Executor<'a, D> {
         }
         // The live window is the soak: it ends before the benchmarks run on the wave's
         // nodes (their traffic is not the applications', and the control has none).
-        let mut soak_until_ms = self.driver.now_ms();
+        let soak_until_ms = self.driver.now_ms();
         let st = self.state()?;
         let mut failures = Vec::new();
         for n in &wave.nodes {
-            let mut results = Vec::new();
-            let after = self.driver.read(&n.name);
-            match (&before[&n.name], &after) {
-                (Ok(b), Ok(a)) => {
-                    results.push(gates::firmware(n, a));
-                    if policy.gates.audit {
-                        results.push(gates::audit(a));
-                    }
-                    if policy.gates.soak_s > 0.0 {
-                        results.push(gates::soak(
-                            b,
-                            a,
-                            policy.gates.max_error_increase,
-                            policy.gates.soak_s,
-                        ));
-                    }
+            let results = self.node_gates(w, n, &before[&n.name], &st, &policy)?;
+            self.record_node_gates(w, n, results, &mut failures)?;
+        }
+        if let Some(l) = &policy.gates.live
+            && failures.is_empty()
+        {
+            let results =
+                match self.live_results(w, wave, l, policy.gates.soak_s, soak_from_ms, soak_until_ms)? {
+                    Ok(results) => results,
+                    Err(h) => return Ok(Progress::Halted(h)),
+                };
+            self.record_live_gates(w, wave, results, &mut failures)?;
+        }
+        self.gates_verdict(w, failures)
+    }
+
+    /// A node's own gates after its flash, from its reading before the soak and one now:
+    /// its firmware, the audit, the soak's error counters, and the benchmark.
+    fn node_gates(
+        &mut self,
+        w: usize,
+        n: &PlannedNode,
+        before: &Result<Reading, String>,
+        st: &State,
+        policy: &crate::policy::Policy,
+    ) -> Result<Vec<GateResult>, RolloutError> {
+        let mut results = Vec::new();
+        let after = self.driver.read(&n.name);
+        match (before, &after) {
+            (Ok(b), Ok(a)) => {
+                results.push(gates::firmware(n, a));
+                if policy.gates.audit {
+                    results.push(gates::audit(a));
                 }
-                (Err(e), _) | (_, Err(e)) => results.push(GateResult {
-                    gate: "read".into(),
-                    passed: false,
-                    summary: format!("cannot read the node: {e}"),
-                    evidence: vec![],
+                if policy.gates.soak_s > 0.0 {
+                    results.push(gates::soak(
+                        b,
+                        a,
+                        policy.gates.max_error_increase,
+                        policy.gates.soak_s,
+                    ));
+                }
+            }
+            (Err(e), _) | (_, Err(e)) => results.push(GateResult {
+                gate: "read".into(),
+                passed: false,
+                summary: format!("cannot read the node: {e}"),
+                evidence: vec![],
+            }),
+        }
+        if let Some(b) = &policy.gates.benchmark {
+            self.benchmark_gate(w, n, b, st, &mut results)?;
+        }
+        Ok(results)
+    }
+
+    /// The benchmark gate of a node: its command run and recorded, when the policy has
+    /// one (a failed command is the gate's failure); otherwise the result file against
+    /// the baseline.
+    fn benchmark_gate(
+        &mut self,
+        w: usize,
+        n: &PlannedNode,
+        b: &crate::policy::BenchmarkGate,
+        st: &State,
+        results: &mut Vec<GateResult>,
+    ) -> Result<(), RolloutError> {
+        if let Some(c) = &b.command {
+            let cmd = command_for(c, &node_values(&n.name))?;
+            let out = self.run_one(Job {
+                node: n.name.clone(),
+                nic: None,
+                purpose: Purpose::Benchmark,
+                command: cmd.clone(),
+                intent: 0,
+            });
+            self.append(
+                EXECUTOR,
+                EventKind::BenchmarkRun,
+                Some(w),
+                Some(&n.name),
+                None,
+                Detail::Ran(Ran {
+                    command: Some(cmd.clone()),
+                    code: out.code,
+                    output: tail(&out.output, LOG_OUTPUT_BYTES),
                 }),
+            )?;
+            if !out.ok() {
+                results.push(GateResult {
+                    gate: "benchmark".into(),
+                    passed: false,
+                    summary: format!("benchmark command failed ({:?}): {cmd}", out.code),
+                    evidence: vec![tail(out.output.trim(), 500)],
+                });
             }
-            if let Some(b) = &policy.gates.benchmark {
-                if let Some(c) = &b.command {
-                    let cmd = command_for(c, &node_values(&n.name))?;
-                    let out = self.run_one(Job {
-                        node: n.name.clone(),
-                        nic: None,
-                        purpose: Purpose::Benchmark,
-                        command: cmd.clone(),
-                        intent: 0,
-                    });
-                    self.append(
-                        EXECUTOR,
-                        EventKind::BenchmarkRun,
-                        Some(w),
-                        Some(&n.name),
-                        None,
-                        Detail::Ran(Ran {
-                            command: Some(cmd.clone()),
-                            code: out.code,
-                            output: tail(&out.output, LOG_OUTPUT_BYTES),
-                        }),
-                    )?;
-                    if !out.ok() {
-                        results.push(GateResult {
-                            gate: "benchmark".into(),
-                            passed: false,
-                            summary: format!("benchmark command failed ({:?}): {cmd}", out.code),
-                            evidence: vec![tail(out.output.trim(), 500)],
-                        });
-                    }
-                }
-                if !results.iter().any(|r| r.gate == "benchmark") {
-                    let since_ms = st.nodes.get(&n.name).and_then(|p| p.flashed_at_ms);
-                    let base = self.driver.bench(&n.name, Phase::Before, None);
-                    let res = self.driver.bench(&n.name, Phase::After, since_ms);
-                    results.push(gates::benchmark(base, res, b.min_ratio));
-                }
+        }
+        if !results.iter().any(|r| r.gate == "benchmark") {
+            let since_ms = st.nodes.get(&n.name).and_then(|p| p.flashed_at_ms);
+            let base = self.driver.bench(&n.name, Phase::Before, None);
+            let res = self.driver.bench(&n.name, Phase::After, since_ms);
+            results.push(gates::benchmark(base, res, b.min_ratio));
+        }
+        Ok(())
+    }
+
+    /// Says and records each of a node's gate results; the failed ones join `failures`.
+    fn record_node_gates(
+        &mut self,
+        w: usize,
+        n: &PlannedNode,
+        results: Vec<GateResult>,
+        failures: &mut Vec<Failure>,
+    ) -> Result<(), RolloutError> {
+        for r in results {
+            if !r.passed {
+                failures.push(Failure {
+                    node: n.name.clone(),
+                    gate: r.gate.clone(),
+                    summary: r.summary.clone(),
+                    evidence: r.evidence.clone(),
+                    rollback: vec![],
+                });
             }
-            for r in results {
+            (self.say)(&format!(
+                "{}: gate {} {}: {}",
+                n.name,
+                r.gate,
+                if r.passed { "passed" } else { "FAILED" },
+                r.summary
+            ));
+            self.append(
+                EXECUTOR,
+                EventKind::Gate,
+                Some(w),
+                Some(&n.name),
+                None,
+                Detail::Gate(r),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// The wave's live gates over the soak window, soaking again (and widening the
+    /// window) while they cannot tell yet and the policy allows more extensions. The
+    /// inner `Err` is an operator's halt during such a soak.
+    fn live_results(
+        &mut self,
+        w: usize,
+        wave: &Wave,
+        l: &LiveGates,
+        soak_s: f64,
+        soak_from_ms: i64,
+        mut soak_until_ms: i64,
+    ) -> Result<Result<Vec<GateResult>, Halt>, RolloutError> {
+        let mut extensions = 0;
+        loop {
+            let (results, longer) = self.live_gates(l, wave, soak_from_ms, soak_until_ms);
+            if longer && extensions < l.max_extensions {
+                extensions += 1;
+                (self.say)(&format!(
+                    "wave {w}: live gates cannot tell yet; soaking again ({extensions} of {})",
+                    l.max_extensions
+                ));
+                if let Some(h) = self.soak(w, soak_s)? {
+                    return Ok(Err(h));
+                }
+                // The window grows by the new soak: samples add up.
+                soak_until_ms = self.driver.now_ms();
+                continue;
+            }
+            return Ok(Ok(results));
+        }
+    }
+
+    /// Says and records the live gates' results. The result is the group's: it is
+    /// recorded on each of the wave's nodes, as their own gates are, and a failure lists
+    /// each, with how to undo it.
+    fn record_live_gates(
+        &mut self,
+        w: usize,
+        wave: &Wave,
+        results: Vec<GateResult>,
+        failures: &mut Vec<Failure>,
+    ) -> Result<(), RolloutError> {
+        for r in results {
+            (self.say)(&format!(
+                "wave {w}: gate {} {}: {}",
+                r.gate,
+                if r.passed { "passed" } else { "FAILED" },
+                r.summary
+            ));
+            for n in &wave.nodes {
                 if !r.passed {
                     failures.push(Failure {
                         node: n.name.clone(),
@@ -1329,75 +1459,22 @@ impl<'a, D: Driver> Executor<'a, D> {
                         rollback: vec![],
                     });
                 }
-                (self.say)(&format!(
-                    "{}: gate {} {}: {}",
-                    n.name,
-                    r.gate,
-                    if r.passed { "passed" } else { "FAILED" },
-                    r.summary
-                ));
                 self.append(
                     EXECUTOR,
                     EventKind::Gate,
                     Some(w),
                     Some(&n.name),
                     None,
-                    Detail::Gate(r),
+                    Detail::Gate(r.clone()),
                 )?;
             }
         }
-        if let Some(l) = &policy.gates.live
-            && failures.is_empty()
-        {
-            let mut extensions = 0;
-            loop {
-                let (results, longer) = self.live_gates(l, wave, soak_from_ms, soak_until_ms);
-                if longer && extensions < l.max_extensions {
-                    extensions += 1;
-                    (self.say)(&format!(
-                        "wave {w}: live gates cannot tell yet; soaking again ({extensions} of {})",
-                        l.max_extensions
-                    ));
-                    if let Some(h) = self.soak(w, policy.gates.soak_s)? {
-                        return Ok(Progress::Halted(h));
-                    }
-                    // The window grows by the new soak: samples add up.
-                    soak_until_ms = self.driver.now_ms();
-                    continue;
-                }
-                for r in results {
-                    (self.say)(&format!(
-                        "wave {w}: gate {} {}: {}",
-                        r.gate,
-                        if r.passed { "passed" } else { "FAILED" },
-                        r.summary
-                    ));
-                    // The result is the group's: it is recorded on each of the wave's
-                    // nodes, as their own gates are, and a failure lists each, with how
-                    // to undo it.
-                    for n in &wave.nodes {
-                        if !r.passed {
-                            failures.push(Failure {
-                                node: n.name.clone(),
-                                gate: r.gate.clone(),
-                                summary: r.summary.clone(),
-                                evidence: r.evidence.clone(),
-                                rollback: vec![],
-                            });
-                        }
-                        self.append(
-                            EXECUTOR,
-                            EventKind::Gate,
-                            Some(w),
-                            Some(&n.name),
-                            None,
-                            Detail::Gate(r.clone()),
-                        )?;
-                    }
-                }
-                break;
-            }
-        }
+        Ok(())
+    }
+
+    /// The wave's outcome once its gates are recorded: a halt on the first failure,
+    /// else the wave passed (and the rollout is complete after the last wave).
+    fn gates_verdict(&mut self, w: usize, failures: Vec<Failure>) -> Result<Progress, RolloutError> {
         if !failures.is_empty() {
             let first = &failures[0];
             let reason = format!(
@@ -1750,162 +1827,9 @@ impl<'a, D: Driver> Executor<'a, D> {
         let mut problems = Vec::new();
         let mut readings: BTreeMap<String, Result<Reading, String>> = BTreeMap::new();
         for t in &targets {
-            let name = t.node.as_str();
-            let u = &t.nic;
-            if !readings.contains_key(name) {
-                let r = self.driver.read(name);
-                readings.insert(name.to_string(), r);
-            }
-            let shown = match &readings[name] {
-                Ok(r) => r.fw_of(u).flatten(),
-                Err(e) => {
-                    problems.push(format!("{name}/{}: cannot read the node: {e}", u.nic));
-                    continue;
-                }
-            };
-            let ev = Detail::Shown(Shown {
-                fw_ver: shown.clone(),
-                previous: Some(u.from.clone()),
-                ..Shown::default()
-            });
-            if shown.as_deref() == Some(u.from.as_str()) {
-                // Never changed, or an interrupted rollback that took effect.
-                let kind = if t.phase == NicPhase::RollbackIntent {
-                    EventKind::RollbackRecovered
-                } else {
-                    EventKind::RollbackNotNeeded
-                };
-                self.append(EXECUTOR, kind, Some(t.wave), Some(name), Some(&u.nic), ev)?;
-                back += 1;
-                continue;
-            }
-            let never_started = st
-                .intent(name, &u.nic)
-                .is_some_and(|q| self.driver.started(q) == Some(false));
-            if t.phase == NicPhase::RollbackIntent && never_started {
-                self.append(
-                    EXECUTOR,
-                    EventKind::RollbackNotStarted,
-                    Some(t.wave),
-                    Some(name),
-                    Some(&u.nic),
-                    ev.clone(),
-                )?;
-            } else if t.phase == NicPhase::RollbackIntent {
-                self.append(
-                    EXECUTOR,
-                    EventKind::RollbackUnknown,
-                    Some(t.wave),
-                    Some(name),
-                    Some(&u.nic),
-                    ev,
-                )?;
-                problems.push(format!(
-                    "{name}/{}: an interrupted rollback left it on {}; check it with the vendor tool",
-                    u.nic,
-                    shown.as_deref().unwrap_or("no version")
-                ));
-                continue;
-            }
-            if shown.as_deref() != Some(u.to.as_str()) {
-                problems.push(format!(
-                    "{name}/{}: shows {}, neither the target {} nor the previous {}; not touching it",
-                    u.nic,
-                    shown.as_deref().unwrap_or("no version"),
-                    u.to,
-                    u.from
-                ));
-                continue;
-            }
-            (self.say)(&format!("{name}/{}: back to {}: {}", u.nic, u.from, t.command));
-            let seq = self.append(
-                OPERATOR,
-                EventKind::RollbackIntent,
-                Some(t.wave),
-                Some(name),
-                Some(&u.nic),
-                Detail::Intent(event::Intent {
-                    command: t.command.clone(),
-                    from: None,
-                    to: None,
-                }),
-            )?;
-            self.step();
-            let out = self.run_one(Job {
-                node: name.into(),
-                nic: Some(u.nic.clone()),
-                purpose: Purpose::Rollback,
-                command: t.command.clone(),
-                intent: seq,
-            });
-            let detail = Detail::Ran(Ran {
-                command: None,
-                code: out.code,
-                output: tail(&out.output, LOG_OUTPUT_BYTES),
-            });
-            // A rollback that exited 0 is done only when the unit reads its previous
-            // version again (the knobs, the config_db, the firmware).
-            let (now, check) = if out.ok() {
-                let r = self.driver.read(name);
-                let now = r.as_ref().ok().and_then(|r| r.fw_of(u).flatten());
-                let check = match &r {
-                    Ok(_) => format!("reads {}", now.as_deref().unwrap_or("no version")),
-                    Err(e) => format!("cannot be read: {e}"),
-                };
-                // A failed read leaves the earlier one for the node's other units.
-                if r.is_ok() {
-                    readings.insert(name.to_string(), r);
-                }
-                (now, check)
-            } else {
-                (None, String::new())
-            };
-            if out.ok() && now.as_deref() == Some(u.from.as_str()) {
-                self.append(
-                    EXECUTOR,
-                    EventKind::RollbackDone,
-                    Some(t.wave),
-                    Some(name),
-                    Some(&u.nic),
-                    detail,
-                )?;
-                back += 1;
-            } else if out.ok() {
-                self.append(
-                    EXECUTOR,
-                    EventKind::RollbackFailed,
-                    Some(t.wave),
-                    Some(name),
-                    Some(&u.nic),
-                    Detail::Ran(Ran {
-                        command: None,
-                        code: out.code,
-                        output: tail(
-                            &format!(
-                                "{}\n[the command exited 0, but the unit {check}, not {}]",
-                                out.output, u.from
-                            ),
-                            LOG_OUTPUT_BYTES,
-                        ),
-                    }),
-                )?;
-                problems.push(format!(
-                    "{name}/{}: the rollback command exited 0, but the unit {check}, not the previous {}",
-                    u.nic, u.from
-                ));
-            } else {
-                self.append(
-                    EXECUTOR,
-                    EventKind::RollbackFailed,
-                    Some(t.wave),
-                    Some(name),
-                    Some(&u.nic),
-                    detail,
-                )?;
-                problems.push(format!(
-                    "{name}/{}: the rollback command failed ({:?})",
-                    u.nic, out.code
-                ));
+            match self.roll_back_nic(t, &st, &mut readings)? {
+                None => back += 1,
+                Some(problem) => problems.push(problem),
             }
         }
         if problems.is_empty() {
@@ -1914,6 +1838,184 @@ impl<'a, D: Driver> Executor<'a, D> {
             Err(RolloutError::Refused(format!(
                 "{back} NIC(s) back; not settled: {}; run `rollback --execute` again after checking them",
                 problems.join("; ")
+            )))
+        }
+    }
+
+    /// One NIC of a rollback, judged by what its node reads (once per node, in
+    /// `readings`): already on its previous version, an interrupted rollback settled or
+    /// left for the operator, or on the target and run back. `None` when the NIC is back
+    /// on its previous version, else the problem that leaves it unsettled.
+    fn roll_back_nic(
+        &mut self,
+        t: &RollbackTarget,
+        st: &State,
+        readings: &mut BTreeMap<String, Result<Reading, String>>,
+    ) -> Result<Option<String>, RolloutError> {
+        let name = t.node.as_str();
+        let u = &t.nic;
+        if !readings.contains_key(name) {
+            let r = self.driver.read(name);
+            readings.insert(name.to_string(), r);
+        }
+        let shown = match &readings[name] {
+            Ok(r) => r.fw_of(u).flatten(),
+            Err(e) => {
+                return Ok(Some(format!("{name}/{}: cannot read the node: {e}", u.nic)));
+            }
+        };
+        let ev = Detail::Shown(Shown {
+            fw_ver: shown.clone(),
+            previous: Some(u.from.clone()),
+            ..Shown::default()
+        });
+        if shown.as_deref() == Some(u.from.as_str()) {
+            // Never changed, or an interrupted rollback that took effect.
+            let kind = if t.phase == NicPhase::RollbackIntent {
+                EventKind::RollbackRecovered
+            } else {
+                EventKind::RollbackNotNeeded
+            };
+            self.append(EXECUTOR, kind, Some(t.wave), Some(name), Some(&u.nic), ev)?;
+            return Ok(None);
+        }
+        let never_started = st
+            .intent(name, &u.nic)
+            .is_some_and(|q| self.driver.started(q) == Some(false));
+        if t.phase == NicPhase::RollbackIntent && never_started {
+            self.append(
+                EXECUTOR,
+                EventKind::RollbackNotStarted,
+                Some(t.wave),
+                Some(name),
+                Some(&u.nic),
+                ev.clone(),
+            )?;
+        } else if t.phase == NicPhase::RollbackIntent {
+            self.append(
+                EXECUTOR,
+                EventKind::RollbackUnknown,
+                Some(t.wave),
+                Some(name),
+                Some(&u.nic),
+                ev,
+            )?;
+            return Ok(Some(format!(
+                "{name}/{}: an interrupted rollback left it on {}; check it with the vendor tool",
+                u.nic,
+                shown.as_deref().unwrap_or("no version")
+            )));
+        }
+        if shown.as_deref() != Some(u.to.as_str()) {
+            return Ok(Some(format!(
+                "{name}/{}: shows {}, neither the target {} nor the previous {}; not touching it",
+                u.nic,
+                shown.as_deref().unwrap_or("no version"),
+                u.to,
+                u.from
+            )));
+        }
+        self.run_rollback(t, readings)
+    }
+
+    /// Runs a NIC's rollback command, recorded first as an intent, and records its
+    /// outcome: done only when the unit reads its previous version again. `None` when
+    /// it does, else the problem.
+    fn run_rollback(
+        &mut self,
+        t: &RollbackTarget,
+        readings: &mut BTreeMap<String, Result<Reading, String>>,
+    ) -> Result<Option<String>, RolloutError> {
+        let name = t.node.as_str();
+        let u = &t.nic;
+        (self.say)(&format!("{name}/{}: back to {}: {}", u.nic, u.from, t.command));
+        let seq = self.append(
+            OPERATOR,
+            EventKind::RollbackIntent,
+            Some(t.wave),
+            Some(name),
+            Some(&u.nic),
+            Detail::Intent(event::Intent {
+                command: t.command.clone(),
+                from: None,
+                to: None,
+            }),
+        )?;
+        self.step();
+        let out = self.run_one(Job {
+            node: name.into(),
+            nic: Some(u.nic.clone()),
+            purpose: Purpose::Rollback,
+            command: t.command.clone(),
+            intent: seq,
+        });
+        let detail = Detail::Ran(Ran {
+            command: None,
+            code: out.code,
+            output: tail(&out.output, LOG_OUTPUT_BYTES),
+        });
+        // A rollback that exited 0 is done only when the unit reads its previous
+        // version again (the knobs, the config_db, the firmware).
+        let (now, check) = if out.ok() {
+            let r = self.driver.read(name);
+            let now = r.as_ref().ok().and_then(|r| r.fw_of(u).flatten());
+            let check = match &r {
+                Ok(_) => format!("reads {}", now.as_deref().unwrap_or("no version")),
+                Err(e) => format!("cannot be read: {e}"),
+            };
+            // A failed read leaves the earlier one for the node's other units.
+            if r.is_ok() {
+                readings.insert(name.to_string(), r);
+            }
+            (now, check)
+        } else {
+            (None, String::new())
+        };
+        if out.ok() && now.as_deref() == Some(u.from.as_str()) {
+            self.append(
+                EXECUTOR,
+                EventKind::RollbackDone,
+                Some(t.wave),
+                Some(name),
+                Some(&u.nic),
+                detail,
+            )?;
+            Ok(None)
+        } else if out.ok() {
+            self.append(
+                EXECUTOR,
+                EventKind::RollbackFailed,
+                Some(t.wave),
+                Some(name),
+                Some(&u.nic),
+                Detail::Ran(Ran {
+                    command: None,
+                    code: out.code,
+                    output: tail(
+                        &format!(
+                            "{}\n[the command exited 0, but the unit {check}, not {}]",
+                            out.output, u.from
+                        ),
+                        LOG_OUTPUT_BYTES,
+                    ),
+                }),
+            )?;
+            Ok(Some(format!(
+                "{name}/{}: the rollback command exited 0, but the unit {check}, not the previous {}",
+                u.nic, u.from
+            )))
+        } else {
+            self.append(
+                EXECUTOR,
+                EventKind::RollbackFailed,
+                Some(t.wave),
+                Some(name),
+                Some(&u.nic),
+                detail,
+            )?;
+            Ok(Some(format!(
+                "{name}/{}: the rollback command failed ({:?})",
+                u.nic, out.code
             )))
         }
     }

@@ -587,6 +587,16 @@ impl Policy {
 
     /// Semantic checks the TOML types cannot express.
     pub fn check(&self) -> Result<(), String> {
+        self.check_change()?;
+        self.check_stages()?;
+        self.check_limits()?;
+        self.check_gates()?;
+        self.check_commands()
+    }
+
+    /// The change itself: firmware targets or a configuration, one of them, and each
+    /// firmware target says which NICs it is for and is not among its own sources.
+    fn check_change(&self) -> Result<(), String> {
         match (&self.configuration, self.firmware.is_empty()) {
             (None, true) => {
                 return Err(
@@ -613,6 +623,11 @@ impl Policy {
                 ));
             }
         }
+        Ok(())
+    }
+
+    /// The stages' cumulative shares: finite, increasing, in (0, 1], the last every node.
+    fn check_stages(&self) -> Result<(), String> {
         let fr = &self.stages.fractions;
         if fr.iter().any(|f| !f.is_finite()) {
             return Err(format!("stages.fractions: expected finite shares, found {fr:?}"));
@@ -633,6 +648,11 @@ impl Policy {
                 "stages.fractions: expected shares in (0, 1] ending with 1.0 (every node), found {fr:?}"
             ));
         }
+        Ok(())
+    }
+
+    /// Each kind of domain's per-wave share is in (0, 1].
+    fn check_limits(&self) -> Result<(), String> {
         for k in DomainKind::ALL {
             let s = self.limits.share(k);
             if !(s > 0.0 && s <= 1.0) {
@@ -642,6 +662,13 @@ impl Policy {
                 ));
             }
         }
+        Ok(())
+    }
+
+    /// The gates: the soak's length, the benchmark's ratio, the live gates (a metric for
+    /// every kind of wave, none for switches that are not rolled out), and no per-host
+    /// benchmark when switches are.
+    fn check_gates(&self) -> Result<(), String> {
         if !(self.gates.soak_s >= 0.0 && self.gates.soak_s <= MAX_SOAK_S) {
             return Err(format!(
                 "gates.soak_s: expected seconds between 0 and {MAX_SOAK_S} (one day), found {}",
@@ -690,6 +717,13 @@ impl Policy {
                 "gates.benchmark: a per-host benchmark cannot judge a switch; with switch patches, gate on [gates.live] metrics".into(),
             );
         }
+        Ok(())
+    }
+
+    /// The command and path templates: each parses, the per-node ones use `{node}`
+    /// only, the flash and rollback commands reach the node and use the placeholders of
+    /// their kind of change, and the switch commands fit the switch patches.
+    fn check_commands(&self) -> Result<(), String> {
         let templates = vec![
             ("commands.flash", self.commands.flash.as_str()),
             ("commands.rollback", self.commands.rollback.as_str()),

@@ -200,11 +200,6 @@ const OPERATORS: &[&str] = &[
 fn lex(items: &[Item]) -> Result<Vec<Tok>, TemplateError> {
     let mut toks = Vec::new();
     let mut cur: Option<Word> = None;
-    let flush = |cur: &mut Option<Word>, toks: &mut Vec<Tok>| {
-        if let Some(w) = cur.take() {
-            toks.push(Tok::Word(w));
-        }
-    };
     let mut i = 0;
     while i < items.len() {
         let c = match &items[i] {
@@ -231,51 +226,8 @@ fn lex(items: &[Item]) -> Result<Vec<Tok>, TemplateError> {
                     i += 1;
                 }
             }
-            '\'' => {
-                let w = cur.get_or_insert_with(Word::default);
-                w.open_quote();
-                i += 1;
-                loop {
-                    match items.get(i) {
-                        None => return Err(syntax(column, "a single quote that is never closed")),
-                        Some(Item::Char('\'', _)) => break,
-                        Some(Item::Char(ch, k)) => w.push_lit(*ch, *k, true),
-                        Some(Item::Ph(n, k)) => w.push_ph(n, *k),
-                    }
-                    i += 1;
-                }
-                i += 1;
-            }
-            '"' => {
-                let w = cur.get_or_insert_with(Word::default);
-                w.open_quote();
-                i += 1;
-                loop {
-                    match items.get(i) {
-                        None => return Err(syntax(column, "a double quote that is never closed")),
-                        Some(Item::Char('"', _)) => break,
-                        Some(Item::Char('\\', _)) => match items.get(i + 1) {
-                            // XCU 2.2.3: inside double quotes a backslash escapes only these.
-                            Some(Item::Char(e @ ('$' | '`' | '"' | '\\'), k)) => {
-                                w.push_lit(*e, *k, true);
-                                i += 1;
-                            }
-                            Some(Item::Char('\n', _)) => i += 1,
-                            _ => w.push_lit('\\', col(&items[i]), true),
-                        },
-                        Some(it @ Item::Char('$' | '`', _)) => {
-                            return Err(syntax(
-                                col(it),
-                                "shell expansion (`$` or a backquote) is not supported in templates: values come from placeholders; call a script for anything else",
-                            ));
-                        }
-                        Some(Item::Char(ch, k)) => w.push_lit(*ch, *k, true),
-                        Some(Item::Ph(n, k)) => w.push_ph(n, *k),
-                    }
-                    i += 1;
-                }
-                i += 1;
-            }
+            '\'' => i = single_quoted(items, i, cur.get_or_insert_with(Word::default), column)?,
+            '"' => i = double_quoted(items, i, cur.get_or_insert_with(Word::default), column)?,
             '\\' => match items.get(i + 1) {
                 Some(Item::Char('\n', _)) => i += 2,
                 Some(Item::Char(e, k)) => {
@@ -311,50 +263,7 @@ fn lex(items: &[Item]) -> Result<Vec<Tok>, TemplateError> {
                 ));
             }
             '&' | '|' | ';' | '<' | '>' | '(' | ')' => {
-                let rest: String = items[i..]
-                    .iter()
-                    .take(2)
-                    .map_while(|it| match it {
-                        Item::Char(ch, _) => Some(*ch),
-                        Item::Ph(..) => None,
-                    })
-                    .collect();
-                if rest.starts_with(";;") {
-                    return Err(syntax(column, "`;;` (case) is not supported in templates"));
-                }
-                if rest.starts_with("<<") {
-                    return Err(syntax(
-                        column,
-                        "here-documents (`<<`) are not supported in templates",
-                    ));
-                }
-                let op = OPERATORS
-                    .iter()
-                    .find(|o| rest.starts_with(**o))
-                    .expect("every operator character starts an operator");
-                let mut text = String::new();
-                // A word of digits right before `<` or `>` is the redirected descriptor.
-                if matches!(c, '<' | '>')
-                    && let Some(w) = &cur
-                    && w.all_unquoted()
-                    && w.literal()
-                        .is_some_and(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
-                {
-                    text = w.literal().unwrap_or_default();
-                    cur = None;
-                }
-                flush(&mut cur, &mut toks);
-                text.push_str(op);
-                i += op.chars().count();
-                if matches!(*op, ">&" | "<&") {
-                    while let Some(Item::Char(d, _)) = items.get(i)
-                        && (d.is_ascii_digit() || *d == '-')
-                    {
-                        text.push(*d);
-                        i += 1;
-                    }
-                }
-                toks.push(Tok::Op(text));
+                i = operator(items, i, c, column, &mut cur, &mut toks)?;
             }
             _ => {
                 cur.get_or_insert_with(Word::default).push_lit(c, column, false);
@@ -364,6 +273,122 @@ fn lex(items: &[Item]) -> Result<Vec<Tok>, TemplateError> {
     }
     flush(&mut cur, &mut toks);
     Ok(toks)
+}
+
+/// Ends the word being read, if any: it becomes a token.
+fn flush(cur: &mut Option<Word>, toks: &mut Vec<Tok>) {
+    if let Some(w) = cur.take() {
+        toks.push(Tok::Word(w));
+    }
+}
+
+/// A single-quoted string from its opening quote at `open` (at `column`) into `w`: all
+/// text up to the closing quote, placeholders kept. Returns the index after the closing
+/// quote.
+fn single_quoted(items: &[Item], open: usize, w: &mut Word, column: usize) -> Result<usize, TemplateError> {
+    w.open_quote();
+    let mut i = open + 1;
+    loop {
+        match items.get(i) {
+            None => return Err(syntax(column, "a single quote that is never closed")),
+            Some(Item::Char('\'', _)) => break,
+            Some(Item::Char(ch, k)) => w.push_lit(*ch, *k, true),
+            Some(Item::Ph(n, k)) => w.push_ph(n, *k),
+        }
+        i += 1;
+    }
+    Ok(i + 1)
+}
+
+/// A double-quoted string from its opening quote at `open` (at `column`) into `w`: text
+/// and placeholders up to the closing quote, with the backslash escapes of double quotes
+/// and no expansion. Returns the index after the closing quote.
+fn double_quoted(items: &[Item], open: usize, w: &mut Word, column: usize) -> Result<usize, TemplateError> {
+    w.open_quote();
+    let mut i = open + 1;
+    loop {
+        match items.get(i) {
+            None => return Err(syntax(column, "a double quote that is never closed")),
+            Some(Item::Char('"', _)) => break,
+            Some(Item::Char('\\', _)) => match items.get(i + 1) {
+                // XCU 2.2.3: inside double quotes a backslash escapes only these.
+                Some(Item::Char(e @ ('$' | '`' | '"' | '\\'), k)) => {
+                    w.push_lit(*e, *k, true);
+                    i += 1;
+                }
+                Some(Item::Char('\n', _)) => i += 1,
+                _ => w.push_lit('\\', col(&items[i]), true),
+            },
+            Some(it @ Item::Char('$' | '`', _)) => {
+                return Err(syntax(
+                    col(it),
+                    "shell expansion (`$` or a backquote) is not supported in templates: values come from placeholders; call a script for anything else",
+                ));
+            }
+            Some(Item::Char(ch, k)) => w.push_lit(*ch, *k, true),
+            Some(Item::Ph(n, k)) => w.push_ph(n, *k),
+        }
+        i += 1;
+    }
+    Ok(i + 1)
+}
+
+/// The control or redirection operator starting at `i` (with `c`, at `column`), with the
+/// descriptor digits of the word before it (`2>`) and after a `>&` or `<&`; `;;` and
+/// here-documents are refused. Ends the word before it; returns the index after it.
+fn operator(
+    items: &[Item],
+    mut i: usize,
+    c: char,
+    column: usize,
+    cur: &mut Option<Word>,
+    toks: &mut Vec<Tok>,
+) -> Result<usize, TemplateError> {
+    let rest: String = items[i..]
+        .iter()
+        .take(2)
+        .map_while(|it| match it {
+            Item::Char(ch, _) => Some(*ch),
+            Item::Ph(..) => None,
+        })
+        .collect();
+    if rest.starts_with(";;") {
+        return Err(syntax(column, "`;;` (case) is not supported in templates"));
+    }
+    if rest.starts_with("<<") {
+        return Err(syntax(
+            column,
+            "here-documents (`<<`) are not supported in templates",
+        ));
+    }
+    let op = OPERATORS
+        .iter()
+        .find(|o| rest.starts_with(**o))
+        .expect("every operator character starts an operator");
+    let mut text = String::new();
+    // A word of digits right before `<` or `>` is the redirected descriptor.
+    if matches!(c, '<' | '>')
+        && let Some(w) = &cur
+        && w.all_unquoted()
+        && w.literal()
+            .is_some_and(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+    {
+        text = w.literal().unwrap_or_default();
+        *cur = None;
+    }
+    flush(cur, toks);
+    text.push_str(op);
+    i += op.chars().count();
+    if matches!(*op, ">&" | "<&") {
+        while let Some(Item::Char(d, _)) = items.get(i)
+            && (d.is_ascii_digit() || *d == '-')
+        {
+            text.push(*d);
+            i += 1;
+        }
+    }
+    toks.push(Tok::Op(text));
+    Ok(i)
 }
 
 fn is_redirect(op: &str) -> bool {

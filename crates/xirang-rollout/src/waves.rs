@@ -375,247 +375,15 @@ fn pct(share: f64) -> String {
 
 /// Plans a rollout of `policy` over `fleet`.
 pub fn plan(fleet: &Fleet, policy: &Policy) -> Plan {
-    let mut cands = Vec::new();
-    let mut skipped = Vec::new();
-    for n in &fleet.nodes {
-        match classify(n, policy) {
-            Ok(c) => cands.push(c),
-            Err(reason) => skipped.push(Skipped {
-                name: n.name.clone(),
-                reason,
-            }),
-        }
-    }
-    let n = cands.len();
+    let (cands, mut skipped) = candidates(fleet, policy);
     let order = interleave(&cands);
     let sizes = fleet.domain_sizes();
-    let kinds = fleet.kinds_present();
-    let mut notes = Vec::new();
-    for k in DomainKind::ALL {
-        if !kinds.contains(&k) {
-            let why = match k {
-                DomainKind::Rack | DomainKind::Job => "fleet.toml names none",
-                DomainKind::Switch => "no cabling (topology.toml) given",
-                DomainKind::Rail => "no node has an RDMA NIC",
-            };
-            notes.push(format!(
-                "no {} is known ({why}): the {} limit does not apply",
-                k.name(),
-                k.name()
-            ));
-        }
-    }
-    let mut caps = Vec::new();
-    let mut floored = BTreeMap::<DomainKind, Vec<String>>::new();
-    for (d, &size) in &sizes {
-        let cap = policy.limits.cap(d.kind, size);
-        if policy.limits.share(d.kind) * (size as f64) < 1.0 {
-            floored.entry(d.kind).or_default().push(d.to_string());
-        }
-        caps.push((d.to_string(), size, cap));
-    }
-    for (k, ds) in floored {
-        let shown: Vec<&str> = ds.iter().take(5).map(String::as_str).collect();
-        notes.push(format!(
-            "{} of {} {}(s) are too small for {} of them to be a whole node ({}{}): one node per wave",
-            ds.len(),
-            sizes.keys().filter(|d| d.kind == k).count(),
-            k.name(),
-            pct(policy.limits.share(k)),
-            shown.join(", "),
-            if ds.len() > shown.len() { ", ..." } else { "" }
-        ));
-    }
-
-    // Stage targets: cumulative node counts.
-    let fr = &policy.stages.fractions;
-    let mut targets: Vec<usize> = fr
-        .iter()
-        .map(|f| ((f * n as f64) - 1e-9).ceil().max(0.0) as usize)
-        .collect();
-    if let Some(last) = targets.last_mut() {
-        *last = n;
-    }
-
-    // Canaries: cover every combination first.
-    let mut chosen = vec![false; cands.len()];
-    let mut uncovered: BTreeSet<Combo> = cands.iter().flat_map(|c| c.combos.clone()).collect();
-    let mut combo_nodes: BTreeMap<Combo, usize> = BTreeMap::new();
-    for c in &cands {
-        for k in &c.combos {
-            *combo_nodes.entry(k.clone()).or_insert(0) += 1;
-        }
-    }
-    let mut canary_covers: BTreeMap<Combo, String> = BTreeMap::new();
-    let mut stage_of: Vec<Option<(usize, String)>> = vec![None; cands.len()];
-    let mut used_groups: BTreeSet<String> = BTreeSet::new();
-    let mut stage0: Vec<usize> = Vec::new();
-    while !uncovered.is_empty() {
-        let mut best: Option<(usize, bool, usize)> = None; // (new combos, fresh group, index)
-        for &i in &order {
-            if chosen[i] {
-                continue;
-            }
-            let new = cands[i].combos.intersection(&uncovered).count();
-            if new == 0 {
-                continue;
-            }
-            let fresh = !used_groups.contains(&cands[i].group);
-            if best.is_none_or(|(bn, bf, _)| (new, fresh) > (bn, bf)) {
-                best = Some((new, fresh, i));
-            }
-        }
-        let Some((_, _, i)) = best else { break };
-        chosen[i] = true;
-        used_groups.insert(cands[i].group.clone());
-        let covers: Vec<Combo> = cands[i].combos.intersection(&uncovered).cloned().collect();
-        for k in &covers {
-            uncovered.remove(k);
-            canary_covers.insert(k.clone(), cands[i].node.name.clone());
-        }
-        let what: Vec<String> = covers.iter().map(|(m, v)| format!("{m} {v}")).collect();
-        let mut reason = format!("canary: first node with {}", what.join(", "));
-        if !cands[i].group.is_empty() {
-            let _ = write!(reason, "; {}", cands[i].group);
-        }
-        stage_of[i] = Some((0, reason));
-        stage0.push(i);
-    }
-    let canary_target = targets[0].max(policy.stages.min_canaries).min(n);
-    // Fill: prefer groups no canary is in yet, then the interleaved order.
-    for pass in 0..2 {
-        for &i in &order {
-            if stage0.len() >= canary_target {
-                break;
-            }
-            if chosen[i] || (pass == 0 && used_groups.contains(&cands[i].group)) {
-                continue;
-            }
-            chosen[i] = true;
-            used_groups.insert(cands[i].group.clone());
-            let reason = if cands[i].group.is_empty() {
-                "canary: spread over the fleet".to_string()
-            } else if pass == 0 {
-                format!("canary: spread, first in {}", cands[i].group)
-            } else {
-                format!("canary: spread; {}", cands[i].group)
-            };
-            stage_of[i] = Some((0, reason));
-            stage0.push(i);
-        }
-    }
-    let mut stages: Vec<Vec<usize>> = vec![stage0];
-    let mut done = stages[0].len();
-    let mut cursor = 0;
-    for (s, &target) in targets.iter().enumerate().skip(1) {
-        let mut members = Vec::new();
-        while done < target && cursor < order.len() {
-            let i = order[cursor];
-            cursor += 1;
-            if chosen[i] {
-                continue;
-            }
-            chosen[i] = true;
-            let mut reason = format!("stage {}", pct(fr[s]));
-            if !cands[i].group.is_empty() {
-                let _ = write!(reason, "; {}", cands[i].group);
-            }
-            stage_of[i] = Some((s, reason));
-            members.push(i);
-            done += 1;
-        }
-        stages.push(members);
-    }
-
-    // Pack each stage into waves under the caps.
-    let cap_of: BTreeMap<&Domain, usize> = sizes
-        .iter()
-        .map(|(d, &s)| (d, policy.limits.cap(d.kind, s)))
-        .collect();
-    let mut waves = Vec::new();
-    for (s, members) in stages.iter().enumerate() {
-        if members.is_empty() {
-            continue;
-        }
-        let label = if s == 0 { "canary".to_string() } else { pct(fr[s]) };
-        let mut bins: Vec<(BTreeMap<&Domain, usize>, Vec<usize>)> = Vec::new();
-        let mut split_by: BTreeSet<DomainKind> = BTreeSet::new();
-        for &i in members {
-            let node = cands[i].node;
-            let fits = |load: &BTreeMap<&Domain, usize>| {
-                node.domains
-                    .iter()
-                    .all(|d| load.get(d).copied().unwrap_or(0) < cap_of[d])
-            };
-            let slot = bins.iter().position(|(load, _)| fits(load));
-            let b = match slot {
-                Some(b) => b,
-                None => {
-                    if let Some((load, _)) = bins.last() {
-                        for d in &node.domains {
-                            if load.get(d).copied().unwrap_or(0) >= cap_of[d] {
-                                split_by.insert(d.kind);
-                            }
-                        }
-                    }
-                    bins.push((BTreeMap::new(), Vec::new()));
-                    bins.len() - 1
-                }
-            };
-            for d in &node.domains {
-                *bins[b].0.entry(d).or_insert(0) += 1;
-            }
-            bins[b].1.push(i);
-        }
-        let parts = bins.len();
-        for (k, (_, idx)) in bins.into_iter().enumerate() {
-            let note = (parts > 1).then(|| {
-                format!(
-                    "stage {label} split into {parts} waves ({} of {parts}) by the per-wave limit on {}",
-                    k + 1,
-                    split_by
-                        .iter()
-                        .map(|k| format!("{} ({})", k.name(), pct(policy.limits.share(*k))))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )
-            });
-            let mut nodes: Vec<PlannedNode> = idx
-                .iter()
-                .map(|&i| PlannedNode {
-                    name: cands[i].node.name.clone(),
-                    reason: stage_of[i].as_ref().map(|s| s.1.clone()).unwrap_or_default(),
-                    nics: cands[i].nics.clone(),
-                })
-                .collect();
-            nodes.sort_by(|a, b| a.name.cmp(&b.name));
-            waves.push(Wave {
-                number: waves.len() + 1,
-                stage: label.clone(),
-                nodes,
-                note,
-                control: Vec::new(),
-            });
-        }
-    }
-    let combinations = combo_nodes
-        .into_iter()
-        .map(|((model, from), nodes)| Combination {
-            to: cands
-                .iter()
-                .flat_map(|c| c.nics.iter())
-                .find(|u| u.model == model && (u.from == from || policy.configuration.is_some()))
-                .map(|u| u.to.clone())
-                .unwrap_or_default(),
-            canary: canary_covers
-                .get(&(model.clone(), from.clone()))
-                .cloned()
-                .unwrap_or_default(),
-            model,
-            from,
-            nodes,
-        })
-        .collect();
+    let mut notes = unknown_kind_notes(fleet);
+    let caps = caps(policy, &sizes, &mut notes);
+    let targets = stage_targets(&policy.stages.fractions, cands.len());
+    let staging = stage(policy, &cands, &order, &targets);
+    let mut waves = pack_waves(policy, &cands, &sizes, &staging);
+    let combinations = combinations(policy, &cands, &staging.canary_covers);
     if policy.gates.live.is_some() {
         for n in control_groups(fleet, policy, &mut waves) {
             notes.push(n);
@@ -645,6 +413,362 @@ pub fn plan(fleet: &Fleet, policy: &Policy) -> Plan {
     }
 }
 
+/// Every node either becomes a candidate or is skipped with its reason, in the
+/// inventory's order.
+fn candidates<'a>(fleet: &'a Fleet, policy: &Policy) -> (Vec<Candidate<'a>>, Vec<Skipped>) {
+    let mut cands = Vec::new();
+    let mut skipped = Vec::new();
+    for n in &fleet.nodes {
+        match classify(n, policy) {
+            Ok(c) => cands.push(c),
+            Err(reason) => skipped.push(Skipped {
+                name: n.name.clone(),
+                reason,
+            }),
+        }
+    }
+    (cands, skipped)
+}
+
+/// A limit on a kind of domain the fleet does not know (no racks named, no cabling)
+/// cannot hold: the plan says so rather than look as if it did.
+fn unknown_kind_notes(fleet: &Fleet) -> Vec<String> {
+    let kinds = fleet.kinds_present();
+    let mut notes = Vec::new();
+    for k in DomainKind::ALL {
+        if !kinds.contains(&k) {
+            let why = match k {
+                DomainKind::Rack | DomainKind::Job => "fleet.toml names none",
+                DomainKind::Switch => "no cabling (topology.toml) given",
+                DomainKind::Rail => "no node has an RDMA NIC",
+            };
+            notes.push(format!(
+                "no {} is known ({why}): the {} limit does not apply",
+                k.name(),
+                k.name()
+            ));
+        }
+    }
+    notes
+}
+
+/// Each domain's per-wave cap, and a note per kind of the domains so small that the
+/// limit's share is under one node (their cap is floored at one).
+fn caps(
+    policy: &Policy,
+    sizes: &BTreeMap<Domain, usize>,
+    notes: &mut Vec<String>,
+) -> Vec<(String, usize, usize)> {
+    let mut caps = Vec::new();
+    let mut floored = BTreeMap::<DomainKind, Vec<String>>::new();
+    for (d, &size) in sizes {
+        let cap = policy.limits.cap(d.kind, size);
+        if policy.limits.share(d.kind) * (size as f64) < 1.0 {
+            floored.entry(d.kind).or_default().push(d.to_string());
+        }
+        caps.push((d.to_string(), size, cap));
+    }
+    for (k, ds) in floored {
+        let shown: Vec<&str> = ds.iter().take(5).map(String::as_str).collect();
+        notes.push(format!(
+            "{} of {} {}(s) are too small for {} of them to be a whole node ({}{}): one node per wave",
+            ds.len(),
+            sizes.keys().filter(|d| d.kind == k).count(),
+            k.name(),
+            pct(policy.limits.share(k)),
+            shown.join(", "),
+            if ds.len() > shown.len() { ", ..." } else { "" }
+        ));
+    }
+    caps
+}
+
+/// Stage targets: the cumulative node counts of the stages' shares, the last one
+/// every candidate.
+fn stage_targets(fr: &[f64], n: usize) -> Vec<usize> {
+    let mut targets: Vec<usize> = fr
+        .iter()
+        .map(|f| ((f * n as f64) - 1e-9).ceil().max(0.0) as usize)
+        .collect();
+    if let Some(last) = targets.last_mut() {
+        *last = n;
+    }
+    targets
+}
+
+/// Which stage each candidate went to, and why.
+struct Staging {
+    /// Candidates (indices) per stage; stage 0 is the canaries.
+    stages: Vec<Vec<usize>>,
+    /// Each candidate's stage and the reason it is in it.
+    stage_of: Vec<Option<(usize, String)>>,
+    /// The canary that first covered each combination.
+    canary_covers: BTreeMap<Combo, String>,
+}
+
+/// The state the stages are chosen with: a candidate is taken once, and the canaries
+/// prefer groups no canary is in yet.
+struct Stager<'c, 'a> {
+    cands: &'c [Candidate<'a>],
+    /// The interleaved order over groups.
+    order: &'c [usize],
+    chosen: Vec<bool>,
+    stage_of: Vec<Option<(usize, String)>>,
+    used_groups: BTreeSet<String>,
+}
+
+/// Stages the candidates: canaries covering every combination, canaries spread up to
+/// the first stage's target, then each later stage in the interleaved order.
+fn stage(policy: &Policy, cands: &[Candidate<'_>], order: &[usize], targets: &[usize]) -> Staging {
+    let n = cands.len();
+    let mut stager = Stager {
+        cands,
+        order,
+        chosen: vec![false; n],
+        stage_of: vec![None; n],
+        used_groups: BTreeSet::new(),
+    };
+    let (mut stage0, canary_covers) = stager.cover_combos();
+    let canary_target = targets[0].max(policy.stages.min_canaries).min(n);
+    stager.spread_canaries(&mut stage0, canary_target);
+    let mut stages: Vec<Vec<usize>> = vec![stage0];
+    let done = stages[0].len();
+    stages.extend(stager.later_stages(&policy.stages.fractions, targets, done));
+    Staging {
+        stages,
+        stage_of: stager.stage_of,
+        canary_covers,
+    }
+}
+
+impl Stager<'_, '_> {
+    /// Canaries first cover every combination: greedy set cover, most new combinations
+    /// first, then a group no canary is in yet. Returns them and which canary covered
+    /// each combination.
+    fn cover_combos(&mut self) -> (Vec<usize>, BTreeMap<Combo, String>) {
+        let cands = self.cands;
+        let mut uncovered: BTreeSet<Combo> = cands.iter().flat_map(|c| c.combos.clone()).collect();
+        let mut canary_covers: BTreeMap<Combo, String> = BTreeMap::new();
+        let mut stage0: Vec<usize> = Vec::new();
+        while !uncovered.is_empty() {
+            let mut best: Option<(usize, bool, usize)> = None; // (new combos, fresh group, index)
+            for &i in self.order {
+                if self.chosen[i] {
+                    continue;
+                }
+                let new = cands[i].combos.intersection(&uncovered).count();
+                if new == 0 {
+                    continue;
+                }
+                let fresh = !self.used_groups.contains(&cands[i].group);
+                if best.is_none_or(|(bn, bf, _)| (new, fresh) > (bn, bf)) {
+                    best = Some((new, fresh, i));
+                }
+            }
+            let Some((_, _, i)) = best else { break };
+            self.chosen[i] = true;
+            self.used_groups.insert(cands[i].group.clone());
+            let covers: Vec<Combo> = cands[i].combos.intersection(&uncovered).cloned().collect();
+            for k in &covers {
+                uncovered.remove(k);
+                canary_covers.insert(k.clone(), cands[i].node.name.clone());
+            }
+            let what: Vec<String> = covers.iter().map(|(m, v)| format!("{m} {v}")).collect();
+            let mut reason = format!("canary: first node with {}", what.join(", "));
+            if !cands[i].group.is_empty() {
+                let _ = write!(reason, "; {}", cands[i].group);
+            }
+            self.stage_of[i] = Some((0, reason));
+            stage0.push(i);
+        }
+        (stage0, canary_covers)
+    }
+
+    /// Fills the canaries up to `canary_target`: groups no canary is in yet first, then
+    /// the interleaved order.
+    fn spread_canaries(&mut self, stage0: &mut Vec<usize>, canary_target: usize) {
+        let cands = self.cands;
+        for pass in 0..2 {
+            for &i in self.order {
+                if stage0.len() >= canary_target {
+                    break;
+                }
+                if self.chosen[i] || (pass == 0 && self.used_groups.contains(&cands[i].group)) {
+                    continue;
+                }
+                self.chosen[i] = true;
+                self.used_groups.insert(cands[i].group.clone());
+                let reason = if cands[i].group.is_empty() {
+                    "canary: spread over the fleet".to_string()
+                } else if pass == 0 {
+                    format!("canary: spread, first in {}", cands[i].group)
+                } else {
+                    format!("canary: spread; {}", cands[i].group)
+                };
+                self.stage_of[i] = Some((0, reason));
+                stage0.push(i);
+            }
+        }
+    }
+
+    /// The stages after the canaries: candidates not yet taken, in the interleaved
+    /// order, up to each stage's cumulative target (`done` are staged already).
+    fn later_stages(&mut self, fr: &[f64], targets: &[usize], mut done: usize) -> Vec<Vec<usize>> {
+        let cands = self.cands;
+        let mut stages = Vec::new();
+        let mut cursor = 0;
+        for (s, &target) in targets.iter().enumerate().skip(1) {
+            let mut members = Vec::new();
+            while done < target && cursor < self.order.len() {
+                let i = self.order[cursor];
+                cursor += 1;
+                if self.chosen[i] {
+                    continue;
+                }
+                self.chosen[i] = true;
+                let mut reason = format!("stage {}", pct(fr[s]));
+                if !cands[i].group.is_empty() {
+                    let _ = write!(reason, "; {}", cands[i].group);
+                }
+                self.stage_of[i] = Some((s, reason));
+                members.push(i);
+                done += 1;
+            }
+            stages.push(members);
+        }
+        stages
+    }
+}
+
+/// Packs each stage into waves under the domains' caps, and says which limits split a
+/// stage that did not fit in one wave.
+fn pack_waves(
+    policy: &Policy,
+    cands: &[Candidate<'_>],
+    sizes: &BTreeMap<Domain, usize>,
+    staging: &Staging,
+) -> Vec<Wave> {
+    let fr = &policy.stages.fractions;
+    let cap_of: BTreeMap<&Domain, usize> = sizes
+        .iter()
+        .map(|(d, &s)| (d, policy.limits.cap(d.kind, s)))
+        .collect();
+    let mut waves = Vec::new();
+    for (s, members) in staging.stages.iter().enumerate() {
+        if members.is_empty() {
+            continue;
+        }
+        let label = if s == 0 { "canary".to_string() } else { pct(fr[s]) };
+        let (bins, split_by) = first_fit(cands, members, &cap_of);
+        let parts = bins.len();
+        for (k, idx) in bins.into_iter().enumerate() {
+            let note = (parts > 1).then(|| {
+                format!(
+                    "stage {label} split into {parts} waves ({} of {parts}) by the per-wave limit on {}",
+                    k + 1,
+                    split_by
+                        .iter()
+                        .map(|k| format!("{} ({})", k.name(), pct(policy.limits.share(*k))))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            });
+            let mut nodes: Vec<PlannedNode> = idx
+                .iter()
+                .map(|&i| PlannedNode {
+                    name: cands[i].node.name.clone(),
+                    reason: staging.stage_of[i]
+                        .as_ref()
+                        .map(|s| s.1.clone())
+                        .unwrap_or_default(),
+                    nics: cands[i].nics.clone(),
+                })
+                .collect();
+            nodes.sort_by(|a, b| a.name.cmp(&b.name));
+            waves.push(Wave {
+                number: waves.len() + 1,
+                stage: label.clone(),
+                nodes,
+                note,
+                control: Vec::new(),
+            });
+        }
+    }
+    waves
+}
+
+/// One stage's members, first fit, into waves that hold no more than any domain's cap;
+/// and the kinds of domain whose caps made a new wave.
+fn first_fit(
+    cands: &[Candidate<'_>],
+    members: &[usize],
+    cap_of: &BTreeMap<&Domain, usize>,
+) -> (Vec<Vec<usize>>, BTreeSet<DomainKind>) {
+    let mut bins: Vec<(BTreeMap<&Domain, usize>, Vec<usize>)> = Vec::new();
+    let mut split_by: BTreeSet<DomainKind> = BTreeSet::new();
+    for &i in members {
+        let node = cands[i].node;
+        let fits = |load: &BTreeMap<&Domain, usize>| {
+            node.domains
+                .iter()
+                .all(|d| load.get(d).copied().unwrap_or(0) < cap_of[d])
+        };
+        let slot = bins.iter().position(|(load, _)| fits(load));
+        let b = match slot {
+            Some(b) => b,
+            None => {
+                if let Some((load, _)) = bins.last() {
+                    for d in &node.domains {
+                        if load.get(d).copied().unwrap_or(0) >= cap_of[d] {
+                            split_by.insert(d.kind);
+                        }
+                    }
+                }
+                bins.push((BTreeMap::new(), Vec::new()));
+                bins.len() - 1
+            }
+        };
+        for d in &node.domains {
+            *bins[b].0.entry(d).or_insert(0) += 1;
+        }
+        bins[b].1.push(i);
+    }
+    (bins.into_iter().map(|(_, idx)| idx).collect(), split_by)
+}
+
+/// Each (model, current version) combination: its target, how many candidates have
+/// it, and the canary that covers it.
+fn combinations(
+    policy: &Policy,
+    cands: &[Candidate<'_>],
+    canary_covers: &BTreeMap<Combo, String>,
+) -> Vec<Combination> {
+    let mut combo_nodes: BTreeMap<Combo, usize> = BTreeMap::new();
+    for c in cands {
+        for k in &c.combos {
+            *combo_nodes.entry(k.clone()).or_insert(0) += 1;
+        }
+    }
+    combo_nodes
+        .into_iter()
+        .map(|((model, from), nodes)| Combination {
+            to: cands
+                .iter()
+                .flat_map(|c| c.nics.iter())
+                .find(|u| u.model == model && (u.from == from || policy.configuration.is_some()))
+                .map(|u| u.to.clone())
+                .unwrap_or_default(),
+            canary: canary_covers
+                .get(&(model.clone(), from.clone()))
+                .cloned()
+                .unwrap_or_default(),
+            model,
+            from,
+            nodes,
+        })
+        .collect()
+}
+
 /// The switch side of a configuration, after every host: per tier from the hosts up, a
 /// canary switch, then waves of at most the `switch` limit's share of the tier. Each
 /// switch's unit is its config_db, moved from its state to the state its tier's patch
@@ -658,7 +782,40 @@ fn switch_waves(
     skipped: &mut Vec<Skipped>,
     notes: &mut Vec<String>,
 ) {
-    use xirang_host::names::{Kind, check};
+    skip_unpatched_switches(fleet, c, skipped);
+    for p in &c.patches {
+        let mut members: Vec<PlannedNode> = Vec::new();
+        let tier_switches: Vec<&crate::fleet::Switch> = fleet
+            .switches
+            .iter()
+            .filter(|s| s.tier.as_deref() == Some(p.tier.as_str()))
+            .collect();
+        if tier_switches.is_empty() {
+            notes.push(format!(
+                "{}: no {} switch in the inventory (switches/ and the cabling's tiers): not applied",
+                p.file, p.tier
+            ));
+            continue;
+        }
+        for sw in &tier_switches {
+            match switch_unit(policy, c, p, sw) {
+                Ok(node) => members.push(node),
+                Err(reason) => skipped.push(Skipped {
+                    name: sw.name.clone(),
+                    reason,
+                }),
+            }
+        }
+        if members.is_empty() {
+            continue;
+        }
+        tier_waves(policy, p, members, tier_switches.len(), waves, notes);
+    }
+}
+
+/// The switches no tier's patch applies to: their tier is unknown, or the
+/// configuration has no patch for it.
+fn skip_unpatched_switches(fleet: &Fleet, c: &crate::policy::Configuration, skipped: &mut Vec<Skipped>) {
     for sw in fleet.switches.iter().filter(|s| s.tier.is_none()) {
         skipped.push(Skipped {
             name: sw.name.clone(),
@@ -676,144 +833,133 @@ fn switch_waves(
             });
         }
     }
-    for p in &c.patches {
-        let mut members: Vec<PlannedNode> = Vec::new();
-        let tier_switches: Vec<&crate::fleet::Switch> = fleet
-            .switches
-            .iter()
-            .filter(|s| s.tier.as_deref() == Some(p.tier.as_str()))
-            .collect();
-        if tier_switches.is_empty() {
-            notes.push(format!(
-                "{}: no {} switch in the inventory (switches/ and the cabling's tiers): not applied",
-                p.file, p.tier
+}
+
+/// A switch of the patch's tier as a planned unit (its config_db, from its state to
+/// the patched one), or why it is skipped: a bad name, no host cables for the soak to
+/// read, a config_db unread or the patch does not fit, or already patched.
+fn switch_unit(
+    policy: &Policy,
+    c: &crate::policy::Configuration,
+    p: &crate::config::SwitchPatch,
+    sw: &crate::fleet::Switch,
+) -> Result<PlannedNode, String> {
+    use xirang_host::names::{Kind, check};
+    if let Err(e) = check(Kind::Hostname, &sw.name) {
+        return Err(format!("refused: {e}"));
+    }
+    // The soak reads a switch's link errors on the hosts' side of its cables; a
+    // switch without host cables (a spine, a core) has none to read, and its
+    // soak would fail closed after the patch is on: refused before.
+    if policy.gates.soak_s > 0.0 && sw.host_cables == 0 {
+        return Err(
+            "blocked: no host is cabled to it, so its links' errors cannot be read for the soak gate (switch counters are not read yet); set soak_s = 0 or apply this tier by hand".into(),
+        );
+    }
+    let db = match &sw.db {
+        Some(Ok(db)) => db,
+        Some(Err(e)) => return Err(format!("blocked: {e}")),
+        None => return Err(format!("blocked: {} was not read", sw.source)),
+    };
+    let from = crate::config::switch_state(p, db);
+    let to = match crate::config::switch_after(p, db) {
+        Ok(t) => t,
+        Err(e) => {
+            return Err(format!(
+                "blocked: {e} on its config_db ({}): the patch was rendered for other ports or tables",
+                sw.source
             ));
-            continue;
         }
-        for sw in &tier_switches {
-            let skip = |reason: String| Skipped {
-                name: sw.name.clone(),
-                reason,
-            };
-            if let Err(e) = check(Kind::Hostname, &sw.name) {
-                skipped.push(skip(format!("refused: {e}")));
-                continue;
-            }
-            // The soak reads a switch's link errors on the hosts' side of its cables; a
-            // switch without host cables (a spine, a core) has none to read, and its
-            // soak would fail closed after the patch is on: refused before.
-            if policy.gates.soak_s > 0.0 && sw.host_cables == 0 {
-                skipped.push(skip(
-                    "blocked: no host is cabled to it, so its links' errors cannot be read for the soak gate (switch counters are not read yet); set soak_s = 0 or apply this tier by hand".into(),
-                ));
-                continue;
-            }
-            let db = match &sw.db {
-                Some(Ok(db)) => db,
-                Some(Err(e)) => {
-                    skipped.push(skip(format!("blocked: {e}")));
-                    continue;
-                }
-                None => {
-                    skipped.push(skip(format!("blocked: {} was not read", sw.source)));
-                    continue;
-                }
-            };
-            let from = crate::config::switch_state(p, db);
-            let to = match crate::config::switch_after(p, db) {
-                Ok(t) => t,
-                Err(e) => {
-                    skipped.push(skip(format!(
-                        "blocked: {e} on its config_db ({}): the patch was rendered for other ports or tables",
-                        sw.source
-                    )));
-                    continue;
-                }
-            };
-            if from == to {
-                skipped.push(skip(format!("already on the configuration ({})", p.file)));
-                continue;
-            }
-            members.push(PlannedNode {
-                name: sw.name.clone(),
-                reason: String::new(),
-                nics: vec![NicUpgrade {
-                    nic: crate::config::SWITCH_UNIT.into(),
-                    model: format!("SONiC {}", p.tier),
-                    hca_type: None,
-                    board_id: None,
-                    pci: None,
-                    from,
-                    to,
-                    image: c.dir.clone(),
-                    netdev: None,
-                    tier: Some(p.tier.clone()),
-                }],
-            });
-        }
-        if members.is_empty() {
-            continue;
-        }
-        let cap = policy.limits.cap(DomainKind::Switch, tier_switches.len());
-        let mut rest = members.split_off(1);
-        let canary = members;
-        let mut groups = vec![canary];
-        while !rest.is_empty() {
-            let tail = rest.split_off(cap.min(rest.len()));
-            groups.push(std::mem::replace(&mut rest, tail));
-        }
-        let first = waves.len();
-        let parts = groups.len();
-        for (k, mut nodes) in groups.into_iter().enumerate() {
-            let stage = if k == 0 {
-                format!("{} canary", p.tier)
+    };
+    if from == to {
+        return Err(format!("already on the configuration ({})", p.file));
+    }
+    Ok(PlannedNode {
+        name: sw.name.clone(),
+        reason: String::new(),
+        nics: vec![NicUpgrade {
+            nic: crate::config::SWITCH_UNIT.into(),
+            model: format!("SONiC {}", p.tier),
+            hca_type: None,
+            board_id: None,
+            pci: None,
+            from,
+            to,
+            image: c.dir.clone(),
+            netdev: None,
+            tier: Some(p.tier.clone()),
+        }],
+    })
+}
+
+/// A tier's units as waves: one canary switch, then at most the `switch` limit's share
+/// of the tier's `tier_size` switches per wave; with live gates, each wave's control
+/// group is the tier's switches of later waves.
+fn tier_waves(
+    policy: &Policy,
+    p: &crate::config::SwitchPatch,
+    mut members: Vec<PlannedNode>,
+    tier_size: usize,
+    waves: &mut Vec<Wave>,
+    notes: &mut Vec<String>,
+) {
+    let cap = policy.limits.cap(DomainKind::Switch, tier_size);
+    let mut rest = members.split_off(1);
+    let canary = members;
+    let mut groups = vec![canary];
+    while !rest.is_empty() {
+        let tail = rest.split_off(cap.min(rest.len()));
+        groups.push(std::mem::replace(&mut rest, tail));
+    }
+    let first = waves.len();
+    let parts = groups.len();
+    for (k, mut nodes) in groups.into_iter().enumerate() {
+        let stage = if k == 0 {
+            format!("{} canary", p.tier)
+        } else {
+            format!("{} switches", p.tier)
+        };
+        for n in &mut nodes {
+            n.reason = if k == 0 {
+                format!("canary of the {} tier: first {} switch", p.tier, p.tier)
             } else {
-                format!("{} switches", p.tier)
+                format!(
+                    "{} tier: at most {cap} of its {} switches per wave (switch limit {})",
+                    p.tier,
+                    tier_size,
+                    pct(policy.limits.share(DomainKind::Switch))
+                )
             };
-            for n in &mut nodes {
-                n.reason = if k == 0 {
-                    format!("canary of the {} tier: first {} switch", p.tier, p.tier)
-                } else {
-                    format!(
-                        "{} tier: at most {cap} of its {} switches per wave (switch limit {})",
-                        p.tier,
-                        tier_switches.len(),
-                        pct(policy.limits.share(DomainKind::Switch))
-                    )
-                };
-            }
-            waves.push(Wave {
-                number: waves.len() + 1,
-                stage,
-                nodes,
-                note: (k == 0).then(|| {
-                    format!(
-                        "the {} tier's patch {} on {} switch(es) in {parts} wave(s), after every host",
-                        p.tier,
-                        p.file,
-                        tier_switches.len()
-                    )
-                }),
-                control: Vec::new(),
-            });
         }
-        if policy.gates.live.is_some() {
-            notes.push(format!(
-                "wave {}: the {} tier's last switches have no unchanged switch of the tier left to compare with: its live gates pass without a comparison (their soak, audit and state still judge it)",
-                waves.len(),
-                p.tier
-            ));
-            // The tier's later switches, as many as the wave has.
-            for i in first..waves.len() {
-                let want = waves[i].nodes.len();
-                let control: Vec<String> = waves[i + 1..]
-                    .iter()
-                    .flat_map(|w| &w.nodes)
-                    .map(|n| n.name.clone())
-                    .take(want)
-                    .collect();
-                waves[i].control = control;
-            }
+        waves.push(Wave {
+            number: waves.len() + 1,
+            stage,
+            nodes,
+            note: (k == 0).then(|| {
+                format!(
+                    "the {} tier's patch {} on {} switch(es) in {parts} wave(s), after every host",
+                    p.tier, p.file, tier_size
+                )
+            }),
+            control: Vec::new(),
+        });
+    }
+    if policy.gates.live.is_some() {
+        notes.push(format!(
+            "wave {}: the {} tier's last switches have no unchanged switch of the tier left to compare with: its live gates pass without a comparison (their soak, audit and state still judge it)",
+            waves.len(),
+            p.tier
+        ));
+        // The tier's later switches, as many as the wave has.
+        for i in first..waves.len() {
+            let want = waves[i].nodes.len();
+            let control: Vec<String> = waves[i + 1..]
+                .iter()
+                .flat_map(|w| &w.nodes)
+                .map(|n| n.name.clone())
+                .take(want)
+                .collect();
+            waves[i].control = control;
         }
     }
 }

@@ -10,7 +10,7 @@
 use serde::Serialize;
 
 use crate::Entity;
-use crate::spec::{Kind, spec};
+use crate::spec::{CounterSpec, Kind, spec};
 
 /// A metric sample's identity and how to get its value from the raw counter.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -450,11 +450,6 @@ fn prio_counter(name: &str) -> Option<(&str, u8, &str)> {
 /// to Prometheus's `instance` label, as node_exporter does).
 pub fn metric_for(entity: &Entity, name: &str, host_label: bool) -> Metric {
     let sp = spec(name);
-    let host = |labels: &mut Vec<(&'static str, String)>, h: &str| {
-        if host_label {
-            labels.insert(0, ("host", h.to_string()));
-        }
-    };
     match entity {
         Entity::NicPort {
             host: h,
@@ -462,175 +457,204 @@ pub fn metric_for(entity: &Entity, name: &str, host_label: bool) -> Metric {
             port,
         } => {
             let mut labels = vec![("device", device.clone()), ("port", port.to_string())];
-            host(&mut labels, h);
-            if let Some((which, what)) = pcie_link_value(name) {
-                // The names the monitor gives a PCIe function's link (it labels them by
-                // `pci` address; the simulator's NIC ports by device and port).
-                labels.push(("which", which.to_string()));
-                let (name, help) = if what == "width" {
-                    ("xirang_pcie_link_width", "PCIe link width in lanes.")
-                } else {
-                    ("xirang_pcie_link_speed_gts", "PCIe link speed in GT/s.")
-                };
-                return Metric {
-                    name: name.into(),
-                    labels,
-                    kind: Kind::Gauge,
-                    scale: sp.scale,
-                    help,
-                };
-            }
-            if name == LINK_RATE {
-                // The name the monitor gives sysfs `rate` (node_exporter's).
-                return Metric {
-                    name: "node_infiniband_rate_bytes_per_second".into(),
-                    labels,
-                    kind: Kind::Gauge,
-                    scale: sp.scale,
-                    help: "Maximum signal transfer rate",
-                };
-            }
-            if name == "lifespan" {
-                return Metric {
-                    name: "node_infiniband_lifespan_seconds".into(),
-                    labels,
-                    kind: Kind::Gauge,
-                    scale: sp.scale,
-                    help: LIFESPAN_HELP,
-                };
-            }
-            if let Some((_, suffix, help)) = name
-                .strip_prefix(COUNTERS_EXT_PREFIX)
-                .and_then(|ext| LEGACY.iter().find(|(n, _, _)| *n == ext))
-            {
-                return Metric {
-                    name: format!("node_infiniband_{suffix}"),
-                    labels,
-                    kind: Kind::Counter,
-                    scale: sp.scale,
-                    help,
-                };
-            }
-            if let Some((_, suffix, help)) = PMA.iter().chain(HW).find(|(n, _, _)| *n == name) {
-                return Metric {
-                    name: format!("node_infiniband_{suffix}"),
-                    labels,
-                    kind: Kind::Counter,
-                    scale: sp.scale,
-                    help,
-                };
-            }
-            // Per-priority counters the simulator attaches to NIC ports (mlx5 ethtool names).
-            if let Some(m) = prio_metric(name, labels.clone(), sp.scale) {
-                return m;
-            }
-            Metric {
-                name: format!("xirang_infiniband_{}_total", sanitize(name)),
-                labels,
-                kind: sp.kind,
-                scale: sp.scale,
-                help: generic_help(Origin::Rdma, sp.unit),
-            }
+            add_host_label(&mut labels, h, host_label);
+            nic_port_metric(name, labels, &sp)
         }
         Entity::Netdev { host: h, ifname } => {
             let mut labels = vec![("device", ifname.clone())];
-            host(&mut labels, h);
-            if let Some(stat) = name.strip_prefix(NETDEV_STAT_PREFIX) {
-                return Metric {
-                    name: format!("xirang_netdev_{}_total", sanitize(stat)),
-                    labels,
-                    kind: Kind::Counter,
-                    scale: 1.0,
-                    help: generic_help(Origin::Netdev, spec(stat).unit),
-                };
-            }
-            if name == "carrier_changes" {
-                return Metric {
-                    name: "xirang_netdev_carrier_changes_total".into(),
-                    labels,
-                    kind: Kind::Counter,
-                    scale: 1.0,
-                    help: "Times the interface's carrier changed (/sys/class/net/IF/carrier_changes).",
-                };
-            }
-            prio_metric(name, labels.clone(), sp.scale).unwrap_or(Metric {
-                name: format!("xirang_ethtool_{}_total", sanitize(name)),
-                labels,
-                kind: sp.kind,
-                scale: sp.scale,
-                help: generic_help(Origin::Ethtool, sp.unit),
-            })
+            add_host_label(&mut labels, h, host_label);
+            netdev_metric(name, labels, &sp)
         }
         Entity::SwitchPort { switch, port } => {
             let labels = vec![("switch", switch.clone()), ("port", port.clone())];
-            if name == SWITCH_PORT_SPEED {
-                return Metric {
-                    name: "xirang_switch_port_speed_bytes_per_second".into(),
-                    labels,
-                    kind: Kind::Gauge,
-                    scale: sp.scale,
-                    help: "The port's configured and operating speed.",
-                };
-            }
-            // SAI_PORT_STAT_PFC_3_RX_PKTS, SAI_PORT_STAT_PFC_3_RX_PAUSE_DURATION_US
-            if let Some(rest) = name.strip_prefix("SAI_PORT_STAT_PFC_")
-                && let Some((p, what)) = rest.split_once('_')
-                && let Ok(prio) = p.parse::<u8>()
-            {
-                let (dir, what) = what.split_once('_').unwrap_or((what, ""));
-                let mut labels = labels;
-                labels.push(("direction", dir.to_ascii_lowercase()));
-                labels.push(("priority", prio.to_string()));
-                let (metric, help) = if what == "PAUSE_DURATION_US" {
-                    (
-                        "xirang_switch_pfc_pause_seconds_total",
-                        "Time paused by PFC on the priority.",
-                    )
-                } else {
-                    ("xirang_switch_pfc_frames_total", "PFC frames on the priority.")
-                };
-                return Metric {
-                    name: metric.into(),
-                    labels,
-                    kind: Kind::Counter,
-                    scale: sp.scale,
-                    help,
-                };
-            }
-            Metric {
-                name: format!(
-                    "xirang_switch_port_{}_total",
-                    sanitize(name.trim_start_matches("SAI_PORT_STAT_"))
-                ),
-                labels,
-                kind: sp.kind,
-                scale: sp.scale,
-                help: sai_help("port", sp.unit),
-            }
+            switch_port_metric(name, labels, &sp)
         }
-        Entity::Queue { switch, port, queue } => {
-            let suffix = sanitize(name.trim_start_matches("SAI_QUEUE_STAT_"));
-            Metric {
-                name: if sp.kind == Kind::Gauge {
-                    // SAI_QUEUE_STAT_WATERMARK_BYTES already says its unit.
-                    if suffix.ends_with("_bytes") {
-                        format!("xirang_switch_queue_{suffix}")
-                    } else {
-                        format!("xirang_switch_queue_{suffix}_bytes")
-                    }
-                } else {
-                    format!("xirang_switch_queue_{suffix}_total")
-                },
-                labels: vec![
-                    ("switch", switch.clone()),
-                    ("port", port.clone()),
-                    ("queue", queue.to_string()),
-                ],
-                kind: sp.kind,
-                scale: sp.scale,
-                help: sai_help("queue", sp.unit),
+        Entity::Queue { switch, port, queue } => queue_metric(name, switch, port, *queue, &sp),
+    }
+}
+
+/// The `host` label first, when host entities carry one (`host_label`).
+fn add_host_label(labels: &mut Vec<(&'static str, String)>, h: &str, host_label: bool) {
+    if host_label {
+        labels.insert(0, ("host", h.to_string()));
+    }
+}
+
+/// A NIC port's counter: its PCIe link's width and speed, its rate and lifespan under
+/// node_exporter's names, the PMA and hw counters node_exporter knows, the per-priority
+/// counters, else a generic RDMA counter.
+fn nic_port_metric(name: &str, mut labels: Vec<(&'static str, String)>, sp: &CounterSpec) -> Metric {
+    if let Some((which, what)) = pcie_link_value(name) {
+        // The names the monitor gives a PCIe function's link (it labels them by
+        // `pci` address; the simulator's NIC ports by device and port).
+        labels.push(("which", which.to_string()));
+        let (name, help) = if what == "width" {
+            ("xirang_pcie_link_width", "PCIe link width in lanes.")
+        } else {
+            ("xirang_pcie_link_speed_gts", "PCIe link speed in GT/s.")
+        };
+        return Metric {
+            name: name.into(),
+            labels,
+            kind: Kind::Gauge,
+            scale: sp.scale,
+            help,
+        };
+    }
+    if name == LINK_RATE {
+        // The name the monitor gives sysfs `rate` (node_exporter's).
+        return Metric {
+            name: "node_infiniband_rate_bytes_per_second".into(),
+            labels,
+            kind: Kind::Gauge,
+            scale: sp.scale,
+            help: "Maximum signal transfer rate",
+        };
+    }
+    if name == "lifespan" {
+        return Metric {
+            name: "node_infiniband_lifespan_seconds".into(),
+            labels,
+            kind: Kind::Gauge,
+            scale: sp.scale,
+            help: LIFESPAN_HELP,
+        };
+    }
+    if let Some((_, suffix, help)) = name
+        .strip_prefix(COUNTERS_EXT_PREFIX)
+        .and_then(|ext| LEGACY.iter().find(|(n, _, _)| *n == ext))
+    {
+        return Metric {
+            name: format!("node_infiniband_{suffix}"),
+            labels,
+            kind: Kind::Counter,
+            scale: sp.scale,
+            help,
+        };
+    }
+    if let Some((_, suffix, help)) = PMA.iter().chain(HW).find(|(n, _, _)| *n == name) {
+        return Metric {
+            name: format!("node_infiniband_{suffix}"),
+            labels,
+            kind: Kind::Counter,
+            scale: sp.scale,
+            help,
+        };
+    }
+    // Per-priority counters the simulator attaches to NIC ports (mlx5 ethtool names).
+    if let Some(m) = prio_metric(name, labels.clone(), sp.scale) {
+        return m;
+    }
+    Metric {
+        name: format!("xirang_infiniband_{}_total", sanitize(name)),
+        labels,
+        kind: sp.kind,
+        scale: sp.scale,
+        help: generic_help(Origin::Rdma, sp.unit),
+    }
+}
+
+/// An interface's counter: its statistics, its carrier changes, the per-priority
+/// counters, else a generic ethtool counter.
+fn netdev_metric(name: &str, labels: Vec<(&'static str, String)>, sp: &CounterSpec) -> Metric {
+    if let Some(stat) = name.strip_prefix(NETDEV_STAT_PREFIX) {
+        return Metric {
+            name: format!("xirang_netdev_{}_total", sanitize(stat)),
+            labels,
+            kind: Kind::Counter,
+            scale: 1.0,
+            help: generic_help(Origin::Netdev, spec(stat).unit),
+        };
+    }
+    if name == "carrier_changes" {
+        return Metric {
+            name: "xirang_netdev_carrier_changes_total".into(),
+            labels,
+            kind: Kind::Counter,
+            scale: 1.0,
+            help: "Times the interface's carrier changed (/sys/class/net/IF/carrier_changes).",
+        };
+    }
+    prio_metric(name, labels.clone(), sp.scale).unwrap_or(Metric {
+        name: format!("xirang_ethtool_{}_total", sanitize(name)),
+        labels,
+        kind: sp.kind,
+        scale: sp.scale,
+        help: generic_help(Origin::Ethtool, sp.unit),
+    })
+}
+
+/// A switch port's counter: its speed, its per-priority PFC counters, else a generic
+/// SAI port statistic.
+fn switch_port_metric(name: &str, labels: Vec<(&'static str, String)>, sp: &CounterSpec) -> Metric {
+    if name == SWITCH_PORT_SPEED {
+        return Metric {
+            name: "xirang_switch_port_speed_bytes_per_second".into(),
+            labels,
+            kind: Kind::Gauge,
+            scale: sp.scale,
+            help: "The port's configured and operating speed.",
+        };
+    }
+    // SAI_PORT_STAT_PFC_3_RX_PKTS, SAI_PORT_STAT_PFC_3_RX_PAUSE_DURATION_US
+    if let Some(rest) = name.strip_prefix("SAI_PORT_STAT_PFC_")
+        && let Some((p, what)) = rest.split_once('_')
+        && let Ok(prio) = p.parse::<u8>()
+    {
+        let (dir, what) = what.split_once('_').unwrap_or((what, ""));
+        let mut labels = labels;
+        labels.push(("direction", dir.to_ascii_lowercase()));
+        labels.push(("priority", prio.to_string()));
+        let (metric, help) = if what == "PAUSE_DURATION_US" {
+            (
+                "xirang_switch_pfc_pause_seconds_total",
+                "Time paused by PFC on the priority.",
+            )
+        } else {
+            ("xirang_switch_pfc_frames_total", "PFC frames on the priority.")
+        };
+        return Metric {
+            name: metric.into(),
+            labels,
+            kind: Kind::Counter,
+            scale: sp.scale,
+            help,
+        };
+    }
+    Metric {
+        name: format!(
+            "xirang_switch_port_{}_total",
+            sanitize(name.trim_start_matches("SAI_PORT_STAT_"))
+        ),
+        labels,
+        kind: sp.kind,
+        scale: sp.scale,
+        help: sai_help("port", sp.unit),
+    }
+}
+
+/// A switch queue's SAI statistic: a gauge in bytes, or a counter.
+fn queue_metric(name: &str, switch: &str, port: &str, queue: u8, sp: &CounterSpec) -> Metric {
+    let suffix = sanitize(name.trim_start_matches("SAI_QUEUE_STAT_"));
+    Metric {
+        name: if sp.kind == Kind::Gauge {
+            // SAI_QUEUE_STAT_WATERMARK_BYTES already says its unit.
+            if suffix.ends_with("_bytes") {
+                format!("xirang_switch_queue_{suffix}")
+            } else {
+                format!("xirang_switch_queue_{suffix}_bytes")
             }
-        }
+        } else {
+            format!("xirang_switch_queue_{suffix}_total")
+        },
+        labels: vec![
+            ("switch", switch.to_string()),
+            ("port", port.to_string()),
+            ("queue", queue.to_string()),
+        ],
+        kind: sp.kind,
+        scale: sp.scale,
+        help: sai_help("queue", sp.unit),
     }
 }
 
