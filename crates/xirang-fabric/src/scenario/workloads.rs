@@ -1,0 +1,419 @@
+//! Validation of `[workloads]`: every endpoint, host list, size and dependency of each
+//! workload against the built fabric. It reports; resolving names to ids is
+//! `Scenario::build`'s, after validation passed.
+
+use super::*;
+
+/// Most a straggler's GPUs may be slowed by (`stragglers[].factor`): a thousandfold is a
+/// stalled GPU, far past any throttling.
+pub const MAX_STRAGGLER_FACTOR: f64 = 1000.0;
+
+/// What every workload's checks share: the fabric, its classes and which NICs links join.
+struct Check<'a> {
+    fabric: &'a Fabric,
+    classes: &'a BTreeMap<String, crate::config::TrafficClass>,
+    parts: Vec<usize>,
+}
+
+/// Why `b` is out of `a`'s reach.
+fn no_path(a: &str, b: &str) -> String {
+    format!("`{b}` cannot be reached from `{a}`: no links join their NICs")
+}
+
+impl Check<'_> {
+    fn class(&self, c: &str, at: &KeyPath, d: &mut Diagnostics) {
+        if !self.classes.contains_key(c) {
+            d.error(
+                at,
+                unknown_name("traffic class", c, self.classes.keys().map(String::as_str)),
+            );
+        }
+    }
+
+    fn endpoint(&self, e: &str, at: &KeyPath, d: &mut Diagnostics) {
+        if let Err(m) = resolve_endpoint(self.fabric, e) {
+            d.error(at, m);
+        }
+    }
+
+    fn start(&self, s: f64, at: &KeyPath, d: &mut Diagnostics) {
+        limits::check_time_us(s, at, d);
+    }
+
+    /// Every pair of NICs a workload joins must have a path of links between them: the
+    /// simulator routes every flow before it starts.
+    fn unreachable(&self, a: &str, b: &str) -> bool {
+        let part = |e: &str| {
+            resolve_endpoint(self.fabric, e)
+                .ok()
+                .map(|n| self.parts[n.index()])
+        };
+        matches!((part(a), part(b)), (Some(x), Some(y)) if x != y)
+    }
+
+    /// A set of hosts that must all reach each other (`all` when the workload uses every
+    /// host).
+    fn joined(&self, list: &[String], at: &KeyPath, d: &mut Diagnostics) {
+        let names: Vec<String> = if list.is_empty() {
+            self.fabric
+                .hosts
+                .iter()
+                .filter(|h| !h.nics.is_empty())
+                .map(|h| h.name.clone())
+                .collect()
+        } else {
+            list.to_vec()
+        };
+        if let Some(first) = names.first()
+            && let Some(i) = names.iter().position(|x| self.unreachable(first, x))
+        {
+            let at = if list.is_empty() { at.clone() } else { at.index(i) };
+            d.error(&at, no_path(first, &names[i]));
+        }
+    }
+
+    fn same_nic(&self, a: &str, b: &str) -> bool {
+        match (resolve_endpoint(self.fabric, a), resolve_endpoint(self.fabric, b)) {
+            (Ok(x), Ok(y)) => x == y,
+            _ => false,
+        }
+    }
+
+    /// Endpoints listed twice in a set that must be distinct NICs.
+    fn distinct(&self, list: &[String], at: &KeyPath, d: &mut Diagnostics) {
+        for (i, x) in list.iter().enumerate() {
+            if let Some(j) = list[..i].iter().position(|y| self.same_nic(x, y)) {
+                d.error(
+                    &at.index(i),
+                    format!(
+                        "`{x}` is the same NIC as entry {j} (`{}`); list each NIC once",
+                        list[j]
+                    ),
+                );
+            }
+        }
+    }
+}
+
+impl Scenario {
+    pub(super) fn validate_workload(&self, w: &Workload, fabric: &Fabric, at: &KeyPath, d: &mut Diagnostics) {
+        let k = Check {
+            fabric,
+            classes: &self.config.classes,
+            parts: fabric.nic_components(),
+        };
+        k.class(w.class(), &at.key("class"), d);
+        match w {
+            Workload::Flows(f) => flows(&k, f, at, d),
+            Workload::Incast(x) => incast(&k, x, at, d),
+            Workload::Permutation(x) => host_set(&k, &x.hosts, x.bytes, x.start_us, at, d),
+            Workload::AllToAll(x) => host_set(&k, &x.hosts, x.bytes, x.start_us, at, d),
+            Workload::Collective(x) => collective(&k, x, at, d),
+            Workload::Inference(x) => inference(&k, x, at, d),
+            Workload::HpccFlows(h) => {
+                limits::check_time_us(h.time_offset_us, &at.key("time_offset_us"), d);
+            }
+        }
+    }
+}
+
+fn flows(k: &Check<'_>, f: &crate::workload::FlowsSpec, at: &KeyPath, d: &mut Diagnostics) {
+    let ids: Vec<&str> = f.list.iter().filter_map(|x| x.id.as_deref()).collect();
+    for (i, fl) in f.list.iter().enumerate() {
+        let at = at.key("list").index(i);
+        k.endpoint(&fl.src, &at.key("src"), d);
+        k.endpoint(&fl.dst, &at.key("dst"), d);
+        if k.same_nic(&fl.src, &fl.dst) {
+            d.error(
+                &at.key("dst"),
+                format!("`{}` is the sender's own NIC; a flow needs two NICs", fl.dst),
+            );
+        } else if k.unreachable(&fl.src, &fl.dst) {
+            d.error(&at.key("dst"), no_path(&fl.src, &fl.dst));
+        }
+        k.start(fl.start_us, &at.key("start_us"), d);
+        if let Some(c) = &fl.class {
+            k.class(c, &at.key("class"), d);
+        }
+        if let Some(p) = fl.priority
+            && p > 7
+        {
+            d.error(
+                &at.key("priority"),
+                format!("expected a priority 0..7, found {p}"),
+            );
+        }
+        limits::check_transfer_bytes(fl.bytes, &at.key("bytes"), d);
+        for a in &fl.after {
+            if !ids.contains(&a.as_str()) {
+                d.error(&at.key("after"), unknown_name("flow id", a, ids.iter().copied()));
+            }
+        }
+    }
+    if let Some((i, cycle)) = after_cycle(&f.list) {
+        d.error(
+            &at.key("list").index(i).key("after"),
+            format!("flows wait for each other in a cycle: {}", cycle.join(" -> ")),
+        );
+    }
+}
+
+fn incast(k: &Check<'_>, x: &crate::workload::IncastSpec, at: &KeyPath, d: &mut Diagnostics) {
+    k.endpoint(&x.receiver, &at.key("receiver"), d);
+    for (i, s) in x.sender_hosts.iter().enumerate() {
+        k.endpoint(s, &at.key("sender_hosts").index(i), d);
+        if k.same_nic(s, &x.receiver) {
+            d.error(
+                &at.key("sender_hosts").index(i),
+                format!("`{s}` is the receiver's NIC; it cannot send to itself"),
+            );
+        } else if k.unreachable(&x.receiver, s) {
+            d.error(&at.key("sender_hosts").index(i), no_path(&x.receiver, s));
+        }
+    }
+    if x.sender_hosts.is_empty()
+        && let Some(h) = k
+            .fabric
+            .hosts
+            .iter()
+            .find(|h| !h.nics.is_empty() && k.unreachable(&x.receiver, &h.name))
+    {
+        d.error(
+            &at.key("receiver"),
+            format!(
+                "{}; senders are picked among every host: list reachable ones in `sender_hosts`",
+                no_path(&x.receiver, &h.name)
+            ),
+        );
+    }
+    if x.senders.is_none() && x.sender_hosts.is_empty() {
+        d.error(
+            at,
+            "expected `senders` (a count) or `sender_hosts` (a list)".to_string(),
+        );
+    }
+    if let Some(n) = x.senders
+        && n.get() as usize >= k.fabric.hosts.len()
+    {
+        d.error(
+            &at.key("senders"),
+            format!(
+                "expected fewer senders than the {} hosts, found {n}",
+                k.fabric.hosts.len()
+            ),
+        );
+    }
+    limits::check_transfer_bytes(x.bytes, &at.key("bytes"), d);
+    k.start(x.start_us, &at.key("start_us"), d);
+}
+
+/// A permutation's or an all-to-all's hosts: distinct NICs that all reach each other.
+fn host_set(k: &Check<'_>, hosts: &[String], bytes: u64, start_us: f64, at: &KeyPath, d: &mut Diagnostics) {
+    for (i, s) in hosts.iter().enumerate() {
+        k.endpoint(s, &at.key("hosts").index(i), d);
+    }
+    k.distinct(hosts, &at.key("hosts"), d);
+    k.joined(hosts, &at.key("hosts"), d);
+    limits::check_transfer_bytes(bytes, &at.key("bytes"), d);
+    k.start(start_us, &at.key("start_us"), d);
+}
+
+fn collective(k: &Check<'_>, x: &crate::workload::CollectiveSpec, at: &KeyPath, d: &mut Diagnostics) {
+    if let Some(ch) = x.channels
+        && (ch == 0 || ch > crate::config::NCCL_MAX_CHANNELS)
+    {
+        d.error(
+            &at.key("channels"),
+            format!(
+                "expected 1..{} channels, found {ch}",
+                crate::config::NCCL_MAX_CHANNELS
+            ),
+        );
+    }
+    if !(1..=limits::MAX_ITERATIONS).contains(&x.iterations) {
+        d.error(
+            &at.key("iterations"),
+            format!(
+                "expected 1..={} iterations, found {}",
+                limits::MAX_ITERATIONS,
+                x.iterations
+            ),
+        );
+    }
+    limits::check_time_us(x.step_us, &at.key("step_us"), d);
+    limits::check_transfer_bytes(x.bytes, &at.key("bytes"), d);
+    for (i, st) in x.stragglers.iter().enumerate() {
+        let sat = at.key("stragglers").index(i);
+        if !(st.factor.is_finite() && (1.0..=MAX_STRAGGLER_FACTOR).contains(&st.factor)) {
+            d.error(
+                &sat.key("factor"),
+                format!(
+                    "expected a slowdown of 1 to {MAX_STRAGGLER_FACTOR} (times the time per slice), found {}",
+                    limits::Num(st.factor)
+                ),
+            );
+        }
+        if k.fabric.host_by_name(&st.host).is_none() {
+            d.error(
+                &sat.key("host"),
+                unknown_name("host", &st.host, k.fabric.hosts.iter().map(|h| h.name.as_str())),
+            );
+        } else if !x.hosts.is_empty() && !x.hosts.contains(&st.host) {
+            d.error(
+                &sat.key("host"),
+                format!("expected one of the collective's hosts, found `{}`", st.host),
+            );
+        }
+    }
+    k.distinct(&x.hosts, &at.key("hosts"), d);
+    for (i, h) in x.hosts.iter().enumerate() {
+        if k.fabric.host_by_name(h).is_none() {
+            d.error(
+                &at.key("hosts").index(i),
+                unknown_name("host", h, k.fabric.hosts.iter().map(|h| h.name.as_str())),
+            );
+        }
+    }
+    k.start(x.start_us, &at.key("start_us"), d);
+}
+
+fn inference(k: &Check<'_>, x: &crate::workload::InferenceSpec, at: &KeyPath, d: &mut Diagnostics) {
+    for (key, list) in [("clients", &x.clients), ("servers", &x.servers)] {
+        if list.is_empty() {
+            d.error(&at.key(key), "expected at least one endpoint".to_string());
+        }
+        for (i, s) in list.iter().enumerate() {
+            k.endpoint(s, &at.key(key).index(i), d);
+        }
+    }
+    for (i, c) in x.clients.iter().enumerate() {
+        if let Some(sv) = x.servers.iter().find(|sv| k.same_nic(c, sv)) {
+            d.error(
+                &at.key("clients").index(i),
+                format!("`{c}` is also a server (`{sv}`); a NIC cannot send requests to itself"),
+            );
+        } else if let Some(sv) = x.servers.iter().find(|sv| k.unreachable(c, sv)) {
+            d.error(&at.key("clients").index(i), no_path(c, sv));
+        }
+    }
+    if !(x.requests_per_sec.is_finite() && x.requests_per_sec > 0.0) {
+        d.error(
+            &at.key("requests_per_sec"),
+            format!("expected a rate > 0, found {}", limits::Num(x.requests_per_sec)),
+        );
+    } else if x.duration_us.is_finite() && x.duration_us > 0.0 {
+        // Every request is created before the run starts.
+        let expected = x.clients.len() as f64 * x.requests_per_sec * x.duration_us / 1e6;
+        if expected > limits::MAX_INFERENCE_REQUESTS {
+            d.error(
+                    &at.key("requests_per_sec"),
+                    format!(
+                        "{} clients at {} requests/s for {} µs make about {expected:.3e} requests; expected at most {:e} per workload (lower the rate, the duration or the clients)",
+                        x.clients.len(),
+                        limits::Num(x.requests_per_sec),
+                        limits::Num(x.duration_us),
+                        limits::MAX_INFERENCE_REQUESTS
+                    ),
+                );
+        }
+    }
+    for (key, dist) in [("request", &x.request), ("response", &x.response)] {
+        if let Err(m) = dist.check() {
+            d.error(&at.key(key), m);
+        }
+    }
+    if let Some(share) = x.local_share
+        && !(0.0..=1.0).contains(&share)
+    {
+        d.error(
+            &at.key("local_share"),
+            format!("expected a share between 0 and 1, found {}", limits::Num(share)),
+        );
+    }
+    k.start(x.start_us, &at.key("start_us"), d);
+    limits::check_period_us(x.duration_us, &at.key("duration_us"), d);
+    limits::check_time_us(x.service_us, &at.key("service_us"), d);
+}
+
+/// A cycle in the `after` dependencies of explicit flows: the index of a flow on it and
+/// the ids around it.
+fn after_cycle(list: &[crate::workload::FlowSpec]) -> Option<(usize, Vec<String>)> {
+    let index = |id: &str| list.iter().position(|f| f.id.as_deref() == Some(id));
+    // Colours: 0 unvisited, 1 on the current path, 2 done.
+    let mut colour = vec![0u8; list.len()];
+    fn visit(
+        i: usize,
+        list: &[crate::workload::FlowSpec],
+        index: &dyn Fn(&str) -> Option<usize>,
+        colour: &mut [u8],
+        path: &mut Vec<usize>,
+    ) -> Option<Vec<usize>> {
+        colour[i] = 1;
+        path.push(i);
+        for a in &list[i].after {
+            let Some(j) = index(a) else { continue };
+            if colour[j] == 1 {
+                let start = path.iter().position(|x| *x == j).expect("on the path");
+                let mut cycle = path[start..].to_vec();
+                cycle.push(j);
+                return Some(cycle);
+            }
+            if colour[j] == 0
+                && let Some(c) = visit(j, list, index, colour, path)
+            {
+                return Some(c);
+            }
+        }
+        path.pop();
+        colour[i] = 2;
+        None
+    }
+    for i in 0..list.len() {
+        if colour[i] == 0
+            && let Some(c) = visit(i, list, &index, &mut colour, &mut Vec::new())
+        {
+            let names = c
+                .iter()
+                .map(|k| list[*k].id.clone().unwrap_or_default())
+                .collect();
+            return Some((c[0], names));
+        }
+    }
+    None
+}
+
+impl SizeDist {
+    /// Checks the distribution is usable.
+    pub fn check(&self) -> Result<(), String> {
+        let max = limits::MAX_TRANSFER_BYTES;
+        let largest = match self {
+            SizeDist::Fixed(b) => *b,
+            SizeDist::Uniform { max_bytes, .. } => *max_bytes,
+            SizeDist::Cdf(points) => points.iter().map(|p| p.0).max().unwrap_or(0),
+        };
+        if largest > max {
+            return Err(format!(
+                "expected sizes of at most {max} bytes (1 TiB), found {largest}"
+            ));
+        }
+        match self {
+            SizeDist::Fixed(0) => Err("expected a size >= 1 byte, found 0".to_string()),
+            SizeDist::Fixed(_) => Ok(()),
+            SizeDist::Uniform { min_bytes, max_bytes } if *min_bytes == 0 || min_bytes > max_bytes => Err(
+                format!("expected 1 <= min_bytes <= max_bytes, found {min_bytes} and {max_bytes}"),
+            ),
+            SizeDist::Uniform { .. } => Ok(()),
+            SizeDist::Cdf(points) => {
+                let ok = !points.is_empty()
+                    && points.windows(2).all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1)
+                    && points.iter().all(|p| p.0 >= 1 && (0.0..=1.0).contains(&p.1))
+                    && (points.last().map(|p| p.1) == Some(1.0));
+                if ok {
+                    Ok(())
+                } else {
+                    Err("expected a CDF of [bytes, probability] points, increasing in both, ending at probability 1".to_string())
+                }
+            }
+        }
+    }
+}
