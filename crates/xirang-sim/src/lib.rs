@@ -202,13 +202,13 @@ fn single_qp(faults: &[ResolvedFault], ex: &mut workload::Expanded) {
 /// The run's results from a finished engine.
 fn collect<Q: queue::Queue>(model: Model<'_>, ex: &workload::Expanded, sim: &Sim<Q>) -> RunResult {
     let flows = flow_results(model, ex, sim);
-    let mut pfc = sim.stats.pfc_log.clone();
+    let mut pfc = sim.stats.pfc_log().to_vec();
     // Port by port within an instant: the order of devices at one instant is the
     // engine's business, and a parallel run gathers each port's events from where it ran.
     pfc.sort_by_key(|e| (e.time, e.at_switch, e.node_id, e.ifindex));
     let queue_series = sim
         .stats
-        .samples
+        .samples()
         .queues
         .iter()
         .map(|(t, p, prio, b)| (*t, sim.fab.port_names[*p].clone(), *prio, *b))
@@ -359,8 +359,8 @@ fn run_stats<Q: queue::Queue>(sim: &Sim<Q>) -> RunStats {
     let (n, bytes, data, int_packets) = sim.in_flight();
     RunStats {
         sim_time_ps: sim.now(),
-        events: sim.stats.events,
-        packet_hops: sim.stats.packet_hops,
+        events: sim.stats.events(),
+        packet_hops: sim.stats.packet_hops(),
         stray_packets: sim.xport.stray_packets,
         qps_failed: sim.xport.qps_failed,
         packets_in_flight_at_end: n,
@@ -368,7 +368,7 @@ fn run_stats<Q: queue::Queue>(sim: &Sim<Q>) -> RunStats {
         data_bytes_in_flight_at_end: data,
         int_packets_at_end: int_packets,
         int_records_at_end: sim.cc.ints().live(),
-        ledger: sim.stats.ledger,
+        ledger: *sim.stats.ledger(),
     }
 }
 
@@ -376,7 +376,7 @@ fn run_stats<Q: queue::Queue>(sim: &Sim<Q>) -> RunStats {
 fn rate_series<Q: queue::Queue>(ex: &workload::Expanded, sim: &Sim<Q>) -> Vec<(time::Ps, u64, u32, f64)> {
     let mut rate_series: Vec<(time::Ps, u64, u32, f64)> = sim
         .stats
-        .samples
+        .samples()
         .rates
         .iter()
         .map(|&(t, of, qp, r)| {
@@ -402,7 +402,7 @@ fn rate_series<Q: queue::Queue>(ex: &workload::Expanded, sim: &Sim<Q>) -> Vec<(t
 /// The sampled counters, by port or queue name.
 fn counter_series<Q: queue::Queue>(sim: &Sim<Q>) -> Vec<(time::Ps, counters::CounterValue)> {
     sim.stats
-        .samples
+        .samples()
         .counters
         .iter()
         .map(|&(t, p, scope, name, value)| {

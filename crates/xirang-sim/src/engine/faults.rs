@@ -135,7 +135,7 @@ impl<Q: Queue> Sim<Q> {
                     // The port MTU bounds the IP packet: the frame less its Ethernet
                     // header and FCS.
                     if u32::from(pkt.size).saturating_sub(ETH_HEADER_FCS_BYTES) as f64 > f.param {
-                        let c = &mut self.stats.counters[q];
+                        let c = self.stats.port(q);
                         c.rx_errors += 1;
                         c.rx_oversize += 1;
                         lost = true;
@@ -155,7 +155,7 @@ impl<Q: Queue> Sim<Q> {
                     // PFC frames are left alone: a lost pause frame only shortens a
                     // pause, and corrupting them would change nothing the rules read.
                     if pkt.kind != Kind::Pause && f.rng.next_u64() < f.threshold {
-                        let c = &mut self.stats.counters[q];
+                        let c = self.stats.port(q);
                         c.rx_errors += 1;
                         c.symbol_errors += 1;
                         lost = true;
@@ -179,7 +179,7 @@ impl<Q: Queue> Sim<Q> {
         match (f.kind, end) {
             // Both ends count a link going down; a bond moves the member's traffic.
             (FaultKind::LinkDown, false) => {
-                self.stats.counters[q].link_downed += 1;
+                self.stats.port(q).link_downed += 1;
                 self.bond_event(q);
             }
             (FaultKind::LinkDown, true) => self.bond_event(q),

@@ -59,7 +59,7 @@ impl<Q: Queue> Sim<Q> {
     /// Accounts a packet a NIC or switch creates.
     #[inline]
     pub(crate) fn alloc(&mut self, pkt: Packet) -> Packet {
-        let l = &mut self.stats.ledger;
+        let l = self.stats.ledger_mut();
         l.created_packets += 1;
         l.created_bytes += u64::from(pkt.size);
         if pkt.kind == Kind::Data {
@@ -75,7 +75,7 @@ impl<Q: Queue> Sim<Q> {
     /// Accounts a packet that reached the device it was for.
     #[inline]
     pub(crate) fn consume(&mut self, k: &Packet) {
-        let l = &mut self.stats.ledger;
+        let l = self.stats.ledger_mut();
         l.delivered_packets += 1;
         l.delivered_bytes += u64::from(k.size);
         if k.kind == Kind::Data {
@@ -97,7 +97,7 @@ impl<Q: Queue> Sim<Q> {
         if let Some(i) = k.int_index() {
             self.cc.ints_mut().give_back(i);
         }
-        let l = &mut self.stats.ledger;
+        let l = self.stats.ledger_mut();
         l.dropped_packets += 1;
         l.dropped_bytes += u64::from(k.size);
         if k.kind == Kind::Data {
@@ -108,12 +108,12 @@ impl<Q: Queue> Sim<Q> {
 
     /// Packets alive (queued or on a link).
     pub fn live_packets(&self) -> usize {
-        self.stats.ledger.live_packets
+        self.stats.ledger().live_packets
     }
 
     /// Most packets alive at once.
     pub fn peak_live_packets(&self) -> usize {
-        self.stats.ledger.peak_live_packets
+        self.stats.ledger().peak_live_packets
     }
 
     /// Bytes held by every packet ring (egress queues, PFC queues, links), at the

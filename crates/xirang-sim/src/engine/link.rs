@@ -249,7 +249,7 @@ impl<Q: Queue> Sim<Q> {
         if pkt.kind == Kind::Pause {
             // Counted when sent, like the hardware counter (and like the transmit counters
             // it is subtracted from).
-            self.stats.counters[p].tx_pause[prio as usize] += 1;
+            self.stats.port(p).tx_pause[prio as usize] += 1;
         }
         let (delay, to_dev, cut) = {
             let l = &self.fab.links[p];
@@ -257,7 +257,7 @@ impl<Q: Queue> Sim<Q> {
         };
         let at = now + tx + delay;
         let tie = self.tie(at, to_dev);
-        self.stats.packet_hops += 1;
+        self.stats.hop();
         if cut {
             self.ship(p, at, tie, pkt);
             return;

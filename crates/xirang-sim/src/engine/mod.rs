@@ -50,6 +50,7 @@ pub mod prios;
 pub mod routes;
 pub mod sampling;
 pub mod sched;
+pub mod stats;
 pub mod switch;
 pub mod transport;
 
@@ -76,6 +77,7 @@ use nic::{QpRx, QpTx};
 use part::Dist;
 use routes::RouteArena;
 use sched::Sched;
+use stats::Stats;
 use switch::SwitchState;
 use transport::Conn;
 
@@ -249,20 +251,6 @@ pub(crate) struct Work {
     pub(crate) last_done_at: Option<Ps>,
 }
 
-/// What the run reports.
-pub(crate) struct Stats {
-    pub(crate) events: u64,
-    pub(crate) packet_hops: u64,
-    pub(crate) ledger: Ledger,
-    /// Counters of each port that are not touched per packet.
-    pub(crate) counters: IdVec<PortId, PortCounters>,
-    pub(crate) pfc_log: Vec<PfcEvent>,
-    pub(crate) samples: Samples,
-    pub(crate) sample_interval: Option<Ps>,
-    /// When the next counter sample is due.
-    pub(crate) next_sample: Ps,
-}
-
 impl<Q: Queue> Sim<Q> {
     /// Builds a simulation of the expanded workloads on `fabric` under `config`.
     pub fn new(fabric: &Fabric, config: &FabricConfig, ex: &Expanded, opts: &RunOptions) -> Sim<Q> {
@@ -297,16 +285,7 @@ impl<Q: Queue> Sim<Q> {
             sched: Sched::new(n_devs, opts.end),
             dist: Dist::new(part),
             q: Q::with_horizon(build::queue_horizon(fabric, ex)),
-            stats: Stats {
-                events: 0,
-                packet_hops: 0,
-                ledger: Ledger::default(),
-                counters: (0..ports.len()).map(|_| PortCounters::default()).collect(),
-                pfc_log: Vec::new(),
-                samples: Samples::default(),
-                sample_interval: opts.sample_interval,
-                next_sample: NEVER,
-            },
+            stats: Stats::new(ports.len(), opts.sample_interval),
             fab: Fab {
                 port_names,
                 ports,
@@ -445,13 +424,12 @@ impl<Q: Queue> Sim<Q> {
     /// Ends set-up: from now on events are scheduled by the device handling one.
     pub fn start_run(&mut self) {
         self.sched.start_run();
-        self.stats.next_sample = self.stats.sample_interval.unwrap_or(NEVER);
+        self.stats.start_sampling();
     }
 
     /// Handles every event and takes every sample due up to `limit` (inclusive).
     pub fn run_until(&mut self, limit: Ps, progress: &mut dyn FnMut(Progress)) {
         const PROGRESS_EVERY: u64 = 1 << 16;
-        let iv = self.stats.sample_interval.unwrap_or(NEVER);
         loop {
             // The event queue and the ACK timers order by the same keys, so popping
             // whichever holds the smaller key keeps the order one queue would have.
@@ -467,17 +445,16 @@ impl<Q: Queue> Sim<Q> {
                 },
             };
             let t = k.time();
-            while self.stats.next_sample < t {
-                self.now = self.stats.next_sample;
+            while self.stats.next_sample() < t {
+                self.now = self.stats.next_sample();
                 self.sample();
-                self.stats.next_sample = self.stats.next_sample.saturating_add(iv);
+                self.stats.sampled();
             }
             debug_assert!(t >= self.now, "invariant: time never goes backwards");
             self.now = t;
             self.sched.running(k);
             self.dispatch(e);
-            self.stats.events += 1;
-            if self.stats.events.is_multiple_of(PROGRESS_EVERY) {
+            if self.stats.event().is_multiple_of(PROGRESS_EVERY) {
                 progress(Progress {
                     now: self.now,
                     done: self.work.flows_done,
@@ -485,10 +462,10 @@ impl<Q: Queue> Sim<Q> {
                 });
             }
         }
-        while self.stats.next_sample <= limit && self.stats.next_sample != NEVER {
-            self.now = self.stats.next_sample;
+        while self.stats.next_sample() <= limit && self.stats.next_sample() != NEVER {
+            self.now = self.stats.next_sample();
             self.sample();
-            self.stats.next_sample = self.stats.next_sample.saturating_add(iv);
+            self.stats.sampled();
         }
     }
 
@@ -577,7 +554,7 @@ impl<Q: Queue> Sim<Q> {
             .ports
             .iter_enumerated()
             .map(|(pi, port)| {
-                let mut c = self.stats.counters[pi].clone();
+                let mut c = self.stats.counters(pi).clone();
                 // Pauses still in force count up to now, as the hardware's running
                 // duration counters do (they are settled into the totals at the end).
                 for prio in 0..N_PRIO {

@@ -278,7 +278,7 @@ impl<Q: Queue> Sim<Q> {
         let now = self.now;
         let qi = pkt.qp;
         if pkt.ce {
-            self.stats.counters[p].np_ecn_marked_roce_packets += 1;
+            self.stats.port(p).np_ecn_marked_roce_packets += 1;
             // The NP answers CE marks only for classes running DCQCN (roce_np enabled on
             // their priority), at most one CNP per QP per interval.
             let q = &mut self.xport.qps_rx[qi];
@@ -286,7 +286,7 @@ impl<Q: Queue> Sim<Q> {
                 && now >= q.rx_next_cnp
             {
                 q.rx_next_cnp = now + interval;
-                self.stats.counters[p].np_cnp_sent += 1;
+                self.stats.port(p).np_cnp_sent += 1;
                 self.send_ctrl(qi, Kind::Cnp, 0, Stamp::sent_at(now), false);
             }
         }
@@ -309,7 +309,7 @@ impl<Q: Queue> Sim<Q> {
                 self.message_arrived(owner, qi);
             }
         } else if pkt.seq > q.rx_expected {
-            self.stats.counters[p].out_of_sequence += 1;
+            self.stats.port(p).out_of_sequence += 1;
             let q = &mut self.xport.qps_rx[qi];
             if now >= q.rx_nack_at || q.rx_last_nack != q.rx_expected {
                 q.rx_nack_at = now + NACK_INTERVAL;
@@ -324,7 +324,7 @@ impl<Q: Queue> Sim<Q> {
             // A duplicate: the sender went back (NACK or timeout) or an ACK was lost. An RC
             // responder answers with the cumulative ACK, so a lost last ACK cannot leave
             // the sender retransmitting forever.
-            self.stats.counters[p].duplicate_request += 1;
+            self.stats.port(p).duplicate_request += 1;
             let ack = self.xport.qps_rx[qi].rx_expected;
             self.send_ctrl(qi, Kind::Ack, ack, pkt.stamp, ece);
         }
@@ -365,7 +365,7 @@ impl<Q: Queue> Sim<Q> {
                 q.wr_tx = 0;
                 kick = true;
             }
-            self.stats.counters[sp].packet_seq_err += 1;
+            self.stats.port(sp).packet_seq_err += 1;
         }
         let q = &mut self.xport.qps_tx[qi];
         let mut raised = false;
@@ -430,12 +430,12 @@ impl<Q: Queue> Sim<Q> {
         let retired = q.retired();
         match &mut q.cc {
             Cc::Dcqcn(pi, s) if !retired => {
-                self.stats.counters[sp].rp_cnp_handled += 1;
+                self.stats.port(sp).rp_cnp_handled += 1;
                 if let Some(t) = s.on_cnp(now, self.cc.dcqcn(*pi)) {
                     self.schedule(t, Event::DcqcnDec(qi));
                 }
             }
-            _ => self.stats.counters[sp].rp_cnp_ignored += 1,
+            _ => self.stats.port(sp).rp_cnp_ignored += 1,
         }
     }
 
@@ -463,7 +463,7 @@ impl<Q: Queue> Sim<Q> {
             return;
         }
         let sp = q.src_port;
-        self.stats.counters[sp].local_ack_timeout_err += 1;
+        self.stats.port(sp).local_ack_timeout_err += 1;
         if q.timeouts >= self.fab.net.retry_cnt {
             self.qp_failed(qi);
             return;

@@ -13,12 +13,9 @@ use super::Sim;
 use super::collective::TransferRecord;
 use super::flows::{FlowRx, FlowTx};
 use super::ids::{FlowId, PortId, QpId};
-use super::ledger::Ledger;
 use super::link::{Link, Port};
 use super::nic::QpRx;
 use super::nic::QpTx;
-use super::pfc::PfcEvent;
-use super::sampling::Samples;
 use super::switch::SwitchState;
 use crate::cc::int::Record;
 use crate::counters::PortCounters;
@@ -155,7 +152,7 @@ impl<Q: Queue> Sim<Q> {
             rec
         });
         // The packet lives on in the other partition's ledger.
-        self.stats.ledger.live_packets -= 1;
+        self.stats.ledger_mut().live_packets -= 1;
         self.dist.shipped_packets += 1;
         self.dist.outbox[dest].links.push(LinkMsg {
             link: p,
@@ -175,12 +172,9 @@ impl<Q: Queue> Sim<Q> {
                 let i = self.cc.ints_mut().put(rec);
                 pkt.stamp = Stamp::int(i);
             }
-            self.stats.ledger.live_packets += 1;
-            self.stats.ledger.peak_live_packets = self
-                .stats
-                .ledger
-                .peak_live_packets
-                .max(self.stats.ledger.live_packets);
+            let l = self.stats.ledger_mut();
+            l.live_packets += 1;
+            l.peak_live_packets = l.peak_live_packets.max(l.live_packets);
             self.put_on_link(m.link, m.at, m.tie, pkt);
         }
     }
@@ -209,11 +203,7 @@ pub struct PartState {
     flows_tx: Vec<(FlowId, Option<Ps>, FlowTx)>,
     flows_rx: Vec<(FlowId, FlowRx)>,
     colls: Vec<CollPart>,
-    samples: Samples,
-    pfc_log: Vec<PfcEvent>,
-    ledger: Ledger,
-    events: u64,
-    packet_hops: u64,
+    stats: super::stats::Shipped,
     shipped_packets: u64,
     stray_packets: u64,
     qps_failed: u64,
@@ -283,7 +273,7 @@ impl<Q: Queue> Sim<Q> {
             })
             .collect();
         let port_owned: Vec<bool> = self.fab.ports.iter().map(|p| mine(p.dev_idx)).collect();
-        let counters = std::mem::take(&mut self.stats.counters);
+        let counters = self.stats.take_counters();
         let ports = std::mem::take(&mut self.fab.ports)
             .into_iter_enumerated()
             .zip(counters.into_iter_enumerated())
@@ -343,11 +333,7 @@ impl<Q: Queue> Sim<Q> {
             flows_tx,
             flows_rx,
             colls,
-            samples: std::mem::take(&mut self.stats.samples),
-            pfc_log: std::mem::take(&mut self.stats.pfc_log),
-            ledger: self.stats.ledger,
-            events: self.stats.events,
-            packet_hops: self.stats.packet_hops,
+            stats: self.stats.ship(),
             shipped_packets: self.dist.shipped_packets,
             stray_packets: self.xport.stray_packets,
             qps_failed: self.xport.qps_failed,
@@ -364,7 +350,7 @@ impl<Q: Queue> Sim<Q> {
     pub fn absorb(&mut self, o: PartState) {
         for (p, port, counters) in o.ports {
             self.fab.ports[p] = port;
-            self.stats.counters[p] = counters;
+            self.stats.set_counters(p, counters);
         }
         for (p, link) in o.links {
             self.fab.links[p] = link;
@@ -403,15 +389,7 @@ impl<Q: Queue> Sim<Q> {
                 }
             }
         }
-        let mut samples = o.samples;
-        self.stats.samples.counters.append(&mut samples.counters);
-        self.stats.samples.rates.append(&mut samples.rates);
-        self.stats.samples.queues.append(&mut samples.queues);
-        let mut pfc = o.pfc_log;
-        self.stats.pfc_log.append(&mut pfc);
-        self.stats.ledger.absorb(&o.ledger);
-        self.stats.events += o.events;
-        self.stats.packet_hops += o.packet_hops;
+        self.stats.absorb(o.stats);
         self.dist.shipped_packets += o.shipped_packets;
         self.xport.stray_packets += o.stray_packets;
         self.xport.qps_failed += o.qps_failed;
@@ -450,12 +428,7 @@ impl<Q: Queue> Sim<Q> {
         for st in states {
             self.absorb(st);
         }
-        // Each partition's samples are in time order, and at one time in port order.
-        self.stats.samples.counters.sort_by_key(|&(t, p, ..)| (t, p));
-        self.stats
-            .samples
-            .queues
-            .sort_by_key(|&(t, p, prio, _)| (t, p, prio));
+        self.stats.sort_samples();
         for l in self.fab.links.iter_mut() {
             l.cut = false;
         }

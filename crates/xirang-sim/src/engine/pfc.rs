@@ -43,8 +43,7 @@ impl<Q: Queue> Sim<Q> {
         }
         port.pause_mask.remove(prio);
         if port.pr[prio].pause_since != NEVER {
-            self.stats.counters[p].rx_pause_ps[prio] +=
-                port.pr[prio].paused_until - port.pr[prio].pause_since;
+            self.stats.port(p).rx_pause_ps[prio] += port.pr[prio].paused_until - port.pr[prio].pause_since;
             port.pr[prio].pause_since = NEVER;
         }
         false
@@ -53,7 +52,7 @@ impl<Q: Queue> Sim<Q> {
     /// Adds pause time still running at the end of the run to the counters.
     pub(crate) fn settle_pause_durations(&mut self) {
         let now = self.now;
-        for (port, c) in self.fab.ports.iter_mut().zip(self.stats.counters.iter_mut()) {
+        for (port, c) in self.fab.ports.iter_mut().zip(self.stats.ports_mut()) {
             for prio in 0..N_PRIO {
                 if port.pr[prio].pause_since != NEVER {
                     c.rx_pause_ps[prio] += port.pr[prio].paused_until.min(now) - port.pr[prio].pause_since;
@@ -111,7 +110,7 @@ impl<Q: Queue> Sim<Q> {
             );
         } else {
             port.xoff.remove(prio);
-            self.stats.counters[p].tx_pause_ps[prio] += now - port.pr[prio].xoff_since;
+            self.stats.port(p).tx_pause_ps[prio] += now - port.pr[prio].xoff_since;
             port.pr[prio].xoff_since = NEVER;
         }
         self.kick(p);
@@ -132,12 +131,12 @@ impl<Q: Queue> Sim<Q> {
         let now = self.now;
         let paused = self.is_paused(p, prio);
         let port = &mut self.fab.ports[p];
-        self.stats.counters[p].rx_pause[prio] += 1;
+        self.stats.port(p).rx_pause[prio] += 1;
         let (node_id, at_switch) = match port.dev {
             Dev::Nic(n) => (self.fab.nics[n.index()].node_id, false),
             Dev::Switch(s) => (self.fab.switches[s.index()].hash_seed, true),
         };
-        self.stats.pfc_log.push(PfcEvent {
+        self.stats.log_pfc(PfcEvent {
             time: now,
             node_id,
             at_switch,
@@ -153,9 +152,9 @@ impl<Q: Queue> Sim<Q> {
             port.pause_mask.insert(prio);
         } else {
             if paused {
-                self.stats.counters[p].rx_pause_ps[prio] += now - port.pr[prio].pause_since;
+                self.stats.port(p).rx_pause_ps[prio] += now - port.pr[prio].pause_since;
                 port.pr[prio].pause_since = NEVER;
-                self.stats.counters[p].rx_pause_transition[prio] += 1;
+                self.stats.port(p).rx_pause_transition[prio] += 1;
             }
             port.pr[prio].paused_until = 0;
             port.pause_mask.remove(prio);

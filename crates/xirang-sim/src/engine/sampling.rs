@@ -71,7 +71,10 @@ impl<Q: Queue> Sim<Q> {
                 }
                 TxOwner::Cts { .. } => continue,
             };
-            self.stats.samples.rates.push((now, origin, place, q.rate_bps()));
+            self.stats
+                .samples_mut()
+                .rates
+                .push((now, origin, place, q.rate_bps()));
         }
         // A partition samples its own ports (a QP sends only where it was made).
         for (pi, port) in self.fab.ports.iter_enumerated() {
@@ -82,7 +85,7 @@ impl<Q: Queue> Sim<Q> {
                 for prio in 0..N_PRIO {
                     if port.pr[prio].egr > 0 {
                         self.stats
-                            .samples
+                            .samples_mut()
                             .queues
                             .push((now, pi, prio as u8, port.pr[prio].egr));
                     }
@@ -90,7 +93,7 @@ impl<Q: Queue> Sim<Q> {
             }
         }
         let counters = self.port_counters();
-        let samples = &mut self.stats.samples;
+        let samples = self.stats.samples_mut();
         if samples.last.is_empty() {
             samples.last = vec![UNSEEN; counters.len() * SLOTS_PER_PORT];
         }

@@ -89,7 +89,7 @@ impl<Q: Queue> Sim<Q> {
         let reserved = self.fab.net.reserved;
         let sw = &mut self.fab.switches[s.index()];
         if sw.used + size > sw.buffer {
-            self.stats.counters[inp].in_discards += 1;
+            self.stats.port(inp).in_discards += 1;
             self.drop_packet(out, &pkt);
             return;
         }
@@ -101,7 +101,7 @@ impl<Q: Queue> Sim<Q> {
             let thr = sw.threshold(self.fab.net.pfc_th);
             if port.pr[prio].hdrm + size > port.headroom && shared_pq + size > thr {
                 // Headroom overflow: a lossless packet is lost. Sized headroom prevents it.
-                self.stats.counters[inp].in_discards += 1;
+                self.stats.port(inp).in_discards += 1;
                 self.drop_packet(out, &pkt);
                 return;
             }
@@ -116,7 +116,7 @@ impl<Q: Queue> Sim<Q> {
         } else {
             let thr = sw.threshold(self.fab.net.lossy_th);
             if shared_pq + size > thr {
-                self.stats.counters[inp].in_discards += 1;
+                self.stats.port(inp).in_discards += 1;
                 self.drop_packet(out, &pkt);
                 return;
             }
@@ -145,7 +145,7 @@ impl<Q: Queue> Sim<Q> {
     /// Accounts a packet dropped by admission on its way to egress port `out`.
     fn drop_packet(&mut self, out: PortId, k: &Packet) {
         self.account_drop(k);
-        let c = &mut self.stats.counters[out];
+        let c = self.stats.port(out);
         c.tx_discards += 1;
         c.q_dropped[k.prio as usize] += 1;
     }
@@ -252,7 +252,7 @@ impl<Q: Queue> Sim<Q> {
         let o = &mut self.fab.ports[out];
         o.pr[prio].egr -= size;
         if pkt.kind == Kind::Data && o.red_mark(o.pr[prio].egr) {
-            self.stats.counters[out].q_ecn_marked[prio] += 1;
+            self.stats.port(out).q_ecn_marked[prio] += 1;
             pkt.ce = true;
         }
         if pkt.kind == Kind::Data

@@ -48,7 +48,7 @@ list = [{ src = "h0", dst = "h1", bytes = 10_000 }]
         ce: false,
         last: false,
     };
-    sim.stats.ledger.live_packets += 1;
+    sim.stats.ledger_mut().live_packets += 1;
     sim.nic_receive(rx_port, dup);
     let (_, _, ack) = sim.fab.links[rx_port]
         .in_flight
@@ -56,7 +56,7 @@ list = [{ src = "h0", dst = "h1", bytes = 10_000 }]
         .copied()
         .expect("an ACK went out");
     assert_eq!((ack.kind, ack.seq), (Kind::Ack, 10_000));
-    assert_eq!(sim.stats.counters[rx_port].duplicate_request, 1);
+    assert_eq!(sim.stats.counters(rx_port).duplicate_request, 1);
 }
 
 /// The marking probability measured at a queue held at a fixed length between Kmin and
