@@ -31,6 +31,7 @@ pub mod twin;
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rayon::prelude::*;
 use serde::Serialize;
@@ -319,12 +320,42 @@ pub fn calibrate(
         )));
     }
     let tiers = Tiers::of(loaded);
+    let chosen = chosen_knobs(loaded, &opts.fit)?;
+    let seeds = if opts.seeds.is_empty() {
+        vec![loaded.scenario.run.seed]
+    } else {
+        opts.seeds.clone()
+    };
+    let search = Search {
+        loaded,
+        knobs: &chosen,
+        observed,
+        tiers,
+        per_point: seeds.len(),
+        seeds,
+        max_runs: opts.max_runs,
+        progress,
+        cache: Mutex::new(BTreeMap::new()),
+        runs: AtomicUsize::new(0),
+    };
+    let mut u: Vec<f64> = chosen.iter().map(|k| k.position(k.initial)).collect();
+    let start = search.start(&u)?;
+    let objective_initial = start.objective;
+    let mut best = start;
+    search.match_moments(&mut u, &mut best, &class_priorities(loaded));
+    search.polish(&mut u, &mut best);
+    Ok(search.calibration(&u, &best, objective_initial, opts.tolerance))
+}
+
+/// The knobs `--fit` names (every knob when it names none), refused when one is not a
+/// parameter of the scenario or when there is nothing to fit.
+fn chosen_knobs(loaded: &Loaded, fit: &[String]) -> Result<Vec<Knob>, CalibrateError> {
     let all = knobs(&loaded.scenario, &loaded.fabric);
-    let chosen: Vec<Knob> = if opts.fit.is_empty() {
+    let chosen: Vec<Knob> = if fit.is_empty() {
         all.clone()
     } else {
         let mut v = Vec::new();
-        for key in &opts.fit {
+        for key in fit {
             match all.iter().find(|k| &k.key() == key) {
                 Some(k) => v.push(k.clone()),
                 None => {
@@ -342,148 +373,201 @@ pub fn calibrate(
             "the scenario has no workload parameter to fit (flow lists and HPCC flow files are replayed as written)".into(),
         ));
     }
-    let seeds = if opts.seeds.is_empty() {
-        vec![loaded.scenario.run.seed]
-    } else {
-        opts.seeds.clone()
-    };
-    let per_point = seeds.len();
-    let cache: Mutex<BTreeMap<Vec<i64>, Point>> = Mutex::new(BTreeMap::new());
-    let runs = std::sync::atomic::AtomicUsize::new(0);
-    let eval = |u: &Vec<f64>| -> Option<Point> {
-        if let Some(p) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(&grid(u)) {
+    Ok(chosen)
+}
+
+/// What both stages of the search share: what is fitted and compared, the budget, and
+/// the points already simulated, so that the stages spend one budget and never run a
+/// point twice.
+struct Search<'a> {
+    loaded: &'a Loaded,
+    knobs: &'a [Knob],
+    observed: &'a [Figure],
+    tiers: Tiers,
+    seeds: Vec<u64>,
+    /// Runs per point: one per seed.
+    per_point: usize,
+    max_runs: usize,
+    progress: &'a (dyn Fn(usize, usize) + Sync),
+    cache: Mutex<BTreeMap<Vec<i64>, Point>>,
+    runs: AtomicUsize,
+}
+
+impl Search<'_> {
+    /// Simulated runs made so far.
+    fn runs(&self) -> usize {
+        self.runs.load(Ordering::Relaxed)
+    }
+
+    /// The scenario's own values: the point the fit starts from and is measured against,
+    /// which must run (a failure is the scenario's, not the search's).
+    fn start(&self, u: &[f64]) -> Result<Point, CalibrateError> {
+        let start = evaluate(
+            self.loaded,
+            self.knobs,
+            u,
+            self.observed,
+            &self.tiers,
+            &self.seeds,
+        )
+        .map_err(CalibrateError::Scenario)?;
+        self.runs.fetch_add(self.per_point, Ordering::Relaxed);
+        self.cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(grid(u), start.clone());
+        Ok(start)
+    }
+
+    /// A candidate's point, from the cache when it was simulated before; `None` when the
+    /// candidate does not run. Each simulated candidate is counted and reported.
+    fn eval(&self, u: &[f64]) -> Option<Point> {
+        if let Some(p) = self.cache.lock().unwrap_or_else(|e| e.into_inner()).get(&grid(u)) {
             return Some(p.clone());
         }
-        let p = evaluate(loaded, &chosen, u, observed, &tiers, &seeds).ok();
-        let done = runs.fetch_add(per_point, std::sync::atomic::Ordering::Relaxed) + per_point;
-        progress(done.min(opts.max_runs), opts.max_runs);
+        let p = evaluate(
+            self.loaded,
+            self.knobs,
+            u,
+            self.observed,
+            &self.tiers,
+            &self.seeds,
+        )
+        .ok();
+        let done = self.runs.fetch_add(self.per_point, Ordering::Relaxed) + self.per_point;
+        (self.progress)(done.min(self.max_runs), self.max_runs);
         if let Some(p) = &p {
-            cache
+            self.cache
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .insert(grid(u), p.clone());
         }
         p
-    };
-    let mut u: Vec<f64> = chosen.iter().map(|k| k.position(k.initial)).collect();
-    let start = evaluate(loaded, &chosen, &u, observed, &tiers, &seeds).map_err(CalibrateError::Scenario)?;
-    runs.fetch_add(per_point, std::sync::atomic::Ordering::Relaxed);
-    cache
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(grid(&u), start.clone());
-    let objective_initial = start.objective;
-    let mut best = start;
-    // First, moments: each class's load scaled by its observed over simulated host
-    // utilisation, each share by the crossing it shows, a few times over.
-    let classes = class_priorities(loaded);
-    for _ in 0..MOMENT_ROUNDS {
-        if runs.load(std::sync::atomic::Ordering::Relaxed) + per_point > opts.max_runs {
-            break;
-        }
-        let next = moment_step(&chosen, &u, &best.figures, observed, &classes);
-        if grid(&next) == grid(&u) {
-            break;
-        }
-        match eval(&next) {
-            Some(p) if p.objective < best.objective => {
-                best = p;
-                u = next;
+    }
+
+    /// First, moments: each class's load scaled by its observed over simulated host
+    /// utilisation, each share by the crossing it shows, a few times over, each round
+    /// kept only while it lowers the objective.
+    fn match_moments(&self, u: &mut Vec<f64>, best: &mut Point, classes: &BTreeMap<String, u8>) {
+        for _ in 0..MOMENT_ROUNDS {
+            if self.runs() + self.per_point > self.max_runs {
+                break;
             }
-            _ => break,
+            let next = moment_step(self.knobs, u, &best.figures, self.observed, classes);
+            if grid(&next) == grid(u) {
+                break;
+            }
+            match self.eval(&next) {
+                Some(p) if p.objective < best.objective => {
+                    *best = p;
+                    *u = next;
+                }
+                _ => break,
+            }
         }
     }
-    let mut step = POLISH_STEP;
-    while step >= MIN_STEP {
-        let used = runs.load(std::sync::atomic::Ordering::Relaxed);
-        let round = 2 * chosen.len() * per_point;
-        if used + round > opts.max_runs {
-            break;
-        }
-        let mut candidates: Vec<Vec<f64>> = Vec::new();
-        for i in 0..chosen.len() {
-            for dir in [-1.0, 1.0] {
-                let mut c = u.clone();
-                c[i] = (c[i] + dir * step).clamp(0.0, 1.0);
-                if grid(&c) != grid(&u) {
-                    candidates.push(c);
+
+    /// Then the compass search: every knob a step each way, the rounds' runs in
+    /// parallel, the step halved when no move helps, until the last step or the budget.
+    fn polish(&self, u: &mut Vec<f64>, best: &mut Point) {
+        let mut step = POLISH_STEP;
+        while step >= MIN_STEP {
+            let round = 2 * self.knobs.len() * self.per_point;
+            if self.runs() + round > self.max_runs {
+                break;
+            }
+            let mut candidates: Vec<Vec<f64>> = Vec::new();
+            for i in 0..self.knobs.len() {
+                for dir in [-1.0, 1.0] {
+                    let mut c = u.clone();
+                    c[i] = (c[i] + dir * step).clamp(0.0, 1.0);
+                    if grid(&c) != grid(u) {
+                        candidates.push(c);
+                    }
                 }
             }
+            let results: Vec<(Vec<f64>, Option<Point>)> = candidates
+                .into_par_iter()
+                .map(|c| {
+                    let p = self.eval(&c);
+                    (c, p)
+                })
+                .collect();
+            // The best candidate, ties to the first listed: the order is fixed, so the
+            // search is deterministic however the runs were scheduled.
+            let mut moved = false;
+            for (c, p) in results {
+                if let Some(p) = p
+                    && p.objective < best.objective
+                {
+                    *best = p;
+                    *u = c;
+                    moved = true;
+                }
+            }
+            if !moved {
+                step /= 2.0;
+            }
         }
-        let results: Vec<(Vec<f64>, Option<Point>)> = candidates
-            .into_par_iter()
-            .map(|c| {
-                let p = eval(&c);
-                (c, p)
+    }
+
+    /// The result at the search's last point `u`: the calibrated scenario, each knob's
+    /// fitted value and each observed figure's residual against `best`'s simulation.
+    fn calibration(&self, u: &[f64], best: &Point, objective_initial: f64, tolerance: f64) -> Calibration {
+        let mut scenario = self.loaded.scenario.clone();
+        for (k, &x) in self.knobs.iter().zip(u) {
+            k.set(&mut scenario, k.at(x));
+        }
+        let residuals: Vec<Residual> = self
+            .observed
+            .iter()
+            .map(|o| {
+                let f = best.figures.iter().find(|f| f.name == o.name);
+                let sim = f.map_or(0.0, |f| f.value);
+                let r = residual(sim, o);
+                Residual {
+                    name: o.name.clone(),
+                    unit: o.unit,
+                    observed: o.value,
+                    simulated: sim,
+                    residual: r,
+                    within: r.abs() <= tolerance,
+                    metrics: o.metrics.clone(),
+                }
             })
             .collect();
-        // The best candidate, ties to the first listed: the order is fixed, so the
-        // search is deterministic however the runs were scheduled.
-        let mut moved = false;
-        for (c, p) in results {
-            if let Some(p) = p
-                && p.objective < best.objective
-            {
-                best = p;
-                u = c;
-                moved = true;
-            }
-        }
-        if !moved {
-            step /= 2.0;
+        Calibration {
+            knobs: self
+                .knobs
+                .iter()
+                .zip(u)
+                .map(|(k, &x)| Fitted {
+                    key: k.key(),
+                    initial: k.initial,
+                    fitted: k.at(x),
+                    min: k.min,
+                    max: k.max,
+                    path: [
+                        "workloads".into(),
+                        k.workload.clone(),
+                        k.kind.into(),
+                        k.param.field().into(),
+                    ],
+                })
+                .collect(),
+            outside: residuals
+                .iter()
+                .filter(|r| !r.within)
+                .map(|r| r.name.clone())
+                .collect(),
+            residuals,
+            tolerance,
+            runs: self.runs(),
+            objective_initial,
+            objective: best.objective,
+            scenario,
         }
     }
-    let mut scenario = loaded.scenario.clone();
-    for (k, &x) in chosen.iter().zip(&u) {
-        k.set(&mut scenario, k.at(x));
-    }
-    let residuals: Vec<Residual> = observed
-        .iter()
-        .map(|o| {
-            let f = best.figures.iter().find(|f| f.name == o.name);
-            let sim = f.map_or(0.0, |f| f.value);
-            let r = residual(sim, o);
-            Residual {
-                name: o.name.clone(),
-                unit: o.unit,
-                observed: o.value,
-                simulated: sim,
-                residual: r,
-                within: r.abs() <= opts.tolerance,
-                metrics: o.metrics.clone(),
-            }
-        })
-        .collect();
-    Ok(Calibration {
-        knobs: chosen
-            .iter()
-            .zip(&u)
-            .map(|(k, &x)| Fitted {
-                key: k.key(),
-                initial: k.initial,
-                fitted: k.at(x),
-                min: k.min,
-                max: k.max,
-                path: [
-                    "workloads".into(),
-                    k.workload.clone(),
-                    k.kind.into(),
-                    k.param.field().into(),
-                ],
-            })
-            .collect(),
-        outside: residuals
-            .iter()
-            .filter(|r| !r.within)
-            .map(|r| r.name.clone())
-            .collect(),
-        residuals,
-        tolerance: opts.tolerance,
-        runs: runs.load(std::sync::atomic::Ordering::Relaxed),
-        objective_initial,
-        objective: best.objective,
-        scenario,
-    })
 }
 
 /// The calibrated scenario as TOML: `original` (the scenario file's text) with each
