@@ -154,6 +154,50 @@ impl Calibration {
     }
 }
 
+/// What a window offers to fit a scenario to ([`observed_figures`]).
+#[derive(Debug, Clone, Default)]
+pub struct Observed {
+    /// The figures to fit to: the counter figures, then the application figures the
+    /// scenario has a workload to compare with.
+    pub figures: Vec<Figure>,
+    /// Application figures left out: the scenario has no workload of their class (for a
+    /// collective time, no collective of it), so no run of it could ever match them.
+    pub left_out: Vec<Figure>,
+    /// Switches the window has counters of and the scenario does not, each once.
+    pub unknown_switches: Vec<String>,
+}
+
+/// Which of a window's figures a calibration of `loaded` fits to. Every counter figure
+/// of the scenario's tiers is kept; an application figure only when the scenario has
+/// something to simulate it with: a request p99 needs a workload of its class, a
+/// collective time a collective of its class (every kind of workload defaults to the
+/// training class, so the class alone would not do). The rest is returned apart, for
+/// the caller to say what was left out.
+pub fn observed_figures(w: &xirang_diagnose::window::Window, loaded: &Loaded) -> Observed {
+    let tiers = Tiers::of(loaded);
+    let mut unknown_switches = Vec::new();
+    let mut figures = figures(w, &tiers, &mut unknown_switches);
+    let mut left_out = Vec::new();
+    for f in app::figures(w).into_iter().chain(app::collective_figures(w)) {
+        let Some(a) = &f.app else { continue };
+        let collective = matches!(a, counters::AppFigure::CollectiveTime { .. });
+        let fits = loaded.scenario.workloads.values().any(|w| {
+            w.class() == a.class()
+                && (!collective || matches!(w, xirang_fabric::workload::Workload::Collective(_)))
+        });
+        if fits {
+            figures.push(f);
+        } else {
+            left_out.push(f);
+        }
+    }
+    Observed {
+        figures,
+        left_out,
+        unknown_switches,
+    }
+}
+
 fn residual(sim: f64, obs: &Figure) -> f64 {
     (sim - obs.value) / obs.value.abs().max(obs.floor)
 }
@@ -596,4 +640,85 @@ pub fn calibrated_toml(original: &str, c: &Calibration, header: &str) -> Result<
         *item = toml_edit::Item::Value(v);
     }
     Ok(format!("{header}{doc}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use xirang_diagnose::window::{Series, Window, metric_of};
+
+    use super::*;
+
+    fn series(metric: &str, labels: &[(&str, &str)], points: &[(i64, f64)]) -> Series {
+        Series {
+            metric: metric.into(),
+            labels: labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            points: points.to_vec(),
+        }
+    }
+
+    #[test]
+    fn application_figures_need_a_workload_to_simulate_them_with() {
+        // The twin: a collective of class `training`, an inference service of class
+        // `inference`.
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("test_data/twin.toml");
+        let loaded = xirang_fabric::scenario::Scenario::load(&path).unwrap();
+        let buckets = |class: &'static str| {
+            [("0.001", 5.0), ("+Inf", 10.0)].map(|(le, n)| {
+                series(
+                    app::REQUEST_BUCKETS,
+                    &[("class", class), ("le", le)],
+                    &[(0, 0.0), (1000, n)],
+                )
+            })
+        };
+        let collective = |class: &str| {
+            series(
+                app::COLLECTIVE_SECONDS,
+                &[("class", class)],
+                &[(0, 0.002), (1000, 0.004)],
+            )
+        };
+        let switch_bytes = |switch: &str| {
+            series(
+                &metric_of("SAI_PORT_STAT_IF_OUT_OCTETS"),
+                &[("switch", switch), ("port", "Ethernet0")],
+                &[(0, 0.0), (1000, 1e6)],
+            )
+        };
+        let mut w = Window {
+            source: "test".into(),
+            ..Window::default()
+        };
+        w.series.push(series(
+            &metric_of("port_xmit_data"),
+            &[("node", "h0"), ("device", "mlx5_0"), ("port", "1")],
+            &[(0, 0.0), (1000, 1e6)],
+        ));
+        w.series.extend(buckets("inference"));
+        w.series.extend(buckets("batch"));
+        w.series.push(collective("training"));
+        w.series.push(collective("inference"));
+        w.series.push(switch_bytes("ghost"));
+        w.series.push(switch_bytes("ghost"));
+
+        let o = observed_figures(&w, &loaded);
+        let names = |f: &[Figure]| f.iter().map(|f| f.name.clone()).collect::<Vec<_>>();
+        assert_eq!(
+            names(&o.figures),
+            [
+                "util host",
+                "request p99 (inference)",
+                "collective time (training)"
+            ]
+        );
+        // No workload of class `batch`; the inference service is no collective.
+        assert_eq!(
+            names(&o.left_out),
+            ["request p99 (batch)", "collective time (inference)"]
+        );
+        assert_eq!(o.unknown_switches, ["ghost"]);
+    }
 }
