@@ -650,177 +650,257 @@ fn ablate(
     spec: &xirang_fabric::tune::TuneSpec,
     mut eval: impl FnMut(usize, &[(String, ParamValue)]) -> Result<Vec<Score>, TuneError>,
 ) -> Result<(usize, Ablation), TuneError> {
-    let vendor_of = |name: &str| vendor.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone());
     let changed: Vec<(String, ParamValue)> = chosen
         .iter()
-        .filter(|(n, v)| vendor_of(n).as_ref() != Some(v))
+        .filter(|(n, v)| vendor_value(vendor, n).as_ref() != Some(v))
         .cloned()
         .collect();
     let before = units(&changed);
-    let with_changes = |changes: &[Unit]| {
-        let mut values = vendor.to_vec();
-        for (_, settings) in changes {
-            for (n, v) in settings {
-                set_value(&mut values, n, v.clone());
-            }
-        }
-        values
+    let current = eval(0, &with_changes(vendor, &before))?;
+    let mut a = Ablating {
+        vendor,
+        spec,
+        eval,
+        kept: vec![true; before.len()],
+        before,
+        k_next: 1,
+        current,
+        current_k: 0,
+        reverted: Vec::new(),
     };
-    // The units `kept` marks, less unit `i`.
-    let without_unit = |i: usize, kept: &[bool]| -> Vec<Unit> {
-        before
+    let alone = a.each_reverted_alone()?;
+    a.eliminate(alone)?;
+    a.repair()?;
+    let kept = a.contributions()?;
+    Ok((
+        a.current_k,
+        Ablation {
+            before: changed,
+            kept,
+            reverted: a.reverted,
+        },
+    ))
+}
+
+/// `vendor`'s value of setting `name`.
+fn vendor_value(vendor: &[(String, ParamValue)], name: &str) -> Option<ParamValue> {
+    vendor.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone())
+}
+
+/// The vendor's values with `changes` applied.
+fn with_changes(vendor: &[(String, ParamValue)], changes: &[Unit]) -> Vec<(String, ParamValue)> {
+    let mut values = vendor.to_vec();
+    for (_, settings) in changes {
+        for (n, v) in settings {
+            set_value(&mut values, n, v.clone());
+        }
+    }
+    values
+}
+
+/// The ablation in progress, shared by its passes: the changes and which are still kept,
+/// the configuration they make now with its scores, the next configuration's number (a
+/// fixed sequence whatever the passes find, so that a resumed tune reads the same
+/// configurations back), and what was reverted and why.
+struct Ablating<'a, F> {
+    vendor: &'a [(String, ParamValue)],
+    spec: &'a xirang_fabric::tune::TuneSpec,
+    eval: F,
+    before: Vec<Unit>,
+    kept: Vec<bool>,
+    k_next: usize,
+    current: Vec<Score>,
+    current_k: usize,
+    reverted: Vec<(String, Interval, String)>,
+}
+
+impl<F> Ablating<'_, F>
+where
+    F: FnMut(usize, &[(String, ParamValue)]) -> Result<Vec<Score>, TuneError>,
+{
+    /// The units `kept` marks, less unit `i`.
+    fn without_unit(&self, i: usize, kept: &[bool]) -> Vec<Unit> {
+        self.before
             .iter()
             .enumerate()
             .filter(|(j, _)| *j != i && kept[*j])
             .map(|(_, c)| c.clone())
             .collect()
-    };
-    let ci_seed = |k: usize| mix(spec.seed, (k as u64) ^ 0xab1a_7e00);
-    let mut k_next = 1usize;
-    let mut current_k = 0usize;
-    let mut current = eval(current_k, &with_changes(&before))?;
-    // Each change reverted alone.
-    let mut alone: Vec<(usize, Interval)> = Vec::new();
-    for i in 0..before.len() {
-        let rest = without_unit(i, &vec![true; before.len()]);
-        let k = k_next;
-        k_next += 1;
-        let without = eval(k, &with_changes(&rest))?;
-        alone.push((i, mean_interval(&paired(&without, &current), ci_seed(k))));
     }
-    alone.sort_by(|a, b| a.1.mean.total_cmp(&b.1.mean).then(a.0.cmp(&b.0)));
-    let mut kept: Vec<bool> = vec![true; before.len()];
-    let mut reverted = Vec::new();
-    for (i, cost_alone) in alone {
-        // Significantly worse to revert even alone: it stays.
-        if cost_alone.above_zero() {
-            continue;
-        }
-        let rest = without_unit(i, &kept);
-        let k = k_next;
-        k_next += 1;
-        let without = eval(k, &with_changes(&rest))?;
-        let cost = mean_interval(&paired(&without, &current), ci_seed(k));
-        // A revert may not break a constraint or a guardrail the configuration kept (a
-        // guardrail it already broke is the repair's below).
-        let feasible = without.iter().all(|s| s.violation.is_none())
-            && guardrail_excess(&without, spec) <= guardrail_excess(&current, spec);
-        if !cost.above_zero() && feasible {
-            kept[i] = false;
-            reverted.push((
-                before[i].0.clone(),
-                cost,
-                "not significantly worse to revert".to_string(),
-            ));
-            current = without;
-            current_k = k;
-        }
+
+    /// Scores the vendor with `changes` as the next configuration: its number and scores.
+    fn score_next(&mut self, changes: &[Unit]) -> Result<(usize, Vec<Score>), TuneError> {
+        let k = self.k_next;
+        self.k_next += 1;
+        let without = (self.eval)(k, &with_changes(self.vendor, changes))?;
+        Ok((k, without))
     }
-    // Repair: while the configuration is past a guardrail on these seeds, revert the kept
-    // change whose revert brings it back the most (the search judged the guardrails on
-    // its own seeds; these may disagree).
-    for _ in 0..REPAIR_STEPS {
-        let excess = guardrail_excess(&current, spec);
-        if excess <= 0.0 {
-            break;
+
+    /// The interval of configuration `k`'s objective difference from the current one.
+    fn cost(&self, without: &[Score], k: usize, paired_by: fn(&[Score], &[Score]) -> Vec<f64>) -> Interval {
+        mean_interval(
+            &paired_by(without, &self.current),
+            mix(self.spec.seed, (k as u64) ^ 0xab1a_7e00),
+        )
+    }
+
+    /// Whether a configuration keeps every constraint and goes no further past a guardrail
+    /// than the current one (a guardrail it already broke is the repair's).
+    fn allowed(&self, without: &[Score]) -> bool {
+        without.iter().all(|s| s.violation.is_none())
+            && guardrail_excess(without, self.spec) <= guardrail_excess(&self.current, self.spec)
+    }
+
+    /// Makes configuration `k` (unit `i` reverted) the current one.
+    fn revert(&mut self, i: usize, cost: Interval, why: String, without: Vec<Score>, k: usize) {
+        self.kept[i] = false;
+        self.reverted.push((self.before[i].0.clone(), cost, why));
+        self.current = without;
+        self.current_k = k;
+    }
+
+    /// Each change reverted alone, the rest kept: what reverting it costs, cheapest first
+    /// (ties to the earlier change), the order the elimination tries them in.
+    fn each_reverted_alone(&mut self) -> Result<Vec<(usize, Interval)>, TuneError> {
+        let mut alone: Vec<(usize, Interval)> = Vec::new();
+        for i in 0..self.before.len() {
+            let rest = self.without_unit(i, &vec![true; self.before.len()]);
+            let (k, without) = self.score_next(&rest)?;
+            alone.push((i, self.cost(&without, k, paired)));
         }
-        let mut best_fix: Option<(usize, f64, Vec<Score>, usize)> = None;
-        for i in (0..before.len()).filter(|i| kept[*i]) {
-            let rest = without_unit(i, &kept);
-            let k = k_next;
-            k_next += 1;
-            let without = eval(k, &with_changes(&rest))?;
-            let e = guardrail_excess(&without, spec);
-            if without.iter().all(|s| s.violation.is_none()) && best_fix.as_ref().is_none_or(|b| e < b.1) {
-                best_fix = Some((i, e, without, k));
+        alone.sort_by(|a, b| a.1.mean.total_cmp(&b.1.mean).then(a.0.cmp(&b.0)));
+        Ok(alone)
+    }
+
+    /// The elimination: each change, in `alone`'s order, reverted for good when the
+    /// result is not significantly worse and allowed.
+    fn eliminate(&mut self, alone: Vec<(usize, Interval)>) -> Result<(), TuneError> {
+        for (i, cost_alone) in alone {
+            // Significantly worse to revert even alone: it stays.
+            if cost_alone.above_zero() {
+                continue;
             }
-        }
-        match best_fix {
-            Some((i, e, without, k)) if e < excess => {
-                kept[i] = false;
-                let why = format!(
-                    "over its guardrails: {}",
-                    guardrail_broken(&current, spec).unwrap_or_else(|| "a class".into())
+            let rest = self.without_unit(i, &self.kept);
+            let (k, without) = self.score_next(&rest)?;
+            let cost = self.cost(&without, k, paired);
+            // A revert may not break a constraint or a guardrail the configuration kept (a
+            // guardrail it already broke is the repair's below).
+            if !cost.above_zero() && self.allowed(&without) {
+                self.revert(
+                    i,
+                    cost,
+                    "not significantly worse to revert".to_string(),
+                    without,
+                    k,
                 );
-                reverted.push((
-                    before[i].0.clone(),
-                    mean_interval(&paired(&without, &current), ci_seed(k)),
-                    why,
-                ));
-                current = without;
-                current_k = k;
             }
-            _ => break,
+        }
+        Ok(())
+    }
+
+    /// Repair: while the configuration is past a guardrail on these seeds, revert the kept
+    /// change whose revert brings it back the most (the search judged the guardrails on
+    /// its own seeds; these may disagree).
+    fn repair(&mut self) -> Result<(), TuneError> {
+        for _ in 0..REPAIR_STEPS {
+            let excess = guardrail_excess(&self.current, self.spec);
+            if excess <= 0.0 {
+                break;
+            }
+            let mut best_fix: Option<(usize, f64, Vec<Score>, usize)> = None;
+            let kept: Vec<usize> = (0..self.before.len()).filter(|i| self.kept[*i]).collect();
+            for i in kept {
+                let rest = self.without_unit(i, &self.kept);
+                let (k, without) = self.score_next(&rest)?;
+                let e = guardrail_excess(&without, self.spec);
+                if without.iter().all(|s| s.violation.is_none()) && best_fix.as_ref().is_none_or(|b| e < b.1)
+                {
+                    best_fix = Some((i, e, without, k));
+                }
+            }
+            match best_fix {
+                Some((i, e, without, k)) if e < excess => {
+                    let why = format!(
+                        "over its guardrails: {}",
+                        guardrail_broken(&self.current, self.spec).unwrap_or_else(|| "a class".into())
+                    );
+                    let cost = self.cost(&without, k, paired);
+                    self.revert(i, cost, why, without, k);
+                }
+                _ => break,
+            }
+        }
+        Ok(())
+    }
+
+    /// What each kept change is worth in the final configuration; a change that the others
+    /// have made redundant (its revert no longer significantly worse, and allowed) is
+    /// reverted and the rest judged again, until every kept change earns its place.
+    fn contributions(&mut self) -> Result<Vec<Contribution>, TuneError> {
+        loop {
+            let changes: Vec<(usize, Unit)> = self
+                .before
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| self.kept[*i])
+                .map(|(i, c)| (i, c.clone()))
+                .collect();
+            let mut judged: Vec<(usize, Contribution, Vec<Score>, usize, bool)> = Vec::new();
+            for (i, (name, settings)) in &changes {
+                let rest: Vec<_> = changes
+                    .iter()
+                    .filter(|(j, _)| j != i)
+                    .map(|(_, c)| c.clone())
+                    .collect();
+                let (k, without) = self.score_next(&rest)?;
+                let allowed = self.allowed(&without);
+                let revert_breaks = without.iter().find_map(|s| s.violation.clone()).or_else(|| {
+                    (!allowed)
+                        .then(|| guardrail_broken(&without, self.spec))
+                        .flatten()
+                });
+                let cost = if revert_breaks.is_some() {
+                    self.cost(&without, k, paired_relative)
+                } else {
+                    self.cost(&without, k, paired)
+                };
+                let c = Contribution {
+                    name: name.clone(),
+                    settings: settings
+                        .iter()
+                        .map(|(n, v)| {
+                            (
+                                n.clone(),
+                                vendor_value(self.vendor, n).unwrap_or_else(|| v.clone()),
+                                v.clone(),
+                            )
+                        })
+                        .collect(),
+                    without: cost,
+                    needed_for_guardrail: !allowed,
+                    revert_breaks,
+                };
+                judged.push((*i, c, without, k, allowed));
+            }
+            let weakest = judged
+                .iter()
+                .enumerate()
+                .filter(|(_, j)| j.4 && !j.1.without.above_zero())
+                .min_by(|a, b| a.1.1.without.mean.total_cmp(&b.1.1.without.mean))
+                .map(|(n, _)| n);
+            match weakest {
+                Some(n) => {
+                    let (i, c, without, k, _) = judged.swap_remove(n);
+                    self.kept[i] = false;
+                    self.reverted
+                        .push((c.name, c.without, "not significantly worse to revert".to_string()));
+                    self.current = without;
+                    self.current_k = k;
+                }
+                None => return Ok(judged.into_iter().map(|j| j.1).collect()),
+            }
         }
     }
-    // What each kept change is worth in the final configuration; a change that the others
-    // have made redundant (its revert no longer significantly worse, and allowed) is
-    // reverted and the rest judged again, until every kept change earns its place.
-    let contributions = loop {
-        let changes: Vec<(usize, Unit)> = before
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| kept[*i])
-            .map(|(i, c)| (i, c.clone()))
-            .collect();
-        let mut judged: Vec<(usize, Contribution, Vec<Score>, usize, bool)> = Vec::new();
-        for (i, (name, settings)) in &changes {
-            let rest: Vec<_> = changes
-                .iter()
-                .filter(|(j, _)| j != i)
-                .map(|(_, c)| c.clone())
-                .collect();
-            let k = k_next;
-            k_next += 1;
-            let without = eval(k, &with_changes(&rest))?;
-            let allowed = without.iter().all(|s| s.violation.is_none())
-                && guardrail_excess(&without, spec) <= guardrail_excess(&current, spec);
-            let revert_breaks = without
-                .iter()
-                .find_map(|s| s.violation.clone())
-                .or_else(|| (!allowed).then(|| guardrail_broken(&without, spec)).flatten());
-            let cost = if revert_breaks.is_some() {
-                mean_interval(&paired_relative(&without, &current), ci_seed(k))
-            } else {
-                mean_interval(&paired(&without, &current), ci_seed(k))
-            };
-            let c = Contribution {
-                name: name.clone(),
-                settings: settings
-                    .iter()
-                    .map(|(n, v)| (n.clone(), vendor_of(n).unwrap_or_else(|| v.clone()), v.clone()))
-                    .collect(),
-                without: cost,
-                needed_for_guardrail: !allowed,
-                revert_breaks,
-            };
-            judged.push((*i, c, without, k, allowed));
-        }
-        let weakest = judged
-            .iter()
-            .enumerate()
-            .filter(|(_, j)| j.4 && !j.1.without.above_zero())
-            .min_by(|a, b| a.1.1.without.mean.total_cmp(&b.1.1.without.mean))
-            .map(|(n, _)| n);
-        match weakest {
-            Some(n) => {
-                let (i, c, without, k, _) = judged.swap_remove(n);
-                kept[i] = false;
-                reverted.push((c.name, c.without, "not significantly worse to revert".to_string()));
-                current = without;
-                current_k = k;
-            }
-            None => break judged.into_iter().map(|j| j.1).collect::<Vec<_>>(),
-        }
-    };
-    Ok((
-        current_k,
-        Ablation {
-            before: changed,
-            kept: contributions,
-            reverted,
-        },
-    ))
 }
 
 /// Runs a whole tune: baselines, brackets, held-out evaluation.
