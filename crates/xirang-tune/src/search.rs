@@ -1579,6 +1579,80 @@ impl Search<'_> {
     }
 }
 
+impl Search<'_> {
+    /// The search proper: brackets of candidates proposed together and judged by
+    /// successive halving, until the budget of candidates is spent or, checked between
+    /// brackets, the time budget. Every candidate, and why the search stopped early if it
+    /// did.
+    fn search(
+        &self,
+        plan: &Plan,
+        space: &[Param],
+        models: &mut [Model],
+        t0: Instant,
+    ) -> Result<(Vec<Candidate>, Option<String>), TuneError> {
+        let mut candidates: Vec<Candidate> = Vec::new();
+        let mut stopped: Option<String> = None;
+        for bracket in 0..plan.brackets {
+            if bracket > 0
+                && let Some(b) = self.spec.time_budget_s
+                && t0.elapsed().as_secs_f64() >= b
+            {
+                stopped = Some(format!(
+                    "the search stopped after {bracket} of {} brackets ({} candidates): its {} time budget was spent",
+                    plan.brackets,
+                    candidates.len(),
+                    if b < 1.0 {
+                        format!("{:.0} ms", b * 1e3)
+                    } else {
+                        format!("{b:.0} s")
+                    }
+                ));
+                break;
+            }
+            let n = plan.bracket_size.min(plan.budget - bracket * plan.bracket_size);
+            let proposed = propose(space, models, self.spec.seed, bracket, candidates.len() as i64, n);
+            candidates.extend(self.bracket(bracket, &proposed, space, models)?);
+        }
+        Ok((candidates, stopped))
+    }
+
+    /// Which of the best candidate's changes earn their place: backward elimination on
+    /// the validation seeds, which neither chose the candidate nor report on it (no best
+    /// candidate: no ablation). With the runs it needed, the validation seeds' vendor
+    /// runs included, whether run or read back.
+    fn ablation(
+        &self,
+        best: Option<i64>,
+        candidates: &[Candidate],
+        vendor_values: &[(String, ParamValue)],
+    ) -> Result<(Option<(usize, Ablation)>, u64), TuneError> {
+        // The chosen candidate's values, settings its algorithms do not use set back to the
+        // vendor's.
+        let chosen: Vec<(String, ParamValue)> = match best {
+            Some(id) => crate::space::effective(
+                &candidates
+                    .iter()
+                    .find(|c| c.id == id)
+                    .expect("best exists")
+                    .values,
+                vendor_values,
+            ),
+            None => vendor_values.to_vec(),
+        };
+        let ablated_configs = std::cell::Cell::new(0u64);
+        let ablation = match best {
+            Some(_) => Some(ablate(&chosen, vendor_values, self.spec, |k, values| {
+                ablated_configs.set(ablated_configs.get() + 1);
+                self.scores_on(ABLATION_ID_BASE + k as i64, values, &self.seeds.validation)
+            })?),
+            None => None,
+        };
+        let runs = (ablated_configs.get() + 1) * self.seeds.validation.len() as u64;
+        Ok((ablation, runs))
+    }
+}
+
 /// [`tune`] with its simulations run by `runner`; the result is the same whatever runs
 /// them.
 ///
@@ -1598,28 +1672,7 @@ pub fn tune_with(
     let tiers = loaded.fabric.tiers();
     let base_seed = loaded.scenario.run.seed;
     let seeds = Seeds::of(base_seed, spec);
-    let budget = spec.budget.max(1) as usize;
-    let bracket_size = (budget / MIN_BRACKETS).clamp(MIN_BRACKET, MAX_BRACKET);
-    let brackets = budget.div_ceil(bracket_size);
-    // Runs per bracket: two seeds for all, half the seeds for a quarter, all seeds for the
-    // best.
-    let [_, second, third] = round_sizes(bracket_size);
-    let per_bracket = bracket_size * seeds.early.len()
-        + second * (seeds.half.len() - seeds.early.len())
-        + third * (seeds.search.len() - seeds.half.len());
-    // The ablation's runs depend on what it finds: about three configurations per changed
-    // setting on the validation seeds.
-    let ablation_estimate = 3 * space.len() * seeds.validation.len();
-    // About six points per swept setting: two ECN settings per tier and a kept change or
-    // two.
-    let sweep_estimate = (2 * tiers.len() + 2) * (SWEEP_OFFSETS.len() - 1) * seeds.sweep.len();
-    let total = (baselines.len() * (seeds.search.len() + seeds.held.len())
-        + seeds.validation.len()
-        + brackets * per_bracket
-        + ablation_estimate
-        + seeds.held.len()
-        + sweep_estimate) as u64;
-
+    let plan = Plan::of(spec, space, baselines, &seeds, tiers.len());
     let vendor = &baselines[0].config;
     let mut s = Search {
         eval,
@@ -1628,7 +1681,7 @@ pub fn tune_with(
         tiers,
         base_seed,
         vendor,
-        runs: Runs::new(eval, runner, progress, store, total)?,
+        runs: Runs::new(eval, runner, progress, store, plan.total)?,
         reference: HashMap::new(),
         seeds,
     };
@@ -1645,73 +1698,15 @@ pub fn tune_with(
     // The other baselines on every level; they also seed the models.
     let mut models: Vec<Model> = space.iter().map(Model::new).collect();
     let baseline_results = s.baselines(baselines, &mut models, space)?;
-
-    let mut candidates: Vec<Candidate> = Vec::new();
-    let mut stopped: Option<String> = None;
-    for bracket in 0..brackets {
-        if bracket > 0
-            && let Some(b) = spec.time_budget_s
-            && t0.elapsed().as_secs_f64() >= b
-        {
-            stopped = Some(format!(
-                "the search stopped after {bracket} of {brackets} brackets ({} candidates): its {} time budget was spent",
-                candidates.len(),
-                if b < 1.0 {
-                    format!("{:.0} ms", b * 1e3)
-                } else {
-                    format!("{b:.0} s")
-                }
-            ));
-            break;
-        }
-        let n = bracket_size.min(budget - bracket * bracket_size);
-        let proposed = propose(space, &mut models, spec.seed, bracket, candidates.len() as i64, n);
-        candidates.extend(s.bracket(bracket, &proposed, space, &mut models)?);
-    }
+    let (candidates, stopped) = s.search(&plan, space, &mut models, t0)?;
 
     let best = select(&candidates);
     let vendor_values: Vec<(String, ParamValue)> = space
         .iter()
         .filter_map(|p| value_of(vendor, &s.tiers, &p.name).map(|v| (p.name.clone(), v)))
         .collect();
-    // The chosen candidate's values, settings its algorithms do not use set back to the
-    // vendor's.
-    let chosen: Vec<(String, ParamValue)> = match best {
-        Some(id) => crate::space::effective(
-            &candidates
-                .iter()
-                .find(|c| c.id == id)
-                .expect("best exists")
-                .values,
-            &vendor_values,
-        ),
-        None => vendor_values.clone(),
-    };
-
-    // Which of the candidate's changes earn their place: backward elimination on the
-    // validation seeds, which neither chose the candidate nor report on it.
-    let ablated_configs = std::cell::Cell::new(0u64);
-    let ablation = match best {
-        Some(_) => Some(ablate(&chosen, &vendor_values, spec, |k, values| {
-            ablated_configs.set(ablated_configs.get() + 1);
-            s.scores_on(ABLATION_ID_BASE + k as i64, values, &s.seeds.validation)
-        })?),
-        None => None,
-    };
-    // The validation seeds' vendor runs and the ablation's, whether run or read back.
-    let ablation_runs = (ablated_configs.get() + 1) * s.seeds.validation.len() as u64;
-    // The tested recommendation: the candidate with only the kept changes (none kept: the
-    // vendor default stands, and there is nothing to test).
-    let tested: Option<(i64, Vec<(String, ParamValue)>)> =
-        ablation.as_ref().filter(|a| !a.1.kept.is_empty()).map(|a| {
-            let mut values = vendor_values.clone();
-            for c in &a.1.kept {
-                for (n, _, v) in &c.settings {
-                    set_value(&mut values, n, v.clone());
-                }
-            }
-            (ABLATION_ID_BASE + a.0 as i64, values)
-        });
+    let (ablation, ablation_runs) = s.ablation(best, &candidates, &vendor_values)?;
+    let tested = tested_of(ablation.as_ref(), &vendor_values);
     let ablation = ablation.map(|a| a.1);
 
     // Held-out seeds: the tested recommendation, with seeds added while its gain is
@@ -1722,39 +1717,18 @@ pub fn tune_with(
     };
     let gain = tested.as_ref().map(|_| gain_interval(&tested_scores, spec.seed));
     let guardrails: Vec<Guardrail> = if tested.is_some() {
-        eval.weights
-            .keys()
-            .map(|class| {
-                let changes: Vec<f64> = tested_scores
-                    .iter()
-                    .filter_map(|sc| sc.classes.get(class).map(|r| r - 1.0))
-                    .collect();
-                let change = mean_interval(&changes, mix(spec.seed, class.len() as u64));
-                let tolerance = spec.guardrail(class);
-                Guardrail {
-                    class: class.clone(),
-                    tolerance,
-                    margin: tolerance - change.mean,
-                    change,
-                }
-            })
-            .collect()
+        guardrails_of(eval.weights.keys(), &tested_scores, spec)
     } else {
         Vec::new()
     };
     let verdict = verdict_of(tested.is_some(), gain.as_ref(), &guardrails, ablation.is_some());
-    let (recommendation, config) = match (&verdict, &tested) {
+    let (recommendation, config, recommended_id) = match (&verdict, &tested) {
         (Verdict::Recommended, Some((id, values))) => {
             let values = crate::space::effective(values, &vendor_values);
             let config = s.config_of(*id, &values)?;
-            (values, config)
+            (values, config, *id)
         }
-        _ => (vendor_values.clone(), vendor.clone()),
-    };
-
-    let recommended_id = match (&verdict, &tested) {
-        (Verdict::Recommended, Some((id, _))) => *id,
-        _ => -1,
+        _ => (vendor_values.clone(), vendor.clone(), -1),
     };
     let kept_names: Vec<&str> = match (&verdict, &ablation) {
         (Verdict::Recommended, Some(a)) => a
@@ -1773,42 +1747,7 @@ pub fn tune_with(
             .as_ref()
             .map(|(id, _)| (*id, tested_scores.as_slice(), held.as_slice())),
     );
-    // Against the best baseline other than the vendor (lowest held-out mean): the tuned
-    // configuration's advantage per seed, paired on the seeds both ran; without one, the
-    // baseline's own gain over the vendor.
-    let best_baseline = held_out
-        .iter()
-        .filter(|h| h.name != "tuned" && h.name != "vendor")
-        .min_by(|a, b| a.mean().total_cmp(&b.mean()).then(a.name.cmp(&b.name)));
-    // Against every baseline: the tuned configuration's advantage per seed (its objective
-    // subtracted from the baseline's; +0.05: 5 % of the vendor's better), paired on the
-    // seeds both ran.
-    let versus_baselines: Vec<(String, Interval)> = match held_out.iter().find(|h| h.name == "tuned") {
-        Some(t) => held_out
-            .iter()
-            .filter(|h| h.name != "tuned")
-            .map(|b| {
-                let diffs: Vec<f64> = b
-                    .objectives
-                    .iter()
-                    .zip(&t.objectives)
-                    .map(|(x, y)| x - y)
-                    .collect();
-                (b.name.clone(), mean_interval(&diffs, mix(spec.seed, 0xba5e)))
-            })
-            .collect(),
-        None => Vec::new(),
-    };
-    // The best baseline's entry of that list (one interval per comparison, wherever it is
-    // shown); with nothing tested, the baseline's own gain over the vendor.
-    let versus_best_baseline =
-        best_baseline.map(|b| match versus_baselines.iter().find(|(n, _)| *n == b.name) {
-            Some(v) => v.clone(),
-            None => {
-                let gains: Vec<f64> = b.objectives.iter().map(|x| 1.0 - x).collect();
-                (b.name.clone(), mean_interval(&gains, mix(spec.seed, 0xba5e)))
-            }
-        });
+    let (versus_baselines, versus_best_baseline) = versus(&held_out, spec.seed);
     let runs = (*s.runs.ran.lock().expect("unpoisoned"), s.runs.read_back);
     Ok(TuneResult {
         search_stopped: stopped,
@@ -1834,6 +1773,144 @@ pub fn tune_with(
         runs,
         wall_s: t0.elapsed().as_secs_f64(),
     })
+}
+
+/// How a tune spends its budget of candidates: brackets of a size, proposed together and
+/// halved, and the runs the whole tune will need, for progress.
+struct Plan {
+    budget: usize,
+    bracket_size: usize,
+    brackets: usize,
+    /// Estimated runs of the whole tune (the ablation's and the sweeps' depend on what
+    /// they find).
+    total: u64,
+}
+
+impl Plan {
+    fn of(
+        spec: &xirang_fabric::tune::TuneSpec,
+        space: &[Param],
+        baselines: &[Baseline],
+        seeds: &Seeds,
+        tiers: usize,
+    ) -> Plan {
+        let budget = spec.budget.max(1) as usize;
+        let bracket_size = (budget / MIN_BRACKETS).clamp(MIN_BRACKET, MAX_BRACKET);
+        let brackets = budget.div_ceil(bracket_size);
+        // Runs per bracket: two seeds for all, half the seeds for a quarter, all seeds for the
+        // best.
+        let [_, second, third] = round_sizes(bracket_size);
+        let per_bracket = bracket_size * seeds.early.len()
+            + second * (seeds.half.len() - seeds.early.len())
+            + third * (seeds.search.len() - seeds.half.len());
+        // The ablation's runs depend on what it finds: about three configurations per changed
+        // setting on the validation seeds.
+        let ablation_estimate = 3 * space.len() * seeds.validation.len();
+        // About six points per swept setting: two ECN settings per tier and a kept change or
+        // two.
+        let sweep_estimate = (2 * tiers + 2) * (SWEEP_OFFSETS.len() - 1) * seeds.sweep.len();
+        let total = (baselines.len() * (seeds.search.len() + seeds.held.len())
+            + seeds.validation.len()
+            + brackets * per_bracket
+            + ablation_estimate
+            + seeds.held.len()
+            + sweep_estimate) as u64;
+        Plan {
+            budget,
+            bracket_size,
+            brackets,
+            total,
+        }
+    }
+}
+
+/// The tested recommendation: the ablated candidate with only the kept changes, numbered
+/// as the ablation's final configuration (none kept: the vendor default stands, and there
+/// is nothing to test).
+fn tested_of(
+    ablation: Option<&(usize, Ablation)>,
+    vendor_values: &[(String, ParamValue)],
+) -> Option<(i64, Vec<(String, ParamValue)>)> {
+    ablation.filter(|a| !a.1.kept.is_empty()).map(|a| {
+        let mut values = vendor_values.to_vec();
+        for c in &a.1.kept {
+            for (n, _, v) in &c.settings {
+                set_value(&mut values, n, v.clone());
+            }
+        }
+        (ABLATION_ID_BASE + a.0 as i64, values)
+    })
+}
+
+/// Each class's guardrail on the tested recommendation's held-out `scores`: how much
+/// worse than the vendor its metric got, against the class's tolerance.
+fn guardrails_of<'a>(
+    classes: impl Iterator<Item = &'a String>,
+    scores: &[Score],
+    spec: &xirang_fabric::tune::TuneSpec,
+) -> Vec<Guardrail> {
+    classes
+        .map(|class| {
+            let changes: Vec<f64> = scores
+                .iter()
+                .filter_map(|sc| sc.classes.get(class).map(|r| r - 1.0))
+                .collect();
+            let change = mean_interval(&changes, mix(spec.seed, class.len() as u64));
+            let tolerance = spec.guardrail(class);
+            Guardrail {
+                class: class.clone(),
+                tolerance,
+                margin: tolerance - change.mean,
+                change,
+            }
+        })
+        .collect()
+}
+
+/// A baseline's name and the tuned configuration's advantage over it per seed.
+type Versus = (String, Interval);
+
+/// The tuned configuration against the baselines on the held-out seeds: its advantage
+/// over each, and the best baseline's entry of that list (see
+/// [`TuneResult::versus_best_baseline`]).
+fn versus(held_out: &[HeldOut], seed: u64) -> (Vec<Versus>, Option<Versus>) {
+    // Against the best baseline other than the vendor (lowest held-out mean): the tuned
+    // configuration's advantage per seed, paired on the seeds both ran; without one, the
+    // baseline's own gain over the vendor.
+    let best_baseline = held_out
+        .iter()
+        .filter(|h| h.name != "tuned" && h.name != "vendor")
+        .min_by(|a, b| a.mean().total_cmp(&b.mean()).then(a.name.cmp(&b.name)));
+    // Against every baseline: the tuned configuration's advantage per seed (its objective
+    // subtracted from the baseline's; +0.05: 5 % of the vendor's better), paired on the
+    // seeds both ran.
+    let versus_baselines: Vec<(String, Interval)> = match held_out.iter().find(|h| h.name == "tuned") {
+        Some(t) => held_out
+            .iter()
+            .filter(|h| h.name != "tuned")
+            .map(|b| {
+                let diffs: Vec<f64> = b
+                    .objectives
+                    .iter()
+                    .zip(&t.objectives)
+                    .map(|(x, y)| x - y)
+                    .collect();
+                (b.name.clone(), mean_interval(&diffs, mix(seed, 0xba5e)))
+            })
+            .collect(),
+        None => Vec::new(),
+    };
+    // The best baseline's entry of that list (one interval per comparison, wherever it is
+    // shown); with nothing tested, the baseline's own gain over the vendor.
+    let versus_best_baseline =
+        best_baseline.map(|b| match versus_baselines.iter().find(|(n, _)| *n == b.name) {
+            Some(v) => v.clone(),
+            None => {
+                let gains: Vec<f64> = b.objectives.iter().map(|x| 1.0 - x).collect();
+                (b.name.clone(), mean_interval(&gains, mix(seed, 0xba5e)))
+            }
+        });
+    (versus_baselines, versus_best_baseline)
 }
 
 #[cfg(test)]
