@@ -7,6 +7,7 @@ use xirang_collective::cost::{Algo, Coll, Platform, Proto};
 use xirang_collective::nccl_tests::{self, TestRun};
 
 use crate::Outcome;
+use crate::args::{check_nics, host_platform, scenario_platform};
 use crate::cli::{AlgoArg, CollArg, NcclAdviseArgs, NcclCheckArgs, ProtoArg};
 use crate::cmd::{out, table};
 
@@ -44,38 +45,11 @@ impl From<ProtoArg> for Proto {
     }
 }
 
-/// The hosts a scenario describes (its first host), as the cost model sees them.
-pub(crate) fn scenario_platform(s: &std::path::Path) -> Result<Platform> {
-    let loaded = crate::cmd::load(s)?;
-    Platform::of_fabric(&loaded.fabric, &loaded.scenario.config, &[], 0)
-        .with_context(|| format!("{}: the scenario has no hosts", s.display()))
-}
-
-/// `--nics` and `--nic-gbps` within what a fabric can hold.
-pub(crate) fn check_nics(nics: Option<u32>, nic_gbps: Option<f64>) -> Result<()> {
-    let max_nics = xirang_fabric::limits::MAX_DEVICES_PER_HOST;
-    let max_gbps = xirang_fabric::limits::MAX_LINK_RATE_GBPS;
-    if let Some(n) = nics
-        && !(1..=max_nics).contains(&n)
-    {
-        bail!("--nics: expected 1..={max_nics} NICs per node, found {n}");
-    }
-    if let Some(g) = nic_gbps
-        && !(g.is_finite() && g > 0.0 && g <= max_gbps)
-    {
-        bail!(
-            "--nic-gbps: expected a rate above 0 and at most {max_gbps} Gbit/s, found {}",
-            xirang_fabric::limits::Num(g)
-        );
-    }
-    Ok(())
-}
-
 /// The hardware template: from a scenario's first host, or from the flags on top of the
 /// built-in defaults (H100 NVLink with NVSwitch).
 fn template(a: &NcclCheckArgs) -> Result<(Platform, String)> {
     if let Some(s) = &a.scenario {
-        return Ok((scenario_platform(s)?, format!("hosts as in {}", s.display())));
+        return Ok((host_platform(s)?, format!("hosts as in {}", s.display())));
     }
     check_nics(Some(a.nics), Some(a.nic_gbps))?;
     let p = Platform::of_nics(a.nics, a.nic_gbps);
@@ -242,7 +216,7 @@ fn render(f: &FileReport, tests: &[TestRun]) -> String {
 
 /// `xirang nccl advise [SCENARIO]`.
 pub(crate) fn advise(a: &NcclAdviseArgs) -> Result<Outcome> {
-    let (loaded, _, _) = crate::plan::scenario_platform(a.scenario.as_deref())?;
+    let (loaded, _, _) = scenario_platform(a.scenario.as_deref())?;
     let advice = xirang_collective::advise::advise(&loaded).map_err(|e| anyhow::anyhow!("{e}"))?;
     let layout = crate::layout::if_asked(&loaded, a.json);
     let mut env = advice.env_file(&loaded.scenario.name);
