@@ -19,10 +19,10 @@ use xirang_fabric::scenario::Override;
 use xirang_fabric::topology::{
     ExplicitTopology, GpuSpec, HostSpec, LinkSpec, NicSpec, PcieSwitchSpec, SwitchSpec,
 };
-use xirang_host::inventory::{PciFunction, PciRole, RoceEcn};
+use xirang_host::inventory::{HostInventory, PciFunction, PciRole, RoceEcn};
 use xirang_switch::sonic::{ConfigDb, WredProfile};
 
-use crate::cluster::Cluster;
+use crate::cluster::{Cable, Cluster};
 
 /// Delay of a cable whose length is unknown: the scenario default (1 µs, a few metres of
 /// fibre plus the switch's pipeline) is set by leaving `delay_ns` at its default.
@@ -48,69 +48,95 @@ fn pcie_switch_of(f: &PciFunction) -> String {
 /// Builds the explicit topology and the TOML of a scenario holding it.
 pub fn to_scenario(c: &Cluster, name: &str) -> (ExplicitTopology, String) {
     let mut topo = ExplicitTopology::default();
+    // Each NIC's and switch port's MTU, as `[[overrides]]` targets.
     let mut overrides: Vec<(String, u32)> = Vec::new();
     for h in &c.hosts {
-        let mut switches: BTreeMap<String, u8> = BTreeMap::new();
-        let mut spec = HostSpec {
-            name: h.hostname.clone(),
-            sockets: 1,
-            pcie_switches: Vec::new(),
-            gpus: Vec::new(),
-            nics: Vec::new(),
-        };
-        let mut add_switch = |f: &PciFunction| {
-            let key = pcie_switch_of(f);
-            let socket = f.numa_node.map_or(0, |n| u8::try_from(n).unwrap_or(u8::MAX));
-            switches.entry(key.clone()).or_insert(socket);
-            key
-        };
-        for (i, g) in h.pci.iter().filter(|f| f.role == PciRole::Gpu).enumerate() {
-            let Some(link) = pcie(g) else { continue };
-            spec.gpus.push(GpuSpec {
-                name: format!("GPU{i}"),
-                model: format!("{:04x}:{:04x}", g.vendor.unwrap_or(0), g.device.unwrap_or(0)),
-                pcie_switch: add_switch(g),
-                pcie: link,
-            });
-        }
-        for d in &h.rdma {
-            let Some(f) = d.pci.as_ref().and_then(|b| h.pci(b)) else {
-                continue;
-            };
-            let Some(link) = pcie(f) else { continue };
-            let speed = d.ports.iter().filter_map(|p| p.rate_gbps).fold(0.0_f64, f64::max);
-            // A RoCE LAG device is one NIC over its bond's members, a port each; its
-            // rate is one member's (docs/reference/nic-aggregation.md §2).
-            let members = h
-                .bonds
-                .iter()
-                .find(|b| b.roce_lag.as_deref() == Some(d.name.as_str()))
-                .map_or(0, |b| b.members.len());
-            spec.nics.push(NicSpec {
-                name: d.name.clone(),
-                model: d.hca_type.clone().unwrap_or_else(|| "unknown".into()),
-                firmware: d.fw_ver.clone().unwrap_or_default(),
-                pcie_switch: add_switch(f),
-                pcie: link,
-                ports: u16::try_from(d.ports.len().max(members).max(1)).unwrap_or(1),
-                speed_gbps: if speed > 0.0 { speed } else { 100.0 },
-            });
-            if let Some(m) = h.netdev_of(d).and_then(|n| n.mtu_bytes) {
-                overrides.push((format!("{}/{}", h.hostname, d.name), m));
+        topo.hosts.push(host_spec(h, &mut overrides));
+    }
+    let port_index = add_switches(c, &mut topo, &mut overrides);
+    if let Some(cab) = &c.cabling {
+        for cable in &cab.links {
+            if let Some(l) = cable_link(c, cable, &port_index) {
+                topo.links.push(l);
             }
         }
-        spec.sockets = switches
-            .values()
-            .copied()
-            .max()
-            .map_or(1, |m| m.saturating_add(1));
-        spec.pcie_switches = switches
-            .into_iter()
-            .map(|(name, socket)| PcieSwitchSpec { name, socket })
-            .collect();
-        topo.hosts.push(spec);
     }
-    // Switch ports: EthernetN in index order, so port numbers follow the front panel.
+    let text = scenario_text(c, name, &topo, overrides);
+    (topo, text)
+}
+
+/// A host as the model has it: its GPUs and RDMA NICs under the PCIe switches they hang
+/// under (a socket per NUMA node seen), with each NIC's MTU added to `overrides`.
+fn host_spec(h: &HostInventory, overrides: &mut Vec<(String, u32)>) -> HostSpec {
+    let mut switches: BTreeMap<String, u8> = BTreeMap::new();
+    let mut spec = HostSpec {
+        name: h.hostname.clone(),
+        sockets: 1,
+        pcie_switches: Vec::new(),
+        gpus: Vec::new(),
+        nics: Vec::new(),
+    };
+    let mut add_switch = |f: &PciFunction| {
+        let key = pcie_switch_of(f);
+        let socket = f.numa_node.map_or(0, |n| u8::try_from(n).unwrap_or(u8::MAX));
+        switches.entry(key.clone()).or_insert(socket);
+        key
+    };
+    for (i, g) in h.pci.iter().filter(|f| f.role == PciRole::Gpu).enumerate() {
+        let Some(link) = pcie(g) else { continue };
+        spec.gpus.push(GpuSpec {
+            name: format!("GPU{i}"),
+            model: format!("{:04x}:{:04x}", g.vendor.unwrap_or(0), g.device.unwrap_or(0)),
+            pcie_switch: add_switch(g),
+            pcie: link,
+        });
+    }
+    for d in &h.rdma {
+        let Some(f) = d.pci.as_ref().and_then(|b| h.pci(b)) else {
+            continue;
+        };
+        let Some(link) = pcie(f) else { continue };
+        let speed = d.ports.iter().filter_map(|p| p.rate_gbps).fold(0.0_f64, f64::max);
+        // A RoCE LAG device is one NIC over its bond's members, a port each; its
+        // rate is one member's (docs/reference/nic-aggregation.md §2).
+        let members = h
+            .bonds
+            .iter()
+            .find(|b| b.roce_lag.as_deref() == Some(d.name.as_str()))
+            .map_or(0, |b| b.members.len());
+        spec.nics.push(NicSpec {
+            name: d.name.clone(),
+            model: d.hca_type.clone().unwrap_or_else(|| "unknown".into()),
+            firmware: d.fw_ver.clone().unwrap_or_default(),
+            pcie_switch: add_switch(f),
+            pcie: link,
+            ports: u16::try_from(d.ports.len().max(members).max(1)).unwrap_or(1),
+            speed_gbps: if speed > 0.0 { speed } else { 100.0 },
+        });
+        if let Some(m) = h.netdev_of(d).and_then(|n| n.mtu_bytes) {
+            overrides.push((format!("{}/{}", h.hostname, d.name), m));
+        }
+    }
+    spec.sockets = switches
+        .values()
+        .copied()
+        .max()
+        .map_or(1, |m| m.saturating_add(1));
+    spec.pcie_switches = switches
+        .into_iter()
+        .map(|(name, socket)| PcieSwitchSpec { name, socket })
+        .collect();
+    spec
+}
+
+/// Adds the switches to `topo`, each port's MTU to `overrides`; returns each (switch,
+/// port name)'s port number, which the cabling is resolved against. Ports are EthernetN
+/// in index order, so port numbers follow the front panel.
+fn add_switches(
+    c: &Cluster,
+    topo: &mut ExplicitTopology,
+    overrides: &mut Vec<(String, u32)>,
+) -> BTreeMap<(String, String), u16> {
     let mut port_index: BTreeMap<(String, String), u16> = BTreeMap::new();
     for sw in &c.switches {
         let names = port_names(&sw.db);
@@ -141,63 +167,68 @@ pub fn to_scenario(c: &Cluster, name: &str) -> (ExplicitTopology, String) {
             ports: u16::try_from(names.len().max(1)).unwrap_or(u16::MAX),
         });
     }
-    if let Some(cab) = &c.cabling {
-        for cable in &cab.links {
-            let Some(&p) = port_index.get(&(cable.switch.clone(), cable.port.clone())) else {
-                continue;
-            };
-            let sw_end = format!("{}:{p}", cable.switch);
-            let sw_speed = c
-                .switch(&cable.switch)
-                .and_then(|s| s.db.ports.get(&cable.port))
-                .and_then(|p| p.speed_mbps)
-                .map(|m| m as f64 / 1000.0);
-            if let (Some(host), Some(nic)) = (&cable.host, &cable.nic) {
-                let h = c.hosts.iter().find(|x| &x.hostname == host);
-                // A bond member's cable ends at its port of the RoCE LAG device.
-                let member = h.and_then(|h| {
-                    h.bonds.iter().find_map(|b| {
-                        let lag = b.roce_lag.as_ref()?;
-                        let i = b.members.iter().position(|m| &m.name == nic)?;
-                        Some((h.rdma.iter().find(|d| &d.name == lag)?, i + 1))
-                    })
-                });
-                let dev = member.map(|(d, _)| d).or_else(|| {
-                    h.and_then(|h| h.rdma.iter().find(|d| &d.name == nic || d.netdevs.contains(nic)))
-                });
-                let Some(dev) = dev else { continue };
-                let end = match member {
-                    Some((_, port)) => format!("{host}/{}/{port}", dev.name),
-                    None => format!("{host}/{}", dev.name),
-                };
-                let rate = dev
-                    .ports
-                    .iter()
-                    .filter_map(|p| p.rate_gbps)
-                    .fold(0.0_f64, f64::max);
-                topo.links.push(LinkSpec {
-                    a: end,
-                    b: sw_end,
-                    rate_gbps: if rate > 0.0 {
-                        rate
-                    } else {
-                        sw_speed.unwrap_or(100.0)
-                    },
-                    delay_ns: default_delay(),
-                });
-            } else if let (Some(ps), Some(pp)) = (&cable.peer_switch, &cable.peer_port) {
-                let Some(&q) = port_index.get(&(ps.clone(), pp.clone())) else {
-                    continue;
-                };
-                topo.links.push(LinkSpec {
-                    a: sw_end,
-                    b: format!("{ps}:{q}"),
-                    rate_gbps: sw_speed.unwrap_or(100.0),
-                    delay_ns: default_delay(),
-                });
-            }
-        }
+    port_index
+}
+
+/// A cable as a link of the model: host NIC to switch port (a bond member's cable ends at
+/// its port of the RoCE LAG device), or switch to switch. `None` when an end is not in
+/// the inventory.
+fn cable_link(c: &Cluster, cable: &Cable, port_index: &BTreeMap<(String, String), u16>) -> Option<LinkSpec> {
+    let &p = port_index.get(&(cable.switch.clone(), cable.port.clone()))?;
+    let sw_end = format!("{}:{p}", cable.switch);
+    let sw_speed = c
+        .switch(&cable.switch)
+        .and_then(|s| s.db.ports.get(&cable.port))
+        .and_then(|p| p.speed_mbps)
+        .map(|m| m as f64 / 1000.0);
+    if let (Some(host), Some(nic)) = (&cable.host, &cable.nic) {
+        let h = c.hosts.iter().find(|x| &x.hostname == host);
+        // A bond member's cable ends at its port of the RoCE LAG device.
+        let member = h.and_then(|h| {
+            h.bonds.iter().find_map(|b| {
+                let lag = b.roce_lag.as_ref()?;
+                let i = b.members.iter().position(|m| &m.name == nic)?;
+                Some((h.rdma.iter().find(|d| &d.name == lag)?, i + 1))
+            })
+        });
+        let dev = member
+            .map(|(d, _)| d)
+            .or_else(|| h.and_then(|h| h.rdma.iter().find(|d| &d.name == nic || d.netdevs.contains(nic))))?;
+        let end = match member {
+            Some((_, port)) => format!("{host}/{}/{port}", dev.name),
+            None => format!("{host}/{}", dev.name),
+        };
+        let rate = dev
+            .ports
+            .iter()
+            .filter_map(|p| p.rate_gbps)
+            .fold(0.0_f64, f64::max);
+        Some(LinkSpec {
+            a: end,
+            b: sw_end,
+            rate_gbps: if rate > 0.0 {
+                rate
+            } else {
+                sw_speed.unwrap_or(100.0)
+            },
+            delay_ns: default_delay(),
+        })
+    } else if let (Some(ps), Some(pp)) = (&cable.peer_switch, &cable.peer_port) {
+        let &q = port_index.get(&(ps.clone(), pp.clone()))?;
+        Some(LinkSpec {
+            a: sw_end,
+            b: format!("{ps}:{q}"),
+            rate_gbps: sw_speed.unwrap_or(100.0),
+            delay_ns: default_delay(),
+        })
+    } else {
+        None
     }
+}
+
+/// The scenario file: a header saying where it came from, the explicit topology, and the
+/// MTUs as overrides.
+fn scenario_text(c: &Cluster, name: &str, topo: &ExplicitTopology, overrides: Vec<(String, u32)>) -> String {
     let mut text = format!(
         "# The fabric read by `xirang audit` ({} hosts, {} switches): the explicit topology and\n# the MTUs it found. Load it with `xirang scenario check`; add workloads to simulate it.\nname = {}\n\n",
         c.hosts.len(),
@@ -208,7 +239,7 @@ pub fn to_scenario(c: &Cluster, name: &str) -> (ExplicitTopology, String) {
     let mut t = toml::Table::new();
     t.insert(
         "explicit".into(),
-        toml::Value::try_from(&topo).unwrap_or(toml::Value::Table(toml::Table::new())),
+        toml::Value::try_from(topo).unwrap_or(toml::Value::Table(toml::Table::new())),
     );
     doc.insert("topology".into(), toml::Value::Table(t));
     text.push_str(&toml::to_string(&doc).unwrap_or_default());
@@ -218,7 +249,7 @@ pub fn to_scenario(c: &Cluster, name: &str) -> (ExplicitTopology, String) {
             toml_str(&target)
         ));
     }
-    (topo, text)
+    text
 }
 
 /// A switch's ports in front-panel order (EthernetN by N): index i is port i of the

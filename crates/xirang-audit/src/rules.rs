@@ -625,160 +625,178 @@ fn lspci_role(d: &xirang_host::parse::lspci::PciDevice) -> PciRole {
 /// `lspci -vvv` for PCIe links (every device it lists: a storage controller at x1 of x2 is
 /// found too), `nvidia-smi topo -m` for GPU-NIC distances.
 fn pcie_from_tools(c: &Cluster, out: &mut Vec<Finding>) {
-    const LSPCI: &str = "commands/lspci-vvv.txt";
-    const TOPO: &str = "commands/nvidia-smi-topo-m.txt";
     for h in &c.hosts {
         for d in h.tools.lspci.iter().flatten() {
-            let Some(sta) = &d.lnk_sta else { continue };
-            let role = lspci_role(d);
-            let gpu = role == PciRole::Gpu;
-            let cap = d.lnk_cap.as_ref();
-            let link_text =
-                |l: &xirang_host::parse::lspci::PcieLinkInfo| format!("{} GT/s x{}", l.speed_gts, l.width);
-            match h.pci(&d.bdf).and_then(|f| f.link) {
-                // Both read the same link: they must agree, except a GPU's speed, which
-                // changes with load between the two captures.
-                Some(l) => {
-                    let width_differs = l.cur_width != sta.width;
-                    let speed_differs = !gpu && (l.cur_speed_gts - sta.speed_gts).abs() > 1e-6;
-                    if width_differs || speed_differs {
-                        out.push(Finding {
-                            rule: "PHY-SOURCES-DISAGREE",
-                            severity: Severity::Warning,
-                            layer: Layer::Physical,
-                            entity: format!("{}/{}", h.hostname, d.bdf),
-                            message: format!(
-                                "sysfs says the link runs at {} GT/s x{}, lspci says {}: the captures were taken at different times or one of them is stale",
-                                l.cur_speed_gts,
-                                l.cur_width,
-                                link_text(sta)
-                            ),
-                            evidence: vec![
-                                ev(h, &format!("sys/bus/pci/devices/{}/current_link_width", d.bdf), l.cur_width),
-                                ev(h, &format!("sys/bus/pci/devices/{}/current_link_speed", d.bdf), format!("{} GT/s", l.cur_speed_gts)),
-                                ev(h, &format!("{LSPCI} {} LnkSta", d.bdf), link_text(sta)),
-                            ],
-                            fix: format!("recapture the host (`xirang host snapshot`) and read `lspci -vvv -s {}` beside the sysfs attributes; a link that changes width between reads is retraining (a marginal slot, riser or cable)", d.bdf),
-                        });
-                    }
-                }
-                None if d.is_downgraded() => {
-                    let narrow = cap.is_some_and(|c| sta.width < c.width);
-                    // An idle GPU trains its speed down and keeps its target (LnkCtl2).
-                    let idle_gpu = gpu && !narrow;
-                    let severity = if role == PciRole::Other || idle_gpu {
-                        Severity::Warning
-                    } else {
-                        Severity::Error
-                    };
-                    let what = match role {
-                        PciRole::Gpu => "GPU",
-                        PciRole::Nic => "NIC",
-                        _ => "device",
-                    };
-                    let mut evidence = vec![ev(h, &format!("{LSPCI} {} LnkSta", d.bdf), link_text(sta))];
-                    if let Some(c) = cap {
-                        evidence.push(ev(h, &format!("{LSPCI} {} LnkCap", d.bdf), link_text(c)));
-                    }
-                    out.push(Finding {
-                        rule: "PHY-PCIE-DOWNGRADE",
-                        severity,
-                        layer: Layer::Physical,
-                        entity: format!("{}/{}", h.hostname, d.bdf),
-                        message: format!(
-                            "{what} ({}) link trained at {}{} (lspci; sysfs has no link state for it)",
-                            d.description.chars().take(60).collect::<String>(),
-                            link_text(sta),
-                            cap.map(|c| format!(" of {}", link_text(c))).unwrap_or_else(|| " (lspci marks it downgraded)".into())
-                        ),
-                        evidence,
-                        fix: if idle_gpu {
-                            format!("re-check under load (`lspci -vvv -s {}` LnkSta); idle GPUs train down to save power", d.bdf)
-                        } else {
-                            format!("reseat the card or its riser, check the slot's bifurcation setting in the BIOS; confirm with `lspci -vvv -s {}` (LnkSta)", d.bdf)
-                        },
-                    });
-                }
-                None => {}
-            }
+            lspci_link(h, d, out);
         }
-        let Some(topo) = &h.tools.nvidia_topo else {
-            continue;
-        };
-        use xirang_host::parse::nvidia_topo::{Conn, DeviceKind};
-        let from_topo: Vec<(&str, &str, Conn)> = topo
-            .devices
-            .iter()
-            .filter(|d| d.kind == DeviceKind::Gpu)
-            .filter_map(|g| {
-                topo.nearest_nic(&g.name)
-                    .map(|(n, c)| (g.name.as_str(), topo.nic_name(n), c.clone()))
-            })
-            .collect();
-        let sysfs_gpus: Vec<&xirang_host::inventory::PciFunction> = h.gpus().collect();
-        let nics: Vec<_> = h
-            .rdma
-            .iter()
-            .filter_map(|d| d.pci.as_ref().and_then(|b| h.pci(b)))
-            .collect();
-        if sysfs_gpus.is_empty() || nics.is_empty() {
-            // sysfs shows no GPU (or no NIC's PCIe function): the matrix is the source.
-            for (gpu, nic, conn) in &from_topo {
-                if conn.rank() <= Conn::Pxb.rank() {
-                    continue;
-                }
-                let sys = *conn == Conn::Sys;
-                out.push(Finding {
-                    rule: "PHY-PCIE-AFFINITY",
-                    severity: if sys { Severity::Error } else { Severity::Warning },
-                    layer: Layer::Physical,
-                    entity: format!("{}/{gpu}", h.hostname),
-                    message: format!(
-                        "GPU's nearest NIC {nic} is {} (nvidia-smi topo -m): {}",
-                        conn.code(),
-                        if sys {
-                            "on another socket; every transfer crosses the CPU interconnect"
-                        } else {
-                            "not under a shared PCIe switch, so NCCL disables GPUDirect RDMA at its default NCCL_NET_GDR_LEVEL (PXB)"
-                        }
-                    ),
-                    evidence: vec![ev(h, &format!("{TOPO} {gpu}"), format!("nearest NIC {nic}: {}", conn.code()))],
-                    fix: "move the NIC (or GPU) to a slot under the same PCIe switch, or pin the job's ranks to the NIC's socket and set NCCL_NET_GDR_LEVEL deliberately".into(),
-                });
-            }
-        } else {
-            // Both speak: each GPU's nearest-NIC distance, as two sorted lists (the matrix
-            // names GPUs by index, sysfs by address).
-            let mut a: Vec<String> = sysfs_gpus
-                .iter()
-                .filter_map(|g| {
-                    nics.iter()
-                        .map(|n| g.distance(n))
-                        .min()
-                        .map(|d| d.code().to_string())
-                })
-                .collect();
-            let mut b: Vec<String> = from_topo.iter().map(|x| x.2.code()).collect();
-            a.sort();
-            b.sort();
-            if a != b {
+        if let Some(topo) = &h.tools.nvidia_topo {
+            nvidia_topo_affinity(h, topo, out);
+        }
+    }
+}
+
+/// Where `lspci -vvv` was captured.
+const LSPCI: &str = "commands/lspci-vvv.txt";
+/// Where `nvidia-smi topo -m` was captured.
+const TOPO: &str = "commands/nvidia-smi-topo-m.txt";
+
+/// One device's link as lspci saw it: against sysfs's reading of the same link, or, where
+/// sysfs has none, on its own (trained below its capability).
+fn lspci_link(h: &HostInventory, d: &xirang_host::parse::lspci::PciDevice, out: &mut Vec<Finding>) {
+    let Some(sta) = &d.lnk_sta else { return };
+    let role = lspci_role(d);
+    let gpu = role == PciRole::Gpu;
+    let cap = d.lnk_cap.as_ref();
+    let link_text =
+        |l: &xirang_host::parse::lspci::PcieLinkInfo| format!("{} GT/s x{}", l.speed_gts, l.width);
+    match h.pci(&d.bdf).and_then(|f| f.link) {
+        // Both read the same link: they must agree, except a GPU's speed, which
+        // changes with load between the two captures.
+        Some(l) => {
+            let width_differs = l.cur_width != sta.width;
+            let speed_differs = !gpu && (l.cur_speed_gts - sta.speed_gts).abs() > 1e-6;
+            if width_differs || speed_differs {
                 out.push(Finding {
                     rule: "PHY-SOURCES-DISAGREE",
                     severity: Severity::Warning,
                     layer: Layer::Physical,
-                    entity: format!("{}/gpu-nic", h.hostname),
+                    entity: format!("{}/{}", h.hostname, d.bdf),
                     message: format!(
-                        "each GPU's nearest NIC is [{}] by sysfs but [{}] by nvidia-smi topo -m: one capture is partial or from another boot",
-                        a.join(", "),
-                        b.join(", ")
+                        "sysfs says the link runs at {} GT/s x{}, lspci says {}: the captures were taken at different times or one of them is stale",
+                        l.cur_speed_gts,
+                        l.cur_width,
+                        link_text(sta)
                     ),
                     evidence: vec![
-                        ev(h, "sys/bus/pci/devices", format!("{} GPU(s), {} NIC(s)", sysfs_gpus.len(), nics.len())),
-                        ev(h, TOPO, format!("{} GPU(s)", from_topo.len())),
+                        ev(h, &format!("sys/bus/pci/devices/{}/current_link_width", d.bdf), l.cur_width),
+                        ev(h, &format!("sys/bus/pci/devices/{}/current_link_speed", d.bdf), format!("{} GT/s", l.cur_speed_gts)),
+                        ev(h, &format!("{LSPCI} {} LnkSta", d.bdf), link_text(sta)),
                     ],
-                    fix: "recapture the host (`xirang host snapshot`) so sysfs and the tools come from one moment; if they still differ, trust sysfs and check the driver's view (`nvidia-smi -q`)".into(),
+                    fix: format!("recapture the host (`xirang host snapshot`) and read `lspci -vvv -s {}` beside the sysfs attributes; a link that changes width between reads is retraining (a marginal slot, riser or cable)", d.bdf),
                 });
             }
+        }
+        None if d.is_downgraded() => {
+            let narrow = cap.is_some_and(|c| sta.width < c.width);
+            // An idle GPU trains its speed down and keeps its target (LnkCtl2).
+            let idle_gpu = gpu && !narrow;
+            let severity = if role == PciRole::Other || idle_gpu {
+                Severity::Warning
+            } else {
+                Severity::Error
+            };
+            let what = match role {
+                PciRole::Gpu => "GPU",
+                PciRole::Nic => "NIC",
+                _ => "device",
+            };
+            let mut evidence = vec![ev(h, &format!("{LSPCI} {} LnkSta", d.bdf), link_text(sta))];
+            if let Some(c) = cap {
+                evidence.push(ev(h, &format!("{LSPCI} {} LnkCap", d.bdf), link_text(c)));
+            }
+            out.push(Finding {
+                rule: "PHY-PCIE-DOWNGRADE",
+                severity,
+                layer: Layer::Physical,
+                entity: format!("{}/{}", h.hostname, d.bdf),
+                message: format!(
+                    "{what} ({}) link trained at {}{} (lspci; sysfs has no link state for it)",
+                    d.description.chars().take(60).collect::<String>(),
+                    link_text(sta),
+                    cap.map(|c| format!(" of {}", link_text(c))).unwrap_or_else(|| " (lspci marks it downgraded)".into())
+                ),
+                evidence,
+                fix: if idle_gpu {
+                    format!("re-check under load (`lspci -vvv -s {}` LnkSta); idle GPUs train down to save power", d.bdf)
+                } else {
+                    format!("reseat the card or its riser, check the slot's bifurcation setting in the BIOS; confirm with `lspci -vvv -s {}` (LnkSta)", d.bdf)
+                },
+            });
+        }
+        None => {}
+    }
+}
+
+/// GPU-NIC distances by `nvidia-smi topo -m`: the source of the affinity findings when
+/// sysfs shows no GPU or no NIC, otherwise checked against sysfs's distances.
+fn nvidia_topo_affinity(
+    h: &HostInventory,
+    topo: &xirang_host::parse::nvidia_topo::TopoMatrix,
+    out: &mut Vec<Finding>,
+) {
+    use xirang_host::parse::nvidia_topo::{Conn, DeviceKind};
+    let from_topo: Vec<(&str, &str, Conn)> = topo
+        .devices
+        .iter()
+        .filter(|d| d.kind == DeviceKind::Gpu)
+        .filter_map(|g| {
+            topo.nearest_nic(&g.name)
+                .map(|(n, c)| (g.name.as_str(), topo.nic_name(n), c.clone()))
+        })
+        .collect();
+    let sysfs_gpus: Vec<&xirang_host::inventory::PciFunction> = h.gpus().collect();
+    let nics: Vec<_> = h
+        .rdma
+        .iter()
+        .filter_map(|d| d.pci.as_ref().and_then(|b| h.pci(b)))
+        .collect();
+    if sysfs_gpus.is_empty() || nics.is_empty() {
+        // sysfs shows no GPU (or no NIC's PCIe function): the matrix is the source.
+        for (gpu, nic, conn) in &from_topo {
+            if conn.rank() <= Conn::Pxb.rank() {
+                continue;
+            }
+            let sys = *conn == Conn::Sys;
+            out.push(Finding {
+                rule: "PHY-PCIE-AFFINITY",
+                severity: if sys { Severity::Error } else { Severity::Warning },
+                layer: Layer::Physical,
+                entity: format!("{}/{gpu}", h.hostname),
+                message: format!(
+                    "GPU's nearest NIC {nic} is {} (nvidia-smi topo -m): {}",
+                    conn.code(),
+                    if sys {
+                        "on another socket; every transfer crosses the CPU interconnect"
+                    } else {
+                        "not under a shared PCIe switch, so NCCL disables GPUDirect RDMA at its default NCCL_NET_GDR_LEVEL (PXB)"
+                    }
+                ),
+                evidence: vec![ev(h, &format!("{TOPO} {gpu}"), format!("nearest NIC {nic}: {}", conn.code()))],
+                fix: "move the NIC (or GPU) to a slot under the same PCIe switch, or pin the job's ranks to the NIC's socket and set NCCL_NET_GDR_LEVEL deliberately".into(),
+            });
+        }
+    } else {
+        // Both speak: each GPU's nearest-NIC distance, as two sorted lists (the matrix
+        // names GPUs by index, sysfs by address).
+        let mut a: Vec<String> = sysfs_gpus
+            .iter()
+            .filter_map(|g| {
+                nics.iter()
+                    .map(|n| g.distance(n))
+                    .min()
+                    .map(|d| d.code().to_string())
+            })
+            .collect();
+        let mut b: Vec<String> = from_topo.iter().map(|x| x.2.code()).collect();
+        a.sort();
+        b.sort();
+        if a != b {
+            out.push(Finding {
+                rule: "PHY-SOURCES-DISAGREE",
+                severity: Severity::Warning,
+                layer: Layer::Physical,
+                entity: format!("{}/gpu-nic", h.hostname),
+                message: format!(
+                    "each GPU's nearest NIC is [{}] by sysfs but [{}] by nvidia-smi topo -m: one capture is partial or from another boot",
+                    a.join(", "),
+                    b.join(", ")
+                ),
+                evidence: vec![
+                    ev(h, "sys/bus/pci/devices", format!("{} GPU(s), {} NIC(s)", sysfs_gpus.len(), nics.len())),
+                    ev(h, TOPO, format!("{} GPU(s)", from_topo.len())),
+                ],
+                fix: "recapture the host (`xirang host snapshot`) so sysfs and the tools come from one moment; if they still differ, trust sysfs and check the driver's view (`nvidia-smi -q`)".into(),
+            });
         }
     }
 }

@@ -248,6 +248,16 @@ impl Sums {
 /// series in the window is left out (a fleet without switch telemetry has no switch
 /// figures); `unknown` receives the switches the fabric model does not have.
 pub fn figures(w: &Window, tiers: &Tiers, unknown: &mut Vec<String>) -> Vec<Figure> {
+    let sums = sums(w, tiers, unknown);
+    let mut out = Vec::new();
+    util_figures(&sums, tiers, &mut out);
+    congestion_figures(&sums, tiers, &mut out);
+    out
+}
+
+/// The window's counter rates summed by role, tier and priority: every figure is a
+/// ratio of these sums, so a series counts once whichever figures use it.
+fn sums(w: &Window, tiers: &Tiers, unknown: &mut Vec<String>) -> Sums {
     let seconds_per_unit = if w.relative { 1e-6 } else { 1e-3 };
     let by_metric: BTreeMap<String, Role> = roles().into_iter().map(|(c, r)| (metric_of(&c), r)).collect();
     let mut sums = Sums::default();
@@ -298,8 +308,13 @@ pub fn figures(w: &Window, tiers: &Tiers, unknown: &mut Vec<String>) -> Vec<Figu
             *sums.by.entry((role_key(role), tier, prio)).or_default() += r;
         }
     }
+    sums
+}
+
+/// Utilisation, host tier first, then each switch tier: the figures the workload
+/// parameters set directly, so the only counter figures that steer the fit.
+fn util_figures(sums: &Sums, tiers: &Tiers, out: &mut Vec<Figure>) {
     let m = |c: &str| metric_of(c);
-    let mut out = Vec::new();
     // Utilisation per class (priority) where the counters have it, which is what tells
     // one class's load from another's; the port totals otherwise.
     let per_prio_nic = sums.seen(Role::NicTxPrioBytes) && !tiers.priorities.is_empty();
@@ -354,6 +369,12 @@ pub fn figures(w: &Window, tiers: &Tiers, unknown: &mut Vec<String>) -> Vec<Figu
             ));
         }
     }
+}
+
+/// ECN marking, CNPs, NIC pause time and switch PFC frames: held to the tolerance but
+/// weighted out of the fit ([`CONGESTION_WEIGHT`]).
+fn congestion_figures(sums: &Sums, tiers: &Tiers, out: &mut Vec<Figure>) {
+    let m = |c: &str| metric_of(c);
     for &tier in tiers.switch_capacity.keys() {
         if sums.seen(Role::QueueEcnMarked) && sums.seen(Role::QueuePackets) {
             let pkts = sums.get(Role::QueuePackets, Some(tier));
@@ -418,7 +439,6 @@ pub fn figures(w: &Window, tiers: &Tiers, unknown: &mut Vec<String>) -> Vec<Figu
             });
         }
     }
-    out
 }
 
 /// The window of a finished simulated run: its final counters over its simulated length.

@@ -31,6 +31,7 @@ pub mod twin;
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rayon::prelude::*;
 use serde::Serialize;
@@ -150,6 +151,50 @@ impl Calibration {
     /// Whether every figure is within the tolerance.
     pub fn holds(&self) -> bool {
         self.outside.is_empty()
+    }
+}
+
+/// What a window offers to fit a scenario to ([`observed_figures`]).
+#[derive(Debug, Clone, Default)]
+pub struct Observed {
+    /// The figures to fit to: the counter figures, then the application figures the
+    /// scenario has a workload to compare with.
+    pub figures: Vec<Figure>,
+    /// Application figures left out: the scenario has no workload of their class (for a
+    /// collective time, no collective of it), so no run of it could ever match them.
+    pub left_out: Vec<Figure>,
+    /// Switches the window has counters of and the scenario does not, each once.
+    pub unknown_switches: Vec<String>,
+}
+
+/// Which of a window's figures a calibration of `loaded` fits to. Every counter figure
+/// of the scenario's tiers is kept; an application figure only when the scenario has
+/// something to simulate it with: a request p99 needs a workload of its class, a
+/// collective time a collective of its class (every kind of workload defaults to the
+/// training class, so the class alone would not do). The rest is returned apart, for
+/// the caller to say what was left out.
+pub fn observed_figures(w: &xirang_diagnose::window::Window, loaded: &Loaded) -> Observed {
+    let tiers = Tiers::of(loaded);
+    let mut unknown_switches = Vec::new();
+    let mut figures = figures(w, &tiers, &mut unknown_switches);
+    let mut left_out = Vec::new();
+    for f in app::figures(w).into_iter().chain(app::collective_figures(w)) {
+        let Some(a) = &f.app else { continue };
+        let collective = matches!(a, counters::AppFigure::CollectiveTime { .. });
+        let fits = loaded.scenario.workloads.values().any(|w| {
+            w.class() == a.class()
+                && (!collective || matches!(w, xirang_fabric::workload::Workload::Collective(_)))
+        });
+        if fits {
+            figures.push(f);
+        } else {
+            left_out.push(f);
+        }
+    }
+    Observed {
+        figures,
+        left_out,
+        unknown_switches,
     }
 }
 
@@ -319,12 +364,42 @@ pub fn calibrate(
         )));
     }
     let tiers = Tiers::of(loaded);
+    let chosen = chosen_knobs(loaded, &opts.fit)?;
+    let seeds = if opts.seeds.is_empty() {
+        vec![loaded.scenario.run.seed]
+    } else {
+        opts.seeds.clone()
+    };
+    let search = Search {
+        loaded,
+        knobs: &chosen,
+        observed,
+        tiers,
+        per_point: seeds.len(),
+        seeds,
+        max_runs: opts.max_runs,
+        progress,
+        cache: Mutex::new(BTreeMap::new()),
+        runs: AtomicUsize::new(0),
+    };
+    let mut u: Vec<f64> = chosen.iter().map(|k| k.position(k.initial)).collect();
+    let start = search.start(&u)?;
+    let objective_initial = start.objective;
+    let mut best = start;
+    search.match_moments(&mut u, &mut best, &class_priorities(loaded));
+    search.polish(&mut u, &mut best);
+    Ok(search.calibration(&u, &best, objective_initial, opts.tolerance))
+}
+
+/// The knobs `--fit` names (every knob when it names none), refused when one is not a
+/// parameter of the scenario or when there is nothing to fit.
+fn chosen_knobs(loaded: &Loaded, fit: &[String]) -> Result<Vec<Knob>, CalibrateError> {
     let all = knobs(&loaded.scenario, &loaded.fabric);
-    let chosen: Vec<Knob> = if opts.fit.is_empty() {
+    let chosen: Vec<Knob> = if fit.is_empty() {
         all.clone()
     } else {
         let mut v = Vec::new();
-        for key in &opts.fit {
+        for key in fit {
             match all.iter().find(|k| &k.key() == key) {
                 Some(k) => v.push(k.clone()),
                 None => {
@@ -342,148 +417,201 @@ pub fn calibrate(
             "the scenario has no workload parameter to fit (flow lists and HPCC flow files are replayed as written)".into(),
         ));
     }
-    let seeds = if opts.seeds.is_empty() {
-        vec![loaded.scenario.run.seed]
-    } else {
-        opts.seeds.clone()
-    };
-    let per_point = seeds.len();
-    let cache: Mutex<BTreeMap<Vec<i64>, Point>> = Mutex::new(BTreeMap::new());
-    let runs = std::sync::atomic::AtomicUsize::new(0);
-    let eval = |u: &Vec<f64>| -> Option<Point> {
-        if let Some(p) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(&grid(u)) {
+    Ok(chosen)
+}
+
+/// What both stages of the search share: what is fitted and compared, the budget, and
+/// the points already simulated, so that the stages spend one budget and never run a
+/// point twice.
+struct Search<'a> {
+    loaded: &'a Loaded,
+    knobs: &'a [Knob],
+    observed: &'a [Figure],
+    tiers: Tiers,
+    seeds: Vec<u64>,
+    /// Runs per point: one per seed.
+    per_point: usize,
+    max_runs: usize,
+    progress: &'a (dyn Fn(usize, usize) + Sync),
+    cache: Mutex<BTreeMap<Vec<i64>, Point>>,
+    runs: AtomicUsize,
+}
+
+impl Search<'_> {
+    /// Simulated runs made so far.
+    fn runs(&self) -> usize {
+        self.runs.load(Ordering::Relaxed)
+    }
+
+    /// The scenario's own values: the point the fit starts from and is measured against,
+    /// which must run (a failure is the scenario's, not the search's).
+    fn start(&self, u: &[f64]) -> Result<Point, CalibrateError> {
+        let start = evaluate(
+            self.loaded,
+            self.knobs,
+            u,
+            self.observed,
+            &self.tiers,
+            &self.seeds,
+        )
+        .map_err(CalibrateError::Scenario)?;
+        self.runs.fetch_add(self.per_point, Ordering::Relaxed);
+        self.cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(grid(u), start.clone());
+        Ok(start)
+    }
+
+    /// A candidate's point, from the cache when it was simulated before; `None` when the
+    /// candidate does not run. Each simulated candidate is counted and reported.
+    fn eval(&self, u: &[f64]) -> Option<Point> {
+        if let Some(p) = self.cache.lock().unwrap_or_else(|e| e.into_inner()).get(&grid(u)) {
             return Some(p.clone());
         }
-        let p = evaluate(loaded, &chosen, u, observed, &tiers, &seeds).ok();
-        let done = runs.fetch_add(per_point, std::sync::atomic::Ordering::Relaxed) + per_point;
-        progress(done.min(opts.max_runs), opts.max_runs);
+        let p = evaluate(
+            self.loaded,
+            self.knobs,
+            u,
+            self.observed,
+            &self.tiers,
+            &self.seeds,
+        )
+        .ok();
+        let done = self.runs.fetch_add(self.per_point, Ordering::Relaxed) + self.per_point;
+        (self.progress)(done.min(self.max_runs), self.max_runs);
         if let Some(p) = &p {
-            cache
+            self.cache
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .insert(grid(u), p.clone());
         }
         p
-    };
-    let mut u: Vec<f64> = chosen.iter().map(|k| k.position(k.initial)).collect();
-    let start = evaluate(loaded, &chosen, &u, observed, &tiers, &seeds).map_err(CalibrateError::Scenario)?;
-    runs.fetch_add(per_point, std::sync::atomic::Ordering::Relaxed);
-    cache
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(grid(&u), start.clone());
-    let objective_initial = start.objective;
-    let mut best = start;
-    // First, moments: each class's load scaled by its observed over simulated host
-    // utilisation, each share by the crossing it shows, a few times over.
-    let classes = class_priorities(loaded);
-    for _ in 0..MOMENT_ROUNDS {
-        if runs.load(std::sync::atomic::Ordering::Relaxed) + per_point > opts.max_runs {
-            break;
-        }
-        let next = moment_step(&chosen, &u, &best.figures, observed, &classes);
-        if grid(&next) == grid(&u) {
-            break;
-        }
-        match eval(&next) {
-            Some(p) if p.objective < best.objective => {
-                best = p;
-                u = next;
+    }
+
+    /// First, moments: each class's load scaled by its observed over simulated host
+    /// utilisation, each share by the crossing it shows, a few times over, each round
+    /// kept only while it lowers the objective.
+    fn match_moments(&self, u: &mut Vec<f64>, best: &mut Point, classes: &BTreeMap<String, u8>) {
+        for _ in 0..MOMENT_ROUNDS {
+            if self.runs() + self.per_point > self.max_runs {
+                break;
             }
-            _ => break,
+            let next = moment_step(self.knobs, u, &best.figures, self.observed, classes);
+            if grid(&next) == grid(u) {
+                break;
+            }
+            match self.eval(&next) {
+                Some(p) if p.objective < best.objective => {
+                    *best = p;
+                    *u = next;
+                }
+                _ => break,
+            }
         }
     }
-    let mut step = POLISH_STEP;
-    while step >= MIN_STEP {
-        let used = runs.load(std::sync::atomic::Ordering::Relaxed);
-        let round = 2 * chosen.len() * per_point;
-        if used + round > opts.max_runs {
-            break;
-        }
-        let mut candidates: Vec<Vec<f64>> = Vec::new();
-        for i in 0..chosen.len() {
-            for dir in [-1.0, 1.0] {
-                let mut c = u.clone();
-                c[i] = (c[i] + dir * step).clamp(0.0, 1.0);
-                if grid(&c) != grid(&u) {
-                    candidates.push(c);
+
+    /// Then the compass search: every knob a step each way, the rounds' runs in
+    /// parallel, the step halved when no move helps, until the last step or the budget.
+    fn polish(&self, u: &mut Vec<f64>, best: &mut Point) {
+        let mut step = POLISH_STEP;
+        while step >= MIN_STEP {
+            let round = 2 * self.knobs.len() * self.per_point;
+            if self.runs() + round > self.max_runs {
+                break;
+            }
+            let mut candidates: Vec<Vec<f64>> = Vec::new();
+            for i in 0..self.knobs.len() {
+                for dir in [-1.0, 1.0] {
+                    let mut c = u.clone();
+                    c[i] = (c[i] + dir * step).clamp(0.0, 1.0);
+                    if grid(&c) != grid(u) {
+                        candidates.push(c);
+                    }
                 }
             }
+            let results: Vec<(Vec<f64>, Option<Point>)> = candidates
+                .into_par_iter()
+                .map(|c| {
+                    let p = self.eval(&c);
+                    (c, p)
+                })
+                .collect();
+            // The best candidate, ties to the first listed: the order is fixed, so the
+            // search is deterministic however the runs were scheduled.
+            let mut moved = false;
+            for (c, p) in results {
+                if let Some(p) = p
+                    && p.objective < best.objective
+                {
+                    *best = p;
+                    *u = c;
+                    moved = true;
+                }
+            }
+            if !moved {
+                step /= 2.0;
+            }
         }
-        let results: Vec<(Vec<f64>, Option<Point>)> = candidates
-            .into_par_iter()
-            .map(|c| {
-                let p = eval(&c);
-                (c, p)
+    }
+
+    /// The result at the search's last point `u`: the calibrated scenario, each knob's
+    /// fitted value and each observed figure's residual against `best`'s simulation.
+    fn calibration(&self, u: &[f64], best: &Point, objective_initial: f64, tolerance: f64) -> Calibration {
+        let mut scenario = self.loaded.scenario.clone();
+        for (k, &x) in self.knobs.iter().zip(u) {
+            k.set(&mut scenario, k.at(x));
+        }
+        let residuals: Vec<Residual> = self
+            .observed
+            .iter()
+            .map(|o| {
+                let f = best.figures.iter().find(|f| f.name == o.name);
+                let sim = f.map_or(0.0, |f| f.value);
+                let r = residual(sim, o);
+                Residual {
+                    name: o.name.clone(),
+                    unit: o.unit,
+                    observed: o.value,
+                    simulated: sim,
+                    residual: r,
+                    within: r.abs() <= tolerance,
+                    metrics: o.metrics.clone(),
+                }
             })
             .collect();
-        // The best candidate, ties to the first listed: the order is fixed, so the
-        // search is deterministic however the runs were scheduled.
-        let mut moved = false;
-        for (c, p) in results {
-            if let Some(p) = p
-                && p.objective < best.objective
-            {
-                best = p;
-                u = c;
-                moved = true;
-            }
-        }
-        if !moved {
-            step /= 2.0;
+        Calibration {
+            knobs: self
+                .knobs
+                .iter()
+                .zip(u)
+                .map(|(k, &x)| Fitted {
+                    key: k.key(),
+                    initial: k.initial,
+                    fitted: k.at(x),
+                    min: k.min,
+                    max: k.max,
+                    path: [
+                        "workloads".into(),
+                        k.workload.clone(),
+                        k.kind.into(),
+                        k.param.field().into(),
+                    ],
+                })
+                .collect(),
+            outside: residuals
+                .iter()
+                .filter(|r| !r.within)
+                .map(|r| r.name.clone())
+                .collect(),
+            residuals,
+            tolerance,
+            runs: self.runs(),
+            objective_initial,
+            objective: best.objective,
+            scenario,
         }
     }
-    let mut scenario = loaded.scenario.clone();
-    for (k, &x) in chosen.iter().zip(&u) {
-        k.set(&mut scenario, k.at(x));
-    }
-    let residuals: Vec<Residual> = observed
-        .iter()
-        .map(|o| {
-            let f = best.figures.iter().find(|f| f.name == o.name);
-            let sim = f.map_or(0.0, |f| f.value);
-            let r = residual(sim, o);
-            Residual {
-                name: o.name.clone(),
-                unit: o.unit,
-                observed: o.value,
-                simulated: sim,
-                residual: r,
-                within: r.abs() <= opts.tolerance,
-                metrics: o.metrics.clone(),
-            }
-        })
-        .collect();
-    Ok(Calibration {
-        knobs: chosen
-            .iter()
-            .zip(&u)
-            .map(|(k, &x)| Fitted {
-                key: k.key(),
-                initial: k.initial,
-                fitted: k.at(x),
-                min: k.min,
-                max: k.max,
-                path: [
-                    "workloads".into(),
-                    k.workload.clone(),
-                    k.kind.into(),
-                    k.param.field().into(),
-                ],
-            })
-            .collect(),
-        outside: residuals
-            .iter()
-            .filter(|r| !r.within)
-            .map(|r| r.name.clone())
-            .collect(),
-        residuals,
-        tolerance: opts.tolerance,
-        runs: runs.load(std::sync::atomic::Ordering::Relaxed),
-        objective_initial,
-        objective: best.objective,
-        scenario,
-    })
 }
 
 /// The calibrated scenario as TOML: `original` (the scenario file's text) with each
@@ -512,4 +640,85 @@ pub fn calibrated_toml(original: &str, c: &Calibration, header: &str) -> Result<
         *item = toml_edit::Item::Value(v);
     }
     Ok(format!("{header}{doc}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use xirang_diagnose::window::{Series, Window, metric_of};
+
+    use super::*;
+
+    fn series(metric: &str, labels: &[(&str, &str)], points: &[(i64, f64)]) -> Series {
+        Series {
+            metric: metric.into(),
+            labels: labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            points: points.to_vec(),
+        }
+    }
+
+    #[test]
+    fn application_figures_need_a_workload_to_simulate_them_with() {
+        // The twin: a collective of class `training`, an inference service of class
+        // `inference`.
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("test_data/twin.toml");
+        let loaded = xirang_fabric::scenario::Scenario::load(&path).unwrap();
+        let buckets = |class: &'static str| {
+            [("0.001", 5.0), ("+Inf", 10.0)].map(|(le, n)| {
+                series(
+                    app::REQUEST_BUCKETS,
+                    &[("class", class), ("le", le)],
+                    &[(0, 0.0), (1000, n)],
+                )
+            })
+        };
+        let collective = |class: &str| {
+            series(
+                app::COLLECTIVE_SECONDS,
+                &[("class", class)],
+                &[(0, 0.002), (1000, 0.004)],
+            )
+        };
+        let switch_bytes = |switch: &str| {
+            series(
+                &metric_of("SAI_PORT_STAT_IF_OUT_OCTETS"),
+                &[("switch", switch), ("port", "Ethernet0")],
+                &[(0, 0.0), (1000, 1e6)],
+            )
+        };
+        let mut w = Window {
+            source: "test".into(),
+            ..Window::default()
+        };
+        w.series.push(series(
+            &metric_of("port_xmit_data"),
+            &[("node", "h0"), ("device", "mlx5_0"), ("port", "1")],
+            &[(0, 0.0), (1000, 1e6)],
+        ));
+        w.series.extend(buckets("inference"));
+        w.series.extend(buckets("batch"));
+        w.series.push(collective("training"));
+        w.series.push(collective("inference"));
+        w.series.push(switch_bytes("ghost"));
+        w.series.push(switch_bytes("ghost"));
+
+        let o = observed_figures(&w, &loaded);
+        let names = |f: &[Figure]| f.iter().map(|f| f.name.clone()).collect::<Vec<_>>();
+        assert_eq!(
+            names(&o.figures),
+            [
+                "util host",
+                "request p99 (inference)",
+                "collective time (training)"
+            ]
+        );
+        // No workload of class `batch`; the inference service is no collective.
+        assert_eq!(
+            names(&o.left_out),
+            ["request p99 (batch)", "collective time (inference)"]
+        );
+        assert_eq!(o.unknown_switches, ["ghost"]);
+    }
 }

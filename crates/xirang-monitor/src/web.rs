@@ -205,144 +205,166 @@ pub fn parse(text: &str, file: &Path) -> Result<WebSettings, WebConfigError> {
             }
         })?
     };
-    let unsupported = |key: &str| WebConfigError::Unsupported {
+    if raw.http_server_config.is_some() {
+        return Err(unsupported(file, "http_server_config"));
+    }
+    if raw.rate_limit.is_some() {
+        return Err(unsupported(file, "rate_limit"));
+    }
+    let tls = match raw.tls_server_config {
+        None => None,
+        Some(t) => Some(parse_tls(t, file)?),
+    };
+    let basic_auth_users = raw.basic_auth_users.unwrap_or_default();
+    check_users(&basic_auth_users, file)?;
+    Ok(WebSettings {
+        file: file.to_owned(),
+        tls,
+        basic_auth_users,
+    })
+}
+
+/// An exporter-toolkit key this exporter recognises but does not support.
+fn unsupported(file: &Path, key: &str) -> WebConfigError {
+    WebConfigError::Unsupported {
         file: file.to_owned(),
         key: key.into(),
         what: format!("`{key}`"),
-    };
-    if raw.http_server_config.is_some() {
-        return Err(unsupported("http_server_config"));
     }
-    if raw.rate_limit.is_some() {
-        return Err(unsupported("rate_limit"));
-    }
+}
+
+/// `p` as the exporter opens it: relative to the configuration file's directory.
+fn resolve(file: &Path, p: &Path) -> PathBuf {
     let dir = file.parent().unwrap_or(Path::new("."));
-    let resolve = |p: &Path| {
-        if p.is_absolute() {
-            p.to_owned()
-        } else {
-            dir.join(p)
+    if p.is_absolute() {
+        p.to_owned()
+    } else {
+        dir.join(p)
+    }
+}
+
+/// The checked `tls_server_config`: the keys not supported refused by name, the files
+/// resolved, the client policy consistent with its CA file, the versions in order.
+fn parse_tls(t: RawTls, file: &Path) -> Result<TlsSettings, WebConfigError> {
+    for (set, key) in [
+        (t.cert.is_some(), "tls_server_config.cert"),
+        (t.key.is_some(), "tls_server_config.key"),
+        (t.client_ca.is_some(), "tls_server_config.client_ca"),
+        (
+            t.client_allowed_sans.is_some(),
+            "tls_server_config.client_allowed_sans",
+        ),
+        (t.cipher_suites.is_some(), "tls_server_config.cipher_suites"),
+        (
+            t.prefer_server_cipher_suites.is_some(),
+            "tls_server_config.prefer_server_cipher_suites",
+        ),
+        (
+            t.curve_preferences.is_some(),
+            "tls_server_config.curve_preferences",
+        ),
+    ] {
+        if set {
+            return Err(unsupported(file, key));
         }
-    };
-    let tls = match raw.tls_server_config {
-        None => None,
-        Some(t) => {
-            for (set, key) in [
-                (t.cert.is_some(), "tls_server_config.cert"),
-                (t.key.is_some(), "tls_server_config.key"),
-                (t.client_ca.is_some(), "tls_server_config.client_ca"),
-                (
-                    t.client_allowed_sans.is_some(),
-                    "tls_server_config.client_allowed_sans",
-                ),
-                (t.cipher_suites.is_some(), "tls_server_config.cipher_suites"),
-                (
-                    t.prefer_server_cipher_suites.is_some(),
-                    "tls_server_config.prefer_server_cipher_suites",
-                ),
-                (
-                    t.curve_preferences.is_some(),
-                    "tls_server_config.curve_preferences",
-                ),
-            ] {
-                if set {
-                    return Err(unsupported(key));
-                }
-            }
-            let required = |v: Option<PathBuf>, key: &str| {
-                v.filter(|p| !p.as_os_str().is_empty())
-                    .map(|p| resolve(&p))
-                    .ok_or_else(|| WebConfigError::Invalid {
-                        file: file.to_owned(),
-                        key: key.into(),
-                        message: "missing: TLS needs a certificate and a key file".into(),
-                    })
-            };
-            let cert_file = required(t.cert_file, "tls_server_config.cert_file")?;
-            let key_file = required(t.key_file, "tls_server_config.key_file")?;
-            let key = "tls_server_config.client_auth_type";
-            let client_auth = match t.client_auth_type.as_deref() {
-                None | Some("NoClientCert") => ClientAuth::NoClientCert,
-                Some("VerifyClientCertIfGiven") => ClientAuth::VerifyClientCertIfGiven,
-                Some("RequireAndVerifyClientCert") => ClientAuth::RequireAndVerifyClientCert,
-                Some(v @ ("RequestClientCert" | "RequireAnyClientCert")) => {
-                    return Err(WebConfigError::Unsupported {
-                        file: file.to_owned(),
-                        key: key.into(),
-                        what: format!(
-                            "`{v}` (it accepts client certificates without verifying them; use \
-                             VerifyClientCertIfGiven or RequireAndVerifyClientCert)"
-                        ),
-                    });
-                }
-                Some(v) => {
-                    return Err(WebConfigError::Invalid {
-                        file: file.to_owned(),
-                        key: key.into(),
-                        message: format!(
-                            "`{v}`: expected NoClientCert, VerifyClientCertIfGiven or \
-                             RequireAndVerifyClientCert"
-                        ),
-                    });
-                }
-            };
-            let client_ca_file = t
-                .client_ca_file
-                .filter(|p| !p.as_os_str().is_empty())
-                .map(|p| resolve(&p));
-            match (client_auth, &client_ca_file) {
-                (ClientAuth::NoClientCert, Some(_)) => {
-                    return Err(WebConfigError::Invalid {
-                        file: file.to_owned(),
-                        key: "tls_server_config.client_ca_file".into(),
-                        message: "set without a client_auth_type that verifies client \
-                                  certificates (VerifyClientCertIfGiven or \
-                                  RequireAndVerifyClientCert)"
-                            .into(),
-                    });
-                }
-                (ClientAuth::VerifyClientCertIfGiven | ClientAuth::RequireAndVerifyClientCert, None) => {
-                    return Err(WebConfigError::Invalid {
-                        file: file.to_owned(),
-                        key: "tls_server_config.client_ca_file".into(),
-                        message: "missing: client_auth_type verifies client certificates \
-                                  against it"
-                            .into(),
-                    });
-                }
-                _ => {}
-            }
-            let min_version = parse_version(
-                file,
-                "tls_server_config.min_version",
-                t.min_version.as_deref(),
-                TlsVersion::Tls12,
-            )?;
-            let max_version = parse_version(
-                file,
-                "tls_server_config.max_version",
-                t.max_version.as_deref(),
-                TlsVersion::Tls13,
-            )?;
-            if min_version > max_version {
-                return Err(WebConfigError::Invalid {
-                    file: file.to_owned(),
-                    key: "tls_server_config.min_version".into(),
-                    message: "above max_version".into(),
-                });
-            }
-            Some(TlsSettings {
-                cert_file,
-                key_file,
-                client_auth,
-                client_ca_file,
-                min_version,
-                max_version,
+    }
+    let required = |v: Option<PathBuf>, key: &str| {
+        v.filter(|p| !p.as_os_str().is_empty())
+            .map(|p| resolve(file, &p))
+            .ok_or_else(|| WebConfigError::Invalid {
+                file: file.to_owned(),
+                key: key.into(),
+                message: "missing: TLS needs a certificate and a key file".into(),
             })
-        }
     };
-    let basic_auth_users = raw.basic_auth_users.unwrap_or_default();
-    for (user, hash) in &basic_auth_users {
+    let cert_file = required(t.cert_file, "tls_server_config.cert_file")?;
+    let key_file = required(t.key_file, "tls_server_config.key_file")?;
+    let client_auth = parse_client_auth(file, t.client_auth_type.as_deref())?;
+    let client_ca_file = t
+        .client_ca_file
+        .filter(|p| !p.as_os_str().is_empty())
+        .map(|p| resolve(file, &p));
+    match (client_auth, &client_ca_file) {
+        (ClientAuth::NoClientCert, Some(_)) => {
+            return Err(WebConfigError::Invalid {
+                file: file.to_owned(),
+                key: "tls_server_config.client_ca_file".into(),
+                message: "set without a client_auth_type that verifies client \
+                          certificates (VerifyClientCertIfGiven or \
+                          RequireAndVerifyClientCert)"
+                    .into(),
+            });
+        }
+        (ClientAuth::VerifyClientCertIfGiven | ClientAuth::RequireAndVerifyClientCert, None) => {
+            return Err(WebConfigError::Invalid {
+                file: file.to_owned(),
+                key: "tls_server_config.client_ca_file".into(),
+                message: "missing: client_auth_type verifies client certificates \
+                          against it"
+                    .into(),
+            });
+        }
+        _ => {}
+    }
+    let min_version = parse_version(
+        file,
+        "tls_server_config.min_version",
+        t.min_version.as_deref(),
+        TlsVersion::Tls12,
+    )?;
+    let max_version = parse_version(
+        file,
+        "tls_server_config.max_version",
+        t.max_version.as_deref(),
+        TlsVersion::Tls13,
+    )?;
+    if min_version > max_version {
+        return Err(WebConfigError::Invalid {
+            file: file.to_owned(),
+            key: "tls_server_config.min_version".into(),
+            message: "above max_version".into(),
+        });
+    }
+    Ok(TlsSettings {
+        cert_file,
+        key_file,
+        client_auth,
+        client_ca_file,
+        min_version,
+        max_version,
+    })
+}
+
+/// `client_auth_type`: the policies that verify a client certificate they accept, or
+/// none; the two that accept one unverified are refused.
+fn parse_client_auth(file: &Path, v: Option<&str>) -> Result<ClientAuth, WebConfigError> {
+    let key = "tls_server_config.client_auth_type";
+    match v {
+        None | Some("NoClientCert") => Ok(ClientAuth::NoClientCert),
+        Some("VerifyClientCertIfGiven") => Ok(ClientAuth::VerifyClientCertIfGiven),
+        Some("RequireAndVerifyClientCert") => Ok(ClientAuth::RequireAndVerifyClientCert),
+        Some(v @ ("RequestClientCert" | "RequireAnyClientCert")) => Err(WebConfigError::Unsupported {
+            file: file.to_owned(),
+            key: key.into(),
+            what: format!(
+                "`{v}` (it accepts client certificates without verifying them; use \
+                 VerifyClientCertIfGiven or RequireAndVerifyClientCert)"
+            ),
+        }),
+        Some(v) => Err(WebConfigError::Invalid {
+            file: file.to_owned(),
+            key: key.into(),
+            message: format!(
+                "`{v}`: expected NoClientCert, VerifyClientCertIfGiven or \
+                 RequireAndVerifyClientCert"
+            ),
+        }),
+    }
+}
+
+/// Each basic-auth user: a name basic authentication can carry, and a bcrypt hash.
+fn check_users(users: &BTreeMap<String, String>, file: &Path) -> Result<(), WebConfigError> {
+    for (user, hash) in users {
         if user.contains(':') {
             return Err(WebConfigError::Invalid {
                 file: file.to_owned(),
@@ -358,11 +380,7 @@ pub fn parse(text: &str, file: &Path) -> Result<WebSettings, WebConfigError> {
             });
         }
     }
-    Ok(WebSettings {
-        file: file.to_owned(),
-        tls,
-        basic_auth_users,
-    })
+    Ok(())
 }
 
 /// Largest web configuration file read (a few lines in practice).

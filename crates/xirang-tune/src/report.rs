@@ -761,6 +761,36 @@ fn plot_sweep(sw: &crate::search::Sweep, p: Option<&Param>, tolerance: impl Fn(&
 /// The whole report.
 pub fn html(cx: &Context<'_>, r: &TuneResult, space: &[Param], samples: &[Sample]) -> String {
     let mut s = String::new();
+    html_head(&mut s, cx, r);
+    html_held_out(&mut s, r);
+    html_changes(&mut s, cx);
+    html_guardrails(&mut s, r);
+    if let Some(a) = &r.ablation {
+        html_ablation(&mut s, r, a);
+    }
+    s.push_str("<h2>Search</h2>\n");
+    s.push_str(&plot_objective(r));
+    s.push_str("\n<h2>Against the baselines</h2>\n");
+    s.push_str(&plot_classes(r));
+    html_cdfs(&mut s, samples);
+    s.push_str("\n<h2>What the fabric did</h2>\n");
+    s.push_str(&plot_queues(samples));
+    s.push_str(&plot_rates(samples));
+    s.push_str(&plot_pfc(samples));
+    if !r.sensitivity.is_empty() {
+        html_sensitivity(&mut s, cx, r, space);
+    }
+    s.push_str("\n<h2>Which settings the search moved with</h2>\n");
+    s.push_str(&plot_correlation(&search_correlation(r, space)));
+    s.push_str("\n<pre id=\"plot-check\"></pre>\n<script>");
+    s.push_str(CHECK_JS);
+    s.push_str("</script>\n</body></html>\n");
+    s
+}
+
+/// The title, the verdict and what the tune cost, and why the search stopped early if it
+/// did: what a reader needs before any figure.
+fn html_head(s: &mut String, cx: &Context<'_>, r: &TuneResult) {
     let name = html_escape(&cx.loaded.scenario.name);
     let _ = write!(
         s,
@@ -780,6 +810,11 @@ pub fn html(cx: &Context<'_>, r: &TuneResult, space: &[Param], samples: &[Sample
     if let Some(why) = &r.search_stopped {
         let _ = writeln!(s, "<p><strong>{}</strong></p>", html_escape(why));
     }
+}
+
+/// The held-out table: every configuration's objective on seeds the search never saw,
+/// the figures the verdict rests on.
+fn html_held_out(s: &mut String, r: &TuneResult) {
     s.push_str("<h2>Result on held-out seeds</h2>\n<table><tr><th>configuration</th><th>objective (mean)</th><th>sd</th><th>vs vendor</th><th>tuned better by (paired, 95 %)</th><th>per class (relative to vendor)</th><th>violations</th></tr>\n");
     for h in &r.held_out {
         let classes: Vec<String> = h.classes.iter().map(|(c, x)| format!("{c} {x:.3}")).collect();
@@ -804,7 +839,14 @@ pub fn html(cx: &Context<'_>, r: &TuneResult, space: &[Param], samples: &[Sample
             }
         );
     }
-    s.push_str("</table>\n<h2>Recommended changes</h2>\n<table><tr><th>setting</th><th>vendor</th><th>recommended</th></tr>\n");
+    s.push_str("</table>\n");
+}
+
+/// The recommended changes from the vendor's values (none: the vendor defaults stand).
+fn html_changes(s: &mut String, cx: &Context<'_>) {
+    s.push_str(
+        "<h2>Recommended changes</h2>\n<table><tr><th>setting</th><th>vendor</th><th>recommended</th></tr>\n",
+    );
     if cx.changes.is_empty() {
         s.push_str("<tr><td colspan=\"3\">none: the vendor defaults stand</td></tr>\n");
     }
@@ -818,65 +860,72 @@ pub fn html(cx: &Context<'_>, r: &TuneResult, space: &[Param], samples: &[Sample
         );
     }
     s.push_str("</table>\n");
-    if !r.guardrails.is_empty() {
-        s.push_str("<h2>Guardrails on held-out seeds</h2>\n<table><tr><th>class</th><th>tolerance</th><th>change (95 % interval)</th><th>margin</th></tr>\n");
-        for g in &r.guardrails {
-            let _ = writeln!(
-                s,
-                "<tr><td>{}</td><td>{:.1} %</td><td>{}</td><td>{:+.1} %</td></tr>",
-                html_escape(&g.class),
-                g.tolerance * 100.0,
-                html_escape(&g.change.percent()),
-                g.margin * 100.0
-            );
-        }
-        s.push_str("</table>\n");
+}
+
+/// Each class's guardrail on the held-out seeds, when a recommendation was tested.
+fn html_guardrails(s: &mut String, r: &TuneResult) {
+    if r.guardrails.is_empty() {
+        return;
     }
-    if let Some(a) = &r.ablation {
+    s.push_str("<h2>Guardrails on held-out seeds</h2>\n<table><tr><th>class</th><th>tolerance</th><th>change (95 % interval)</th><th>margin</th></tr>\n");
+    for g in &r.guardrails {
         let _ = writeln!(
             s,
-            "<h2>What each change is worth</h2>\n<p>Of the candidate's {} changed settings, in {} changes (a class's congestion control is one), {} are kept: each is significantly worse to revert (objective without it minus with it, paired by seed, on {} validation seeds no other step used; 95 % bootstrap interval). {} were reverted.</p>\n<table><tr><th>setting</th><th>vendor</th><th>recommended</th><th>worse without it</th></tr>",
-            a.before.len(),
-            a.kept.len() + a.reverted.len(),
-            a.kept.len(),
-            r.validation_seeds.len(),
-            a.reverted.len()
+            "<tr><td>{}</td><td>{:.1} %</td><td>{}</td><td>{:+.1} %</td></tr>",
+            html_escape(&g.class),
+            g.tolerance * 100.0,
+            html_escape(&g.change.percent()),
+            g.margin * 100.0
         );
-        for (name, cost, why) in &a.reverted {
+    }
+    s.push_str("</table>\n");
+}
+
+/// The ablation: what each kept change is worth, and what was reverted and why.
+fn html_ablation(s: &mut String, r: &TuneResult, a: &crate::search::Ablation) {
+    let _ = writeln!(
+        s,
+        "<h2>What each change is worth</h2>\n<p>Of the candidate's {} changed settings, in {} changes (a class's congestion control is one), {} are kept: each is significantly worse to revert (objective without it minus with it, paired by seed, on {} validation seeds no other step used; 95 % bootstrap interval). {} were reverted.</p>\n<table><tr><th>setting</th><th>vendor</th><th>recommended</th><th>worse without it</th></tr>",
+        a.before.len(),
+        a.kept.len() + a.reverted.len(),
+        a.kept.len(),
+        r.validation_seeds.len(),
+        a.reverted.len()
+    );
+    for (name, cost, why) in &a.reverted {
+        let _ = writeln!(
+            s,
+            "<tr><td><code>{}</code> (reverted)</td><td colspan=\"2\">{}</td><td>{}</td></tr>",
+            html_escape(name),
+            html_escape(why),
+            html_escape(&cost.percent())
+        );
+    }
+    for c in &a.kept {
+        for (i, (n, vendor, value)) in c.settings.iter().enumerate() {
+            let worth = if i == 0 {
+                match &c.revert_breaks {
+                    Some(b) => format!("{}; reverting it breaks: {b}", c.without.percent()),
+                    None => c.without.percent(),
+                }
+            } else {
+                format!("(with {})", c.name)
+            };
             let _ = writeln!(
                 s,
-                "<tr><td><code>{}</code> (reverted)</td><td colspan=\"2\">{}</td><td>{}</td></tr>",
-                html_escape(name),
-                html_escape(why),
-                html_escape(&cost.percent())
+                "<tr><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                html_escape(n),
+                html_escape(&vendor.to_string()),
+                html_escape(&value.to_string()),
+                html_escape(&worth)
             );
         }
-        for c in &a.kept {
-            for (i, (n, vendor, value)) in c.settings.iter().enumerate() {
-                let worth = if i == 0 {
-                    match &c.revert_breaks {
-                        Some(b) => format!("{}; reverting it breaks: {b}", c.without.percent()),
-                        None => c.without.percent(),
-                    }
-                } else {
-                    format!("(with {})", c.name)
-                };
-                let _ = writeln!(
-                    s,
-                    "<tr><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                    html_escape(n),
-                    html_escape(&vendor.to_string()),
-                    html_escape(&value.to_string()),
-                    html_escape(&worth)
-                );
-            }
-        }
-        s.push_str("</table>\n");
     }
-    s.push_str("<h2>Search</h2>\n");
-    s.push_str(&plot_objective(r));
-    s.push_str("\n<h2>Against the baselines</h2>\n");
-    s.push_str(&plot_classes(r));
+    s.push_str("</table>\n");
+}
+
+/// The request latency and FCT slowdown CDFs of one held-out seed per configuration.
+fn html_cdfs(s: &mut String, samples: &[Sample]) {
     let latency: Vec<(String, Vec<f64>)> = samples
         .iter()
         .map(|x| {
@@ -916,43 +965,36 @@ pub fn html(cx: &Context<'_>, r: &TuneResult, space: &[Param], samples: &[Sample
         "slowdown (FCT / ideal)",
         &slowdown,
     ));
-    s.push_str("\n<h2>What the fabric did</h2>\n");
-    s.push_str(&plot_queues(samples));
-    s.push_str(&plot_rates(samples));
-    s.push_str(&plot_pfc(samples));
-    if !r.sensitivity.is_empty() {
-        let spec = &cx.loaded.scenario.tune;
+}
+
+/// The sensitivity sweeps: a table of how far each swept setting is from a guardrail
+/// break, then a plot per sweep.
+fn html_sensitivity(s: &mut String, cx: &Context<'_>, r: &TuneResult, space: &[Param]) {
+    let spec = &cx.loaded.scenario.tune;
+    let _ = writeln!(
+        s,
+        "\n<h2>How close to a cliff</h2>\n<p>Each kept setting, and every tier's ECN Kmin and Kmax (as a multiple of Kmin), moved one at a time around the recommendation, every other setting at its recommended value, on {} held-out seeds per point. Thin lines are each class's guardrail.</p>\n<table><tr><th>swept setting</th><th>recommended</th><th>objective over the sweep</th><th>nearest guardrail break</th></tr>",
+        r.sensitivity_seeds.len()
+    );
+    for sw in &r.sensitivity {
+        let (lo, hi) = sw.objective_range();
+        let brk = match sw.nearest_break(|c| spec.guardrail(c)) {
+            Some((p, class, x)) => format!("{class} {:+.1} % at {}", x * 100.0, p.value),
+            None => "none".to_string(),
+        };
         let _ = writeln!(
             s,
-            "\n<h2>How close to a cliff</h2>\n<p>Each kept setting, and every tier's ECN Kmin and Kmax (as a multiple of Kmin), moved one at a time around the recommendation, every other setting at its recommended value, on {} held-out seeds per point. Thin lines are each class's guardrail.</p>\n<table><tr><th>swept setting</th><th>recommended</th><th>objective over the sweep</th><th>nearest guardrail break</th></tr>",
-            r.sensitivity_seeds.len()
+            "<tr><td><code>{}</code></td><td>{}</td><td>{lo:.3} .. {hi:.3} of vendor</td><td>{}</td></tr>",
+            html_escape(&sw.name),
+            html_escape(&sw.at.to_string()),
+            html_escape(&brk)
         );
-        for sw in &r.sensitivity {
-            let (lo, hi) = sw.objective_range();
-            let brk = match sw.nearest_break(|c| spec.guardrail(c)) {
-                Some((p, class, x)) => format!("{class} {:+.1} % at {}", x * 100.0, p.value),
-                None => "none".to_string(),
-            };
-            let _ = writeln!(
-                s,
-                "<tr><td><code>{}</code></td><td>{}</td><td>{lo:.3} .. {hi:.3} of vendor</td><td>{}</td></tr>",
-                html_escape(&sw.name),
-                html_escape(&sw.at.to_string()),
-                html_escape(&brk)
-            );
-        }
-        s.push_str("</table>\n");
-        for sw in &r.sensitivity {
-            let p = space.iter().find(|p| p.name == sw.name);
-            s.push_str(&plot_sweep(sw, p, |c| spec.guardrail(c)));
-        }
     }
-    s.push_str("\n<h2>Which settings the search moved with</h2>\n");
-    s.push_str(&plot_correlation(&search_correlation(r, space)));
-    s.push_str("\n<pre id=\"plot-check\"></pre>\n<script>");
-    s.push_str(CHECK_JS);
-    s.push_str("</script>\n</body></html>\n");
-    s
+    s.push_str("</table>\n");
+    for sw in &r.sensitivity {
+        let p = space.iter().find(|p| p.name == sw.name);
+        s.push_str(&plot_sweep(sw, p, |c| spec.guardrail(c)));
+    }
 }
 
 const CSS: &str = "#plot-check{display:none}body{font-family:sans-serif;max-width:1000px;margin:20px auto;color:#222}table{border-collapse:collapse;margin:10px 0}td,th{border:1px solid #bbb;padding:4px 8px;text-align:left}.plot{margin:16px 0;width:960px;height:400px}.error{color:#b00}code{font-size:90%}";

@@ -650,177 +650,257 @@ fn ablate(
     spec: &xirang_fabric::tune::TuneSpec,
     mut eval: impl FnMut(usize, &[(String, ParamValue)]) -> Result<Vec<Score>, TuneError>,
 ) -> Result<(usize, Ablation), TuneError> {
-    let vendor_of = |name: &str| vendor.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone());
     let changed: Vec<(String, ParamValue)> = chosen
         .iter()
-        .filter(|(n, v)| vendor_of(n).as_ref() != Some(v))
+        .filter(|(n, v)| vendor_value(vendor, n).as_ref() != Some(v))
         .cloned()
         .collect();
     let before = units(&changed);
-    let with_changes = |changes: &[Unit]| {
-        let mut values = vendor.to_vec();
-        for (_, settings) in changes {
-            for (n, v) in settings {
-                set_value(&mut values, n, v.clone());
-            }
-        }
-        values
+    let current = eval(0, &with_changes(vendor, &before))?;
+    let mut a = Ablating {
+        vendor,
+        spec,
+        eval,
+        kept: vec![true; before.len()],
+        before,
+        k_next: 1,
+        current,
+        current_k: 0,
+        reverted: Vec::new(),
     };
-    // The units `kept` marks, less unit `i`.
-    let without_unit = |i: usize, kept: &[bool]| -> Vec<Unit> {
-        before
+    let alone = a.each_reverted_alone()?;
+    a.eliminate(alone)?;
+    a.repair()?;
+    let kept = a.contributions()?;
+    Ok((
+        a.current_k,
+        Ablation {
+            before: changed,
+            kept,
+            reverted: a.reverted,
+        },
+    ))
+}
+
+/// `vendor`'s value of setting `name`.
+fn vendor_value(vendor: &[(String, ParamValue)], name: &str) -> Option<ParamValue> {
+    vendor.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone())
+}
+
+/// The vendor's values with `changes` applied.
+fn with_changes(vendor: &[(String, ParamValue)], changes: &[Unit]) -> Vec<(String, ParamValue)> {
+    let mut values = vendor.to_vec();
+    for (_, settings) in changes {
+        for (n, v) in settings {
+            set_value(&mut values, n, v.clone());
+        }
+    }
+    values
+}
+
+/// The ablation in progress, shared by its passes: the changes and which are still kept,
+/// the configuration they make now with its scores, the next configuration's number (a
+/// fixed sequence whatever the passes find, so that a resumed tune reads the same
+/// configurations back), and what was reverted and why.
+struct Ablating<'a, F> {
+    vendor: &'a [(String, ParamValue)],
+    spec: &'a xirang_fabric::tune::TuneSpec,
+    eval: F,
+    before: Vec<Unit>,
+    kept: Vec<bool>,
+    k_next: usize,
+    current: Vec<Score>,
+    current_k: usize,
+    reverted: Vec<(String, Interval, String)>,
+}
+
+impl<F> Ablating<'_, F>
+where
+    F: FnMut(usize, &[(String, ParamValue)]) -> Result<Vec<Score>, TuneError>,
+{
+    /// The units `kept` marks, less unit `i`.
+    fn without_unit(&self, i: usize, kept: &[bool]) -> Vec<Unit> {
+        self.before
             .iter()
             .enumerate()
             .filter(|(j, _)| *j != i && kept[*j])
             .map(|(_, c)| c.clone())
             .collect()
-    };
-    let ci_seed = |k: usize| mix(spec.seed, (k as u64) ^ 0xab1a_7e00);
-    let mut k_next = 1usize;
-    let mut current_k = 0usize;
-    let mut current = eval(current_k, &with_changes(&before))?;
-    // Each change reverted alone.
-    let mut alone: Vec<(usize, Interval)> = Vec::new();
-    for i in 0..before.len() {
-        let rest = without_unit(i, &vec![true; before.len()]);
-        let k = k_next;
-        k_next += 1;
-        let without = eval(k, &with_changes(&rest))?;
-        alone.push((i, mean_interval(&paired(&without, &current), ci_seed(k))));
     }
-    alone.sort_by(|a, b| a.1.mean.total_cmp(&b.1.mean).then(a.0.cmp(&b.0)));
-    let mut kept: Vec<bool> = vec![true; before.len()];
-    let mut reverted = Vec::new();
-    for (i, cost_alone) in alone {
-        // Significantly worse to revert even alone: it stays.
-        if cost_alone.above_zero() {
-            continue;
-        }
-        let rest = without_unit(i, &kept);
-        let k = k_next;
-        k_next += 1;
-        let without = eval(k, &with_changes(&rest))?;
-        let cost = mean_interval(&paired(&without, &current), ci_seed(k));
-        // A revert may not break a constraint or a guardrail the configuration kept (a
-        // guardrail it already broke is the repair's below).
-        let feasible = without.iter().all(|s| s.violation.is_none())
-            && guardrail_excess(&without, spec) <= guardrail_excess(&current, spec);
-        if !cost.above_zero() && feasible {
-            kept[i] = false;
-            reverted.push((
-                before[i].0.clone(),
-                cost,
-                "not significantly worse to revert".to_string(),
-            ));
-            current = without;
-            current_k = k;
-        }
+
+    /// Scores the vendor with `changes` as the next configuration: its number and scores.
+    fn score_next(&mut self, changes: &[Unit]) -> Result<(usize, Vec<Score>), TuneError> {
+        let k = self.k_next;
+        self.k_next += 1;
+        let without = (self.eval)(k, &with_changes(self.vendor, changes))?;
+        Ok((k, without))
     }
-    // Repair: while the configuration is past a guardrail on these seeds, revert the kept
-    // change whose revert brings it back the most (the search judged the guardrails on
-    // its own seeds; these may disagree).
-    for _ in 0..REPAIR_STEPS {
-        let excess = guardrail_excess(&current, spec);
-        if excess <= 0.0 {
-            break;
+
+    /// The interval of configuration `k`'s objective difference from the current one.
+    fn cost(&self, without: &[Score], k: usize, paired_by: fn(&[Score], &[Score]) -> Vec<f64>) -> Interval {
+        mean_interval(
+            &paired_by(without, &self.current),
+            mix(self.spec.seed, (k as u64) ^ 0xab1a_7e00),
+        )
+    }
+
+    /// Whether a configuration keeps every constraint and goes no further past a guardrail
+    /// than the current one (a guardrail it already broke is the repair's).
+    fn allowed(&self, without: &[Score]) -> bool {
+        without.iter().all(|s| s.violation.is_none())
+            && guardrail_excess(without, self.spec) <= guardrail_excess(&self.current, self.spec)
+    }
+
+    /// Makes configuration `k` (unit `i` reverted) the current one.
+    fn revert(&mut self, i: usize, cost: Interval, why: String, without: Vec<Score>, k: usize) {
+        self.kept[i] = false;
+        self.reverted.push((self.before[i].0.clone(), cost, why));
+        self.current = without;
+        self.current_k = k;
+    }
+
+    /// Each change reverted alone, the rest kept: what reverting it costs, cheapest first
+    /// (ties to the earlier change), the order the elimination tries them in.
+    fn each_reverted_alone(&mut self) -> Result<Vec<(usize, Interval)>, TuneError> {
+        let mut alone: Vec<(usize, Interval)> = Vec::new();
+        for i in 0..self.before.len() {
+            let rest = self.without_unit(i, &vec![true; self.before.len()]);
+            let (k, without) = self.score_next(&rest)?;
+            alone.push((i, self.cost(&without, k, paired)));
         }
-        let mut best_fix: Option<(usize, f64, Vec<Score>, usize)> = None;
-        for i in (0..before.len()).filter(|i| kept[*i]) {
-            let rest = without_unit(i, &kept);
-            let k = k_next;
-            k_next += 1;
-            let without = eval(k, &with_changes(&rest))?;
-            let e = guardrail_excess(&without, spec);
-            if without.iter().all(|s| s.violation.is_none()) && best_fix.as_ref().is_none_or(|b| e < b.1) {
-                best_fix = Some((i, e, without, k));
+        alone.sort_by(|a, b| a.1.mean.total_cmp(&b.1.mean).then(a.0.cmp(&b.0)));
+        Ok(alone)
+    }
+
+    /// The elimination: each change, in `alone`'s order, reverted for good when the
+    /// result is not significantly worse and allowed.
+    fn eliminate(&mut self, alone: Vec<(usize, Interval)>) -> Result<(), TuneError> {
+        for (i, cost_alone) in alone {
+            // Significantly worse to revert even alone: it stays.
+            if cost_alone.above_zero() {
+                continue;
             }
-        }
-        match best_fix {
-            Some((i, e, without, k)) if e < excess => {
-                kept[i] = false;
-                let why = format!(
-                    "over its guardrails: {}",
-                    guardrail_broken(&current, spec).unwrap_or_else(|| "a class".into())
+            let rest = self.without_unit(i, &self.kept);
+            let (k, without) = self.score_next(&rest)?;
+            let cost = self.cost(&without, k, paired);
+            // A revert may not break a constraint or a guardrail the configuration kept (a
+            // guardrail it already broke is the repair's below).
+            if !cost.above_zero() && self.allowed(&without) {
+                self.revert(
+                    i,
+                    cost,
+                    "not significantly worse to revert".to_string(),
+                    without,
+                    k,
                 );
-                reverted.push((
-                    before[i].0.clone(),
-                    mean_interval(&paired(&without, &current), ci_seed(k)),
-                    why,
-                ));
-                current = without;
-                current_k = k;
             }
-            _ => break,
+        }
+        Ok(())
+    }
+
+    /// Repair: while the configuration is past a guardrail on these seeds, revert the kept
+    /// change whose revert brings it back the most (the search judged the guardrails on
+    /// its own seeds; these may disagree).
+    fn repair(&mut self) -> Result<(), TuneError> {
+        for _ in 0..REPAIR_STEPS {
+            let excess = guardrail_excess(&self.current, self.spec);
+            if excess <= 0.0 {
+                break;
+            }
+            let mut best_fix: Option<(usize, f64, Vec<Score>, usize)> = None;
+            let kept: Vec<usize> = (0..self.before.len()).filter(|i| self.kept[*i]).collect();
+            for i in kept {
+                let rest = self.without_unit(i, &self.kept);
+                let (k, without) = self.score_next(&rest)?;
+                let e = guardrail_excess(&without, self.spec);
+                if without.iter().all(|s| s.violation.is_none()) && best_fix.as_ref().is_none_or(|b| e < b.1)
+                {
+                    best_fix = Some((i, e, without, k));
+                }
+            }
+            match best_fix {
+                Some((i, e, without, k)) if e < excess => {
+                    let why = format!(
+                        "over its guardrails: {}",
+                        guardrail_broken(&self.current, self.spec).unwrap_or_else(|| "a class".into())
+                    );
+                    let cost = self.cost(&without, k, paired);
+                    self.revert(i, cost, why, without, k);
+                }
+                _ => break,
+            }
+        }
+        Ok(())
+    }
+
+    /// What each kept change is worth in the final configuration; a change that the others
+    /// have made redundant (its revert no longer significantly worse, and allowed) is
+    /// reverted and the rest judged again, until every kept change earns its place.
+    fn contributions(&mut self) -> Result<Vec<Contribution>, TuneError> {
+        loop {
+            let changes: Vec<(usize, Unit)> = self
+                .before
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| self.kept[*i])
+                .map(|(i, c)| (i, c.clone()))
+                .collect();
+            let mut judged: Vec<(usize, Contribution, Vec<Score>, usize, bool)> = Vec::new();
+            for (i, (name, settings)) in &changes {
+                let rest: Vec<_> = changes
+                    .iter()
+                    .filter(|(j, _)| j != i)
+                    .map(|(_, c)| c.clone())
+                    .collect();
+                let (k, without) = self.score_next(&rest)?;
+                let allowed = self.allowed(&without);
+                let revert_breaks = without.iter().find_map(|s| s.violation.clone()).or_else(|| {
+                    (!allowed)
+                        .then(|| guardrail_broken(&without, self.spec))
+                        .flatten()
+                });
+                let cost = if revert_breaks.is_some() {
+                    self.cost(&without, k, paired_relative)
+                } else {
+                    self.cost(&without, k, paired)
+                };
+                let c = Contribution {
+                    name: name.clone(),
+                    settings: settings
+                        .iter()
+                        .map(|(n, v)| {
+                            (
+                                n.clone(),
+                                vendor_value(self.vendor, n).unwrap_or_else(|| v.clone()),
+                                v.clone(),
+                            )
+                        })
+                        .collect(),
+                    without: cost,
+                    needed_for_guardrail: !allowed,
+                    revert_breaks,
+                };
+                judged.push((*i, c, without, k, allowed));
+            }
+            let weakest = judged
+                .iter()
+                .enumerate()
+                .filter(|(_, j)| j.4 && !j.1.without.above_zero())
+                .min_by(|a, b| a.1.1.without.mean.total_cmp(&b.1.1.without.mean))
+                .map(|(n, _)| n);
+            match weakest {
+                Some(n) => {
+                    let (i, c, without, k, _) = judged.swap_remove(n);
+                    self.kept[i] = false;
+                    self.reverted
+                        .push((c.name, c.without, "not significantly worse to revert".to_string()));
+                    self.current = without;
+                    self.current_k = k;
+                }
+                None => return Ok(judged.into_iter().map(|j| j.1).collect()),
+            }
         }
     }
-    // What each kept change is worth in the final configuration; a change that the others
-    // have made redundant (its revert no longer significantly worse, and allowed) is
-    // reverted and the rest judged again, until every kept change earns its place.
-    let contributions = loop {
-        let changes: Vec<(usize, Unit)> = before
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| kept[*i])
-            .map(|(i, c)| (i, c.clone()))
-            .collect();
-        let mut judged: Vec<(usize, Contribution, Vec<Score>, usize, bool)> = Vec::new();
-        for (i, (name, settings)) in &changes {
-            let rest: Vec<_> = changes
-                .iter()
-                .filter(|(j, _)| j != i)
-                .map(|(_, c)| c.clone())
-                .collect();
-            let k = k_next;
-            k_next += 1;
-            let without = eval(k, &with_changes(&rest))?;
-            let allowed = without.iter().all(|s| s.violation.is_none())
-                && guardrail_excess(&without, spec) <= guardrail_excess(&current, spec);
-            let revert_breaks = without
-                .iter()
-                .find_map(|s| s.violation.clone())
-                .or_else(|| (!allowed).then(|| guardrail_broken(&without, spec)).flatten());
-            let cost = if revert_breaks.is_some() {
-                mean_interval(&paired_relative(&without, &current), ci_seed(k))
-            } else {
-                mean_interval(&paired(&without, &current), ci_seed(k))
-            };
-            let c = Contribution {
-                name: name.clone(),
-                settings: settings
-                    .iter()
-                    .map(|(n, v)| (n.clone(), vendor_of(n).unwrap_or_else(|| v.clone()), v.clone()))
-                    .collect(),
-                without: cost,
-                needed_for_guardrail: !allowed,
-                revert_breaks,
-            };
-            judged.push((*i, c, without, k, allowed));
-        }
-        let weakest = judged
-            .iter()
-            .enumerate()
-            .filter(|(_, j)| j.4 && !j.1.without.above_zero())
-            .min_by(|a, b| a.1.1.without.mean.total_cmp(&b.1.1.without.mean))
-            .map(|(n, _)| n);
-        match weakest {
-            Some(n) => {
-                let (i, c, without, k, _) = judged.swap_remove(n);
-                kept[i] = false;
-                reverted.push((c.name, c.without, "not significantly worse to revert".to_string()));
-                current = without;
-                current_k = k;
-            }
-            None => break judged.into_iter().map(|j| j.1).collect::<Vec<_>>(),
-        }
-    };
-    Ok((
-        current_k,
-        Ablation {
-            before: changed,
-            kept: contributions,
-            reverted,
-        },
-    ))
 }
 
 /// Runs a whole tune: baselines, brackets, held-out evaluation.
@@ -1499,6 +1579,80 @@ impl Search<'_> {
     }
 }
 
+impl Search<'_> {
+    /// The search proper: brackets of candidates proposed together and judged by
+    /// successive halving, until the budget of candidates is spent or, checked between
+    /// brackets, the time budget. Every candidate, and why the search stopped early if it
+    /// did.
+    fn search(
+        &self,
+        plan: &Plan,
+        space: &[Param],
+        models: &mut [Model],
+        t0: Instant,
+    ) -> Result<(Vec<Candidate>, Option<String>), TuneError> {
+        let mut candidates: Vec<Candidate> = Vec::new();
+        let mut stopped: Option<String> = None;
+        for bracket in 0..plan.brackets {
+            if bracket > 0
+                && let Some(b) = self.spec.time_budget_s
+                && t0.elapsed().as_secs_f64() >= b
+            {
+                stopped = Some(format!(
+                    "the search stopped after {bracket} of {} brackets ({} candidates): its {} time budget was spent",
+                    plan.brackets,
+                    candidates.len(),
+                    if b < 1.0 {
+                        format!("{:.0} ms", b * 1e3)
+                    } else {
+                        format!("{b:.0} s")
+                    }
+                ));
+                break;
+            }
+            let n = plan.bracket_size.min(plan.budget - bracket * plan.bracket_size);
+            let proposed = propose(space, models, self.spec.seed, bracket, candidates.len() as i64, n);
+            candidates.extend(self.bracket(bracket, &proposed, space, models)?);
+        }
+        Ok((candidates, stopped))
+    }
+
+    /// Which of the best candidate's changes earn their place: backward elimination on
+    /// the validation seeds, which neither chose the candidate nor report on it (no best
+    /// candidate: no ablation). With the runs it needed, the validation seeds' vendor
+    /// runs included, whether run or read back.
+    fn ablation(
+        &self,
+        best: Option<i64>,
+        candidates: &[Candidate],
+        vendor_values: &[(String, ParamValue)],
+    ) -> Result<(Option<(usize, Ablation)>, u64), TuneError> {
+        // The chosen candidate's values, settings its algorithms do not use set back to the
+        // vendor's.
+        let chosen: Vec<(String, ParamValue)> = match best {
+            Some(id) => crate::space::effective(
+                &candidates
+                    .iter()
+                    .find(|c| c.id == id)
+                    .expect("best exists")
+                    .values,
+                vendor_values,
+            ),
+            None => vendor_values.to_vec(),
+        };
+        let ablated_configs = std::cell::Cell::new(0u64);
+        let ablation = match best {
+            Some(_) => Some(ablate(&chosen, vendor_values, self.spec, |k, values| {
+                ablated_configs.set(ablated_configs.get() + 1);
+                self.scores_on(ABLATION_ID_BASE + k as i64, values, &self.seeds.validation)
+            })?),
+            None => None,
+        };
+        let runs = (ablated_configs.get() + 1) * self.seeds.validation.len() as u64;
+        Ok((ablation, runs))
+    }
+}
+
 /// [`tune`] with its simulations run by `runner`; the result is the same whatever runs
 /// them.
 ///
@@ -1518,28 +1672,7 @@ pub fn tune_with(
     let tiers = loaded.fabric.tiers();
     let base_seed = loaded.scenario.run.seed;
     let seeds = Seeds::of(base_seed, spec);
-    let budget = spec.budget.max(1) as usize;
-    let bracket_size = (budget / MIN_BRACKETS).clamp(MIN_BRACKET, MAX_BRACKET);
-    let brackets = budget.div_ceil(bracket_size);
-    // Runs per bracket: two seeds for all, half the seeds for a quarter, all seeds for the
-    // best.
-    let [_, second, third] = round_sizes(bracket_size);
-    let per_bracket = bracket_size * seeds.early.len()
-        + second * (seeds.half.len() - seeds.early.len())
-        + third * (seeds.search.len() - seeds.half.len());
-    // The ablation's runs depend on what it finds: about three configurations per changed
-    // setting on the validation seeds.
-    let ablation_estimate = 3 * space.len() * seeds.validation.len();
-    // About six points per swept setting: two ECN settings per tier and a kept change or
-    // two.
-    let sweep_estimate = (2 * tiers.len() + 2) * (SWEEP_OFFSETS.len() - 1) * seeds.sweep.len();
-    let total = (baselines.len() * (seeds.search.len() + seeds.held.len())
-        + seeds.validation.len()
-        + brackets * per_bracket
-        + ablation_estimate
-        + seeds.held.len()
-        + sweep_estimate) as u64;
-
+    let plan = Plan::of(spec, space, baselines, &seeds, tiers.len());
     let vendor = &baselines[0].config;
     let mut s = Search {
         eval,
@@ -1548,7 +1681,7 @@ pub fn tune_with(
         tiers,
         base_seed,
         vendor,
-        runs: Runs::new(eval, runner, progress, store, total)?,
+        runs: Runs::new(eval, runner, progress, store, plan.total)?,
         reference: HashMap::new(),
         seeds,
     };
@@ -1565,73 +1698,15 @@ pub fn tune_with(
     // The other baselines on every level; they also seed the models.
     let mut models: Vec<Model> = space.iter().map(Model::new).collect();
     let baseline_results = s.baselines(baselines, &mut models, space)?;
-
-    let mut candidates: Vec<Candidate> = Vec::new();
-    let mut stopped: Option<String> = None;
-    for bracket in 0..brackets {
-        if bracket > 0
-            && let Some(b) = spec.time_budget_s
-            && t0.elapsed().as_secs_f64() >= b
-        {
-            stopped = Some(format!(
-                "the search stopped after {bracket} of {brackets} brackets ({} candidates): its {} time budget was spent",
-                candidates.len(),
-                if b < 1.0 {
-                    format!("{:.0} ms", b * 1e3)
-                } else {
-                    format!("{b:.0} s")
-                }
-            ));
-            break;
-        }
-        let n = bracket_size.min(budget - bracket * bracket_size);
-        let proposed = propose(space, &mut models, spec.seed, bracket, candidates.len() as i64, n);
-        candidates.extend(s.bracket(bracket, &proposed, space, &mut models)?);
-    }
+    let (candidates, stopped) = s.search(&plan, space, &mut models, t0)?;
 
     let best = select(&candidates);
     let vendor_values: Vec<(String, ParamValue)> = space
         .iter()
         .filter_map(|p| value_of(vendor, &s.tiers, &p.name).map(|v| (p.name.clone(), v)))
         .collect();
-    // The chosen candidate's values, settings its algorithms do not use set back to the
-    // vendor's.
-    let chosen: Vec<(String, ParamValue)> = match best {
-        Some(id) => crate::space::effective(
-            &candidates
-                .iter()
-                .find(|c| c.id == id)
-                .expect("best exists")
-                .values,
-            &vendor_values,
-        ),
-        None => vendor_values.clone(),
-    };
-
-    // Which of the candidate's changes earn their place: backward elimination on the
-    // validation seeds, which neither chose the candidate nor report on it.
-    let ablated_configs = std::cell::Cell::new(0u64);
-    let ablation = match best {
-        Some(_) => Some(ablate(&chosen, &vendor_values, spec, |k, values| {
-            ablated_configs.set(ablated_configs.get() + 1);
-            s.scores_on(ABLATION_ID_BASE + k as i64, values, &s.seeds.validation)
-        })?),
-        None => None,
-    };
-    // The validation seeds' vendor runs and the ablation's, whether run or read back.
-    let ablation_runs = (ablated_configs.get() + 1) * s.seeds.validation.len() as u64;
-    // The tested recommendation: the candidate with only the kept changes (none kept: the
-    // vendor default stands, and there is nothing to test).
-    let tested: Option<(i64, Vec<(String, ParamValue)>)> =
-        ablation.as_ref().filter(|a| !a.1.kept.is_empty()).map(|a| {
-            let mut values = vendor_values.clone();
-            for c in &a.1.kept {
-                for (n, _, v) in &c.settings {
-                    set_value(&mut values, n, v.clone());
-                }
-            }
-            (ABLATION_ID_BASE + a.0 as i64, values)
-        });
+    let (ablation, ablation_runs) = s.ablation(best, &candidates, &vendor_values)?;
+    let tested = tested_of(ablation.as_ref(), &vendor_values);
     let ablation = ablation.map(|a| a.1);
 
     // Held-out seeds: the tested recommendation, with seeds added while its gain is
@@ -1642,39 +1717,18 @@ pub fn tune_with(
     };
     let gain = tested.as_ref().map(|_| gain_interval(&tested_scores, spec.seed));
     let guardrails: Vec<Guardrail> = if tested.is_some() {
-        eval.weights
-            .keys()
-            .map(|class| {
-                let changes: Vec<f64> = tested_scores
-                    .iter()
-                    .filter_map(|sc| sc.classes.get(class).map(|r| r - 1.0))
-                    .collect();
-                let change = mean_interval(&changes, mix(spec.seed, class.len() as u64));
-                let tolerance = spec.guardrail(class);
-                Guardrail {
-                    class: class.clone(),
-                    tolerance,
-                    margin: tolerance - change.mean,
-                    change,
-                }
-            })
-            .collect()
+        guardrails_of(eval.weights.keys(), &tested_scores, spec)
     } else {
         Vec::new()
     };
     let verdict = verdict_of(tested.is_some(), gain.as_ref(), &guardrails, ablation.is_some());
-    let (recommendation, config) = match (&verdict, &tested) {
+    let (recommendation, config, recommended_id) = match (&verdict, &tested) {
         (Verdict::Recommended, Some((id, values))) => {
             let values = crate::space::effective(values, &vendor_values);
             let config = s.config_of(*id, &values)?;
-            (values, config)
+            (values, config, *id)
         }
-        _ => (vendor_values.clone(), vendor.clone()),
-    };
-
-    let recommended_id = match (&verdict, &tested) {
-        (Verdict::Recommended, Some((id, _))) => *id,
-        _ => -1,
+        _ => (vendor_values.clone(), vendor.clone(), -1),
     };
     let kept_names: Vec<&str> = match (&verdict, &ablation) {
         (Verdict::Recommended, Some(a)) => a
@@ -1693,42 +1747,7 @@ pub fn tune_with(
             .as_ref()
             .map(|(id, _)| (*id, tested_scores.as_slice(), held.as_slice())),
     );
-    // Against the best baseline other than the vendor (lowest held-out mean): the tuned
-    // configuration's advantage per seed, paired on the seeds both ran; without one, the
-    // baseline's own gain over the vendor.
-    let best_baseline = held_out
-        .iter()
-        .filter(|h| h.name != "tuned" && h.name != "vendor")
-        .min_by(|a, b| a.mean().total_cmp(&b.mean()).then(a.name.cmp(&b.name)));
-    // Against every baseline: the tuned configuration's advantage per seed (its objective
-    // subtracted from the baseline's; +0.05: 5 % of the vendor's better), paired on the
-    // seeds both ran.
-    let versus_baselines: Vec<(String, Interval)> = match held_out.iter().find(|h| h.name == "tuned") {
-        Some(t) => held_out
-            .iter()
-            .filter(|h| h.name != "tuned")
-            .map(|b| {
-                let diffs: Vec<f64> = b
-                    .objectives
-                    .iter()
-                    .zip(&t.objectives)
-                    .map(|(x, y)| x - y)
-                    .collect();
-                (b.name.clone(), mean_interval(&diffs, mix(spec.seed, 0xba5e)))
-            })
-            .collect(),
-        None => Vec::new(),
-    };
-    // The best baseline's entry of that list (one interval per comparison, wherever it is
-    // shown); with nothing tested, the baseline's own gain over the vendor.
-    let versus_best_baseline =
-        best_baseline.map(|b| match versus_baselines.iter().find(|(n, _)| *n == b.name) {
-            Some(v) => v.clone(),
-            None => {
-                let gains: Vec<f64> = b.objectives.iter().map(|x| 1.0 - x).collect();
-                (b.name.clone(), mean_interval(&gains, mix(spec.seed, 0xba5e)))
-            }
-        });
+    let (versus_baselines, versus_best_baseline) = versus(&held_out, spec.seed);
     let runs = (*s.runs.ran.lock().expect("unpoisoned"), s.runs.read_back);
     Ok(TuneResult {
         search_stopped: stopped,
@@ -1754,6 +1773,144 @@ pub fn tune_with(
         runs,
         wall_s: t0.elapsed().as_secs_f64(),
     })
+}
+
+/// How a tune spends its budget of candidates: brackets of a size, proposed together and
+/// halved, and the runs the whole tune will need, for progress.
+struct Plan {
+    budget: usize,
+    bracket_size: usize,
+    brackets: usize,
+    /// Estimated runs of the whole tune (the ablation's and the sweeps' depend on what
+    /// they find).
+    total: u64,
+}
+
+impl Plan {
+    fn of(
+        spec: &xirang_fabric::tune::TuneSpec,
+        space: &[Param],
+        baselines: &[Baseline],
+        seeds: &Seeds,
+        tiers: usize,
+    ) -> Plan {
+        let budget = spec.budget.max(1) as usize;
+        let bracket_size = (budget / MIN_BRACKETS).clamp(MIN_BRACKET, MAX_BRACKET);
+        let brackets = budget.div_ceil(bracket_size);
+        // Runs per bracket: two seeds for all, half the seeds for a quarter, all seeds for the
+        // best.
+        let [_, second, third] = round_sizes(bracket_size);
+        let per_bracket = bracket_size * seeds.early.len()
+            + second * (seeds.half.len() - seeds.early.len())
+            + third * (seeds.search.len() - seeds.half.len());
+        // The ablation's runs depend on what it finds: about three configurations per changed
+        // setting on the validation seeds.
+        let ablation_estimate = 3 * space.len() * seeds.validation.len();
+        // About six points per swept setting: two ECN settings per tier and a kept change or
+        // two.
+        let sweep_estimate = (2 * tiers + 2) * (SWEEP_OFFSETS.len() - 1) * seeds.sweep.len();
+        let total = (baselines.len() * (seeds.search.len() + seeds.held.len())
+            + seeds.validation.len()
+            + brackets * per_bracket
+            + ablation_estimate
+            + seeds.held.len()
+            + sweep_estimate) as u64;
+        Plan {
+            budget,
+            bracket_size,
+            brackets,
+            total,
+        }
+    }
+}
+
+/// The tested recommendation: the ablated candidate with only the kept changes, numbered
+/// as the ablation's final configuration (none kept: the vendor default stands, and there
+/// is nothing to test).
+fn tested_of(
+    ablation: Option<&(usize, Ablation)>,
+    vendor_values: &[(String, ParamValue)],
+) -> Option<(i64, Vec<(String, ParamValue)>)> {
+    ablation.filter(|a| !a.1.kept.is_empty()).map(|a| {
+        let mut values = vendor_values.to_vec();
+        for c in &a.1.kept {
+            for (n, _, v) in &c.settings {
+                set_value(&mut values, n, v.clone());
+            }
+        }
+        (ABLATION_ID_BASE + a.0 as i64, values)
+    })
+}
+
+/// Each class's guardrail on the tested recommendation's held-out `scores`: how much
+/// worse than the vendor its metric got, against the class's tolerance.
+fn guardrails_of<'a>(
+    classes: impl Iterator<Item = &'a String>,
+    scores: &[Score],
+    spec: &xirang_fabric::tune::TuneSpec,
+) -> Vec<Guardrail> {
+    classes
+        .map(|class| {
+            let changes: Vec<f64> = scores
+                .iter()
+                .filter_map(|sc| sc.classes.get(class).map(|r| r - 1.0))
+                .collect();
+            let change = mean_interval(&changes, mix(spec.seed, class.len() as u64));
+            let tolerance = spec.guardrail(class);
+            Guardrail {
+                class: class.clone(),
+                tolerance,
+                margin: tolerance - change.mean,
+                change,
+            }
+        })
+        .collect()
+}
+
+/// A baseline's name and the tuned configuration's advantage over it per seed.
+type Versus = (String, Interval);
+
+/// The tuned configuration against the baselines on the held-out seeds: its advantage
+/// over each, and the best baseline's entry of that list (see
+/// [`TuneResult::versus_best_baseline`]).
+fn versus(held_out: &[HeldOut], seed: u64) -> (Vec<Versus>, Option<Versus>) {
+    // Against the best baseline other than the vendor (lowest held-out mean): the tuned
+    // configuration's advantage per seed, paired on the seeds both ran; without one, the
+    // baseline's own gain over the vendor.
+    let best_baseline = held_out
+        .iter()
+        .filter(|h| h.name != "tuned" && h.name != "vendor")
+        .min_by(|a, b| a.mean().total_cmp(&b.mean()).then(a.name.cmp(&b.name)));
+    // Against every baseline: the tuned configuration's advantage per seed (its objective
+    // subtracted from the baseline's; +0.05: 5 % of the vendor's better), paired on the
+    // seeds both ran.
+    let versus_baselines: Vec<(String, Interval)> = match held_out.iter().find(|h| h.name == "tuned") {
+        Some(t) => held_out
+            .iter()
+            .filter(|h| h.name != "tuned")
+            .map(|b| {
+                let diffs: Vec<f64> = b
+                    .objectives
+                    .iter()
+                    .zip(&t.objectives)
+                    .map(|(x, y)| x - y)
+                    .collect();
+                (b.name.clone(), mean_interval(&diffs, mix(seed, 0xba5e)))
+            })
+            .collect(),
+        None => Vec::new(),
+    };
+    // The best baseline's entry of that list (one interval per comparison, wherever it is
+    // shown); with nothing tested, the baseline's own gain over the vendor.
+    let versus_best_baseline =
+        best_baseline.map(|b| match versus_baselines.iter().find(|(n, _)| *n == b.name) {
+            Some(v) => v.clone(),
+            None => {
+                let gains: Vec<f64> = b.objectives.iter().map(|x| 1.0 - x).collect();
+                (b.name.clone(), mean_interval(&gains, mix(seed, 0xba5e)))
+            }
+        });
+    (versus_baselines, versus_best_baseline)
 }
 
 #[cfg(test)]

@@ -5,8 +5,10 @@
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
-use xirang_calibrate::{Calibration, Figure, Options, Tiers, calibrate, calibrated_toml, figures};
+use xirang_calibrate::counters::AppFigure;
+use xirang_calibrate::{Calibration, Figure, Options, calibrate, calibrated_toml, observed_figures};
 use xirang_diagnose::source;
+use xirang_diagnose::window::Window;
 use xirang_fabric::scenario::{BUILTIN_DEFAULT, Scenario};
 
 use crate::Outcome;
@@ -111,46 +113,68 @@ pub(crate) fn run(a: &CalibrateArgs) -> Result<Outcome> {
             "nothing to calibrate against: give --prometheus URL, --history FILE or --sim-out DIR"
         ),
     };
-    let tiers = Tiers::of(&loaded);
-    let mut unknown = Vec::new();
-    let mut observed: Vec<Figure> = figures(&window, &tiers, &mut unknown);
-    // A class the scenario does not have can never be fitted: said, and left out.
-    let app = xirang_calibrate::app::figures(&window)
-        .into_iter()
-        .chain(xirang_calibrate::app::collective_figures(&window));
-    for f in app {
-        // A collective time needs a collective of the class to compare with (every kind
-        // of workload defaults to the training class); a request p99, any workload of it.
-        let Some(a) = &f.app else { continue };
-        let collective = matches!(a, xirang_calibrate::counters::AppFigure::CollectiveTime { .. });
-        let fits = loaded.scenario.workloads.values().any(|w| {
-            w.class() == a.class()
-                && (!collective || matches!(w, xirang_fabric::workload::Workload::Collective(_)))
-        });
-        if fits {
-            observed.push(f);
-        } else {
-            eprintln!(
-                "warning: {}: the scenario has no {} of class `{}`; left out",
-                f.name,
-                if collective { "collective" } else { "workload" },
-                a.class()
-            )
+    let observed = figures_to_fit(&window, &loaded, &names)?;
+    let c = fit(a, &loaded, &observed)?;
+    let written = if c.holds() {
+        write_calibrated(a, &original, &c, &window, now)?;
+        Some(a.out.display().to_string())
+    } else {
+        None
+    };
+    if a.json {
+        let r = Report {
+            scenario: loaded.file.display().to_string(),
+            source: &window.source,
+            window_seconds: window.seconds(),
+            calibration: &c,
+            written: written.clone(),
+        };
+        out(&(serde_json::to_string_pretty(&r)? + "\n"))?;
+    } else {
+        out(&render(&loaded, &window, &c))?;
+        if let Some(w) = &written {
+            out(&format!("wrote {w}\n"))?;
         }
     }
-    if !unknown.is_empty() {
+    if written.is_none() {
+        refuse(a, &c);
+        return Ok(Outcome::Findings);
+    }
+    Ok(Outcome::Clean)
+}
+
+/// The window's figures the scenario can be fitted to, saying on stderr what was left
+/// out; an error when nothing is left.
+fn figures_to_fit(window: &Window, loaded: &xirang_fabric::Loaded, names: &[String]) -> Result<Vec<Figure>> {
+    let observed = observed_figures(window, loaded);
+    for f in &observed.left_out {
+        let Some(app) = &f.app else { continue };
+        let collective = matches!(app, AppFigure::CollectiveTime { .. });
+        eprintln!(
+            "warning: {}: the scenario has no {} of class `{}`; left out",
+            f.name,
+            if collective { "collective" } else { "workload" },
+            app.class()
+        )
+    }
+    if !observed.unknown_switches.is_empty() {
         eprintln!(
             "warning: counters of switches the scenario does not have were left out: {}",
-            unknown.join(", ")
+            observed.unknown_switches.join(", ")
         );
     }
-    if observed.is_empty() {
+    if observed.figures.is_empty() {
         return Err(xirang_calibrate::CalibrateError::NothingObserved {
             window: window.source.clone(),
             metrics: names.join(", "),
         }
         .into());
     }
+    Ok(observed.figures)
+}
+
+/// The fit, with a progress bar over its budget of runs unless the output is JSON.
+fn fit(a: &CalibrateArgs, loaded: &xirang_fabric::Loaded, observed: &[Figure]) -> Result<Calibration> {
     let bar = if a.json {
         ProgressBar::hidden()
     } else {
@@ -169,96 +193,92 @@ pub(crate) fn run(a: &CalibrateArgs) -> Result<Outcome> {
         max_runs: a.max_runs,
         fit: a.fit.clone(),
     };
-    let c = calibrate(&loaded, &observed, &opts, &|done, _| {
-        bar.set_position(done as u64)
-    })?;
+    let c = calibrate(loaded, observed, &opts, &|done, _| bar.set_position(done as u64))?;
     bar.finish_and_clear();
-    let written = if c.holds() {
-        let header = format!(
-            "# Calibrated by `xirang calibrate` from {} ({:.0} s of counters) on {}.\n# Fitted: {}.\n# Largest residual {:.1} % (tolerance {:.0} %).\n",
-            window.source,
-            window.seconds(),
-            xirang_telemetry::time::utc(now),
-            c.knobs
-                .iter()
-                .map(|k| format!("{} {} -> {}", k.key, num(k.initial), num(k.fitted)))
-                .collect::<Vec<_>>()
-                .join("; "),
-            c.residuals.iter().map(|r| r.residual.abs()).fold(0.0, f64::max) * 100.0,
-            c.tolerance * 100.0
-        );
-        let text = calibrated_toml(&original, &c, &header)?;
-        // The calibrated text must load as the scenario it claims to be.
-        Scenario::parse(&text, &a.out)
-            .context("the calibrated scenario does not parse (a bug: please report it)")?;
-        xirang_files::write_atomic(&a.out, text.as_bytes())?;
-        Some(a.out.display().to_string())
-    } else {
-        None
-    };
-    if a.json {
-        let r = Report {
-            scenario: loaded.file.display().to_string(),
-            source: &window.source,
-            window_seconds: window.seconds(),
-            calibration: &c,
-            written: written.clone(),
-        };
-        out(&(serde_json::to_string_pretty(&r)? + "\n"))?;
-    } else {
-        let mut k = table(&["parameter", "scenario", "fitted", "range searched"]);
-        for f in &c.knobs {
-            k.add_row(vec![
-                f.key.clone(),
-                num(f.initial),
-                num(f.fitted),
-                format!("{} .. {}", num(f.min), num(f.max)),
-            ]);
-        }
-        let mut t = table(&["counter", "observed", "simulated", "residual", ""]);
-        for r in &c.residuals {
-            t.add_row(vec![
-                r.name.clone(),
-                format!("{} {}", num(r.observed), r.unit),
-                num(r.simulated),
-                format!("{:+.1} %", r.residual * 100.0),
-                if r.within { "ok" } else { "OUTSIDE" }.to_string(),
-            ]);
-        }
-        out(&format!(
-            "calibrated {} against {} ({} s): {} runs, objective {} -> {}\n{k}\n{t}\n",
-            loaded.file.display(),
-            window.source,
-            num(window.seconds()),
-            c.runs,
-            num(c.objective_initial),
-            num(c.objective)
-        ))?;
-        if let Some(w) = &written {
-            out(&format!("wrote {w}\n"))?;
-        }
-    }
-    if written.is_none() {
-        let outside: Vec<String> = c
-            .residuals
+    Ok(c)
+}
+
+/// Writes the calibrated scenario to `--out` under a header saying where it came from,
+/// after checking that it loads: a file that claims to be calibrated must be usable.
+fn write_calibrated(
+    a: &CalibrateArgs,
+    original: &str,
+    c: &Calibration,
+    window: &Window,
+    now: i64,
+) -> Result<()> {
+    let header = format!(
+        "# Calibrated by `xirang calibrate` from {} ({:.0} s of counters) on {}.\n# Fitted: {}.\n# Largest residual {:.1} % (tolerance {:.0} %).\n",
+        window.source,
+        window.seconds(),
+        xirang_telemetry::time::utc(now),
+        c.knobs
             .iter()
-            .filter(|r| !r.within)
-            .map(|r| {
-                format!(
-                    "{} ({:+.1} %, from {})",
-                    r.name,
-                    r.residual * 100.0,
-                    r.metrics.join(" / ")
-                )
-            })
-            .collect();
-        eprintln!(
-            "error: the fit stays outside ±{:.0} % on: {}; {} not written",
-            c.tolerance * 100.0,
-            outside.join(", "),
-            a.out.display()
-        );
-        return Ok(Outcome::Findings);
+            .map(|k| format!("{} {} -> {}", k.key, num(k.initial), num(k.fitted)))
+            .collect::<Vec<_>>()
+            .join("; "),
+        c.residuals.iter().map(|r| r.residual.abs()).fold(0.0, f64::max) * 100.0,
+        c.tolerance * 100.0
+    );
+    let text = calibrated_toml(original, c, &header)?;
+    // The calibrated text must load as the scenario it claims to be.
+    Scenario::parse(&text, &a.out)
+        .context("the calibrated scenario does not parse (a bug: please report it)")?;
+    xirang_files::write_atomic(&a.out, text.as_bytes())?;
+    Ok(())
+}
+
+/// The fit as tables: the parameters, then each figure against the tolerance.
+fn render(loaded: &xirang_fabric::Loaded, window: &Window, c: &Calibration) -> String {
+    let mut k = table(&["parameter", "scenario", "fitted", "range searched"]);
+    for f in &c.knobs {
+        k.add_row(vec![
+            f.key.clone(),
+            num(f.initial),
+            num(f.fitted),
+            format!("{} .. {}", num(f.min), num(f.max)),
+        ]);
     }
-    Ok(Outcome::Clean)
+    let mut t = table(&["counter", "observed", "simulated", "residual", ""]);
+    for r in &c.residuals {
+        t.add_row(vec![
+            r.name.clone(),
+            format!("{} {}", num(r.observed), r.unit),
+            num(r.simulated),
+            format!("{:+.1} %", r.residual * 100.0),
+            if r.within { "ok" } else { "OUTSIDE" }.to_string(),
+        ]);
+    }
+    format!(
+        "calibrated {} against {} ({} s): {} runs, objective {} -> {}\n{k}\n{t}\n",
+        loaded.file.display(),
+        window.source,
+        num(window.seconds()),
+        c.runs,
+        num(c.objective_initial),
+        num(c.objective)
+    )
+}
+
+/// Says on stderr which figures kept the fit from holding, so nothing was written.
+fn refuse(a: &CalibrateArgs, c: &Calibration) {
+    let outside: Vec<String> = c
+        .residuals
+        .iter()
+        .filter(|r| !r.within)
+        .map(|r| {
+            format!(
+                "{} ({:+.1} %, from {})",
+                r.name,
+                r.residual * 100.0,
+                r.metrics.join(" / ")
+            )
+        })
+        .collect();
+    eprintln!(
+        "error: the fit stays outside ±{:.0} % on: {}; {} not written",
+        c.tolerance * 100.0,
+        outside.join(", "),
+        a.out.display()
+    );
 }

@@ -24,14 +24,14 @@ pub(crate) fn nccl(a: &DiagnoseNcclArgs) -> Result<Outcome> {
             text: log.text,
         });
     }
-    crate::nccl::check_nics(a.nics, a.nic_gbps)?;
+    crate::args::check_nics(a.nics, a.nic_gbps)?;
     let hw = Hardware {
         nics: a.nics,
         nic_gbps: a.nic_gbps,
         platform: a
             .scenario
             .as_deref()
-            .map(crate::nccl::scenario_platform)
+            .map(crate::args::host_platform)
             .transpose()?,
     };
     let d = diagnose(&logs, &hw)?;

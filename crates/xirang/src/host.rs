@@ -68,6 +68,24 @@ fn opt<T: ToString>(v: &Option<T>) -> String {
 /// The inventory as tables, for people.
 pub(crate) fn render(inv: &HostInventory) -> String {
     let mut s = format!("host {} (read from {})\n\n", inv.hostname, inv.source);
+    rdma(&mut s, inv);
+    if !inv.netdevs.is_empty() {
+        netdevs(&mut s, inv);
+    }
+    if !inv.bonds.is_empty() {
+        bonds(&mut s, inv);
+    }
+    if !inv.nccl_conf.is_empty() {
+        let lines: Vec<String> = inv.nccl_conf.iter().map(|(k, v)| format!("  {k}={v}")).collect();
+        let _ = writeln!(s, "NCCL settings (/etc/nccl.conf)\n{}\n", lines.join("\n"));
+    }
+    pci(&mut s, inv);
+    tools(&mut s, inv);
+    s
+}
+
+/// The RDMA devices, a row per port, or why there are none.
+fn rdma(s: &mut String, inv: &HostInventory) {
     if inv.rdma.is_empty() {
         s.push_str("RDMA devices: none (no /sys/class/infiniband entries): this host has no RDMA NIC or its driver is not loaded\n\n");
     } else {
@@ -111,80 +129,85 @@ pub(crate) fn render(inv: &HostInventory) -> String {
         }
         let _ = writeln!(s, "RDMA devices\n{t}\n");
     }
-    if !inv.netdevs.is_empty() {
-        let mut t = table(&[
-            "netdev",
-            "MTU",
-            "speed Mb/s",
-            "state",
-            "PCI",
-            "RDMA",
-            "DCQCN rp/np prios",
-        ]);
-        for n in &inv.netdevs {
-            let ecn = n.ecn.as_ref().map_or("-".into(), |e| {
-                let on = |en: &[Option<bool>; 8]| {
-                    en.iter()
-                        .enumerate()
-                        .filter(|(_, v)| **v == Some(true))
-                        .map(|(p, _)| p.to_string())
-                        .collect::<Vec<_>>()
-                        .join("")
-                };
-                format!("{}/{}", on(&e.rp_enable), on(&e.np_enable))
-            });
-            t.add_row(vec![
-                n.name.clone(),
-                opt(&n.mtu_bytes),
-                opt(&n.speed_mbps),
-                opt(&n.operstate),
-                opt(&n.pci),
-                opt(&n.rdma),
-                ecn,
-            ]);
-        }
-        let _ = writeln!(s, "Network interfaces\n{t}\n");
-    }
-    if !inv.bonds.is_empty() {
-        let mut t = table(&["bond", "mode", "hash policy", "members", "RDMA", "spreads QPs"]);
-        let named = |c: &Option<xirang_host::inventory::CodedState>| {
-            c.as_ref()
-                .map_or("-".to_string(), |c| format!("{} {}", c.name, c.code))
-        };
-        for b in &inv.bonds {
-            let members: Vec<String> = b
-                .members
-                .iter()
-                .map(|m| format!("{} ({})", m.name, m.mii_status.as_deref().unwrap_or("?")))
-                .collect();
-            let rdma = match (&b.roce_lag, b.rdma_devices.as_slice()) {
-                (Some(lag), _) => match &b.port_select_mode {
-                    Some(mode) => format!("RoCE LAG {lag} ({mode})"),
-                    None => format!("RoCE LAG {lag}"),
-                },
-                (None, []) => "-".to_string(),
-                (None, devs) => format!("separate: {}", devs.join(", ")),
+}
+
+/// The network interfaces with their MTU, state and DCQCN priorities.
+fn netdevs(s: &mut String, inv: &HostInventory) {
+    let mut t = table(&[
+        "netdev",
+        "MTU",
+        "speed Mb/s",
+        "state",
+        "PCI",
+        "RDMA",
+        "DCQCN rp/np prios",
+    ]);
+    for n in &inv.netdevs {
+        let ecn = n.ecn.as_ref().map_or("-".into(), |e| {
+            let on = |en: &[Option<bool>; 8]| {
+                en.iter()
+                    .enumerate()
+                    .filter(|(_, v)| **v == Some(true))
+                    .map(|(p, _)| p.to_string())
+                    .collect::<Vec<_>>()
+                    .join("")
             };
-            t.add_row(vec![
-                b.name.clone(),
-                named(&b.mode),
-                named(&b.xmit_hash_policy),
-                members.join(", "),
-                rdma,
-                match b.spreads_qps() {
-                    Some(true) => "yes",
-                    Some(false) => "no",
-                    None => "?",
-                }
-                .to_string(),
-            ]);
-        }
-        let _ = writeln!(s, "Bonds\n{t}\n");
+            format!("{}/{}", on(&e.rp_enable), on(&e.np_enable))
+        });
+        t.add_row(vec![
+            n.name.clone(),
+            opt(&n.mtu_bytes),
+            opt(&n.speed_mbps),
+            opt(&n.operstate),
+            opt(&n.pci),
+            opt(&n.rdma),
+            ecn,
+        ]);
     }
-    if !inv.nccl_conf.is_empty() {
-        let lines: Vec<String> = inv.nccl_conf.iter().map(|(k, v)| format!("  {k}={v}")).collect();
-        let _ = writeln!(s, "NCCL settings (/etc/nccl.conf)\n{}\n", lines.join("\n"));
+    let _ = writeln!(s, "Network interfaces\n{t}\n");
+}
+
+/// The bonds: their mode and hash policy, their members, and whether their RDMA traffic
+/// is spread over the members.
+fn bonds(s: &mut String, inv: &HostInventory) {
+    let mut t = table(&["bond", "mode", "hash policy", "members", "RDMA", "spreads QPs"]);
+    let named = |c: &Option<xirang_host::inventory::CodedState>| {
+        c.as_ref()
+            .map_or("-".to_string(), |c| format!("{} {}", c.name, c.code))
+    };
+    for b in &inv.bonds {
+        let members: Vec<String> = b
+            .members
+            .iter()
+            .map(|m| format!("{} ({})", m.name, m.mii_status.as_deref().unwrap_or("?")))
+            .collect();
+        let rdma = match (&b.roce_lag, b.rdma_devices.as_slice()) {
+            (Some(lag), _) => match &b.port_select_mode {
+                Some(mode) => format!("RoCE LAG {lag} ({mode})"),
+                None => format!("RoCE LAG {lag}"),
+            },
+            (None, []) => "-".to_string(),
+            (None, devs) => format!("separate: {}", devs.join(", ")),
+        };
+        t.add_row(vec![
+            b.name.clone(),
+            named(&b.mode),
+            named(&b.xmit_hash_policy),
+            members.join(", "),
+            rdma,
+            match b.spreads_qps() {
+                Some(true) => "yes",
+                Some(false) => "no",
+                None => "?",
+            }
+            .to_string(),
+        ]);
     }
+    let _ = writeln!(s, "Bonds\n{t}\n");
+}
+
+/// The NIC and GPU PCIe functions with their links and the bridges above them.
+fn pci(s: &mut String, inv: &HostInventory) {
     let devs: Vec<_> = inv.pci.iter().filter(|f| f.role != PciRole::Bridge).collect();
     if devs.is_empty() {
         s.push_str("PCIe: no NIC or GPU functions found under /sys/bus/pci/devices\n\n");
@@ -229,6 +252,11 @@ pub(crate) fn render(inv: &HostInventory) -> String {
         }
         let _ = writeln!(s, "PCIe functions (NICs and GPUs)\n{t}\n");
     }
+}
+
+/// Which tool outputs the inventory holds and which are missing, and the files that could
+/// not be read.
+fn tools(s: &mut String, inv: &HostInventory) {
     let tools = &inv.tools;
     let mut captured = Vec::new();
     if !tools.ethtool.is_empty() {
@@ -268,5 +296,4 @@ pub(crate) fn render(inv: &HostInventory) -> String {
             let _ = writeln!(s, "  {}: {}", p.path, p.message);
         }
     }
-    s
 }

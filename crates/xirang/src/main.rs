@@ -1,6 +1,7 @@
 //! `xirang`: a thin command line over the Xirang crates. Parsing, glue, printing and exit
 //! codes live here; everything testable lives in the libraries.
 
+mod args;
 mod audit;
 mod bench;
 mod bench_scale;

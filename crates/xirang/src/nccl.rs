@@ -7,6 +7,7 @@ use xirang_collective::cost::{Algo, Coll, Platform, Proto};
 use xirang_collective::nccl_tests::{self, TestRun};
 
 use crate::Outcome;
+use crate::args::{check_nics, host_platform, scenario_platform};
 use crate::cli::{AlgoArg, CollArg, NcclAdviseArgs, NcclCheckArgs, ProtoArg};
 use crate::cmd::{out, table};
 
@@ -44,38 +45,11 @@ impl From<ProtoArg> for Proto {
     }
 }
 
-/// The hosts a scenario describes (its first host), as the cost model sees them.
-pub(crate) fn scenario_platform(s: &std::path::Path) -> Result<Platform> {
-    let loaded = crate::cmd::load(s)?;
-    Platform::of_fabric(&loaded.fabric, &loaded.scenario.config, &[], 0)
-        .with_context(|| format!("{}: the scenario has no hosts", s.display()))
-}
-
-/// `--nics` and `--nic-gbps` within what a fabric can hold.
-pub(crate) fn check_nics(nics: Option<u32>, nic_gbps: Option<f64>) -> Result<()> {
-    let max_nics = xirang_fabric::limits::MAX_DEVICES_PER_HOST;
-    let max_gbps = xirang_fabric::limits::MAX_LINK_RATE_GBPS;
-    if let Some(n) = nics
-        && !(1..=max_nics).contains(&n)
-    {
-        bail!("--nics: expected 1..={max_nics} NICs per node, found {n}");
-    }
-    if let Some(g) = nic_gbps
-        && !(g.is_finite() && g > 0.0 && g <= max_gbps)
-    {
-        bail!(
-            "--nic-gbps: expected a rate above 0 and at most {max_gbps} Gbit/s, found {}",
-            xirang_fabric::limits::Num(g)
-        );
-    }
-    Ok(())
-}
-
 /// The hardware template: from a scenario's first host, or from the flags on top of the
 /// built-in defaults (H100 NVLink with NVSwitch).
 fn template(a: &NcclCheckArgs) -> Result<(Platform, String)> {
     if let Some(s) = &a.scenario {
-        return Ok((scenario_platform(s)?, format!("hosts as in {}", s.display())));
+        return Ok((host_platform(s)?, format!("hosts as in {}", s.display())));
     }
     check_nics(Some(a.nics), Some(a.nic_gbps))?;
     let p = Platform::of_nics(a.nics, a.nic_gbps);
@@ -242,7 +216,7 @@ fn render(f: &FileReport, tests: &[TestRun]) -> String {
 
 /// `xirang nccl advise [SCENARIO]`.
 pub(crate) fn advise(a: &NcclAdviseArgs) -> Result<Outcome> {
-    let (loaded, _, _) = crate::plan::scenario_platform(a.scenario.as_deref())?;
+    let (loaded, _, _) = scenario_platform(a.scenario.as_deref())?;
     let advice = xirang_collective::advise::advise(&loaded).map_err(|e| anyhow::anyhow!("{e}"))?;
     let layout = crate::layout::if_asked(&loaded, a.json);
     let mut env = advice.env_file(&loaded.scenario.name);
@@ -363,27 +337,7 @@ pub(crate) fn sweep(a: &crate::cli::NcclSweepArgs) -> Result<Outcome> {
         Some(p) => crate::cmd::load(p)?,
         None => xirang_fabric::Scenario::builtin_default().context("the built-in default scenario")?,
     };
-    if a.min_bytes > a.max_bytes {
-        bail!(
-            "--minbytes {} is above --maxbytes {}: expected the smallest size first",
-            a.min_bytes,
-            a.max_bytes
-        );
-    }
-    let sizes = sweep::sizes(
-        a.min_bytes,
-        a.max_bytes,
-        a.step_factor.map(|f| f as u64),
-        a.step_bytes,
-    );
-    if sizes.len() > MAX_SWEEP_SIZES {
-        bail!(
-            "{} sizes from {} to {} B: expected at most {MAX_SWEEP_SIZES} (use a larger --stepbytes or a --stepfactor)",
-            sizes.len(),
-            a.min_bytes,
-            a.max_bytes
-        );
-    }
+    let sizes = sweep_sizes(a)?;
     let (name, spec_w) =
         sweep::workload_of(&loaded, a.workload.as_deref()).map_err(|e| anyhow::anyhow!("{e}"))?;
     let op = a.op.map(Into::into).unwrap_or(spec_w.op);
@@ -409,10 +363,81 @@ pub(crate) fn sweep(a: &crate::cli::NcclSweepArgs) -> Result<Outcome> {
     let points = sweep::sweep(&loaded, &spec, threads, &|done, _| bar.set_position(done as u64))
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     bar.finish_and_clear();
-    let coll = Coll::of_op(op);
     let hosts = loaded.fabric.hosts_named(&spec_w.hosts);
+    let finished: Vec<f64> = points.iter().filter_map(|p| p.busbw_gbs).collect();
+    let swept = Swept {
+        loaded: &loaded,
+        workload: name,
+        coll: Coll::of_op(op),
+        spec: &spec,
+        ranks: ranks(&loaded, &hosts),
+        avg: (!finished.is_empty()).then(|| finished.iter().sum::<f64>() / finished.len() as f64),
+        points: &points,
+    };
+    if a.json {
+        let r = SweepReport {
+            scenario: loaded.scenario.name.clone(),
+            workload: swept.workload.clone(),
+            test: swept.coll.test_name(),
+            ranks: swept.ranks.len() as u32,
+            hosts: hosts.len(),
+            warmup_iters: spec.warmup_iters,
+            iters: spec.iters,
+            sizes: &points,
+            avg_busbw_gbs: swept.avg,
+        };
+        out(&(serde_json::to_string_pretty(&r)? + "\n"))?;
+    } else {
+        let table = swept.nccl_tests_table(a);
+        match &a.out {
+            // The whole table or nothing: a log another tool reads must not be cut short.
+            Some(path) => {
+                xirang_files::write_atomic(path, table.as_bytes())?;
+                eprintln!("wrote {}", path.display());
+            }
+            None => out(&table)?,
+        }
+    }
+    if finished.len() == points.len() {
+        Ok(Outcome::Clean)
+    } else {
+        eprintln!("error: some sizes did not finish (see the notes above the table)");
+        Ok(Outcome::Findings)
+    }
+}
+
+/// The sizes `--minbytes`, `--maxbytes` and the step ask for, refused when out of order
+/// or too many to ever finish.
+fn sweep_sizes(a: &crate::cli::NcclSweepArgs) -> Result<Vec<u64>> {
+    if a.min_bytes > a.max_bytes {
+        bail!(
+            "--minbytes {} is above --maxbytes {}: expected the smallest size first",
+            a.min_bytes,
+            a.max_bytes
+        );
+    }
+    let sizes = xirang_sim::sweep::sizes(
+        a.min_bytes,
+        a.max_bytes,
+        a.step_factor.map(|f| f as u64),
+        a.step_bytes,
+    );
+    if sizes.len() > MAX_SWEEP_SIZES {
+        bail!(
+            "{} sizes from {} to {} B: expected at most {MAX_SWEEP_SIZES} (use a larger --stepbytes or a --stepfactor)",
+            sizes.len(),
+            a.min_bytes,
+            a.max_bytes
+        );
+    }
+    Ok(sizes)
+}
+
+/// The ranks as nccl-tests lists them: one per GPU of each host (one for a host without
+/// GPUs), with NVIDIA's model names.
+fn ranks(loaded: &xirang_fabric::Loaded, hosts: &[&xirang_fabric::model::Host]) -> Vec<nccl_tests::Rank> {
     let mut ranks = Vec::new();
-    for h in &hosts {
+    for h in hosts {
         for d in 0..h.gpus.len().max(1) {
             let gpu = h.gpus.get(d).map(|g| {
                 let model = &loaded.fabric.gpus[g.index()].model;
@@ -431,29 +456,34 @@ pub(crate) fn sweep(a: &crate::cli::NcclSweepArgs) -> Result<Outcome> {
             });
         }
     }
-    let finished: Vec<f64> = points.iter().filter_map(|p| p.busbw_gbs).collect();
-    let avg = (!finished.is_empty()).then(|| finished.iter().sum::<f64>() / finished.len() as f64);
-    let all_done = finished.len() == points.len();
-    if a.json {
-        let r = SweepReport {
-            scenario: loaded.scenario.name.clone(),
-            workload: name,
-            test: coll.test_name(),
-            ranks: ranks.len() as u32,
-            hosts: hosts.len(),
-            warmup_iters: spec.warmup_iters,
-            iters: spec.iters,
-            sizes: &points,
-            avg_busbw_gbs: avg,
-        };
-        out(&(serde_json::to_string_pretty(&r)? + "\n"))?;
-    } else {
+    ranks
+}
+
+/// A finished sweep, as its outputs need it.
+struct Swept<'a> {
+    loaded: &'a xirang_fabric::Loaded,
+    workload: String,
+    coll: Coll,
+    spec: &'a xirang_sim::sweep::SweepSpec,
+    points: &'a [xirang_sim::sweep::SizePoint],
+    ranks: Vec<nccl_tests::Rank>,
+    /// Mean bus bandwidth of the sizes that finished.
+    avg: Option<f64>,
+}
+
+impl Swept<'_> {
+    /// The sweep as nccl-tests prints it, so the tools that read nccl-tests logs read it:
+    /// its header, a row per finished size (in place = out of place), and notes saying
+    /// how each size was simulated.
+    fn nccl_tests_table(&self, a: &crate::cli::NcclSweepArgs) -> String {
+        let coll = self.coll;
         let redop = match coll {
             Coll::AllReduce | Coll::ReduceScatter | Coll::SendRecv => "sum",
             _ => "none",
         };
         let root = if coll == Coll::Broadcast { 0 } else { -1 };
-        let rows = points
+        let rows = self
+            .points
             .iter()
             .map(|p| {
                 // The twin moves the same bytes in place and out of place: both columns
@@ -487,19 +517,25 @@ pub(crate) fn sweep(a: &crate::cli::NcclSweepArgs) -> Result<Outcome> {
                 Some(f) => nccl_tests::Step::Factor(f as u64),
                 None => nccl_tests::Step::Bytes(a.step_bytes),
             },
-            warmup_iters: spec.warmup_iters,
-            iters: spec.iters,
+            warmup_iters: self.spec.warmup_iters,
+            iters: self.spec.iters,
         });
-        run.ranks = ranks;
+        run.ranks = self.ranks.clone();
         run.rows = rows;
-        run.avg_busbw_gbs = avg;
+        run.avg_busbw_gbs = self.avg;
+        nccl_tests::render(&run, &self.notes())
+    }
+
+    /// The notes above the table: where it came from, then how each size ran.
+    fn notes(&self) -> Vec<String> {
         let mut notes = vec![format!(
-            "nccl-tests table simulated by xirang {}: scenario {}, workload {name}, seed {}; in-place = out-of-place (the same bytes move)",
+            "nccl-tests table simulated by xirang {}: scenario {}, workload {}, seed {}; in-place = out-of-place (the same bytes move)",
             env!("CARGO_PKG_VERSION"),
-            loaded.scenario.name,
-            loaded.scenario.run.seed
+            self.loaded.scenario.name,
+            self.workload,
+            self.loaded.scenario.run.seed
         )];
-        for p in &points {
+        for p in self.points {
             let model = p
                 .model_busbw_gbs
                 .map_or_else(String::new, |m| format!(", cost model busbw {m:.2} GB/s"));
@@ -516,20 +552,6 @@ pub(crate) fn sweep(a: &crate::cli::NcclSweepArgs) -> Result<Outcome> {
                 p.size_bytes, p.simulated, p.channels
             ));
         }
-        let table = nccl_tests::render(&run, &notes);
-        match &a.out {
-            // The whole table or nothing: a log another tool reads must not be cut short.
-            Some(path) => {
-                xirang_files::write_atomic(path, table.as_bytes())?;
-                eprintln!("wrote {}", path.display());
-            }
-            None => out(&table)?,
-        }
-    }
-    if all_done {
-        Ok(Outcome::Clean)
-    } else {
-        eprintln!("error: some sizes did not finish (see the notes above the table)");
-        Ok(Outcome::Findings)
+        notes
     }
 }

@@ -1,33 +1,14 @@
 //! `xirang plan ...`: planners on top of the collective cost model.
 
-use std::path::Path;
-
-use anyhow::{Context, Result};
+use anyhow::Result;
 use serde::Serialize;
 use xirang_collective::cost::{Coll, Platform, choose};
 use xirang_collective::overlap::{self, ModelFile, PYTORCH_DEFAULT_BUCKET_BYTES};
-use xirang_fabric::Loaded;
-use xirang_fabric::scenario::Scenario;
 
 use crate::Outcome;
+use crate::args::scenario_platform;
 use crate::cli::{BatchingArgs, OverlapArgs};
 use crate::cmd::{out, table};
-
-/// The scenario (given or built-in) and the platform of its data-parallel group, with a
-/// line that says which.
-pub(crate) fn scenario_platform(path: Option<&Path>) -> Result<(Loaded, Platform, String)> {
-    let loaded = match path {
-        Some(p) => crate::cmd::load(p)?,
-        None => Scenario::builtin_default().context("the built-in default scenario")?,
-    };
-    let (platform, what) =
-        Platform::of_scenario(&loaded).context("the scenario has no hosts to run a collective on")?;
-    let desc = format!(
-        "{} ({what}: {} x {} GPUs, network {:.1} GB/s per node)",
-        loaded.scenario.name, platform.nodes, platform.gpus_per_node, platform.node_net_gbs
-    );
-    Ok((loaded, platform, desc))
-}
 
 #[derive(Serialize)]
 struct OverlapReport<'a> {

@@ -34,16 +34,7 @@ pub(crate) fn run(a: &SimArgs) -> Result<Outcome> {
         (None, Some(t), Some(fl)) => load_hpcc(t, fl, a.cc)?,
         _ => bail!("give a scenario file, or --hpcc-topology and --hpcc-flows"),
     };
-    let mut opts = xirang_sim::options(&loaded);
-    if let Some(s) = a.seed {
-        opts.seed = s;
-    }
-    if let Some(u) = a.until {
-        opts.end = Some(us(u));
-    }
-    if let Some(s) = a.sample {
-        opts.sample_interval = Some(us(s));
-    }
+    let opts = options(a, &loaded);
     #[cfg(feature = "mpi")]
     let mpi = if a.mpi {
         Some(xirang_mpi::job::Job::start()?)
@@ -64,11 +55,8 @@ pub(crate) fn run(a: &SimArgs) -> Result<Outcome> {
         return Ok(Outcome::Clean);
     }
     let out_dir = a.out.clone().unwrap_or_else(|| {
-        PathBuf::from("out").join(if loaded.scenario.name.is_empty() {
-            "sim"
-        } else {
-            &loaded.scenario.name
-        })
+        let name = &loaded.scenario.name;
+        PathBuf::from("out").join(if name.is_empty() { "sim" } else { name })
     });
     // Refuse someone else's directory before the run, not after it.
     let out = sim_out::create(&out_dir);
@@ -79,23 +67,85 @@ pub(crate) fn run(a: &SimArgs) -> Result<Outcome> {
     }
     let out = out?;
 
-    // Progress is finished transfers of all of them, with an estimate of the time left;
-    // with an end time, simulated time against it, whichever is further along.
-    let bar = if a.quiet {
-        ProgressBar::hidden()
-    } else {
-        let b = ProgressBar::new(PROGRESS_STEPS);
-        b.set_style(
-            ProgressStyle::with_template("{spinner} {bar:30} {percent}% {msg}  [{elapsed} < {eta}]")
-                .expect("valid template"),
-        );
-        b
-    };
+    let bar = progress_bar(a.quiet);
     let t0 = Instant::now();
-    let parts = a.partitions.unwrap_or(a.threads);
-    let mut on_progress = |p: xirang_sim::Progress| {
+    let mut on_progress = progress(&bar, opts.end);
+    #[cfg(feature = "mpi")]
+    let by_mpi = mpi.as_ref().map(|job| {
+        let (r, report) = job
+            .simulate(
+                &loaded,
+                &opts,
+                a.partitions.unwrap_or(job.size() * a.threads),
+                a.threads,
+                &mut on_progress,
+            )
+            .expect("invariant: rank 0 has the results");
+        (r, Some(report))
+    });
+    #[cfg(not(feature = "mpi"))]
+    let by_mpi = None;
+    let (result, parallel) = simulate(a, &loaded, &opts, by_mpi, &bar, &mut on_progress);
+    let wall = t0.elapsed();
+    bar.finish_and_clear();
+    let summary = result.summary();
+    warn(&loaded, &result, &summary);
+    let wall_s = wall.as_secs_f64();
+    let run = Run {
+        loaded: &loaded,
+        opts: &opts,
+        result: &result,
+        summary: &summary,
+        parallel: parallel.as_ref(),
+        wall_s,
+    };
+    let report = write(&out, &out_dir, &run)?;
+    out.commit()?;
+    if let Err(e) = result.check_conservation() {
+        bail!("conservation check failed (a simulator bug):\n{e}");
+    }
+    if a.json {
+        crate::cmd::out(&(serde_json::to_string_pretty(&report)? + "\n"))?;
+    } else {
+        crate::cmd::out(&render(&loaded.scenario.name, &summary, wall_s, &out_dir))?;
+    }
+    Ok(Outcome::Clean)
+}
+
+/// The scenario's run options with `--seed`, `--until` and `--sample`.
+fn options(a: &SimArgs, loaded: &Loaded) -> xirang_sim::RunOptions {
+    let mut opts = xirang_sim::options(loaded);
+    if let Some(s) = a.seed {
+        opts.seed = s;
+    }
+    if let Some(u) = a.until {
+        opts.end = Some(us(u));
+    }
+    if let Some(s) = a.sample {
+        opts.sample_interval = Some(us(s));
+    }
+    opts
+}
+
+/// The run's progress bar (hidden with `--quiet`).
+fn progress_bar(quiet: bool) -> ProgressBar {
+    if quiet {
+        return ProgressBar::hidden();
+    }
+    let b = ProgressBar::new(PROGRESS_STEPS);
+    b.set_style(
+        ProgressStyle::with_template("{spinner} {bar:30} {percent}% {msg}  [{elapsed} < {eta}]")
+            .expect("valid template"),
+    );
+    b
+}
+
+/// Progress is finished transfers of all of them, with an estimate of the time left;
+/// with an end time, simulated time against it, whichever is further along.
+fn progress(bar: &ProgressBar, end: Option<u64>) -> impl FnMut(xirang_sim::Progress) + '_ {
+    move |p: xirang_sim::Progress| {
         let by_work = p.done as f64 / p.total.max(1) as f64;
-        let by_time = opts.end.map_or(0.0, |e| p.now as f64 / e.max(1) as f64);
+        let by_time = end.map_or(0.0, |e| p.now as f64 / e.max(1) as f64);
         bar.set_position((by_work.max(by_time).min(1.0) * PROGRESS_STEPS as f64) as u64);
         bar.set_message(format!(
             "{}/{} sends and receives, simulated {:.1} us",
@@ -103,56 +153,46 @@ pub(crate) fn run(a: &SimArgs) -> Result<Outcome> {
             p.total,
             p.now as f64 / PS_PER_US as f64
         ));
-    };
-    #[cfg(feature = "mpi")]
-    let by_mpi = match &mpi {
-        Some(job) => {
-            let (r, report) = job
-                .simulate(
-                    &loaded,
-                    &opts,
-                    a.partitions.unwrap_or(job.size() * a.threads),
-                    a.threads,
-                    &mut on_progress,
-                )
-                .expect("invariant: rank 0 has the results");
-            Some((r, Some(report)))
-        }
-        None => None,
-    };
-    #[cfg(not(feature = "mpi"))]
-    let by_mpi: Option<(xirang_sim::RunResult, Option<xirang_sim::parallel::Report>)> = None;
-    let (result, parallel) = if let Some(r) = by_mpi {
+    }
+}
+
+/// A run's result, with the parallel engine's report when it ran in parallel.
+type Simulated = (xirang_sim::RunResult, Option<xirang_sim::parallel::Report>);
+
+/// The run: the MPI job's (`by_mpi`, already done), on threads when more than one
+/// partition or thread is asked for, otherwise the serial engine; saying why a parallel
+/// run went serial.
+fn simulate(
+    a: &SimArgs,
+    loaded: &Loaded,
+    opts: &xirang_sim::RunOptions,
+    by_mpi: Option<Simulated>,
+    bar: &ProgressBar,
+    on_progress: &mut dyn FnMut(xirang_sim::Progress),
+) -> Simulated {
+    let parts = a.partitions.unwrap_or(a.threads);
+    if let Some(r) = by_mpi {
         if let Some(why) = r.1.as_ref().and_then(|p| p.plan.serial_because.as_ref()) {
             bar.suspend(|| eprintln!("note: running serially on rank 0: {why}"));
         }
         r
     } else if parts > 1 || a.threads > 1 {
-        let (r, report) =
-            xirang_sim::parallel::simulate_threads(&loaded, &opts, parts, a.threads, &mut on_progress);
+        let (r, report) = xirang_sim::parallel::simulate_threads(loaded, opts, parts, a.threads, on_progress);
         if let Some(why) = &report.plan.serial_because {
             bar.suspend(|| eprintln!("note: running serially: {why}"));
         }
         (r, Some(report))
     } else {
-        (xirang_sim::simulate(&loaded, &opts, &mut on_progress), None)
-    };
-    let wall = t0.elapsed();
-    bar.finish_and_clear();
+        (xirang_sim::simulate(loaded, opts, on_progress), None)
+    }
+}
+
+/// Warns on stderr about what makes the run's figures not what they seem: workloads not
+/// simulated, QPs that gave up, ACK timeouts that stalled flows, collectives cut short.
+fn warn(loaded: &Loaded, result: &xirang_sim::RunResult, summary: &Summary) {
     for (w, why) in &result.skipped {
         eprintln!("warning: workload `{w}` was not simulated: {why}");
     }
-
-    let offset = loaded
-        .scenario
-        .workloads
-        .values()
-        .find_map(|w| match w {
-            xirang_fabric::workload::Workload::HpccFlows(h) => Some(us(h.time_offset_us)),
-            _ => None,
-        })
-        .unwrap_or(0);
-    let summary = result.summary();
     let failed: Vec<&xirang_sim::output::FlowResult> = result.flows.iter().filter(|f| f.failed).collect();
     if summary.stats.qps_failed > 0 {
         eprintln!(
@@ -186,7 +226,38 @@ pub(crate) fn run(a: &SimArgs) -> Result<Outcome> {
             c.workload
         );
     }
-    let wall_s = wall.as_secs_f64();
+}
+
+/// A finished run, as its output files need it.
+struct Run<'a> {
+    loaded: &'a Loaded,
+    opts: &'a xirang_sim::RunOptions,
+    result: &'a xirang_sim::RunResult,
+    summary: &'a Summary,
+    parallel: Option<&'a xirang_sim::parallel::Report>,
+    wall_s: f64,
+}
+
+/// Writes the run's files into `out` (not yet committed); returns what `--json` prints:
+/// the results, how the run went, and where the files are.
+fn write(out: &xirang_files::OutputDir, out_dir: &Path, run: &Run<'_>) -> Result<serde_json::Value> {
+    let Run {
+        loaded,
+        opts,
+        result,
+        summary,
+        parallel,
+        wall_s,
+    } = *run;
+    let offset = loaded
+        .scenario
+        .workloads
+        .values()
+        .find_map(|w| match w {
+            xirang_fabric::workload::Workload::HpccFlows(h) => Some(us(h.time_offset_us)),
+            _ => None,
+        })
+        .unwrap_or(0);
     // summary.json holds results only, the same for any thread count; how the run went
     // (time, peaks, partitions) goes to engine.json.
     let results = serde_json::json!({
@@ -199,10 +270,10 @@ pub(crate) fn run(a: &SimArgs) -> Result<Outcome> {
         "events_per_second": summary.stats.events as f64 / wall_s.max(1e-9),
         "packet_hops_per_second": summary.stats.packet_hops as f64 / wall_s.max(1e-9),
         "engine": result.engine,
-        "parallel": parallel.as_ref().map(parallel_json),
+        "parallel": parallel.map(parallel_json),
     });
     sim_out::write(
-        &out,
+        out,
         &sim_out::Contents {
             fct: result.fct_hpcc(),
             pfc: result.pfc_hpcc(offset),
@@ -224,16 +295,7 @@ pub(crate) fn run(a: &SimArgs) -> Result<Outcome> {
         r.extend(e.clone());
         r.insert("out_dir".to_string(), out_dir.display().to_string().into());
     }
-    out.commit()?;
-    if let Err(e) = result.check_conservation() {
-        bail!("conservation check failed (a simulator bug):\n{e}");
-    }
-    if a.json {
-        crate::cmd::out(&(serde_json::to_string_pretty(&report)? + "\n"))?;
-    } else {
-        crate::cmd::out(&render(&loaded.scenario.name, &summary, wall_s, &out_dir))?;
-    }
-    Ok(Outcome::Clean)
+    Ok(report)
 }
 
 /// How a parallel run was divided and what its synchronization cost.
