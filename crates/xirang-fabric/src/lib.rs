@@ -42,6 +42,7 @@ pub mod partition;
 pub mod reference;
 pub mod routing;
 pub mod scenario;
+pub mod settings;
 pub mod topology;
 pub mod tune;
 pub mod units;

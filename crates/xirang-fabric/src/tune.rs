@@ -8,7 +8,8 @@
 //! `transport.qps_per_connection`), so any numeric setting can be searched. Two names are
 //! not plain paths: `classes.<class>.cc` picks the congestion-control algorithm
 //! (`dcqcn`, `timely`, `hpcc` or `dctcp`), and `ecn.<tier>.kmax_ratio` sets Kmax as a multiple of Kmin so
-//! that a search cannot put Kmax below Kmin.
+//! that a search cannot put Kmax below Kmin. Values are read and written in place through
+//! [`crate::settings`].
 
 use std::collections::BTreeMap;
 
@@ -187,37 +188,6 @@ fn tier_of(name: &str) -> Option<Tier> {
     Tier::ALL.into_iter().find(|t| t.as_str() == name)
 }
 
-/// The configuration as a TOML tree with every tier's ECN profile and every class's HPCC
-/// and DCTCP parameters written out (a configuration omits them at their defaults), so
-/// that `ecn.<tier>.*` and `classes.<class>.{hpcc,dctcp}.*` paths exist.
-fn tree(config: &FabricConfig, tiers: &[Tier]) -> toml::Value {
-    let mut c = config.clone();
-    for t in tiers {
-        c.ecn.set(*t, c.ecn.profile(*t));
-    }
-    let mut v = toml::Value::try_from(&c).expect("invariant: the configuration serializes to TOML");
-    for (name, class) in &c.classes {
-        if let Some(t) = lookup_mut(&mut v, &format!("classes.{name}")).and_then(|x| x.as_table_mut()) {
-            for (key, params) in [
-                ("hpcc", toml::Value::try_from(class.hpcc)),
-                ("dctcp", toml::Value::try_from(class.dctcp)),
-            ] {
-                t.entry(key)
-                    .or_insert_with(|| params.expect("invariant: parameters serialize to TOML"));
-            }
-        }
-    }
-    v
-}
-
-fn lookup<'a>(v: &'a toml::Value, path: &str) -> Option<&'a toml::Value> {
-    path.split('.').try_fold(v, |cur, seg| cur.get(seg))
-}
-
-fn lookup_mut<'a>(v: &'a mut toml::Value, path: &str) -> Option<&'a mut toml::Value> {
-    path.split('.').try_fold(v, |cur, seg| cur.get_mut(seg))
-}
-
 /// The kind of parameter `name` is, on a fabric with switches of `tiers`, or why it is
 /// not one.
 pub fn param_kind(config: &FabricConfig, tiers: &[Tier], name: &str) -> Result<ParamKind, String> {
@@ -243,36 +213,14 @@ pub fn param_kind(config: &FabricConfig, tiers: &[Tier], name: &str) -> Result<P
             return Ok(ParamKind::Real);
         }
     }
-    let t = tree(config, tiers);
-    match lookup(&t, name) {
-        Some(toml::Value::Integer(_)) => Ok(ParamKind::Integer),
-        Some(toml::Value::Float(_)) => Ok(ParamKind::Real),
-        Some(_) => Err(format!("`{name}` is not a number in the configuration")),
-        None => {
-            // Suggest the closest key under the deepest part of the path that exists.
-            let (parent, last) = name.rsplit_once('.').unwrap_or(("", name));
-            let keys = if parent.is_empty() {
-                Some(&t)
-            } else {
-                lookup(&t, parent)
-            }
-            .and_then(|v| v.as_table());
-            let hint = keys
-                .and_then(|k| crate::diag::closest(last, k.keys().map(String::as_str)))
-                .map(|c| {
-                    format!(
-                        "; did you mean `{}`?",
-                        if parent.is_empty() {
-                            c.to_string()
-                        } else {
-                            format!("{parent}.{c}")
-                        }
-                    )
-                })
-                .unwrap_or_default();
-            Err(format!("`{name}` names no setting of the configuration{hint}"))
+    let mut c = config.clone();
+    crate::settings::with_num(&mut c, tiers, name, |n| {
+        if n.is_integer() {
+            ParamKind::Integer
+        } else {
+            ParamKind::Real
         }
-    }
+    })
 }
 
 /// Sets parameters on a copy of `config`, in order; `ecn.<tier>.kmax_ratio` after the
@@ -282,7 +230,12 @@ pub fn apply(
     tiers: &[Tier],
     values: &[(String, ParamValue)],
 ) -> Result<FabricConfig, String> {
-    let mut v = tree(config, tiers);
+    let mut out = config.clone();
+    // Every tier of the fabric gets its profile written out, so that a candidate names
+    // the ECN thresholds it runs with whether or not the scenario gave them.
+    for t in tiers {
+        out.ecn.set(*t, out.ecn.profile(*t));
+    }
     let mut algorithms: Vec<(&str, CcAlgorithm)> = Vec::new();
     let mut ratios: Vec<(&str, f64)> = Vec::new();
     for (name, value) in values {
@@ -302,19 +255,12 @@ pub fn apply(
             }
             (["ecn", tier, "kmax_ratio"], ParamValue::Number(r)) => ratios.push((tier, *r)),
             (_, ParamValue::Number(x)) => {
-                let slot = lookup_mut(&mut v, name).ok_or_else(|| format!("`{name}` names no setting"))?;
-                *slot = match slot {
-                    toml::Value::Integer(_) => toml::Value::Integer(x.round() as i64),
-                    toml::Value::Float(_) => toml::Value::Float(*x),
-                    _ => return Err(format!("`{name}` is not a number")),
-                };
+                crate::settings::with_num(&mut out, tiers, name, |n| n.set(*x))?
+                    .map_err(|e| format!("{name}: {e}"))?;
             }
             (_, ParamValue::Choice(c)) => return Err(format!("{name}: expected a number, found `{c}`")),
         }
     }
-    let mut out: FabricConfig = v
-        .try_into()
-        .map_err(|e: toml::de::Error| e.message().to_string())?;
     for (class, a) in algorithms {
         out.classes
             .get_mut(class)
@@ -345,10 +291,8 @@ pub fn value_of(config: &FabricConfig, tiers: &[Tier], name: &str) -> Option<Par
                 p.kmax_bytes as f64 / p.kmin_bytes.max(1) as f64,
             ))
         }
-        _ => match lookup(&tree(config, tiers), name)? {
-            toml::Value::Integer(i) => Some(ParamValue::Number(*i as f64)),
-            toml::Value::Float(f) => Some(ParamValue::Number(*f)),
-            _ => None,
-        },
+        _ => {
+            crate::settings::with_num(&mut config.clone(), tiers, name, |n| ParamValue::Number(n.get())).ok()
+        }
     }
 }
