@@ -257,7 +257,7 @@ fn flow_results<Q: queue::Queue>(model: Model<'_>, ex: &workload::Expanded, sim:
     let port_name = |pi: PortId| sim.fab.port_names[pi].clone();
     let originals = sim.faults.failover_originals();
     let route_names = |qp: QpId| {
-        sim.route_as_computed(sim.xport.qps_tx[qp].route, &originals)
+        sim.route_as_computed(sim.xport.tx(qp).route, &originals)
             .into_iter()
             .map(port_name)
             .collect::<Vec<_>>()
@@ -268,7 +268,7 @@ fn flow_results<Q: queue::Queue>(model: Model<'_>, ex: &workload::Expanded, sim:
         .enumerate()
         .map(|(i, d)| {
             let f = &sim.work.flows[FlowId::from(i)];
-            let q0 = (f.tx.n_qps > 0).then(|| &sim.xport.qps_tx[QpId(f.tx.first_qp)]);
+            let q0 = (f.tx.n_qps > 0).then(|| sim.xport.tx(QpId(f.tx.first_qp)));
             let start = f.started.unwrap_or(d.start);
             FlowResult {
                 id: d.id,
@@ -361,8 +361,8 @@ fn run_stats<Q: queue::Queue>(sim: &Sim<Q>) -> RunStats {
         sim_time_ps: sim.now(),
         events: sim.stats.events(),
         packet_hops: sim.stats.packet_hops(),
-        stray_packets: sim.xport.stray_packets,
-        qps_failed: sim.xport.qps_failed,
+        stray_packets: sim.xport.stray(),
+        qps_failed: sim.xport.failed(),
         packets_in_flight_at_end: n,
         bytes_in_flight_at_end: bytes,
         data_bytes_in_flight_at_end: data,
@@ -459,7 +459,7 @@ fn collective_flows<Q: queue::Queue>(
         engine::collective::for_each_transfer(c, &mut |index, channel, a, b, bytes| {
             let (src, dst) = c.nics(fabric, channel, a, b);
             let conn = &sim.work.conns[rt.conns.get(channel, a, b) as usize];
-            let q0 = engine::collective::conn_qps(conn).map(|q| &sim.xport.qps_tx[q.start]);
+            let q0 = engine::collective::conn_qps(conn).map(|q| sim.xport.tx(q.start));
             for it in 0..c.iterations {
                 let slot = (u64::from(it) * c.per_iteration + index) as usize;
                 let rec = records[slot].clone();

@@ -25,7 +25,7 @@ impl<Q: Queue> Sim<Q> {
     /// DCQCN's rate-decrease check (scheduled by a CNP).
     pub(crate) fn dcqcn_dec(&mut self, qi: QpId) {
         let now = self.now;
-        let q = &mut self.xport.qps_tx[qi];
+        let q = self.xport.tx_mut(qi);
         if q.retired() {
             return;
         }
@@ -40,7 +40,7 @@ impl<Q: Queue> Sim<Q> {
     /// DCQCN's rate-increase timer.
     pub(crate) fn dcqcn_inc(&mut self, qi: QpId) {
         let now = self.now;
-        let q = &mut self.xport.qps_tx[qi];
+        let q = self.xport.tx_mut(qi);
         let retired = q.retired();
         let Cc::Dcqcn(pi, s) = &mut q.cc else { return };
         if retired {
@@ -70,7 +70,7 @@ impl<Q: Queue> Sim<Q> {
     /// the new rate after it (the HPCC simulator's `ChangeRate` shifts `m_nextAvail` by
     /// the difference of the two gaps).
     pub(crate) fn rate_changed(&mut self, qi: QpId) {
-        let q = &mut self.xport.qps_tx[qi];
+        let q = self.xport.tx_mut(qi);
         if q.done || q.snd_nxt >= q.size || q.last_wire == 0 {
             return;
         }
@@ -87,7 +87,7 @@ impl<Q: Queue> Sim<Q> {
     /// The QP's rate went up: the packet after the last one may leave sooner.
     pub(crate) fn rate_raised(&mut self, qi: QpId) {
         let now = self.now;
-        let q = &mut self.xport.qps_tx[qi];
+        let q = self.xport.tx_mut(qi);
         if q.done || q.snd_nxt >= q.size || q.next_avail <= now {
             return;
         }

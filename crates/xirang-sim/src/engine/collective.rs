@@ -380,7 +380,7 @@ impl<Q: Queue> Sim<Q> {
         let split = run.split_data;
         let wr_depth = config.transport.wr_depth;
         let mtu = path_mtu(fabric, config, src, dst);
-        let first = self.xport.qps_tx.len() as u32;
+        let first = self.xport.n_qps();
         let prio = class.prio;
         let mut spec0: Option<QpSpec> = None;
         for (k, &pp) in ports.iter().enumerate() {
@@ -545,7 +545,7 @@ impl<Q: Queue> Sim<Q> {
                 .filter_map(|&c| {
                     let conn = &self.work.conns[c as usize];
                     let net = conn.net.as_ref().filter(|_| conn.flagged)?;
-                    Some(tx_time_at(wire, self.xport.qps_tx[QpId(net.qps.start)].line_bps))
+                    Some(tx_time_at(wire, self.xport.tx(QpId(net.qps.start)).line_bps))
                 })
                 .max()
                 .unwrap_or(0);

@@ -343,11 +343,11 @@ impl<Q: Queue> Sim<Q> {
         let mut moved = Vec::new();
         for &m in &members {
             let routes = &self.fab.routes;
-            let qps = &self.xport.qps_tx;
+            let xport = &self.xport;
             let port = &mut self.fab.ports[m];
             let before = port.qps.len();
             port.qps.retain(|&qi| {
-                let stays = routes.first(qps[qi].route) == m;
+                let stays = routes.first(xport.tx(qi).route) == m;
                 if !stays {
                     moved.push(qi);
                 }
@@ -358,8 +358,8 @@ impl<Q: Queue> Sim<Q> {
             }
         }
         for qi in moved {
-            let to = self.fab.routes.first(self.xport.qps_tx[qi].route);
-            self.xport.qps_tx[qi].src_port = to;
+            let to = self.fab.routes.first(self.xport.tx(qi).route);
+            self.xport.tx_mut(qi).src_port = to;
             self.fab.ports[to].qps.push(qi);
             self.kick(to);
         }

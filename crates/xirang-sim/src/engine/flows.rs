@@ -337,10 +337,7 @@ impl<Q: Queue> Sim<Q> {
             rx_done: empty && !persistent,
             msgs: 0,
         };
-        let id = self.xport.qps_tx.next_id();
-        self.xport.qps_tx.push(tx);
-        self.xport.qps_rx.push(rx);
-        id
+        self.xport.push(tx, rx)
     }
 
     /// Creates the scenario's flows and their QPs, routes given (`plan_eager`'s requests,
@@ -357,7 +354,7 @@ impl<Q: Queue> Sim<Q> {
         let mut qp_at = 0usize;
         for d in defs {
             if let Some(dur) = d.local {
-                let at = self.xport.qps_tx.len() as u32;
+                let at = self.xport.n_qps();
                 self.work.flows.push(Flow {
                     deps_left: d.after.len() as u32,
                     after_delay: d.after_delay,
@@ -370,7 +367,7 @@ impl<Q: Queue> Sim<Q> {
             let class = self.cc.class(&d.class).clone();
             let prio = d.prio.unwrap_or(class.prio);
             let mtu = path_mtu(fabric, config, d.src, d.dst);
-            let first_qp = self.xport.qps_tx.len() as u32;
+            let first_qp = self.xport.n_qps();
             let per_qp = d.bytes / u64::from(n_qps);
             let mut receiving = 0;
             for k in 0..n_qps {
@@ -391,7 +388,7 @@ impl<Q: Queue> Sim<Q> {
                 self.make_qp(TxOwner::Flow(fi), RxOwner::Flow(fi), &spec, bytes, prio, mtu, 0);
                 receiving += u32::from(bytes > 0);
             }
-            let (ideal, lower_bound) = self.ideal_fct(self.xport.qps_tx[QpId(first_qp)].route, d.bytes, mtu);
+            let (ideal, lower_bound) = self.ideal_fct(self.xport.tx(QpId(first_qp)).route, d.bytes, mtu);
             let mut flow = Flow {
                 deps_left: d.after.len() as u32,
                 after_delay: d.after_delay,
@@ -469,7 +466,7 @@ impl<Q: Queue> Sim<Q> {
             return;
         }
         for qi in flow.qp_ids() {
-            let q = &mut self.xport.qps_tx[qi];
+            let q = self.xport.tx_mut(qi);
             if q.done {
                 // An empty QP (a message smaller than its QPs) is sent as it starts.
                 self.qp_sent_empty(qi);
@@ -495,7 +492,7 @@ impl<Q: Queue> Sim<Q> {
     }
 
     fn qp_sent_empty(&mut self, qi: QpId) {
-        let TxOwner::Flow(f) = self.xport.qps_tx[qi].owner else {
+        let TxOwner::Flow(f) = self.xport.tx(qi).owner else {
             unreachable!("invariant: only flows' QPs start empty")
         };
         let flow = &mut self.work.flows[f];
@@ -513,7 +510,7 @@ impl<Q: Queue> Sim<Q> {
 
     /// The receiver of a flow's QP `qi` has every byte.
     pub(crate) fn qp_received(&mut self, qi: QpId) {
-        let RxOwner::Flow(f) = self.xport.qps_rx[qi].owner else {
+        let RxOwner::Flow(f) = self.xport.rx(qi).owner else {
             unreachable!("invariant: only flows' QPs have a size to complete")
         };
         let flow = &mut self.work.flows[f];
@@ -525,11 +522,12 @@ impl<Q: Queue> Sim<Q> {
 
     /// The sender of QP `qi` has every byte acknowledged.
     pub(crate) fn qp_complete(&mut self, qi: QpId) {
-        let q = &mut self.xport.qps_tx[qi];
+        let q = self.xport.tx_mut(qi);
         q.done = true;
         q.rto_pending = false;
-        self.xport.rto.cancel(qi.0);
-        let TxOwner::Flow(f) = q.owner else {
+        let owner = q.owner;
+        self.xport.disarm(qi);
+        let TxOwner::Flow(f) = owner else {
             unreachable!("invariant: a persistent QP idles, it does not complete")
         };
         let flow = &mut self.work.flows[f];
@@ -544,11 +542,12 @@ impl<Q: Queue> Sim<Q> {
     /// retry-exceeded error and the QP goes to the error state), so the flow never
     /// finishes and nothing waiting for it starts; the run goes on without it.
     pub(crate) fn qp_failed(&mut self, qi: QpId) {
-        let q = &mut self.xport.qps_tx[qi];
+        let q = self.xport.tx_mut(qi);
         q.done = true;
         q.rto_pending = false;
-        self.xport.qps_failed += 1;
-        match q.owner {
+        let owner = q.owner;
+        self.xport.count_failed();
+        match owner {
             TxOwner::Flow(f) => {
                 let flow = &mut self.work.flows[f];
                 flow.tx.failed = true;
@@ -584,7 +583,7 @@ impl<Q: Queue> Sim<Q> {
     pub(crate) fn route_of(&self, qp: QpId) -> Vec<PortId> {
         self.fab
             .routes
-            .ports_of(self.xport.qps_tx[qp].route, &self.fab.ports)
+            .ports_of(self.xport.tx(qp).route, &self.fab.ports)
             .collect()
     }
 

@@ -53,12 +53,13 @@ pub mod sched;
 pub mod stats;
 pub mod switch;
 pub mod transport;
+pub mod xport;
 
 use xirang_fabric::config::{CcAlgorithm, FabricConfig};
 use xirang_fabric::model::{Fabric, NicId, SwitchId};
 
 use crate::counters::{CounterValue, N_PRIO, PortCounters};
-use crate::queue::{EventQueue, Key, Queue, TIE_DEV_BITS, Tie, TimerHeap};
+use crate::queue::{EventQueue, Key, Queue, TIE_DEV_BITS, Tie};
 use crate::time::{PS_PER_US, Ps};
 use crate::workload::Expanded;
 
@@ -73,13 +74,14 @@ use faults::Faults;
 use flows::Flow;
 use ids::{IdVec, PortId, QpId};
 use link::{Link, Port};
-use nic::{QpRx, QpTx};
+use nic::QpTx;
 use part::Dist;
 use routes::RouteArena;
 use sched::Sched;
 use stats::Stats;
 use switch::SwitchState;
 use transport::Conn;
+use xport::Xport;
 
 /// A time that never comes.
 pub const NEVER: Ps = Ps::MAX;
@@ -216,19 +218,6 @@ pub(crate) struct Fab {
     pub(crate) rx_gated: bool,
 }
 
-/// The NIC transport's QPs.
-pub(crate) struct Xport {
-    pub(crate) qps_tx: IdVec<QpId, QpTx>,
-    pub(crate) qps_rx: IdVec<QpId, QpRx>,
-    /// ACK timers of the QPs (see `nic::Sim::arm_rto`).
-    pub(crate) rto: TimerHeap,
-    /// Always 0: no QP slot is ever reused (kept in the results' totals, whose readers
-    /// know it).
-    pub(crate) stray_packets: u64,
-    /// QPs that gave up after their retries.
-    pub(crate) qps_failed: u64,
-}
-
 /// The workload driver's state.
 pub(crate) struct Work {
     pub(crate) flows: IdVec<ids::FlowId, Flow>,
@@ -296,13 +285,7 @@ impl<Q: Queue> Sim<Q> {
                 net,
                 rx_gated: false,
             },
-            xport: Xport {
-                qps_tx: IdVec::default(),
-                qps_rx: IdVec::default(),
-                rto: TimerHeap::default(),
-                stray_packets: 0,
-                qps_failed: 0,
-            },
+            xport: Xport::default(),
             work: Work {
                 flows: IdVec::with_capacity(flows.len()),
                 colls: Vec::new(),
@@ -333,7 +316,7 @@ impl<Q: Queue> Sim<Q> {
 
     /// Nothing is pending: no event and no armed timer.
     pub(crate) fn idle(&self) -> bool {
-        self.q.is_empty() && self.xport.rto.is_empty()
+        self.q.is_empty() && self.xport.no_timers()
     }
 
     /// The tie of an event for device `target` scheduled now ([`Sched::tie`]).
@@ -352,7 +335,7 @@ impl<Q: Queue> Sim<Q> {
             Event::Arrive(p) => self.fab.links[p].to_dev,
             Event::FlowStart(f) | Event::LocalDone(f) => self.work.flows[f].dev,
             Event::DcqcnDec(q) | Event::DcqcnInc(q) | Event::Rto(q) => {
-                self.fab.ports[self.xport.qps_tx[q].src_port].dev_idx
+                self.fab.ports[self.xport.tx(q).src_port].dev_idx
             }
             Event::GpuStart(t) | Event::GpuDone(t) => self.work.threads[t as usize].dev,
             Event::Proxy { conn, action } => {
@@ -433,12 +416,12 @@ impl<Q: Queue> Sim<Q> {
         loop {
             // The event queue and the ACK timers order by the same keys, so popping
             // whichever holds the smaller key keeps the order one queue would have.
-            let timer = self.xport.rto.peek();
+            let timer = self.xport.next_timer();
             let (k, e) = match self.q.pop_before(timer.map_or(Key::MAX, |(k, _)| k), limit) {
                 Some((k, e)) => (k, Event::decode(e)),
                 None => match timer {
                     Some((k, qp)) if k.time() <= limit => {
-                        self.xport.rto.pop();
+                        self.xport.pop_timer();
                         (k, Event::Rto(QpId(qp)))
                     }
                     _ => break,
@@ -489,7 +472,7 @@ impl<Q: Queue> Sim<Q> {
 
     /// Time of the earliest pending event or timer.
     pub fn next_event_time(&self) -> Option<Ps> {
-        let timer = self.xport.rto.peek().map(|(k, _)| k.time());
+        let timer = self.xport.next_timer().map(|(k, _)| k.time());
         match (self.q.peek_time(), timer) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),

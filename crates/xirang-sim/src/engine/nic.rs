@@ -198,7 +198,7 @@ impl<Q: Queue> Sim<Q> {
         if !self.fab.rx_gated {
             return 0;
         }
-        let q = &self.xport.qps_tx[qi];
+        let q = self.xport.tx(qi);
         let d = &self.fab.ports[q.dst_port];
         if d.rx_cap.is_some() && !q.rx_reserved {
             d.rx_free_at
@@ -212,7 +212,7 @@ impl<Q: Queue> Sim<Q> {
     /// the order they asked, as NCCL's receiver grants credit per connection.
     fn reserve_rx(&mut self, qi: QpId, at: Ps) {
         let header = self.fab.net.header_bytes;
-        let q = &mut self.xport.qps_tx[qi];
+        let q = self.xport.tx_mut(qi);
         let wire = (q.size - q.snd_nxt).min(u64::from(q.mtu)) as u32 + header;
         let d = &mut self.fab.ports[q.dst_port];
         if let Some(cap) = d.rx_cap {
@@ -240,7 +240,7 @@ impl<Q: Queue> Sim<Q> {
 
     /// Queues an ACK, NACK or CNP from the receiver of `qp` back to its sender.
     fn send_ctrl(&mut self, qp: QpId, kind: Kind, seq: u64, stamp: Stamp, ce: bool) {
-        let q = &self.xport.qps_rx[qp];
+        let q = self.xport.rx(qp);
         let prio = if kind == Kind::Cnp || self.fab.net.ack_prio_high {
             self.fab.net.cnp_prio
         } else {
@@ -281,7 +281,7 @@ impl<Q: Queue> Sim<Q> {
             self.stats.port(p).np_ecn_marked_roce_packets += 1;
             // The NP answers CE marks only for classes running DCQCN (roce_np enabled on
             // their priority), at most one CNP per QP per interval.
-            let q = &mut self.xport.qps_rx[qi];
+            let q = self.xport.rx_mut(qi);
             if let Some(interval) = q.cnp_interval
                 && now >= q.rx_next_cnp
             {
@@ -290,7 +290,7 @@ impl<Q: Queue> Sim<Q> {
                 self.send_ctrl(qi, Kind::Cnp, 0, Stamp::sent_at(now), false);
             }
         }
-        let q = &mut self.xport.qps_rx[qi];
+        let q = self.xport.rx_mut(qi);
         let ece = pkt.ce && q.echo_ecn;
         if pkt.seq == q.rx_expected {
             q.rx_expected += u64::from(pkt.payload);
@@ -310,7 +310,7 @@ impl<Q: Queue> Sim<Q> {
             }
         } else if pkt.seq > q.rx_expected {
             self.stats.port(p).out_of_sequence += 1;
-            let q = &mut self.xport.qps_rx[qi];
+            let q = self.xport.rx_mut(qi);
             if now >= q.rx_nack_at || q.rx_last_nack != q.rx_expected {
                 q.rx_nack_at = now + NACK_INTERVAL;
                 q.rx_last_nack = q.rx_expected;
@@ -325,7 +325,7 @@ impl<Q: Queue> Sim<Q> {
             // responder answers with the cumulative ACK, so a lost last ACK cannot leave
             // the sender retransmitting forever.
             self.stats.port(p).duplicate_request += 1;
-            let ack = self.xport.qps_rx[qi].rx_expected;
+            let ack = self.xport.rx(qi).rx_expected;
             self.send_ctrl(qi, Kind::Ack, ack, pkt.stamp, ece);
         }
     }
@@ -341,7 +341,7 @@ impl<Q: Queue> Sim<Q> {
     fn nic_rx_ack(&mut self, pkt: &Packet) {
         let now = self.now;
         let qi = pkt.qp;
-        let q = &mut self.xport.qps_tx[qi];
+        let q = self.xport.tx_mut(qi);
         // A finished QP has nothing to learn.
         if q.done {
             return;
@@ -356,7 +356,7 @@ impl<Q: Queue> Sim<Q> {
                 self.messages_acked(qi);
             }
         }
-        let q = &mut self.xport.qps_tx[qi];
+        let q = self.xport.tx_mut(qi);
         let mut kick = false;
         if pkt.kind == Kind::Nack {
             let sp = q.src_port;
@@ -367,7 +367,7 @@ impl<Q: Queue> Sim<Q> {
             }
             self.stats.port(sp).packet_seq_err += 1;
         }
-        let q = &mut self.xport.qps_tx[qi];
+        let q = self.xport.tx_mut(qi);
         let mut raised = false;
         let mut changed = false;
         match &mut q.cc {
@@ -398,9 +398,9 @@ impl<Q: Queue> Sim<Q> {
             }
             Cc::None | Cc::Dcqcn(..) => {}
         }
-        let unbound = was_bound && !self.xport.qps_tx[qi].win_bound();
-        if self.xport.qps_tx[qi].snd_una >= self.xport.qps_tx[qi].size {
-            if self.xport.qps_tx[qi].persistent() {
+        let unbound = was_bound && !self.xport.tx(qi).win_bound();
+        if self.xport.tx(qi).snd_una >= self.xport.tx(qi).size {
+            if self.xport.tx(qi).persistent() {
                 self.qp_idle(qi);
             } else {
                 self.qp_complete(qi);
@@ -409,11 +409,11 @@ impl<Q: Queue> Sim<Q> {
             // HPCC re-times the next packet both ways (the simulator's `ChangeRate`).
             self.rate_changed(qi);
             if unbound {
-                let sp = self.xport.qps_tx[qi].src_port;
+                let sp = self.xport.tx(qi).src_port;
                 self.kick(sp);
             }
         } else if kick || unbound {
-            let sp = self.xport.qps_tx[qi].src_port;
+            let sp = self.xport.tx(qi).src_port;
             self.kick(sp);
         } else if raised {
             self.rate_raised(qi);
@@ -423,7 +423,7 @@ impl<Q: Queue> Sim<Q> {
     fn nic_rx_cnp(&mut self, p: PortId, pkt: &Packet) {
         let now = self.now;
         let qi = pkt.qp;
-        let q = &mut self.xport.qps_tx[qi];
+        let q = self.xport.tx_mut(qi);
         let sp = q.src_port;
         let _ = p;
         // A persistent QP reacts even when idle: its rate carries to its next message.
@@ -443,16 +443,16 @@ impl<Q: Queue> Sim<Q> {
     /// that completes takes its timer with it (with a 4.3 s timeout, a timer left in the
     /// event queue would outlive nearly every run and every QP).
     fn arm_rto(&mut self, qi: QpId, at: Ps) {
-        let dev = self.fab.ports[self.xport.qps_tx[qi].src_port].dev_idx;
+        let dev = self.fab.ports[self.xport.tx(qi).src_port].dev_idx;
         let tie = self.tie(at, dev);
-        self.xport.rto.set(qi.0, at, tie);
+        self.xport.arm(qi, at, tie);
     }
 
     /// The ACK timer of QP `qi` fired: go back to the last acknowledged byte if nothing
     /// moved for a whole timeout.
     pub(crate) fn rto(&mut self, qi: QpId) {
         let now = self.now;
-        let q = &mut self.xport.qps_tx[qi];
+        let q = self.xport.tx_mut(qi);
         if q.done || q.snd_una >= q.snd_nxt {
             q.rto_pending = false;
             return;
@@ -469,7 +469,7 @@ impl<Q: Queue> Sim<Q> {
             return;
         }
         q.timeouts += 1;
-        let q = &mut self.xport.qps_tx[qi];
+        let q = self.xport.tx_mut(qi);
         q.snd_nxt = q.snd_una;
         q.wr_tx = 0;
         q.last_progress = now;
@@ -506,7 +506,7 @@ impl<Q: Queue> Sim<Q> {
         for i in 1..=n {
             let idx = (start + i) % n;
             let qi = self.fab.ports[p].qps[idx];
-            let q = &self.xport.qps_tx[qi];
+            let q = self.xport.tx(qi);
             if q.done {
                 any_done = true;
                 continue;
@@ -531,18 +531,18 @@ impl<Q: Queue> Sim<Q> {
             self.send_data(p, qi);
         }
         if any_done {
-            let qps = &mut self.xport.qps_tx;
+            let xport = &mut self.xport;
             let port = &mut self.fab.ports[p];
             // Keep the round-robin pointer on the same QP: shift it by the finished QPs
             // removed before it.
             let removed_before = port.qps[..port.rr_qp.min(port.qps.len())]
                 .iter()
-                .filter(|q| qps[**q].done)
+                .filter(|q| xport.tx(**q).done)
                 .count();
             port.qps.retain(|q| {
-                let keep = !qps[*q].done;
+                let keep = !xport.tx(*q).done;
                 if !keep {
-                    qps[*q].listed = false;
+                    xport.tx_mut(*q).listed = false;
                 }
                 keep
             });
@@ -554,7 +554,7 @@ impl<Q: Queue> Sim<Q> {
     fn send_data(&mut self, p: PortId, qi: QpId) {
         let now = self.now;
         let header = self.fab.net.header_bytes;
-        let q = &mut self.xport.qps_tx[qi];
+        let q = self.xport.tx_mut(qi);
         // Packets never span two messages: a message's last one may be short.
         let (end, message) = q.message_end();
         let payload = (end - q.snd_nxt).min(u64::from(q.mtu)) as u32;
@@ -569,7 +569,7 @@ impl<Q: Queue> Sim<Q> {
             }
             _ => (Stamp::sent_at(now), 0),
         };
-        let q = &mut self.xport.qps_tx[qi];
+        let q = self.xport.tx_mut(qi);
         let wire = payload + header + int_bytes;
         if let Cc::Dcqcn(pi, s) = &mut q.cc {
             s.on_sent(wire, self.cc.dcqcn(*pi));
@@ -631,7 +631,7 @@ impl<Q: Queue> Sim<Q> {
             });
         }
         for &qi in &port.qps {
-            let q = &self.xport.qps_tx[qi];
+            let q = self.xport.tx(qi);
             // A window-bound QP waits for an ACK, which kicks the port.
             if q.done || q.snd_nxt >= q.size || q.win_bound() {
                 continue;
@@ -656,7 +656,7 @@ impl<Q: Queue> Sim<Q> {
 
     /// Bytes the receiver of a QP got in order.
     pub(crate) fn qp_received_bytes(&self, qp: QpId) -> u64 {
-        let q = &self.xport.qps_rx[qp];
+        let q = self.xport.rx(qp);
         q.rx_expected.min(q.size)
     }
 }

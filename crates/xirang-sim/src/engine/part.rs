@@ -240,7 +240,7 @@ impl<Q: Queue> Sim<Q> {
         let fl = &self.work.flows[f];
         match fl.local {
             Some(_) => fl.dev,
-            None => self.fab.ports[self.xport.qps_tx[QpId(fl.tx.first_qp)].dst_port].dev_idx,
+            None => self.fab.ports[self.xport.tx(QpId(fl.tx.first_qp)).dst_port].dev_idx,
         }
     }
 
@@ -257,9 +257,9 @@ impl<Q: Queue> Sim<Q> {
         let mine = |dev: u32| map.owns(dev);
         let n_nics = self.fab.nics.len();
         // Who owns what, while every port still names its device.
-        let qp_owned: Vec<(bool, bool)> = (0..self.xport.qps_tx.len())
+        let qp_owned: Vec<(bool, bool)> = (0..self.xport.n_qps())
             .map(|q| {
-                let q = &self.xport.qps_tx[QpId(q as u32)];
+                let q = self.xport.tx(QpId(q));
                 (
                     mine(self.fab.ports[q.src_port].dev_idx),
                     mine(self.fab.ports[q.dst_port].dev_idx),
@@ -290,11 +290,12 @@ impl<Q: Queue> Sim<Q> {
             .filter(|(s, _)| mine((n_nics + s) as u32))
             .map(|(s, sw)| (s as u32, sw))
             .collect();
-        let qps_tx = std::mem::take(&mut self.xport.qps_tx)
+        let (qps_tx, qps_rx) = self.xport.take();
+        let qps_tx = qps_tx
             .into_iter_enumerated()
             .filter(|(q, _)| qp_owned[q.idx()].0)
             .collect();
-        let qps_rx = std::mem::take(&mut self.xport.qps_rx)
+        let qps_rx = qps_rx
             .into_iter_enumerated()
             .filter(|(q, _)| qp_owned[q.idx()].1)
             .collect();
@@ -335,8 +336,8 @@ impl<Q: Queue> Sim<Q> {
             colls,
             stats: self.stats.ship(),
             shipped_packets: self.dist.shipped_packets,
-            stray_packets: self.xport.stray_packets,
-            qps_failed: self.xport.qps_failed,
+            stray_packets: self.xport.stray(),
+            qps_failed: self.xport.failed(),
             flows_done: self.work.flows_done,
             last_done_at: self.work.last_done_at,
             ints_live: self.cc.ints().live(),
@@ -359,10 +360,10 @@ impl<Q: Queue> Sim<Q> {
             self.fab.switches[s as usize] = sw;
         }
         for (q, tx) in o.qps_tx {
-            self.xport.qps_tx[q] = tx;
+            self.xport.set_tx(q, tx);
         }
         for (q, rx) in o.qps_rx {
-            self.xport.qps_rx[q] = rx;
+            self.xport.set_rx(q, rx);
         }
         for (f, started, tx) in o.flows_tx {
             self.work.flows[f].started = started;
@@ -391,8 +392,7 @@ impl<Q: Queue> Sim<Q> {
         }
         self.stats.absorb(o.stats);
         self.dist.shipped_packets += o.shipped_packets;
-        self.xport.stray_packets += o.stray_packets;
-        self.xport.qps_failed += o.qps_failed;
+        self.xport.absorb_totals(o.stray_packets, o.qps_failed);
         self.work.flows_done += o.flows_done;
         self.work.last_done_at = self.work.last_done_at.max(o.last_done_at);
         self.cc.ints_mut().absorb_live(o.ints_live);

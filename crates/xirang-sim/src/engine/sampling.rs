@@ -40,7 +40,7 @@ pub struct Samples {
 impl<Q: Queue> Sim<Q> {
     pub(crate) fn sample(&mut self) {
         let now = self.now;
-        for (qi, q) in self.xport.qps_tx.iter_enumerated() {
+        for (qi, q) in self.xport.tx_iter() {
             if q.done {
                 continue;
             }

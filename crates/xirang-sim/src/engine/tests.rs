@@ -38,13 +38,13 @@ list = [{ src = "h0", dst = "h1", bytes = 10_000 }]
         seq: 0,
         stamp: Stamp::sent_at(sim.now),
         qp: q0,
-        route: sim.xport.qps_tx[q0].route,
+        route: sim.xport.tx(q0).route,
         in_port: PortId(0),
         size: 1062,
         payload: 1000,
         hop: 2,
         kind: Kind::Data,
-        prio: sim.xport.qps_tx[q0].prio,
+        prio: sim.xport.tx(q0).prio,
         ce: false,
         last: false,
     };
@@ -159,7 +159,7 @@ fn split_data_puts_a_slice_on_one_qp_or_on_all() {
         sim.run(&mut |_| {});
         for qps in data_qps(&sim) {
             assert_eq!(qps.len(), 4);
-            let msgs: Vec<u64> = qps.iter().map(|&q| sim.xport.qps_rx[q].msgs).collect();
+            let msgs: Vec<u64> = qps.iter().map(|&q| sim.xport.rx(q).msgs).collect();
             let slices = sim
                 .work
                 .conns
@@ -195,7 +195,7 @@ fn split_data_puts_a_slice_on_one_qp_or_on_all() {
 fn a_qp_carries_its_dcqcn_rate_from_one_slice_to_the_next() {
     let mut sim = persistent_pair(1, 25, "\n[config.classes.training]\npriority = 3\ncc = \"dcqcn\"");
     let qps: Vec<QpId> = data_qps(&sim).into_iter().flatten().collect();
-    let mut idle: Vec<bool> = qps.iter().map(|&q| sim.xport.qps_tx[q].done).collect();
+    let mut idle: Vec<bool> = qps.iter().map(|&q| sim.xport.tx(q).done).collect();
     let mut below_line_starts = 0;
     let mut starts = 0;
     sim.start_run();
@@ -204,7 +204,7 @@ fn a_qp_carries_its_dcqcn_rate_from_one_slice_to_the_next() {
         t += PS_PER_US;
         sim.run_until(t, &mut |_| {});
         for (i, &q) in qps.iter().enumerate() {
-            let tx = &sim.xport.qps_tx[q];
+            let tx = sim.xport.tx(q);
             if idle[i] && !tx.done {
                 starts += 1;
                 if tx.rate_bps() < tx.line_bps {
@@ -222,9 +222,10 @@ fn a_qp_carries_its_dcqcn_rate_from_one_slice_to_the_next() {
     );
     for &q in &qps {
         assert_eq!(
-            sim.xport.qps_tx[q].snd_una, sim.xport.qps_tx[q].size,
+            sim.xport.tx(q).snd_una,
+            sim.xport.tx(q).size,
             "every byte acknowledged"
         );
-        assert!(sim.xport.qps_rx[q].msgs > 10, "one QP for every slice");
+        assert!(sim.xport.rx(q).msgs > 10, "one QP for every slice");
     }
 }

@@ -321,9 +321,9 @@ impl<Q: Queue> Sim<Q> {
             let (first, split) = (net.qps.start, net.split);
             let room = |q: &QpTx| q.wrs.len() < depth;
             let fits = if split {
-                (0..nq).all(|i| room(&self.xport.qps_tx[QpId(first + i as u32)]))
+                (0..nq).all(|i| room(self.xport.tx(QpId(first + i as u32))))
             } else {
-                room(&self.xport.qps_tx[QpId(first + (k % nq) as u32)])
+                room(self.xport.tx(QpId(first + (k % nq) as u32)))
             };
             if !fits {
                 self.work.conns[c as usize].tx.blocked = true;
@@ -364,7 +364,7 @@ impl<Q: Queue> Sim<Q> {
                 .as_ref()
                 .expect("invariant: only network connections post receives")
                 .cts;
-            if self.xport.qps_tx[cts].wrs.len() >= conn.wr_depth as usize {
+            if self.xport.tx(cts).wrs.len() >= conn.wr_depth as usize {
                 self.work.conns[c as usize].rx.blocked = true;
                 return;
             }
@@ -381,7 +381,7 @@ impl<Q: Queue> Sim<Q> {
     /// completion reports) and lets it send.
     pub(crate) fn post_message(&mut self, qi: QpId, bytes: u64, tag: u64) {
         let now = self.now;
-        let q = &mut self.xport.qps_tx[qi];
+        let q = self.xport.tx_mut(qi);
         debug_assert!(q.persistent(), "invariant: only persistent QPs take messages");
         q.size += bytes;
         q.wrs.push_back((q.size, tag));
@@ -398,23 +398,23 @@ impl<Q: Queue> Sim<Q> {
             q.src_port = sp;
             self.fab.ports[sp].qps.push(qi);
         }
-        let sp = self.xport.qps_tx[qi].src_port;
+        let sp = self.xport.tx(qi).src_port;
         self.kick(sp);
     }
 
     /// Every byte a persistent QP was given is acknowledged: it idles until its next
     /// message, keeping its congestion-control state.
     pub(crate) fn qp_idle(&mut self, qi: QpId) {
-        let q = &mut self.xport.qps_tx[qi];
+        let q = self.xport.tx_mut(qi);
         q.done = true;
         q.rto_pending = false;
-        self.xport.rto.cancel(qi.0);
+        self.xport.disarm(qi);
     }
 
     /// The messages of QP `qi` whose every byte is now acknowledged complete.
     pub(crate) fn messages_acked(&mut self, qi: QpId) {
         loop {
-            let q = &mut self.xport.qps_tx[qi];
+            let q = self.xport.tx_mut(qi);
             let Some(&(end, tag)) = q.wrs.front() else { return };
             if end > q.snd_una {
                 return;
@@ -475,7 +475,7 @@ impl<Q: Queue> Sim<Q> {
     pub(crate) fn message_arrived(&mut self, owner: RxOwner, qi: QpId) {
         let now = self.now;
         let msgs = {
-            let q = &mut self.xport.qps_rx[qi];
+            let q = self.xport.rx_mut(qi);
             q.msgs += 1;
             q.msgs - 1
         };
