@@ -235,8 +235,8 @@ fn request_results<Q: queue::Queue>(ex: &workload::Expanded, sim: &Sim<Q>) -> Ve
     ex.requests
         .iter()
         .map(|r| {
-            let req = &sim.work.flows[FlowId(r.request)];
-            let resp = &sim.work.flows[FlowId(r.response)];
+            let req = sim.work.flow(FlowId(r.request));
+            let resp = sim.work.flow(FlowId(r.response));
             RequestResult {
                 workload: ex.workloads[r.workload as usize].clone(),
                 class: ex.flows[r.request as usize].class.clone(),
@@ -267,7 +267,7 @@ fn flow_results<Q: queue::Queue>(model: Model<'_>, ex: &workload::Expanded, sim:
         .iter()
         .enumerate()
         .map(|(i, d)| {
-            let f = &sim.work.flows[FlowId::from(i)];
+            let f = sim.work.flow(FlowId::from(i));
             let q0 = (f.tx.n_qps > 0).then(|| sim.xport.tx(QpId(f.tx.first_qp)));
             let start = f.started.unwrap_or(d.start);
             FlowResult {
@@ -314,7 +314,7 @@ fn collective_results<Q: queue::Queue>(
     sim: &Sim<Q>,
 ) -> Vec<output::CollectiveResult> {
     sim.work
-        .colls
+        .colls()
         .iter()
         .map(|rt| {
             let c = &rt.run;
@@ -387,7 +387,7 @@ fn rate_series<Q: queue::Queue>(ex: &workload::Expanded, sim: &Sim<Q>) -> Vec<(t
                     iteration,
                     index,
                 } => {
-                    let run = &sim.work.colls[coll as usize].run;
+                    let run = &sim.work.coll(coll as usize).run;
                     run.first_id + u64::from(iteration) * run.per_iteration + index
                 }
             };
@@ -428,15 +428,15 @@ fn engine_stats<Q: queue::Queue>(sim: &Sim<Q>) -> output::EngineStats {
         peak_packets: sim.peak_live_packets(),
         packet_ring_bytes: sim.packet_ring_bytes(),
         peak_events_pending: sim.peak_events_pending(),
-        peak_transfers_in_flight: sim.work.peak_live_transfers,
+        peak_transfers_in_flight: sim.work.peak_live_transfers(),
         peak_transfer_qps: sim
             .work
-            .conns
+            .conns()
             .iter()
             .filter_map(|k| k.net.as_ref())
             .map(|n| (n.qps.end - n.qps.start) as usize + 1)
             .sum(),
-        peak_slices_outstanding: sim.work.peak_slices_outstanding,
+        peak_slices_outstanding: sim.work.peak_slices_outstanding(),
     }
 }
 
@@ -451,14 +451,14 @@ fn collective_flows<Q: queue::Queue>(
     let fabric = model.fabric;
     let mut out = Vec::new();
     let originals = sim.faults.failover_originals();
-    for rt in &sim.work.colls {
+    for rt in sim.work.colls() {
         let Some(records) = &rt.records else { continue };
         let c = &rt.run;
         let class = &c.class;
         let workload = &ex.workloads[c.workload as usize];
         engine::collective::for_each_transfer(c, &mut |index, channel, a, b, bytes| {
             let (src, dst) = c.nics(fabric, channel, a, b);
-            let conn = &sim.work.conns[rt.conns.get(channel, a, b) as usize];
+            let conn = sim.work.conn(rt.conns.get(channel, a, b) as usize);
             let q0 = engine::collective::conn_qps(conn).map(|q| sim.xport.tx(q.start));
             for it in 0..c.iterations {
                 let slot = (u64::from(it) * c.per_iteration + index) as usize;

@@ -817,7 +817,7 @@ impl<Q: Queue> Sim<Q> {
     fn status(&self) -> Status {
         Status {
             next: self.next_event_time().unwrap_or(NEVER),
-            done: self.work.flows_done,
+            done: self.work.progress().0,
             busy: !self.idle(),
             now: self.now,
         }

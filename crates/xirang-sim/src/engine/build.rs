@@ -325,7 +325,7 @@ impl<Q: Queue> Sim<Q> {
             .map(|(i, d)| (d.id, First::Flow(i)))
             .collect();
         firsts.extend(
-            (0..sim.work.colls.len()).map(|c| (sim.work.colls[c].run.first_id, First::Collective(c))),
+            (0..sim.work.colls().len()).map(|c| (sim.work.coll(c).run.first_id, First::Collective(c))),
         );
         firsts.sort_by_key(|(id, _)| *id);
         for (_, first) in firsts {

@@ -219,13 +219,13 @@ impl<Q: Queue> Sim<Q> {
         routes: &[RouteId],
         record: bool,
     ) {
-        let coll = self.work.colls.len() as u32;
+        let coll = self.work.colls().len() as u32;
         let class = self.cc.class(&run.class).clone();
         let p = run.program.clone();
         let (n, nch) = (run.ranks, p.channels());
         let (thread_base, rank_left) = self.add_threads(coll, &run);
         // Connections, in the program's order.
-        let first_conn = self.work.conns.len() as u32;
+        let first_conn = self.work.n_conns() as u32;
         let mut keys = Vec::new();
         let mut net_at = 0usize;
         let mut route_at = 0usize;
@@ -239,7 +239,7 @@ impl<Q: Queue> Sim<Q> {
             conns.push((c, a, b, transfers, slices));
         });
         for (c, a, b, transfers, slices) in conns {
-            let id = self.work.conns.len() as u32;
+            let id = self.work.n_conns() as u32;
             keys.push(((c, a, b), id));
             let (tx_role, rx_role) = p.conn_roles(c, a, b);
             let thread_of = |r: u32, role: u32| thread_base[(c * n + r) as usize] + role;
@@ -266,7 +266,7 @@ impl<Q: Queue> Sim<Q> {
                 );
                 (Some(net), src_dev, dst_dev)
             };
-            self.work.conns.push(Conn {
+            self.work.push_conn(Conn {
                 coll,
                 net,
                 slots,
@@ -295,9 +295,9 @@ impl<Q: Queue> Sim<Q> {
         let total = run.per_iteration * iterations;
         // A transfer is done twice: when its sender's last send completes and when its
         // receiver has consumed its last slice (the run ends when both are).
-        self.work.flows_total += 2 * total;
-        let conn_range = first_conn..self.work.conns.len() as u32;
-        self.work.colls.push(CollectiveRt {
+        self.work.add_total(2 * total);
+        let conn_range = first_conn..self.work.n_conns() as u32;
+        self.work.push_coll(CollectiveRt {
             conns: ConnIndex::new(nch, n, &keys),
             conn_range,
             thread_base,
@@ -312,9 +312,8 @@ impl<Q: Queue> Sim<Q> {
             run,
         });
         // Each thread's first primitive's connections.
-        let rt = self.work.colls.len() - 1;
-        let threads =
-            self.work.colls[rt].thread_base[0]..*self.work.colls[rt].thread_base.last().expect("set");
+        let rt = self.work.colls().len() - 1;
+        let threads = self.work.coll(rt).thread_base[0]..*self.work.coll(rt).thread_base.last().expect("set");
         for t in threads {
             self.load_conns(t);
         }
@@ -329,14 +328,14 @@ impl<Q: Queue> Sim<Q> {
         let mut rank_left = vec![0u32; n as usize];
         for c in 0..nch {
             for r in 0..n {
-                thread_base.push(self.work.threads.len() as u32);
+                thread_base.push(self.work.n_threads() as u32);
                 let dev = self.rank_dev(run, r);
                 for role in 0..p.roles(c, r) {
                     let len = p.len(c, r, role);
                     if len > 0 {
                         rank_left[r as usize] += 1;
                     }
-                    self.work.threads.push(Thread {
+                    self.work.push_thread(Thread {
                         coll,
                         channel: c,
                         rank: r,
@@ -357,7 +356,7 @@ impl<Q: Queue> Sim<Q> {
                 }
             }
         }
-        thread_base.push(self.work.threads.len() as u32);
+        thread_base.push(self.work.n_threads() as u32);
         (thread_base, rank_left)
     }
 
@@ -446,7 +445,7 @@ impl<Q: Queue> Sim<Q> {
     /// A collective starts: every thread with work is started, and every receiver posts
     /// its first receives.
     pub(crate) fn collective_start(&mut self, c: usize) {
-        let rt = &self.work.colls[c];
+        let rt = self.work.coll(c);
         if rt.run.iterations == 0 {
             return;
         }
@@ -458,7 +457,7 @@ impl<Q: Queue> Sim<Q> {
             self.conns_start(k, at);
         }
         for t in threads {
-            if self.work.threads[t as usize].len > 0 {
+            if self.work.thread(t as usize).len > 0 {
                 self.schedule(go, Event::GpuStart(t));
             }
         }
@@ -466,8 +465,8 @@ impl<Q: Queue> Sim<Q> {
 
     /// The connections of thread `t`'s current primitive.
     fn load_conns(&mut self, t: u32) {
-        let th = &self.work.threads[t as usize];
-        let rt = &self.work.colls[th.coll as usize];
+        let th = self.work.thread(t as usize);
+        let rt = self.work.coll(th.coll as usize);
         let (c, r) = (th.channel, th.rank);
         let mut recv = [NO_CONN; 3];
         let mut send = [NO_CONN; 3];
@@ -477,7 +476,7 @@ impl<Q: Queue> Sim<Q> {
         for (i, &peer) in th.prim.send.as_slice().iter().enumerate() {
             send[i] = rt.conns.get(c, r, peer);
         }
-        let th = &mut self.work.threads[t as usize];
+        let th = self.work.thread_mut(t as usize);
         th.recv = recv;
         th.send = send;
     }
@@ -485,14 +484,14 @@ impl<Q: Queue> Sim<Q> {
     /// Thread `t` starts its next slice if it can: its inputs are there and its outputs
     /// have room. Otherwise a connection wakes it when that changes.
     pub(crate) fn thread_try(&mut self, t: u32) {
-        let th = &self.work.threads[t as usize];
+        let th = self.work.thread(t as usize);
         if th.busy || th.parked || th.index >= th.len {
             return;
         }
         if let Some((role, need)) = th.prim.after {
-            let rt = &self.work.colls[th.coll as usize];
+            let rt = self.work.coll(th.coll as usize);
             let sib = rt.thread_base[(th.channel * rt.run.ranks + th.rank) as usize] + role;
-            let s = &self.work.threads[sib as usize];
+            let s = self.work.thread(sib as usize);
             let done = if s.iteration > th.iteration {
                 s.len
             } else {
@@ -505,17 +504,17 @@ impl<Q: Queue> Sim<Q> {
         let ready = th
             .recv
             .iter()
-            .all(|&c| c == NO_CONN || self.work.conns[c as usize].can_read())
+            .all(|&c| c == NO_CONN || self.work.conn(c as usize).can_read())
             && th
                 .send
                 .iter()
-                .all(|&c| c == NO_CONN || self.work.conns[c as usize].can_write());
+                .all(|&c| c == NO_CONN || self.work.conn(c as usize).can_write());
         if !ready {
             return;
         }
         let now = self.now;
         let end = self.slice_end(t);
-        let th = &mut self.work.threads[t as usize];
+        let th = self.work.thread_mut(t as usize);
         th.busy = true;
         if th.slice == 0 {
             th.prim_start = now;
@@ -528,9 +527,9 @@ impl<Q: Queue> Sim<Q> {
     /// waited for data), and a copy over NVLink once the GPU's NVLink has room.
     fn slice_end(&mut self, t: u32) -> Ps {
         let now = self.now;
-        let th = &self.work.threads[t as usize];
+        let th = self.work.thread(t as usize);
         let (_, bytes) = th.prim.slice(th.slice);
-        let rt = &self.work.colls[th.coll as usize];
+        let rt = self.work.coll(th.coll as usize);
         let gpu = &rt.run.gpu;
         let mut compute = gpu.slice;
         if gpu.rate_bps > 0.0 {
@@ -543,7 +542,7 @@ impl<Q: Queue> Sim<Q> {
                 .iter()
                 .filter(|&&c| c != NO_CONN)
                 .filter_map(|&c| {
-                    let conn = &self.work.conns[c as usize];
+                    let conn = self.work.conn(c as usize);
                     let net = conn.net.as_ref().filter(|_| conn.flagged)?;
                     Some(tx_time_at(wire, self.xport.tx(QpId(net.qps.start)).line_bps))
                 })
@@ -566,10 +565,10 @@ impl<Q: Queue> Sim<Q> {
         let rank = th.rank as usize;
         let sends = th.send;
         for c in sends {
-            if c == NO_CONN || self.work.conns[c as usize].net.is_some() {
+            if c == NO_CONN || self.work.conn(c as usize).net.is_some() {
                 continue;
             }
-            let rt = &mut self.work.colls[self.work.threads[t as usize].coll as usize];
+            let rt = self.work.coll_mut(self.work.thread(t as usize).coll as usize);
             let start = rt.nv_free[rank].max(now);
             let copy = if nvlink_bps > 0.0 {
                 (wire as f64 * 8.0 / nvlink_bps * 1e12).round() as Ps
@@ -584,7 +583,7 @@ impl<Q: Queue> Sim<Q> {
 
     /// A thread's kernel starts (its rank's first call, or its next).
     pub(crate) fn gpu_start(&mut self, t: u32) {
-        self.work.threads[t as usize].parked = false;
+        self.work.thread_mut(t as usize).parked = false;
         self.thread_try(t);
     }
 
@@ -593,16 +592,16 @@ impl<Q: Queue> Sim<Q> {
     pub(crate) fn gpu_done(&mut self, t: u32) {
         let now = self.now;
         // What this slice was (the thread's record is changed below).
-        let th = SliceDone::of(&self.work.threads[t as usize]);
+        let th = SliceDone::of(self.work.thread(t as usize));
         let coll = th.coll as usize;
         let (_, bytes) = th.prim.slice(th.slice);
         let last_slice = th.slice + 1 >= th.prim.slices;
-        let proto = self.work.colls[coll].run.program.proto();
+        let proto = self.work.coll(coll).run.program.proto();
         for c in th.recv {
             if c == NO_CONN {
                 continue;
             }
-            let conn = &mut self.work.conns[c as usize];
+            let conn = self.work.conn_mut(c as usize);
             let (iteration, index) = transfer_of(conn.rx.transfers, conn.per_iteration, conn.transfer_base);
             if last_slice {
                 conn.rx.transfers += 1;
@@ -614,7 +613,7 @@ impl<Q: Queue> Sim<Q> {
                 }
             }
             if last_slice {
-                let rt = &mut self.work.colls[coll];
+                let rt = self.work.coll_mut(coll);
                 rt.arrived += 1;
                 rt.last_arrival = Some(now);
                 self.flow_done();
@@ -625,7 +624,7 @@ impl<Q: Queue> Sim<Q> {
             if c == NO_CONN {
                 continue;
             }
-            let conn = &mut self.work.conns[c as usize];
+            let conn = self.work.conn_mut(c as usize);
             let (iteration, transfer) =
                 transfer_of(conn.tx.transfers, conn.per_iteration, conn.transfer_base);
             if last_slice {
@@ -652,11 +651,10 @@ impl<Q: Queue> Sim<Q> {
                 }
             }
             if th.slice == 0 {
-                self.work.live_transfers += 1;
-                self.work.peak_live_transfers = self.work.peak_live_transfers.max(self.work.live_transfers);
+                self.work.transfer_started();
             }
             if last_slice && nvlink {
-                self.work.live_transfers -= 1;
+                self.work.transfer_ended();
                 self.flow_done();
             }
             let meta = SlotMeta {
@@ -668,7 +666,7 @@ impl<Q: Queue> Sim<Q> {
             self.conn_written(c, meta);
         }
         // On to the next slice, primitive or iteration.
-        let th = &mut self.work.threads[t as usize];
+        let th = self.work.thread_mut(t as usize);
         if last_slice {
             th.slice = 0;
             th.index += 1;
@@ -677,17 +675,17 @@ impl<Q: Queue> Sim<Q> {
         }
         let done_iteration = th.index >= th.len;
         if !done_iteration && last_slice {
-            let rt = &self.work.colls[coll];
-            let th = &self.work.threads[t as usize];
+            let rt = self.work.coll(coll);
+            let th = self.work.thread(t as usize);
             let prim = rt.run.program.prim(th.channel, th.rank, th.role, th.index);
             // A ring's or a tree's primitives keep their peers: their connections too.
             let same_peers = prim.recv == th.prim.recv && prim.send == th.prim.send;
-            self.work.threads[t as usize].prim = prim;
+            self.work.thread_mut(t as usize).prim = prim;
             if !same_peers {
                 self.load_conns(t);
             }
         }
-        self.work.threads[t as usize].busy = false;
+        self.work.thread_mut(t as usize).busy = false;
         if last_slice {
             self.wake_siblings(t);
         }
@@ -701,15 +699,15 @@ impl<Q: Queue> Sim<Q> {
     /// Threads of the same (channel, rank) that wait for this one's progress
     /// (`Prim::after`) may go on.
     fn wake_siblings(&mut self, t: u32) {
-        let th = &self.work.threads[t as usize];
-        let rt = &self.work.colls[th.coll as usize];
+        let th = self.work.thread(t as usize);
+        let rt = self.work.coll(th.coll as usize);
         let at = (th.channel * rt.run.ranks + th.rank) as usize;
         let (first, end) = (rt.thread_base[at], rt.thread_base[at + 1]);
         if end - first < 2 {
             return;
         }
         for s in first..end {
-            if s != t && self.work.threads[s as usize].prim.after.is_some() {
+            if s != t && self.work.thread(s as usize).prim.after.is_some() {
                 self.thread_try(s);
             }
         }
@@ -719,10 +717,10 @@ impl<Q: Queue> Sim<Q> {
     /// rank's next kernel starts them all again.
     fn thread_finished(&mut self, t: u32) {
         let now = self.now;
-        let th = &mut self.work.threads[t as usize];
+        let th = self.work.thread_mut(t as usize);
         th.parked = true;
         let (coll, rank, iteration) = (th.coll as usize, th.rank, th.iteration);
-        let rt = &mut self.work.colls[coll];
+        let rt = self.work.coll_mut(coll);
         rt.rank_left[rank as usize] -= 1;
         if rt.rank_left[rank as usize] > 0 {
             return;
@@ -742,7 +740,7 @@ impl<Q: Queue> Sim<Q> {
         }
         let mut left = 0;
         for &s in &restart {
-            let th = &mut self.work.threads[s as usize];
+            let th = self.work.thread_mut(s as usize);
             th.iteration += 1;
             th.index = 0;
             th.slice = 0;
@@ -750,19 +748,17 @@ impl<Q: Queue> Sim<Q> {
             th.parked = true;
             left += u32::from(th.len > 0);
             if th.len > 0 {
-                let prim = self.work.colls[coll]
-                    .run
-                    .program
-                    .prim(th.channel, th.rank, th.role, 0);
-                self.work.threads[s as usize].prim = prim;
+                let (channel, rank, role) = (th.channel, th.rank, th.role);
+                let prim = self.work.coll(coll).run.program.prim(channel, rank, role, 0);
+                self.work.thread_mut(s as usize).prim = prim;
                 self.load_conns(s);
             }
         }
-        self.work.colls[coll].rank_left[rank as usize] = left;
+        self.work.coll_mut(coll).rank_left[rank as usize] = left;
         // The rank's next kernel pays its fixed cost before its threads go on.
-        let go = now + self.work.colls[coll].run.gpu.base;
+        let go = now + self.work.coll(coll).run.gpu.base;
         for s in restart {
-            if self.work.threads[s as usize].len > 0 {
+            if self.work.thread(s as usize).len > 0 {
                 self.schedule(go, Event::GpuStart(s));
             }
         }
@@ -771,9 +767,9 @@ impl<Q: Queue> Sim<Q> {
     /// The last slice of a transfer between hosts completed at its sender.
     pub(crate) fn transfer_sent(&mut self, c: u32, meta: SlotMeta) {
         let now = self.now;
-        self.work.live_transfers -= 1;
+        self.work.transfer_ended();
         self.flow_done();
-        let coll = self.work.conns[c as usize].coll as usize;
+        let coll = self.work.conn(c as usize).coll as usize;
         if let Some(r) = self.record_mut(coll, meta.iteration, meta.transfer) {
             r.finish = Some(now);
         }
@@ -781,14 +777,14 @@ impl<Q: Queue> Sim<Q> {
 
     /// A QP of connection `c` gave up after its retries.
     pub(crate) fn connection_failed(&mut self, c: u32) {
-        let coll = self.work.conns[c as usize].coll as usize;
-        self.work.colls[coll].failed = true;
+        let coll = self.work.conn(c as usize).coll as usize;
+        self.work.coll_mut(coll).failed = true;
     }
 
     /// The record of transfer `index` of iteration `iteration`, if collective `c` records.
     fn record_mut(&mut self, c: usize, iteration: u32, index: u64) -> Option<&mut TransferRecord> {
-        let per = self.work.colls[c].run.per_iteration;
-        let records = self.work.colls[c].records.as_mut()?;
+        let per = self.work.coll(c).run.per_iteration;
+        let records = self.work.coll_mut(c).records.as_mut()?;
         let r = records.get_mut((u64::from(iteration) * per + index) as usize)?;
         Some(r.get_or_insert_with(TransferRecord::default))
     }

@@ -355,7 +355,7 @@ impl<Q: Queue> Sim<Q> {
         for d in defs {
             if let Some(dur) = d.local {
                 let at = self.xport.n_qps();
-                self.work.flows.push(Flow {
+                self.work.push_flow(Flow {
                     deps_left: d.after.len() as u32,
                     after_delay: d.after_delay,
                     ..Flow::new(d.src.index() as u32, d.start, Some(dur), at, 0, dur, dur)
@@ -363,7 +363,7 @@ impl<Q: Queue> Sim<Q> {
                 continue;
             }
             let n_qps = d.qps.unwrap_or(config_qps).max(1);
-            let fi = self.work.flows.next_id();
+            let fi = FlowId::from(self.work.n_flows());
             let class = self.cc.class(&d.class).clone();
             let prio = d.prio.unwrap_or(class.prio);
             let mtu = path_mtu(fabric, config, d.src, d.dst);
@@ -405,11 +405,11 @@ impl<Q: Queue> Sim<Q> {
             // QPs a message too small to split leaves empty send nothing: the receiver
             // waits only for the others.
             flow.rx.rx_left = receiving;
-            self.work.flows.push(flow);
+            self.work.push_flow(flow);
         }
         for (fi, d) in defs.iter().enumerate() {
             for &a in &d.after {
-                self.work.flows[FlowId(a)].dependents.push(FlowId::from(fi));
+                self.work.flow_mut(FlowId(a)).dependents.push(FlowId::from(fi));
             }
         }
     }
@@ -459,7 +459,7 @@ impl<Q: Queue> Sim<Q> {
     /// round robin, or an NVLink transfer begins.
     pub(crate) fn start_flow(&mut self, f: FlowId) {
         let now = self.now;
-        let flow = &mut self.work.flows[f];
+        let flow = self.work.flow_mut(f);
         flow.started = Some(now);
         if let Some(dur) = flow.local {
             self.schedule(now + dur, Event::LocalDone(f));
@@ -486,7 +486,7 @@ impl<Q: Queue> Sim<Q> {
 
     /// An NVLink transfer is complete: it is sent and received at once.
     pub(crate) fn local_done(&mut self, f: FlowId) {
-        self.work.flows[f].tx.finish = Some(self.now);
+        self.work.flow_mut(f).tx.finish = Some(self.now);
         self.flow_done();
         self.flow_arrived(f);
     }
@@ -495,7 +495,7 @@ impl<Q: Queue> Sim<Q> {
         let TxOwner::Flow(f) = self.xport.tx(qi).owner else {
             unreachable!("invariant: only flows' QPs start empty")
         };
-        let flow = &mut self.work.flows[f];
+        let flow = self.work.flow_mut(f);
         flow.tx.qps_left -= 1;
         if flow.tx.qps_left == 0 {
             self.flow_sent(f);
@@ -504,7 +504,7 @@ impl<Q: Queue> Sim<Q> {
 
     /// Every QP of flow `f` is sent (each byte acknowledged): the sender is done with it.
     fn flow_sent(&mut self, f: FlowId) {
-        self.work.flows[f].tx.finish = Some(self.now);
+        self.work.flow_mut(f).tx.finish = Some(self.now);
         self.flow_done();
     }
 
@@ -513,7 +513,7 @@ impl<Q: Queue> Sim<Q> {
         let RxOwner::Flow(f) = self.xport.rx(qi).owner else {
             unreachable!("invariant: only flows' QPs have a size to complete")
         };
-        let flow = &mut self.work.flows[f];
+        let flow = self.work.flow_mut(f);
         flow.rx.rx_left -= 1;
         if flow.rx.rx_left == 0 {
             self.flow_arrived(f);
@@ -530,7 +530,7 @@ impl<Q: Queue> Sim<Q> {
         let TxOwner::Flow(f) = owner else {
             unreachable!("invariant: a persistent QP idles, it does not complete")
         };
-        let flow = &mut self.work.flows[f];
+        let flow = self.work.flow_mut(f);
         flow.tx.qps_left -= 1;
         if flow.tx.qps_left == 0 {
             self.flow_sent(f);
@@ -549,7 +549,7 @@ impl<Q: Queue> Sim<Q> {
         self.xport.count_failed();
         match owner {
             TxOwner::Flow(f) => {
-                let flow = &mut self.work.flows[f];
+                let flow = self.work.flow_mut(f);
                 flow.tx.failed = true;
                 flow.tx.qps_left -= 1;
                 if flow.tx.qps_left == 0 {
@@ -564,18 +564,18 @@ impl<Q: Queue> Sim<Q> {
 
     /// All of a scenario flow's data arrived: start the flows waiting for it.
     fn flow_arrived(&mut self, f: FlowId) {
-        let flow = &mut self.work.flows[f];
+        let flow = self.work.flow_mut(f);
         flow.rx.rx_done = Some(self.now);
         let deps = std::mem::take(&mut flow.dependents);
         for &d in &deps {
-            let dep = &mut self.work.flows[d];
+            let dep = self.work.flow_mut(d);
             dep.deps_left -= 1;
             if dep.deps_left == 0 {
                 let t = (self.now + dep.after_delay).max(dep.earliest);
                 self.schedule(t, Event::FlowStart(d));
             }
         }
-        self.work.flows[f].dependents = deps;
+        self.work.flow_mut(f).dependents = deps;
     }
 
     /// Data path of a QP as egress port ids, sender NIC first (as the arena holds it now).

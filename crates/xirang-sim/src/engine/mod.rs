@@ -53,6 +53,7 @@ pub mod sched;
 pub mod stats;
 pub mod switch;
 pub mod transport;
+pub mod work;
 pub mod xport;
 
 use xirang_fabric::config::{CcAlgorithm, FabricConfig};
@@ -68,10 +69,8 @@ pub use pfc::PfcEvent;
 pub use sampling::Samples;
 
 use ccstate::CcState;
-use collective::{CollectiveRt, Thread};
 use event::Event;
 use faults::Faults;
-use flows::Flow;
 use ids::{IdVec, PortId, QpId};
 use link::{Link, Port};
 use nic::QpTx;
@@ -80,7 +79,7 @@ use routes::RouteArena;
 use sched::Sched;
 use stats::Stats;
 use switch::SwitchState;
-use transport::Conn;
+use work::Work;
 use xport::Xport;
 
 /// A time that never comes.
@@ -218,28 +217,6 @@ pub(crate) struct Fab {
     pub(crate) rx_gated: bool,
 }
 
-/// The workload driver's state.
-pub(crate) struct Work {
-    pub(crate) flows: IdVec<ids::FlowId, Flow>,
-    pub(crate) colls: Vec<CollectiveRt>,
-    /// The collectives' GPU threads and connections.
-    pub(crate) threads: Vec<Thread>,
-    pub(crate) conns: Vec<Conn>,
-    /// Transfers of collectives under way at their senders (a slice written, the last not
-    /// yet completed), and the most at once.
-    pub(crate) live_transfers: usize,
-    pub(crate) peak_live_transfers: usize,
-    /// Most slices one connection had outstanding at once: sent and not yet given back
-    /// to its GPU, or its receives posted and not yet consumed (NCCL allows its slots).
-    pub(crate) peak_slices_outstanding: u64,
-    /// Flows and collective transfers in the whole run, and those this run (partition)
-    /// has done (sent, or failed).
-    pub(crate) flows_total: u64,
-    pub(crate) flows_done: u64,
-    /// When this run (partition) last did one.
-    pub(crate) last_done_at: Option<Ps>,
-}
-
 impl<Q: Queue> Sim<Q> {
     /// Builds a simulation of the expanded workloads on `fabric` under `config`.
     pub fn new(fabric: &Fabric, config: &FabricConfig, ex: &Expanded, opts: &RunOptions) -> Sim<Q> {
@@ -286,18 +263,7 @@ impl<Q: Queue> Sim<Q> {
                 rx_gated: false,
             },
             xport: Xport::default(),
-            work: Work {
-                flows: IdVec::with_capacity(flows.len()),
-                colls: Vec::new(),
-                threads: Vec::new(),
-                conns: Vec::new(),
-                live_transfers: 0,
-                peak_live_transfers: 0,
-                peak_slices_outstanding: 0,
-                flows_total: flows.len() as u64,
-                flows_done: 0,
-                last_done_at: None,
-            },
+            work: Work::new(flows.len()),
             cc: CcState::new(
                 classes,
                 fabric
@@ -333,13 +299,13 @@ impl<Q: Queue> Sim<Q> {
                 self.fab.ports[p].dev_idx
             }
             Event::Arrive(p) => self.fab.links[p].to_dev,
-            Event::FlowStart(f) | Event::LocalDone(f) => self.work.flows[f].dev,
+            Event::FlowStart(f) | Event::LocalDone(f) => self.work.flow(f).dev,
             Event::DcqcnDec(q) | Event::DcqcnInc(q) | Event::Rto(q) => {
                 self.fab.ports[self.xport.tx(q).src_port].dev_idx
             }
-            Event::GpuStart(t) | Event::GpuDone(t) => self.work.threads[t as usize].dev,
+            Event::GpuStart(t) | Event::GpuDone(t) => self.work.thread(t as usize).dev,
             Event::Proxy { conn, action } => {
-                let c = &self.work.conns[conn as usize];
+                let c = self.work.conn(conn as usize);
                 if action.at_sender() { c.src_dev } else { c.dst_dev }
             }
             Event::Fault { fault, peer, .. } => {
@@ -372,8 +338,7 @@ impl<Q: Queue> Sim<Q> {
     /// A flow (or collective transfer) is done: sent, or failed.
     #[inline]
     pub(crate) fn flow_done(&mut self) {
-        self.work.flows_done += 1;
-        self.work.last_done_at = Some(self.now);
+        self.work.did_one(self.now);
     }
 
     /// Runs until every flow is done, the end time, or no events remain. `progress` is
@@ -397,7 +362,7 @@ impl<Q: Queue> Sim<Q> {
                 self.stop_at_end(end, !self.idle());
                 break;
             }
-            if self.work.flows_done == self.work.flows_total || self.idle() {
+            if self.work.progress().0 == self.work.progress().1 || self.idle() {
                 break;
             }
         }
@@ -440,8 +405,8 @@ impl<Q: Queue> Sim<Q> {
             if self.stats.event().is_multiple_of(PROGRESS_EVERY) {
                 progress(Progress {
                     now: self.now,
-                    done: self.work.flows_done,
-                    total: self.work.flows_total,
+                    done: self.work.progress().0,
+                    total: self.work.progress().1,
                 });
             }
         }
@@ -467,7 +432,7 @@ impl<Q: Queue> Sim<Q> {
 
     /// Flows and collective transfers this run (partition) has done, of all in the run.
     pub fn flows_done(&self) -> (u64, u64) {
-        (self.work.flows_done, self.work.flows_total)
+        self.work.progress()
     }
 
     /// Time of the earliest pending event or timer.

@@ -207,11 +207,8 @@ pub struct PartState {
     shipped_packets: u64,
     stray_packets: u64,
     qps_failed: u64,
-    flows_done: u64,
-    last_done_at: Option<Ps>,
+    work: super::work::Counts,
     ints_live: usize,
-    peak_live_transfers: usize,
-    peak_slices_outstanding: u64,
     peak_pending: usize,
 }
 
@@ -237,7 +234,7 @@ impl<Q: Queue> Sim<Q> {
     /// The device that receives flow `f` (a flow inside a host has both halves there; a
     /// network flow's receiver is its QPs' destination).
     fn receiver_of(&self, f: FlowId) -> u32 {
-        let fl = &self.work.flows[f];
+        let fl = self.work.flow(f);
         match fl.local {
             Some(_) => fl.dev,
             None => self.fab.ports[self.xport.tx(QpId(fl.tx.first_qp)).dst_port].dev_idx,
@@ -266,10 +263,10 @@ impl<Q: Queue> Sim<Q> {
                 )
             })
             .collect();
-        let flow_owned: Vec<(bool, bool)> = (0..self.work.flows.len())
+        let flow_owned: Vec<(bool, bool)> = (0..self.work.n_flows())
             .map(|i| {
                 let f = FlowId::from(i);
-                (mine(self.work.flows[f].dev), mine(self.receiver_of(f)))
+                (mine(self.work.flow(f).dev), mine(self.receiver_of(f)))
             })
             .collect();
         let port_owned: Vec<bool> = self.fab.ports.iter().map(|p| mine(p.dev_idx)).collect();
@@ -301,7 +298,7 @@ impl<Q: Queue> Sim<Q> {
             .collect();
         let mut flows_tx = Vec::new();
         let mut flows_rx = Vec::new();
-        for (f, fl) in std::mem::take(&mut self.work.flows).into_iter_enumerated() {
+        for (f, fl) in self.work.take_flows().into_iter_enumerated() {
             let (tx, rx) = flow_owned[f.idx()];
             if tx {
                 flows_tx.push((f, fl.started, fl.tx));
@@ -312,8 +309,7 @@ impl<Q: Queue> Sim<Q> {
         }
         let colls = self
             .work
-            .colls
-            .iter_mut()
+            .colls_mut()
             .map(|c| CollPart {
                 arrived: c.arrived,
                 last_arrival: c.last_arrival,
@@ -338,11 +334,8 @@ impl<Q: Queue> Sim<Q> {
             shipped_packets: self.dist.shipped_packets,
             stray_packets: self.xport.stray(),
             qps_failed: self.xport.failed(),
-            flows_done: self.work.flows_done,
-            last_done_at: self.work.last_done_at,
+            work: self.work.counts(),
             ints_live: self.cc.ints().live(),
-            peak_live_transfers: self.work.peak_live_transfers,
-            peak_slices_outstanding: self.work.peak_slices_outstanding,
             peak_pending: self.q.peak() + self.dist.merged_peak_pending,
         }
     }
@@ -366,13 +359,13 @@ impl<Q: Queue> Sim<Q> {
             self.xport.set_rx(q, rx);
         }
         for (f, started, tx) in o.flows_tx {
-            self.work.flows[f].started = started;
-            self.work.flows[f].tx = tx;
+            self.work.flow_mut(f).started = started;
+            self.work.flow_mut(f).tx = tx;
         }
         for (f, rx) in o.flows_rx {
-            self.work.flows[f].rx = rx;
+            self.work.flow_mut(f).rx = rx;
         }
-        for (b, x) in self.work.colls.iter_mut().zip(o.colls) {
+        for (b, x) in self.work.colls_mut().zip(o.colls) {
             b.arrived += x.arrived;
             b.last_arrival = b.last_arrival.max(x.last_arrival);
             b.failed |= x.failed;
@@ -393,12 +386,9 @@ impl<Q: Queue> Sim<Q> {
         self.stats.absorb(o.stats);
         self.dist.shipped_packets += o.shipped_packets;
         self.xport.absorb_totals(o.stray_packets, o.qps_failed);
-        self.work.flows_done += o.flows_done;
-        self.work.last_done_at = self.work.last_done_at.max(o.last_done_at);
-        self.cc.ints_mut().absorb_live(o.ints_live);
         // Peaks of different partitions need not coincide: their sum bounds the run's.
-        self.work.peak_live_transfers += o.peak_live_transfers;
-        self.work.peak_slices_outstanding = self.work.peak_slices_outstanding.max(o.peak_slices_outstanding);
+        self.work.absorb_counts(o.work);
+        self.cc.ints_mut().absorb_live(o.ints_live);
         self.dist.merged_peak_pending += o.peak_pending;
         debug_assert_eq!(self.now, o.now, "invariant: partitions finish at one time");
     }

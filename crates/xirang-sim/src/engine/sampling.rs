@@ -46,7 +46,7 @@ impl<Q: Queue> Sim<Q> {
             }
             let (origin, place) = match q.owner {
                 TxOwner::Flow(f) => {
-                    let flow = &self.work.flows[f];
+                    let flow = self.work.flow(f);
                     if flow.started.is_none() {
                         continue;
                     }
@@ -58,7 +58,7 @@ impl<Q: Queue> Sim<Q> {
                     let Some(&(_, slice)) = q.wrs.front() else {
                         continue;
                     };
-                    let c = &self.work.conns[conn as usize];
+                    let c = self.work.conn(conn as usize);
                     let meta = c.tx.meta[(slice % u64::from(c.slots)) as usize];
                     (
                         RateOf::Transfer {

@@ -136,7 +136,7 @@ qps_per_connection = {qps}
 /// The data QPs of the run's connections, by connection.
 fn data_qps(sim: &Sim) -> Vec<Vec<QpId>> {
     sim.work
-        .conns
+        .conns()
         .iter()
         .filter_map(|c| {
             c.net
@@ -162,7 +162,7 @@ fn split_data_puts_a_slice_on_one_qp_or_on_all() {
             let msgs: Vec<u64> = qps.iter().map(|&q| sim.xport.rx(q).msgs).collect();
             let slices = sim
                 .work
-                .conns
+                .conns()
                 .iter()
                 .find(|c| c.net.is_some())
                 .map(|c| c.total_slices)

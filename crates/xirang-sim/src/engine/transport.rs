@@ -185,7 +185,7 @@ impl<Q: Queue> Sim<Q> {
     /// The sending GPU wrote a slice (`meta`) into connection `c`.
     pub(crate) fn conn_written(&mut self, c: u32, meta: SlotMeta) {
         let now = self.now;
-        let conn = &mut self.work.conns[c as usize];
+        let conn = self.work.conn_mut(c as usize);
         let k = conn.tx.written;
         let slot = conn.slot(k);
         conn.tx.meta[slot] = meta;
@@ -212,7 +212,7 @@ impl<Q: Queue> Sim<Q> {
     /// proxy posts the receive that reuses it.
     pub(crate) fn conn_consumed(&mut self, c: u32) {
         let now = self.now;
-        let conn = &mut self.work.conns[c as usize];
+        let conn = self.work.conn_mut(c as usize);
         conn.rx.consumed += 1;
         if conn.net.is_none() {
             // The sender polls the receiver's head over NVLink.
@@ -236,7 +236,7 @@ impl<Q: Queue> Sim<Q> {
 
     /// A collective starts: every receiver posts its first receives.
     pub(crate) fn conns_start(&mut self, c: u32, at: Ps) {
-        let conn = &mut self.work.conns[c as usize];
+        let conn = self.work.conn_mut(c as usize);
         if conn.net.is_none() {
             return;
         }
@@ -258,11 +258,11 @@ impl<Q: Queue> Sim<Q> {
     pub(crate) fn proxy(&mut self, c: u32, action: ProxyAction) {
         match action {
             ProxyAction::Send => {
-                self.work.conns[c as usize].tx.send_due += 1;
+                self.work.conn_mut(c as usize).tx.send_due += 1;
                 self.flush_sends(c);
             }
             ProxyAction::Head => {
-                let conn = &mut self.work.conns[c as usize];
+                let conn = self.work.conn_mut(c as usize);
                 let k = conn.tx.freed;
                 let meta = conn.tx.meta[conn.slot(k)];
                 conn.tx.freed += 1;
@@ -273,23 +273,23 @@ impl<Q: Queue> Sim<Q> {
                 self.thread_try(t);
             }
             ProxyAction::Tail => {
-                let conn = &mut self.work.conns[c as usize];
+                let conn = self.work.conn_mut(c as usize);
                 conn.rx.visible += 1;
                 let t = conn.rx_thread;
                 self.thread_try(t);
             }
             ProxyAction::Cts => {
-                self.work.conns[c as usize].rx.cts_due += 1;
+                self.work.conn_mut(c as usize).rx.cts_due += 1;
                 self.flush_cts(c);
             }
             ProxyAction::CqTx => {
-                let conn = &self.work.conns[c as usize];
+                let conn = self.work.conn(c as usize);
                 if conn.tx.cq_held > 0 && conn.tx.cq_since + conn.cq_delay <= self.now {
                     self.cq_release(c, true);
                 }
             }
             ProxyAction::CqRx => {
-                let conn = &self.work.conns[c as usize];
+                let conn = self.work.conn(c as usize);
                 if conn.rx.cq_held > 0 && conn.rx.cq_since + conn.cq_delay <= self.now {
                     self.cq_release(c, false);
                 }
@@ -301,10 +301,10 @@ impl<Q: Queue> Sim<Q> {
     /// no room in a send queue.
     fn flush_sends(&mut self, c: u32) {
         loop {
-            let conn = &self.work.conns[c as usize];
+            let conn = self.work.conn(c as usize);
             let k = conn.tx.sent;
             if k >= conn.tx.send_due {
-                self.work.conns[c as usize].tx.blocked = false;
+                self.work.conn_mut(c as usize).tx.blocked = false;
                 return;
             }
             debug_assert!(
@@ -326,13 +326,13 @@ impl<Q: Queue> Sim<Q> {
                 room(self.xport.tx(QpId(first + (k % nq) as u32)))
             };
             if !fits {
-                self.work.conns[c as usize].tx.blocked = true;
+                self.work.conn_mut(c as usize).tx.blocked = true;
                 return;
             }
-            let conn = &mut self.work.conns[c as usize];
+            let conn = self.work.conn_mut(c as usize);
             conn.tx.sent += 1;
             let out = conn.tx.sent - conn.tx.freed;
-            self.work.peak_slices_outstanding = self.work.peak_slices_outstanding.max(out);
+            self.work.outstanding(out);
             // An empty slice still goes out as a zero-byte write; the simulator gives it
             // one byte so that it has a place in the QP's byte sequence (a simplification
             // of one byte per empty slice).
@@ -354,9 +354,9 @@ impl<Q: Queue> Sim<Q> {
     /// sender, until the CTS QP's send queue is full.
     fn flush_cts(&mut self, c: u32) {
         loop {
-            let conn = &self.work.conns[c as usize];
+            let conn = self.work.conn(c as usize);
             if conn.rx.posted >= conn.rx.cts_due {
-                self.work.conns[c as usize].rx.blocked = false;
+                self.work.conn_mut(c as usize).rx.blocked = false;
                 return;
             }
             let cts = conn
@@ -365,14 +365,14 @@ impl<Q: Queue> Sim<Q> {
                 .expect("invariant: only network connections post receives")
                 .cts;
             if self.xport.tx(cts).wrs.len() >= conn.wr_depth as usize {
-                self.work.conns[c as usize].rx.blocked = true;
+                self.work.conn_mut(c as usize).rx.blocked = true;
                 return;
             }
-            let conn = &mut self.work.conns[c as usize];
+            let conn = self.work.conn_mut(c as usize);
             let k = conn.rx.posted;
             conn.rx.posted += 1;
             let out = conn.rx.posted - conn.rx.consumed;
-            self.work.peak_slices_outstanding = self.work.peak_slices_outstanding.max(out);
+            self.work.outstanding(out);
             self.post_message(cts, CTS_BYTES, k);
         }
     }
@@ -426,7 +426,7 @@ impl<Q: Queue> Sim<Q> {
                 // Clear-to-send writes are unsignalled: their completion only frees room in
                 // the send queue.
                 TxOwner::Cts { conn } => {
-                    if self.work.conns[conn as usize].rx.blocked {
+                    if self.work.conn(conn as usize).rx.blocked {
                         self.flush_cts(conn);
                     }
                 }
@@ -437,7 +437,7 @@ impl<Q: Queue> Sim<Q> {
 
     /// Part of slice `k`'s send (one QP's message) completed.
     fn send_completed(&mut self, c: u32, k: u64) {
-        let conn = &mut self.work.conns[c as usize];
+        let conn = self.work.conn_mut(c as usize);
         let slot = conn.slot(k);
         conn.tx.parts[slot] += 1;
         let whole = if conn.net.as_ref().is_some_and(|n| n.split) {
@@ -481,7 +481,7 @@ impl<Q: Queue> Sim<Q> {
         };
         match owner {
             RxOwner::Cts { conn: c } => {
-                let conn = &mut self.work.conns[c as usize];
+                let conn = self.work.conn_mut(c as usize);
                 conn.tx.cts += 1;
                 let k = conn.tx.cts - 1;
                 if conn.tx.written > k {
@@ -496,7 +496,7 @@ impl<Q: Queue> Sim<Q> {
                 }
             }
             RxOwner::Conn { conn: c, k: part } => {
-                let conn = &mut self.work.conns[c as usize];
+                let conn = self.work.conn_mut(c as usize);
                 let nq = u64::from(conn.nqps());
                 let split = conn.net.as_ref().is_some_and(|n| n.split);
                 // Whole messages go round robin over the QPs; split ones on all of them.
@@ -536,7 +536,7 @@ impl<Q: Queue> Sim<Q> {
             return;
         }
         let now = self.now;
-        let conn = &mut self.work.conns[c as usize];
+        let conn = self.work.conn_mut(c as usize);
         if conn.cq_count <= 1 {
             self.cq_pass(c, at_sender, n);
             return;
@@ -556,7 +556,7 @@ impl<Q: Queue> Sim<Q> {
             };
             self.schedule(at, Event::Proxy { conn: c, action });
         }
-        let conn = &mut self.work.conns[c as usize];
+        let conn = self.work.conn_mut(c as usize);
         let held = if at_sender {
             &mut conn.tx.cq_held
         } else {
@@ -570,7 +570,7 @@ impl<Q: Queue> Sim<Q> {
 
     /// The completion queue delivers what it held.
     fn cq_release(&mut self, c: u32, at_sender: bool) {
-        let conn = &mut self.work.conns[c as usize];
+        let conn = self.work.conn_mut(c as usize);
         let held = if at_sender {
             std::mem::take(&mut conn.tx.cq_held)
         } else {
@@ -588,7 +588,7 @@ impl<Q: Queue> Sim<Q> {
     /// visible (after the flush, where one is needed).
     fn cq_pass(&mut self, c: u32, at_sender: bool, n: u64) {
         let now = self.now;
-        let conn = &self.work.conns[c as usize];
+        let conn = self.work.conn(c as usize);
         let (at, action) = if at_sender {
             (now + conn.proxy, ProxyAction::Head)
         } else {
