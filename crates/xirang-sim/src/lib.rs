@@ -211,7 +211,7 @@ fn collect<Q: queue::Queue>(model: Model<'_>, ex: &workload::Expanded, sim: &Sim
         .samples()
         .queues
         .iter()
-        .map(|(t, p, prio, b)| (*t, sim.fab.port_names[*p].clone(), *prio, *b))
+        .map(|(t, p, prio, b)| (*t, sim.fab.port_name(*p).to_string(), *prio, *b))
         .collect();
     RunResult {
         engine: engine_stats(sim),
@@ -225,7 +225,7 @@ fn collect<Q: queue::Queue>(model: Model<'_>, ex: &workload::Expanded, sim: &Sim
         queue_series,
         counter_series: counter_series(sim),
         skipped: ex.skipped.clone(),
-        priorities_with_pfc: sim.fab.net.pfc_prios.clone(),
+        priorities_with_pfc: sim.fab.net().pfc_prios.clone(),
     }
 }
 
@@ -254,7 +254,7 @@ fn request_results<Q: queue::Queue>(ex: &workload::Expanded, sim: &Sim<Q>) -> Ve
 /// Every flow's result, a recorded collective's transfers among them, in id order.
 fn flow_results<Q: queue::Queue>(model: Model<'_>, ex: &workload::Expanded, sim: &Sim<Q>) -> Vec<FlowResult> {
     let fabric = model.fabric;
-    let port_name = |pi: PortId| sim.fab.port_names[pi].clone();
+    let port_name = |pi: PortId| sim.fab.port_name(pi).to_string();
     let originals = sim.faults.failover_originals();
     let route_names = |qp: QpId| {
         sim.route_as_computed(sim.xport.tx(qp).route, &originals)
@@ -276,8 +276,8 @@ fn flow_results<Q: queue::Queue>(model: Model<'_>, ex: &workload::Expanded, sim:
                 class: d.class.clone(),
                 src: workload::nic_name(fabric, d.src),
                 dst: workload::nic_name(fabric, d.dst),
-                src_node: sim.fab.nics[d.src.index()].node_id,
-                dst_node: sim.fab.nics[d.dst.index()].node_id,
+                src_node: sim.fab.nic(d.src.index()).node_id,
+                dst_node: sim.fab.nic(d.dst.index()).node_id,
                 sport: q0.map_or(0, |q| q.sport),
                 dport: q0.map_or(0, |q| q.dport),
                 bytes: d.bytes,
@@ -407,8 +407,8 @@ fn counter_series<Q: queue::Queue>(sim: &Sim<Q>) -> Vec<(time::Ps, counters::Cou
         .iter()
         .map(|&(t, p, scope, name, value)| {
             let entity = match scope {
-                counters::Scope::Port => sim.fab.port_names[p].clone(),
-                counters::Scope::Queue(q) => format!("{}/q{q}", sim.fab.port_names[p]),
+                counters::Scope::Port => sim.fab.port_name(p).to_string(),
+                counters::Scope::Queue(q) => format!("{}/q{q}", sim.fab.port_name(p)),
             };
             (
                 t,
@@ -465,7 +465,7 @@ fn collective_flows<Q: queue::Queue>(
                 let rec = records[slot].clone();
                 let (ideal, lower_bound) = match (&rec, &conn.net) {
                     (Some(r), _) if r.ideal > 0 => (r.ideal, r.lower_bound),
-                    (_, Some(n)) => n.path.fct(bytes, n.mtu, sim.fab.net.header_bytes),
+                    (_, Some(n)) => n.path.fct(bytes, n.mtu, sim.fab.net().header_bytes),
                     (_, None) => (0, 0),
                 };
                 let start = rec.as_ref().and_then(|r| r.start).unwrap_or(c.start);
@@ -475,8 +475,8 @@ fn collective_flows<Q: queue::Queue>(
                     class: class.clone(),
                     src: workload::nic_name(fabric, src),
                     dst: workload::nic_name(fabric, dst),
-                    src_node: sim.fab.nics[src.index()].node_id,
-                    dst_node: sim.fab.nics[dst.index()].node_id,
+                    src_node: sim.fab.nic(src.index()).node_id,
+                    dst_node: sim.fab.nic(dst.index()).node_id,
                     sport: q0.map_or(0, |q| q.sport),
                     dport: q0.map_or(0, |q| q.dport),
                     bytes,
@@ -493,7 +493,7 @@ fn collective_flows<Q: queue::Queue>(
                     path: q0.map_or_else(Vec::new, |q| {
                         sim.route_as_computed(q.route, &originals)
                             .into_iter()
-                            .map(|p| sim.fab.port_names[p].clone())
+                            .map(|p| sim.fab.port_name(p).to_string())
                             .collect()
                     }),
                 });

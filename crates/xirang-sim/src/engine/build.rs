@@ -284,8 +284,8 @@ impl<Q: Queue> Sim<Q> {
                 fabric,
                 nic_ports,
                 sw_ports,
-                &sim.fab.nics,
-                &sim.fab.switches,
+                sim.fab.nics(),
+                sim.fab.switches(),
                 opts.ecmp,
                 opts.hot_switch,
             )
@@ -293,15 +293,14 @@ impl<Q: Queue> Sim<Q> {
                 config.intra_host.bond_hash_policy,
                 config.intra_host.lag_port_select,
             );
-            rb.compute(&requests, &mut sim.fab.routes, &sim.fab.switches)
+            let (arena, _, switches) = sim.fab.routes_and_devices();
+            rb.compute(&requests, arena, switches)
         };
         sim.add_flows(fabric, config, flows, &eager, &routes[..eager.requests.len()]);
         // A link whose far end another partition owns is cut: what this partition puts on
         // it goes to that partition's outbox.
         if let Some(p) = sim.dist.map() {
-            for (pi, link) in sim.fab.links.iter_mut().enumerate() {
-                link.cut = p.owns(sim.fab.ports[PortId::from(pi)].dev_idx) && !p.owns(link.to_dev);
-            }
+            sim.fab.cut_links(|from, to| p.owns(from) && !p.owns(to));
         }
         let mut budget = opts.transfer_records;
         for (run, (plan, span)) in ex.collectives.iter().zip(plans) {

@@ -74,7 +74,7 @@ impl<Q: Queue> Sim<Q> {
         if q.done || q.snd_nxt >= q.size || q.last_wire == 0 {
             return;
         }
-        let line_tx = self.fab.ports[q.src_port].rate.tx_time(q.last_wire);
+        let line_tx = self.fab.port(q.src_port).rate.tx_time(q.last_wire);
         let at = q.last_sent + paced_gap(q, line_tx);
         let sooner = at < q.next_avail;
         q.next_avail = at;
@@ -91,7 +91,7 @@ impl<Q: Queue> Sim<Q> {
         if q.done || q.snd_nxt >= q.size || q.next_avail <= now {
             return;
         }
-        let line_tx = self.fab.ports[q.src_port].rate.tx_time(q.last_wire);
+        let line_tx = self.fab.port(q.src_port).rate.tx_time(q.last_wire);
         let sooner = (q.last_sent + paced_gap(q, line_tx)).max(now);
         if sooner < q.next_avail {
             q.next_avail = sooner;

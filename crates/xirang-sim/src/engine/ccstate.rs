@@ -2,6 +2,13 @@
 //! classes, the NICs' own DCQCN knobs, each algorithm's interned parameter sets (QPs hold
 //! an index) and HPCC's INT records. Its fields are its own: the engine asks it for a
 //! QP's parameters, a parameter set by index, or the INT slab.
+//!
+//! ```compile_fail
+//! // A handler cannot swap a class's parameters behind the component's back.
+//! fn swap(c: &mut xirang_sim::engine::ccstate::CcState) {
+//!     c.classes.clear();
+//! }
+//! ```
 
 use xirang_fabric::config::{CcAlgorithm, NicCongestion};
 use xirang_fabric::model::{BaseRtt, NicId};

@@ -198,7 +198,7 @@ impl<Q: Queue> Sim<Q> {
                     EcmpMode::Seeded => (49152 + rng.below(16384) as u16, ROCE_V2_DPORT),
                 })
                 .collect();
-            let ips = (self.fab.nics[src.index()].ip, self.fab.nics[dst.index()].ip);
+            let ips = (self.fab.nic(src.index()).ip, self.fab.nic(dst.index()).ip);
             for &(sport, dport) in &ports {
                 requests.extend(route_requests(ips, src, dst, sport, dport));
             }
@@ -422,8 +422,8 @@ impl<Q: Queue> Sim<Q> {
             mtu,
             wr_depth.min(slots) as usize,
         );
-        let src_dev = self.fab.ports[spec0.src_port].dev_idx;
-        let dst_dev = self.fab.ports[spec0.dst_port].dev_idx;
+        let src_dev = self.fab.port(spec0.src_port).dev_idx;
+        let dst_dev = self.fab.port(spec0.dst_port).dev_idx;
         (
             NetConn {
                 qps: first..first + ports.len() as u32,
@@ -632,7 +632,7 @@ impl<Q: Queue> Sim<Q> {
             }
             let nvlink = conn.net.is_none();
             let standalone = match &conn.net {
-                Some(n) => n.path.fct(th.prim.bytes, n.mtu, self.fab.net.header_bytes),
+                Some(n) => n.path.fct(th.prim.bytes, n.mtu, self.fab.net().header_bytes),
                 None => {
                     let d = now - th.prim_start;
                     (d, d)

@@ -124,7 +124,7 @@ impl<Q: Queue> Sim<Q> {
             }
             if f.port != q {
                 // A link that is down loses what arrives at either of its ends.
-                if f.kind == FaultKind::LinkDown && self.fab.ports[f.port].peer == q {
+                if f.kind == FaultKind::LinkDown && self.fab.port(f.port).peer == q {
                     lost = true;
                 }
                 continue;
@@ -174,7 +174,7 @@ impl<Q: Queue> Sim<Q> {
     pub(crate) fn fault_event(&mut self, i: FaultId, end: bool, peer: bool) {
         let f = &mut self.faults.active[i];
         let own = f.port;
-        let q = if peer { self.fab.ports[own].peer } else { own };
+        let q = if peer { self.fab.port(own).peer } else { own };
         let side = usize::from(peer);
         match (f.kind, end) {
             // Both ends count a link going down; a bond moves the member's traffic.
@@ -184,22 +184,22 @@ impl<Q: Queue> Sim<Q> {
             }
             (FaultKind::LinkDown, true) => self.bond_event(q),
             (FaultKind::SlowLink, false) => {
-                f.saved_rates[side] = Some(self.fab.ports[q].rate);
-                self.fab.ports[q].rate = Rate::from_gbps(f.param);
+                f.saved_rates[side] = Some(self.fab.port(q).rate);
+                self.fab.port_mut(q).rate = Rate::from_gbps(f.param);
             }
             (FaultKind::SlowLink, true) => {
                 if let Some(r) = f.saved_rates[side].take() {
-                    self.fab.ports[q].rate = r;
+                    self.fab.port_mut(q).rate = r;
                 }
             }
             (FaultKind::EcnOff, false) => {
-                f.saved_red = self.fab.ports[q].red.enabled;
-                self.fab.ports[q].red.enabled = false;
+                f.saved_red = self.fab.port(q).red.enabled;
+                self.fab.port_mut(q).red.enabled = false;
             }
-            (FaultKind::EcnOff, true) => self.fab.ports[q].red.enabled = f.saved_red,
-            (FaultKind::PfcOff, off) => self.fab.ports[q].pfc_off = !off,
+            (FaultKind::EcnOff, true) => self.fab.port_mut(q).red.enabled = f.saved_red,
+            (FaultKind::PfcOff, off) => self.fab.port_mut(q).pfc_off = !off,
             (FaultKind::SlowReceiver, false) => {
-                self.fab.ports[q].slow_rx = Some(SlowRx {
+                self.fab.port_mut(q).slow_rx = Some(SlowRx {
                     drain_bps: f.param * 1e9,
                     backlog_bytes: 0.0,
                     last: self.now,
@@ -210,10 +210,10 @@ impl<Q: Queue> Sim<Q> {
                 // rate on its own (a simplification for multi-port NICs, whose ports
                 // would share it).
                 let Some(link) = f.pcie else { return };
-                f.saved_pcie = self.fab.ports[q].pcie;
+                f.saved_pcie = self.fab.port(q).pcie;
                 let gbps = link.usable_gbps();
                 for p in self.nic_port_ids(q) {
-                    let port = &mut self.fab.ports[p];
+                    let port = self.fab.port_mut(p);
                     port.pcie = Some(link);
                     port.host_cap = Some(Rate::from_gbps(gbps));
                     port.slow_rx = Some(SlowRx {
@@ -226,7 +226,7 @@ impl<Q: Queue> Sim<Q> {
             (FaultKind::PcieDegraded, true) => {
                 let saved = f.saved_pcie;
                 for p in self.nic_port_ids(q) {
-                    let port = &mut self.fab.ports[p];
+                    let port = self.fab.port_mut(p);
                     port.pcie = saved;
                     port.host_cap = None;
                 }
@@ -249,11 +249,11 @@ impl<Q: Queue> Sim<Q> {
     /// The member ports of the bond at either end of port `q`'s link: (the NIC's ports,
     /// the NIC side of the link), when that NIC has several ports.
     fn bond_of(&self, q: PortId) -> Option<(Vec<PortId>, PortId)> {
-        let nic_side = match self.fab.ports[q].dev {
+        let nic_side = match self.fab.port(q).dev {
             Dev::Nic(_) => q,
-            Dev::Switch(_) => self.fab.ports[q].peer,
+            Dev::Switch(_) => self.fab.port(q).peer,
         };
-        let Dev::Nic(_) = self.fab.ports[nic_side].dev else {
+        let Dev::Nic(_) = self.fab.port(nic_side).dev else {
             return None;
         };
         let members = self.nic_port_ids(nic_side);
@@ -275,24 +275,20 @@ impl<Q: Queue> Sim<Q> {
         let Some((members, _)) = self.bond_of(q) else {
             return;
         };
-        let nic_end = matches!(self.fab.ports[q].dev, Dev::Nic(_));
+        let nic_end = matches!(self.fab.port(q).dev, Dev::Nic(_));
         // This end's port of each member: the NIC's own, or the switch's facing it.
         let ends: Vec<PortId> = members
             .iter()
-            .map(|&m| if nic_end { m } else { self.fab.ports[m].peer })
+            .map(|&m| if nic_end { m } else { self.fab.port(m).peer })
             .collect();
-        if !nic_end
-            && ends
-                .iter()
-                .any(|&e| self.fab.ports[e].dev != self.fab.ports[q].dev)
-        {
+        if !nic_end && ends.iter().any(|&e| self.fab.port(e).dev != self.fab.port(q).dev) {
             return;
         }
         // Where each end's port sits in the routes as computed, recorded before the
         // first change at this end.
         for &e in &ends {
             if !self.faults.bond_hops.iter().any(|(p, _)| *p == e) {
-                let at = self.fab.routes.positions(e);
+                let at = self.fab.routes().positions(e);
                 self.faults.bond_hops.push((e, at));
             }
         }
@@ -313,9 +309,9 @@ impl<Q: Queue> Sim<Q> {
                 .expect("recorded above");
             let at = at.clone();
             if up[k] || survivors.is_empty() {
-                self.fab.routes.set(&at, &[e]);
+                self.fab.routes_mut().set(&at, &[e]);
             } else {
-                self.fab.routes.set(&at, &survivors);
+                self.fab.routes_mut().set(&at, &survivors);
             }
         }
         if nic_end {
@@ -330,7 +326,7 @@ impl<Q: Queue> Sim<Q> {
             f.kind == FaultKind::LinkDown
                 && now >= f.start
                 && now < f.end
-                && (f.port == m || self.fab.ports[f.port].peer == m)
+                && (f.port == m || self.fab.port(f.port).peer == m)
         })
     }
 
@@ -342,9 +338,8 @@ impl<Q: Queue> Sim<Q> {
         };
         let mut moved = Vec::new();
         for &m in &members {
-            let routes = &self.fab.routes;
             let xport = &self.xport;
-            let port = &mut self.fab.ports[m];
+            let (routes, port) = self.fab.routes_and_port_mut(m);
             let before = port.qps.len();
             port.qps.retain(|&qi| {
                 let stays = routes.first(xport.tx(qi).route) == m;
@@ -358,9 +353,9 @@ impl<Q: Queue> Sim<Q> {
             }
         }
         for qi in moved {
-            let to = self.fab.routes.first(self.xport.tx(qi).route);
+            let to = self.fab.routes().first(self.xport.tx(qi).route);
             self.xport.tx_mut(qi).src_port = to;
-            self.fab.ports[to].qps.push(qi);
+            self.fab.port_mut(to).qps.push(qi);
             self.kick(to);
         }
         // QPs not yet started take their port from the route when they start
@@ -369,10 +364,9 @@ impl<Q: Queue> Sim<Q> {
 
     /// The ports of the NIC that owns port `q`.
     fn nic_port_ids(&self, q: PortId) -> Vec<PortId> {
-        let dev = self.fab.ports[q].dev;
+        let dev = self.fab.port(q).dev;
         self.fab
-            .ports
-            .iter_enumerated()
+            .ports()
             .filter(|(_, p)| p.dev == dev)
             .map(|(i, _)| i)
             .collect()
@@ -381,9 +375,9 @@ impl<Q: Queue> Sim<Q> {
     /// A slow receiver drains at full speed again: resume whatever it paused.
     fn end_slow_rx(&mut self, q: PortId) {
         for q in self.nic_port_ids(q) {
-            self.fab.ports[q].slow_rx = None;
+            self.fab.port_mut(q).slow_rx = None;
             for prio in 0..N_PRIO {
-                if self.fab.ports[q].xoff.contains(prio) {
+                if self.fab.port(q).xoff.contains(prio) {
                     self.send_pfc(q, prio, false);
                 }
             }
@@ -397,7 +391,8 @@ impl<Q: Queue> Sim<Q> {
     pub(crate) fn slow_rx_arrival(&mut self, p: PortId, pkt: &Packet) {
         let now = self.now;
         let prio = pkt.prio as usize;
-        let port = &mut self.fab.ports[p];
+        let lossless = self.fab.net().pfc_lossless[prio];
+        let port = self.fab.port_mut(p);
         let Some(rx) = port.slow_rx.as_mut() else {
             return;
         };
@@ -405,7 +400,7 @@ impl<Q: Queue> Sim<Q> {
         rx.backlog_bytes += f64::from(pkt.size);
         let backlog = rx.backlog_bytes;
         let drain_bps = rx.drain_bps;
-        if backlog >= NIC_RX_XOFF_BYTES && self.fab.net.pfc_lossless[prio] && !port.xoff.contains(prio) {
+        if backlog >= NIC_RX_XOFF_BYTES && lossless && !port.xoff.contains(prio) {
             self.send_pfc(p, prio, true);
             self.schedule_rx_drain(p, prio, backlog, drain_bps);
         }
@@ -426,7 +421,7 @@ impl<Q: Queue> Sim<Q> {
     /// A slow receiver's backlog may have drained to XON: resume the peer, or wait more.
     pub(crate) fn rx_drain(&mut self, p: PortId, prio: usize) {
         let now = self.now;
-        let port = &mut self.fab.ports[p];
+        let port = self.fab.port_mut(p);
         let Some(rx) = port.slow_rx.as_mut() else {
             return;
         };
@@ -454,12 +449,7 @@ impl<Q: Queue> Sim<Q> {
                 Node::Nic(n) => Dev::Nic(n),
                 Node::Switch(s) => Dev::Switch(s),
             };
-            let Some((port, _)) = self
-                .fab
-                .ports
-                .iter_enumerated()
-                .find(|(_, p)| p.dev == dev && p.local == pr.port)
-            else {
+            let Some((port, _)) = self.fab.ports().find(|(_, p)| p.dev == dev && p.local == pr.port) else {
                 continue;
             };
             let start = (f.start_us * PS_PER_US as f64) as Ps;
@@ -512,9 +502,9 @@ impl<Q: Queue> Sim<Q> {
                 FaultKind::GdrOff => {
                     let cap = Rate::from_gbps(f.bounce_gbps.unwrap_or(0.0));
                     for p in self.nic_port_ids(port) {
-                        self.fab.ports[p].host_cap = Some(cap);
-                        self.fab.ports[p].rx_cap = Some(cap);
-                        self.fab.rx_gated = true;
+                        self.fab.port_mut(p).host_cap = Some(cap);
+                        self.fab.port_mut(p).rx_cap = Some(cap);
+                        self.fab.gate_rx();
                     }
                 }
                 // Both ends of the link count it going down; a bond member's link also

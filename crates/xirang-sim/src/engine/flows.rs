@@ -240,7 +240,7 @@ impl<Q: Queue> Sim<Q> {
                     _ => (49152 + sport_rng.below(16384) as u16, 4791),
                 };
                 plan.ports.push((sport, dport));
-                let ips = (self.fab.nics[d.src.index()].ip, self.fab.nics[d.dst.index()].ip);
+                let ips = (self.fab.nic(d.src.index()).ip, self.fab.nic(d.dst.index()).ip);
                 plan.requests
                     .extend(route_requests(ips, d.src, d.dst, sport, dport));
             }
@@ -258,8 +258,8 @@ impl<Q: Queue> Sim<Q> {
         ack_route: RouteId,
         ports: (u16, u16),
     ) -> QpSpec {
-        let src_port = self.fab.routes.first(route);
-        let line_bps = self.fab.ports[src_port].rate.bps;
+        let src_port = self.fab.routes().first(route);
+        let line_bps = self.fab.port(src_port).rate.bps;
         let (cc, cnp_interval, win_bytes) = self.cc.qp_params(class, prio, ends, line_bps);
         QpSpec {
             route,
@@ -297,7 +297,7 @@ impl<Q: Queue> Sim<Q> {
         let empty = bytes == 0;
         let tx = QpTx {
             owner,
-            src_port: self.fab.routes.first(spec.route),
+            src_port: self.fab.routes().first(spec.route),
             route: spec.route,
             size: bytes,
             snd_nxt: 0,
@@ -418,11 +418,10 @@ impl<Q: Queue> Sim<Q> {
     pub(crate) fn route_end(&self, route: RouteId) -> PortId {
         let last = self
             .fab
-            .routes
-            .ports_of(route, &self.fab.ports)
+            .route_ports(route)
             .last()
             .expect("invariant: routes are not empty");
-        self.fab.ports[last].peer
+        self.fab.port(last).peer
     }
 
     /// The HPCC simulator's "standalone" FCT: base RTT (twice the path's propagation delay
@@ -433,7 +432,7 @@ impl<Q: Queue> Sim<Q> {
     /// there and back.
     pub(crate) fn ideal_fct(&self, route: RouteId, bytes: u64, mtu: u32) -> (Ps, Ps) {
         self.path_terms(route, mtu)
-            .fct(bytes, mtu, self.fab.net.header_bytes)
+            .fct(bytes, mtu, self.fab.net().header_bytes)
     }
 
     /// What [`Sim::ideal_fct`] needs of a route, at the ports' current rates (set-up
@@ -446,9 +445,9 @@ impl<Q: Queue> Sim<Q> {
             tx_one: 0,
             bottleneck_bps: f64::INFINITY,
         };
-        for p in self.fab.routes.ports_of(route, &self.fab.ports) {
-            let port = &self.fab.ports[p];
-            t.delay += self.fab.links[p].delay;
+        for p in self.fab.route_ports(route) {
+            let port = self.fab.port(p);
+            t.delay += self.fab.link(p).delay;
             t.tx_one += port.rate.tx_time(mtu);
             t.bottleneck_bps = t.bottleneck_bps.min(port.rate.bps);
         }
@@ -476,10 +475,10 @@ impl<Q: Queue> Sim<Q> {
             q.last_progress = now;
             // The route's first hop, which a bond's failover may have moved since the QP
             // was made.
-            let sp = self.fab.routes.first(q.route);
+            let sp = self.fab.routes().first(q.route);
             q.src_port = sp;
             q.listed = true;
-            self.fab.ports[sp].qps.push(qi);
+            self.fab.port_mut(sp).qps.push(qi);
             self.kick(sp);
         }
     }
@@ -581,10 +580,7 @@ impl<Q: Queue> Sim<Q> {
     /// Data path of a QP as egress port ids, sender NIC first (as the arena holds it now).
     #[cfg(test)]
     pub(crate) fn route_of(&self, qp: QpId) -> Vec<PortId> {
-        self.fab
-            .routes
-            .ports_of(self.xport.tx(qp).route, &self.fab.ports)
-            .collect()
+        self.fab.route_ports(self.xport.tx(qp).route).collect()
     }
 
     /// A route as it was computed, before any bond failover moved its hops: what the
@@ -598,8 +594,7 @@ impl<Q: Queue> Sim<Q> {
         originals: &std::collections::HashMap<u32, PortId>,
     ) -> Vec<PortId> {
         self.fab
-            .routes
-            .ports_of(route, &self.fab.ports)
+            .route_ports(route)
             .enumerate()
             .map(|(k, p)| {
                 originals

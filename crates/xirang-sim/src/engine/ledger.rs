@@ -123,16 +123,12 @@ impl<Q: Queue> Sim<Q> {
         let flight = std::mem::size_of::<(Ps, u64, Packet)>();
         let queues: usize = self
             .fab
-            .ports
-            .iter()
-            .map(|p| p.ctrl.capacity() * pkt + p.pr.iter().map(|s| s.queue.capacity() * pkt).sum::<usize>())
+            .ports()
+            .map(|(_, p)| {
+                p.ctrl.capacity() * pkt + p.pr.iter().map(|s| s.queue.capacity() * pkt).sum::<usize>()
+            })
             .sum();
-        let links: usize = self
-            .fab
-            .links
-            .iter()
-            .map(|l| l.in_flight.capacity() * flight)
-            .sum();
+        let links: usize = self.fab.links().map(|l| l.in_flight.capacity() * flight).sum();
         queues + links
     }
 
@@ -148,13 +144,13 @@ impl<Q: Queue> Sim<Q> {
                 data += u64::from(k.payload);
             }
         };
-        for port in self.fab.ports.iter() {
+        for (_, port) in self.fab.ports() {
             port.ctrl.iter().for_each(&mut count);
             for q in port.pr.iter().map(|s| &s.queue) {
                 q.iter().for_each(&mut count);
             }
         }
-        for link in self.fab.links.iter() {
+        for link in self.fab.links() {
             link.in_flight.iter().for_each(|(_, _, k)| count(k));
         }
         (n, bytes, data, int)

@@ -204,7 +204,7 @@ impl Port {
 impl<Q: Queue> Sim<Q> {
     #[inline(always)]
     pub(crate) fn schedule_wake(&mut self, p: PortId, t: Ps) {
-        let port = &mut self.fab.ports[p];
+        let port = self.fab.port_mut(p);
         if port.wake_at <= t {
             return;
         }
@@ -215,21 +215,21 @@ impl<Q: Queue> Sim<Q> {
     /// Something may be sendable on port `p`: send now or schedule a wake.
     #[inline(always)]
     pub(crate) fn kick(&mut self, p: PortId) {
-        let busy = self.fab.ports[p].busy_until;
+        let busy = self.fab.port(p).busy_until;
         if busy > self.now {
             self.schedule_wake(p, busy);
-        } else if self.fab.ports[p].wake_at > self.now {
+        } else if self.fab.port(p).wake_at > self.now {
             self.try_send(p);
         }
     }
 
     pub(crate) fn try_send(&mut self, p: PortId) {
-        let busy = self.fab.ports[p].busy_until;
+        let busy = self.fab.port(p).busy_until;
         if busy > self.now {
             self.schedule_wake(p, busy);
             return;
         }
-        match self.fab.ports[p].dev {
+        match self.fab.port(p).dev {
             Dev::Switch(_) => self.switch_send(p),
             Dev::Nic(_) => self.nic_send(p),
         }
@@ -240,7 +240,7 @@ impl<Q: Queue> Sim<Q> {
     pub(crate) fn transmit(&mut self, p: PortId, pkt: Packet) {
         let (size, prio) = (pkt.size, pkt.prio);
         let now = self.now;
-        let port = &mut self.fab.ports[p];
+        let port = self.fab.port_mut(p);
         let tx = port.rate.tx_time(u32::from(size));
         port.busy_until = now + tx;
         let st = &mut port.pr[prio as usize];
@@ -252,7 +252,7 @@ impl<Q: Queue> Sim<Q> {
             self.stats.port(p).tx_pause[prio as usize] += 1;
         }
         let (delay, to_dev, cut) = {
-            let l = &self.fab.links[p];
+            let l = self.fab.link_mut(p);
             (l.delay, l.to_dev, l.cut)
         };
         let at = now + tx + delay;
@@ -269,7 +269,7 @@ impl<Q: Queue> Sim<Q> {
     /// is the ring's head.
     #[inline(always)]
     pub(crate) fn put_on_link(&mut self, p: PortId, at: Ps, tie: Tie, pkt: Packet) {
-        let link = &mut self.fab.links[p];
+        let link = self.fab.link_mut(p);
         let was_empty = link.in_flight.is_empty();
         link.in_flight.push_back((at, tie, pkt));
         if was_empty {
@@ -279,7 +279,7 @@ impl<Q: Queue> Sim<Q> {
 
     /// The head packet of the link leaving `p` arrives at the peer port.
     pub(crate) fn arrive(&mut self, p: PortId) {
-        let link = &mut self.fab.links[p];
+        let link = self.fab.link_mut(p);
         let (_, _, pkt) = link
             .in_flight
             .pop_front()
@@ -287,14 +287,14 @@ impl<Q: Queue> Sim<Q> {
         if let Some(&(next, tie, _)) = link.in_flight.front() {
             self.q.push(next, tie, Event::Arrive(p).encode());
         }
-        let q = self.fab.ports[p].peer;
-        let st = &mut self.fab.ports[q].pr[pkt.prio as usize];
+        let q = self.fab.port(p).peer;
+        let st = &mut self.fab.port_mut(q).pr[pkt.prio as usize];
         st.rx_bytes += u64::from(pkt.size);
         st.rx_packets += 1;
         if self.faults.any() && self.faulted(q, &pkt) {
             return;
         }
-        match self.fab.ports[q].dev {
+        match self.fab.port(q).dev {
             Dev::Switch(s) => self.switch_receive(s, q, pkt),
             Dev::Nic(_) => self.nic_receive(q, pkt),
         }
@@ -303,7 +303,7 @@ impl<Q: Queue> Sim<Q> {
     /// Priorities of port `p` with packets waiting and no pause in force.
     #[inline(always)]
     pub(crate) fn sendable(&mut self, p: PortId) -> Prios {
-        let port = &self.fab.ports[p];
+        let port = self.fab.port(p);
         let mut ready = port.nonempty;
         for prio in ready.and(port.pause_mask).iter() {
             if self.is_paused(p, prio) {

@@ -38,6 +38,7 @@ pub mod cc_timers;
 pub mod ccstate;
 pub mod collective;
 pub mod event;
+pub mod fab;
 pub mod faults;
 pub mod flows;
 pub mod ids;
@@ -70,15 +71,13 @@ pub use sampling::Samples;
 
 use ccstate::CcState;
 use event::Event;
+use fab::Fab;
 use faults::Faults;
 use ids::{IdVec, PortId, QpId};
-use link::{Link, Port};
 use nic::QpTx;
 use part::Dist;
-use routes::RouteArena;
 use sched::Sched;
 use stats::Stats;
-use switch::SwitchState;
 use work::Work;
 use xport::Xport;
 
@@ -202,21 +201,6 @@ pub struct Sim<Q: Queue = EventQueue> {
     pub(crate) faults: Faults,
 }
 
-/// The fabric as the engine runs it.
-pub(crate) struct Fab {
-    pub(crate) ports: IdVec<PortId, Port>,
-    /// The directed link leaving each port (same index as the port).
-    pub(crate) links: IdVec<PortId, Link>,
-    /// Each port's name (`h3/mlx5_0/1`, `leaf2:7`).
-    pub(crate) port_names: IdVec<PortId, String>,
-    pub(crate) switches: Vec<SwitchState>,
-    pub(crate) nics: Vec<NicState>,
-    pub(crate) routes: RouteArena,
-    pub(crate) net: NetConfig,
-    /// Some NIC port has a `gdr_off` credit gate.
-    pub(crate) rx_gated: bool,
-}
-
 impl<Q: Queue> Sim<Q> {
     /// Builds a simulation of the expanded workloads on `fabric` under `config`.
     pub fn new(fabric: &Fabric, config: &FabricConfig, ex: &Expanded, opts: &RunOptions) -> Sim<Q> {
@@ -252,16 +236,7 @@ impl<Q: Queue> Sim<Q> {
             dist: Dist::new(part),
             q: Q::with_horizon(build::queue_horizon(fabric, ex)),
             stats: Stats::new(ports.len(), opts.sample_interval),
-            fab: Fab {
-                port_names,
-                ports,
-                links,
-                switches,
-                nics,
-                routes: RouteArena::default(),
-                net,
-                rx_gated: false,
-            },
+            fab: Fab::new(ports, links, port_names, switches, nics, net),
             xport: Xport::default(),
             work: Work::new(flows.len()),
             cc: CcState::new(
@@ -296,12 +271,12 @@ impl<Q: Queue> Sim<Q> {
     pub(crate) fn target_of(&self, e: Event) -> u32 {
         match e {
             Event::Wake(p) | Event::PfcRefresh { port: p, .. } | Event::RxDrain { port: p, .. } => {
-                self.fab.ports[p].dev_idx
+                self.fab.port(p).dev_idx
             }
-            Event::Arrive(p) => self.fab.links[p].to_dev,
+            Event::Arrive(p) => self.fab.link(p).to_dev,
             Event::FlowStart(f) | Event::LocalDone(f) => self.work.flow(f).dev,
             Event::DcqcnDec(q) | Event::DcqcnInc(q) | Event::Rto(q) => {
-                self.fab.ports[self.xport.tx(q).src_port].dev_idx
+                self.fab.port(self.xport.tx(q).src_port).dev_idx
             }
             Event::GpuStart(t) | Event::GpuDone(t) => self.work.thread(t as usize).dev,
             Event::Proxy { conn, action } => {
@@ -310,8 +285,8 @@ impl<Q: Queue> Sim<Q> {
             }
             Event::Fault { fault, peer, .. } => {
                 let p = self.faults.port_of(fault);
-                let p = if peer { self.fab.ports[p].peer } else { p };
-                self.fab.ports[p].dev_idx
+                let p = if peer { self.fab.port(p).peer } else { p };
+                self.fab.port(p).dev_idx
             }
         }
     }
@@ -448,8 +423,8 @@ impl<Q: Queue> Sim<Q> {
     fn dispatch(&mut self, e: Event) {
         match e {
             Event::Wake(p) => {
-                if self.fab.ports[p].wake_at == self.now {
-                    self.fab.ports[p].wake_at = NEVER;
+                if self.fab.port(p).wake_at == self.now {
+                    self.fab.port_mut(p).wake_at = NEVER;
                     self.try_send(p);
                 }
             }
@@ -476,10 +451,10 @@ impl<Q: Queue> Sim<Q> {
     pub fn named_counters(&self) -> Vec<CounterValue> {
         let mut out = Vec::new();
         for (pi, c) in self.port_counters().iter_enumerated() {
-            let name = &self.fab.port_names[pi];
-            match self.fab.ports[pi].dev {
-                Dev::Nic(_) => c.nic_named(name, &self.fab.net.pfc_prios, &mut out),
-                Dev::Switch(_) => c.switch_named(name, &self.fab.net.pfc_prios, &mut out),
+            let name = self.fab.port_name(pi);
+            match self.fab.port(pi).dev {
+                Dev::Nic(_) => c.nic_named(name, &self.fab.net().pfc_prios, &mut out),
+                Dev::Switch(_) => c.switch_named(name, &self.fab.net().pfc_prios, &mut out),
             }
         }
         out
@@ -499,8 +474,7 @@ impl<Q: Queue> Sim<Q> {
     /// from the port's own transmit and receive counts.
     pub(crate) fn port_counters(&self) -> IdVec<PortId, PortCounters> {
         self.fab
-            .ports
-            .iter_enumerated()
+            .ports()
             .map(|(pi, port)| {
                 let mut c = self.stats.counters(pi).clone();
                 // Pauses still in force count up to now, as the hardware's running

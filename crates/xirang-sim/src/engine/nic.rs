@@ -195,11 +195,11 @@ impl<Q: Queue> Sim<Q> {
     #[inline]
     pub(crate) fn rx_gate(&self, qi: QpId) -> Ps {
         // Runs without a `gdr_off` fault (nearly all) skip the receiver lookup per QP.
-        if !self.fab.rx_gated {
+        if !self.fab.rx_gated() {
             return 0;
         }
         let q = self.xport.tx(qi);
-        let d = &self.fab.ports[q.dst_port];
+        let d = self.fab.port(q.dst_port);
         if d.rx_cap.is_some() && !q.rx_reserved {
             d.rx_free_at
         } else {
@@ -211,10 +211,10 @@ impl<Q: Queue> Sim<Q> {
     /// (free at `at`) and waits for it, so that the receiver's senders share its rate in
     /// the order they asked, as NCCL's receiver grants credit per connection.
     fn reserve_rx(&mut self, qi: QpId, at: Ps) {
-        let header = self.fab.net.header_bytes;
+        let header = self.fab.net().header_bytes;
         let q = self.xport.tx_mut(qi);
         let wire = (q.size - q.snd_nxt).min(u64::from(q.mtu)) as u32 + header;
-        let d = &mut self.fab.ports[q.dst_port];
+        let d = self.fab.port_mut(q.dst_port);
         if let Some(cap) = d.rx_cap {
             d.rx_free_at = at + cap.tx_time(wire);
             q.next_avail = at;
@@ -226,7 +226,7 @@ impl<Q: Queue> Sim<Q> {
     pub(crate) fn nic_receive(&mut self, p: PortId, pkt: Packet) {
         match pkt.kind {
             Kind::Data => {
-                if self.fab.ports[p].slow_rx.is_some() {
+                if self.fab.port(p).slow_rx.is_some() {
                     self.slow_rx_arrival(p, &pkt);
                 }
                 self.nic_rx_data(p, &pkt)
@@ -241,8 +241,8 @@ impl<Q: Queue> Sim<Q> {
     /// Queues an ACK, NACK or CNP from the receiver of `qp` back to its sender.
     fn send_ctrl(&mut self, qp: QpId, kind: Kind, seq: u64, stamp: Stamp, ce: bool) {
         let q = self.xport.rx(qp);
-        let prio = if kind == Kind::Cnp || self.fab.net.ack_prio_high {
-            self.fab.net.cnp_prio
+        let prio = if kind == Kind::Cnp || self.fab.net().ack_prio_high {
+            self.fab.net().cnp_prio
         } else {
             q.prio
         };
@@ -269,8 +269,8 @@ impl<Q: Queue> Sim<Q> {
             ce,
             last: false,
         });
-        let port = self.fab.routes.first(route);
-        self.fab.ports[port].push_q(prio as usize, pkt);
+        let port = self.fab.routes().first(route);
+        self.fab.port_mut(port).push_q(prio as usize, pkt);
         self.kick(port);
     }
 
@@ -443,7 +443,7 @@ impl<Q: Queue> Sim<Q> {
     /// that completes takes its timer with it (with a 4.3 s timeout, a timer left in the
     /// event queue would outlive nearly every run and every QP).
     fn arm_rto(&mut self, qi: QpId, at: Ps) {
-        let dev = self.fab.ports[self.xport.tx(qi).src_port].dev_idx;
+        let dev = self.fab.port(self.xport.tx(qi).src_port).dev_idx;
         let tie = self.tie(at, dev);
         self.xport.arm(qi, at, tie);
     }
@@ -457,14 +457,14 @@ impl<Q: Queue> Sim<Q> {
             q.rto_pending = false;
             return;
         }
-        let deadline = q.last_progress + self.fab.net.ack_timeout;
+        let deadline = q.last_progress + self.fab.net().ack_timeout;
         if deadline > now {
             self.arm_rto(qi, deadline);
             return;
         }
         let sp = q.src_port;
         self.stats.port(sp).local_ack_timeout_err += 1;
-        if q.timeouts >= self.fab.net.retry_cnt {
+        if q.timeouts >= self.fab.net().retry_cnt {
             self.qp_failed(qi);
             return;
         }
@@ -473,7 +473,7 @@ impl<Q: Queue> Sim<Q> {
         q.snd_nxt = q.snd_una;
         q.wr_tx = 0;
         q.last_progress = now;
-        self.arm_rto(qi, now + self.fab.net.ack_timeout);
+        self.arm_rto(qi, now + self.fab.net().ack_timeout);
         self.kick(sp);
     }
 
@@ -481,31 +481,31 @@ impl<Q: Queue> Sim<Q> {
     /// priority, then data from the QPs in round robin.
     pub(crate) fn nic_send(&mut self, p: PortId) {
         let now = self.now;
-        if let Some(pkt) = self.fab.ports[p].ctrl.pop_front() {
+        if let Some(pkt) = self.fab.port_mut(p).ctrl.pop_front() {
             self.transmit(p, pkt);
             self.after_nic_tx(p);
             return;
         }
         if let Some(prio) = self.sendable(p).highest() {
             // Control packets, highest priority first.
-            let pkt = self.fab.ports[p].pop_q(prio);
+            let pkt = self.fab.port_mut(p).pop_q(prio);
             self.transmit(p, pkt);
             self.after_nic_tx(p);
             return;
         }
         // Data waits while the host side (a degraded PCIe link) is still busy.
-        if self.fab.ports[p].host_free_at > now {
+        if self.fab.port(p).host_free_at > now {
             self.after_nic_tx(p);
             return;
         }
         // Data: round robin over QPs whose rate limiter allows a packet now.
-        let n = self.fab.ports[p].qps.len();
-        let start = self.fab.ports[p].rr_qp;
+        let n = self.fab.port(p).qps.len();
+        let start = self.fab.port(p).rr_qp;
         let mut any_done = false;
         let mut chosen = None;
         for i in 1..=n {
             let idx = (start + i) % n;
-            let qi = self.fab.ports[p].qps[idx];
+            let qi = self.fab.port(p).qps[idx];
             let q = self.xport.tx(qi);
             if q.done {
                 any_done = true;
@@ -527,12 +527,12 @@ impl<Q: Queue> Sim<Q> {
             break;
         }
         if let Some((idx, qi)) = chosen {
-            self.fab.ports[p].rr_qp = idx;
+            self.fab.port_mut(p).rr_qp = idx;
             self.send_data(p, qi);
         }
         if any_done {
             let xport = &mut self.xport;
-            let port = &mut self.fab.ports[p];
+            let port = self.fab.port_mut(p);
             // Keep the round-robin pointer on the same QP: shift it by the finished QPs
             // removed before it.
             let removed_before = port.qps[..port.rr_qp.min(port.qps.len())]
@@ -553,7 +553,7 @@ impl<Q: Queue> Sim<Q> {
 
     fn send_data(&mut self, p: PortId, qi: QpId) {
         let now = self.now;
-        let header = self.fab.net.header_bytes;
+        let header = self.fab.net().header_bytes;
         let q = self.xport.tx_mut(qi);
         // Packets never span two messages: a message's last one may be short.
         let (end, message) = q.message_end();
@@ -576,13 +576,13 @@ impl<Q: Queue> Sim<Q> {
         }
         q.last_sent = now;
         q.last_wire = wire;
-        q.next_avail = now + super::cc_timers::paced_gap(q, self.fab.ports[p].rate.tx_time(wire));
+        q.next_avail = now + super::cc_timers::paced_gap(q, self.fab.port(p).rate.tx_time(wire));
         let dst = q.dst_port;
-        let port = &mut self.fab.ports[p];
+        let port = self.fab.port_mut(p);
         if let Some(cap) = port.host_cap {
             port.host_free_at = port.host_free_at.max(now) + cap.tx_time(wire);
         }
-        let d = &mut self.fab.ports[dst];
+        let d = self.fab.port_mut(dst);
         if q.rx_reserved {
             // The credit was taken when the QP asked for it.
             q.rx_reserved = false;
@@ -608,7 +608,7 @@ impl<Q: Queue> Sim<Q> {
         });
         self.transmit(p, pkt);
         if arm_rto {
-            self.arm_rto(qi, now + self.fab.net.ack_timeout);
+            self.arm_rto(qi, now + self.fab.net().ack_timeout);
         }
     }
 
@@ -616,7 +616,7 @@ impl<Q: Queue> Sim<Q> {
     /// wait, else when the earliest rate limiter or pause lets a QP send.
     fn after_nic_tx(&mut self, p: PortId) {
         let now = self.now;
-        let port = &self.fab.ports[p];
+        let port = self.fab.port(p);
         let busy = port.busy_until.max(now);
         let mut t = NEVER;
         if !port.ctrl.is_empty() {
@@ -647,7 +647,7 @@ impl<Q: Queue> Sim<Q> {
         }
         if t != NEVER {
             debug_assert!(
-                t > now || self.fab.ports[p].busy_until > now,
+                t > now || self.fab.port(p).busy_until > now,
                 "invariant: nic_send sends whatever is sendable now"
             );
             self.schedule_wake(p, t.max(now + 1));

@@ -4,6 +4,13 @@
 //! window; a packet sent in a window arrives no earlier than the window's end, because
 //! windows are no longer than the shortest time a packet takes on a cut link (the
 //! lookahead).
+//!
+//! ```compile_fail
+//! // Only this module moves a partition's outboxes and its count of packets shipped.
+//! fn forge(d: &mut xirang_sim::engine::part::Dist) {
+//!     d.shipped_packets = 0;
+//! }
+//! ```
 
 use std::sync::Arc;
 
@@ -138,7 +145,7 @@ impl<Q: Queue> Sim<Q> {
 
     /// Sends a packet over a cut link to the partition at its other end.
     pub(crate) fn ship(&mut self, p: PortId, at: Ps, tie: Tie, mut pkt: Packet) {
-        let to_dev = self.fab.links[p].to_dev;
+        let to_dev = self.fab.link(p).to_dev;
         let dest = self
             .dist
             .map
@@ -237,7 +244,11 @@ impl<Q: Queue> Sim<Q> {
         let fl = self.work.flow(f);
         match fl.local {
             Some(_) => fl.dev,
-            None => self.fab.ports[self.xport.tx(QpId(fl.tx.first_qp)).dst_port].dev_idx,
+            None => {
+                self.fab
+                    .port(self.xport.tx(QpId(fl.tx.first_qp)).dst_port)
+                    .dev_idx
+            }
         }
     }
 
@@ -252,14 +263,14 @@ impl<Q: Queue> Sim<Q> {
             .clone()
             .expect("invariant: a partition's state comes from a partitioned run");
         let mine = |dev: u32| map.owns(dev);
-        let n_nics = self.fab.nics.len();
+        let n_nics = self.fab.nics().len();
         // Who owns what, while every port still names its device.
         let qp_owned: Vec<(bool, bool)> = (0..self.xport.n_qps())
             .map(|q| {
                 let q = self.xport.tx(QpId(q));
                 (
-                    mine(self.fab.ports[q.src_port].dev_idx),
-                    mine(self.fab.ports[q.dst_port].dev_idx),
+                    mine(self.fab.port(q.src_port).dev_idx),
+                    mine(self.fab.port(q.dst_port).dev_idx),
                 )
             })
             .collect();
@@ -269,24 +280,13 @@ impl<Q: Queue> Sim<Q> {
                 (mine(self.work.flow(f).dev), mine(self.receiver_of(f)))
             })
             .collect();
-        let port_owned: Vec<bool> = self.fab.ports.iter().map(|p| mine(p.dev_idx)).collect();
         let counters = self.stats.take_counters();
-        let ports = std::mem::take(&mut self.fab.ports)
-            .into_iter_enumerated()
-            .zip(counters.into_iter_enumerated())
-            .filter(|((p, _), _)| port_owned[p.idx()])
-            .map(|((p, port), (_, c))| (p, port, c))
-            .collect();
-        let links = std::mem::take(&mut self.fab.links)
-            .into_iter_enumerated()
-            .filter(|(_, l)| mine(l.to_dev))
-            .collect();
-        let switches = std::mem::take(&mut self.fab.switches)
-            .into_iter()
-            .enumerate()
-            .filter(|(s, _)| mine((n_nics + s) as u32))
-            .map(|(s, sw)| (s as u32, sw))
-            .collect();
+        let (ports, links, switches) = self.fab.take_owned(
+            counters,
+            |p| mine(p.dev_idx),
+            |l| mine(l.to_dev),
+            |s| mine((n_nics + s) as u32),
+        );
         let (qps_tx, qps_rx) = self.xport.take();
         let qps_tx = qps_tx
             .into_iter_enumerated()
@@ -343,14 +343,14 @@ impl<Q: Queue> Sim<Q> {
     /// Puts another partition's state into this one (see [`PartState`]).
     pub fn absorb(&mut self, o: PartState) {
         for (p, port, counters) in o.ports {
-            self.fab.ports[p] = port;
+            self.fab.set_port(p, port);
             self.stats.set_counters(p, counters);
         }
         for (p, link) in o.links {
-            self.fab.links[p] = link;
+            self.fab.set_link(p, link);
         }
         for (s, sw) in o.switches {
-            self.fab.switches[s as usize] = sw;
+            self.fab.set_switch(s as usize, sw);
         }
         for (q, tx) in o.qps_tx {
             self.xport.set_tx(q, tx);
@@ -419,7 +419,7 @@ impl<Q: Queue> Sim<Q> {
             self.absorb(st);
         }
         self.stats.sort_samples();
-        for l in self.fab.links.iter_mut() {
+        for l in self.fab.links_mut() {
             l.cut = false;
         }
         self.dist.map = None;

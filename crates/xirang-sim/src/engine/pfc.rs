@@ -37,7 +37,7 @@ impl<Q: Queue> Sim<Q> {
     #[inline(always)]
     pub(crate) fn is_paused(&mut self, p: PortId, prio: usize) -> bool {
         let now = self.now;
-        let port = &mut self.fab.ports[p];
+        let port = self.fab.port_mut(p);
         if port.pr[prio].paused_until > now {
             return true;
         }
@@ -52,7 +52,7 @@ impl<Q: Queue> Sim<Q> {
     /// Adds pause time still running at the end of the run to the counters.
     pub(crate) fn settle_pause_durations(&mut self) {
         let now = self.now;
-        for (port, c) in self.fab.ports.iter_mut().zip(self.stats.ports_mut()) {
+        for (port, c) in self.fab.ports_mut().zip(self.stats.ports_mut()) {
             for prio in 0..N_PRIO {
                 if port.pr[prio].pause_since != NEVER {
                     c.rx_pause_ps[prio] += port.pr[prio].paused_until.min(now) - port.pr[prio].pause_since;
@@ -72,7 +72,7 @@ impl<Q: Queue> Sim<Q> {
 
     /// Sends a PFC frame out of port `p` (towards its peer) for `prio`.
     pub(crate) fn send_pfc(&mut self, p: PortId, prio: usize, xoff: bool) {
-        let quanta = if xoff { self.fab.net.pause_quanta } else { 0 };
+        let quanta = if xoff { self.fab.net().pause_quanta } else { 0 };
         let pkt = self.alloc(Packet {
             seq: u64::from(quanta),
             stamp: Stamp::sent_at(self.now),
@@ -88,7 +88,7 @@ impl<Q: Queue> Sim<Q> {
             last: false,
         });
         let now = self.now;
-        let port = &mut self.fab.ports[p];
+        let port = self.fab.port_mut(p);
         port.ctrl.push_back(pkt);
         if xoff {
             if !port.xoff.contains(prio) {
@@ -118,7 +118,7 @@ impl<Q: Queue> Sim<Q> {
 
     /// A refresh timer fired: re-send XOFF if this pause is still the one asserted.
     pub(crate) fn pfc_refresh(&mut self, p: PortId, prio: usize, generation: u32) {
-        let port = &self.fab.ports[p];
+        let port = self.fab.port(p);
         if port.xoff.contains(prio) && port.pr[prio].pfc_gen == generation {
             self.send_pfc(p, prio, true);
         }
@@ -130,12 +130,12 @@ impl<Q: Queue> Sim<Q> {
         let quanta = pkt.seq as u32;
         let now = self.now;
         let paused = self.is_paused(p, prio);
-        let port = &mut self.fab.ports[p];
-        self.stats.port(p).rx_pause[prio] += 1;
-        let (node_id, at_switch) = match port.dev {
-            Dev::Nic(n) => (self.fab.nics[n.index()].node_id, false),
-            Dev::Switch(s) => (self.fab.switches[s.index()].hash_seed, true),
+        let (node_id, at_switch) = match self.fab.port(p).dev {
+            Dev::Nic(n) => (self.fab.nic(n.index()).node_id, false),
+            Dev::Switch(s) => (self.fab.switch(s.index()).hash_seed, true),
         };
+        let port = self.fab.port_mut(p);
+        self.stats.port(p).rx_pause[prio] += 1;
         self.stats.log_pfc(PfcEvent {
             time: now,
             node_id,

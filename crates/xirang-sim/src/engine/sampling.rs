@@ -77,7 +77,7 @@ impl<Q: Queue> Sim<Q> {
                 .push((now, origin, place, q.rate_bps()));
         }
         // A partition samples its own ports (a QP sends only where it was made).
-        for (pi, port) in self.fab.ports.iter_enumerated() {
+        for (pi, port) in self.fab.ports() {
             if !self.owns(port.dev_idx) {
                 continue;
             }
@@ -98,7 +98,7 @@ impl<Q: Queue> Sim<Q> {
             samples.last = vec![UNSEEN; counters.len() * SLOTS_PER_PORT];
         }
         for (pi, c) in counters.iter_enumerated() {
-            let dev = self.fab.ports[pi].dev_idx;
+            let dev = self.fab.port(pi).dev_idx;
             if !self.dist.owns(dev) {
                 continue;
             }
@@ -112,9 +112,9 @@ impl<Q: Queue> Sim<Q> {
                     out.push((now, pi, scope, name, value));
                 }
             };
-            match self.fab.ports[pi].dev {
-                Dev::Nic(_) => c.visit_nic(&self.fab.net.pfc_prios, &mut keep),
-                Dev::Switch(_) => c.visit_switch(&self.fab.net.pfc_prios, &mut keep),
+            match self.fab.port(pi).dev {
+                Dev::Nic(_) => c.visit_nic(&self.fab.net().pfc_prios, &mut keep),
+                Dev::Switch(_) => c.visit_switch(&self.fab.net().pfc_prios, &mut keep),
             }
         }
     }

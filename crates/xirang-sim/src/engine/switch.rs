@@ -81,24 +81,25 @@ impl<Q: Queue> Sim<Q> {
             self.consume(&pkt);
             return;
         }
-        let out = self.fab.routes.hop(pkt.route, pkt.hop);
+        let out = self.fab.routes().hop(pkt.route, pkt.hop);
         pkt.hop += 1;
         let prio = pkt.prio as usize;
         let size = u64::from(pkt.size);
-        let lossless = self.fab.net.pfc_lossless[prio] && !self.fab.ports[inp].pfc_off;
-        let reserved = self.fab.net.reserved;
-        let sw = &mut self.fab.switches[s.index()];
+        let lossless = self.fab.net().pfc_lossless[prio] && !self.fab.port(inp).pfc_off;
+        let reserved = self.fab.net().reserved;
+        // The thresholds are settings: read before the switch and port are borrowed.
+        let (pfc_th, lossy_th) = (self.fab.net().pfc_th, self.fab.net().lossy_th);
+        let (sw, port) = self.fab.switch_and_port_mut(s.index(), inp);
         if sw.used + size > sw.buffer {
             self.stats.port(inp).in_discards += 1;
             self.drop_packet(out, &pkt);
             return;
         }
         // Thresholds are taken before this packet is counted (HPCC `CheckIngressAdmission`).
-        let port = &mut self.fab.ports[inp];
         let shared_pq = port.pr[prio].ing.saturating_sub(reserved);
         let new = port.pr[prio].ing + size;
         if lossless {
-            let thr = sw.threshold(self.fab.net.pfc_th);
+            let thr = sw.threshold(pfc_th);
             if port.pr[prio].hdrm + size > port.headroom && shared_pq + size > thr {
                 // Headroom overflow: a lossless packet is lost. Sized headroom prevents it.
                 self.stats.port(inp).in_discards += 1;
@@ -114,7 +115,7 @@ impl<Q: Queue> Sim<Q> {
                 sw.shared_used += size.min(new - reserved);
             }
         } else {
-            let thr = sw.threshold(self.fab.net.lossy_th);
+            let thr = sw.threshold(lossy_th);
             if shared_pq + size > thr {
                 self.stats.port(inp).in_discards += 1;
                 self.drop_packet(out, &pkt);
@@ -127,13 +128,13 @@ impl<Q: Queue> Sim<Q> {
         }
         sw.used += size;
         if lossless && !port.xoff.contains(prio) {
-            let thr = sw.threshold(self.fab.net.pfc_th);
+            let thr = sw.threshold(pfc_th);
             if port.pr[prio].hdrm > 0 || port.pr[prio].ing.saturating_sub(reserved) >= thr {
                 self.send_pfc(inp, prio, true);
             }
         }
         pkt.in_port = inp;
-        let o = &mut self.fab.ports[out];
+        let o = self.fab.port_mut(out);
         o.pr[prio].egr += size;
         if o.pr[prio].egr > o.pr[prio].watermark {
             o.pr[prio].watermark = o.pr[prio].egr;
@@ -153,7 +154,7 @@ impl<Q: Queue> Sim<Q> {
     /// Picks the next queue of switch port `p`: the CNP priority strictly first, then DWRR
     /// over the others with a quantum of one jumbo frame.
     fn pick_queue(&mut self, p: PortId) -> Option<usize> {
-        let cnp = self.fab.net.cnp_prio as usize;
+        let cnp = self.fab.net().cnp_prio as usize;
         let ready = self.sendable(p);
         if ready.contains(cnp) {
             return Some(cnp);
@@ -162,7 +163,7 @@ impl<Q: Queue> Sim<Q> {
         if others.is_empty() {
             return None;
         }
-        let port = &mut self.fab.ports[p];
+        let port = self.fab.port_mut(p);
         // Classic DWRR: a queue gets one quantum when its turn starts and sends while its
         // deficit covers the head packet; then the turn passes to the next ready queue.
         // Each pass either serves or moves the pointer, so two rotations always suffice.
@@ -190,7 +191,7 @@ impl<Q: Queue> Sim<Q> {
 
     /// Switch port `p`'s transmitter is free: send its next packet.
     pub(crate) fn switch_send(&mut self, p: PortId) {
-        if let Some(pkt) = self.fab.ports[p].ctrl.pop_front() {
+        if let Some(pkt) = self.fab.port_mut(p).ctrl.pop_front() {
             self.transmit(p, pkt);
             self.after_switch_tx(p);
             return;
@@ -199,14 +200,14 @@ impl<Q: Queue> Sim<Q> {
             self.wake_for_pause(p);
             return;
         };
-        let mut pkt = self.fab.ports[p].pop_q(prio);
+        let mut pkt = self.fab.port_mut(p).pop_q(prio);
         self.switch_dequeue(p, &mut pkt);
         self.transmit(p, pkt);
         self.after_switch_tx(p);
     }
 
     fn after_switch_tx(&mut self, p: PortId) {
-        let port = &self.fab.ports[p];
+        let port = self.fab.port(p);
         if !port.nonempty.is_empty() || !port.ctrl.is_empty() {
             let t = port.busy_until;
             self.schedule_wake(p, t);
@@ -215,7 +216,7 @@ impl<Q: Queue> Sim<Q> {
 
     /// Nothing sendable: if queues wait behind a pause, wake when it expires.
     fn wake_for_pause(&mut self, p: PortId) {
-        let port = &self.fab.ports[p];
+        let port = self.fab.port(p);
         let mut t = NEVER;
         for prio in 0..N_PRIO {
             if port.nonempty.contains(prio) && port.pr[prio].paused_until > self.now {
@@ -232,24 +233,26 @@ impl<Q: Queue> Sim<Q> {
         let prio = pkt.prio as usize;
         let size = u64::from(pkt.size);
         let inp = pkt.in_port;
-        let reserved = self.fab.net.reserved;
-        let Dev::Switch(s) = self.fab.ports[out].dev else {
+        let reserved = self.fab.net().reserved;
+        let Dev::Switch(s) = self.fab.port(out).dev else {
             unreachable!("invariant: switch_dequeue runs on switch ports")
         };
-        let sw = &mut self.fab.switches[s.index()];
-        let port = &mut self.fab.ports[inp];
+        let (lossless, xon_offset, pfc_th) = {
+            let net = self.fab.net();
+            (net.pfc_lossless[prio], net.xon_offset, net.pfc_th)
+        };
+        let (sw, port) = self.fab.switch_and_port_mut(s.index(), inp);
         let from_hdrm = port.pr[prio].hdrm.min(size);
         let from_shared = (size - from_hdrm).min(port.pr[prio].ing.saturating_sub(reserved));
         port.pr[prio].hdrm -= from_hdrm;
         port.pr[prio].ing -= size - from_hdrm;
         sw.shared_used -= from_shared;
         sw.used -= size;
-        let resume =
-            self.fab.net.pfc_lossless[prio] && port.xoff.contains(prio) && port.pr[prio].hdrm == 0 && {
-                let shared = port.pr[prio].ing.saturating_sub(reserved);
-                shared == 0 || shared + self.fab.net.xon_offset <= sw.threshold(self.fab.net.pfc_th)
-            };
-        let o = &mut self.fab.ports[out];
+        let resume = lossless && port.xoff.contains(prio) && port.pr[prio].hdrm == 0 && {
+            let shared = port.pr[prio].ing.saturating_sub(reserved);
+            shared == 0 || shared + xon_offset <= sw.threshold(pfc_th)
+        };
+        let o = self.fab.port_mut(out);
         o.pr[prio].egr -= size;
         if pkt.kind == Kind::Data && o.red_mark(o.pr[prio].egr) {
             self.stats.port(out).q_ecn_marked[prio] += 1;
@@ -260,7 +263,7 @@ impl<Q: Queue> Sim<Q> {
         {
             // HPCC's INT hop at egress dequeue (the simulator's SwitchNotifyDequeue): the
             // port's bytes sent before this packet, its queue (every priority) after it.
-            let o = &self.fab.ports[out];
+            let o = self.fab.port(out);
             let tx_bytes: u64 = o.pr.iter().map(|s| s.tx_bytes).sum();
             let qlen: u64 = o.pr.iter().map(|s| s.egr).sum();
             let rec = self.cc.ints_mut().record_mut(i);

@@ -1,5 +1,6 @@
 //! Unit tests of engine internals that the public API cannot reach.
 
+use super::link::Port;
 use super::*;
 use crate::packet::{Kind, Packet, Stamp};
 use crate::rng::{Purpose, Stream};
@@ -31,9 +32,9 @@ list = [{ src = "h0", dst = "h1", bytes = 10_000 }]
     sim.run(&mut |_| {});
     let q0 = QpId(0);
     let route = sim.route_of(q0);
-    let rx_port = sim.fab.ports[*route.last().unwrap()].peer;
+    let rx_port = sim.fab.port(*route.last().unwrap()).peer;
     // The ACK of the duplicate leaves the receiver on the link of its own port.
-    assert!(sim.fab.links[rx_port].in_flight.is_empty());
+    assert!(sim.fab.link(rx_port).in_flight.is_empty());
     let dup = Packet {
         seq: 0,
         stamp: Stamp::sent_at(sim.now),
@@ -50,7 +51,9 @@ list = [{ src = "h0", dst = "h1", bytes = 10_000 }]
     };
     sim.stats.ledger_mut().live_packets += 1;
     sim.nic_receive(rx_port, dup);
-    let (_, _, ack) = sim.fab.links[rx_port]
+    let (_, _, ack) = sim
+        .fab
+        .link(rx_port)
         .in_flight
         .front()
         .copied()

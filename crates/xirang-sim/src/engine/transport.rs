@@ -394,9 +394,9 @@ impl<Q: Queue> Sim<Q> {
         if !q.listed {
             q.listed = true;
             q.next_avail = q.next_avail.max(now);
-            let sp = self.fab.routes.first(q.route);
+            let sp = self.fab.routes().first(q.route);
             q.src_port = sp;
-            self.fab.ports[sp].qps.push(qi);
+            self.fab.port_mut(sp).qps.push(qi);
         }
         let sp = self.xport.tx(qi).src_port;
         self.kick(sp);
