@@ -172,6 +172,20 @@ fn topo_show(a: &TopoShowArgs) -> Result<Outcome> {
         out(&(serde_json::to_string_pretty(&r)? + "\n"))?;
         return Ok(Outcome::Clean);
     }
+    let mut t = summary_table(&s);
+    if let Some(p) = &plan {
+        partition_rows(&mut t, p);
+    }
+    out(&format!(
+        "{}: {}\n{t}\n",
+        a.file.display(),
+        loaded.scenario.description
+    ))?;
+    Ok(Outcome::Clean)
+}
+
+/// The fabric's figures, one row each.
+fn summary_table(s: &analysis::TopoSummary) -> Table {
     let mut t = table(&["", "value"]);
     t.add_row(vec!["hosts".to_string(), s.hosts.to_string()]);
     t.add_row(vec![
@@ -226,38 +240,36 @@ fn topo_show(a: &TopoShowArgs) -> Result<Outcome> {
             s.pcie.downgraded_pcie_links
         ),
     ]);
-    if let Some(p) = &plan {
-        let part = &p.partition;
-        t.add_row(vec![
-            "partitions".to_string(),
-            match &p.serial_because {
-                Some(why) => format!("1 (serial: {why})"),
-                None => format!(
-                    "{} ({} groups below the {} tier), {} links cut, lookahead {}",
-                    part.parts,
-                    part.groups,
-                    part.split_above.map_or("top".to_string(), |t| t.to_string()),
-                    part.cut_links,
-                    part.lookahead_ns.map_or("-".to_string(), |ns| format!("{ns} ns"))
+    t
+}
+
+/// How a parallel run would divide the fabric: the partitions and what each holds, or
+/// why the run would be serial.
+fn partition_rows(t: &mut Table, p: &xirang_sim::parallel::Plan) {
+    let part = &p.partition;
+    t.add_row(vec![
+        "partitions".to_string(),
+        match &p.serial_because {
+            Some(why) => format!("1 (serial: {why})"),
+            None => format!(
+                "{} ({} groups below the {} tier), {} links cut, lookahead {}",
+                part.parts,
+                part.groups,
+                part.split_above.map_or("top".to_string(), |t| t.to_string()),
+                part.cut_links,
+                part.lookahead_ns.map_or("-".to_string(), |ns| format!("{ns} ns"))
+            ),
+        },
+    ]);
+    if p.serial_because.is_none() {
+        for (i, m) in part.members.iter().enumerate() {
+            t.add_row(vec![
+                format!("partition {i}"),
+                format!(
+                    "{} hosts, {} switches, {} ports ({} on cut links)",
+                    m.hosts, m.switches, m.ports, m.cut_ports
                 ),
-            },
-        ]);
-        if p.serial_because.is_none() {
-            for (i, m) in part.members.iter().enumerate() {
-                t.add_row(vec![
-                    format!("partition {i}"),
-                    format!(
-                        "{} hosts, {} switches, {} ports ({} on cut links)",
-                        m.hosts, m.switches, m.ports, m.cut_ports
-                    ),
-                ]);
-            }
+            ]);
         }
     }
-    out(&format!(
-        "{}: {}\n{t}\n",
-        a.file.display(),
-        loaded.scenario.description
-    ))?;
-    Ok(Outcome::Clean)
 }

@@ -206,63 +206,11 @@ pub(crate) fn bench(a: &DiagnoseBenchArgs) -> Result<Outcome> {
         "expected {} findings, got {found}",
         faulty.len()
     );
-    let mut history_line = String::new();
-    if a.from_history {
-        use xirang_monitor::history::{History, Retention, SeriesKey};
-        let dir = tempfile::tempdir()?;
-        let path = dir.path().join("history.sqlite");
-        let t = Instant::now();
-        {
-            let mut h = History::open(&path, Retention::default())?;
-            let keys: Vec<SeriesKey> = w
-                .series
-                .iter()
-                .map(|s| SeriesKey::new(s.metric.clone(), s.labels.clone()))
-                .collect();
-            // Anchored at now, so the window is the last `minutes`.
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)?
-                .as_millis() as i64;
-            let start = now - w.until_ms;
-            let n = w.series.first().map(|s| s.points.len()).unwrap_or(0);
-            for i in 0..n {
-                let ts = start + w.series[0].points[i].0;
-                let values: Vec<(SeriesKey, f64)> = keys
-                    .iter()
-                    .zip(&w.series)
-                    .map(|(k, s)| (k.clone(), s.points[i].1))
-                    .collect();
-                h.append(ts, &values)?;
-            }
-        }
-        let written = t.elapsed().as_secs_f64();
-        let mut times = Vec::new();
-        let mut n_found = 0;
-        for _ in 0..a.runs {
-            let t = Instant::now();
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)?
-                .as_millis() as i64;
-            let hw = xirang_diagnose::source::from_history(&path, now - w.until_ms - 60_000, now)?;
-            n_found = diagnose_window(&hw).len();
-            times.push(t.elapsed().as_secs_f64());
-        }
-        times.sort_by(f64::total_cmp);
-        anyhow::ensure!(
-            n_found == faulty.len(),
-            "from history: expected {} findings, got {n_found}",
-            faulty.len()
-        );
-        history_line = format!(
-            "read from history + diagnose: median {:.3} s over {} runs (min {:.3}, max {:.3}); history of {:.0} MiB written in {:.1} s\n",
-            times[times.len() / 2],
-            a.runs,
-            times[0],
-            times[times.len() - 1],
-            std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0) as f64 / (1 << 20) as f64,
-            written
-        );
-    }
+    let history_line = if a.from_history {
+        history_bench(a, &w, faulty.len())?
+    } else {
+        String::new()
+    };
     out(&format!(
         "{} hosts x {} NIC ports, {} min at {} s: {} series, {} points (built in {:.2} s)\n\
          diagnose: median {:.3} s over {} runs (min {:.3}, max {:.3}); {} faulty ports found\n",
@@ -281,4 +229,69 @@ pub(crate) fn bench(a: &DiagnoseBenchArgs) -> Result<Outcome> {
     ))?;
     out(&history_line)?;
     Ok(Outcome::Clean)
+}
+
+/// `--from-history`: the window written to a history file, then read back and diagnosed
+/// `runs` times; the line that reports it.
+fn history_bench(
+    a: &DiagnoseBenchArgs,
+    w: &xirang_diagnose::window::Window,
+    faulty: usize,
+) -> Result<String> {
+    use std::time::Instant;
+    use xirang_diagnose::window::diagnose_window;
+    use xirang_monitor::history::{History, Retention, SeriesKey};
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("history.sqlite");
+    let t = Instant::now();
+    {
+        let mut h = History::open(&path, Retention::default())?;
+        let keys: Vec<SeriesKey> = w
+            .series
+            .iter()
+            .map(|s| SeriesKey::new(s.metric.clone(), s.labels.clone()))
+            .collect();
+        // Anchored at now, so the window is the last `minutes`.
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)?
+            .as_millis() as i64;
+        let start = now - w.until_ms;
+        let n = w.series.first().map(|s| s.points.len()).unwrap_or(0);
+        for i in 0..n {
+            let ts = start + w.series[0].points[i].0;
+            let values: Vec<(SeriesKey, f64)> = keys
+                .iter()
+                .zip(&w.series)
+                .map(|(k, s)| (k.clone(), s.points[i].1))
+                .collect();
+            h.append(ts, &values)?;
+        }
+    }
+    let written = t.elapsed().as_secs_f64();
+    let mut times = Vec::new();
+    let mut n_found = 0;
+    for _ in 0..a.runs {
+        let t = Instant::now();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)?
+            .as_millis() as i64;
+        let hw = xirang_diagnose::source::from_history(&path, now - w.until_ms - 60_000, now)?;
+        n_found = diagnose_window(&hw).len();
+        times.push(t.elapsed().as_secs_f64());
+    }
+    times.sort_by(f64::total_cmp);
+    anyhow::ensure!(
+        n_found == faulty,
+        "from history: expected {} findings, got {n_found}",
+        faulty
+    );
+    Ok(format!(
+        "read from history + diagnose: median {:.3} s over {} runs (min {:.3}, max {:.3}); history of {:.0} MiB written in {:.1} s\n",
+        times[times.len() / 2],
+        a.runs,
+        times[0],
+        times[times.len() - 1],
+        std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0) as f64 / (1 << 20) as f64,
+        written
+    ))
 }

@@ -4,7 +4,6 @@
 mod args;
 mod audit;
 mod bench;
-mod bench_scale;
 mod calibrate;
 mod cli;
 mod cmd;
@@ -13,7 +12,6 @@ mod host;
 mod layout;
 mod memreg;
 mod monitor;
-mod monitor_bench;
 #[cfg(feature = "mpi")]
 mod mpi;
 mod nccl;

@@ -142,7 +142,38 @@ fn mib(bytes: u64) -> String {
     format!("{:.1} MiB", bytes as f64 / f64::from(1u32 << 20))
 }
 
+/// What `memreg plan` found: the scenario's connections sized into each NIC's region.
+struct Planned {
+    connections: usize,
+    skipped: Vec<(String, String)>,
+    params: xirang_memreg::sizing::PlanParams,
+    plan: xirang_memreg::sizing::Plan,
+    configured: u64,
+    verdict: xirang_memreg::sizing::Verdict,
+    limit: Option<u64>,
+    registered: Option<Result<String, String>>,
+}
+
 pub(crate) fn plan(a: &crate::cli::MemregPlanArgs) -> Result<Outcome> {
+    use xirang_memreg::sizing::Verdict;
+    let p = planned(a)?;
+    if a.json {
+        out(&(serde_json::to_string_pretty(&plan_json(a, &p))? + "\n"))?;
+    } else {
+        out(&plan_text(&p))?;
+    }
+    let failed = matches!(p.registered, Some(Err(_))) || !p.skipped.is_empty();
+    Ok(if p.verdict == Verdict::TooSmall || failed {
+        Outcome::Findings
+    } else {
+        Outcome::Clean
+    })
+}
+
+/// The scenario's transfers between NICs as connections, each NIC's region sized for
+/// them, the verdict on the configured region, and (with `--register`) a registration
+/// of the busiest NIC's region on this machine.
+fn planned(a: &crate::cli::MemregPlanArgs) -> Result<Planned> {
     use xirang_memreg::sizing::{Connections, PlanParams, Verdict, register_here};
     let loaded = crate::cmd::load(&a.file)?;
     let cfg = &loaded.scenario.config;
@@ -183,98 +214,127 @@ pub(crate) fn plan(a: &crate::cli::MemregPlanArgs) -> Result<Outcome> {
     } else {
         None
     };
-    let limit = xirang_memreg::region::memlock_limit_bytes();
-    if a.json {
-        let v = serde_json::json!({
-            "scenario": a.file,
-            "connections": conns.len(),
-            "skipped_workloads": ex.skipped.iter().map(|(w, why)| serde_json::json!({"workload": w, "why": why})).collect::<Vec<_>>(),
-            "params": {
-                "wr_depth": params.wr_depth, "max_buffer_bytes": params.max_buffer_bytes,
-                "cache_line_bytes": params.cache_line_bytes, "pin_page_bytes": params.pin_page_bytes,
-                "headroom": params.headroom,
-            },
-            "nics": plan.nics.iter().map(|n| serde_json::json!({
-                "nic": n.nic, "host": n.host, "need_bytes": n.need_bytes, "region_bytes": n.region_bytes,
-                "classes": n.classes.iter().map(|c| serde_json::json!({
-                    "size_bytes": c.size_bytes, "qps": c.qps, "buffers": c.buffers, "bytes": c.bytes,
-                })).collect::<Vec<_>>(),
-            })).collect::<Vec<_>>(),
-            "pinned_bytes_per_host": plan.hosts,
-            "total_pinned_bytes": plan.total_pinned_bytes(),
-            "busiest_nic": busiest.map(|n| n.nic.clone()),
-            "configured_region_bytes": configured,
-            "verdict": verdict.name(),
-            "memlock_limit_bytes": limit,
-            "registered_here": registered.as_ref().map(|r| match r {
-                Ok(m) => serde_json::json!({"ok": true, "message": m}),
-                Err(e) => serde_json::json!({"ok": false, "error": e}),
-            }),
-        });
-        out(&(serde_json::to_string_pretty(&v)? + "\n"))?;
-    } else {
-        let mut text = format!(
-            "{} connections over {} NICs; WR depth {}, buffers up to {} bytes, headroom {:.0} %\n",
-            conns.len(),
-            plan.nics.len(),
-            params.wr_depth,
-            params.max_buffer_bytes,
-            params.headroom * 100.0
-        );
-        if let Some(b) = busiest {
-            let mut t = table(&["class (bytes)", "QPs", "buffers", "bytes"]);
-            for c in &b.classes {
-                t.add_row(vec![
-                    c.size_bytes.to_string(),
-                    c.qps.to_string(),
-                    c.buffers.to_string(),
-                    mib(c.bytes),
-                ]);
-            }
-            text += &format!(
-                "busiest NIC {}: needs {}, register {} (with headroom, in {}-byte pages)\n{t}\n",
-                b.nic,
-                mib(b.need_bytes),
-                mib(b.region_bytes),
-                params.pin_page_bytes
-            );
-        }
-        let per_host_max = plan.hosts.values().max().copied().unwrap_or(0);
-        text += &format!(
-            "pinned: up to {} per host, {} over {} hosts\n\
-             configured memory.region_bytes {} per NIC: {}\n",
-            mib(per_host_max),
-            mib(plan.total_pinned_bytes()),
-            plan.hosts.len(),
-            mib(configured),
-            verdict.name()
-        );
-        if let Some(l) = limit {
-            text += &format!(
-                "this machine's RLIMIT_MEMLOCK: {}{}\n",
-                if l == u64::MAX {
-                    "unlimited".to_string()
-                } else {
-                    mib(l)
-                },
-                if per_host_max > l {
-                    " (below what a host pins: raise `ulimit -l` / limits.conf memlock)"
-                } else {
-                    ""
-                }
-            );
-        }
-        match &registered {
-            Some(Ok(m)) => text += &format!("registered here: {m}\n"),
-            Some(Err(e)) => text += &format!("registering here failed: {e}\n"),
-            None => {}
-        }
-        out(&text)?;
-    }
-    let failed = matches!(registered, Some(Err(_))) || !ex.skipped.is_empty();
-    Ok(if verdict == Verdict::TooSmall || failed {
-        Outcome::Findings
-    } else {
-        Outcome::Clean
+    Ok(Planned {
+        connections: conns.len(),
+        skipped: ex.skipped.clone(),
+        params,
+        plan,
+        configured,
+        verdict,
+        limit: xirang_memreg::region::memlock_limit_bytes(),
+        registered,
     })
+}
+
+/// `memreg plan --json`.
+fn plan_json(a: &crate::cli::MemregPlanArgs, p: &Planned) -> serde_json::Value {
+    let Planned {
+        connections,
+        skipped,
+        params,
+        plan,
+        configured,
+        verdict,
+        limit,
+        registered,
+    } = p;
+    let busiest = plan.busiest();
+    serde_json::json!({
+        "scenario": a.file,
+        "connections": connections,
+        "skipped_workloads": skipped.iter().map(|(w, why)| serde_json::json!({"workload": w, "why": why})).collect::<Vec<_>>(),
+        "params": {
+            "wr_depth": params.wr_depth, "max_buffer_bytes": params.max_buffer_bytes,
+            "cache_line_bytes": params.cache_line_bytes, "pin_page_bytes": params.pin_page_bytes,
+            "headroom": params.headroom,
+        },
+        "nics": plan.nics.iter().map(|n| serde_json::json!({
+            "nic": n.nic, "host": n.host, "need_bytes": n.need_bytes, "region_bytes": n.region_bytes,
+            "classes": n.classes.iter().map(|c| serde_json::json!({
+                "size_bytes": c.size_bytes, "qps": c.qps, "buffers": c.buffers, "bytes": c.bytes,
+            })).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
+        "pinned_bytes_per_host": plan.hosts,
+        "total_pinned_bytes": plan.total_pinned_bytes(),
+        "busiest_nic": busiest.map(|n| n.nic.clone()),
+        "configured_region_bytes": configured,
+        "verdict": verdict.name(),
+        "memlock_limit_bytes": limit,
+        "registered_here": registered.as_ref().map(|r| match r {
+            Ok(m) => serde_json::json!({"ok": true, "message": m}),
+            Err(e) => serde_json::json!({"ok": false, "error": e}),
+        }),
+    })
+}
+
+/// `memreg plan`'s text.
+fn plan_text(p: &Planned) -> String {
+    let Planned {
+        connections,
+        params,
+        plan,
+        configured,
+        verdict,
+        limit,
+        registered,
+        ..
+    } = p;
+    let busiest = plan.busiest();
+    let mut text = format!(
+        "{} connections over {} NICs; WR depth {}, buffers up to {} bytes, headroom {:.0} %\n",
+        connections,
+        plan.nics.len(),
+        params.wr_depth,
+        params.max_buffer_bytes,
+        params.headroom * 100.0
+    );
+    if let Some(b) = busiest {
+        let mut t = table(&["class (bytes)", "QPs", "buffers", "bytes"]);
+        for c in &b.classes {
+            t.add_row(vec![
+                c.size_bytes.to_string(),
+                c.qps.to_string(),
+                c.buffers.to_string(),
+                mib(c.bytes),
+            ]);
+        }
+        text += &format!(
+            "busiest NIC {}: needs {}, register {} (with headroom, in {}-byte pages)\n{t}\n",
+            b.nic,
+            mib(b.need_bytes),
+            mib(b.region_bytes),
+            params.pin_page_bytes
+        );
+    }
+    let per_host_max = plan.hosts.values().max().copied().unwrap_or(0);
+    text += &format!(
+        "pinned: up to {} per host, {} over {} hosts\n\
+         configured memory.region_bytes {} per NIC: {}\n",
+        mib(per_host_max),
+        mib(plan.total_pinned_bytes()),
+        plan.hosts.len(),
+        mib(*configured),
+        verdict.name()
+    );
+    if let Some(l) = *limit {
+        text += &format!(
+            "this machine's RLIMIT_MEMLOCK: {}{}\n",
+            if l == u64::MAX {
+                "unlimited".to_string()
+            } else {
+                mib(l)
+            },
+            if per_host_max > l {
+                " (below what a host pins: raise `ulimit -l` / limits.conf memlock)"
+            } else {
+                ""
+            }
+        );
+    }
+    match &registered {
+        Some(Ok(m)) => text += &format!("registered here: {m}\n"),
+        Some(Err(e)) => text += &format!("registering here failed: {e}\n"),
+        None => {}
+    }
+    text
 }

@@ -33,7 +33,7 @@ fn now_ns() -> u64 {
 pub(crate) fn run(a: &MonitorArgs) -> Result<Outcome> {
     match &a.command {
         Some(MonitorCmd::Query(q)) => return query(q),
-        Some(MonitorCmd::Bench(b)) => return crate::monitor_bench::run(b),
+        Some(MonitorCmd::Bench(b)) => return crate::bench::monitor::run(b),
         None => {}
     }
     let interval = xirang_fabric::limits::wall_duration(&a.interval)

@@ -147,6 +147,20 @@ pub(crate) fn batching(a: &BatchingArgs) -> Result<Outcome> {
             Outcome::Findings
         });
     }
+    out(&batching_text(&f, &p, &results))?;
+    Ok(if f.slo_met(&results) {
+        Outcome::Clean
+    } else {
+        Outcome::Findings
+    })
+}
+
+/// `plan batching`'s text: the group, each aggregation with its best policy, the best.
+fn batching_text(
+    f: &xirang_collective::batching::ServingFile,
+    p: &Platform,
+    results: &[xirang_collective::batching::AggregationResult],
+) -> String {
     let mut s = format!(
         "{}: {} requests/s, p99 SLO {:.1} ms, {} collectives of {} B per request per step\ntensor-parallel group: {} GPUs = {} x {} ({}network {:.1} GB/s per node)\n",
         f.name,
@@ -174,7 +188,7 @@ pub(crate) fn batching(a: &BatchingArgs) -> Result<Outcome> {
         "p99 ms",
         "meets SLO",
     ]);
-    for r in &results {
+    for r in results {
         let b = &r.best;
         t.add_row(vec![
             r.aggregation.name().to_string(),
@@ -208,10 +222,5 @@ pub(crate) fn batching(a: &BatchingArgs) -> Result<Outcome> {
         best.best.max_rate_per_s,
         best.best.max_rate_per_s / f.arrival_rate_per_s
     ));
-    out(&s)?;
-    Ok(if f.slo_met(&results) {
-        Outcome::Clean
-    } else {
-        Outcome::Findings
-    })
+    s
 }

@@ -243,9 +243,36 @@ fn rss_kib(pid: u32, field: &str) -> Option<u64> {
         .ok()
 }
 
+/// The agent's in-process figures, seconds: a sampling round with files kept open and
+/// opened each time, and a `/metrics` render, each as (median, best).
+struct InProcess {
+    round: (f64, f64),
+    plain: (f64, f64),
+    render: (f64, f64),
+    points: usize,
+}
+
+/// Scrapes over HTTP, seconds, with the last reply's size, and peak resident memory, KiB,
+/// of the agent and of node_exporter (None: not installed).
+struct OverHttp {
+    ours: Vec<f64>,
+    ours_bytes: usize,
+    theirs: Vec<f64>,
+    theirs_bytes: usize,
+    agent_rss: Option<u64>,
+    ne_rss: Option<u64>,
+}
+
 pub(crate) fn run(a: &MonitorBenchArgs) -> Result<Outcome> {
     let dir = tempfile::tempdir()?;
     let per_nic = make_host(dir.path(), a.nics)?;
+    let ip = in_process(a, dir.path());
+    let http = over_http(a, dir.path())?;
+    out(&render(a, per_nic, &ip, http))?;
+    Ok(Outcome::Clean)
+}
+
+fn in_process(a: &MonitorBenchArgs, dir: &Path) -> InProcess {
     // In-process: rounds and renders after a warm-up round, reading files the plain way
     // (open, read, close: what a fixture tree gets) and keeping them open (what a live
     // sysfs gets, see DirTree::for_sampling).
@@ -271,8 +298,8 @@ pub(crate) fn run(a: &MonitorBenchArgs) -> Result<Outcome> {
         }
         (rounds, renders, last.points.len())
     };
-    let (mut rounds_plain, _, _) = timed(DirTree::new(dir.path()));
-    let (mut rounds, mut renders, points) = timed(DirTree::keeping_files_open(dir.path()));
+    let (mut rounds_plain, _, _) = timed(DirTree::new(dir));
+    let (mut rounds, mut renders, points) = timed(DirTree::keeping_files_open(dir));
     let best = |v: &[f64]| v.iter().copied().fold(f64::MAX, f64::min);
     let (round_best, render_best, plain_best) = (best(&rounds), best(&renders), best(&rounds_plain));
     let (round_med, render_med, plain_med) = (
@@ -280,13 +307,22 @@ pub(crate) fn run(a: &MonitorBenchArgs) -> Result<Outcome> {
         median(&mut renders),
         median(&mut rounds_plain),
     );
+    InProcess {
+        round: (round_med, round_best),
+        plain: (plain_med, plain_best),
+        render: (render_med, render_best),
+        points,
+    }
+}
+
+fn over_http(a: &MonitorBenchArgs, dir: &Path) -> Result<OverHttp> {
     // Over HTTP: the agent and node_exporter on the same tree, scraped alternately.
     let exe = std::env::current_exe()?;
     let agent_addr: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
     let agent = Guard(
         Command::new(exe)
             .args(["monitor", "--root"])
-            .arg(dir.path())
+            .arg(dir)
             .args(["--interval", "1s", "--listen", &agent_addr.to_string()])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -304,7 +340,7 @@ pub(crate) fn run(a: &MonitorBenchArgs) -> Result<Outcome> {
             let addr: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
             let g = Guard(
                 Command::new(bin)
-                    .arg(format!("--path.sysfs={}", dir.path().join("sys").display()))
+                    .arg(format!("--path.sysfs={}", dir.join("sys").display()))
                     .args(["--collector.disable-defaults", "--collector.infiniband"])
                     .arg(format!("--web.listen-address={addr}"))
                     .stdout(Stdio::null())
@@ -330,6 +366,32 @@ pub(crate) fn run(a: &MonitorBenchArgs) -> Result<Outcome> {
     }
     let agent_rss = rss_kib(agent.0.id(), "VmHWM:");
     let ne_rss = ne.as_ref().and_then(|(g, _)| rss_kib(g.0.id(), "VmHWM:"));
+    Ok(OverHttp {
+        ours,
+        ours_bytes,
+        theirs,
+        theirs_bytes,
+        agent_rss,
+        ne_rss,
+    })
+}
+
+/// The table, each figure beside its target and node_exporter's from the same run.
+fn render(a: &MonitorBenchArgs, per_nic: usize, ip: &InProcess, http: OverHttp) -> String {
+    let InProcess {
+        round: (round_med, round_best),
+        plain: (plain_med, plain_best),
+        render: (render_med, render_best),
+        points,
+    } = *ip;
+    let OverHttp {
+        mut ours,
+        ours_bytes,
+        mut theirs,
+        theirs_bytes,
+        agent_rss,
+        ne_rss,
+    } = http;
     let ms = |s: f64| format!("{:.3}", s * 1e3);
     let mut t = table(&["measure", "xirang", "target", "node_exporter (same run)"]);
     t.add_row(vec![
@@ -369,8 +431,7 @@ pub(crate) fn run(a: &MonitorBenchArgs) -> Result<Outcome> {
         "< 30 MiB".into(),
         ne_rss.map_or("-".into(), |k| format!("{:.1}", k as f64 / 1024.0)),
     ]);
-    out(&format!(
+    format!(
         "{t}\nnode_exporter samples sysfs at each scrape (infiniband collector only); the agent samples on its own interval and serves the last round.\n"
-    ))?;
-    Ok(Outcome::Clean)
+    )
 }

@@ -18,8 +18,8 @@ use std::process::Command;
 use anyhow::{Context, Result};
 use serde::Serialize;
 
+use super::Measurement;
 use crate::Outcome;
-use crate::bench::Measurement;
 use crate::cli::BenchArgs;
 
 /// The GPU counts of the collective cases.

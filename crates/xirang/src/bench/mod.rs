@@ -5,6 +5,13 @@
 //! here (they are not installable on this machine); the ones published for this kind of
 //! machine in scenarios/reference/README.md are printed beside ours, and the same engine
 //! with a plain 4-ary heap event queue runs in the same benchmark as the in-run reference.
+//!
+//! The harness is this module and its two children: `scale` (`xirang bench --scale`, the
+//! fabric-size study) and `monitor` (`xirang monitor bench`, the agent against
+//! node_exporter). Commands only call their entry points.
+
+pub(crate) mod monitor;
+mod scale;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -150,7 +157,7 @@ fn measure_here(path: &Path, engine: &str, runs: u32, threads: usize) -> Result<
 
 pub(crate) fn run(a: &BenchArgs) -> Result<Outcome> {
     if a.scale && a.child.is_none() {
-        return crate::bench_scale::run(a);
+        return scale::run(a);
     }
     if a.mpi_sync {
         #[cfg(feature = "mpi")]
@@ -159,7 +166,7 @@ pub(crate) fn run(a: &BenchArgs) -> Result<Outcome> {
         bail!("this xirang was built without MPI; build it with `cargo build --release --features mpi`");
     }
     if a.parallel && a.child.is_none() {
-        return crate::bench_scale::run_parallel(a);
+        return scale::run_parallel(a);
     }
     if let Some(engine) = &a.child {
         let [path] = a.scenarios.as_slice() else {
@@ -208,6 +215,13 @@ pub(crate) fn run(a: &BenchArgs) -> Result<Outcome> {
         crate::cmd::out(&(serde_json::to_string_pretty(&all)? + "\n"))?;
         return Ok(Outcome::Clean);
     }
+    crate::cmd::out(&bench_table(&all))?;
+    Ok(Outcome::Clean)
+}
+
+/// The figures of every (scenario, engine) pair beside the heap's and the published
+/// reference simulators'.
+fn bench_table(all: &[Measurement]) -> String {
     let mut t = crate::cmd::table(&[
         "scenario",
         "engine",
@@ -223,7 +237,7 @@ pub(crate) fn run(a: &BenchArgs) -> Result<Outcome> {
         "RSS B/pkt",
         "peak RSS MB",
     ]);
-    for m in &all {
+    for m in all {
         let heap = all
             .iter()
             .find(|x| x.scenario == m.scenario && x.engine == "heap")
@@ -246,11 +260,10 @@ pub(crate) fn run(a: &BenchArgs) -> Result<Outcome> {
             format!("{:.1}", m.peak_rss_bytes as f64 / 1e6),
         ]);
     }
-    crate::cmd::out(&format!(
+    format!(
         "{t}\n* published M packet-hops/s of the reference simulators on this kind of machine \
          (scenarios/reference/README.md), not re-run here.\nB/pkt: memory of the packet rings \
          (queues and links) at their grown size over peak packets in flight. RSS B/pkt: peak \
          RSS growth over peak packets, an upper bound that includes routes, flows and results.\n"
-    ))?;
-    Ok(Outcome::Clean)
+    )
 }
