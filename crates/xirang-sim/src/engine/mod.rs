@@ -37,6 +37,7 @@ pub mod build;
 pub mod cc_timers;
 pub mod ccstate;
 pub mod collective;
+pub mod ecn;
 pub mod event;
 pub mod fab;
 pub mod faults;

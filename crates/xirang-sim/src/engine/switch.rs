@@ -1,12 +1,11 @@
 //! A switch: shared-buffer admission per ingress port and priority (the HPCC simulator's
 //! switch MMU: reserved, shared with a dynamic threshold, headroom after XOFF), PFC
 //! XOFF/XON from the ingress accounting, egress scheduling (PFC frames, then the CNP
-//! priority strictly, then DWRR), and RED/ECN marking at dequeue.
+//! priority strictly, then DWRR), and at dequeue the RED/ECN decision of `engine::ecn`.
 
 use xirang_fabric::model::SwitchId;
 
 use super::ids::PortId;
-use super::link::Port;
 use super::{Dev, NEVER, Sim};
 use crate::counters::N_PRIO;
 use crate::packet::{Kind, Packet};
@@ -48,27 +47,6 @@ impl SwitchState {
         } else {
             free << th as u32
         }
-    }
-}
-
-impl Port {
-    /// RED decision for a data packet leaving with `queued_bytes` still behind it
-    /// (docs/reference/congestion-control.md §1.1: marking on the egress queue, evaluated
-    /// at dequeue as the HPCC simulator does).
-    #[inline]
-    pub(crate) fn red_mark(&mut self, queued_bytes: u64) -> bool {
-        if !self.red.enabled {
-            return false;
-        }
-        let p = self.red.mark_probability(queued_bytes);
-        p >= 1.0
-            || (p > 0.0
-                && self
-                    .ecn_rng
-                    .as_mut()
-                    .expect("switch ports have an ECN stream")
-                    .uniform()
-                    < p)
     }
 }
 
