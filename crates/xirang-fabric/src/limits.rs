@@ -26,6 +26,16 @@ impl fmt::Display for Num {
     }
 }
 
+/// Most candidates one tune may try: every candidate costs several simulations, so ten
+/// thousand is days of work on a small machine; more is a typo.
+pub const MAX_BUDGET: u32 = 10_000;
+/// Most run seeds per candidate (search or held out): each is one more simulation of
+/// every candidate measured on it.
+pub const MAX_SEEDS: u32 = 1_000;
+/// Most a straggler's GPUs may be slowed by (`stragglers[].factor`): a thousandfold is a
+/// stalled GPU, far past any throttling.
+pub const MAX_STRAGGLER_FACTOR: f64 = 1000.0;
+
 /// Largest fabric a generator builds: a typo such as `k = 800` must be an error, not an
 /// attempt to allocate a hundred million hosts. A million NIC ports covers the largest GPU
 /// clusters described publicly (around 100k GPUs) with room to spare.

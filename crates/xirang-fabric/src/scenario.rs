@@ -30,8 +30,8 @@ mod overrides;
 mod settings;
 mod workloads;
 
+pub use crate::limits::MAX_STRAGGLER_FACTOR;
 pub use overrides::mtu_overrides;
-pub use workloads::MAX_STRAGGLER_FACTOR;
 
 /// A scenario as written in a file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

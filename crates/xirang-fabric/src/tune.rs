@@ -91,12 +91,7 @@ impl TuneSpec {
 /// Default pause budget: 5% of the time of an average port.
 pub const DEFAULT_MAX_PAUSE_RATIO: f64 = 0.05;
 
-/// Most candidates one tune may try: every candidate costs several simulations, so ten
-/// thousand is days of work on a small machine; more is a typo.
-pub const MAX_BUDGET: u32 = 10_000;
-/// Most run seeds per candidate (search or held out): each is one more simulation of
-/// every candidate measured on it.
-pub const MAX_SEEDS: u32 = 1_000;
+pub use crate::limits::{MAX_BUDGET, MAX_SEEDS};
 
 impl Default for TuneSpec {
     fn default() -> Self {

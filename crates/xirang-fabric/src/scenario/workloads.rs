@@ -4,9 +4,7 @@
 
 use super::*;
 
-/// Most a straggler's GPUs may be slowed by (`stragglers[].factor`): a thousandfold is a
-/// stalled GPU, far past any throttling.
-pub const MAX_STRAGGLER_FACTOR: f64 = 1000.0;
+use crate::limits::MAX_STRAGGLER_FACTOR;
 
 /// What every workload's checks share: the fabric, its classes and which NICs links join.
 struct Check<'a> {
