@@ -15,6 +15,18 @@ fn twin() -> xirang_fabric::Loaded {
     Scenario::load(&twin_path()).unwrap()
 }
 
+/// The twin with knobs set on its scenario: built again, as the simulator runs the built
+/// workloads, not the scenario's text.
+fn fleet(l: &xirang_fabric::Loaded, set: &[(usize, f64)]) -> xirang_fabric::Loaded {
+    let k = knobs(&l.scenario, &l.fabric);
+    let mut s = l.scenario.clone();
+    for &(i, v) in set {
+        k[i].set(&mut s, v);
+    }
+    let dir = twin_path().parent().unwrap().to_path_buf();
+    s.build(&twin_path(), &dir, None).unwrap()
+}
+
 #[test]
 fn the_twin_has_a_load_per_workload_and_a_crossing_share() {
     let l = twin();
@@ -77,10 +89,7 @@ fn figures_of_a_run_do_not_depend_on_the_time_unit() {
 fn the_fit_finds_values_a_run_was_made_with() {
     let l = twin();
     // The "fleet": the training load halved, the inference rate up by half.
-    let mut fleet = l.clone();
-    let k = knobs(&l.scenario, &l.fabric);
-    k[0].set(&mut fleet.scenario, 90_000.0);
-    k[2].set(&mut fleet.scenario, 4_194_304.0);
+    let fleet = fleet(&l, &[(0, 90_000.0), (2, 4_194_304.0)]);
     let r = xirang_sim::simulate(&fleet, &xirang_sim::options(&fleet), &mut |_| {});
     let observed = figures(
         &window_of_run(&r, Some(4_000_000)),
@@ -141,9 +150,7 @@ fn a_scenario_without_a_window_is_refused() {
 fn an_exported_request_histogram_is_compared_through_its_buckets() {
     use xirang_calibrate::app::{REQUEST_BUCKETS, figures as app_figures};
     let l = twin();
-    let mut fleet = l.clone();
-    let k = knobs(&l.scenario, &l.fabric);
-    k[0].set(&mut fleet.scenario, 90_000.0);
+    let fleet = fleet(&l, &[(0, 90_000.0)]);
     let r = xirang_sim::simulate(&fleet, &xirang_sim::options(&fleet), &mut |_| {});
     let mut w = window_of_run(&r, Some(4_000_000));
     // Buckets of 10 µs to about 10 ms, doubling, and +Inf, as a service would declare.

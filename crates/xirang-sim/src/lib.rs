@@ -102,7 +102,23 @@ pub fn options(loaded: &Loaded) -> RunOptions {
 /// Expands the scenario's workloads, runs them, and collects the results. `progress`
 /// receives how far the run is now and then.
 pub fn simulate(loaded: &Loaded, opts: &RunOptions, progress: &mut dyn FnMut(Progress)) -> RunResult {
+    debug_assert_built(loaded);
     simulate_model(loaded.model(), opts, progress)
+}
+
+/// A run simulates the built workloads (`Loaded::workloads`), not the scenario's text: a
+/// caller that edits `loaded.scenario.workloads` after the build must build again. Debug
+/// builds refuse the stale case, which would otherwise run the old workloads silently.
+pub(crate) fn debug_assert_built(loaded: &Loaded) {
+    debug_assert!(
+        loaded.workloads.len() == loaded.scenario.workloads.len()
+            && loaded
+                .workloads
+                .iter()
+                .zip(loaded.scenario.workloads.iter())
+                .all(|(b, (name, spec))| b.name == *name && b.spec == *spec),
+        "invariant: the scenario's workloads were edited after the build; build it again (Scenario::build)"
+    );
 }
 
 /// [`simulate`] of a built model: what a caller that varies the configuration runs, so
@@ -117,6 +133,7 @@ pub fn simulate_model(model: Model<'_>, opts: &RunOptions, progress: &mut dyn Fn
 /// a generic call from the CLI instantiated the whole engine there, at the CLI's
 /// opt-level.
 pub fn simulate_heap(loaded: &Loaded, opts: &RunOptions, progress: &mut dyn FnMut(Progress)) -> RunResult {
+    debug_assert_built(loaded);
     simulate_with::<queue::HeapQueue>(loaded.model(), opts, progress)
 }
 

@@ -112,6 +112,7 @@ pub fn plan(model: Model<'_>, ex: &Expanded, parts: usize) -> Plan {
 
 /// [`plan`] for a run of `loaded` with `opts` (its workloads expanded as a run would).
 pub fn plan_for(loaded: &Loaded, opts: &RunOptions, parts: usize) -> Plan {
+    crate::debug_assert_built(loaded);
     let model = loaded.model();
     plan(model, &crate::prepare(model, opts), parts)
 }
@@ -328,6 +329,7 @@ pub fn simulate_threads(
     threads: usize,
     progress: &mut dyn FnMut(Progress),
 ) -> (RunResult, Report) {
+    crate::debug_assert_built(loaded);
     let model = loaded.model();
     let expanded = crate::prepare(model, opts);
     let plan = plan(model, &expanded, parts);
@@ -446,6 +448,7 @@ pub fn simulate_distributed<W: Exchange + Gather>(
     wire: &mut W,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<Option<(RunResult, Report)>, DistributedError> {
+    crate::debug_assert_built(loaded);
     let model = loaded.model();
     let expanded = crate::prepare(model, opts);
     let plan = plan(model, &expanded, parts.max(workers));

@@ -66,3 +66,32 @@ fn the_simulator_looks_up_no_name() {
         found.join("\n")
     );
 }
+
+/// A run simulates the built workloads: editing the scenario's workloads after the build
+/// would run the old ones silently, so debug builds refuse it.
+#[cfg(debug_assertions)]
+#[test]
+#[should_panic(expected = "edited after the build")]
+fn a_scenario_edited_after_the_build_is_refused() {
+    let text = r#"
+[topology.leaf_spine]
+leaves = 1
+spines = 1
+hosts_per_leaf = 2
+host_rate_gbps = 100
+fabric_rate_gbps = 100
+link_delay_ns = 500
+
+[workloads.one.flows]
+list = [{ src = "h0", dst = "h1", bytes = 1000 }]
+"#;
+    let path = Path::new("edited.toml");
+    let mut loaded = xirang_fabric::scenario::Scenario::parse(text, path)
+        .and_then(|s| s.build(path, Path::new("."), Some(text)))
+        .unwrap_or_else(|e| panic!("{e}"));
+    if let Some(xirang_fabric::workload::Workload::Flows(f)) = loaded.scenario.workloads.get_mut("one") {
+        f.list[0].bytes = 2000;
+    }
+    let opts = xirang_sim::options(&loaded);
+    xirang_sim::simulate(&loaded, &opts, &mut |_| {});
+}
