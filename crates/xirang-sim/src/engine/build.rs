@@ -293,7 +293,7 @@ impl<Q: Queue> Sim<Q> {
                 config.intra_host.bond_hash_policy,
                 config.intra_host.lag_port_select,
             );
-            let (arena, _, switches) = sim.fab.routes_and_devices();
+            let (arena, switches) = sim.fab.routes_and_switches();
             rb.compute(&requests, arena, switches)
         };
         sim.add_flows(fabric, config, flows, &eager, &routes[..eager.requests.len()]);

@@ -166,9 +166,9 @@ impl Fab {
         &mut self.routes
     }
 
-    /// The routes with the devices they are computed over, to compute them.
-    pub(crate) fn routes_and_devices(&mut self) -> (&mut RouteArena, &[NicState], &[SwitchState]) {
-        (&mut self.routes, &self.nics, &self.switches)
+    /// The routes with the switches they are computed over, to compute them.
+    pub(crate) fn routes_and_switches(&mut self) -> (&mut RouteArena, &[SwitchState]) {
+        (&mut self.routes, &self.switches)
     }
 
     /// The routes, and port `p` to change (a port's QPs follow their routes).

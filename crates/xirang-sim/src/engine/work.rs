@@ -83,10 +83,8 @@ impl Work {
     }
 
     /// Adds a flow.
-    pub(crate) fn push_flow(&mut self, f: Flow) -> FlowId {
-        let id = self.flows.next_id();
+    pub(crate) fn push_flow(&mut self, f: Flow) {
         self.flows.push(f);
-        id
     }
 
     /// Collective `c`.
