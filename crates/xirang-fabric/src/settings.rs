@@ -306,17 +306,9 @@ pub fn with_num<R>(
                 "timely" => on(&mut c.timely, name, k, f),
                 "hpcc" => on(&mut c.hpcc, name, k, f),
                 "dctcp" => on(&mut c.dctcp, name, k, f),
-                _ => Err(not_found(
-                    name,
-                    Some(
-                        TrafficClass::NUMBERS
-                            .iter()
-                            .chain(TrafficClass::OTHERS)
-                            .copied()
-                            .collect(),
-                    ),
-                    false,
-                )),
+                // A table a class does not have: the hint would be for the wrong level
+                // of the name (its last part, not the table), so none.
+                _ => Err(not_found(name, None, false)),
             }
         }
         [k] if SECTIONS.contains(k) => Err(not_found(name, None, true)),
