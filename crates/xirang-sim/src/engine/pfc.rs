@@ -1,10 +1,11 @@
-//! Priority flow control (IEEE 802.1Qbb): PAUSE frames sent ahead of all traffic, the
+//! Priority flow control (IEEE 802.1Qbb): when a switch's ingress accounting calls for
+//! XOFF and XON ([`xoff_due`], [`xon_due`]), PAUSE frames sent ahead of all traffic, the
 //! pause they impose on the receiving transmitter, refreshes of a pause still needed, and
 //! the pause time both ends count.
 
 use super::event::{Event, PFC_GEN_MASK};
 use super::ids::{PortId, QpId, RouteId};
-use super::link::PFC_FRAME_BYTES;
+use super::link::{PFC_FRAME_BYTES, PrioState};
 use super::{Dev, NEVER, Sim};
 use crate::counters::N_PRIO;
 use crate::packet::{Kind, Packet, Stamp};
@@ -30,6 +31,30 @@ pub struct PfcEvent {
     pub prio: u8,
     /// Pause (true) or resume.
     pub pause: bool,
+}
+
+/// Whether an ingress priority's accounting calls for XOFF: it is in its headroom, or
+/// its shared share reached the dynamic threshold `threshold` (the HPCC simulator's
+/// `CheckShouldPause`, docs/hpcc-model.md).
+#[inline(always)]
+pub(crate) fn xoff_due(st: &PrioState, reserved_bytes: u64, threshold: u64) -> bool {
+    st.hdrm > 0 || st.ing.saturating_sub(reserved_bytes) >= threshold
+}
+
+/// Whether a paused ingress priority may resume (XON): its headroom is empty and its
+/// shared share is gone or `xon_offset` below the threshold (`CheckShouldResume`). The
+/// threshold is computed only when needed.
+#[inline(always)]
+pub(crate) fn xon_due(
+    st: &PrioState,
+    reserved_bytes: u64,
+    xon_offset_bytes: u64,
+    threshold: impl FnOnce() -> u64,
+) -> bool {
+    st.hdrm == 0 && {
+        let shared = st.ing.saturating_sub(reserved_bytes);
+        shared == 0 || shared + xon_offset_bytes <= threshold()
+    }
 }
 
 impl<Q: Queue> Sim<Q> {
@@ -160,5 +185,37 @@ impl<Q: Queue> Sim<Q> {
             port.pause_mask.remove(prio);
             self.kick(p);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ingress(ing: u64, hdrm: u64) -> PrioState {
+        PrioState {
+            ing,
+            hdrm,
+            ..PrioState::default()
+        }
+    }
+
+    /// docs/hpcc-model.md: pause once in headroom or once the shared share reaches the
+    /// threshold; resume once out of headroom and the shared share is gone or the XON
+    /// offset below the threshold.
+    #[test]
+    fn xoff_and_xon_follow_the_hpcc_rules() {
+        let (reserved, offset) = (4096, 3072);
+        assert!(!xoff_due(&ingress(4096, 0), reserved, 1));
+        assert!(xoff_due(&ingress(4096 + 10_000, 0), reserved, 10_000));
+        assert!(!xoff_due(&ingress(4096 + 9_999, 0), reserved, 10_000));
+        assert!(xoff_due(&ingress(0, 1), reserved, u64::MAX));
+
+        assert!(!xon_due(&ingress(0, 1), reserved, offset, || u64::MAX));
+        assert!(xon_due(&ingress(4096, 0), reserved, offset, || unreachable!(
+            "no shared bytes: no threshold"
+        )));
+        assert!(xon_due(&ingress(4096 + 7_000, 0), reserved, offset, || 10_072));
+        assert!(!xon_due(&ingress(4096 + 7_001, 0), reserved, offset, || 10_072));
     }
 }

@@ -1,11 +1,12 @@
 //! A switch: shared-buffer admission per ingress port and priority (the HPCC simulator's
-//! switch MMU: reserved, shared with a dynamic threshold, headroom after XOFF), PFC
-//! XOFF/XON from the ingress accounting, egress scheduling (PFC frames, then the CNP
+//! switch MMU: reserved, shared with a dynamic threshold, headroom after XOFF), asking
+//! `engine::pfc` whether the ingress accounting calls for XOFF or XON, egress scheduling (PFC frames, then the CNP
 //! priority strictly, then DWRR), and at dequeue the RED/ECN decision of `engine::ecn`.
 
 use xirang_fabric::model::SwitchId;
 
 use super::ids::PortId;
+use super::pfc;
 use super::{Dev, NEVER, Sim};
 use crate::counters::N_PRIO;
 use crate::packet::{Kind, Packet};
@@ -105,11 +106,11 @@ impl<Q: Queue> Sim<Q> {
             }
         }
         sw.used += size;
-        if lossless && !port.xoff.contains(prio) {
-            let thr = sw.threshold(pfc_th);
-            if port.pr[prio].hdrm > 0 || port.pr[prio].ing.saturating_sub(reserved) >= thr {
-                self.send_pfc(inp, prio, true);
-            }
+        if lossless
+            && !port.xoff.contains(prio)
+            && pfc::xoff_due(&port.pr[prio], reserved, sw.threshold(pfc_th))
+        {
+            self.send_pfc(inp, prio, true);
         }
         pkt.in_port = inp;
         let o = self.fab.port_mut(out);
@@ -226,10 +227,9 @@ impl<Q: Queue> Sim<Q> {
         port.pr[prio].ing -= size - from_hdrm;
         sw.shared_used -= from_shared;
         sw.used -= size;
-        let resume = lossless && port.xoff.contains(prio) && port.pr[prio].hdrm == 0 && {
-            let shared = port.pr[prio].ing.saturating_sub(reserved);
-            shared == 0 || shared + xon_offset <= sw.threshold(pfc_th)
-        };
+        let resume = lossless
+            && port.xoff.contains(prio)
+            && pfc::xon_due(&port.pr[prio], reserved, xon_offset, || sw.threshold(pfc_th));
         let o = self.fab.port_mut(out);
         o.pr[prio].egr -= size;
         if pkt.kind == Kind::Data && o.red_mark(o.pr[prio].egr) {
