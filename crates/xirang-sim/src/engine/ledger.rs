@@ -125,7 +125,7 @@ impl<Q: Queue> Sim<Q> {
             .fab
             .ports()
             .map(|(_, p)| {
-                p.ctrl.capacity() * pkt + p.pr.iter().map(|s| s.queue.capacity() * pkt).sum::<usize>()
+                p.ctrl.capacity() * pkt + p.egress.iter().map(|s| s.queue.capacity() * pkt).sum::<usize>()
             })
             .sum();
         let links: usize = self.fab.links().map(|l| l.in_flight.capacity() * flight).sum();
@@ -146,7 +146,7 @@ impl<Q: Queue> Sim<Q> {
         };
         for (_, port) in self.fab.ports() {
             port.ctrl.iter().for_each(&mut count);
-            for q in port.pr.iter().map(|s| &s.queue) {
+            for q in port.egress.iter().map(|s| &s.queue) {
                 q.iter().for_each(&mut count);
             }
         }

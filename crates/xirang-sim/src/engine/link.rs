@@ -38,7 +38,7 @@ pub(crate) struct Port {
     pub(crate) wake_at: Ps,
     /// PFC frames to send, ahead of everything.
     pub(crate) ctrl: VecDeque<Packet>,
-    /// Invariant: bit p set iff `pr[p].queue` is non-empty. Only [`Port::push_q`] and
+    /// Invariant: bit p set iff `egress[p].queue` is non-empty. Only [`Port::push_q`] and
     /// [`Port::pop_q`] touch the queues.
     pub(crate) nonempty: Prios,
     /// Bit p set when a pause was received on p that may still be in force; `is_paused`
@@ -52,8 +52,10 @@ pub(crate) struct Port {
     pub(crate) xoff: Prios,
     /// Headroom for bytes arriving after XOFF (switch ingress).
     pub(crate) headroom: u64,
-    /// Everything kept per priority, together, so that handling a packet touches one block.
-    pub(crate) pr: [PrioState; N_PRIO],
+    /// Per-priority state by when a packet touches it ([`Ingress`], [`Egress`], [`PrioPfc`]).
+    pub(crate) ingress: [Ingress; N_PRIO],
+    pub(crate) egress: [Egress; N_PRIO],
+    pub(crate) pfc: [PrioPfc; N_PRIO],
     /// NIC: QPs sending through this port.
     pub(crate) qps: Vec<QpId>,
     pub(crate) rr_qp: usize,
@@ -77,9 +79,28 @@ pub(crate) struct Port {
     pub(crate) rx_free_at: Ps,
 }
 
-/// Per-priority state of a port.
+/// What a packet entering through a port touches, per priority: the receive counters and
+/// the switch's ingress accounting. A port's per-priority state is kept in three arrays by
+/// when it is touched, not as one block per priority, so that a packet's arrival, its
+/// queueing and its departure each touch one cache line of a port (the profile of
+/// BENCHMARKS.md "Where the time goes at 8,192 GPUs": those loads were the misses).
+#[derive(Debug, Default, Clone, Copy, serde::Serialize, serde::Deserialize)]
+#[repr(C, align(32))]
+pub(crate) struct Ingress {
+    /// Bytes and packets received: the only receive counters touched per packet (a
+    /// packet counts as received when it reaches the port, whatever happens to it then).
+    pub(crate) rx_bytes: u64,
+    pub(crate) rx_packets: u64,
+    /// Switch ingress accounting of packets that entered here (HPCC switch-mmu model).
+    pub(crate) ing: u64,
+    pub(crate) hdrm: u64,
+}
+
+/// What a packet leaving through a port touches, per priority: its queue, the bytes
+/// queued, the DWRR deficit and the transmit counters. One cache line.
 #[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
-pub(crate) struct PrioState {
+#[repr(C, align(64))]
+pub(crate) struct Egress {
     /// Egress queue (at NICs: ACKs, NACKs and CNPs only; data comes from QPs). Packets live
     /// in the queues and link rings themselves: moving 40 bytes along a ring is cheaper than
     /// chasing an id into a pool, and the rings never shrink, so nothing is allocated per
@@ -87,24 +108,36 @@ pub(crate) struct PrioState {
     pub(crate) queue: VecDeque<Packet>,
     /// Switch egress bytes queued (RED input).
     pub(crate) egr: u64,
-    /// Switch ingress accounting of packets that entered here (HPCC switch-mmu model).
-    pub(crate) ing: u64,
-    pub(crate) hdrm: u64,
     pub(crate) deficit: i64,
-    /// PFC received: transmitter paused until this time.
-    pub(crate) paused_until: Ps,
-    /// Bytes and packets sent and received: the only counters touched per packet (a
-    /// packet counts as received when it reaches the port, whatever happens to it then).
     pub(crate) tx_bytes: u64,
     pub(crate) tx_packets: u64,
-    pub(crate) rx_bytes: u64,
-    pub(crate) rx_packets: u64,
-    /// Peak egress queue bytes (switch ports).
-    pub(crate) watermark: u64,
+}
+
+/// Per-priority state that PFC touches, and the queue's peak.
+#[derive(Debug, Clone, Copy, serde::Serialize, serde::Deserialize)]
+pub(crate) struct PrioPfc {
+    /// PFC received: transmitter paused until this time.
+    pub(crate) paused_until: Ps,
     pub(crate) pause_since: Ps,
     pub(crate) xoff_since: Ps,
+    /// Peak egress queue bytes (switch ports).
+    pub(crate) watermark: u64,
     pub(crate) pfc_gen: u32,
 }
+
+impl Default for PrioPfc {
+    fn default() -> Self {
+        PrioPfc {
+            paused_until: 0,
+            pause_since: NEVER,
+            xoff_since: NEVER,
+            watermark: 0,
+            pfc_gen: 0,
+        }
+    }
+}
+
+const _: () = assert!(std::mem::size_of::<Ingress>() == 32 && std::mem::size_of::<Egress>() == 64);
 
 /// The directed link leaving a port: what is on the wire, towards the peer port.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
@@ -161,11 +194,9 @@ impl Port {
             turn_credited: false,
             xoff: Prios::NONE,
             headroom,
-            pr: std::array::from_fn(|_| PrioState {
-                pause_since: NEVER,
-                xoff_since: NEVER,
-                ..PrioState::default()
-            }),
+            ingress: [Ingress::default(); N_PRIO],
+            egress: std::array::from_fn(|_| Egress::default()),
+            pfc: [PrioPfc::default(); N_PRIO],
             qps: Vec::new(),
             rr_qp: 0,
             ecn_rng,
@@ -182,20 +213,20 @@ impl Port {
 
     #[inline(always)]
     pub(crate) fn push_q(&mut self, prio: usize, pkt: Packet) {
-        self.pr[prio].queue.push_back(pkt);
+        self.egress[prio].queue.push_back(pkt);
         self.nonempty.insert(prio);
     }
 
     /// Pops the head of a queue; an emptied queue loses its DWRR deficit.
     #[inline(always)]
     pub(crate) fn pop_q(&mut self, prio: usize) -> Packet {
-        let pkt = self.pr[prio]
+        let pkt = self.egress[prio]
             .queue
             .pop_front()
             .expect("invariant: popped queues are non-empty");
-        if self.pr[prio].queue.is_empty() {
+        if self.egress[prio].queue.is_empty() {
             self.nonempty.remove(prio);
-            self.pr[prio].deficit = 0;
+            self.egress[prio].deficit = 0;
         }
         pkt
     }
@@ -243,7 +274,7 @@ impl<Q: Queue> Sim<Q> {
         let port = self.fab.port_mut(p);
         let tx = port.rate.tx_time(u32::from(size));
         port.busy_until = now + tx;
-        let st = &mut port.pr[prio as usize];
+        let st = &mut port.egress[prio as usize];
         st.tx_bytes += u64::from(size);
         st.tx_packets += 1;
         if pkt.kind == Kind::Pause {
@@ -288,7 +319,7 @@ impl<Q: Queue> Sim<Q> {
             self.q.push(next, tie, Event::Arrive(p).encode());
         }
         let q = self.fab.port(p).peer;
-        let st = &mut self.fab.port_mut(q).pr[pkt.prio as usize];
+        let st = &mut self.fab.port_mut(q).ingress[pkt.prio as usize];
         st.rx_bytes += u64::from(pkt.size);
         st.rx_packets += 1;
         if self.faults.any() && self.faulted(q, &pkt) {

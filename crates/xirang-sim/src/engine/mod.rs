@@ -482,11 +482,11 @@ impl<Q: Queue> Sim<Q> {
                 // duration counters do (they are settled into the totals at the end).
                 for prio in 0..N_PRIO {
                     if port.xoff.contains(prio) {
-                        c.tx_pause_ps[prio] += self.now - port.pr[prio].xoff_since;
+                        c.tx_pause_ps[prio] += self.now - port.pfc[prio].xoff_since;
                     }
-                    if port.pr[prio].pause_since != NEVER {
+                    if port.pfc[prio].pause_since != NEVER {
                         c.rx_pause_ps[prio] +=
-                            port.pr[prio].paused_until.min(self.now) - port.pr[prio].pause_since;
+                            port.pfc[prio].paused_until.min(self.now) - port.pfc[prio].pause_since;
                     }
                 }
                 c.rate_mbps = (port.rate.bps / 1e6).round() as u64;
@@ -500,16 +500,16 @@ impl<Q: Queue> Sim<Q> {
                     ]
                 });
                 for prio in 0..N_PRIO {
-                    let (tb, tp) = (port.pr[prio].tx_bytes, port.pr[prio].tx_packets);
+                    let (tb, tp) = (port.egress[prio].tx_bytes, port.egress[prio].tx_packets);
                     c.tx_prio_bytes[prio] = tb;
                     c.tx_prio_packets[prio] = tp;
-                    c.rx_prio_bytes[prio] = port.pr[prio].rx_bytes;
-                    c.rx_prio_packets[prio] = port.pr[prio].rx_packets;
+                    c.rx_prio_bytes[prio] = port.ingress[prio].rx_bytes;
+                    c.rx_prio_packets[prio] = port.ingress[prio].rx_packets;
                     if matches!(port.dev, Dev::Switch(_)) {
                         // Egress queues carry everything but PFC frames, which bypass them.
                         c.q_packets[prio] = tp - c.tx_pause[prio];
                         c.q_bytes[prio] = tb - c.tx_pause[prio] * u64::from(link::PFC_FRAME_BYTES);
-                        c.q_watermark[prio] = port.pr[prio].watermark;
+                        c.q_watermark[prio] = port.pfc[prio].watermark;
                     }
                 }
                 c.tx_bytes = c.tx_prio_bytes.iter().sum();

@@ -623,7 +623,7 @@ impl<Q: Queue> Sim<Q> {
             t = busy;
         }
         for prio in port.nonempty.iter() {
-            let pause_end = port.pr[prio].paused_until;
+            let pause_end = port.pfc[prio].paused_until;
             t = t.min(if pause_end > now {
                 pause_end.max(busy)
             } else {
@@ -636,7 +636,7 @@ impl<Q: Queue> Sim<Q> {
             if q.done || q.snd_nxt >= q.size || q.win_bound() {
                 continue;
             }
-            let pause_end = port.pr[q.prio as usize].paused_until;
+            let pause_end = port.pfc[q.prio as usize].paused_until;
             let ready = q
                 .next_avail
                 .max(busy)

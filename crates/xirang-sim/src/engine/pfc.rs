@@ -5,7 +5,7 @@
 
 use super::event::{Event, PFC_GEN_MASK};
 use super::ids::{PortId, QpId, RouteId};
-use super::link::{PFC_FRAME_BYTES, PrioState};
+use super::link::{Ingress, PFC_FRAME_BYTES};
 use super::{Dev, NEVER, Sim};
 use crate::counters::N_PRIO;
 use crate::packet::{Kind, Packet, Stamp};
@@ -37,7 +37,7 @@ pub struct PfcEvent {
 /// its shared share reached the dynamic threshold `threshold` (the HPCC simulator's
 /// `CheckShouldPause`, docs/hpcc-model.md).
 #[inline(always)]
-pub(crate) fn xoff_due(st: &PrioState, reserved_bytes: u64, threshold: u64) -> bool {
+pub(crate) fn xoff_due(st: &Ingress, reserved_bytes: u64, threshold: u64) -> bool {
     st.hdrm > 0 || st.ing.saturating_sub(reserved_bytes) >= threshold
 }
 
@@ -46,7 +46,7 @@ pub(crate) fn xoff_due(st: &PrioState, reserved_bytes: u64, threshold: u64) -> b
 /// threshold is computed only when needed.
 #[inline(always)]
 pub(crate) fn xon_due(
-    st: &PrioState,
+    st: &Ingress,
     reserved_bytes: u64,
     xon_offset_bytes: u64,
     threshold: impl FnOnce() -> u64,
@@ -63,13 +63,13 @@ impl<Q: Queue> Sim<Q> {
     pub(crate) fn is_paused(&mut self, p: PortId, prio: usize) -> bool {
         let now = self.now;
         let port = self.fab.port_mut(p);
-        if port.pr[prio].paused_until > now {
+        if port.pfc[prio].paused_until > now {
             return true;
         }
         port.pause_mask.remove(prio);
-        if port.pr[prio].pause_since != NEVER {
-            self.stats.port(p).rx_pause_ps[prio] += port.pr[prio].paused_until - port.pr[prio].pause_since;
-            port.pr[prio].pause_since = NEVER;
+        if port.pfc[prio].pause_since != NEVER {
+            self.stats.port(p).rx_pause_ps[prio] += port.pfc[prio].paused_until - port.pfc[prio].pause_since;
+            port.pfc[prio].pause_since = NEVER;
         }
         false
     }
@@ -79,17 +79,17 @@ impl<Q: Queue> Sim<Q> {
         let now = self.now;
         for (port, c) in self.fab.ports_mut().zip(self.stats.ports_mut()) {
             for prio in 0..N_PRIO {
-                if port.pr[prio].pause_since != NEVER {
-                    c.rx_pause_ps[prio] += port.pr[prio].paused_until.min(now) - port.pr[prio].pause_since;
-                    port.pr[prio].pause_since = if port.pr[prio].paused_until > now {
+                if port.pfc[prio].pause_since != NEVER {
+                    c.rx_pause_ps[prio] += port.pfc[prio].paused_until.min(now) - port.pfc[prio].pause_since;
+                    port.pfc[prio].pause_since = if port.pfc[prio].paused_until > now {
                         now
                     } else {
                         NEVER
                     };
                 }
                 if port.xoff.contains(prio) {
-                    c.tx_pause_ps[prio] += now - port.pr[prio].xoff_since;
-                    port.pr[prio].xoff_since = now;
+                    c.tx_pause_ps[prio] += now - port.pfc[prio].xoff_since;
+                    port.pfc[prio].xoff_since = now;
                 }
             }
         }
@@ -118,13 +118,13 @@ impl<Q: Queue> Sim<Q> {
         if xoff {
             if !port.xoff.contains(prio) {
                 port.xoff.insert(prio);
-                port.pr[prio].xoff_since = now;
+                port.pfc[prio].xoff_since = now;
             }
-            port.pr[prio].pfc_gen = port.pr[prio].pfc_gen.wrapping_add(1) & PFC_GEN_MASK;
+            port.pfc[prio].pfc_gen = port.pfc[prio].pfc_gen.wrapping_add(1) & PFC_GEN_MASK;
             // Re-send XOFF when half the pause time has passed, as switches refresh pauses
             // before they expire.
             let half = port.rate.tx_time(u32::from(quanta) * PAUSE_QUANTUM_BYTES) / 2;
-            let generation = port.pr[prio].pfc_gen;
+            let generation = port.pfc[prio].pfc_gen;
             self.schedule(
                 now + half.max(1),
                 Event::PfcRefresh {
@@ -135,8 +135,8 @@ impl<Q: Queue> Sim<Q> {
             );
         } else {
             port.xoff.remove(prio);
-            self.stats.port(p).tx_pause_ps[prio] += now - port.pr[prio].xoff_since;
-            port.pr[prio].xoff_since = NEVER;
+            self.stats.port(p).tx_pause_ps[prio] += now - port.pfc[prio].xoff_since;
+            port.pfc[prio].xoff_since = NEVER;
         }
         self.kick(p);
     }
@@ -144,7 +144,7 @@ impl<Q: Queue> Sim<Q> {
     /// A refresh timer fired: re-send XOFF if this pause is still the one asserted.
     pub(crate) fn pfc_refresh(&mut self, p: PortId, prio: usize, generation: u32) {
         let port = self.fab.port(p);
-        if port.xoff.contains(prio) && port.pr[prio].pfc_gen == generation {
+        if port.xoff.contains(prio) && port.pfc[prio].pfc_gen == generation {
             self.send_pfc(p, prio, true);
         }
     }
@@ -171,17 +171,17 @@ impl<Q: Queue> Sim<Q> {
         });
         if quanta > 0 {
             if !paused {
-                port.pr[prio].pause_since = now;
+                port.pfc[prio].pause_since = now;
             }
-            port.pr[prio].paused_until = now + port.rate.tx_time(quanta * PAUSE_QUANTUM_BYTES);
+            port.pfc[prio].paused_until = now + port.rate.tx_time(quanta * PAUSE_QUANTUM_BYTES);
             port.pause_mask.insert(prio);
         } else {
             if paused {
-                self.stats.port(p).rx_pause_ps[prio] += now - port.pr[prio].pause_since;
-                port.pr[prio].pause_since = NEVER;
+                self.stats.port(p).rx_pause_ps[prio] += now - port.pfc[prio].pause_since;
+                port.pfc[prio].pause_since = NEVER;
                 self.stats.port(p).rx_pause_transition[prio] += 1;
             }
-            port.pr[prio].paused_until = 0;
+            port.pfc[prio].paused_until = 0;
             port.pause_mask.remove(prio);
             self.kick(p);
         }
@@ -192,11 +192,11 @@ impl<Q: Queue> Sim<Q> {
 mod tests {
     use super::*;
 
-    fn ingress(ing: u64, hdrm: u64) -> PrioState {
-        PrioState {
+    fn ingress(ing: u64, hdrm: u64) -> Ingress {
+        Ingress {
             ing,
             hdrm,
-            ..PrioState::default()
+            ..Ingress::default()
         }
     }
 

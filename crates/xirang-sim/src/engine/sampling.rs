@@ -83,11 +83,11 @@ impl<Q: Queue> Sim<Q> {
             }
             if matches!(port.dev, Dev::Switch(_)) {
                 for prio in 0..N_PRIO {
-                    if port.pr[prio].egr > 0 {
+                    if port.egress[prio].egr > 0 {
                         self.stats
                             .samples_mut()
                             .queues
-                            .push((now, pi, prio as u8, port.pr[prio].egr));
+                            .push((now, pi, prio as u8, port.egress[prio].egr));
                     }
                 }
             }

@@ -75,22 +75,22 @@ impl<Q: Queue> Sim<Q> {
             return;
         }
         // Thresholds are taken before this packet is counted (HPCC `CheckIngressAdmission`).
-        let shared_pq = port.pr[prio].ing.saturating_sub(reserved);
-        let new = port.pr[prio].ing + size;
+        let shared_pq = port.ingress[prio].ing.saturating_sub(reserved);
+        let new = port.ingress[prio].ing + size;
         if lossless {
             let thr = sw.threshold(pfc_th);
-            if port.pr[prio].hdrm + size > port.headroom && shared_pq + size > thr {
+            if port.ingress[prio].hdrm + size > port.headroom && shared_pq + size > thr {
                 // Headroom overflow: a lossless packet is lost. Sized headroom prevents it.
                 self.stats.port(inp).in_discards += 1;
                 self.drop_packet(out, &pkt);
                 return;
             }
             if new <= reserved {
-                port.pr[prio].ing = new;
+                port.ingress[prio].ing = new;
             } else if new - reserved > thr {
-                port.pr[prio].hdrm += size;
+                port.ingress[prio].hdrm += size;
             } else {
-                port.pr[prio].ing = new;
+                port.ingress[prio].ing = new;
                 sw.shared_used += size.min(new - reserved);
             }
         } else {
@@ -100,7 +100,7 @@ impl<Q: Queue> Sim<Q> {
                 self.drop_packet(out, &pkt);
                 return;
             }
-            port.pr[prio].ing = new;
+            port.ingress[prio].ing = new;
             if new > reserved {
                 sw.shared_used += size.min(new - reserved);
             }
@@ -108,15 +108,15 @@ impl<Q: Queue> Sim<Q> {
         sw.used += size;
         if lossless
             && !port.xoff.contains(prio)
-            && pfc::xoff_due(&port.pr[prio], reserved, sw.threshold(pfc_th))
+            && pfc::xoff_due(&port.ingress[prio], reserved, sw.threshold(pfc_th))
         {
             self.send_pfc(inp, prio, true);
         }
         pkt.in_port = inp;
         let o = self.fab.port_mut(out);
-        o.pr[prio].egr += size;
-        if o.pr[prio].egr > o.pr[prio].watermark {
-            o.pr[prio].watermark = o.pr[prio].egr;
+        o.egress[prio].egr += size;
+        if o.egress[prio].egr > o.pfc[prio].watermark {
+            o.pfc[prio].watermark = o.egress[prio].egr;
         }
         o.push_q(prio, pkt);
         self.kick(out);
@@ -154,12 +154,12 @@ impl<Q: Queue> Sim<Q> {
                 port.turn_credited = false;
             }
             if !port.turn_credited {
-                port.pr[prio].deficit += DWRR_QUANTUM_BYTES;
+                port.egress[prio].deficit += DWRR_QUANTUM_BYTES;
                 port.turn_credited = true;
             }
-            let head = i64::from(port.pr[prio].queue[0].size);
-            if port.pr[prio].deficit >= head {
-                port.pr[prio].deficit -= head;
+            let head = i64::from(port.egress[prio].queue[0].size);
+            if port.egress[prio].deficit >= head {
+                port.egress[prio].deficit -= head;
                 return Some(prio);
             }
             port.rr = ((prio + 1) % N_PRIO) as u8;
@@ -198,8 +198,8 @@ impl<Q: Queue> Sim<Q> {
         let port = self.fab.port(p);
         let mut t = NEVER;
         for prio in 0..N_PRIO {
-            if port.nonempty.contains(prio) && port.pr[prio].paused_until > self.now {
-                t = t.min(port.pr[prio].paused_until);
+            if port.nonempty.contains(prio) && port.pfc[prio].paused_until > self.now {
+                t = t.min(port.pfc[prio].paused_until);
             }
         }
         if t != NEVER {
@@ -221,18 +221,18 @@ impl<Q: Queue> Sim<Q> {
             (net.pfc_lossless[prio], net.xon_offset, net.pfc_th)
         };
         let (sw, port) = self.fab.switch_and_port_mut(s.index(), inp);
-        let from_hdrm = port.pr[prio].hdrm.min(size);
-        let from_shared = (size - from_hdrm).min(port.pr[prio].ing.saturating_sub(reserved));
-        port.pr[prio].hdrm -= from_hdrm;
-        port.pr[prio].ing -= size - from_hdrm;
+        let from_hdrm = port.ingress[prio].hdrm.min(size);
+        let from_shared = (size - from_hdrm).min(port.ingress[prio].ing.saturating_sub(reserved));
+        port.ingress[prio].hdrm -= from_hdrm;
+        port.ingress[prio].ing -= size - from_hdrm;
         sw.shared_used -= from_shared;
         sw.used -= size;
         let resume = lossless
             && port.xoff.contains(prio)
-            && pfc::xon_due(&port.pr[prio], reserved, xon_offset, || sw.threshold(pfc_th));
+            && pfc::xon_due(&port.ingress[prio], reserved, xon_offset, || sw.threshold(pfc_th));
         let o = self.fab.port_mut(out);
-        o.pr[prio].egr -= size;
-        if pkt.kind == Kind::Data && o.red_mark(o.pr[prio].egr) {
+        o.egress[prio].egr -= size;
+        if pkt.kind == Kind::Data && o.red_mark(o.egress[prio].egr) {
             self.stats.port(out).q_ecn_marked[prio] += 1;
             pkt.ce = true;
         }
@@ -242,8 +242,8 @@ impl<Q: Queue> Sim<Q> {
             // HPCC's INT hop at egress dequeue (the simulator's SwitchNotifyDequeue): the
             // port's bytes sent before this packet, its queue (every priority) after it.
             let o = self.fab.port(out);
-            let tx_bytes: u64 = o.pr.iter().map(|s| s.tx_bytes).sum();
-            let qlen: u64 = o.pr.iter().map(|s| s.egr).sum();
+            let tx_bytes: u64 = o.egress.iter().map(|s| s.tx_bytes).sum();
+            let qlen: u64 = o.egress.iter().map(|s| s.egr).sum();
             let rec = self.cc.ints_mut().record_mut(i);
             let hop = crate::cc::int::Hop::encode(
                 self.now / PS_PER_NS,
