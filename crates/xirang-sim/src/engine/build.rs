@@ -2,13 +2,13 @@
 //! fabric-wide settings, then routes, flows, collectives and the first events. Each step
 //! is a function of the scenario's model; `Sim::new_part` puts them together.
 
-use xirang_fabric::config::{CcAlgorithm, FabricConfig, RedProfile};
+use xirang_fabric::config::{CcAlgorithm, FabricConfig};
 use xirang_fabric::model::{Fabric, Node};
 use xirang_fabric::scenario::EcmpMode;
 
 use super::event::Event;
 use super::ids::{self, IdVec, PortId};
-use super::link::{Link, Port};
+use super::link::{Link, NicPort, Port, Role, SwitchPort};
 use super::switch::SwitchState;
 use super::{ClassRt, Dev, MAX_DEVICES, NetConfig, NicState, RunOptions, Sim, routes};
 use crate::queue::Queue;
@@ -69,33 +69,28 @@ pub(crate) fn ports_and_links(fabric: &Fabric, config: &FabricConfig, opts: &Run
             let headroom = pfc
                 .headroom_bytes
                 .unwrap_or_else(|| xirang_fabric::config::default_headroom_bytes(l.rate_gbps, l.delay_ns));
-            let red = match end.node {
+            let role = match end.node {
                 Node::Switch(s) => {
                     let sw = &fabric.switches[s.index()];
-                    sw.ports[end.port as usize]
+                    let red = sw.ports[end.port as usize]
                         .ecn
-                        .unwrap_or_else(|| config.ecn.profile_at(sw.tier, l.rate_gbps))
+                        .unwrap_or_else(|| config.ecn.profile_at(sw.tier, l.rate_gbps));
+                    let ecn_rng = Stream::new(opts.seed, Purpose::Ecn, u64::from(id.0));
+                    Role::Switch(SwitchPort::new(headroom, red, ecn_rng))
                 }
-                Node::Nic(_) => RedProfile {
-                    enabled: false,
-                    ..RedProfile::default()
-                },
+                Node::Nic(n) => Role::Nic(NicPort {
+                    pcie: Some(fabric.nics[n.index()].pcie),
+                    ..NicPort::default()
+                }),
             };
-            let ecn_rng = matches!(end.node, Node::Switch(_))
-                .then(|| Stream::new(opts.seed, Purpose::Ecn, u64::from(id.0)));
-            let mut port = Port::new(
+            let port = Port::new(
                 dev_of(end.node),
                 dev_index(end.node),
                 end.port,
                 PortId(peer),
                 rate,
-                headroom,
-                red,
-                ecn_rng,
+                role,
             );
-            if let Node::Nic(n) = end.node {
-                port.pcie = Some(fabric.nics[n.index()].pcie);
-            }
             ports.push(port);
             let far = if end.node == l.a.node && end.port == l.a.port {
                 l.b
@@ -155,7 +150,7 @@ pub(crate) fn devices(
         .map(|i| {
             let mine = sw_ports[i].iter().filter(|p| p.0 != u32::MAX);
             let total_hdrm: u64 = if pfc.enabled {
-                mine.clone().map(|p| ports[*p].headroom).sum()
+                mine.clone().map(|p| ports[*p].switch().headroom).sum()
             } else {
                 0
             };

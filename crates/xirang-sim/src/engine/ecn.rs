@@ -3,9 +3,9 @@
 //! scaled to its rate where the configuration says so) and its own random stream, so a
 //! port's marks do not depend on any other port's traffic.
 
-use super::link::Port;
+use super::link::SwitchPort;
 
-impl Port {
+impl SwitchPort {
     /// RED decision for a data packet leaving with `queued_bytes` still behind it
     /// (docs/reference/congestion-control.md §1.1: marking on the egress queue, evaluated
     /// at dequeue as the HPCC simulator does).
@@ -15,13 +15,6 @@ impl Port {
             return false;
         }
         let p = self.red.mark_probability(queued_bytes);
-        p >= 1.0
-            || (p > 0.0
-                && self
-                    .ecn_rng
-                    .as_mut()
-                    .expect("switch ports have an ECN stream")
-                    .uniform()
-                    < p)
+        p >= 1.0 || (p > 0.0 && self.ecn_rng.uniform() < p)
     }
 }

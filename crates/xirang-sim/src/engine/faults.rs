@@ -193,13 +193,15 @@ impl<Q: Queue> Sim<Q> {
                 }
             }
             (FaultKind::EcnOff, false) => {
-                f.saved_red = self.fab.port(q).red.enabled;
-                self.fab.port_mut(q).red.enabled = false;
+                // Scenario validation puts `ecn_off` and `pfc_off` on switch ports.
+                f.saved_red = self.fab.port(q).switch().red.enabled;
+                self.fab.port_mut(q).switch_mut().red.enabled = false;
             }
-            (FaultKind::EcnOff, true) => self.fab.port_mut(q).red.enabled = f.saved_red,
-            (FaultKind::PfcOff, off) => self.fab.port_mut(q).pfc_off = !off,
+            (FaultKind::EcnOff, true) => self.fab.port_mut(q).switch_mut().red.enabled = f.saved_red,
+            (FaultKind::PfcOff, off) => self.fab.port_mut(q).switch_mut().pfc_off = !off,
             (FaultKind::SlowReceiver, false) => {
-                self.fab.port_mut(q).slow_rx = Some(SlowRx {
+                // Scenario validation puts `slow_receiver` and `pcie_degraded` on NIC ports.
+                self.fab.port_mut(q).nic_mut().slow_rx = Some(SlowRx {
                     drain_bps: f.param * 1e9,
                     backlog_bytes: 0.0,
                     last: self.now,
@@ -210,10 +212,10 @@ impl<Q: Queue> Sim<Q> {
                 // rate on its own (a simplification for multi-port NICs, whose ports
                 // would share it).
                 let Some(link) = f.pcie else { return };
-                f.saved_pcie = self.fab.port(q).pcie;
+                f.saved_pcie = self.fab.port(q).nic().pcie;
                 let gbps = link.usable_gbps();
                 for p in self.nic_port_ids(q) {
-                    let port = self.fab.port_mut(p);
+                    let port = self.fab.port_mut(p).nic_mut();
                     port.pcie = Some(link);
                     port.host_cap = Some(Rate::from_gbps(gbps));
                     port.slow_rx = Some(SlowRx {
@@ -226,7 +228,7 @@ impl<Q: Queue> Sim<Q> {
             (FaultKind::PcieDegraded, true) => {
                 let saved = f.saved_pcie;
                 for p in self.nic_port_ids(q) {
-                    let port = self.fab.port_mut(p);
+                    let port = self.fab.port_mut(p).nic_mut();
                     port.pcie = saved;
                     port.host_cap = None;
                 }
@@ -340,6 +342,7 @@ impl<Q: Queue> Sim<Q> {
         for &m in &members {
             let xport = &self.xport;
             let (routes, port) = self.fab.routes_and_port_mut(m);
+            let port = port.nic_mut();
             let before = port.qps.len();
             port.qps.retain(|&qi| {
                 let stays = routes.first(xport.tx(qi).route) == m;
@@ -355,7 +358,7 @@ impl<Q: Queue> Sim<Q> {
         for qi in moved {
             let to = self.fab.routes().first(self.xport.tx(qi).route);
             self.xport.tx_mut(qi).src_port = to;
-            self.fab.port_mut(to).qps.push(qi);
+            self.fab.port_mut(to).nic_mut().qps.push(qi);
             self.kick(to);
         }
         // QPs not yet started take their port from the route when they start
@@ -375,7 +378,7 @@ impl<Q: Queue> Sim<Q> {
     /// A slow receiver drains at full speed again: resume whatever it paused.
     fn end_slow_rx(&mut self, q: PortId) {
         for q in self.nic_port_ids(q) {
-            self.fab.port_mut(q).slow_rx = None;
+            self.fab.port_mut(q).nic_mut().slow_rx = None;
             for prio in 0..N_PRIO {
                 if self.fab.port(q).xoff.contains(prio) {
                     self.send_pfc(q, prio, false);
@@ -393,14 +396,15 @@ impl<Q: Queue> Sim<Q> {
         let prio = pkt.prio as usize;
         let lossless = self.fab.net().pfc_lossless[prio];
         let port = self.fab.port_mut(p);
-        let Some(rx) = port.slow_rx.as_mut() else {
+        let xoff = port.xoff.contains(prio);
+        let Some(rx) = port.nic_mut().slow_rx.as_mut() else {
             return;
         };
         rx.drain_to(now);
         rx.backlog_bytes += f64::from(pkt.size);
         let backlog = rx.backlog_bytes;
         let drain_bps = rx.drain_bps;
-        if backlog >= NIC_RX_XOFF_BYTES && lossless && !port.xoff.contains(prio) {
+        if backlog >= NIC_RX_XOFF_BYTES && lossless && !xoff {
             self.send_pfc(p, prio, true);
             self.schedule_rx_drain(p, prio, backlog, drain_bps);
         }
@@ -422,10 +426,11 @@ impl<Q: Queue> Sim<Q> {
     pub(crate) fn rx_drain(&mut self, p: PortId, prio: usize) {
         let now = self.now;
         let port = self.fab.port_mut(p);
-        let Some(rx) = port.slow_rx.as_mut() else {
+        let xoff = port.xoff.contains(prio);
+        let Some(rx) = port.nic_mut().slow_rx.as_mut() else {
             return;
         };
-        if !port.xoff.contains(prio) {
+        if !xoff {
             return;
         }
         rx.drain_to(now);
@@ -502,8 +507,9 @@ impl<Q: Queue> Sim<Q> {
                 FaultKind::GdrOff => {
                     let cap = Rate::from_gbps(f.bounce_gbps.unwrap_or(0.0));
                     for p in self.nic_port_ids(port) {
-                        self.fab.port_mut(p).host_cap = Some(cap);
-                        self.fab.port_mut(p).rx_cap = Some(cap);
+                        let n = self.fab.port_mut(p).nic_mut();
+                        n.host_cap = Some(cap);
+                        n.rx_cap = Some(cap);
                         self.fab.gate_rx();
                     }
                 }

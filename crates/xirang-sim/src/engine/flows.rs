@@ -478,7 +478,7 @@ impl<Q: Queue> Sim<Q> {
             let sp = self.fab.routes().first(q.route);
             q.src_port = sp;
             q.listed = true;
-            self.fab.port_mut(sp).qps.push(qi);
+            self.fab.port_mut(sp).nic_mut().qps.push(qi);
             self.kick(sp);
         }
     }

@@ -23,8 +23,10 @@ use crate::time::{Ps, Rate};
 /// A PFC frame is a minimum-size Ethernet frame (docs/reference/congestion-control.md §6).
 pub const PFC_FRAME_BYTES: u16 = 64;
 
-/// One port of a NIC or switch: its transmitter and (at switches) the buffer accounting of
-/// packets that entered through it.
+/// One port of a NIC or switch: its transmitter, its per-priority state, and what only a
+/// NIC's port or only a switch's port has ([`Role`]: [`NicPort`] or [`SwitchPort`], reached
+/// through [`Port::nic`] and [`Port::switch`], so NIC-only state is never read on a
+/// switch's port by accident).
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Port {
     pub(crate) dev: Dev,
@@ -50,33 +52,67 @@ pub(crate) struct Port {
     pub(crate) turn_credited: bool,
     /// Priorities on which this port told its peer to pause (XOFF sent, no XON yet).
     pub(crate) xoff: Prios,
-    /// Headroom for bytes arriving after XOFF (switch ingress).
-    pub(crate) headroom: u64,
     /// Per-priority state by when a packet touches it ([`Ingress`], [`Egress`], [`PrioPfc`]).
     pub(crate) ingress: [Ingress; N_PRIO],
     pub(crate) egress: [Egress; N_PRIO],
     pub(crate) pfc: [PrioPfc; N_PRIO],
-    /// NIC: QPs sending through this port.
+    /// What only a NIC's or only a switch's port has.
+    pub(crate) role: Role,
+}
+
+/// The part of a port only a NIC's or only a switch's port has.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub(crate) enum Role {
+    Nic(NicPort),
+    Switch(SwitchPort),
+}
+
+/// What only a NIC's port has: the QPs sending through it, its PCIe link, and the state
+/// of the host-side faults.
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+pub(crate) struct NicPort {
+    /// QPs sending through this port.
     pub(crate) qps: Vec<QpId>,
     pub(crate) rr_qp: usize,
-    pub(crate) ecn_rng: Option<Stream>,
-    /// RED profile of this egress port (switch ports).
-    pub(crate) red: RedProfile,
-    /// `pfc_off` fault: packets entering here are admitted as lossy and never paused.
-    pub(crate) pfc_off: bool,
-    /// `slow_receiver` fault (NIC ports): the host's drain rate and receive backlog.
+    /// `slow_receiver` fault: the host's drain rate and receive backlog.
     pub(crate) slow_rx: Option<super::faults::SlowRx>,
-    /// NIC ports: the NIC's PCIe link (what it reports).
+    /// The NIC's PCIe link (what it reports).
     pub(crate) pcie: Option<PcieLink>,
     /// `pcie_degraded` fault: the host-side rate data can leave at, and when the
     /// host side is next free.
     pub(crate) host_cap: Option<Rate>,
     pub(crate) host_free_at: Ps,
-    /// `gdr_off` fault (NIC ports): the rate the host grants its senders credit at
-    /// (receive bounce through host memory), and when the next credit is free. Senders
-    /// wait for it; nothing pauses.
+    /// `gdr_off` fault: the rate the host grants its senders credit at (receive bounce
+    /// through host memory), and when the next credit is free. Senders wait for it;
+    /// nothing pauses.
     pub(crate) rx_cap: Option<Rate>,
     pub(crate) rx_free_at: Ps,
+}
+
+/// What only a switch's port has: the headroom of its ingress, the RED profile and random
+/// stream of its egress, and the `pfc_off` fault.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub(crate) struct SwitchPort {
+    /// Headroom for bytes arriving after XOFF.
+    pub(crate) headroom: u64,
+    /// RED profile of this egress port.
+    pub(crate) red: RedProfile,
+    pub(crate) ecn_rng: Stream,
+    /// `pfc_off` fault: packets entering here are admitted as lossy and never paused.
+    pub(crate) pfc_off: bool,
+}
+
+impl SwitchPort {
+    /// A switch port with `headroom` bytes of ingress headroom, marking with `red` drawn
+    /// from `ecn_rng`.
+    pub(crate) fn new(headroom: u64, red: RedProfile, ecn_rng: Stream) -> SwitchPort {
+        SwitchPort {
+            headroom,
+            red,
+            ecn_rng,
+            pfc_off: false,
+        }
+    }
 }
 
 /// What a packet entering through a port touches, per priority: the receive counters and
@@ -168,17 +204,12 @@ impl Link {
 }
 
 impl Port {
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(
-        dev: Dev,
-        dev_idx: u32,
-        local: u16,
-        peer: PortId,
-        rate: Rate,
-        headroom: u64,
-        red: RedProfile,
-        ecn_rng: Option<Stream>,
-    ) -> Self {
+    pub(crate) fn new(dev: Dev, dev_idx: u32, local: u16, peer: PortId, rate: Rate, role: Role) -> Self {
+        debug_assert_eq!(
+            matches!(dev, Dev::Nic(_)),
+            matches!(role, Role::Nic(_)),
+            "a port's role is its device's kind"
+        );
         Port {
             dev,
             dev_idx,
@@ -193,21 +224,54 @@ impl Port {
             rr: 0,
             turn_credited: false,
             xoff: Prios::NONE,
-            headroom,
             ingress: [Ingress::default(); N_PRIO],
             egress: std::array::from_fn(|_| Egress::default()),
             pfc: [PrioPfc::default(); N_PRIO],
-            qps: Vec::new(),
-            rr_qp: 0,
-            ecn_rng,
-            red,
-            pfc_off: false,
-            slow_rx: None,
-            pcie: None,
-            host_cap: None,
-            host_free_at: 0,
-            rx_cap: None,
-            rx_free_at: 0,
+            role,
+        }
+    }
+
+    /// The NIC-only part of a NIC's port.
+    #[inline(always)]
+    pub(crate) fn nic(&self) -> &NicPort {
+        match &self.role {
+            Role::Nic(n) => n,
+            Role::Switch(_) => wrong_role("a NIC's", self.dev),
+        }
+    }
+
+    /// The NIC-only part of a NIC's port, to change.
+    #[inline(always)]
+    pub(crate) fn nic_mut(&mut self) -> &mut NicPort {
+        match &mut self.role {
+            Role::Nic(n) => n,
+            Role::Switch(_) => wrong_role("a NIC's", self.dev),
+        }
+    }
+
+    /// The NIC-only part, if this is a NIC's port.
+    pub(crate) fn as_nic(&self) -> Option<&NicPort> {
+        match &self.role {
+            Role::Nic(n) => Some(n),
+            Role::Switch(_) => None,
+        }
+    }
+
+    /// The switch-only part of a switch's port.
+    #[inline(always)]
+    pub(crate) fn switch(&self) -> &SwitchPort {
+        match &self.role {
+            Role::Switch(s) => s,
+            Role::Nic(_) => wrong_role("a switch's", self.dev),
+        }
+    }
+
+    /// The switch-only part of a switch's port, to change.
+    #[inline(always)]
+    pub(crate) fn switch_mut(&mut self) -> &mut SwitchPort {
+        match &mut self.role {
+            Role::Switch(s) => s,
+            Role::Nic(_) => wrong_role("a switch's", self.dev),
         }
     }
 
@@ -230,6 +294,12 @@ impl Port {
         }
         pkt
     }
+}
+
+#[cold]
+#[inline(never)]
+fn wrong_role(wanted: &str, dev: Dev) -> ! {
+    panic!("invariant: a handler asked for {wanted} port state on a port of {dev:?}")
 }
 
 impl<Q: Queue> Sim<Q> {

@@ -490,7 +490,7 @@ impl<Q: Queue> Sim<Q> {
                     }
                 }
                 c.rate_mbps = (port.rate.bps / 1e6).round() as u64;
-                c.pcie = port.pcie.map(|l| {
+                c.pcie = port.as_nic().and_then(|n| n.pcie).map(|l| {
                     let mts = |gts: f64| (gts * 1000.0).round() as u64;
                     [
                         u64::from(l.cur_width),

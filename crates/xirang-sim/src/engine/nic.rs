@@ -199,7 +199,7 @@ impl<Q: Queue> Sim<Q> {
             return 0;
         }
         let q = self.xport.tx(qi);
-        let d = self.fab.port(q.dst_port);
+        let d = self.fab.port(q.dst_port).nic();
         if d.rx_cap.is_some() && !q.rx_reserved {
             d.rx_free_at
         } else {
@@ -214,7 +214,7 @@ impl<Q: Queue> Sim<Q> {
         let header = self.fab.net().header_bytes;
         let q = self.xport.tx_mut(qi);
         let wire = (q.size - q.snd_nxt).min(u64::from(q.mtu)) as u32 + header;
-        let d = self.fab.port_mut(q.dst_port);
+        let d = self.fab.port_mut(q.dst_port).nic_mut();
         if let Some(cap) = d.rx_cap {
             d.rx_free_at = at + cap.tx_time(wire);
             q.next_avail = at;
@@ -226,7 +226,7 @@ impl<Q: Queue> Sim<Q> {
     pub(crate) fn nic_receive(&mut self, p: PortId, pkt: Packet) {
         match pkt.kind {
             Kind::Data => {
-                if self.fab.port(p).slow_rx.is_some() {
+                if self.fab.port(p).nic().slow_rx.is_some() {
                     self.slow_rx_arrival(p, &pkt);
                 }
                 self.nic_rx_data(p, &pkt)
@@ -494,18 +494,18 @@ impl<Q: Queue> Sim<Q> {
             return;
         }
         // Data waits while the host side (a degraded PCIe link) is still busy.
-        if self.fab.port(p).host_free_at > now {
+        if self.fab.port(p).nic().host_free_at > now {
             self.after_nic_tx(p);
             return;
         }
         // Data: round robin over QPs whose rate limiter allows a packet now.
-        let n = self.fab.port(p).qps.len();
-        let start = self.fab.port(p).rr_qp;
+        let n = self.fab.port(p).nic().qps.len();
+        let start = self.fab.port(p).nic().rr_qp;
         let mut any_done = false;
         let mut chosen = None;
         for i in 1..=n {
             let idx = (start + i) % n;
-            let qi = self.fab.port(p).qps[idx];
+            let qi = self.fab.port(p).nic().qps[idx];
             let q = self.xport.tx(qi);
             if q.done {
                 any_done = true;
@@ -527,12 +527,12 @@ impl<Q: Queue> Sim<Q> {
             break;
         }
         if let Some((idx, qi)) = chosen {
-            self.fab.port_mut(p).rr_qp = idx;
+            self.fab.port_mut(p).nic_mut().rr_qp = idx;
             self.send_data(p, qi);
         }
         if any_done {
             let xport = &mut self.xport;
-            let port = self.fab.port_mut(p);
+            let port = self.fab.port_mut(p).nic_mut();
             // Keep the round-robin pointer on the same QP: shift it by the finished QPs
             // removed before it.
             let removed_before = port.qps[..port.rr_qp.min(port.qps.len())]
@@ -579,10 +579,11 @@ impl<Q: Queue> Sim<Q> {
         q.next_avail = now + super::cc_timers::paced_gap(q, self.fab.port(p).rate.tx_time(wire));
         let dst = q.dst_port;
         let port = self.fab.port_mut(p);
-        if let Some(cap) = port.host_cap {
-            port.host_free_at = port.host_free_at.max(now) + cap.tx_time(wire);
+        let n = port.nic_mut();
+        if let Some(cap) = n.host_cap {
+            n.host_free_at = n.host_free_at.max(now) + cap.tx_time(wire);
         }
-        let d = self.fab.port_mut(dst);
+        let d = self.fab.port_mut(dst).nic_mut();
         if q.rx_reserved {
             // The credit was taken when the QP asked for it.
             q.rx_reserved = false;
@@ -630,7 +631,7 @@ impl<Q: Queue> Sim<Q> {
                 busy
             });
         }
-        for &qi in &port.qps {
+        for &qi in &port.nic().qps {
             let q = self.xport.tx(qi);
             // A window-bound QP waits for an ACK, which kicks the port.
             if q.done || q.snd_nxt >= q.size || q.win_bound() {
@@ -640,7 +641,7 @@ impl<Q: Queue> Sim<Q> {
             let ready = q
                 .next_avail
                 .max(busy)
-                .max(port.host_free_at)
+                .max(port.nic().host_free_at)
                 .max(self.rx_gate(qi))
                 .max(if pause_end > now { pause_end } else { 0 });
             t = t.min(ready);

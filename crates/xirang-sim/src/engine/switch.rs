@@ -64,7 +64,7 @@ impl<Q: Queue> Sim<Q> {
         pkt.hop += 1;
         let prio = pkt.prio as usize;
         let size = u64::from(pkt.size);
-        let lossless = self.fab.net().pfc_lossless[prio] && !self.fab.port(inp).pfc_off;
+        let lossless = self.fab.net().pfc_lossless[prio] && !self.fab.port(inp).switch().pfc_off;
         let reserved = self.fab.net().reserved;
         // The thresholds are settings: read before the switch and port are borrowed.
         let (pfc_th, lossy_th) = (self.fab.net().pfc_th, self.fab.net().lossy_th);
@@ -79,7 +79,7 @@ impl<Q: Queue> Sim<Q> {
         let new = port.ingress[prio].ing + size;
         if lossless {
             let thr = sw.threshold(pfc_th);
-            if port.ingress[prio].hdrm + size > port.headroom && shared_pq + size > thr {
+            if port.ingress[prio].hdrm + size > port.switch().headroom && shared_pq + size > thr {
                 // Headroom overflow: a lossless packet is lost. Sized headroom prevents it.
                 self.stats.port(inp).in_discards += 1;
                 self.drop_packet(out, &pkt);
@@ -232,7 +232,8 @@ impl<Q: Queue> Sim<Q> {
             && pfc::xon_due(&port.ingress[prio], reserved, xon_offset, || sw.threshold(pfc_th));
         let o = self.fab.port_mut(out);
         o.egress[prio].egr -= size;
-        if pkt.kind == Kind::Data && o.red_mark(o.egress[prio].egr) {
+        let queued = o.egress[prio].egr;
+        if pkt.kind == Kind::Data && o.switch_mut().red_mark(queued) {
             self.stats.port(out).q_ecn_marked[prio] += 1;
             pkt.ce = true;
         }

@@ -1,6 +1,6 @@
 //! Unit tests of engine internals that the public API cannot reach.
 
-use super::link::Port;
+use super::link::SwitchPort;
 use super::*;
 use crate::packet::{Kind, Packet, Stamp};
 use crate::rng::{Purpose, Stream};
@@ -72,16 +72,7 @@ fn red_marking_follows_the_red_line() {
         kmax_bytes: 400_000,
         pmax: 0.2,
     };
-    let mut port = Port::new(
-        Dev::Switch(SwitchId(0)),
-        0,
-        0,
-        PortId(1),
-        Rate::from_gbps(100.0),
-        0,
-        red,
-        Some(Stream::new(42, Purpose::Ecn, 0)),
-    );
+    let mut port = SwitchPort::new(0, red, Stream::new(42, Purpose::Ecn, 0));
     const TRIALS: u32 = 200_000;
     for q in [100_000u64, 150_000, 250_000, 399_000, 400_000, 400_001, 1_000_000] {
         let expected = red.mark_probability(q);

@@ -396,7 +396,7 @@ impl<Q: Queue> Sim<Q> {
             q.next_avail = q.next_avail.max(now);
             let sp = self.fab.routes().first(q.route);
             q.src_port = sp;
-            self.fab.port_mut(sp).qps.push(qi);
+            self.fab.port_mut(sp).nic_mut().qps.push(qi);
         }
         let sp = self.xport.tx(qi).src_port;
         self.kick(sp);
