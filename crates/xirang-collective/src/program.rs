@@ -1424,7 +1424,11 @@ struct Run<'p> {
     fifo: BTreeMap<Conn, Fifo>,
     /// Transfers per iteration each connection carries, as the program says.
     expected_sends: BTreeMap<Conn, u64>,
+    /// Slices per iteration each connection carries, as the program says, and what it did.
+    expected_slices: BTreeMap<Conn, u64>,
     slices_sent: BTreeMap<Conn, u64>,
+    /// The (sending, receiving) thread of each connection, as the program names them.
+    roles: BTreeMap<Conn, (u32, u32)>,
     /// Which thread sent and received on each connection.
     senders: BTreeMap<Conn, u32>,
     receivers: BTreeMap<Conn, u32>,
@@ -1445,16 +1449,14 @@ impl<'p> Run<'p> {
         let mut fifo: BTreeMap<Conn, Fifo> = BTreeMap::new();
         let mut expected_sends: BTreeMap<Conn, u64> = BTreeMap::new();
         let mut expected_slices: BTreeMap<Conn, u64> = BTreeMap::new();
-        // (connection, (sending role, receiving role)) as the program names them.
-        type Roles = Vec<(Conn, (u32, u32))>;
-        let mut roles: Roles = Vec::new();
+        let mut roles: BTreeMap<Conn, (u32, u32)> = BTreeMap::new();
         p.connections(&mut |c, a, b, k, sl| {
             fifo.insert((c, a, b), Fifo::new());
             expected_sends.insert((c, a, b), k);
             expected_slices.insert((c, a, b), sl);
         });
         for &(c, a, b) in fifo.keys() {
-            roles.push(((c, a, b), p.conn_roles(c, a, b)));
+            roles.insert((c, a, b), p.conn_roles(c, a, b));
         }
         let mut cur: BTreeMap<Thread, (u64, u32)> = BTreeMap::new();
         for c in 0..nch {
@@ -1470,7 +1472,9 @@ impl<'p> Run<'p> {
             slots,
             fifo,
             expected_sends,
+            expected_slices,
             slices_sent: BTreeMap::new(),
+            roles,
             senders: BTreeMap::new(),
             receivers: BTreeMap::new(),
             sent: BTreeMap::new(),
@@ -1638,6 +1642,22 @@ impl<'p> Run<'p> {
             if got != *want {
                 return Err(format!(
                     "connection {k:?} carried {got} transfers, the program says {want}"
+                ));
+            }
+        }
+        for (k, want) in &self.expected_slices {
+            let got = self.slices_sent.get(k).copied().unwrap_or(0);
+            if got != *want {
+                return Err(format!(
+                    "connection {k:?} carried {got} slices, the program says {want}"
+                ));
+            }
+        }
+        for (k, &(send, recv)) in &self.roles {
+            let (got_send, got_recv) = (self.senders.get(k), self.receivers.get(k));
+            if got_send.is_some_and(|&t| t != send) || got_recv.is_some_and(|&t| t != recv) {
+                return Err(format!(
+                    "connection {k:?} was used by threads {got_send:?} -> {got_recv:?}, the program names {send} -> {recv}"
                 ));
             }
         }

@@ -150,3 +150,68 @@ proptest! {
         verify(&*p, op, bytes).map_err(|e| TestCaseError::fail(format!("{op:?}/{algorithm:?}/{proto:?} {ranks}x{g} {bytes} B {channels} ch: {e}")))?;
     }
 }
+
+/// A program whose connections say one slice more, or name other threads, than its
+/// primitives use: what `verify` must catch.
+#[derive(Debug)]
+struct Misdeclared {
+    inner: Box<dyn Program>,
+    extra_slice: bool,
+    swap_roles: bool,
+}
+
+impl Program for Misdeclared {
+    fn proto(&self) -> Proto {
+        self.inner.proto()
+    }
+    fn channels(&self) -> u32 {
+        self.inner.channels()
+    }
+    fn ranks(&self) -> u32 {
+        self.inner.ranks()
+    }
+    fn slots(&self) -> u32 {
+        self.inner.slots()
+    }
+    fn roles(&self, channel: u32, rank: u32) -> u32 {
+        self.inner.roles(channel, rank)
+    }
+    fn len(&self, channel: u32, rank: u32, role: u32) -> u64 {
+        self.inner.len(channel, rank, role)
+    }
+    fn prim(&self, channel: u32, rank: u32, role: u32, index: u64) -> program::Prim {
+        self.inner.prim(channel, rank, role, index)
+    }
+    fn connections(&self, f: &mut dyn FnMut(u32, u32, u32, u64, u64)) {
+        let extra = u64::from(self.extra_slice);
+        self.inner
+            .connections(&mut |c, a, b, k, sl| f(c, a, b, k, sl + extra));
+    }
+    fn conn_roles(&self, channel: u32, src: u32, dst: u32) -> (u32, u32) {
+        let (s, r) = self.inner.conn_roles(channel, src, dst);
+        if self.swap_roles { (s + 1, r) } else { (s, r) }
+    }
+    fn state_entries(&self) -> usize {
+        self.inner.state_entries()
+    }
+}
+
+#[test]
+fn verify_refuses_a_program_whose_connections_misstate_slices_or_threads() {
+    let s = spec(O::AllReduce, A::Ring, Proto::Simple, 4, 1, MIB, 2);
+    verify(&*build(&s).unwrap(), O::AllReduce, MIB).expect("the real program verifies");
+    let slices = Misdeclared {
+        inner: build(&s).unwrap(),
+        extra_slice: true,
+        swap_roles: false,
+    };
+    let err = verify(&slices, O::AllReduce, MIB).unwrap_err();
+    assert!(err.contains("slices, the program says"), "{err}");
+    let roles = Misdeclared {
+        inner: build(&s).unwrap(),
+        extra_slice: false,
+        swap_roles: true,
+    };
+    let err = verify(&roles, O::AllReduce, MIB).unwrap_err();
+    assert!(err.contains("the program names"), "{err}");
+}

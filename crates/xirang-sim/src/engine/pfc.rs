@@ -298,10 +298,14 @@ mod tests {
     #[test]
     fn xoff_schedules_its_refresh_and_xon_counts_the_pause_asked_for() {
         let (mut port, mut c) = (nic_port(), PortCounters::default());
-        let (at, generation) = port.queue_pfc(frame(3), 3, 100, 1_000, &mut c).expect("XOFF refreshes");
+        let (at, generation) = port
+            .queue_pfc(frame(3), 3, 100, 1_000, &mut c)
+            .expect("XOFF refreshes");
         assert_eq!(at, 1_000 + 256_000);
         assert!(port.refresh_due(3, generation));
-        let (_, next) = port.queue_pfc(frame(3), 3, 100, at, &mut c).expect("XOFF refreshes");
+        let (_, next) = port
+            .queue_pfc(frame(3), 3, 100, at, &mut c)
+            .expect("XOFF refreshes");
         assert!(!port.refresh_due(3, generation) && port.refresh_due(3, next));
         assert_eq!(port.queue_pfc(frame(3), 3, 0, 501_000, &mut c), None);
         assert!(!port.xoff.contains(3) && !port.refresh_due(3, next));
