@@ -4,7 +4,6 @@ use super::link::SwitchPort;
 use super::*;
 use crate::packet::{Kind, Packet, Stamp};
 use crate::rng::{Purpose, Stream};
-use crate::time::Rate;
 use xirang_fabric::config::RedProfile;
 
 /// Regression (review): a duplicate data packet (the sender went back after its last ACK
