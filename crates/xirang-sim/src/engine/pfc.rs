@@ -59,6 +59,24 @@ pub(crate) fn xon_due(
     }
 }
 
+/// A PFC frame for `prio` leaving port `p` at `now`, pausing for `quanta` (0: XON).
+fn pfc_frame(p: PortId, prio: usize, quanta: u16, now: Ps) -> Packet {
+    Packet {
+        seq: u64::from(quanta),
+        stamp: Stamp::sent_at(now),
+        qp: QpId(u32::MAX),
+        route: RouteId(0),
+        in_port: p,
+        size: PFC_FRAME_BYTES,
+        payload: 0,
+        hop: 0,
+        kind: Kind::Pause,
+        prio: prio as u8,
+        ce: false,
+        last: false,
+    }
+}
+
 impl Port {
     /// Whether this port's transmitter is paused on `prio` at `now`. A pause that has ended
     /// is settled: `settle` gets its duration for the port's `rx_pause_ps` (a closure, so
@@ -174,20 +192,7 @@ impl<Q: Queue> Sim<Q> {
     /// Sends a PFC frame out of port `p` (towards its peer) for `prio`.
     pub(crate) fn send_pfc(&mut self, p: PortId, prio: usize, xoff: bool) {
         let quanta = if xoff { self.fab.net().pause_quanta } else { 0 };
-        let frame = self.alloc(Packet {
-            seq: u64::from(quanta),
-            stamp: Stamp::sent_at(self.now),
-            qp: QpId(u32::MAX),
-            route: RouteId(0),
-            in_port: p,
-            size: PFC_FRAME_BYTES,
-            payload: 0,
-            hop: 0,
-            kind: Kind::Pause,
-            prio: prio as u8,
-            ce: false,
-            last: false,
-        });
+        let frame = self.alloc(pfc_frame(p, prio, quanta, self.now));
         let refresh = self
             .fab
             .port_mut(p)
@@ -253,20 +258,7 @@ mod tests {
     }
 
     fn frame(prio: usize) -> Packet {
-        Packet {
-            seq: 0,
-            stamp: Stamp::sent_at(0),
-            qp: QpId(u32::MAX),
-            route: RouteId(0),
-            in_port: PortId(0),
-            size: PFC_FRAME_BYTES,
-            payload: 0,
-            hop: 0,
-            kind: Kind::Pause,
-            prio: prio as u8,
-            ce: false,
-            last: false,
-        }
+        pfc_frame(PortId(0), prio, 0, 0)
     }
 
     /// A pause holds the transmitter for its quanta (512 bit times each), ends by itself
