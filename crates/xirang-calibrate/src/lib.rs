@@ -649,14 +649,7 @@ mod tests {
     use super::*;
 
     fn series(metric: &str, labels: &[(&str, &str)], points: &[(i64, f64)]) -> Series {
-        Series {
-            metric: metric.into(),
-            labels: labels
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-            points: points.to_vec(),
-        }
+        Series::new(metric, labels, points)
     }
 
     #[test]

@@ -614,14 +614,7 @@ mod tests {
     use crate::window::{Series, diagnose_window};
 
     fn series(metric: &str, labels: &[(&str, &str)], points: &[(i64, f64)]) -> Series {
-        Series {
-            metric: metric.into(),
-            labels: labels
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-            points: points.to_vec(),
-        }
+        Series::new(metric, labels, points)
     }
 
     fn window(series: Vec<Series>) -> Window {
@@ -811,14 +804,7 @@ mod pcie_tests {
     use crate::window::{Series, diagnose_window};
 
     fn gauge(metric: &str, labels: &[(&str, &str)], v: f64) -> Series {
-        Series {
-            metric: metric.into(),
-            labels: labels
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-            points: vec![(0, v), (60_000, v)],
-        }
+        Series::new(metric, labels, &[(0, v), (60_000, v)])
     }
 
     fn live(verdict: f64) -> Window {

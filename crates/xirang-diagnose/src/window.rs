@@ -27,6 +27,20 @@ pub struct Series {
     pub points: Vec<(i64, f64)>,
 }
 
+impl Series {
+    /// A series of `metric` with `labels` and `points` ((Unix ms, value), in time order).
+    pub fn new(metric: &str, labels: &[(&str, &str)], points: &[(i64, f64)]) -> Series {
+        Series {
+            metric: metric.into(),
+            labels: labels
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            points: points.to_vec(),
+        }
+    }
+}
+
 /// What diagnosis reads: series over a time window, and where they came from.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Window {
@@ -494,15 +508,11 @@ mod tests {
     use super::*;
 
     fn series(metric: &str, host: &str, points: &[(i64, f64)]) -> Series {
-        let mut labels = BTreeMap::new();
-        labels.insert("device".to_string(), "mlx5_0".to_string());
-        labels.insert("port".to_string(), "1".to_string());
-        labels.insert("instance".to_string(), host.to_string());
-        Series {
-            metric: metric.into(),
-            labels,
-            points: points.to_vec(),
-        }
+        Series::new(
+            metric,
+            &[("device", "mlx5_0"), ("port", "1"), ("instance", host)],
+            points,
+        )
     }
 
     #[test]
