@@ -156,15 +156,6 @@ impl<'a, D: Driver> Executor<'a, D> {
         failures: &mut Vec<Failure>,
     ) -> Result<(), RolloutError> {
         for r in results {
-            if !r.passed {
-                failures.push(Failure {
-                    node: n.name.clone(),
-                    gate: r.gate.clone(),
-                    summary: r.summary.clone(),
-                    evidence: r.evidence.clone(),
-                    rollback: vec![],
-                });
-            }
             (self.say)(&format!(
                 "{}: gate {} {}: {}",
                 n.name,
@@ -172,15 +163,36 @@ impl<'a, D: Driver> Executor<'a, D> {
                 if r.passed { "passed" } else { "FAILED" },
                 r.summary
             ));
-            self.append(
-                EXECUTOR,
-                EventKind::Gate,
-                Some(w),
-                Some(&n.name),
-                None,
-                Detail::Gate(r),
-            )?;
+            self.record_gate(w, &n.name, r, failures)?;
         }
+        Ok(())
+    }
+
+    /// Records gate result `r` on node `node` of wave `w`; a failure joins `failures`.
+    pub(super) fn record_gate(
+        &mut self,
+        w: usize,
+        node: &str,
+        r: GateResult,
+        failures: &mut Vec<Failure>,
+    ) -> Result<(), RolloutError> {
+        if !r.passed {
+            failures.push(Failure {
+                node: node.to_string(),
+                gate: r.gate.clone(),
+                summary: r.summary.clone(),
+                evidence: r.evidence.clone(),
+                rollback: vec![],
+            });
+        }
+        self.append(
+            EXECUTOR,
+            EventKind::Gate,
+            Some(w),
+            Some(node),
+            None,
+            Detail::Gate(r),
+        )?;
         Ok(())
     }
 

@@ -6,7 +6,6 @@
 //! verdict.
 
 use crate::RolloutError;
-use crate::event::{Detail, EventKind};
 use crate::gates::GateResult;
 use crate::live;
 use crate::policy::LiveGates;
@@ -14,7 +13,6 @@ use crate::waves::Wave;
 
 use super::driver::Driver;
 use super::executor::Executor;
-use super::record::EXECUTOR;
 use super::state::{Failure, Halt};
 
 /// A number with four significant digits, as gate messages show it.
@@ -90,23 +88,7 @@ impl<'a, D: Driver> Executor<'a, D> {
                 r.summary
             ));
             for n in &wave.nodes {
-                if !r.passed {
-                    failures.push(Failure {
-                        node: n.name.clone(),
-                        gate: r.gate.clone(),
-                        summary: r.summary.clone(),
-                        evidence: r.evidence.clone(),
-                        rollback: vec![],
-                    });
-                }
-                self.append(
-                    EXECUTOR,
-                    EventKind::Gate,
-                    Some(w),
-                    Some(&n.name),
-                    None,
-                    Detail::Gate(r.clone()),
-                )?;
+                self.record_gate(w, &n.name, r.clone(), failures)?;
             }
         }
         Ok(())
