@@ -43,8 +43,8 @@ pub(crate) struct Port {
     /// Invariant: bit p set iff `egress[p].queue` is non-empty. Only [`Port::push_q`] and
     /// [`Port::pop_q`] touch the queues.
     pub(crate) nonempty: Prios,
-    /// Bit p set when a pause was received on p that may still be in force; `is_paused`
-    /// clears it once the pause ended.
+    /// Bit p set when a pause was received on p that may still be in force;
+    /// [`Port::paused`] clears it once the pause ended.
     pub(crate) pause_mask: Prios,
     /// DWRR round-robin pointer.
     pub(crate) rr: u8,
@@ -117,9 +117,10 @@ impl SwitchPort {
 
 /// What a packet entering through a port touches, per priority: the receive counters and
 /// the switch's ingress accounting. A port's per-priority state is kept in three arrays by
-/// when it is touched, not as one block per priority, so that a packet's arrival, its
-/// queueing and its departure each touch one cache line of a port (the profile of
-/// BENCHMARKS.md "Where the time goes at 8,192 GPUs": those loads were the misses).
+/// when it is touched, not as one block per priority, so that what one step of a packet
+/// touches sits on one cache line. That saved about 1 % of instructions but no measurable
+/// wall time at 8,192 hosts, where each of those lines is still a miss (BENCHMARKS.md,
+/// "Per-port state laid out for the cache").
 #[derive(Debug, Default, Clone, Copy, serde::Serialize, serde::Deserialize)]
 #[repr(C, align(32))]
 pub(crate) struct Ingress {

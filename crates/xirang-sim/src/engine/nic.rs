@@ -631,7 +631,8 @@ impl<Q: Queue> Sim<Q> {
                 busy
             });
         }
-        for &qi in &port.nic().qps {
+        let nic = port.nic();
+        for &qi in &nic.qps {
             let q = self.xport.tx(qi);
             // A window-bound QP waits for an ACK, which kicks the port.
             if q.done || q.snd_nxt >= q.size || q.win_bound() {
@@ -641,7 +642,7 @@ impl<Q: Queue> Sim<Q> {
             let ready = q
                 .next_avail
                 .max(busy)
-                .max(port.nic().host_free_at)
+                .max(nic.host_free_at)
                 .max(self.rx_gate(qi))
                 .max(if pause_end > now { pause_end } else { 0 });
             t = t.min(ready);
