@@ -187,7 +187,7 @@ pub fn collector(t: Twin) -> Result<Collector, TwinError> {
             while let Ok(next) = rx.try_recv() {
                 spliced.replace(next, at);
             }
-            spliced.at(at)
+            spliced.at(at).into()
         })),
         Some("replay".into()),
     ))

@@ -55,8 +55,29 @@ impl Round {
     }
 }
 
+/// What a [`Feed`] gives for one round.
+#[derive(Debug, Default)]
+pub struct FeedRound {
+    /// Raw counters.
+    pub values: Vec<CounterValue>,
+    /// Ready points (gauges, info series).
+    pub points: Vec<Point>,
+    /// What went wrong reading them (each counted in `xirang_collector_errors_total`).
+    pub problems: Vec<String>,
+}
+
+impl From<(Vec<CounterValue>, Vec<Point>)> for FeedRound {
+    fn from((values, points): (Vec<CounterValue>, Vec<Point>)) -> Self {
+        FeedRound {
+            values,
+            points,
+            problems: Vec::new(),
+        }
+    }
+}
+
 /// A function of the round's time, ns, giving raw counters and ready points.
-pub type Feed = Box<dyn FnMut(u64) -> (Vec<CounterValue>, Vec<Point>) + Send>;
+pub type Feed = Box<dyn FnMut(u64) -> FeedRound + Send>;
 
 /// Where counters come from.
 pub enum Source {
@@ -72,7 +93,7 @@ pub enum Source {
     /// Values are handed in by the caller ([`Collector::fold`]), as a replay does.
     External,
     /// Values come from a function of the round's time, ns (a live replay of a
-    /// simulated run, [`crate::replay::Live`]).
+    /// simulated run, [`crate::replay::Live`]; switches' COUNTERS_DB, [`crate::sonic`]).
     Feed(Feed),
 }
 
@@ -222,8 +243,8 @@ impl Collector {
     pub fn round(&mut self, ts_ns: u64) -> Round {
         let started = std::time::Instant::now();
         if let Source::Feed(feed) = &mut self.source {
-            let (values, points) = feed(ts_ns);
-            let mut round = self.fold(ts_ns, &values, points, Vec::new());
+            let r = feed(ts_ns);
+            let mut round = self.fold(ts_ns, &r.values, r.points, r.problems);
             round.duration_s = started.elapsed().as_secs_f64();
             return round;
         }
@@ -705,6 +726,11 @@ fn labels_of(entity: &Entity, with_host: bool) -> Vec<(&'static str, String)> {
             ("port", port.clone()),
             ("queue", queue.to_string()),
         ],
+        Entity::PriorityGroup { switch, port, pg } => vec![
+            ("switch", switch.clone()),
+            ("port", port.clone()),
+            ("pg", pg.to_string()),
+        ],
     };
     if with_host && let Entity::NicPort { host, .. } | Entity::Netdev { host, .. } = entity {
         l.insert(0, ("host", host.clone()));
@@ -841,7 +867,7 @@ fn signals(d: &Deltas, with_host: bool, out: &mut Vec<Point>) {
                     ));
                 }
             }
-            Entity::SwitchPort { .. } | Entity::Queue { .. } => {
+            Entity::SwitchPort { .. } | Entity::Queue { .. } | Entity::PriorityGroup { .. } => {
                 for (name, v) in counters {
                     if let Some(rest) = name.strip_prefix("SAI_PORT_STAT_PFC_")
                         && let Some(p) = rest.strip_suffix("_RX_PAUSE_DURATION_US")

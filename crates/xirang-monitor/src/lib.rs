@@ -8,12 +8,16 @@
 //! - [`history`]: the local SQLite history (raw samples, 1-minute roll-ups, retention,
 //!   bounded size, crash-safe);
 //! - [`replay`]: a simulator output directory as a series of rounds;
+//! - [`sonic`]: a SONiC switch's COUNTERS_DB, read through [`redis`] (a bounded RESP2
+//!   client), as the simulator names switch counters;
 //! - [`web`]: the exporter-toolkit web configuration (TLS, basic authentication).
 
 pub mod alerts;
 pub mod collect;
 pub mod expose;
 pub mod history;
+pub mod redis;
 pub mod replay;
 pub mod serve;
+pub mod sonic;
 pub mod web;

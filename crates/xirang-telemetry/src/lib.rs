@@ -2,8 +2,8 @@
 //! (simulated ones), so diagnosis reads both through one vocabulary:
 //!
 //! - [`Entity`]: what a counter belongs to (a NIC port, a netdev, a switch port, a switch
-//!   queue), with the text form both sides print (`h3/mlx5_0/1`, `h3/ens1np0`, `leaf0:5`,
-//!   `leaf0:5/q3`);
+//!   queue, a switch port's ingress priority group), with the text form both sides print
+//!   (`h3/mlx5_0/1`, `h3/ens1np0`, `leaf0:5`, `leaf0:5/q3`, `leaf0:5/pg3`);
 //! - [`CounterValue`]: one counter of one entity, named as the hardware names it;
 //! - [`spec`]: a counter's unit, scale to its base unit and width (32-bit Q-counters wrap),
 //!   and the Prometheus metric it becomes ([`metric`]: node_exporter's `node_infiniband_*`
@@ -64,6 +64,16 @@ pub enum Entity {
         /// Queue index.
         queue: u8,
     },
+    /// An ingress priority group of a switch port: `switch:port/pgN` (SONiC's
+    /// `COUNTERS_PG_NAME_MAP`; the simulator has none).
+    PriorityGroup {
+        /// Switch name.
+        switch: String,
+        /// Port.
+        port: String,
+        /// Priority group index.
+        pg: u8,
+    },
 }
 
 impl fmt::Display for Entity {
@@ -73,13 +83,16 @@ impl fmt::Display for Entity {
             Entity::Netdev { host, ifname } => write!(f, "{host}/{ifname}"),
             Entity::SwitchPort { switch, port } => write!(f, "{switch}:{port}"),
             Entity::Queue { switch, port, queue } => write!(f, "{switch}:{port}/q{queue}"),
+            Entity::PriorityGroup { switch, port, pg } => write!(f, "{switch}:{port}/pg{pg}"),
         }
     }
 }
 
 /// An entity string that is none of the four forms.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("`{0}`: expected an entity `host/device/port`, `host/ifname`, `switch:port` or `switch:port/qN`")]
+#[error(
+    "`{0}`: expected an entity `host/device/port`, `host/ifname`, `switch:port`, `switch:port/qN` or `switch:port/pgN`"
+)]
 pub struct EntityError(pub String);
 
 impl FromStr for Entity {
@@ -95,6 +108,13 @@ impl FromStr for Entity {
             }
         };
         if let Some((switch, rest)) = s.split_once(':') {
+            if let Some((port, pg)) = rest.split_once("/pg") {
+                return Ok(Entity::PriorityGroup {
+                    switch: nonempty(switch)?,
+                    port: nonempty(port)?,
+                    pg: pg.parse().map_err(|_| err())?,
+                });
+            }
             return match rest.split_once("/q") {
                 Some((port, q)) => Ok(Entity::Queue {
                     switch: nonempty(switch)?,
@@ -149,6 +169,7 @@ mod tests {
             "leaf0:5/q3",
             "leaf1:Ethernet8",
             "leaf1:Ethernet8/q3",
+            "leaf1:Ethernet8/pg3",
         ] {
             let e: Entity = s.parse().unwrap();
             assert_eq!(e.to_string(), s);
@@ -161,6 +182,8 @@ mod tests {
             ":5",
             "leaf0:",
             "leaf0:5/qx",
+            "leaf0:5/pg",
+            "leaf0:/pg3",
             "/x",
         ] {
             assert!(bad.parse::<Entity>().is_err(), "{bad}");

@@ -470,6 +470,7 @@ pub fn metric_for(entity: &Entity, name: &str, host_label: bool) -> Metric {
             switch_port_metric(name, labels, &sp)
         }
         Entity::Queue { switch, port, queue } => queue_metric(name, switch, port, *queue, &sp),
+        Entity::PriorityGroup { switch, port, pg } => pg_metric(name, switch, port, *pg, &sp),
     }
 }
 
@@ -596,23 +597,27 @@ fn switch_port_metric(name: &str, labels: Vec<(&'static str, String)>, sp: &Coun
             help: "The port's configured and operating speed.",
         };
     }
-    // SAI_PORT_STAT_PFC_3_RX_PKTS, SAI_PORT_STAT_PFC_3_RX_PAUSE_DURATION_US
-    if let Some(rest) = name.strip_prefix("SAI_PORT_STAT_PFC_")
-        && let Some((p, what)) = rest.split_once('_')
-        && let Ok(prio) = p.parse::<u8>()
-    {
-        let (dir, what) = what.split_once('_').unwrap_or((what, ""));
-        let mut labels = labels;
-        labels.push(("direction", dir.to_ascii_lowercase()));
-        labels.push(("priority", prio.to_string()));
-        let (metric, help) = if what == "PAUSE_DURATION_US" {
-            (
+    if let Some((prio, what)) = switch_pfc_counter(name) {
+        let (dir, metric, help) = match what {
+            SwitchPfc::Frames(dir) => (
+                dir,
+                "xirang_switch_pfc_frames_total",
+                "PFC frames on the priority.",
+            ),
+            SwitchPfc::PauseUs(dir) => (
+                dir,
                 "xirang_switch_pfc_pause_seconds_total",
                 "Time paused by PFC on the priority.",
-            )
-        } else {
-            ("xirang_switch_pfc_frames_total", "PFC frames on the priority.")
+            ),
+            SwitchPfc::On2OffRx => (
+                "rx",
+                "xirang_switch_pfc_pause_transitions_total",
+                "PFC frames received that turned the priority from XON to XOFF (SAI ON2OFF_RX_PKTS).",
+            ),
         };
+        let mut labels = labels;
+        labels.push(("direction", dir.to_string()));
+        labels.push(("priority", prio.to_string()));
         return Metric {
             name: metric.into(),
             labels,
@@ -633,8 +638,70 @@ fn switch_port_metric(name: &str, labels: Vec<(&'static str, String)>, sp: &Coun
     }
 }
 
-/// A switch queue's SAI statistic: a gauge in bytes, or a counter.
+/// What a switch port's per-priority PFC statistic counts.
+enum SwitchPfc {
+    /// PFC frames, `rx` or `tx` (`SAI_PORT_STAT_PFC_3_RX_PKTS`).
+    Frames(&'static str),
+    /// Pause time in µs, `rx` or `tx` (`SAI_PORT_STAT_PFC_3_RX_PAUSE_DURATION_US`).
+    PauseUs(&'static str),
+    /// Received frames that turned XON into XOFF (`SAI_PORT_STAT_PFC_3_ON2OFF_RX_PKTS`).
+    On2OffRx,
+}
+
+/// The priority and meaning of a per-priority SAI PFC statistic. The pause duration
+/// without a unit (`..._RX_PAUSE_DURATION`, whose unit SAI's header does not state:
+/// docs/reference/live-signals.md §C) is none of them and stays a generic port counter.
+fn switch_pfc_counter(name: &str) -> Option<(u8, SwitchPfc)> {
+    let rest = name.strip_prefix("SAI_PORT_STAT_PFC_")?;
+    let (p, what) = rest.split_once('_')?;
+    let prio = p.parse::<u8>().ok()?;
+    let dir = |d: &str| match d {
+        "RX" => Some("rx"),
+        "TX" => Some("tx"),
+        _ => None,
+    };
+    let (d, what) = what.split_once('_')?;
+    match what {
+        "PKTS" => Some((prio, SwitchPfc::Frames(dir(d)?))),
+        "PAUSE_DURATION_US" => Some((prio, SwitchPfc::PauseUs(dir(d)?))),
+        "RX_PKTS" if d == "ON2OFF" => Some((prio, SwitchPfc::On2OffRx)),
+        _ => None,
+    }
+}
+
+/// Prefix of the PFC watchdog's per-queue statistics in a SONiC queue's `COUNTERS` hash
+/// (docs/reference/live-signals.md §C, "PFC watchdog fields").
+pub const PFCWD_QUEUE_STATS_PREFIX: &str = "PFC_WD_QUEUE_STATS_";
+/// The PFC watchdog's state of a queue as a number: 1 when `PFC_WD_STATUS` is `stormed`,
+/// 0 when `operational` (SONiC stores the word; the monitor stores this name).
+pub const PFCWD_STORMED: &str = "PFC_WD_STORMED";
+
+/// A switch queue's statistic: the PFC watchdog's state and counts, else a SAI
+/// statistic (a gauge in bytes, or a counter).
 fn queue_metric(name: &str, switch: &str, port: &str, queue: u8, sp: &CounterSpec) -> Metric {
+    let labels = vec![
+        ("switch", switch.to_string()),
+        ("port", port.to_string()),
+        ("queue", queue.to_string()),
+    ];
+    if name == PFCWD_STORMED {
+        return Metric {
+            name: "xirang_switch_pfcwd_stormed".into(),
+            labels,
+            kind: Kind::Gauge,
+            scale: 1.0,
+            help: "1 while the PFC watchdog holds the queue as stormed (PFC_WD_STATUS), else 0.",
+        };
+    }
+    if let Some(stat) = name.strip_prefix(PFCWD_QUEUE_STATS_PREFIX) {
+        return Metric {
+            name: format!("xirang_switch_pfcwd_{}_total", sanitize(stat)),
+            labels,
+            kind: Kind::Counter,
+            scale: 1.0,
+            help: "The PFC watchdog's count on the queue (storms detected and restored, packets passed and dropped while stormed).",
+        };
+    }
     let suffix = sanitize(name.trim_start_matches("SAI_QUEUE_STAT_"));
     Metric {
         name: if sp.kind == Kind::Gauge {
@@ -647,14 +714,35 @@ fn queue_metric(name: &str, switch: &str, port: &str, queue: u8, sp: &CounterSpe
         } else {
             format!("xirang_switch_queue_{suffix}_total")
         },
-        labels: vec![
-            ("switch", switch.to_string()),
-            ("port", port.to_string()),
-            ("queue", queue.to_string()),
-        ],
+        labels,
         kind: sp.kind,
         scale: sp.scale,
         help: sai_help("queue", sp.unit),
+    }
+}
+
+/// An ingress priority group's SAI statistic (`SAI_INGRESS_PRIORITY_GROUP_STAT_*`): a
+/// watermark gauge in bytes, or a counter.
+fn pg_metric(name: &str, switch: &str, port: &str, pg: u8, sp: &CounterSpec) -> Metric {
+    let suffix = sanitize(name.trim_start_matches("SAI_INGRESS_PRIORITY_GROUP_STAT_"));
+    Metric {
+        name: if sp.kind == Kind::Gauge {
+            if suffix.ends_with("_bytes") {
+                format!("xirang_switch_pg_{suffix}")
+            } else {
+                format!("xirang_switch_pg_{suffix}_bytes")
+            }
+        } else {
+            format!("xirang_switch_pg_{suffix}_total")
+        },
+        labels: vec![
+            ("switch", switch.to_string()),
+            ("port", port.to_string()),
+            ("pg", pg.to_string()),
+        ],
+        kind: sp.kind,
+        scale: sp.scale,
+        help: sai_help("priority group", sp.unit),
     }
 }
 
@@ -755,5 +843,48 @@ mod tests {
             false,
         );
         assert_eq!(q.name, "xirang_switch_queue_wred_ecn_marked_packets_total");
+    }
+
+    #[test]
+    fn sonic_names() {
+        let port: Entity = "leaf0:Ethernet0".parse().unwrap();
+        let t = metric_for(&port, "SAI_PORT_STAT_PFC_3_ON2OFF_RX_PKTS", false);
+        assert_eq!(t.name, "xirang_switch_pfc_pause_transitions_total");
+        assert!(
+            t.labels.contains(&("direction", "rx".into())) && t.labels.contains(&("priority", "3".into()))
+        );
+        let f = metric_for(&port, "SAI_PORT_STAT_PFC_5_TX_PKTS", false);
+        assert_eq!(f.name, "xirang_switch_pfc_frames_total");
+        assert!(f.labels.contains(&("direction", "tx".into())));
+        // A duration whose unit SAI does not state is not counted as frames.
+        assert_eq!(
+            metric_for(&port, "SAI_PORT_STAT_PFC_3_RX_PAUSE_DURATION", false).name,
+            "xirang_switch_port_pfc_3_rx_pause_duration_total"
+        );
+        let q: Entity = "leaf0:Ethernet0/q3".parse().unwrap();
+        let s = metric_for(&q, PFCWD_STORMED, false);
+        assert_eq!(
+            (s.name.as_str(), s.kind),
+            ("xirang_switch_pfcwd_stormed", Kind::Gauge)
+        );
+        assert_eq!(
+            metric_for(&q, "PFC_WD_QUEUE_STATS_DEADLOCK_DETECTED", false).name,
+            "xirang_switch_pfcwd_deadlock_detected_total"
+        );
+        let pg: Entity = "leaf0:Ethernet0/pg3".parse().unwrap();
+        let w = metric_for(
+            &pg,
+            "SAI_INGRESS_PRIORITY_GROUP_STAT_XOFF_ROOM_WATERMARK_BYTES",
+            false,
+        );
+        assert_eq!(
+            (w.name.as_str(), w.kind),
+            ("xirang_switch_pg_xoff_room_watermark_bytes", Kind::Gauge)
+        );
+        assert!(w.labels.contains(&("pg", "3".into())));
+        assert_eq!(
+            metric_for(&pg, "SAI_INGRESS_PRIORITY_GROUP_STAT_DROPPED_PACKETS", false).name,
+            "xirang_switch_pg_dropped_packets_total"
+        );
     }
 }

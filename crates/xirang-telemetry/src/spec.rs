@@ -154,6 +154,13 @@ pub fn spec(name: &str) -> CounterSpec {
             width: Bits64,
             kind: Kind::Gauge,
         },
+        // The PFC watchdog's state of a queue, 0 or 1 (crate::metric::PFCWD_STORMED).
+        "PFC_WD_STORMED" => CounterSpec {
+            unit: Events,
+            scale: 1.0,
+            width: Bits64,
+            kind: Kind::Gauge,
+        },
         n if n.starts_with("SAI_QUEUE_STAT_WATERMARK") || n.contains("WATERMARK") => CounterSpec {
             unit: Bytes,
             scale: 1.0,

@@ -400,6 +400,16 @@ pub(crate) struct MonitorArgs {
     /// the twin runs on, read again every second.
     #[arg(long, requires = "twin")]
     pub(crate) inventory: Option<PathBuf>,
+    /// Read a SONiC switch's counters from its Redis instead of sampling a host (PFC
+    /// frames and pause time per priority, queues' ECN marks, drops and watermarks, priority
+    /// groups, the PFC watchdog), exported as the `xirang_switch_*` series a replayed
+    /// simulation has: `redis://HOST[:PORT][/DB]` or `unix:///var/run/redis/redis.sock`
+    /// (SONiC's default), with `?switch=NAME` instead of DEVICE_METADATA's hostname and
+    /// `?namespace=NS` instead of its `asic_name`. Repeat it for each ASIC namespace of a
+    /// multi-ASIC switch (one Redis each) or for several switches. Read only: watermarks are
+    /// taken from the persistent and user tables and never cleared.
+    #[arg(long, value_name = "URL", conflicts_with_all = ["root", "replay", "twin", "pcidevice"])]
+    pub(crate) sonic: Vec<String>,
     /// With --once or --replay: print JSON instead of the exposition text.
     #[arg(long)]
     pub(crate) json: bool,

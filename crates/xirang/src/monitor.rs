@@ -60,6 +60,7 @@ pub(crate) fn run(a: &MonitorArgs) -> Result<Outcome> {
     // Refused before a twin's first simulation or a host's first read.
     let web = if a.once { None } else { web_config(a)? };
     let (collector, what) = match (&a.replay, &a.twin) {
+        _ if !a.sonic.is_empty() => sonic(&a.sonic)?,
         (_, Some(scenario)) => (
             xirang_calibrate::twin::collector(xirang_calibrate::twin::Twin {
                 scenario: scenario.clone(),
@@ -119,6 +120,28 @@ pub(crate) fn run(a: &MonitorArgs) -> Result<Outcome> {
         }
     })?;
     Ok(Outcome::Clean)
+}
+
+/// A collector of the SONiC switches (or ASIC namespaces) at `urls`, and what it reads.
+fn sonic(urls: &[String]) -> Result<(Collector, String)> {
+    let parsed = urls
+        .iter()
+        .map(|u| u.parse::<xirang_monitor::sonic::SonicUrl>())
+        .collect::<Result<Vec<_>, String>>()
+        .map_err(anyhow::Error::msg)
+        .context("--sonic")?;
+    let what = format!(
+        "SONiC COUNTERS_DB at {}",
+        parsed
+            .iter()
+            .map(|u| u.endpoint.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    Ok((
+        Collector::new(Source::Feed(xirang_monitor::sonic::feed(parsed)), None),
+        what,
+    ))
 }
 
 /// Exit status of a refused `--listen` (a usage error, as clap's own).
@@ -220,7 +243,7 @@ fn live_replay(dir: &std::path::Path, dilation: u64) -> Result<Collector> {
         Source::Feed(Box::new(move |ts_ns| {
             let t0 = *start.get_or_insert(ts_ns);
             let at = ts_ns.saturating_sub(t0);
-            (live.values_at(at), live.app_points(at))
+            (live.values_at(at), live.app_points(at)).into()
         })),
         Some("replay".into()),
     ))

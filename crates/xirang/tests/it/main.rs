@@ -18,6 +18,7 @@ mod report;
 mod rollout;
 mod scenario;
 mod sim;
+mod sonic;
 mod topo;
 mod tune;
 mod util;
