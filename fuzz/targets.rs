@@ -26,6 +26,8 @@ pub(crate) const TARGETS: &[(&str, Body)] = &[
     ("hpcc", hpcc),
     ("nccl_tests", nccl_tests),
     ("sonic", sonic),
+    ("sonic_counters", sonic_counters),
+    ("nccl_ras", nccl_ras),
     ("host_tools", host_tools),
     ("snapshot", snapshot),
     ("monitor_config", monitor_config),
@@ -156,6 +158,73 @@ pub(crate) fn sonic(data: &[u8]) {
         }
     }
     let _ = xirang_switch::sonic::parse_pg_profile_lookup(text);
+}
+
+/// Bytes a fuzzer plays as a server's replies are cut here: a unix socket pair holds
+/// them before the reader starts (no thread), and the reader's own bounds are what is
+/// under test, not the socket's buffer.
+const MAX_REPLY_BYTES: usize = 64 << 10;
+
+/// What a switch's Redis may send (RESP2 replies to the reader's commands), a
+/// `--sonic` URL, and a COUNTERS_DB snapshot (SONiC's mock-table JSON) through the
+/// translation into counters.
+pub(crate) fn sonic_counters(data: &[u8]) {
+    use std::io::Write as _;
+    use xirang_monitor::redis::{Conn, Limits};
+    let (mut server, client) = std::os::unix::net::UnixStream::pair().expect("a socket pair");
+    let _ = server.write_all(&data[..data.len().min(MAX_REPLY_BYTES)]);
+    let _ = server.shutdown(std::net::Shutdown::Write);
+    let limits = Limits {
+        timeout: std::time::Duration::from_millis(200),
+        max_bulk_bytes: 4096,
+        max_array_len: 4096,
+        max_reply_bytes: 1 << 20,
+        max_line_bytes: 256,
+    };
+    if let Ok(mut c) = Conn::over(client, limits, "fuzz") {
+        for _ in 0..3 {
+            match c.command(&["HGETALL", "COUNTERS_PORT_NAME_MAP"]) {
+                Ok(v) => {
+                    let _ = v.into_pairs();
+                }
+                Err(_) => break,
+            }
+        }
+    }
+    let Some(text) = text(data) else { return };
+    let _ = text.parse::<xirang_monitor::sonic::SonicUrl>();
+    let Ok(serde_json::Value::Object(tables)) = serde_json::from_str::<serde_json::Value>(text) else {
+        return;
+    };
+    let mut snap = xirang_monitor::sonic::Snapshot::new();
+    for (k, h) in tables {
+        if let serde_json::Value::Object(h) = h {
+            snap.insert(
+                k,
+                h.into_iter()
+                    .map(|(f, v)| (f, v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string())))
+                    .collect(),
+            );
+        }
+    }
+    let r = xirang_monitor::sonic::translate("s", "", &snap);
+    // Every counter names an entity of the schema.
+    for v in &r.values {
+        assert!(
+            v.entity.parse::<xirang_telemetry::Entity>().is_ok(),
+            "{}",
+            v.entity
+        );
+    }
+}
+
+/// An NCCL RAS report (text, JSON, monitor events) into findings.
+pub(crate) fn nccl_ras(data: &[u8]) {
+    let Some(text) = text(data) else { return };
+    if let Ok(r) = xirang_diagnose::ras::parse(text, "fuzz") {
+        let f = xirang_diagnose::ras::findings(&r);
+        let _ = xirang_diagnose::finding::render_text(&f);
+    }
 }
 
 /// The RDMA tools' outputs a host snapshot holds.

@@ -3,7 +3,9 @@
 //! and the evidence (docs/reference/diagnosis.md).
 //!
 //! [`nccl`] diagnoses from nccl-tests logs alone (aborts, socket transport, GPUDirect
-//! RDMA off, GPUs sharing a NIC, slow or failing node pairs). [`window`] (links),
+//! RDMA off, GPUs sharing a NIC, slow or failing node pairs); [`ras`] from NCCL RAS
+//! reports (dead, unreachable and behind ranks, communicators whose ranks disagree).
+//! [`window`] (links),
 //! [`port_rules`] (ports, queues, NICs) and [`balance`] (ECMP spread, hosts that cannot feed
 //! their NICs) read a telemetry window that [`source`] takes from the monitor's history,
 //! a Prometheus server or a simulator's output. The fault-injection suite that proves every
@@ -17,6 +19,9 @@ pub mod inventory_join;
 pub mod nccl;
 pub mod paths;
 pub mod port_rules;
+pub mod ras;
+pub mod ras_client;
+mod ras_json;
 pub mod request;
 pub mod source;
 pub mod window;

@@ -222,6 +222,26 @@ impl Conn {
         })
     }
 
+    /// A connection over a unix stream already open (one end of `UnixStream::pair`, for
+    /// the fuzz target that plays a server's bytes), named `endpoint` in errors.
+    #[cfg(unix)]
+    pub fn over(stream: UnixStream, limits: Limits, endpoint: &str) -> Result<Conn, RedisError> {
+        stream
+            .set_read_timeout(Some(limits.timeout))
+            .and_then(|()| stream.set_write_timeout(Some(limits.timeout)))
+            .map_err(|source| RedisError::Io {
+                endpoint: endpoint.to_string(),
+                what: "setting timeouts",
+                source,
+            })?;
+        Ok(Conn {
+            endpoint: endpoint.to_string(),
+            limits,
+            io: BufReader::new(Stream::Unix(stream)),
+            budget: 0,
+        })
+    }
+
     /// Sends one command and reads its reply; a server error is an `Err`.
     pub fn command(&mut self, args: &[&str]) -> Result<Value, RedisError> {
         let mut v = self.pipeline(&[args.to_vec()])?;

@@ -1088,6 +1088,14 @@ pub(crate) enum DiagnoseCmd {
     /// sharing a NIC, and (over pairwise logs) slow nodes and slow pairs. Exit status 1
     /// when a fault is found.
     Nccl(DiagnoseNcclArgs),
+    /// From an NCCL RAS report (`ncclras`, its JSON form, or its monitor events; or asked
+    /// of a running job with --connect): dead and unreachable job processes and their
+    /// hosts, ranks behind the rest (the straggler or hung rank), communicators whose ranks
+    /// disagree, NCCL errors. With --inventory, each named host's NICs and switch ports;
+    /// with --prometheus too, the counter findings of those in the same window. Exit
+    /// status 1 when a fault is found.
+    #[command(name = "nccl-ras")]
+    NcclRas(DiagnoseNcclRasArgs),
     /// Run the fault-injection suite: faults injected in the simulator, diagnosed from
     /// its counters, scored (the confusion matrix in VALIDATION.md). Exit status 1 when
     /// fewer than 95 % of the faulty runs are located or a healthy run has a finding.
@@ -1095,6 +1103,35 @@ pub(crate) enum DiagnoseCmd {
     /// Time the counter rules on a synthetic fleet window (the monitor's history of
     /// `--hosts` hosts x `--nics` NIC ports over `--minutes`, sampled every 10 s).
     Bench(DiagnoseBenchArgs),
+}
+
+/// `xirang diagnose nccl-ras`.
+#[derive(Debug, Args)]
+pub(crate) struct DiagnoseNcclRasArgs {
+    /// The report: a file, or `-` for standard input (`ncclras | xirang diagnose nccl-ras -`).
+    #[arg(required_unless_present = "connect", conflicts_with = "connect")]
+    pub(crate) report: Option<PathBuf>,
+    /// Ask a running job's RAS server instead (`HOST[:PORT]`, port 28028 by default:
+    /// `localhost` on one of the job's nodes), speaking NCCL's client protocol.
+    #[arg(long, value_name = "HOST[:PORT]")]
+    pub(crate) connect: Option<String>,
+    /// With --connect: RAS's collection timeout, and the longest silence tolerated.
+    #[arg(long, default_value = "5s", requires = "connect")]
+    pub(crate) timeout: String,
+    /// Inventory directory (hosts/, switches/, topology.toml): names each host's NICs and
+    /// the switch ports they are cabled to.
+    #[arg(long)]
+    pub(crate) inventory: Option<PathBuf>,
+    /// With --inventory: also read this Prometheus over --since and add the counter
+    /// findings about those hosts' NICs and switch ports.
+    #[arg(long, requires = "inventory")]
+    pub(crate) prometheus: Option<String>,
+    /// With --prometheus: the window, back from now.
+    #[arg(long, default_value = "30m", requires = "prometheus")]
+    pub(crate) since: String,
+    /// Print JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 /// `xirang diagnose bench`.

@@ -36,6 +36,7 @@ pub(crate) fn run(cli: Cli) -> Result<Outcome> {
         Command::Memreg(crate::cli::MemregCmd::Plan(a)) => crate::memreg::plan(&a),
         Command::Diagnose(a) => match &a.command {
             Some(crate::cli::DiagnoseCmd::Nccl(n)) => crate::diagnose::nccl(n),
+            Some(crate::cli::DiagnoseCmd::NcclRas(n)) => crate::diagnose::nccl_ras(n),
             Some(crate::cli::DiagnoseCmd::Suite(s)) => crate::diagnose::suite(s),
             Some(crate::cli::DiagnoseCmd::Bench(b)) => crate::diagnose::bench(b),
             None => crate::diagnose::counters(&a),

@@ -6,7 +6,7 @@ use xirang_diagnose::finding::render_text;
 use xirang_diagnose::nccl::{Hardware, Log, diagnose};
 
 use crate::Outcome;
-use crate::cli::{DiagnoseArgs, DiagnoseBenchArgs, DiagnoseNcclArgs, DiagnoseSuiteArgs};
+use crate::cli::{DiagnoseArgs, DiagnoseBenchArgs, DiagnoseNcclArgs, DiagnoseNcclRasArgs, DiagnoseSuiteArgs};
 use crate::cmd::out;
 
 pub(crate) fn nccl(a: &DiagnoseNcclArgs) -> Result<Outcome> {
@@ -49,6 +49,70 @@ pub(crate) fn nccl(a: &DiagnoseNcclArgs) -> Result<Outcome> {
     // array with --json, like the other diagnose commands).
     for n in &d.not_judged {
         eprintln!("note: {n}");
+    }
+    report(&findings, a.json)
+}
+
+/// Reads a RAS report from a file or stdin, at most one byte past the limit (so a larger
+/// one is refused, not read whole).
+fn read_report(path: &std::path::Path) -> Result<(String, String)> {
+    use std::io::Read as _;
+    let limit = xirang_diagnose::ras::MAX_REPORT_BYTES as u64 + 1;
+    let mut buf = Vec::new();
+    let name = if path.as_os_str() == "-" {
+        std::io::stdin()
+            .take(limit)
+            .read_to_end(&mut buf)
+            .context("reading standard input")?;
+        "stdin".to_string()
+    } else {
+        std::fs::File::open(path)
+            .and_then(|f| f.take(limit).read_to_end(&mut buf))
+            .with_context(|| format!("reading {}", path.display()))?;
+        path.display().to_string()
+    };
+    Ok((String::from_utf8_lossy(&buf).into_owned(), name))
+}
+
+pub(crate) fn nccl_ras(a: &DiagnoseNcclRasArgs) -> Result<Outcome> {
+    use xirang_diagnose::ras;
+    let (text, source) = match (&a.report, &a.connect) {
+        (_, Some(addr)) => {
+            let timeout = xirang_fabric::limits::wall_duration(&a.timeout)
+                .map_err(anyhow::Error::msg)
+                .context("--timeout")?;
+            let f = xirang_diagnose::ras_client::fetch(addr, timeout)?;
+            if !f.json {
+                eprintln!("note: {addr} has no JSON reports (NCCL before 2.28.7): read its text report");
+            }
+            (f.text, format!("ras {addr}"))
+        }
+        (Some(p), None) => read_report(p)?,
+        (None, None) => anyhow::bail!("give a report file (or - for stdin), or --connect HOST[:PORT]"),
+    };
+    let parsed = ras::parse(&text, &source)?;
+    for (line, t) in &parsed.not_understood {
+        eprintln!("note: {source}:{line}: not understood, left out: {t}");
+    }
+    let mut findings = ras::findings(&parsed);
+    if let Some(dir) = &a.inventory {
+        let cluster = xirang_audit::cluster::Cluster::load_dir(dir)
+            .with_context(|| format!("--inventory {}", dir.display()))?;
+        let named = ras::join_inventory(&mut findings, &cluster);
+        if let Some(url) = &a.prometheus {
+            use xirang_diagnose::request::{Request, Source, diagnose};
+            let since = xirang_fabric::limits::wall_duration(&a.since)
+                .map_err(anyhow::Error::msg)
+                .context("--since")?;
+            let done = diagnose(&Request {
+                source: Source::Prometheus(url.clone()),
+                now_ms: now_ms(),
+                since_ms: since.as_millis() as i64,
+                inventory: Some(dir.clone()),
+            })?;
+            findings.extend(ras::related(done.findings, &named));
+            xirang_diagnose::finding::rank(&mut findings);
+        }
     }
     report(&findings, a.json)
 }

@@ -318,3 +318,98 @@ fn an_inventory_adds_cabling_audit_findings_and_bundle_files() {
         "{err}"
     );
 }
+
+const RAS: &str = "crates/xirang-diagnose/test_data/nccl-ras";
+
+/// A RAS report naming a dead process on node 10.0.0.1, which the example cluster's h1
+/// holds as a RoCE v2 address: the finding names h1's NICs and the switch ports they are
+/// cabled to.
+#[test]
+fn nccl_ras_joins_a_dead_host_to_its_nics_and_switch_ports() {
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("ras.txt");
+    std::fs::write(
+        &report,
+        "Errors\n======\n\nDEAD\n  1 job process is considered dead (unreachable via the RAS network)\n  Process 4242 on node 10.0.0.1 managing GPU 3\n",
+    )
+    .unwrap();
+    let o = run(&[
+        "diagnose",
+        "nccl-ras",
+        report.to_str().unwrap(),
+        "--inventory",
+        "crates/xirang-audit/test_data/cluster",
+        "--json",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v[0]["rule"], "NCCL-RAS-DEAD");
+    assert_eq!(v[0]["entity"], "10.0.0.1");
+    let ev = v[0]["evidence"].as_array().unwrap();
+    let inv = ev
+        .iter()
+        .find(|e| e["source"] == "inventory host h1")
+        .unwrap_or_else(|| panic!("{v:#}"));
+    let text = inv["value"].as_str().unwrap();
+    assert!(
+        text.contains("mlx5_0")
+            && text.contains("cabled to leaf1:Ethernet0")
+            && text.contains("cabled to leaf2:Ethernet0"),
+        "{text}"
+    );
+}
+
+/// A healthy report on standard input, and a job's RAS server asked over its protocol
+/// (an older server: text only).
+#[test]
+fn nccl_ras_reads_stdin_and_a_running_jobs_server() {
+    use std::io::{BufRead, Write};
+    let healthy = std::fs::read(
+        crate::util::root()
+            .join(RAS)
+            .join("02-text-communicators-running-ok.txt"),
+    )
+    .unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_xirang"))
+        .args(["diagnose", "nccl-ras", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(&healthy).unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(0));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "No fault found.\n");
+
+    let dead = std::fs::read_to_string(
+        crate::util::root()
+            .join(RAS)
+            .join("07-text-errors-dead-process.txt"),
+    )
+    .unwrap();
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        let (s, _) = l.accept().unwrap();
+        let mut w = s.try_clone().unwrap();
+        for line in std::io::BufReader::new(s).lines() {
+            let cmd = line.unwrap().to_ascii_uppercase();
+            let a = if cmd.starts_with("CLIENT PROTOCOL") {
+                "SERVER PROTOCOL 2\n".to_string()
+            } else if cmd.starts_with("TIMEOUT") {
+                "OK\n".into()
+            } else if cmd == "VERBOSE STATUS" {
+                w.write_all(dead.as_bytes()).unwrap();
+                return;
+            } else {
+                format!("ERROR: Unknown command {cmd}\n")
+            };
+            w.write_all(a.as_bytes()).unwrap();
+        }
+    });
+    let (out, err) = run_expect(&["diagnose", "nccl-ras", "--connect", &addr, "--json"], 1);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v[0]["rule"], "NCCL-RAS-DEAD");
+    assert_eq!(v[0]["evidence"][0]["source"], format!("ras {addr}:6"));
+    assert!(err.contains("no JSON reports"), "{err}");
+}
