@@ -193,20 +193,9 @@ pub(crate) fn sonic_counters(data: &[u8]) {
     }
     let Some(text) = text(data) else { return };
     let _ = text.parse::<xirang_monitor::sonic::SonicUrl>();
-    let Ok(serde_json::Value::Object(tables)) = serde_json::from_str::<serde_json::Value>(text) else {
+    let Ok(snap) = xirang_monitor::sonic::snapshot_from_json(text) else {
         return;
     };
-    let mut snap = xirang_monitor::sonic::Snapshot::new();
-    for (k, h) in tables {
-        if let serde_json::Value::Object(h) = h {
-            snap.insert(
-                k,
-                h.into_iter()
-                    .map(|(f, v)| (f, v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string())))
-                    .collect(),
-            );
-        }
-    }
     let r = xirang_monitor::sonic::translate("s", "", &snap);
     // Every counter names an entity of the schema.
     for v in &r.values {

@@ -168,6 +168,33 @@ impl std::str::FromStr for SonicUrl {
 /// Redis hashes by key, as read (or as SONiC's mock tables hold them).
 pub type Snapshot = BTreeMap<String, Vec<(String, String)>>;
 
+/// A COUNTERS_DB as SONiC's own tests hold it (sonic-utilities `tests/mock_tables/*.json`:
+/// an object of keys, each an object of fields): the reader's input without a Redis, for
+/// tests and offline checks. Values are strings in Redis; the mock's few JSON numbers are
+/// taken as their text.
+pub fn snapshot_from_json(text: &str) -> Result<Snapshot, String> {
+    let v: serde_json::Value = serde_json::from_str(text).map_err(|e| format!("expected JSON: {e}"))?;
+    let tables = v.as_object().ok_or("expected an object of Redis keys")?;
+    let mut snap = Snapshot::new();
+    for (k, h) in tables {
+        let Some(h) = h.as_object() else {
+            return Err(format!("{k}: expected an object of fields (a Redis hash)"));
+        };
+        snap.insert(
+            k.clone(),
+            h.iter()
+                .map(|(f, v)| {
+                    (
+                        f.clone(),
+                        v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string()),
+                    )
+                })
+                .collect(),
+        );
+    }
+    Ok(snap)
+}
+
 /// One switch's counters, named in the telemetry schema.
 #[derive(Debug, Default)]
 pub struct Reading {

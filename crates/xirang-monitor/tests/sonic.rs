@@ -5,28 +5,12 @@
 
 use std::collections::BTreeMap;
 
-use xirang_monitor::sonic::{Snapshot, hash_keys, objects, translate};
+use xirang_monitor::sonic::{Snapshot, hash_keys, objects, snapshot_from_json, translate};
 use xirang_telemetry::CounterValue;
 
 fn fixture(name: &str) -> Snapshot {
     let path = format!("{}/test_data/sonic/{name}", env!("CARGO_MANIFEST_DIR"));
-    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    let mut snap = Snapshot::new();
-    for (k, h) in v.as_object().unwrap() {
-        let Some(h) = h.as_object() else { continue };
-        // Redis holds strings; the mock's few JSON numbers are stored as their text.
-        let pairs = h
-            .iter()
-            .map(|(f, v)| {
-                (
-                    f.clone(),
-                    v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string()),
-                )
-            })
-            .collect();
-        snap.insert(k.clone(), pairs);
-    }
-    snap
+    snapshot_from_json(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
 fn field<'a>(snap: &'a Snapshot, key: &str, f: &str) -> Option<&'a str> {

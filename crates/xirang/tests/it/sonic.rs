@@ -55,30 +55,12 @@ fn start_redis(port: u16) -> Guard {
     g
 }
 
-/// The mock tables of `file`, with their few JSON numbers as the text Redis would hold.
+/// The mock tables of `file`.
 fn fixture(file: &str) -> BTreeMap<String, Vec<(String, String)>> {
     let path = crate::util::root()
         .join("crates/xirang-monitor/test_data/sonic")
         .join(file);
-    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    v.as_object()
-        .unwrap()
-        .iter()
-        .filter_map(|(k, h)| {
-            let h = h.as_object()?;
-            Some((
-                k.clone(),
-                h.iter()
-                    .map(|(f, v)| {
-                        (
-                            f.clone(),
-                            v.as_str().map(str::to_owned).unwrap_or_else(|| v.to_string()),
-                        )
-                    })
-                    .collect(),
-            ))
-        })
-        .collect()
+    xirang_monitor::sonic::snapshot_from_json(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
 /// Loads `file` into COUNTERS_DB (2) and the switch's metadata into CONFIG_DB (4), as
