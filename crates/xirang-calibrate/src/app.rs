@@ -22,6 +22,10 @@ use crate::counters::{AppFigure, Figure};
 pub const REQUEST_BUCKETS: &str = "xirang_service_request_seconds_bucket";
 /// The training jobs' gauge of their last collective's time, s.
 pub const COLLECTIVE_SECONDS: &str = "xirang_job_collective_seconds";
+/// NCCL Inspector's mean collective time per GPU and bucket, µs (docs/reference/live-signals.md §A).
+pub const INSPECTOR_EXEC_TIME_US: &str = xirang_telemetry::inspector::EXEC_TIME_US;
+/// Seconds per microsecond.
+const US: f64 = 1e-6;
 /// Quantile the figure takes.
 const QUANTILE: f64 = 0.99;
 /// A microsecond: below it a latency residual is noise.
@@ -136,42 +140,83 @@ pub fn figures(w: &Window) -> Vec<Figure> {
         .collect()
 }
 
-/// Each class's mean collective time over the window: each `xirang_job_collective_seconds`
-/// series of the class averaged over its samples (NaN and negative ones left out), then
-/// the series averaged, so that a series sampled more often weighs no more.
-pub fn observed_collective_seconds(w: &Window) -> BTreeMap<String, f64> {
-    let mut by: BTreeMap<String, (f64, usize)> = BTreeMap::new();
-    for s in w.series.iter().filter(|s| s.metric == COLLECTIVE_SECONDS) {
-        let Some(class) = s.labels.get("class") else {
+/// Each series' mean over its samples (NaN and negative ones left out), by class: `None`
+/// for a series with no sample.
+fn series_mean(s: &xirang_diagnose::window::Series, scale: f64) -> Option<f64> {
+    let v: Vec<f64> = s
+        .points
+        .iter()
+        .map(|p| p.1 * scale)
+        .filter(|v| v.is_finite() && *v >= 0.0)
+        .collect();
+    (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+}
+
+/// The class a series of NCCL Inspector's is counted in: its communicator's name when
+/// that is a class of `classes` (name the job's communicator after its class), else the
+/// only class when there is one, else the communicator's name (a figure the scenario
+/// cannot simulate, which calibration leaves out and says so).
+fn inspector_class(s: &xirang_diagnose::window::Series, classes: &[String]) -> Option<String> {
+    let comm = s.labels.get("comm_name")?;
+    Some(match classes {
+        _ if classes.contains(comm) => comm.clone(),
+        [only] => only.clone(),
+        _ => comm.clone(),
+    })
+}
+
+/// Each class's mean collective time over the window, s, and the metric it came from:
+/// each series of the class averaged over its samples, then the series averaged, so that
+/// a series sampled more often weighs no more. Xirang's gauge (`xirang_job_collective_seconds`,
+/// by `class`) where the class has it, else NCCL Inspector's
+/// `nccl_collective_exec_time_microseconds` (one series per GPU and message-size bucket;
+/// a bucket idle in an interval has no sample there, which only leaves it out of that
+/// interval), counted in a class by [`inspector_class`] among `classes`, the scenario's
+/// classes with collectives.
+pub fn observed_collective_seconds(w: &Window, classes: &[String]) -> BTreeMap<String, (f64, &'static str)> {
+    let mut by: BTreeMap<(String, &'static str), (f64, usize)> = BTreeMap::new();
+    for s in &w.series {
+        let (class, metric, scale) = if s.metric == COLLECTIVE_SECONDS {
+            let Some(class) = s.labels.get("class") else {
+                continue;
+            };
+            (class.clone(), COLLECTIVE_SECONDS, 1.0)
+        } else if s.metric == INSPECTOR_EXEC_TIME_US {
+            let Some(class) = inspector_class(s, classes) else {
+                continue;
+            };
+            (class, INSPECTOR_EXEC_TIME_US, US)
+        } else {
             continue;
         };
-        let v: Vec<f64> = s
-            .points
-            .iter()
-            .map(|p| p.1)
-            .filter(|v| v.is_finite() && *v >= 0.0)
-            .collect();
-        if v.is_empty() {
+        let Some(mean) = series_mean(s, scale) else {
             continue;
-        }
-        let e = by.entry(class.clone()).or_insert((0.0, 0));
-        e.0 += v.iter().sum::<f64>() / v.len() as f64;
+        };
+        let e = by.entry((class, metric)).or_insert((0.0, 0));
+        e.0 += mean;
         e.1 += 1;
     }
-    by.into_iter().map(|(c, (sum, n))| (c, sum / n as f64)).collect()
+    let mut out: BTreeMap<String, (f64, &'static str)> = BTreeMap::new();
+    for ((class, metric), (sum, n)) in by {
+        // Xirang's own gauge first: BTreeMap order puts `nccl_...` before `xirang_...`.
+        if metric == COLLECTIVE_SECONDS || !out.contains_key(&class) {
+            out.insert(class, (sum / n as f64, metric));
+        }
+    }
+    out
 }
 
 /// The collective time figure of each class the jobs exported.
-pub fn collective_figures(w: &Window) -> Vec<Figure> {
-    observed_collective_seconds(w)
+pub fn collective_figures(w: &Window, classes: &[String]) -> Vec<Figure> {
+    observed_collective_seconds(w, classes)
         .into_iter()
-        .map(|(class, v)| Figure {
+        .map(|(class, (v, metric))| Figure {
             name: format!("collective time ({class})"),
             value: v,
             unit: "s",
             floor: LATENCY_FLOOR_S,
             weight: 1.0,
-            metrics: vec![COLLECTIVE_SECONDS.to_string()],
+            metrics: vec![metric.to_string()],
             app: Some(AppFigure::CollectiveTime { class }),
         })
         .collect()
@@ -233,17 +278,66 @@ mod tests {
             ],
             ..Window::default()
         };
-        let m = observed_collective_seconds(&w);
+        let m = observed_collective_seconds(&w, &[]);
         assert_eq!(m.len(), 1, "a class without samples has no figure: {m:?}");
         // (0.003 + 0.005) / 2: each series' mean, then the series'.
-        assert!((m["training"] - 0.004).abs() < 1e-15);
-        let f = collective_figures(&w);
+        assert!((m["training"].0 - 0.004).abs() < 1e-15);
+        let f = collective_figures(&w, &[]);
         assert_eq!(f[0].name, "collective time (training)");
         assert_eq!(
             f[0].app,
             Some(AppFigure::CollectiveTime {
                 class: "training".into()
             })
+        );
+    }
+
+    #[test]
+    fn inspector_series_count_in_their_communicators_class() {
+        let series = |comm: &str, gpu: &str, bucket: &str, v: &[f64]| xirang_diagnose::window::Series {
+            metric: INSPECTOR_EXEC_TIME_US.into(),
+            labels: [
+                ("comm_name", comm),
+                ("gpu", gpu),
+                ("message_size", bucket),
+                ("node", "h1"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+            points: v.iter().enumerate().map(|(i, &x)| (i as i64 * 1000, x)).collect(),
+        };
+        let w = Window {
+            series: vec![
+                // GPU0 idle for one interval (a vanished sample), GPU1 at every one.
+                series("training", "GPU0", "5-6MB", &[2000.0, 4000.0]),
+                series("training", "GPU1", "5-6MB", &[3000.0, 3000.0, 3000.0]),
+                series("unknown", "GPU0", "5-6MB", &[9000.0]),
+            ],
+            ..Window::default()
+        };
+        let classes = ["training".to_string(), "inference".to_string()];
+        let m = observed_collective_seconds(&w, &classes);
+        assert!((m["training"].0 - 0.003).abs() < 1e-12, "{m:?}");
+        assert_eq!(m["training"].1, INSPECTOR_EXEC_TIME_US);
+        // An unnamed communicator is the class only when the scenario has one.
+        assert!(m.contains_key("unknown"));
+        let one = observed_collective_seconds(&w, &classes[..1]);
+        assert_eq!(one.len(), 1);
+        // Each GPU's series weighs the same: (0.003 + 0.003 + 0.009) / 3.
+        assert!((one["training"].0 - 0.005).abs() < 1e-12, "{one:?}");
+        // Xirang's own gauge, where the class has it, is taken instead.
+        let mut w2 = w.clone();
+        w2.series.push(xirang_diagnose::window::Series {
+            metric: COLLECTIVE_SECONDS.into(),
+            labels: [("class".to_string(), "training".to_string())]
+                .into_iter()
+                .collect(),
+            points: vec![(0, 0.005)],
+        });
+        assert_eq!(
+            observed_collective_seconds(&w2, &classes)["training"],
+            (0.005, COLLECTIVE_SECONDS)
         );
     }
 

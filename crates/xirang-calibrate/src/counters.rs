@@ -75,6 +75,7 @@ pub fn metric_names() -> Vec<String> {
     let mut v: Vec<String> = vec![
         crate::app::REQUEST_BUCKETS.to_string(),
         crate::app::COLLECTIVE_SECONDS.to_string(),
+        crate::app::INSPECTOR_EXEC_TIME_US.to_string(),
     ];
     for (c, _) in roles() {
         let m = metric_of(&c);

@@ -178,7 +178,19 @@ pub fn observed_figures(w: &xirang_diagnose::window::Window, loaded: &Loaded) ->
     let mut unknown_switches = Vec::new();
     let mut figures = figures(w, &tiers, &mut unknown_switches);
     let mut left_out = Vec::new();
-    for f in app::figures(w).into_iter().chain(app::collective_figures(w)) {
+    let mut collective_classes: Vec<String> = loaded
+        .scenario
+        .workloads
+        .values()
+        .filter(|w| matches!(w, xirang_fabric::workload::Workload::Collective(_)))
+        .map(|w| w.class().to_string())
+        .collect();
+    collective_classes.sort();
+    collective_classes.dedup();
+    for f in app::figures(w)
+        .into_iter()
+        .chain(app::collective_figures(w, &collective_classes))
+    {
         let Some(a) = &f.app else { continue };
         let collective = matches!(a, counters::AppFigure::CollectiveTime { .. });
         let fits = loaded.scenario.workloads.values().any(|w| {

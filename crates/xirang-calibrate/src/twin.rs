@@ -86,6 +86,8 @@ pub struct Twin {
     pub inventory: PathBuf,
     /// Replay dilation.
     pub dilation: u64,
+    /// Under which names the jobs' collective figures are served.
+    pub app_series: xirang_monitor::replay::AppSeries,
 }
 
 /// The inventory's knobs now, with a fingerprint to compare reads by.
@@ -159,7 +161,8 @@ fn simulate(t: &Twin, knobs: Vec<Override>) -> Result<Live, TwinError> {
             message,
         })?
         .with_requests(&r.requests_csv(), "the twin's requests")?
-        .with_collectives(&summary, "the twin's summary")?)
+        .with_collectives(&summary, "the twin's summary")?
+        .with_app_series(t.app_series))
 }
 
 /// A collector serving the twin: simulated once before it returns, then again whenever

@@ -13,6 +13,7 @@ fn twin(scenario: PathBuf, inventory: PathBuf) -> Twin {
         scenario,
         inventory,
         dilation: 100,
+        app_series: xirang_monitor::replay::AppSeries::Both,
     }
 }
 

@@ -139,8 +139,10 @@ pub struct Live {
     /// the client's for a run written before requests named their server, empty before
     /// they named their client).
     requests: Vec<(u64, String, f64, String)>,
-    /// Finished collectives: (class, op, workload, seconds per iteration).
-    collectives: Vec<(String, String, String, f64)>,
+    /// Finished collectives.
+    collectives: Vec<FinishedCollective>,
+    /// Under which names the applications' figures are served.
+    app_series: AppSeries,
     rounds: Vec<(u64, Vec<CounterValue>)>,
     gauge: Vec<bool>,
     /// One pass of the run, simulated ns.
@@ -222,6 +224,7 @@ impl Live {
         Ok(Live {
             requests: Vec::new(),
             collectives: Vec::new(),
+            app_series: AppSeries::Both,
             rounds,
             gauge,
             period_ns: period_ns.max(last).max(1),
@@ -287,25 +290,36 @@ impl Live {
         Ok(self)
     }
 
+    /// Serves the applications' collective figures under these names (both by default).
+    pub fn with_app_series(mut self, a: AppSeries) -> Live {
+        self.app_series = a;
+        self
+    }
+
     /// The application points `wall_ns` after the replay started: the latency histogram
     /// and the collectives' times.
     pub fn app_points(&self, wall_ns: u64) -> Vec<crate::collect::Point> {
         let mut out = self.request_points(wall_ns);
-        for (class, op, workload, s) in &self.collectives {
-            out.push(crate::collect::Point {
-                metric: std::sync::Arc::new(xirang_telemetry::metric::Metric {
-                    name: COLLECTIVE_SECONDS.into(),
-                    labels: vec![
-                        ("class", class.clone()),
-                        ("op", op.clone()),
-                        ("workload", workload.clone()),
-                    ],
-                    kind: xirang_telemetry::spec::Kind::Gauge,
-                    scale: 1.0,
-                    help: "Time of the collective per iteration, s (the simulated run's, replayed).",
-                }),
-                value: *s,
-            });
+        for c in &self.collectives {
+            if self.app_series != AppSeries::Inspector {
+                out.push(crate::collect::Point {
+                    metric: std::sync::Arc::new(xirang_telemetry::metric::Metric {
+                        name: COLLECTIVE_SECONDS.into(),
+                        labels: vec![
+                            ("class", c.class.clone()),
+                            ("op", c.op.clone()),
+                            ("workload", c.workload.clone()),
+                        ],
+                        kind: xirang_telemetry::spec::Kind::Gauge,
+                        scale: 1.0,
+                        help: "Time of the collective per iteration, s (the simulated run's, replayed).",
+                    }),
+                    value: c.seconds,
+                });
+            }
+            if self.app_series != AppSeries::Xirang {
+                inspector_points(c, &mut out);
+            }
         }
         out
     }
@@ -517,12 +531,111 @@ fn is_gauge(name: &str) -> bool {
     xirang_telemetry::spec::spec(name).kind == xirang_telemetry::spec::Kind::Gauge
 }
 
-/// The finished collectives of a run's `summary.json` (`summary.collectives`): (class,
-/// op, workload, seconds per iteration). `path` names the file in errors.
-pub fn finished_collectives(
-    summary: &str,
-    path: &str,
-) -> Result<Vec<(String, String, String, f64)>, ReplayError> {
+/// Under which names a replay serves the applications' collective figures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AppSeries {
+    /// Xirang's gauge `xirang_job_collective_seconds` (README's metric contract).
+    Xirang,
+    /// NCCL Inspector's `nccl_collective_exec_time_microseconds` and
+    /// `nccl_bus_bandwidth_gbs`, one series per rank's GPU, as a fleet whose jobs load the
+    /// Inspector plugin exports them.
+    Inspector,
+    /// Both.
+    Both,
+}
+
+/// A collective that finished in a run, as its `summary.json` states it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FinishedCollective {
+    /// Traffic class.
+    pub class: String,
+    /// Operation (`all_reduce`).
+    pub op: String,
+    /// Workload.
+    pub workload: String,
+    /// Time per iteration, s.
+    pub seconds: f64,
+    /// Buffer bytes.
+    pub bytes: u64,
+    /// Ranks.
+    pub ranks: u32,
+    /// Its hosts in rank order, with their ranks (empty in a summary written before
+    /// collectives named them).
+    pub hosts: Vec<(String, u32)>,
+    /// Algorithm and protocol simulated (`ring`, `Simple`).
+    pub algorithm: String,
+    /// See `algorithm`.
+    pub protocol: String,
+    /// Bus bandwidth, GB/s.
+    pub busbw_gbs: Option<f64>,
+}
+
+/// The Inspector's series of one finished collective: each rank's GPU reports the
+/// collective's time and bus bandwidth (a simulated collective's time is the same for
+/// every rank; the job's name stands in for the Slurm job id, its class for the
+/// communicator's name).
+fn inspector_points(c: &FinishedCollective, out: &mut Vec<crate::collect::Point>) {
+    use xirang_telemetry::inspector as ins;
+    let unknown = [(ins::UNKNOWN.to_string(), 1)];
+    let hosts: &[(String, u32)] = if c.hosts.is_empty() { &unknown } else { &c.hosts };
+    let n_nodes = if c.hosts.is_empty() {
+        ins::UNKNOWN.to_string()
+    } else {
+        c.hosts.len().to_string()
+    };
+    for (host, ranks) in hosts {
+        for g in 0..*ranks {
+            let labels = || {
+                vec![
+                    ("version", ins::FORMAT_VERSION.to_string()),
+                    ("slurm_job_id", c.workload.clone()),
+                    ("node", host.clone()),
+                    (
+                        "gpu",
+                        if c.hosts.is_empty() {
+                            ins::UNKNOWN.to_string()
+                        } else {
+                            format!("GPU{g}")
+                        },
+                    ),
+                    ("comm_name", c.class.clone()),
+                    ("n_nodes", n_nodes.clone()),
+                    ("nranks", c.ranks.to_string()),
+                    ("collective", ins::collective_name(&c.op)),
+                    ("message_size", ins::message_size_bucket(c.bytes)),
+                    ("algo_proto", ins::algo_proto(&c.algorithm, &c.protocol)),
+                ]
+            };
+            out.push(crate::collect::Point {
+                metric: std::sync::Arc::new(xirang_telemetry::metric::Metric {
+                    name: ins::EXEC_TIME_US.into(),
+                    labels: labels(),
+                    kind: xirang_telemetry::spec::Kind::Gauge,
+                    scale: 1.0,
+                    help: "Mean execution time of the bucket's collectives, µs (NCCL Inspector's series; the simulated run's, replayed).",
+                }),
+                value: c.seconds * 1e6,
+            });
+            if let Some(bw) = c.busbw_gbs {
+                out.push(crate::collect::Point {
+                    metric: std::sync::Arc::new(xirang_telemetry::metric::Metric {
+                        name: ins::BUS_BANDWIDTH_GBS.into(),
+                        labels: labels(),
+                        kind: xirang_telemetry::spec::Kind::Gauge,
+                        scale: 1.0,
+                        help: "Bus bandwidth of the bucket's collectives, GB/s (NCCL Inspector's series; the simulated run's, replayed).",
+                    }),
+                    value: bw,
+                });
+            }
+        }
+    }
+}
+
+/// The finished collectives of a run's `summary.json` (`summary.collectives`); one that
+/// did not finish has no time and is left out, as is every one of a summary written
+/// before collectives carried their class.
+pub fn finished_collectives(summary: &str, path: &str) -> Result<Vec<FinishedCollective>, ReplayError> {
     let err = |message: String| ReplayError {
         path: path.to_string(),
         message,
@@ -537,7 +650,6 @@ pub fn finished_collectives(
         let Some(ps) = c["time_ps"].as_u64() else {
             continue;
         };
-        // A summary written before collectives carried their class: not served.
         if c.get("class").is_none() {
             continue;
         }
@@ -546,12 +658,49 @@ pub fn finished_collectives(
                 .map(str::to_string)
                 .ok_or_else(|| err(format!("summary.collectives[{i}].{k}: expected a string")))
         };
-        out.push((
-            field("class")?,
-            field("op")?,
-            field("workload")?,
-            ps as f64 * 1e-12,
-        ));
+        let number = |k: &str| {
+            c[k].as_u64().ok_or_else(|| {
+                err(format!(
+                    "summary.collectives[{i}].{k}: expected an unsigned integer"
+                ))
+            })
+        };
+        let names: Vec<String> = match c.get("hosts") {
+            None => Vec::new(),
+            Some(h) => serde_json::from_value(h.clone()).map_err(|e| {
+                err(format!(
+                    "summary.collectives[{i}].hosts: expected host names: {e}"
+                ))
+            })?,
+        };
+        let per: Vec<u32> = match c.get("ranks_per_host") {
+            None => Vec::new(),
+            Some(h) => serde_json::from_value(h.clone()).map_err(|e| {
+                err(format!(
+                    "summary.collectives[{i}].ranks_per_host: expected counts: {e}"
+                ))
+            })?,
+        };
+        if per.len() != names.len() {
+            return Err(err(format!(
+                "summary.collectives[{i}]: {} hosts but {} ranks_per_host",
+                names.len(),
+                per.len()
+            )));
+        }
+        out.push(FinishedCollective {
+            class: field("class")?,
+            op: field("op")?,
+            workload: field("workload")?,
+            seconds: ps as f64 * 1e-12,
+            bytes: number("bytes")?,
+            ranks: u32::try_from(number("ranks")?)
+                .map_err(|_| err(format!("summary.collectives[{i}].ranks: too large")))?,
+            hosts: names.into_iter().zip(per).collect(),
+            algorithm: field("algorithm")?,
+            protocol: field("protocol")?,
+            busbw_gbs: c["busbw_gbs"].as_f64(),
+        });
     }
     Ok(out)
 }

@@ -355,6 +355,14 @@ fn collective_results<Q: queue::Queue>(
                 comm_channels: c.comm_channels,
                 choice: c.choice.clone(),
                 ranks: c.ranks,
+                hosts: c.host_names.clone(),
+                ranks_per_host: {
+                    let mut n = vec![0u32; c.host_names.len()];
+                    for &h in &c.rank_host {
+                        n[h as usize] += 1;
+                    }
+                    n
+                },
                 bytes: c.bytes,
                 iterations: c.iterations,
                 finished,

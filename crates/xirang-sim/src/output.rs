@@ -84,6 +84,10 @@ pub struct CollectiveResult {
     pub choice: crate::workload::NcclChoice,
     /// Ranks.
     pub ranks: u32,
+    /// The hosts of its ranks, in rank order (a host's GPUs are consecutive ranks).
+    pub hosts: Vec<String>,
+    /// Ranks on each of [`CollectiveResult::hosts`].
+    pub ranks_per_host: Vec<u32>,
     /// Buffer bytes.
     pub bytes: u64,
     /// Repetitions.

@@ -141,6 +141,8 @@ pub struct CollectiveRun {
     pub rank_host: Vec<u32>,
     /// The NICs of each participating host.
     pub host_nics: Vec<Vec<NicId>>,
+    /// The participating hosts' names, in rank order (for reports; the run uses ids).
+    pub host_names: Vec<String>,
     /// The hierarchical algorithm: the NIC under each rank's GPU (None for a rank on a host
     /// without GPUs, which uses its channel's rail). Empty for the other algorithms.
     pub rank_nic: Vec<Option<NicId>>,
@@ -597,6 +599,7 @@ fn expand_collective(
         start: us(c.start_us),
         rank_host,
         host_nics: hosts.iter().map(|h| h.nics.clone()).collect(),
+        host_names: hosts.iter().map(|h| h.name.clone()).collect(),
         rank_nic,
         qps: None,
         funnel: Vec::new(),

@@ -8,12 +8,15 @@
 //! - [`spec`]: a counter's unit, scale to its base unit and width (32-bit Q-counters wrap),
 //!   and the Prometheus metric it becomes ([`metric`]: node_exporter's `node_infiniband_*`
 //!   names where node_exporter has the counter, `xirang_*` otherwise);
+//! - [`inspector`]: NCCL Inspector's series (names, labels, message-size buckets), which
+//!   a replay serves and calibration reads;
 //! - [`RateTracker`]: deltas and rates between samples, with 32- and 64-bit wraparound,
 //!   resets (a counter that goes down) and counters that appear or vanish;
 //! - [`sim_out`]: the simulator's output directory, the counters it writes in this
 //!   schema, owned in one place for its writer (`xirang sim`) and its readers (replay,
 //!   diagnosis).
 
+pub mod inspector;
 pub mod metric;
 pub mod rate;
 pub mod sim_out;

@@ -76,14 +76,14 @@ fn sim_out_window(dir: &std::path::Path) -> Result<xirang_diagnose::window::Wind
         .and_then(|o| o.optional(xirang_telemetry::sim_out::SUMMARY))
         .map_err(fail)?
     {
-        for (class, op, workload, s) in replay::finished_collectives(&text, &path.display().to_string())? {
+        for c in replay::finished_collectives(&text, &path.display().to_string())? {
             w.series.push(xirang_diagnose::window::Series {
                 metric: xirang_calibrate::app::COLLECTIVE_SECONDS.into(),
-                labels: [("class", class), ("op", op), ("workload", workload)]
+                labels: [("class", c.class), ("op", c.op), ("workload", c.workload)]
                     .into_iter()
                     .map(|(k, v)| (k.to_string(), v))
                     .collect(),
-                points: vec![(w.until_ms, s)],
+                points: vec![(w.until_ms, c.seconds)],
             });
         }
     }

@@ -388,6 +388,12 @@ pub(crate) struct MonitorArgs {
     /// 2 ms at 1000 lasts 2 s per pass).
     #[arg(long, default_value_t = 1000, requires = "served_run", value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     pub(crate) dilation: u64,
+    /// With --live or --twin: under which names the training jobs' collective figures are
+    /// served: Xirang's gauge `xirang_job_collective_seconds`, NCCL Inspector's series
+    /// (`nccl_collective_exec_time_microseconds`, `nccl_bus_bandwidth_gbs`, one per rank's
+    /// GPU, as jobs that load the Inspector plugin export them), or both.
+    #[arg(long, value_enum, default_value = "both", requires = "served_run")]
+    pub(crate) app_series: AppSeriesArg,
     /// Serve the simulator's run of this scenario as a live fleet (as --replay --live
     /// does) with the knobs the --inventory's hosts and switches hold (each NIC's DCQCN
     /// settings, each switch port's ECN profile), simulated again whenever they change:
@@ -413,6 +419,27 @@ pub(crate) struct MonitorArgs {
     /// With --once or --replay: print JSON instead of the exposition text.
     #[arg(long)]
     pub(crate) json: bool,
+}
+
+/// `--app-series`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub(crate) enum AppSeriesArg {
+    /// `xirang_job_collective_seconds`.
+    Xirang,
+    /// NCCL Inspector's series.
+    Inspector,
+    /// Both.
+    Both,
+}
+
+impl From<AppSeriesArg> for xirang_monitor::replay::AppSeries {
+    fn from(a: AppSeriesArg) -> Self {
+        match a {
+            AppSeriesArg::Xirang => Self::Xirang,
+            AppSeriesArg::Inspector => Self::Inspector,
+            AppSeriesArg::Both => Self::Both,
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]

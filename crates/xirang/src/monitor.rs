@@ -66,6 +66,7 @@ pub(crate) fn run(a: &MonitorArgs) -> Result<Outcome> {
                 scenario: scenario.clone(),
                 inventory: a.inventory.clone().unwrap_or_default(),
                 dilation: a.dilation,
+                app_series: a.app_series.into(),
             })?,
             format!(
                 "the twin {} on the knobs of {} (live, x{})",
@@ -75,7 +76,7 @@ pub(crate) fn run(a: &MonitorArgs) -> Result<Outcome> {
             ),
         ),
         (Some(dir), None) => (
-            live_replay(dir, a.dilation)?,
+            live_replay(dir, a.dilation, a.app_series.into())?,
             format!("the run in {} (live replay, x{})", dir.display(), a.dilation),
         ),
         (None, None) => {
@@ -205,7 +206,11 @@ fn once(mut collector: Collector, interval: Duration, rules: Vec<Rule>, json: bo
 
 /// A collector serving a simulator's output directory as a live fleet
 /// ([`replay::Live`]).
-fn live_replay(dir: &std::path::Path, dilation: u64) -> Result<Collector> {
+fn live_replay(
+    dir: &std::path::Path,
+    dilation: u64,
+    app_series: xirang_monitor::replay::AppSeries,
+) -> Result<Collector> {
     anyhow::ensure!(
         replay::is_sim_output(dir),
         "--replay {} --live: expected a `xirang sim --out` directory (host snapshot series are replayed at once, not live)",
@@ -238,6 +243,7 @@ fn live_replay(dir: &std::path::Path, dilation: u64) -> Result<Collector> {
     {
         live = live.with_collectives(&text, &path.display().to_string())?;
     }
+    let live = live.with_app_series(app_series);
     let mut start: Option<u64> = None;
     Ok(Collector::new(
         Source::Feed(Box::new(move |ts_ns| {

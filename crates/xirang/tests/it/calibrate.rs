@@ -109,6 +109,21 @@ fn check_recovered(v: &serde_json::Value) {
 /// it, and `xirang calibrate --prometheus` finds the injected workload from the twin's.
 #[test]
 fn calibration_recovers_the_fleet_through_the_agent_and_prometheus() {
+    recover_through_prometheus("both", "xirang_job_collective_seconds");
+}
+
+/// Acceptance 3 of the live-signals issue: the same fleet whose jobs export their
+/// collective time only as NCCL Inspector's series (one per GPU: `--app-series
+/// inspector`), recovered within the same tolerance.
+#[test]
+fn calibration_recovers_the_fleet_from_nccl_inspector_series_alone() {
+    recover_through_prometheus("inspector", "nccl_collective_exec_time_microseconds");
+}
+
+/// Plays the fleet through the agent (serving the jobs' collective figures as
+/// `app_series`) and Prometheus, calibrates, and checks the recovery and that the
+/// collective time came from `collective_metric`.
+fn recover_through_prometheus(app_series: &str, collective_metric: &str) {
     let prometheus = prometheus_binary();
     let dir = tempfile::tempdir().unwrap();
     let Files {
@@ -127,6 +142,8 @@ fn calibration_recovers_the_fleet_through_the_agent_and_prometheus() {
                 "--live",
                 "--dilation",
                 "100",
+                "--app-series",
+                app_series,
                 "--interval",
                 "1s",
                 "--listen",
@@ -154,10 +171,18 @@ fn calibration_recovers_the_fleet_through_the_agent_and_prometheus() {
     for want in [
         r#"xirang_service_request_seconds_bucket{class="inference",node="h2",le="+Inf"}"#,
         r#"xirang_service_request_seconds_bucket{class="inference",node="h6",le="+Inf"}"#,
-        r#"xirang_job_collective_seconds{class="training",op="all_reduce",workload="training"}"#,
     ] {
         assert!(m.contains(want), "{want} not in the agent's metrics");
     }
+    let gauge = r#"xirang_job_collective_seconds{class="training",op="all_reduce",workload="training"}"#;
+    assert_eq!(m.contains(gauge), app_series != "inspector", "{gauge}");
+    // The Inspector's series, with its labels, one per rank's GPU (5 MiB: the bucket 5-6MB).
+    let inspector = r#"nccl_collective_exec_time_microseconds{version="v5.1",slurm_job_id="training",node="h1",gpu="GPU0",comm_name="training","#;
+    assert!(m.contains(inspector), "{inspector} not in the agent's metrics");
+    assert!(
+        m.contains(r#"collective="AllReduce",message_size="5-6MB",algo_proto="#),
+        "{m}"
+    );
     let (_prom, prom_port) = start_prometheus(prometheus, dir.path(), agent_port);
     let url = format!("http://127.0.0.1:{prom_port}");
     // Until Prometheus holds 17 samples (16 s of rates).
@@ -226,6 +251,7 @@ fn calibration_recovers_the_fleet_through_the_agent_and_prometheus() {
         .unwrap();
     let observed = coll["observed"].as_f64().unwrap();
     assert!(observed > 1e-4 && observed < 4e-3, "{coll:#}");
+    assert_eq!(coll["metrics"][0], collective_metric, "{coll:#}");
     assert!(coll["residual"].as_f64().unwrap().abs() <= 0.2, "{coll:#}");
     // The calibrated scenario is a scenario, with the fitted values and the twin's
     // comments.
