@@ -28,6 +28,7 @@ pub(crate) const TARGETS: &[(&str, Body)] = &[
     ("sonic", sonic),
     ("sonic_counters", sonic_counters),
     ("nccl_ras", nccl_ras),
+    ("nccl_inspector", nccl_inspector),
     ("host_tools", host_tools),
     ("snapshot", snapshot),
     ("monitor_config", monitor_config),
@@ -213,6 +214,16 @@ pub(crate) fn nccl_ras(data: &[u8]) {
     if let Ok(r) = xirang_diagnose::ras::parse(text, "fuzz") {
         let f = xirang_diagnose::ras::findings(&r);
         let _ = xirang_diagnose::finding::render_text(&f);
+    }
+}
+
+/// NCCL Inspector's JSON lines, each as the monitor reads it.
+pub(crate) fn nccl_inspector(data: &[u8]) {
+    for line in data.split(|b| *b == b'\n') {
+        if let Ok(Some((labels, time, bw))) = xirang_monitor::inspector::record(line, "fuzz") {
+            assert_eq!(labels.len(), xirang_telemetry::inspector::LABELS.len());
+            assert!(time.is_none_or(f64::is_finite) && bw.is_none_or(f64::is_finite));
+        }
     }
 }
 

@@ -156,6 +156,9 @@ pub struct Collector {
     /// its `node_pcidevice_*` series (off by default, as in node_exporter: a host has
     /// hundreds of functions, each a dozen files a round).
     pub pcidevice: bool,
+    /// A second source read every round beside the first (NCCL Inspector's files on a
+    /// host the agent also samples).
+    pub extra: Option<Feed>,
 }
 
 /// Counters whose increase counts as link errors (docs/reference/linux-rdma-sysfs.md §1.2).
@@ -217,6 +220,7 @@ impl Collector {
             errors_total: 0,
             rounds: 0,
             pcidevice: false,
+            extra: None,
         }
     }
 
@@ -242,13 +246,17 @@ impl Collector {
     /// Samples the source at `ts_ns`.
     pub fn round(&mut self, ts_ns: u64) -> Round {
         let started = std::time::Instant::now();
+        let extra = self.extra.as_mut().map(|f| f(ts_ns)).unwrap_or_default();
         if let Source::Feed(feed) = &mut self.source {
-            let r = feed(ts_ns);
+            let mut r = feed(ts_ns);
+            r.values.extend(extra.values);
+            r.points.extend(extra.points);
+            r.problems.extend(extra.problems);
             let mut round = self.fold(ts_ns, &r.values, r.points, r.problems);
             round.duration_s = started.elapsed().as_secs_f64();
             return round;
         }
-        let (values, gauges, problems) = match &self.source {
+        let (mut values, mut gauges, mut problems) = match &self.source {
             Source::Host { tree, run_ethtool } => {
                 let mut v = host_values(
                     tree.as_ref(),
@@ -264,6 +272,14 @@ impl Collector {
             }
             Source::External | Source::Feed(_) => (Vec::new(), Vec::new(), Vec::new()),
         };
+        for v in extra.values {
+            match values.iter_mut().find(|(e, _)| *e == v.entity) {
+                Some((_, c)) => c.push((v.name, v.value)),
+                None => values.push((v.entity, vec![(v.name, v.value)])),
+            }
+        }
+        gauges.extend(extra.points);
+        problems.extend(extra.problems);
         let mut round = self.fold_groups(ts_ns, &values, gauges, problems);
         round.duration_s = started.elapsed().as_secs_f64();
         round

@@ -8,6 +8,7 @@
 //! - [`history`]: the local SQLite history (raw samples, 1-minute roll-ups, retention,
 //!   bounded size, crash-safe);
 //! - [`replay`]: a simulator output directory as a series of rounds;
+//! - [`inspector`]: NCCL Inspector's JSON-lines files as its Prometheus series;
 //! - [`sonic`]: a SONiC switch's COUNTERS_DB, read through [`redis`] (a bounded RESP2
 //!   client), as the simulator names switch counters;
 //! - [`web`]: the exporter-toolkit web configuration (TLS, basic authentication).
@@ -16,6 +17,7 @@ pub mod alerts;
 pub mod collect;
 pub mod expose;
 pub mod history;
+pub mod inspector;
 pub mod redis;
 pub mod replay;
 pub mod serve;

@@ -416,6 +416,14 @@ pub(crate) struct MonitorArgs {
     /// taken from the persistent and user tables and never cleared.
     #[arg(long, value_name = "URL", conflicts_with_all = ["root", "replay", "twin", "pcidevice"])]
     pub(crate) sonic: Vec<String>,
+    /// Also read NCCL Inspector's JSON-lines files in this directory (`NCCL_INSPECTOR_DUMP_DIR`:
+    /// `<host>-pid<pid>.log`, `.jsonl`) every round and export their records as the
+    /// Inspector's own series (`nccl_collective_exec_time_microseconds`,
+    /// `nccl_bus_bandwidth_gbs`), for a host whose node_exporter has no textfile collector.
+    /// Files are read from where the last round stopped, a bounded amount per round; a
+    /// replaced or truncated file is read again from its start.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["replay", "twin"])]
+    pub(crate) nccl_inspector: Option<PathBuf>,
     /// With --once or --replay: print JSON instead of the exposition text.
     #[arg(long)]
     pub(crate) json: bool,

@@ -93,6 +93,18 @@ pub(crate) fn run(a: &MonitorArgs) -> Result<Outcome> {
             (collector, root.display().to_string())
         }
     };
+    let mut collector = collector;
+    let mut what = what;
+    if let Some(dir) = &a.nccl_inspector {
+        anyhow::ensure!(
+            dir.is_dir(),
+            "--nccl-inspector {}: expected a directory",
+            dir.display()
+        );
+        let mut reader = xirang_monitor::inspector::InspectorDir::new(dir);
+        collector.extra = Some(Box::new(move |_| reader.round()));
+        what = format!("{what} and NCCL Inspector's files in {}", dir.display());
+    }
     if a.once {
         return once(collector, interval, rules, a.json);
     }

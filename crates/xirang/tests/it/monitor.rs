@@ -977,3 +977,55 @@ fn the_twin_refuses_what_it_cannot_play() {
     let (_, err) = run_expect(&["monitor", "--dilation", "10"], 2);
     assert!(err.contains("--live") || err.contains("--twin"), "{err}");
 }
+
+/// `monitor --nccl-inspector DIR` beside a host's own counters: the records a job's
+/// processes keep appending are served as the Inspector's series.
+#[test]
+fn the_agent_serves_nccl_inspector_records_beside_the_hosts_counters() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = dir.path().join("host");
+    port_tree(&host);
+    let ins = dir.path().join("nccl-inspector-77");
+    std::fs::create_dir(&ins).unwrap();
+    let rec = std::fs::read_to_string(
+        root().join("crates/xirang-monitor/test_data/nccl-inspector/readme-json-coll-record.json"),
+    )
+    .unwrap();
+    let line =
+        serde_json::to_string(&serde_json::from_str::<serde_json::Value>(&rec).unwrap()).unwrap() + "\n";
+    let port = free_port();
+    let _agent = Guard(
+        Command::new(env!("CARGO_BIN_EXE_xirang"))
+            .args([
+                "monitor",
+                "--root",
+                host.to_str().unwrap(),
+                "--nccl-inspector",
+                ins.to_str().unwrap(),
+            ])
+            .args(["--interval", "1s", "--listen", &format!("127.0.0.1:{port}")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let url = format!("http://127.0.0.1:{port}/metrics");
+    wait_for(&url, "the agent");
+    let want = r#"nccl_collective_exec_time_microseconds{version="v5.1",slurm_job_id="77",node="example-hostname",gpu="unknown",comm_name="unknown",n_nodes="1",nranks="8",collective="AllReduce",message_size="16-17GB",algo_proto="unknown"} 61974"#;
+    let t0 = Instant::now();
+    loop {
+        // The job keeps finishing collectives.
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(ins.join("example-hostname-pid1639453.log"))
+            .unwrap();
+        f.write_all(line.as_bytes()).unwrap();
+        let m = get(&url).unwrap_or_default();
+        if m.contains(want) && m.contains("node_infiniband_state_id") {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "{want} not served:\n{m}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}

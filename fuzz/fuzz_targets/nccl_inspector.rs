@@ -1,0 +1,7 @@
+//! cargo-fuzz target `nccl_inspector`: see `fuzz/targets.rs`.
+#![no_main]
+
+#[path = "../targets.rs"]
+mod targets;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| targets::nccl_inspector(data));
