@@ -6,7 +6,7 @@
 //! properties: no NIC flashed twice, none skipped, never past a failed gate.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
@@ -1172,6 +1172,19 @@ const LATENCY_TOLERANCE: f64 = 0.10;
 /// With `capped`, every NIC starts with the 25G profile's rate cap (the tuner's
 /// configuration then lifts it).
 fn config_bed_live(config: &str, capped: bool) -> (Bed, crate::monitor::Guard, crate::monitor::Guard) {
+    config_bed_live_on(
+        config,
+        capped,
+        &root().join("crates/xirang-rollout/test_data/twin/fleet-twin.toml"),
+    )
+}
+
+/// [`config_bed_live`] with the twin playing `twin_scenario`.
+fn config_bed_live_on(
+    config: &str,
+    capped: bool,
+    twin_scenario: &Path,
+) -> (Bed, crate::monitor::Guard, crate::monitor::Guard) {
     // The policy needs Prometheus's port, Prometheus the twin's, the twin the bed's
     // inventory: make the bed, start the twin and Prometheus on it, then rewrite its
     // policy.
@@ -1195,10 +1208,7 @@ fn config_bed_live(config: &str, capped: bool) -> (Bed, crate::monitor::Guard, c
             .args([
                 "monitor",
                 "--twin",
-                root()
-                    .join("crates/xirang-rollout/test_data/twin/fleet-twin.toml")
-                    .to_str()
-                    .unwrap(),
+                twin_scenario.to_str().unwrap(),
                 "--inventory",
                 bed.dir.join("inv").to_str().unwrap(),
                 "--dilation",
@@ -1306,6 +1316,81 @@ fn a_worse_configuration_is_halted_at_the_canary_and_rolled_back() {
     assert_eq!(bed.applies().len(), 2, "{:?}", bed.applies());
     bed.ok(&["rollback", "--execute"]);
     assert_eq!(knob_files(&bed), before, "every knob back as it was");
+}
+
+/// The twin's training job as two: the wave-1 canary's (h1, with h5) and its control's
+/// (h2, with h6), so that their NCCL Inspector series can differ.
+const TWO_JOBS: &str = r#"[workloads.train-a.collective]
+op = "all_reduce"
+algorithm = "ring"
+bytes = 8_388_608
+hosts = ["h1", "h5"]
+iterations = 1
+class = "training"
+
+[workloads.train-b.collective]
+op = "all_reduce"
+algorithm = "ring"
+bytes = 8_388_608
+hosts = ["h2", "h6"]
+iterations = 1
+class = "training"
+"#;
+
+/// Acceptance 3 of the live-signals issue, the rollout side: a live gate on NCCL
+/// Inspector's `nccl_collective_exec_time_microseconds` (per node, as jobs that load the
+/// Inspector export it, here served by the twin) halts the configuration that caps the
+/// canary at 25 Gbit/s: the canary's job's AllReduce takes longer than its control's.
+#[test]
+fn an_nccl_inspector_gate_halts_a_worse_configuration_on_the_twin() {
+    let tmp = tempfile::tempdir().unwrap();
+    let one_job = r#"[workloads.train-a.collective]
+op = "all_reduce"
+algorithm = "ring"
+bytes = 8_388_608
+hosts = ["h1", "h2", "h5", "h6"]
+iterations = 1
+class = "training"
+"#;
+    let twin =
+        std::fs::read_to_string(root().join("crates/xirang-rollout/test_data/twin/fleet-twin.toml")).unwrap();
+    assert!(
+        twin.contains(one_job),
+        "the twin's training job moved: update the test"
+    );
+    let scenario = tmp.path().join("fleet-twin-two-jobs.toml");
+    std::fs::write(&scenario, twin.replace(one_job, TWO_JOBS)).unwrap();
+    let (bed, _twin, _prom) = config_bed_live_on("worse", false, &scenario);
+    let plan = planned(&bed.plan());
+    assert_eq!(plan[0].1, "h1", "the canary moved: update TWO_JOBS");
+    // The hosts are judged by the Inspector's collective time alone.
+    bed.policy_set(
+        r#"name = "inference median latency"
+query = 'histogram_quantile(0.5, sum by (le) (rate(xirang_service_request_seconds_bucket{class="inference",node=~"{nodes}"}[3s])))'"#,
+        r#"name = "training AllReduce time"
+query = 'avg(nccl_collective_exec_time_microseconds{collective="AllReduce",node=~"{nodes}"})'"#,
+    );
+    bed.start();
+    let o = bed.run(&["advance", "--execute"]);
+    let twin_log = std::fs::read_to_string(bed.dir.join("twin.log")).unwrap_or_default();
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}\ntwin: {twin_log}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let text = String::from_utf8_lossy(&bed.run(&["status"]).stdout).into_owned();
+    assert!(
+        text.contains("failed the live training AllReduce time gate"),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"nccl_collective_exec_time_microseconds{collective="AllReduce",node=~"h1"}"#),
+        "{text}"
+    );
+    let (canary_us, control_us) = medians(&text, "nccl_collective_exec_time_microseconds");
+    assert!(canary_us > control_us, "{canary_us} vs {control_us}\n{text}");
+    bed.ok(&["rollback", "--execute"]);
 }
 
 /// Acceptance 2, the promotion: on a fleet still capped at 25 Gbit/s per QP, the tuned
