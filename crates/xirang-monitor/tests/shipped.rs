@@ -199,6 +199,20 @@ fn shipped_files_use_emitted_metrics_and_mirror_the_rules() {
     let round = switch.fold(0, &r.values, r.points, r.problems);
     assert!(round.problems.is_empty(), "{:?}", round.problems);
     names.extend(round.points.iter().map(|p| p.metric.name.clone()));
+    // And what NCCL Inspector's files give (`monitor --nccl-inspector`).
+    let ins = tempfile::tempdir().unwrap();
+    let rec: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/test_data/nccl-inspector/readme-json-coll-record.json"
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    std::fs::write(ins.path().join("h-pid1.log"), rec.to_string() + "\n").unwrap();
+    let r = xirang_monitor::inspector::InspectorDir::new(ins.path()).round();
+    assert!(r.problems.is_empty() && r.points.len() == 2, "{:?}", r.problems);
+    names.extend(r.points.iter().map(|p| p.metric.name.clone()));
     // Emitted outside a round: by the server and the alert evaluator.
     for n in [
         "xirang_alert",
@@ -250,7 +264,7 @@ fn shipped_files_use_emitted_metrics_and_mirror_the_rules() {
             }
         }
     }
-    assert!(n >= 22, "{n}");
+    assert!(n >= 24, "{n}");
     // promtool, when installed (scripts/test.sh installs prometheus), accepts the file.
     if let Ok(out) = std::process::Command::new("promtool")
         .args(["check", "rules"])

@@ -358,3 +358,22 @@ fn every_cited_reference_file_is_in_the_repository() {
         missing.join("\n")
     );
 }
+
+/// docs/formats/series.md names every series calibration and diagnosis read, with its
+/// origin: a metric they start reading fails here until the page says where it comes from.
+#[test]
+fn every_series_read_is_documented_with_its_origin() {
+    let page = std::fs::read_to_string(root().join("docs/formats/series.md")).unwrap();
+    let mut read: Vec<String> = xirang_calibrate::counters::metric_names();
+    read.extend(xirang_diagnose::window::metric_names());
+    read.sort();
+    read.dedup();
+    let missing: Vec<&String> = read
+        .iter()
+        .filter(|m| !page.contains(&format!("`{m}`")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "docs/formats/series.md does not name: {missing:#?}"
+    );
+}
