@@ -20,7 +20,6 @@ pub mod nccl;
 pub mod paths;
 pub mod port_rules;
 pub mod ras;
-pub mod ras_client;
 mod ras_json;
 pub mod request;
 pub mod source;

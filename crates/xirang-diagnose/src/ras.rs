@@ -28,6 +28,9 @@ use std::fmt::Write as _;
 
 use crate::finding::{Class, Evidence, Finding, Severity};
 
+use xirang_monitor::nccl_ras::{Effect, effect, monitor_event, process_line, same};
+pub use xirang_monitor::nccl_ras::{Event, MAX_REPORT_BYTES, PEER_DEAD_S, Process};
+
 /// RAS lists the ranks of a level only when it has at most this many ranks and at most
 /// [`MAX_LISTED_SHARE`] of them (non-verbose; docs/reference/live-signals.md §B,
 /// `client_support.cc:21-26`); the JSON form's levels are listed by the same rule, so
@@ -35,51 +38,6 @@ use crate::finding::{Class, Evidence, Finding, Severity};
 pub const MAX_LISTED: u64 = 10;
 /// See [`MAX_LISTED`].
 pub const MAX_LISTED_SHARE: f64 = 0.25;
-
-/// Reports larger than this are refused: a 32,768-rank job's verbose JSON report is
-/// about 20 MB (some 600 bytes per rank).
-pub const MAX_REPORT_BYTES: usize = 64 << 20;
-
-/// How long RAS waits before it declares an unreachable process dead, seconds (×
-/// `NCCL_RAS_TIMEOUT_FACTOR`; docs/reference/live-signals.md §B, `ras_internal.h`).
-pub const PEER_DEAD_S: u32 = 60;
-
-/// A job process as RAS names it.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Default)]
-pub struct Process {
-    /// Node (host name or address).
-    pub host: String,
-    /// Process id.
-    pub pid: Option<i64>,
-    /// CUDA device.
-    pub gpu: Option<u32>,
-    /// Rank in the communicator, when named per rank.
-    pub rank: Option<u32>,
-}
-
-impl std::fmt::Display for Process {
-    /// `rank 0 (process 483072, GPU 0) on 172.16.64.210`, `process 3487984 (GPU 5) on
-    /// 172.16.64.213`.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let head = match (self.rank, self.pid) {
-            (Some(r), _) => format!("rank {r}"),
-            (None, Some(p)) => format!("process {p}"),
-            (None, None) => "a process".into(),
-        };
-        let mut inner = Vec::new();
-        if let (Some(_), Some(p)) = (self.rank, self.pid) {
-            inner.push(format!("process {p}"));
-        }
-        if let Some(g) = self.gpu {
-            inner.push(format!("GPU {g}"));
-        }
-        if inner.is_empty() {
-            write!(f, "{head} on {}", self.host)
-        } else {
-            write!(f, "{head} ({}) on {}", inner.join(", "), self.host)
-        }
-    }
-}
 
 /// Ranks that share one value (an operation count or a status), with those RAS lists.
 #[derive(Debug, Clone, PartialEq)]
@@ -263,22 +221,6 @@ pub fn parse(text: &str, source: &str) -> Result<Report, RasError> {
 /// with nothing wrong in it).
 fn looks_like_ras(text: &str) -> bool {
     text.contains("Job summary") || text.contains("RAS Monitor Mode")
-}
-
-/// `Process 3487984 on node 172.16.64.213 managing GPU 5`.
-fn process_line(l: &str) -> Option<Process> {
-    let rest = l.strip_prefix("Process ")?;
-    let (pid, rest) = rest.split_once(" on node ")?;
-    let (host, gpu) = match rest.split_once(" managing GPU ") {
-        Some((h, g)) => (h, g.split_whitespace().next()?.parse().ok()),
-        None => (rest.split_whitespace().next()?, None),
-    };
-    Some(Process {
-        host: host.to_string(),
-        pid: pid.trim().parse().ok(),
-        gpu,
-        rank: None,
-    })
 }
 
 /// `Rank 0 -- GPU 0 managed by process 483072 on node 172.16.64.210`.
@@ -520,61 +462,29 @@ fn comm_line(c: &mut Comm, t: &str) -> bool {
     false
 }
 
-/// A monitor event: its name and the peer it is about.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Event {
-    /// `PEER_DEAD`, `PEER_UNRESPONSIVE`, ...
-    pub name: String,
-    /// The peer.
-    pub peer: Process,
-}
-
-/// `[2025-12-19 13:07:07] PEER_DEAD: Process 1524345 on node 172.16.64.245 managing GPU 1`.
-fn monitor_event(t: &str) -> Option<Event> {
-    let rest = t.strip_prefix('[')?;
-    let (_when, rest) = rest.split_once("] ")?;
-    let (name, peer) = rest.split_once(": ")?;
-    if !name.starts_with("PEER_") {
-        return None;
-    }
-    let peer = process_line(peer.trim()).unwrap_or_else(|| Process {
-        host: peer.split_whitespace().next().unwrap_or_default().to_string(),
-        ..Process::default()
-    });
-    Some(Event {
-        name: name.to_string(),
-        peer,
-    })
-}
-
-/// The same process (host and pid; GPU when both name one).
-fn same(a: &Process, b: &Process) -> bool {
-    a.host == b.host && a.pid == b.pid
-}
-
 /// Folds one monitor event into the report: the latest word on a peer wins.
 pub(crate) fn apply_event(r: &mut Report, ev: Event, line: usize) {
     let Event { name, peer } = ev;
-    match name.as_str() {
-        "PEER_DEAD" | "PEER_TIMEOUT_DEAD" => {
+    match effect(&name) {
+        Effect::Dead => {
             r.unresponsive.retain(|(p, _)| !same(p, &peer));
             if !r.dead.iter().any(|(p, _)| same(p, &peer)) {
                 r.dead.push((peer, line));
             }
         }
-        "PEER_UNRESPONSIVE" | "PEER_SEND_STUCK" | "PEER_KEEPALIVE_TIMEOUT" | "PEER_INIT_TIMEOUT" => {
+        Effect::Unresponsive => {
             if !r.dead.iter().chain(&r.unresponsive).any(|(p, _)| same(p, &peer)) {
                 r.unresponsive.push((peer, line));
             }
         }
-        "PEER_RECOVERED" | "PEER_CONNECTED" | "PEER_NEW" => {
+        Effect::Recovered | Effect::New => {
             r.unresponsive.retain(|(p, _)| !same(p, &peer));
-            if name == "PEER_NEW" {
+            if effect(&name) == Effect::New {
                 r.dead.retain(|(p, _)| !same(p, &peer));
             }
         }
-        "PEER_CONNECTING" | "PEER_RETRY" | "PEER_DISCONNECTED" => {}
-        other => r.not_understood.push((line, format!("monitor event {other}"))),
+        Effect::None => {}
+        Effect::Unknown => r.not_understood.push((line, format!("monitor event {name}"))),
     }
 }
 

@@ -28,7 +28,7 @@ pub struct Rule {
     pub for_rounds: u32,
     /// `warning` or `critical`.
     pub severity: String,
-    /// `physical` or `network`.
+    /// `physical`, `network` or `application`.
     pub layer: String,
     /// What it means.
     pub summary: String,

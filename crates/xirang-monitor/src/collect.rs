@@ -156,9 +156,9 @@ pub struct Collector {
     /// its `node_pcidevice_*` series (off by default, as in node_exporter: a host has
     /// hundreds of functions, each a dozen files a round).
     pub pcidevice: bool,
-    /// A second source read every round beside the first (NCCL Inspector's files on a
-    /// host the agent also samples).
-    pub extra: Option<Feed>,
+    /// Other sources read every round beside the first (NCCL Inspector's files, a job's
+    /// NCCL RAS events, on a host the agent also samples).
+    pub extra: Vec<Feed>,
 }
 
 /// Counters whose increase counts as link errors (docs/reference/linux-rdma-sysfs.md §1.2).
@@ -220,7 +220,7 @@ impl Collector {
             errors_total: 0,
             rounds: 0,
             pcidevice: false,
-            extra: None,
+            extra: Vec::new(),
         }
     }
 
@@ -246,7 +246,13 @@ impl Collector {
     /// Samples the source at `ts_ns`.
     pub fn round(&mut self, ts_ns: u64) -> Round {
         let started = std::time::Instant::now();
-        let extra = self.extra.as_mut().map(|f| f(ts_ns)).unwrap_or_default();
+        let mut extra = FeedRound::default();
+        for f in &mut self.extra {
+            let r = f(ts_ns);
+            extra.values.extend(r.values);
+            extra.points.extend(r.points);
+            extra.problems.extend(r.problems);
+        }
         if let Source::Feed(feed) = &mut self.source {
             let mut r = feed(ts_ns);
             r.values.extend(extra.values);

@@ -9,6 +9,7 @@
 //!   bounded size, crash-safe);
 //! - [`replay`]: a simulator output directory as a series of rounds;
 //! - [`inspector`]: NCCL Inspector's JSON-lines files as its Prometheus series;
+//! - [`nccl_ras`]: NCCL RAS's client protocol and its monitor events as series;
 //! - [`sonic`]: a SONiC switch's COUNTERS_DB, read through [`redis`] (a bounded RESP2
 //!   client), as the simulator names switch counters;
 //! - [`web`]: the exporter-toolkit web configuration (TLS, basic authentication).
@@ -18,6 +19,7 @@ pub mod collect;
 pub mod expose;
 pub mod history;
 pub mod inspector;
+pub mod nccl_ras;
 pub mod redis;
 pub mod replay;
 pub mod serve;

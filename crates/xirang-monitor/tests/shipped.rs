@@ -89,6 +89,20 @@ fn emitted() -> (BTreeSet<String>, BTreeSet<String>) {
         },
         None,
     );
+    // A job beside, whose NCCL RAS said one process died and another stopped answering
+    // (`monitor --nccl-ras`), as its feed serves them.
+    let mut ras = xirang_monitor::nccl_ras::PeerStates::default();
+    for line in [
+        "[2025-12-19 13:07:07] PEER_DEAD: Process 1524345 on node 172.16.64.245 managing GPU 1",
+        "[2025-12-19 13:07:08] PEER_UNRESPONSIVE: Process 1524346 on node 172.16.64.246 managing GPU 0",
+    ] {
+        ras.apply(&xirang_monitor::nccl_ras::monitor_event(line).unwrap());
+    }
+    c.extra
+        .push(Box::new(move |_| xirang_monitor::collect::FeedRound {
+            points: ras.points(true),
+            ..Default::default()
+        }));
     let mut ev = Evaluator::new(parse_rules(DEFAULT_RULES, "default").unwrap());
     ev.eval(&c.round(0));
     troubled_host(dir.path(), true);
@@ -213,6 +227,15 @@ fn shipped_files_use_emitted_metrics_and_mirror_the_rules() {
     let r = xirang_monitor::inspector::InspectorDir::new(ins.path()).round();
     assert!(r.problems.is_empty() && r.points.len() == 2, "{:?}", r.problems);
     names.extend(r.points.iter().map(|p| p.metric.name.clone()));
+    // And a job's NCCL RAS events (`monitor --nccl-ras`).
+    let mut ras = xirang_monitor::nccl_ras::PeerStates::default();
+    ras.apply(
+        &xirang_monitor::nccl_ras::monitor_event(
+            "[2025-12-19 13:07:07] PEER_DEAD: Process 1524345 on node 172.16.64.245 managing GPU 1",
+        )
+        .unwrap(),
+    );
+    names.extend(ras.points(true).iter().map(|p| p.metric.name.clone()));
     // Emitted outside a round: by the server and the alert evaluator.
     for n in [
         "xirang_alert",

@@ -424,6 +424,13 @@ pub(crate) struct MonitorArgs {
     /// replaced or truncated file is read again from its start.
     #[arg(long, value_name = "DIR", conflicts_with_all = ["replay", "twin"])]
     pub(crate) nccl_inspector: Option<PathBuf>,
+    /// Also follow a running job's NCCL RAS monitor events (`HOST[:PORT]`, port 28028:
+    /// `localhost` on one of the job's nodes; NCCL 2.29 or later) and serve each node's dead
+    /// and unresponsive job processes (`xirang_nccl_ras_dead_processes`,
+    /// `xirang_nccl_ras_unresponsive_processes`) for the alert rules; a lost connection is
+    /// a problem of the round and is made again the next.
+    #[arg(long, value_name = "HOST[:PORT]", conflicts_with_all = ["replay", "twin"])]
+    pub(crate) nccl_ras: Option<String>,
     /// With --once or --replay: print JSON instead of the exposition text.
     #[arg(long)]
     pub(crate) json: bool,

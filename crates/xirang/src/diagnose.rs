@@ -81,7 +81,7 @@ pub(crate) fn nccl_ras(a: &DiagnoseNcclRasArgs) -> Result<Outcome> {
             let timeout = xirang_fabric::limits::wall_duration(&a.timeout)
                 .map_err(anyhow::Error::msg)
                 .context("--timeout")?;
-            let f = xirang_diagnose::ras_client::fetch(addr, timeout)?;
+            let f = xirang_monitor::nccl_ras::fetch(addr, timeout)?;
             if !f.json {
                 eprintln!("note: {addr} has no JSON reports (NCCL before 2.28.7): read its text report");
             }

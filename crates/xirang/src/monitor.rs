@@ -102,8 +102,14 @@ pub(crate) fn run(a: &MonitorArgs) -> Result<Outcome> {
             dir.display()
         );
         let mut reader = xirang_monitor::inspector::InspectorDir::new(dir);
-        collector.extra = Some(Box::new(move |_| reader.round()));
+        collector.extra.push(Box::new(move |_| reader.round()));
         what = format!("{what} and NCCL Inspector's files in {}", dir.display());
+    }
+    if let Some(addr) = &a.nccl_ras {
+        collector
+            .extra
+            .push(xirang_monitor::nccl_ras::feed(addr.clone(), RAS_TIMEOUT));
+        what = format!("{what} and NCCL RAS's events from {addr}");
     }
     if a.once {
         return once(collector, interval, rules, a.json);
@@ -156,6 +162,9 @@ fn sonic(urls: &[String]) -> Result<(Collector, String)> {
         what,
     ))
 }
+
+/// How long the agent waits for a job's RAS server to connect and answer.
+const RAS_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Exit status of a refused `--listen` (a usage error, as clap's own).
 const EXIT_USAGE: i32 = 2;

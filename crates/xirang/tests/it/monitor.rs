@@ -1029,3 +1029,56 @@ fn the_agent_serves_nccl_inspector_records_beside_the_hosts_counters() {
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+/// `monitor --nccl-ras`: a job's RAS server (played here) says a process died; the
+/// agent serves the node's dead processes and its default rule fires on them.
+#[test]
+fn a_dead_process_from_nccl_ras_fires_the_agents_alert() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let host = dir.path().join("host");
+    port_tree(&host);
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let ras = l.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        let (s, _) = l.accept().unwrap();
+        let mut w = s.try_clone().unwrap();
+        let mut r = BufReader::new(s);
+        for answer in ["SERVER PROTOCOL 2\n", "OK\n"] {
+            let mut line = String::new();
+            r.read_line(&mut line).unwrap();
+            w.write_all(answer.as_bytes()).unwrap();
+        }
+        w.write_all(
+            b"[2025-12-19 13:07:07] PEER_DEAD: Process 1524345 on node 172.16.64.245 managing GPU 1\n",
+        )
+        .unwrap();
+        std::thread::sleep(Duration::from_secs(60));
+    });
+    let port = free_port();
+    let _agent = Guard(
+        Command::new(env!("CARGO_BIN_EXE_xirang"))
+            .args(["monitor", "--root", host.to_str().unwrap(), "--nccl-ras", &ras])
+            .args(["--interval", "1s", "--listen", &format!("127.0.0.1:{port}")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let url = format!("http://127.0.0.1:{port}/metrics");
+    wait_for(&url, "the agent");
+    let t0 = Instant::now();
+    loop {
+        let m = get(&url).unwrap_or_default();
+        if m.contains(r#"xirang_nccl_ras_dead_processes{node="172.16.64.245"} 1"#)
+            && m.contains(r#"xirang_alert{rule="nccl_ras_process_dead",entity="node=172.16.64.245",severity="critical",layer="application"} 1"#)
+        {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "no RAS alert served:\n{m}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
