@@ -15,6 +15,7 @@
 pub mod balance;
 pub mod bundle;
 pub mod finding;
+pub mod impact;
 pub mod inventory_join;
 pub mod nccl;
 pub mod paths;

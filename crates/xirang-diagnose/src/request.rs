@@ -127,6 +127,7 @@ pub fn diagnose(req: &Request) -> Result<Report, RequestError> {
         None => (None, None),
     };
     let mut findings = diagnose_window(&window);
+    crate::impact::attach(&window, &mut findings);
     if let Some(c) = &cluster {
         crate::inventory_join::merge_audit(&mut findings, c);
         rank(&mut findings);

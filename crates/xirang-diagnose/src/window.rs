@@ -173,8 +173,14 @@ pub fn metric_names() -> Vec<String> {
     v
 }
 
-/// Metrics the monitor derives on a live host that have no counter behind them.
-const LEVEL_METRICS: &[&str] = &[PCIE_DOWNGRADED];
+/// Metrics read with the counters that have no counter behind them: the monitor's verdict
+/// on PCIe links, and the jobs' own collective figures from NCCL Inspector (quoted with
+/// the findings about their hosts: `crate::impact`).
+const LEVEL_METRICS: &[&str] = &[
+    PCIE_DOWNGRADED,
+    xirang_telemetry::inspector::EXEC_TIME_US,
+    xirang_telemetry::inspector::BUS_BANDWIDTH_GBS,
+];
 /// The monitor's verdict on a PCIe link, judged by both its ends (1: degraded).
 pub const PCIE_DOWNGRADED: &str = "xirang_pcie_link_downgraded";
 
@@ -624,6 +630,8 @@ mod tests {
         assert_eq!(
             sorted,
             vec![
+                "nccl_bus_bandwidth_gbs",
+                "nccl_collective_exec_time_microseconds",
                 "node_infiniband_link_downed_total",
                 "node_infiniband_link_error_recovery_total",
                 "node_infiniband_local_link_integrity_errors_total",

@@ -82,6 +82,11 @@ fn write_counters(root: &Path, elapsed_s: f64) {
 
 /// Starts the agent on a host tree, sampling every second; returns it and its port.
 fn start_agent(host: &Path) -> (Guard, u16) {
+    start_agent_with(host, &[])
+}
+
+/// [`start_agent`] with more arguments.
+fn start_agent_with(host: &Path, more: &[&str]) -> (Guard, u16) {
     let agent_port = free_port();
     let agent = Guard(
         Command::new(env!("CARGO_BIN_EXE_xirang"))
@@ -94,6 +99,7 @@ fn start_agent(host: &Path) -> (Guard, u16) {
                 "--listen",
                 &format!("127.0.0.1:{agent_port}"),
             ])
+            .args(more)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -195,7 +201,30 @@ fn diagnose_finds_a_link_error_ramp_through_prometheus() {
         "sys/class/infiniband/mlx5_0/ports/1/counters/link_downed",
         "0\n",
     );
-    let (_agent, agent_port) = start_agent(&host);
+    // The host's job writes NCCL Inspector's records (its hostname is the address
+    // Prometheus knows the agent by, as a fleet's scrape targets name hosts).
+    let ins = dir.path().join("inspector");
+    std::fs::create_dir(&ins).unwrap();
+    let mut rec: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            root().join("crates/xirang-monitor/test_data/nccl-inspector/readme-json-coll-record.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    rec["metadata"]["hostname"] = "127.0.0.1".into();
+    let job = move || {
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(ins.join("127.0.0.1-pid1.log"))
+            .unwrap();
+        f.write_all((rec.to_string() + "\n").as_bytes()).unwrap();
+    };
+    let (_agent, agent_port) = start_agent_with(
+        &host,
+        &["--nccl-inspector", dir.path().join("inspector").to_str().unwrap()],
+    );
     let (_prom, prom_port) = start_prometheus(prometheus, dir.path(), agent_port);
     let url = format!("http://127.0.0.1:{prom_port}");
     // Steady until Prometheus holds a few samples of the unchanged counter (its start and
@@ -209,7 +238,7 @@ fn diagnose_finds_a_link_error_ramp_through_prometheus() {
     );
     let (out, _) = run_expect(&["diagnose", "--prometheus", &url, "--since", "1m"], 0);
     assert_eq!(out, "No fault found.\n");
-    // Then 5 symbol errors per second for 8 s.
+    // Then 5 symbol errors per second for 8 s, while the job runs its collectives.
     let t0 = Instant::now();
     while t0.elapsed() < Duration::from_secs(8) {
         write(
@@ -217,6 +246,7 @@ fn diagnose_finds_a_link_error_ramp_through_prometheus() {
             errors,
             &format!("{}\n", 7 + (5.0 * t0.elapsed().as_secs_f64()) as u64),
         );
+        job();
         std::thread::sleep(Duration::from_millis(100));
     }
     std::thread::sleep(Duration::from_secs(3));
@@ -237,6 +267,12 @@ fn diagnose_finds_a_link_error_ramp_through_prometheus() {
     let to: f64 = rest.split(' ').next().unwrap().parse().unwrap();
     assert_eq!(from, "7", "{text}");
     assert!((30.0..=50.0).contains(&(to - 7.0)), "{text}");
+    // What the host's job saw meanwhile, from its own figures (NCCL Inspector's).
+    let scope = f["scope"].as_str().unwrap();
+    assert!(
+        scope.contains("jobs on 127.0.0.1 meanwhile: AllReduce 16-17GB of `unknown` at 61974 µs, bus bandwidth 485.1 GB/s"),
+        "{scope}"
+    );
     assert_eq!(v.as_array().unwrap().len(), 1, "{v:#}");
 }
 
