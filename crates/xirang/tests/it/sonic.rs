@@ -302,3 +302,62 @@ fn the_agent_survives_a_redis_that_dies_and_comes_back() {
     load(port, "counters_db.json", &[("hostname", "sonic1")]);
     wait("the counters back", &|b| value(b, pfc) == Some(203.0));
 }
+
+/// SONiC's default: Redis on a unix socket (`unix:///var/run/redis/redis.sock`), the
+/// switch's name given in the URL.
+#[test]
+fn a_switch_is_read_over_its_unix_socket() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("redis.sock");
+    let _redis = Guard(
+        Command::new(redis_binary())
+            .args([
+                "--port",
+                "0",
+                "--unixsocket",
+                sock.to_str().unwrap(),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let ep = Endpoint::Unix(sock.clone());
+    let t0 = Instant::now();
+    let mut c = loop {
+        match Conn::connect(&ep, SWITCH_LIMITS) {
+            Ok(c) => break c,
+            Err(e) => assert!(t0.elapsed() < Duration::from_secs(20), "{e}"),
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut cmds: Vec<Vec<String>> = vec![vec!["SELECT".into(), "2".into()]];
+    for (k, h) in fixture("counters_db.json")
+        .into_iter()
+        .filter(|(_, h)| !h.is_empty())
+    {
+        let mut cmd = vec!["HSET".to_string(), k];
+        cmd.extend(h.into_iter().flat_map(|(f, v)| [f, v]));
+        cmds.push(cmd);
+    }
+    let refs: Vec<Vec<&str>> = cmds
+        .iter()
+        .map(|c| c.iter().map(String::as_str).collect())
+        .collect();
+    c.pipeline(&refs).unwrap();
+    let url = format!("unix://{}?switch=leaf9", sock.display());
+    let o = Command::new(env!("CARGO_BIN_EXE_xirang"))
+        .args(["monitor", "--sonic", &url, "--once", "--interval", "100ms"])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        out.contains(r#"xirang_switch_pfc_frames_total{switch="leaf9",port="Ethernet0",direction="rx",priority="3"} 203"#),
+        "{out}"
+    );
+}
