@@ -421,7 +421,8 @@ impl Collector {
     }
 }
 
-fn gauge(name: &str, labels: Vec<(&'static str, String)>, value: f64, help: &'static str) -> Point {
+/// A gauge point.
+pub fn gauge(name: &str, labels: Vec<(&'static str, String)>, value: f64, help: &'static str) -> Point {
     Point {
         metric: std::sync::Arc::new(Metric {
             name: name.to_string(),

@@ -24,11 +24,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use xirang_telemetry::inspector as ins;
-use xirang_telemetry::metric::Metric;
-use xirang_telemetry::spec::Kind;
 
 use crate::collect::{FeedRound, Point};
 
@@ -321,18 +318,10 @@ pub fn record(
 }
 
 fn point(name: &str, labels: &[(&'static str, String)], value: f64) -> Point {
-    Point {
-        metric: Arc::new(Metric {
-            name: name.into(),
-            labels: labels.to_vec(),
-            kind: Kind::Gauge,
-            scale: 1.0,
-            help: if name == ins::EXEC_TIME_US {
-                "Mean execution time of the bucket's collectives since the last round, µs (NCCL Inspector's JSON lines)."
-            } else {
-                "Geometric mean of the bucket's bus bandwidths since the last round, GB/s (NCCL Inspector's JSON lines)."
-            },
-        }),
-        value,
-    }
+    let help = if name == ins::EXEC_TIME_US {
+        "Mean execution time of the bucket's collectives since the last round, µs (NCCL Inspector's JSON lines)."
+    } else {
+        "Geometric mean of the bucket's bus bandwidths since the last round, GB/s (NCCL Inspector's JSON lines)."
+    };
+    crate::collect::gauge(name, labels.to_vec(), value, help)
 }

@@ -426,16 +426,7 @@ impl PeerStates {
     /// recover), and the events by name (counters); `connected` says whether the feed
     /// reads the server now.
     pub fn points(&self, connected: bool) -> Vec<Point> {
-        let gauge = |name: &str, labels: Vec<(&'static str, String)>, v: f64, help: &'static str| Point {
-            metric: Arc::new(Metric {
-                name: name.into(),
-                labels,
-                kind: Kind::Gauge,
-                scale: 1.0,
-                help,
-            }),
-            value: v,
-        };
+        use crate::collect::gauge;
         let mut out = vec![gauge(
             "xirang_nccl_ras_connected",
             vec![],

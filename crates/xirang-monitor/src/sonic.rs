@@ -34,11 +34,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use xirang_telemetry::CounterValue;
-use xirang_telemetry::metric::{Metric, PFCWD_QUEUE_STATS_PREFIX, PFCWD_STORMED, SWITCH_PORT_SPEED};
-use xirang_telemetry::spec::Kind;
+use xirang_telemetry::metric::{PFCWD_QUEUE_STATS_PREFIX, PFCWD_STORMED, SWITCH_PORT_SPEED};
 
 use crate::collect::{FeedRound, Point};
 use crate::redis::{Conn, Endpoint, Limits, RedisError, SWITCH_LIMITS, Value};
@@ -328,15 +326,20 @@ fn number(key: &str, field: &str, v: &str, problems: &mut Vec<String>) -> Option
 }
 
 fn info(name: &str, help: &'static str, labels: Vec<(&'static str, String)>) -> Point {
-    Point {
-        metric: Arc::new(Metric {
-            name: name.into(),
-            labels,
-            kind: Kind::Gauge,
-            scale: 1.0,
-            help,
-        }),
-        value: 1.0,
+    crate::collect::gauge(name, labels, 1.0, help)
+}
+
+impl Reading {
+    /// Adds the counter `name` of `entity` from the hash field `key`/`field` holding `v`,
+    /// or a problem when it is not a decimal counter.
+    fn push(&mut self, entity: &str, name: String, key: &str, field: &str, v: &str) {
+        if let Some(n) = number(key, field, v, &mut self.problems) {
+            self.values.push(CounterValue {
+                entity: entity.to_string(),
+                name,
+                value: n,
+            });
+        }
     }
 }
 
@@ -368,13 +371,7 @@ pub fn translate(switch: &str, namespace: &str, snap: &Snapshot) -> Reading {
             } else {
                 continue;
             };
-            if let Some(n) = number(&key, f, v, &mut r.problems) {
-                r.values.push(CounterValue {
-                    entity: entity.clone(),
-                    name,
-                    value: n,
-                });
-            }
+            r.push(&entity, name, &key, f, v);
         }
         if let Some((_, speed)) = snap
             .get(&format!("PORT_TABLE:{port}"))
@@ -432,13 +429,7 @@ pub fn translate(switch: &str, namespace: &str, snap: &Snapshot) -> Reading {
             } else {
                 continue;
             };
-            if let Some(n) = number(&key, f, v, &mut r.problems) {
-                r.values.push(CounterValue {
-                    entity: entity.clone(),
-                    name,
-                    value: n,
-                });
-            }
+            r.push(&entity, name, &key, f, v);
         }
         watermarks(&mut r, &entity, oid, snap, true);
         r.points.push(info(
@@ -456,14 +447,8 @@ pub fn translate(switch: &str, namespace: &str, snap: &Snapshot) -> Reading {
         let entity = format!("{switch}:{port}/pg{pg}");
         let key = format!("COUNTERS:{oid}");
         for (f, v) in hash(&key) {
-            if f.starts_with("SAI_INGRESS_PRIORITY_GROUP_STAT_")
-                && let Some(n) = number(&key, f, v, &mut r.problems)
-            {
-                r.values.push(CounterValue {
-                    entity: entity.clone(),
-                    name: f.clone(),
-                    value: n,
-                });
+            if f.starts_with("SAI_INGRESS_PRIORITY_GROUP_STAT_") {
+                r.push(&entity, f.clone(), &key, f, v);
             }
         }
         watermarks(&mut r, &entity, oid, snap, false);
@@ -487,13 +472,7 @@ fn watermarks(r: &mut Reading, entity: &str, oid: &str, snap: &Snapshot, queue: 
             } else {
                 format!("{prefix}{f}")
             };
-            if let Some(n) = number(&key, f, v, &mut r.problems) {
-                r.values.push(CounterValue {
-                    entity: entity.to_string(),
-                    name,
-                    value: n,
-                });
-            }
+            r.push(entity, name, &key, f, v);
         }
     }
 }

@@ -1029,24 +1029,8 @@ fn the_agent_serves_nccl_inspector_records_beside_the_hosts_counters() {
     .unwrap();
     let line =
         serde_json::to_string(&serde_json::from_str::<serde_json::Value>(&rec).unwrap()).unwrap() + "\n";
-    let port = free_port();
-    let _agent = Guard(
-        Command::new(env!("CARGO_BIN_EXE_xirang"))
-            .args([
-                "monitor",
-                "--root",
-                host.to_str().unwrap(),
-                "--nccl-inspector",
-                ins.to_str().unwrap(),
-            ])
-            .args(["--interval", "1s", "--listen", &format!("127.0.0.1:{port}")])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let (_agent, port) = start_agent_with(&host, &["--nccl-inspector", ins.to_str().unwrap()]);
     let url = format!("http://127.0.0.1:{port}/metrics");
-    wait_for(&url, "the agent");
     let want = r#"nccl_collective_exec_time_microseconds{version="v5.1",slurm_job_id="77",node="example-hostname",gpu="unknown",comm_name="unknown",n_nodes="1",nranks="8",collective="AllReduce",message_size="16-17GB",algo_proto="unknown"} 61974"#;
     let t0 = Instant::now();
     loop {
@@ -1091,18 +1075,8 @@ fn a_dead_process_from_nccl_ras_fires_the_agents_alert() {
         .unwrap();
         std::thread::sleep(Duration::from_secs(60));
     });
-    let port = free_port();
-    let _agent = Guard(
-        Command::new(env!("CARGO_BIN_EXE_xirang"))
-            .args(["monitor", "--root", host.to_str().unwrap(), "--nccl-ras", &ras])
-            .args(["--interval", "1s", "--listen", &format!("127.0.0.1:{port}")])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let (_agent, port) = start_agent_with(&host, &["--nccl-ras", &ras]);
     let url = format!("http://127.0.0.1:{port}/metrics");
-    wait_for(&url, "the agent");
     let t0 = Instant::now();
     loop {
         let m = get(&url).unwrap_or_default();

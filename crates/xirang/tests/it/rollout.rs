@@ -1273,6 +1273,21 @@ fn latency_query(nodes: &str) -> String {
     format!(r#"xirang_service_request_seconds_bucket{{class="inference",node=~"{nodes}"}}"#)
 }
 
+/// Starts the rollout and advances its first wave, which must halt (exit 1); returns the
+/// twin's log.
+fn start_and_expect_a_halt(bed: &Bed) -> String {
+    bed.start();
+    let o = bed.run(&["advance", "--execute"]);
+    let twin_log = std::fs::read_to_string(bed.dir.join("twin.log")).unwrap_or_default();
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{}\ntwin: {twin_log}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    twin_log
+}
+
 /// Acceptance 2 of the closed-loop issue, the halt: a configuration that makes the
 /// inference class slower (a 25 Gbit/s rate cap) is halted at the canary wave by the live
 /// gate, on what the simulator playing the fleet says: the canary's answers take longer
@@ -1284,15 +1299,7 @@ fn a_worse_configuration_is_halted_at_the_canary_and_rolled_back() {
     let before = knob_files(&bed);
     let nodes = planned(&bed.plan());
     let canary = &nodes[0].1;
-    bed.start();
-    let o = bed.run(&["advance", "--execute"]);
-    let twin_log = std::fs::read_to_string(bed.dir.join("twin.log")).unwrap_or_default();
-    assert_eq!(
-        o.status.code(),
-        Some(1),
-        "{}\ntwin: {twin_log}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let twin_log = start_and_expect_a_halt(&bed);
     assert!(bed.runs(canary, "worse"));
     assert!(
         twin_log.contains("simulated again"),
@@ -1370,15 +1377,7 @@ query = 'histogram_quantile(0.5, sum by (le) (rate(xirang_service_request_second
         r#"name = "training AllReduce time"
 query = 'avg(nccl_collective_exec_time_microseconds{collective="AllReduce",node=~"{nodes}"})'"#,
     );
-    bed.start();
-    let o = bed.run(&["advance", "--execute"]);
-    let twin_log = std::fs::read_to_string(bed.dir.join("twin.log")).unwrap_or_default();
-    assert_eq!(
-        o.status.code(),
-        Some(1),
-        "{}\ntwin: {twin_log}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    start_and_expect_a_halt(&bed);
     let text = String::from_utf8_lossy(&bed.run(&["status"]).stdout).into_owned();
     assert!(
         text.contains("failed the live training AllReduce time gate"),

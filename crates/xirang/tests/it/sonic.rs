@@ -25,27 +25,20 @@ fn endpoint(port: u16) -> Endpoint {
     }
 }
 
-/// Starts a Redis server on `port` that keeps nothing on disk; returns once it answers.
-fn start_redis(port: u16) -> Guard {
+/// Starts a Redis server listening as `listen` says (`--port P --bind 127.0.0.1`, or a
+/// unix socket) that keeps nothing on disk; returns once it answers at `at`.
+fn start_redis_at(listen: &[&str], at: &Endpoint) -> Guard {
     let g = Guard(
         Command::new(redis_binary())
-            .args([
-                "--port",
-                &port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
+            .args(listen)
+            .args(["--save", "", "--appendonly", "no"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .unwrap(),
     );
     let t0 = Instant::now();
-    while Conn::connect(&endpoint(port), SWITCH_LIMITS).is_err() {
+    while Conn::connect(at, SWITCH_LIMITS).is_err() {
         assert!(
             t0.elapsed() < Duration::from_secs(20),
             "redis-server did not start"
@@ -53,6 +46,14 @@ fn start_redis(port: u16) -> Guard {
         std::thread::sleep(Duration::from_millis(50));
     }
     g
+}
+
+/// A Redis server on TCP `port` of the loopback.
+fn start_redis(port: u16) -> Guard {
+    start_redis_at(
+        &["--port", &port.to_string(), "--bind", "127.0.0.1"],
+        &endpoint(port),
+    )
 }
 
 /// The mock tables of `file`.
@@ -66,7 +67,12 @@ fn fixture(file: &str) -> BTreeMap<String, Vec<(String, String)>> {
 /// Loads `file` into COUNTERS_DB (2) and the switch's metadata into CONFIG_DB (4), as
 /// SONiC's orchagent and its configuration would.
 fn load(port: u16, file: &str, metadata: &[(&str, &str)]) {
-    let mut c = Conn::connect(&endpoint(port), SWITCH_LIMITS).unwrap();
+    load_at(&endpoint(port), file, metadata);
+}
+
+/// [`load`] into the server at `at`.
+fn load_at(at: &Endpoint, file: &str, metadata: &[(&str, &str)]) {
+    let mut c = Conn::connect(at, SWITCH_LIMITS).unwrap();
     let mut cmds: Vec<Vec<String>> = vec![vec!["SELECT".into(), "2".into()]];
     // An empty hash is no key in Redis (the tables have a few).
     for (k, h) in fixture(file).into_iter().filter(|(_, h)| !h.is_empty()) {
@@ -309,46 +315,10 @@ fn the_agent_survives_a_redis_that_dies_and_comes_back() {
 fn a_switch_is_read_over_its_unix_socket() {
     let dir = tempfile::tempdir().unwrap();
     let sock = dir.path().join("redis.sock");
-    let _redis = Guard(
-        Command::new(redis_binary())
-            .args([
-                "--port",
-                "0",
-                "--unixsocket",
-                sock.to_str().unwrap(),
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
     let ep = Endpoint::Unix(sock.clone());
-    let t0 = Instant::now();
-    let mut c = loop {
-        match Conn::connect(&ep, SWITCH_LIMITS) {
-            Ok(c) => break c,
-            Err(e) => assert!(t0.elapsed() < Duration::from_secs(20), "{e}"),
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let mut cmds: Vec<Vec<String>> = vec![vec!["SELECT".into(), "2".into()]];
-    for (k, h) in fixture("counters_db.json")
-        .into_iter()
-        .filter(|(_, h)| !h.is_empty())
-    {
-        let mut cmd = vec!["HSET".to_string(), k];
-        cmd.extend(h.into_iter().flat_map(|(f, v)| [f, v]));
-        cmds.push(cmd);
-    }
-    let refs: Vec<Vec<&str>> = cmds
-        .iter()
-        .map(|c| c.iter().map(String::as_str).collect())
-        .collect();
-    c.pipeline(&refs).unwrap();
+    let _redis = start_redis_at(&["--port", "0", "--unixsocket", sock.to_str().unwrap()], &ep);
+    // No DEVICE_METADATA hostname: the URL names the switch.
+    load_at(&ep, "counters_db.json", &[("platform", "x86_64-mlnx_msn2700-r0")]);
     let url = format!("unix://{}?switch=leaf9", sock.display());
     let o = Command::new(env!("CARGO_BIN_EXE_xirang"))
         .args(["monitor", "--sonic", &url, "--once", "--interval", "100ms"])
