@@ -177,6 +177,7 @@ pub(crate) fn sonic_counters(data: &[u8]) {
     let _ = server.shutdown(std::net::Shutdown::Write);
     let limits = Limits {
         timeout: std::time::Duration::from_millis(200),
+        deadline: std::time::Duration::from_secs(1),
         max_bulk_bytes: 4096,
         max_array_len: 4096,
         max_reply_bytes: 1 << 20,

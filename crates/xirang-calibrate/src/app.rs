@@ -155,49 +155,76 @@ fn series_mean(s: &xirang_diagnose::window::Series, scale: f64) -> Option<f64> {
 /// The class a series of NCCL Inspector's is counted in: its communicator's name when
 /// that is a class of `classes` (name the job's communicator after its class), else the
 /// only class when there is one, else the communicator's name (a figure the scenario
-/// cannot simulate, which calibration leaves out and says so).
-fn inspector_class(s: &xirang_diagnose::window::Series, classes: &[String]) -> Option<String> {
+/// cannot simulate, which calibration leaves out and says so). A series of a collective
+/// the class does not run counts in none.
+fn inspector_class(
+    s: &xirang_diagnose::window::Series,
+    classes: &BTreeMap<String, Vec<String>>,
+) -> Option<String> {
     let comm = s.labels.get("comm_name")?;
-    Some(match classes {
-        _ if classes.contains(comm) => comm.clone(),
-        [only] => only.clone(),
-        _ => comm.clone(),
-    })
+    let class = if classes.contains_key(comm) {
+        comm.clone()
+    } else if classes.len() == 1 {
+        classes.keys().next()?.clone()
+    } else {
+        return Some(comm.clone());
+    };
+    let coll = s.labels.get("collective")?;
+    classes[&class]
+        .iter()
+        .any(|op| op.eq_ignore_ascii_case(coll))
+        .then_some(class)
 }
 
 /// Each class's mean collective time over the window, s, and the metric it came from:
 /// each series of the class averaged over its samples, then the series averaged, so that
 /// a series sampled more often weighs no more. Xirang's gauge (`xirang_job_collective_seconds`,
 /// by `class`) where the class has it, else NCCL Inspector's
-/// `nccl_collective_exec_time_microseconds` (one series per GPU and message-size bucket;
-/// a bucket idle in an interval has no sample there, which only leaves it out of that
-/// interval), counted in a class by [`inspector_class`] among `classes`, the scenario's
-/// classes with collectives.
-pub fn observed_collective_seconds(w: &Window, classes: &[String]) -> BTreeMap<String, (f64, &'static str)> {
-    let mut by: BTreeMap<(String, &'static str), (f64, usize)> = BTreeMap::new();
+/// `nccl_collective_exec_time_microseconds`: the series counted in the class by
+/// [`inspector_class`] (its collectives, by communicator name), of its largest
+/// message-size bucket only (the simulated side is one size per collective, and the
+/// largest messages are the ones the network's bandwidth decides; a bucket idle in part
+/// of the window simply has fewer samples there). `classes`: the scenario's classes with
+/// collectives, and their collectives under NCCL's names.
+pub fn observed_collective_seconds(
+    w: &Window,
+    classes: &BTreeMap<String, Vec<String>>,
+) -> BTreeMap<String, (f64, &'static str)> {
+    // (class, metric) -> (message-size bucket's lower bound, sum of series means, series)
+    let mut by: BTreeMap<(String, &'static str), (u64, f64, usize)> = BTreeMap::new();
     for s in &w.series {
-        let (class, metric, scale) = if s.metric == COLLECTIVE_SECONDS {
+        let (class, metric, scale, bucket) = if s.metric == COLLECTIVE_SECONDS {
             let Some(class) = s.labels.get("class") else {
                 continue;
             };
-            (class.clone(), COLLECTIVE_SECONDS, 1.0)
+            (class.clone(), COLLECTIVE_SECONDS, 1.0, 0)
         } else if s.metric == INSPECTOR_EXEC_TIME_US {
             let Some(class) = inspector_class(s, classes) else {
                 continue;
             };
-            (class, INSPECTOR_EXEC_TIME_US, US)
+            let bucket = s
+                .labels
+                .get("message_size")
+                .and_then(|b| xirang_telemetry::inspector::bucket_range(b))
+                .map_or(0, |r| r.0);
+            (class, INSPECTOR_EXEC_TIME_US, US, bucket)
         } else {
             continue;
         };
         let Some(mean) = series_mean(s, scale) else {
             continue;
         };
-        let e = by.entry((class, metric)).or_insert((0.0, 0));
-        e.0 += mean;
-        e.1 += 1;
+        let e = by.entry((class, metric)).or_insert((bucket, 0.0, 0));
+        if bucket > e.0 {
+            *e = (bucket, 0.0, 0);
+        }
+        if bucket == e.0 {
+            e.1 += mean;
+            e.2 += 1;
+        }
     }
     let mut out: BTreeMap<String, (f64, &'static str)> = BTreeMap::new();
-    for ((class, metric), (sum, n)) in by {
+    for ((class, metric), (_, sum, n)) in by {
         // Xirang's own gauge first: BTreeMap order puts `nccl_...` before `xirang_...`.
         if metric == COLLECTIVE_SECONDS || !out.contains_key(&class) {
             out.insert(class, (sum / n as f64, metric));
@@ -207,7 +234,7 @@ pub fn observed_collective_seconds(w: &Window, classes: &[String]) -> BTreeMap<S
 }
 
 /// The collective time figure of each class the jobs exported.
-pub fn collective_figures(w: &Window, classes: &[String]) -> Vec<Figure> {
+pub fn collective_figures(w: &Window, classes: &BTreeMap<String, Vec<String>>) -> Vec<Figure> {
     observed_collective_seconds(w, classes)
         .into_iter()
         .map(|(class, (v, metric))| Figure {
@@ -278,11 +305,11 @@ mod tests {
             ],
             ..Window::default()
         };
-        let m = observed_collective_seconds(&w, &[]);
+        let m = observed_collective_seconds(&w, &BTreeMap::new());
         assert_eq!(m.len(), 1, "a class without samples has no figure: {m:?}");
         // (0.003 + 0.005) / 2: each series' mean, then the series'.
         assert!((m["training"].0 - 0.004).abs() < 1e-15);
-        let f = collective_figures(&w, &[]);
+        let f = collective_figures(&w, &BTreeMap::new());
         assert_eq!(f[0].name, "collective time (training)");
         assert_eq!(
             f[0].app,
@@ -294,35 +321,49 @@ mod tests {
 
     #[test]
     fn inspector_series_count_in_their_communicators_class() {
-        let series = |comm: &str, gpu: &str, bucket: &str, v: &[f64]| xirang_diagnose::window::Series {
-            metric: INSPECTOR_EXEC_TIME_US.into(),
-            labels: [
-                ("comm_name", comm),
-                ("gpu", gpu),
-                ("message_size", bucket),
-                ("node", "h1"),
-            ]
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-            points: v.iter().enumerate().map(|(i, &x)| (i as i64 * 1000, x)).collect(),
-        };
+        let series =
+            |comm: &str, gpu: &str, coll: &str, bucket: &str, v: &[f64]| xirang_diagnose::window::Series {
+                metric: INSPECTOR_EXEC_TIME_US.into(),
+                labels: [
+                    ("comm_name", comm),
+                    ("gpu", gpu),
+                    ("collective", coll),
+                    ("message_size", bucket),
+                    ("node", "h1"),
+                ]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+                points: v.iter().enumerate().map(|(i, &x)| (i as i64 * 1000, x)).collect(),
+            };
         let w = Window {
             series: vec![
                 // GPU0 idle for one interval (a vanished sample), GPU1 at every one.
-                series("training", "GPU0", "5-6MB", &[2000.0, 4000.0]),
-                series("training", "GPU1", "5-6MB", &[3000.0, 3000.0, 3000.0]),
-                series("unknown", "GPU0", "5-6MB", &[9000.0]),
+                series("training", "GPU0", "AllReduce", "5-6MB", &[2000.0, 4000.0]),
+                series(
+                    "training",
+                    "GPU1",
+                    "AllReduce",
+                    "5-6MB",
+                    &[3000.0, 3000.0, 3000.0],
+                ),
+                // Smaller messages, and a collective the class does not run: not counted.
+                series("training", "GPU0", "AllReduce", "1-2KB", &[40.0]),
+                series("training", "GPU0", "Broadcast", "64-65MB", &[90_000.0]),
+                series("unknown", "GPU0", "AllReduce", "5-6MB", &[9000.0]),
             ],
             ..Window::default()
         };
-        let classes = ["training".to_string(), "inference".to_string()];
+        let ops = |c: &str| (c.to_string(), vec!["AllReduce".to_string()]);
+        let classes: BTreeMap<String, Vec<String>> =
+            [ops("training"), ops("inference")].into_iter().collect();
         let m = observed_collective_seconds(&w, &classes);
         assert!((m["training"].0 - 0.003).abs() < 1e-12, "{m:?}");
         assert_eq!(m["training"].1, INSPECTOR_EXEC_TIME_US);
         // An unnamed communicator is the class only when the scenario has one.
         assert!(m.contains_key("unknown"));
-        let one = observed_collective_seconds(&w, &classes[..1]);
+        let one: BTreeMap<String, Vec<String>> = [ops("training")].into_iter().collect();
+        let one = observed_collective_seconds(&w, &one);
         assert_eq!(one.len(), 1);
         // Each GPU's series weighs the same: (0.003 + 0.003 + 0.009) / 3.
         assert!((one["training"].0 - 0.005).abs() < 1e-12, "{one:?}");

@@ -178,15 +178,21 @@ pub fn observed_figures(w: &xirang_diagnose::window::Window, loaded: &Loaded) ->
     let mut unknown_switches = Vec::new();
     let mut figures = figures(w, &tiers, &mut unknown_switches);
     let mut left_out = Vec::new();
-    let mut collective_classes: Vec<String> = loaded
-        .scenario
-        .workloads
-        .values()
-        .filter(|w| matches!(w, xirang_fabric::workload::Workload::Collective(_)))
-        .map(|w| w.class().to_string())
-        .collect();
-    collective_classes.sort();
-    collective_classes.dedup();
+    // Each class with collectives, and the collectives it runs under NCCL's names
+    // (`AllReduce`), which the Inspector's series are matched by.
+    let mut collective_classes: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for w in loaded.scenario.workloads.values() {
+        if let xirang_fabric::workload::Workload::Collective(c) = w {
+            let op = serde_json::to_value(c.op)
+                .ok()
+                .and_then(|v| v.as_str().map(xirang_telemetry::inspector::collective_name))
+                .unwrap_or_default();
+            let ops = collective_classes.entry(w.class().to_string()).or_default();
+            if !ops.contains(&op) {
+                ops.push(op);
+            }
+        }
+    }
     for f in app::figures(w)
         .into_iter()
         .chain(app::collective_figures(w, &collective_classes))

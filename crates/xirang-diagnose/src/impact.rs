@@ -50,23 +50,33 @@ pub fn attach(w: &Window, findings: &mut [Finding]) {
         .filter(|s| s.metric == EXEC_TIME_US || s.metric == BUS_BANDWIDTH_GBS)
     {
         let label = |k: &str| s.labels.get(k).cloned().unwrap_or_default();
-        let Some(node) = s.labels.get("node") else {
-            continue;
-        };
-        let f = by
-            .entry(node.clone())
-            .or_default()
-            .entry((label("comm_name"), label("collective"), label("message_size")))
-            .or_default();
-        let values = s
+        // The job names its host (`node`, its hostname); the counters' findings name it
+        // as Prometheus knows the agent (`instance`, often an address): a series counts
+        // under both, so either finds it.
+        let mut keys: Vec<String> = s.labels.get("node").cloned().into_iter().collect();
+        if let Some(i) = s.labels.get("instance") {
+            let h = i.rsplit_once(':').map_or(i.as_str(), |(h, _)| h).to_string();
+            if !keys.contains(&h) {
+                keys.push(h);
+            }
+        }
+        let values: Vec<f64> = s
             .points
             .iter()
             .map(|p| p.1)
-            .filter(|v| v.is_finite() && *v >= 0.0);
-        if s.metric == EXEC_TIME_US {
-            f.time_us.extend(values);
-        } else {
-            f.busbw_gbs.extend(values);
+            .filter(|v| v.is_finite() && *v >= 0.0)
+            .collect();
+        for key in keys {
+            let f = by
+                .entry(key)
+                .or_default()
+                .entry((label("comm_name"), label("collective"), label("message_size")))
+                .or_default();
+            if s.metric == EXEC_TIME_US {
+                f.time_us.extend(&values);
+            } else {
+                f.busbw_gbs.extend(&values);
+            }
         }
     }
     if by.is_empty() {
@@ -155,6 +165,31 @@ mod tests {
             f[0].evidence[0].source.ends_with(r#"message_size="5-6MB"}"#),
             "{:?}",
             f[0].evidence
+        );
+        // A job whose hostname is not how Prometheus knows its agent: found by `instance`.
+        let w = Window {
+            series: vec![Series::new(
+                EXEC_TIME_US,
+                &[
+                    ("node", "gpu-h1.cluster"),
+                    ("instance", "10.0.0.5:9316"),
+                    ("message_size", "5-6MB"),
+                ],
+                &[(0, 800.0)],
+            )],
+            ..Window::default()
+        };
+        let mut f = vec![Finding {
+            entity: "10.0.0.5:9316/mlx5_0/1".into(),
+            scope: String::new(),
+            evidence: vec![],
+            ..f.remove(0)
+        }];
+        attach(&w, &mut f);
+        assert!(
+            f[0].scope.contains("jobs on 10.0.0.5 meanwhile") && f[0].scope.contains("800 µs"),
+            "{}",
+            f[0].scope
         );
     }
 }

@@ -594,17 +594,23 @@ fn process_findings(r: &Report, dead: bool, out: &mut Vec<Finding>) {
 
 /// Ranks behind the others in one operation's count.
 fn count_findings(r: &Report, c: &Comm, m: &CountMismatch, out: &mut Vec<Finding>) {
-    let mut levels = m.levels.clone();
-    levels.sort_by_key(|l| l.value.parse::<u64>().unwrap_or(u64::MAX));
-    let (Some(low), Some(high)) = (levels.first(), levels.last()) else {
+    // Levels whose count is not a number say nothing of who is behind.
+    let mut levels: Vec<(u64, &Level)> = m
+        .levels
+        .iter()
+        .filter_map(|l| Some((l.value.parse::<u64>().ok()?, l)))
+        .collect();
+    levels.sort_by_key(|(n, _)| *n);
+    let (Some(&(lo, low)), Some(&(hi, _))) = (levels.first(), levels.last()) else {
         return;
     };
+    if hi == lo {
+        return;
+    }
     let op = m.op.as_deref().unwrap_or("collective");
-    let lo: u64 = low.value.parse().unwrap_or(0);
-    let hi: u64 = high.value.parse().unwrap_or(0);
     let spread = levels
         .iter()
-        .map(|l| format!("{} at {}", l.ranks, l.value))
+        .map(|(_, l)| format!("{} at {}", l.ranks, l.value))
         .collect::<Vec<_>>()
         .join(", ");
     let behind_hosts = hosts(low.listed.iter());
@@ -955,12 +961,110 @@ pub fn related(window_findings: Vec<Finding>, named: &[(String, String, Vec<Stri
     window_findings
         .into_iter()
         .filter(|f| {
-            named.iter().any(|(_, host, ports)| {
-                f.entity == *host
-                    || f.entity.starts_with(&format!("{host}/"))
-                    || f.entity.contains(&format!("{host}:"))
-                    || ports.iter().any(|p| f.entity.contains(p.as_str()))
+            // A finding's entity is one end (`h1/mlx5_0/1`, `leaf1:Ethernet8`,
+            // `leaf1:Ethernet8/q3`) or two joined by `<->`; each end names the host, or the
+            // switch port, whole: `leaf0:1` is not `leaf0:10`.
+            f.entity.split("<->").any(|end| {
+                let head = end.split('/').next().unwrap_or(end);
+                // A Prometheus `instance` (`h1:9316`) stands for its host.
+                let host_of_instance = head
+                    .rsplit_once(':')
+                    .filter(|(_, port)| port.parse::<u16>().is_ok())
+                    .map(|(h, _)| h);
+                named.iter().any(|(_, host, ports)| {
+                    head == host || host_of_instance == Some(host.as_str()) || ports.iter().any(|p| head == p)
+                })
             })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn finding(entity: &str) -> Finding {
+        Finding {
+            rule: "X",
+            class: Class::Link,
+            entity: entity.into(),
+            severity: Severity::Medium,
+            cause: String::new(),
+            confidence: 0.5,
+            scope: String::new(),
+            advice: vec![],
+            evidence: vec![],
+        }
+    }
+
+    #[test]
+    fn related_findings_name_the_host_or_its_port_whole() {
+        let named = vec![(
+            "10.0.0.1".to_string(),
+            "h1".to_string(),
+            vec!["leaf0:1".to_string()],
+        )];
+        let keep: Vec<String> = related(
+            [
+                "h1/mlx5_0/1",
+                "h1:9316/mlx5_0/1",
+                "leaf0:1",
+                "leaf0:1/q3",
+                "h2/mlx5_0/1<->leaf0:1",
+                "h11/mlx5_0/1",
+                "leaf0:10",
+                "leaf0:12/q3",
+                "xh1/mlx5_0/1",
+            ]
+            .into_iter()
+            .map(finding)
+            .collect(),
+            &named,
+        )
+        .into_iter()
+        .map(|f| f.entity)
+        .collect();
+        assert_eq!(
+            keep,
+            [
+                "h1/mlx5_0/1",
+                "h1:9316/mlx5_0/1",
+                "leaf0:1",
+                "leaf0:1/q3",
+                "h2/mlx5_0/1<->leaf0:1"
+            ]
+        );
+    }
+
+    #[test]
+    fn counts_that_are_not_numbers_say_nothing() {
+        let level = |n: u64, v: &str| Level {
+            ranks: n,
+            value: v.into(),
+            listed: vec![],
+        };
+        let c = Comm {
+            hash: "ab".into(),
+            ..Comm::default()
+        };
+        let r = Report::new(Form::Text, "t");
+        let mut out = Vec::new();
+        let m = CountMismatch {
+            op: None,
+            levels: vec![level(3, "12"), level(1, "garbage")],
+        };
+        count_findings(&r, &c, &m, &mut out);
+        assert!(out.is_empty(), "{out:?}");
+        let m = CountMismatch {
+            op: None,
+            levels: vec![level(3, "12"), level(1, "9"), level(1, "x")],
+        };
+        count_findings(&r, &c, &m, &mut out);
+        assert_eq!(out.len(), 1);
+        assert!(
+            out[0].cause.contains("only up to 9 while others reached 12"),
+            "{}",
+            out[0].cause
+        );
+    }
 }

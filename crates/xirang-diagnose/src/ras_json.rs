@@ -114,15 +114,11 @@ fn pid(p: Option<i64>) -> Option<i64> {
     p.filter(|p| *p >= 0)
 }
 
-/// The 1-based line of byte offset `at`.
-fn line_of(text: &str, at: usize) -> usize {
-    text[..at.min(text.len())].bytes().filter(|b| *b == b'\n').count() + 1
-}
-
 /// Reads a status document or a stream of monitor events.
 pub(crate) fn parse(text: &str, source: &str) -> Result<Report, RasError> {
     let mut r = Report::new_json(source);
     let mut stream = serde_json::Deserializer::from_str(text).into_iter::<serde_json::Value>();
+    let (mut line, mut counted) = (1usize, 0usize);
     loop {
         let start = stream.byte_offset();
         let v = match stream.next() {
@@ -136,9 +132,15 @@ pub(crate) fn parse(text: &str, source: &str) -> Result<Report, RasError> {
                 });
             }
         };
-        // The line the object starts on (past the whitespace before it).
+        // The line the object starts on (past the whitespace before it), counted on from
+        // the last object's, so a long stream of events costs one pass.
         let skipped = text[start..].len() - text[start..].trim_start().len();
-        let line = line_of(text, start + skipped);
+        let at = start + skipped;
+        line += text.as_bytes()[counted..at]
+            .iter()
+            .filter(|b| **b == b'\n')
+            .count();
+        counted = at;
         let err = |what: String| RasError {
             source_name: source.to_string(),
             line: Some(line),

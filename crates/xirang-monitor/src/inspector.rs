@@ -64,6 +64,8 @@ struct Acc {
 pub struct InspectorDir {
     dir: PathBuf,
     files: HashMap<PathBuf, FileState>,
+    /// No round has run yet: files already there are history, read from their end.
+    first: bool,
     job_id: String,
     limits: (usize, u64, usize),
 }
@@ -103,6 +105,7 @@ impl InspectorDir {
         InspectorDir {
             dir: dir.to_path_buf(),
             files: HashMap::new(),
+            first: true,
             job_id: job_id_of(dir),
             limits: (MAX_FILES, MAX_BYTES_PER_ROUND, MAX_LINE_BYTES),
         }
@@ -159,7 +162,23 @@ impl InspectorDir {
         let Ok(meta) = f.metadata() else {
             return Vec::new();
         };
-        let st = self.files.entry(path.to_path_buf()).or_default();
+        let first = self.first;
+        // A file there before the first round holds what happened before the agent
+        // started: read on from its end, so a round reports only what is new; if a record
+        // is being written there, the rest of it is skipped.
+        let mid_line = first && meta.len() > 0 && {
+            let mut last = [0u8; 1];
+            f.seek(SeekFrom::Start(meta.len() - 1))
+                .and_then(|_| f.read_exact(&mut last))
+                .map(|()| last[0] != b'\n')
+                .unwrap_or(false)
+        };
+        let st = self.files.entry(path.to_path_buf()).or_insert_with(|| FileState {
+            id: file_id(&meta),
+            offset: if first { meta.len() } else { 0 },
+            skipping: mid_line,
+            ..FileState::default()
+        });
         let id = file_id(&meta);
         if st.id != id || meta.len() < st.offset {
             // Replaced or truncated: its content is new from the start.
@@ -257,6 +276,7 @@ impl InspectorDir {
                 ));
             }
         }
+        self.first = false;
         for (labels, a) in acc {
             if a.time_n > 0 {
                 out.points

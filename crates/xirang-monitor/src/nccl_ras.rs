@@ -229,6 +229,11 @@ const MAX_EVENT_LINE_BYTES: usize = 4096;
 const MAX_EVENT_BYTES_PER_ROUND: usize = 1 << 20;
 /// How long one round waits for events before it reports what it has.
 const EVENT_POLL: Duration = Duration::from_millis(50);
+/// The longest one round reads events (a server that trickles them is read on in the
+/// next round).
+const EVENT_ROUND_DEADLINE: Duration = Duration::from_millis(500);
+/// Most nodes followed (a job of this many hosts is far above any today's).
+const MAX_HOSTS: usize = 65_536;
 
 /// A connection following a RAS server's monitor events.
 pub struct MonitorConn {
@@ -256,15 +261,27 @@ fn hello(addr: &str, timeout: Duration) -> Result<(BufReader<TcpStream>, TcpStre
         addr: target.clone(),
         message: m,
     };
-    let sock = target
+    let addrs: Vec<_> = target
         .to_socket_addrs()
         .map_err(|e| err(format!("resolving: {e}")))?
-        .next()
-        .ok_or_else(|| err("the host has no address".into()))?;
-    let stream = TcpStream::connect_timeout(&sock, timeout).map_err(|e| {
-        err(format!(
+        .collect();
+    // `localhost` may name ::1 first while RAS listens on 127.0.0.1: try each address.
+    let mut last = None;
+    let mut found = None;
+    for a in &addrs {
+        match TcpStream::connect_timeout(a, timeout) {
+            Ok(s) => {
+                found = Some(s);
+                break;
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    let stream = found.ok_or_else(|| match last {
+        Some(e) => err(format!(
             "connecting: {e} (is an NCCL job with RAS running there? NCCL_RAS_ADDR moves it)"
-        ))
+        )),
+        None => err("the host has no address".into()),
     })?;
     stream
         .set_read_timeout(Some(timeout))
@@ -283,7 +300,12 @@ fn hello(addr: &str, timeout: Duration) -> Result<(BufReader<TcpStream>, TcpStre
     Ok((r, w, target))
 }
 
-/// Sends a command line and reads its one-line answer (at most [`MAX_LINE_BYTES`]).
+/// How long a handshake answer may take to arrive in full (a server that trickles bytes
+/// is cut off).
+const ANSWER_DEADLINE: Duration = Duration::from_secs(10);
+
+/// Sends a command line and reads its one-line answer (at most [`MAX_LINE_BYTES`], within
+/// [`ANSWER_DEADLINE`]).
 fn ask(
     r: &mut BufReader<TcpStream>,
     w: &mut TcpStream,
@@ -296,23 +318,45 @@ fn ask(
     };
     w.write_all(format!("{cmd}\n").as_bytes())
         .map_err(|e| err(format!("sending `{cmd}`: {e}")))?;
-    let mut line = String::new();
-    r.by_ref()
-        .take(MAX_LINE_BYTES)
-        .read_line(&mut line)
-        .map_err(|e| err(format!("reading the answer to `{cmd}`: {e}")))?;
-    if !line.ends_with('\n') {
-        return Err(err(format!(
-            "answered `{cmd}` with `{}`{}: expected a line",
-            line.chars().take(60).collect::<String>(),
-            if line.len() as u64 >= MAX_LINE_BYTES {
-                " and more"
-            } else {
-                " and closed"
-            }
-        )));
+    let until = Instant::now() + ANSWER_DEADLINE;
+    let mut line = Vec::new();
+    loop {
+        if Instant::now() > until {
+            return Err(err(format!(
+                "the answer to `{cmd}` did not arrive within {ANSWER_DEADLINE:?}"
+            )));
+        }
+        let avail = r
+            .fill_buf()
+            .map_err(|e| err(format!("reading the answer to `{cmd}`: {e}")))?;
+        if avail.is_empty() {
+            return Err(err(format!(
+                "answered `{cmd}` with `{}` and closed: expected a line",
+                String::from_utf8_lossy(&line)
+                    .chars()
+                    .take(60)
+                    .collect::<String>()
+            )));
+        }
+        let (take, done) = match avail.iter().position(|b| *b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (avail.len(), false),
+        };
+        line.extend_from_slice(&avail[..take]);
+        r.consume(take);
+        if line.len() as u64 > MAX_LINE_BYTES {
+            return Err(err(format!(
+                "answered `{cmd}` with `{}` and more: expected a line",
+                String::from_utf8_lossy(&line)
+                    .chars()
+                    .take(60)
+                    .collect::<String>()
+            )));
+        }
+        if done {
+            return Ok(String::from_utf8_lossy(&line).trim().to_string());
+        }
     }
-    Ok(line.trim().to_string())
 }
 
 impl MonitorConn {
@@ -345,7 +389,11 @@ impl MonitorConn {
     pub fn poll(&mut self) -> (Vec<String>, Option<String>) {
         let mut lines = Vec::new();
         let mut taken = 0;
+        let until = Instant::now() + EVENT_ROUND_DEADLINE;
         loop {
+            if Instant::now() > until {
+                return (lines, None);
+            }
             let avail = match self.r.fill_buf() {
                 Ok(b) => b,
                 Err(e)
@@ -398,8 +446,17 @@ pub struct PeerStates {
 impl PeerStates {
     /// Folds one event in: the latest word on a peer wins.
     pub fn apply(&mut self, ev: &Event) {
-        *self.events.entry(ev.name.clone()).or_default() += 1;
-        self.hosts.insert(ev.peer.host.clone());
+        // Event names are the server's words: one it does not define counts as `other`,
+        // so the label's values stay few.
+        let name = if effect(&ev.name) == Effect::Unknown {
+            "other"
+        } else {
+            ev.name.as_str()
+        };
+        *self.events.entry(name.to_string()).or_default() += 1;
+        if self.hosts.len() < MAX_HOSTS {
+            self.hosts.insert(ev.peer.host.clone());
+        }
         let p = &ev.peer;
         match effect(&ev.name) {
             Effect::Dead => {
@@ -420,6 +477,12 @@ impl PeerStates {
             }
             Effect::None | Effect::Unknown => {}
         }
+    }
+
+    /// Forgets every process's state (the nodes stay, reading 0).
+    pub fn forget_peers(&mut self) {
+        self.dead.clear();
+        self.unresponsive.clear();
     }
 
     /// The series: per host, its dead and unresponsive processes (gauges, 0 once they
@@ -467,7 +530,8 @@ impl PeerStates {
 /// A feed of the RAS server at `addr`'s monitor events for a
 /// [`crate::collect::Collector`]: each round takes the events that came and serves the
 /// peers' states; a connection that fails is a problem of the round, and the next round
-/// connects again (the states are kept: a dead process stays dead).
+/// connects again; the states last as long as the connection (a dead process is dead
+/// until RAS says a new one took its pid, or the job's server goes away).
 pub fn feed(addr: String, timeout: Duration) -> Feed {
     let mut conn: Option<MonitorConn> = None;
     let mut states = PeerStates::default();
@@ -497,6 +561,10 @@ pub fn feed(addr: String, timeout: Duration) -> Feed {
                     .problems
                     .push(format!("NCCL RAS {addr}: {e}; connecting again next round"));
                 conn = None;
+                // What the events said holds for the job this connection followed: a
+                // server that went away took its job with it (or a new one will say
+                // again), so its processes' states end with it; the nodes read 0.
+                states.forget_peers();
             }
         }
         round.points = states.points(conn.is_some());

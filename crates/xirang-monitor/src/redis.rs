@@ -1,6 +1,8 @@
 //! A Redis client for reading a switch's databases: RESP2 over TCP or a unix socket,
-//! synchronous, with every read bounded (time, bytes per string, elements per array,
-//! bytes per reply), so a stalled or hostile server costs at most a timeout and a
+//! synchronous, with every exchange bounded: a silence timeout per read and a deadline
+//! per pipeline (a server that trickles bytes is cut off), bytes per string and per line,
+//! elements per array, and memory per pipeline (what its replies hold, strings and the
+//! values around them), so a stalled or hostile server costs at most a deadline and a
 //! stated amount of memory.
 //!
 //! Written here rather than taken from the `redis` crate: the monitor needs only a
@@ -44,13 +46,16 @@ impl std::fmt::Display for Endpoint {
 /// What one reply may hold at most.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
-    /// Connect, read and write timeout.
+    /// Connect, read and write timeout (the longest silence).
     pub timeout: Duration,
+    /// The longest a pipeline (commands sent, every reply read) may take.
+    pub deadline: Duration,
     /// Bytes of one bulk string.
     pub max_bulk_bytes: usize,
     /// Elements of one array.
     pub max_array_len: usize,
-    /// Bytes of one whole reply (strings and framing).
+    /// Bytes the replies of one pipeline may hold: their strings and framing, and the
+    /// values around them in memory.
     pub max_reply_bytes: usize,
     /// Bytes of one line (a simple string, an error, a length).
     pub max_line_bytes: usize,
@@ -58,9 +63,10 @@ pub struct Limits {
 
 /// Bounds that hold a large switch's COUNTERS_DB with room to spare: a name map of 64
 /// ports x 20 queues is 2,560 elements of about 30 bytes; a counter hash about 400
-/// fields. A reply beyond them is refused, not read.
+/// fields; a round's hashes about 11 MB. A reply beyond them is refused, not read.
 pub const SWITCH_LIMITS: Limits = Limits {
     timeout: Duration::from_secs(5),
+    deadline: Duration::from_secs(30),
     max_bulk_bytes: 1 << 20,
     max_array_len: 1 << 18,
     max_reply_bytes: 64 << 20,
@@ -156,8 +162,10 @@ pub struct Conn {
     endpoint: String,
     limits: Limits,
     io: BufReader<Stream>,
-    /// Bytes left of the reply being read.
+    /// Bytes left for the replies of the pipeline being read.
     budget: usize,
+    /// When the pipeline being read must be done.
+    until: std::time::Instant,
 }
 
 impl Conn {
@@ -219,6 +227,7 @@ impl Conn {
             limits,
             io: BufReader::new(stream),
             budget: 0,
+            until: std::time::Instant::now(),
         })
     }
 
@@ -239,6 +248,7 @@ impl Conn {
             limits,
             io: BufReader::new(Stream::Unix(stream)),
             budget: 0,
+            until: std::time::Instant::now(),
         })
     }
 
@@ -261,8 +271,9 @@ impl Conn {
             .and_then(|()| self.io.get_mut().flush())
             .map_err(|e| self.io_err("sending commands", e))?;
         let mut out = Vec::with_capacity(cmds.len());
+        self.budget = self.limits.max_reply_bytes;
+        self.until = std::time::Instant::now() + self.limits.deadline;
         for c in cmds {
-            self.budget = self.limits.max_reply_bytes;
             match self.value(0)? {
                 Value::Error(message) => {
                     return Err(RedisError::Server {
@@ -292,11 +303,11 @@ impl Conn {
         }
     }
 
-    /// Takes `n` bytes from the reply's budget.
+    /// Takes `n` bytes from the pipeline's budget.
     fn spend(&mut self, n: usize) -> Result<(), RedisError> {
         if n > self.budget {
             return Err(self.protocol(format!(
-                "a reply of more than {} bytes (the limit)",
+                "replies of more than {} bytes (the limit)",
                 self.limits.max_reply_bytes
             )));
         }
@@ -304,10 +315,22 @@ impl Conn {
         Ok(())
     }
 
+    /// Fails once the pipeline's deadline has passed.
+    fn in_time(&self) -> Result<(), RedisError> {
+        if std::time::Instant::now() > self.until {
+            return Err(self.protocol(format!(
+                "replies not done within {:?} (a server sending too slowly)",
+                self.limits.deadline
+            )));
+        }
+        Ok(())
+    }
+
     /// One CRLF-ended line, without the CRLF, at most `max_line_bytes` long.
     fn line(&mut self) -> Result<String, RedisError> {
         let mut line = Vec::new();
         loop {
+            self.in_time()?;
             let endpoint = &self.endpoint;
             let io_err = |source| RedisError::Io {
                 endpoint: endpoint.clone(),
@@ -374,9 +397,24 @@ impl Conn {
                 }
                 self.spend(n + 2)?;
                 let mut data = vec![0; n + 2];
-                self.io
-                    .read_exact(&mut data)
-                    .map_err(|e| self.io_err("reading a bulk string", e))?;
+                let mut got = 0;
+                while got < data.len() {
+                    self.in_time()?;
+                    let k = self
+                        .io
+                        .read(&mut data[got..])
+                        .map_err(|e| self.io_err("reading a bulk string", e))?;
+                    if k == 0 {
+                        return Err(self.io_err(
+                            "reading a bulk string",
+                            std::io::Error::new(
+                                std::io::ErrorKind::UnexpectedEof,
+                                "the server closed the connection",
+                            ),
+                        ));
+                    }
+                    got += k;
+                }
                 if !data.ends_with(b"\r\n") {
                     return Err(self.protocol("a bulk string not ended by CRLF".into()));
                 }
@@ -399,10 +437,12 @@ impl Conn {
                 if depth >= MAX_DEPTH {
                     return Err(self.protocol(format!("arrays nested deeper than {MAX_DEPTH}")));
                 }
-                // Every element takes at least 3 bytes (`:0` and CRLF): reserve no more than
-                // the budget could hold.
-                let mut items = Vec::with_capacity(n.min(self.budget / 3));
+                // Each element is charged the value that holds it, so the budget bounds
+                // memory, not only bytes on the wire; reserve no more than it could hold.
+                let per = std::mem::size_of::<Value>();
+                let mut items = Vec::with_capacity(n.min(self.budget / per));
                 for _ in 0..n {
+                    self.spend(per)?;
                     items.push(self.value(depth + 1)?);
                 }
                 Ok(Value::Array(Some(items)))
@@ -480,6 +520,7 @@ mod tests {
     fn small() -> Limits {
         Limits {
             timeout: Duration::from_millis(500),
+            deadline: Duration::from_secs(2),
             max_bulk_bytes: 64,
             max_array_len: 8,
             max_reply_bytes: 256,
@@ -536,6 +577,37 @@ mod tests {
         let e = ask(b"*2\r\n$1\r\na\r\n", false).unwrap_err();
         assert!(matches!(e, RedisError::Io { .. }), "{e}");
         assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
+    }
+
+    #[test]
+    fn a_server_that_trickles_bytes_is_cut_off_at_the_deadline() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let mut buf = [0u8; 256];
+            let _ = s.read(&mut buf);
+            // A valid 40-byte string, one byte every 150 ms: never silent for the 500 ms
+            // timeout, done only after 6 s.
+            for b in b"$40\r\naaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n" {
+                if s.write_all(&[*b]).is_err() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(150));
+            }
+        });
+        let ep = Endpoint::Tcp {
+            host: "127.0.0.1".into(),
+            port,
+        };
+        let t0 = std::time::Instant::now();
+        let e = Conn::connect(&ep, small())
+            .unwrap()
+            .command(&["GET", "k"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not done within 2s"), "{e}");
+        assert!(t0.elapsed() < Duration::from_secs(4), "{:?}", t0.elapsed());
     }
 
     #[test]

@@ -681,6 +681,14 @@ pub fn finished_collectives(summary: &str, path: &str) -> Result<Vec<FinishedCol
                 ))
             })?,
         };
+        let ranks = number("ranks")?;
+        // The per-GPU series are made from these counts: they must add up to the ranks.
+        if !per.is_empty() && per.iter().map(|n| u64::from(*n)).sum::<u64>() != ranks {
+            return Err(err(format!(
+                "summary.collectives[{i}].ranks_per_host: they add up to {}, not to its {ranks} ranks",
+                per.iter().map(|n| u64::from(*n)).sum::<u64>()
+            )));
+        }
         if per.len() != names.len() {
             return Err(err(format!(
                 "summary.collectives[{i}]: {} hosts but {} ranks_per_host",
@@ -694,7 +702,7 @@ pub fn finished_collectives(summary: &str, path: &str) -> Result<Vec<FinishedCol
             workload: field("workload")?,
             seconds: ps as f64 * 1e-12,
             bytes: number("bytes")?,
-            ranks: u32::try_from(number("ranks")?)
+            ranks: u32::try_from(ranks)
                 .map_err(|_| err(format!("summary.collectives[{i}].ranks: too large")))?,
             hosts: names.into_iter().zip(per).collect(),
             algorithm: field("algorithm")?,

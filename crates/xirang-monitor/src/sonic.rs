@@ -36,7 +36,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 
 use xirang_telemetry::CounterValue;
-use xirang_telemetry::metric::{PFCWD_QUEUE_STATS_PREFIX, PFCWD_STORMED, SWITCH_PORT_SPEED};
+use xirang_telemetry::metric::{
+    PFCWD_QUEUE_STATS_PREFIX, PFCWD_STORMED, SWITCH_PORT_SPEED, WATERMARK_TABLES,
+};
 
 use crate::collect::{FeedRound, Point};
 use crate::redis::{Conn, Endpoint, Limits, RedisError, SWITCH_LIMITS, Value};
@@ -54,11 +56,6 @@ const MAX_DB: u8 = 15;
 
 /// The CONFIG_DB key of the switch's own metadata.
 pub const DEVICE_METADATA_KEY: &str = "DEVICE_METADATA|localhost";
-
-/// Prefix of the counter names taken from the PERSISTENT watermark table.
-pub const PERSISTENT_PREFIX: &str = "PERSISTENT_WATERMARKS/";
-/// Prefix of the counter names taken from the USER watermark table.
-pub const USER_PREFIX: &str = "USER_WATERMARKS/";
 
 /// The queue shared-buffer watermark's SAI statistic.
 const QUEUE_SHARED_WATERMARK: &str = "SAI_QUEUE_STAT_SHARED_WATERMARK_BYTES";
@@ -297,8 +294,21 @@ pub fn objects(snap: &Snapshot, problems: &mut Vec<String>) -> Objects {
         "COUNTERS_PG_PORT_MAP",
         PG_INDEX_MAP,
     );
+    let total = out.ports.len() + out.queues.len() + out.pgs.len();
+    if total > MAX_OBJECTS {
+        problems.push(format!(
+            "{total} ports, queues and priority groups in the name maps, more than the {MAX_OBJECTS} read; the rest are left out"
+        ));
+        out.ports.truncate(MAX_OBJECTS);
+        out.queues.truncate(MAX_OBJECTS - out.ports.len());
+        out.pgs.truncate(MAX_OBJECTS - out.ports.len() - out.queues.len());
+    }
     out
 }
+
+/// Most ports, queues and priority groups read from one COUNTERS_DB: a 64-port switch
+/// has about 2,600 (its name maps are the server's to make, so they are bounded too).
+pub const MAX_OBJECTS: usize = 16_384;
 
 /// The hashes to read for these objects.
 pub fn hash_keys(o: &Objects) -> Vec<String> {
@@ -458,10 +468,10 @@ pub fn translate(switch: &str, namespace: &str, snap: &Snapshot) -> Reading {
 
 /// The PERSISTENT and USER watermarks of a queue or PG.
 fn watermarks(r: &mut Reading, entity: &str, oid: &str, snap: &Snapshot, queue: bool) {
-    for (table, prefix) in [
-        ("PERSISTENT_WATERMARKS", PERSISTENT_PREFIX),
-        ("USER_WATERMARKS", USER_PREFIX),
-    ] {
+    // The tables' counter names carry the table (`USER_WATERMARKS/…`), which the metric
+    // names take as a word (`xirang_telemetry::metric::WATERMARK_TABLES`).
+    for (prefix, _) in WATERMARK_TABLES {
+        let table = prefix.trim_end_matches('/');
         let key = format!("{table}:{oid}");
         for (f, v) in snap.get(&key).map(Vec::as_slice).unwrap_or_default() {
             if !f.starts_with("SAI_") {
@@ -626,19 +636,35 @@ pub fn feed(urls: Vec<SonicUrl>) -> crate::collect::Feed {
             match r.read() {
                 Ok(mut reading) => {
                     let mut clash = None;
-                    reading.values.retain(|v| {
-                        let port = v.entity.split('/').next().unwrap_or_default().to_string();
-                        match seen.entry(port) {
-                            std::collections::hash_map::Entry::Vacant(e) => {
-                                e.insert(i);
-                                true
-                            }
-                            std::collections::hash_map::Entry::Occupied(e) if *e.get() == i => true,
-                            std::collections::hash_map::Entry::Occupied(e) => {
-                                clash.get_or_insert_with(|| (e.key().clone(), *e.get()));
-                                false
-                            }
+                    // A port (`switch:port`) belongs to the first reader that reports it.
+                    let mut owns = |port: String| match seen.entry(port) {
+                        std::collections::hash_map::Entry::Vacant(e) => {
+                            e.insert(i);
+                            true
                         }
+                        std::collections::hash_map::Entry::Occupied(e) if *e.get() == i => true,
+                        std::collections::hash_map::Entry::Occupied(e) => {
+                            clash.get_or_insert_with(|| (e.key().clone(), *e.get()));
+                            false
+                        }
+                    };
+                    reading
+                        .values
+                        .retain(|v| owns(v.entity.split('/').next().unwrap_or_default().to_string()));
+                    // Its info series too: two with one label set would fail the whole scrape.
+                    reading.points.retain(|p| {
+                        let label = |k: &str| {
+                            p.metric
+                                .labels
+                                .iter()
+                                .find(|(n, _)| *n == k)
+                                .map(|(_, v)| v.as_str())
+                        };
+                        owns(format!(
+                            "{}:{}",
+                            label("switch").unwrap_or(""),
+                            label("port").unwrap_or("")
+                        ))
                     });
                     if let Some((port, first)) = clash {
                         round.problems.push(format!(

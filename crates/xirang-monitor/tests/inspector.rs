@@ -57,13 +57,15 @@ fn records_become_the_inspectors_series_and_only_new_ones_count() {
     std::fs::create_dir(&dir).unwrap();
     let a = dir.join("h1-pid100.log");
     let b = dir.join("h1-pid101.log");
+    let mut r = InspectorDir::new(&dir);
+    // The files appear after the agent started: read from their start.
+    assert!(r.round().points.is_empty());
     append(
         &a,
         &(record("h1", 0, 100.0, 400.0, GB16) + &record("h1", 0, 300.0, 100.0, GB16)),
     );
     append(&b, &record("h1", 1, 200.0, 200.0, GB16));
     append(&dir.join("notes.txt"), "not read\n");
-    let mut r = InspectorDir::new(&dir);
     let round = r.round();
     assert!(round.problems.is_empty(), "{:?}", round.problems);
     let v = values(&round);
@@ -107,8 +109,10 @@ fn partial_rotated_and_truncated_files_are_read_once_each() {
     let a = dir.join("h2-pid7.jsonl");
     let rec = record("h2", 0, 100.0, 1.0, 1 << 20);
     let (head, tail) = rec.split_at(rec.len() / 2);
-    append(&a, head);
     let mut r = InspectorDir::new(dir);
+    // The files appear after the agent started: read from their start.
+    assert!(r.round().points.is_empty());
+    append(&a, head);
     assert!(r.round().points.is_empty(), "half a line is not a record yet");
     append(&a, tail);
     let v = values(&r.round());
@@ -137,9 +141,11 @@ fn an_endless_file_is_read_a_bounded_amount_per_round() {
         .collect();
     let len = recs[0].len() as u64;
     assert!(recs.iter().all(|r| r.len() as u64 == len));
-    append(&a, &recs.concat());
     let limit = 64 << 10;
     let mut r = InspectorDir::with_limits(tmp.path(), 16, limit, 4096);
+    // The files appear after the agent started: read from their start.
+    assert!(r.round().points.is_empty());
+    append(&a, &recs.concat());
     // The first round reads `limit` bytes: the records that end inside them.
     let k = limit / len;
     let first = values(&r.round());
@@ -162,11 +168,13 @@ fn an_endless_file_is_read_a_bounded_amount_per_round() {
 fn garbage_and_overlong_lines_are_problems_and_the_rest_is_read() {
     let tmp = tempfile::tempdir().unwrap();
     let a = tmp.path().join("h4-pid1.log");
+    let mut r = InspectorDir::with_limits(tmp.path(), 16, 1 << 20, 4096);
+    // The files appear after the agent started: read from their start.
+    assert!(r.round().points.is_empty());
     append(&a, "this is not JSON\n{\"header\":{}}\n");
     append(&a, &"x".repeat(10_000));
     append(&a, "\n");
     append(&a, &record("h4", 0, 5.0, 1.0, 4096));
-    let mut r = InspectorDir::with_limits(tmp.path(), 16, 1 << 20, 4096);
     let round = r.round();
     let p = round.problems.join("\n");
     assert!(p.contains("a line longer than 4096 bytes"), "{p}");
@@ -178,4 +186,26 @@ fn garbage_and_overlong_lines_are_problems_and_the_rest_is_read() {
     // A missing directory is a problem, not a panic.
     let round = InspectorDir::new(&tmp.path().join("gone")).round();
     assert!(round.problems[0].contains("gone"), "{:?}", round.problems);
+}
+
+#[test]
+fn files_there_before_the_agent_are_history_and_only_what_follows_counts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let a = tmp.path().join("h5-pid1.log");
+    // Hours of records, the last one still being written.
+    let old = record("h5", 0, 999.0, 1.0, 4096);
+    append(&a, &(old.repeat(100) + &old[..old.len() / 2]));
+    let mut r = InspectorDir::new(tmp.path());
+    let first = r.round();
+    assert!(
+        first.points.is_empty() && first.problems.is_empty(),
+        "{:?}",
+        first.problems
+    );
+    // The record being written ends, then a new one: only the new one counts.
+    append(&a, &old[old.len() / 2..]);
+    append(&a, &record("h5", 0, 7.0, 1.0, 4096));
+    let round = r.round();
+    assert!(round.problems.is_empty(), "{:?}", round.problems);
+    assert_eq!(values(&round)[1].3, 7.0);
 }

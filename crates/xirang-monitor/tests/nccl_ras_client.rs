@@ -214,7 +214,8 @@ fn monitor_events_become_each_nodes_dead_and_unresponsive_processes() {
         g.get(&key("xirang_nccl_ras_unresponsive_processes", "10.0.0.1")) == Some(&0.0)
     });
     assert_eq!(g[&key("xirang_nccl_ras_events_total", "PEER_RECOVERED")], 1.0);
-    // The server closes: a problem, then reconnecting fails; the dead process stays dead.
+    // The server closes: a problem, then reconnecting fails; the job it followed is gone
+    // with it, so its processes' states are forgotten and the nodes read 0.
     let (g, more) = wait_for(&mut feed, &|g| {
         g.get(&key("xirang_nccl_ras_connected", "")) == Some(&0.0)
     });
@@ -225,7 +226,7 @@ fn monitor_events_become_each_nodes_dead_and_unresponsive_processes() {
             .any(|p| p.contains("not a monitor event: [2026-12-06 10:00:03] garbled")),
         "{problems:?}"
     );
-    assert_eq!(g[&key("xirang_nccl_ras_dead_processes", "10.0.0.2")], 1.0);
+    assert_eq!(g[&key("xirang_nccl_ras_dead_processes", "10.0.0.2")], 0.0);
     let r = feed(0);
     assert!(
         r.problems

@@ -223,8 +223,10 @@ fn shipped_files_use_emitted_metrics_and_mirror_the_rules() {
         .unwrap(),
     )
     .unwrap();
+    let mut reader = xirang_monitor::inspector::InspectorDir::new(ins.path());
+    reader.round();
     std::fs::write(ins.path().join("h-pid1.log"), rec.to_string() + "\n").unwrap();
-    let r = xirang_monitor::inspector::InspectorDir::new(ins.path()).round();
+    let r = reader.round();
     assert!(r.problems.is_empty() && r.points.len() == 2, "{:?}", r.problems);
     names.extend(r.points.iter().map(|p| p.metric.name.clone()));
     // And a job's NCCL RAS events (`monitor --nccl-ras`).

@@ -702,7 +702,7 @@ fn queue_metric(name: &str, switch: &str, port: &str, queue: u8, sp: &CounterSpe
             help: "The PFC watchdog's count on the queue (storms detected and restored, packets passed and dropped while stormed).",
         };
     }
-    let suffix = sanitize(name.trim_start_matches("SAI_QUEUE_STAT_"));
+    let suffix = table_suffix(name, "SAI_QUEUE_STAT_");
     Metric {
         name: if sp.kind == Kind::Gauge {
             // SAI_QUEUE_STAT_WATERMARK_BYTES already says its unit.
@@ -721,10 +721,29 @@ fn queue_metric(name: &str, switch: &str, port: &str, queue: u8, sp: &CounterSpe
     }
 }
 
+/// Prefixes of statistics a SONiC reader takes from a watermark table rather than the
+/// counters hash (`USER_WATERMARKS/SAI_QUEUE_STAT_SHARED_WATERMARK_BYTES`): the table
+/// becomes a word of the metric's name (`..._user_shared_watermark_bytes`).
+pub const WATERMARK_TABLES: [(&str, &str); 2] = [
+    ("USER_WATERMARKS/", "user_"),
+    ("PERSISTENT_WATERMARKS/", "persistent_"),
+];
+
+/// A statistic's metric suffix: its SAI name without `sai_prefix`, after the word of the
+/// watermark table it came from, if any.
+fn table_suffix(name: &str, sai_prefix: &str) -> String {
+    for (table, word) in WATERMARK_TABLES {
+        if let Some(rest) = name.strip_prefix(table) {
+            return format!("{word}{}", sanitize(rest.trim_start_matches(sai_prefix)));
+        }
+    }
+    sanitize(name.trim_start_matches(sai_prefix))
+}
+
 /// An ingress priority group's SAI statistic (`SAI_INGRESS_PRIORITY_GROUP_STAT_*`): a
 /// watermark gauge in bytes, or a counter.
 fn pg_metric(name: &str, switch: &str, port: &str, pg: u8, sp: &CounterSpec) -> Metric {
-    let suffix = sanitize(name.trim_start_matches("SAI_INGRESS_PRIORITY_GROUP_STAT_"));
+    let suffix = table_suffix(name, "SAI_INGRESS_PRIORITY_GROUP_STAT_");
     Metric {
         name: if sp.kind == Kind::Gauge {
             if suffix.ends_with("_bytes") {
@@ -871,7 +890,29 @@ mod tests {
             metric_for(&q, "PFC_WD_QUEUE_STATS_DEADLOCK_DETECTED", false).name,
             "xirang_switch_pfcwd_deadlock_detected_total"
         );
+        assert_eq!(
+            metric_for(&q, "USER_WATERMARKS/SAI_QUEUE_STAT_SHARED_WATERMARK_BYTES", false).name,
+            "xirang_switch_queue_user_shared_watermark_bytes"
+        );
+        assert_eq!(
+            metric_for(&q, "SAI_QUEUE_STAT_SHARED_WATERMARK_BYTES", false).name,
+            "xirang_switch_queue_shared_watermark_bytes"
+        );
         let pg: Entity = "leaf0:Ethernet0/pg3".parse().unwrap();
+        for (table, want) in [
+            (
+                "PERSISTENT_WATERMARKS/",
+                "xirang_switch_pg_persistent_shared_watermark_bytes",
+            ),
+            ("USER_WATERMARKS/", "xirang_switch_pg_user_shared_watermark_bytes"),
+        ] {
+            let m = metric_for(
+                &pg,
+                &format!("{table}SAI_INGRESS_PRIORITY_GROUP_STAT_SHARED_WATERMARK_BYTES"),
+                false,
+            );
+            assert_eq!((m.name.as_str(), m.kind), (want, Kind::Gauge));
+        }
         let w = metric_for(
             &pg,
             "SAI_INGRESS_PRIORITY_GROUP_STAT_XOFF_ROOM_WATERMARK_BYTES",
