@@ -109,9 +109,20 @@ fn start_agent_with(host: &Path, more: &[&str]) -> (Guard, u16) {
     (agent, agent_port)
 }
 
+/// One test at a time measures rates through a real Prometheus: these tests read rates
+/// over seconds of wall time, which two of them at once (each with its agent, twin or
+/// Redis servers) on a two-core machine starve enough to move.
+static LIVE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// A running Prometheus, and this test's turn at [`LIVE`] until it is dropped.
+pub(crate) struct Prom {
+    _server: Guard,
+    _turn: std::sync::MutexGuard<'static, ()>,
+}
+
 /// Starts Prometheus scraping the agent every second, storing under `dir`; returns it
 /// once ready, and its port.
-pub(crate) fn start_prometheus(prometheus: &str, dir: &Path, agent_port: u16) -> (Guard, u16) {
+pub(crate) fn start_prometheus(prometheus: &str, dir: &Path, agent_port: u16) -> (Prom, u16) {
     start_prometheus_with(
         prometheus,
         dir,
@@ -120,7 +131,9 @@ pub(crate) fn start_prometheus(prometheus: &str, dir: &Path, agent_port: u16) ->
 }
 
 /// Starts Prometheus with these `scrape_configs` entries (YAML, indented by two).
-pub(crate) fn start_prometheus_with(prometheus: &str, dir: &Path, scrape_configs: &str) -> (Guard, u16) {
+pub(crate) fn start_prometheus_with(prometheus: &str, dir: &Path, scrape_configs: &str) -> (Prom, u16) {
+    // A test that failed while holding the turn poisons the lock; the turn is still free.
+    let turn = LIVE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let prom_port = free_port();
     let config = dir.join("prometheus.yml");
     std::fs::write(
@@ -143,7 +156,13 @@ pub(crate) fn start_prometheus_with(prometheus: &str, dir: &Path, scrape_configs
             .unwrap(),
     );
     wait_for(&format!("http://127.0.0.1:{prom_port}/-/ready"), "prometheus");
-    (prom, prom_port)
+    (
+        Prom {
+            _server: prom,
+            _turn: turn,
+        },
+        prom_port,
+    )
 }
 
 /// Waits until Prometheus at `url` holds at least `n` samples of `metric` (its first

@@ -728,7 +728,7 @@ tolerance = 0.02
 }
 
 /// Starts Prometheus scraping the stand-in exporter every second; waits for samples.
-fn prometheus_for(bed: &Bed) -> (crate::monitor::Guard, u16) {
+fn prometheus_for(bed: &Bed) -> (crate::monitor::Prom, u16) {
     let app = app_exporter(bed);
     let (prom, port) = crate::monitor::start_prometheus(crate::monitor::prometheus_binary(), &bed.dir, app);
     crate::monitor::wait_stored(
@@ -1171,7 +1171,7 @@ const LATENCY_TOLERANCE: f64 = 0.10;
 /// switches hold at each moment, simulated again whenever a rollout step changes them.
 /// With `capped`, every NIC starts with the 25G profile's rate cap (the tuner's
 /// configuration then lifts it).
-fn config_bed_live(config: &str, capped: bool) -> (Bed, crate::monitor::Guard, crate::monitor::Guard) {
+fn config_bed_live(config: &str, capped: bool) -> (Bed, crate::monitor::Guard, crate::monitor::Prom) {
     config_bed_live_on(
         config,
         capped,
@@ -1184,7 +1184,7 @@ fn config_bed_live_on(
     config: &str,
     capped: bool,
     twin_scenario: &Path,
-) -> (Bed, crate::monitor::Guard, crate::monitor::Guard) {
+) -> (Bed, crate::monitor::Guard, crate::monitor::Prom) {
     // The policy needs Prometheus's port, Prometheus the twin's, the twin the bed's
     // inventory: make the bed, start the twin and Prometheus on it, then rewrite its
     // policy.
