@@ -124,6 +124,7 @@ fn calibration_recovers_the_fleet_from_nccl_inspector_series_alone() {
 /// `app_series`) and Prometheus, calibrates, and checks the recovery and that the
 /// collective time came from `collective_metric`.
 fn recover_through_prometheus(app_series: &str, collective_metric: &str) {
+    let _turn = crate::monitor::live_alone();
     let prometheus = prometheus_binary();
     let dir = tempfile::tempdir().unwrap();
     let Files {

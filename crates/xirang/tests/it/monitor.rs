@@ -109,16 +109,26 @@ fn start_agent_with(host: &Path, more: &[&str]) -> (Guard, u16) {
     (agent, agent_port)
 }
 
-/// One test at a time measures rates through a real Prometheus: these tests read rates
-/// over seconds of wall time, which two of them at once (each with its agent, twin or
-/// Redis servers) on a two-core machine starve enough to move.
-static LIVE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+/// Turns at the machine for tests that run agents, twins and a real Prometheus. A test
+/// whose verdict rests on rates over seconds of wall time (a calibration, rates against
+/// injected deltas) takes it alone ([`live_alone`]): on a two-core machine another such
+/// test beside it starves those rates enough to move them. One that compares groups
+/// measured in the same window (a rollout's canaries against control), or values that
+/// do not depend on time, shares it ([`live_shared`]).
+static LIVE: std::sync::RwLock<()> = std::sync::RwLock::new(());
 
-/// A running Prometheus, and this test's turn at [`LIVE`] until it is dropped.
-pub(crate) struct Prom {
-    _server: Guard,
-    _turn: std::sync::MutexGuard<'static, ()>,
+/// This test's turn, alone (a failed test's poisoned lock is still a free turn).
+pub(crate) fn live_alone() -> std::sync::RwLockWriteGuard<'static, ()> {
+    LIVE.write().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
+
+/// This test's turn, shared with others that share.
+pub(crate) fn live_shared() -> std::sync::RwLockReadGuard<'static, ()> {
+    LIVE.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A running Prometheus (stopped when dropped).
+pub(crate) type Prom = Guard;
 
 /// Starts Prometheus scraping the agent every second, storing under `dir`; returns it
 /// once ready, and its port.
@@ -132,8 +142,6 @@ pub(crate) fn start_prometheus(prometheus: &str, dir: &Path, agent_port: u16) ->
 
 /// Starts Prometheus with these `scrape_configs` entries (YAML, indented by two).
 pub(crate) fn start_prometheus_with(prometheus: &str, dir: &Path, scrape_configs: &str) -> (Prom, u16) {
-    // A test that failed while holding the turn poisons the lock; the turn is still free.
-    let turn = LIVE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let prom_port = free_port();
     let config = dir.join("prometheus.yml");
     std::fs::write(
@@ -156,13 +164,7 @@ pub(crate) fn start_prometheus_with(prometheus: &str, dir: &Path, scrape_configs
             .unwrap(),
     );
     wait_for(&format!("http://127.0.0.1:{prom_port}/-/ready"), "prometheus");
-    (
-        Prom {
-            _server: prom,
-            _turn: turn,
-        },
-        prom_port,
-    )
+    (prom, prom_port)
 }
 
 /// Waits until Prometheus at `url` holds at least `n` samples of `metric` (its first
@@ -209,6 +211,7 @@ fn port_tree(host: &Path) {
 /// fault through PromQL; a steady tree gives no finding.
 #[test]
 fn diagnose_finds_a_link_error_ramp_through_prometheus() {
+    let _turn = live_alone();
     let prometheus = prometheus_binary();
     let dir = tempfile::tempdir().unwrap();
     let host = dir.path().join("host");
@@ -297,6 +300,7 @@ fn diagnose_finds_a_link_error_ramp_through_prometheus() {
 
 #[test]
 fn prometheus_scrapes_the_agent_and_rates_match_the_injected_deltas() {
+    let _turn = live_alone();
     let prometheus = prometheus_binary();
     let dir = tempfile::tempdir().unwrap();
     let host = dir.path().join("host");
@@ -783,6 +787,7 @@ const TEST_BCRYPT_COST: u32 = 4;
 /// with wrong credentials get 401, plain HTTP gets nothing, and the server survives it.
 #[test]
 fn prometheus_scrapes_the_agent_over_tls_with_basic_auth() {
+    let _turn = live_shared();
     let prometheus = prometheus_binary();
     let dir = tempfile::tempdir().unwrap();
     let host = dir.path().join("host");

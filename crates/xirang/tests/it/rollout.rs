@@ -747,6 +747,7 @@ fn prometheus_for(bed: &Bed) -> (crate::monitor::Prom, u16) {
 #[test]
 fn live_gates_pass_a_healthy_wave_and_halt_a_slower_one_citing_prometheus() {
     let bed = Bed::new(4);
+    let _turn = crate::monitor::live_shared();
     let (_prom, port) = prometheus_for(&bed);
     live_policy(&bed, port, r#"avg(app_request_p99_seconds{node=~"{nodes}"})"#);
     // The benchmark stand-in fails a degraded node too: let only the live gate see it.
@@ -805,6 +806,7 @@ fn live_gates_pass_a_healthy_wave_and_halt_a_slower_one_citing_prometheus() {
 #[test]
 fn a_live_gate_without_its_series_fails_closed_naming_it() {
     let bed = Bed::new(4);
+    let _turn = crate::monitor::live_shared();
     let (_prom, port) = prometheus_for(&bed);
     live_policy(&bed, port, r#"avg(job_step_seconds{node=~"{nodes}"})"#);
     bed.start();
@@ -1295,6 +1297,7 @@ fn start_and_expect_a_halt(bed: &Bed) -> String {
 /// changed, as re-reading the sysfs tree shows, and no switch's config_db was touched.
 #[test]
 fn a_worse_configuration_is_halted_at_the_canary_and_rolled_back() {
+    let _turn = crate::monitor::live_shared();
     let (bed, _twin, _prom) = config_bed_live("worse", false);
     let before = knob_files(&bed);
     let nodes = planned(&bed.plan());
@@ -1350,6 +1353,7 @@ class = "training"
 /// canary at 25 Gbit/s: the canary's job's AllReduce takes longer than its control's.
 #[test]
 fn an_nccl_inspector_gate_halts_a_worse_configuration_on_the_twin() {
+    let _turn = crate::monitor::live_shared();
     let tmp = tempfile::tempdir().unwrap();
     let one_job = r#"[workloads.train-a.collective]
 op = "all_reduce"
@@ -1398,6 +1402,7 @@ query = 'avg(nccl_collective_exec_time_microseconds{collective="AllReduce",node=
 /// leaves their marking share where the other leaf's is.
 #[test]
 fn a_helpful_configuration_is_promoted_through_every_wave() {
+    let _turn = crate::monitor::live_shared();
     let (bed, _twin, _prom) = config_bed_live("tuned", true);
     let nodes = planned(&bed.plan());
     let waves = nodes.iter().map(|x| x.0).max().unwrap();
@@ -1453,6 +1458,7 @@ fn a_helpful_configuration_is_promoted_through_every_wave() {
 /// every switch's config_db byte for byte and every host's knobs.
 #[test]
 fn a_worse_switch_patch_is_halted_at_the_leaf_canary_and_rolled_back() {
+    let _turn = crate::monitor::live_shared();
     let (bed, _twin, _prom) = config_bed_live("worse-switch", false);
     let before = knob_files(&bed);
     let nodes = planned(&bed.plan());

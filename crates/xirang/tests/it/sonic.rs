@@ -202,6 +202,7 @@ fn scraped(prom: u16, metric: &str, job: &str) -> BTreeMap<(String, String), f64
 /// asic0's object ids) kept apart.
 #[test]
 fn sonic_counters_db_reads_back_through_prometheus() {
+    let _turn = crate::monitor::live_shared();
     let prometheus = prometheus_binary();
     let dir = tempfile::tempdir().unwrap();
     let ports = [free_port(), free_port(), free_port()];
