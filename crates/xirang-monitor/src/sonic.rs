@@ -600,7 +600,12 @@ impl SonicReader {
             }
         }
         let mut reading = translate(&switch, &namespace, &snap);
-        problems.append(&mut reading.problems);
+        // The translation resolves the name maps again, and says again what they lack.
+        for p in reading.problems.drain(..) {
+            if !problems.contains(&p) {
+                problems.push(p);
+            }
+        }
         reading.problems = problems
             .into_iter()
             .map(|p| format!("{}: {p}", conn_name(&self.url)))
