@@ -378,23 +378,26 @@ impl Conn {
             rest.parse::<i64>()
                 .map_err(|_| c.protocol(format!("{what} `{rest}`: expected an integer")))
         };
+        // A bulk string's or an array's length: None for `-1` (nil), else at most `max`.
+        let size = |c: &Conn, what: &str, max: usize| -> Result<Option<usize>, RedisError> {
+            let n = len(c, what)?;
+            if n == -1 {
+                return Ok(None);
+            }
+            let n = usize::try_from(n).map_err(|_| c.protocol(format!("{what} {n}: expected -1 or more")))?;
+            if n > max {
+                return Err(c.protocol(format!("{what} {n}, more than the {max} allowed")));
+            }
+            Ok(Some(n))
+        };
         match kind {
             '+' => Ok(Value::Simple(rest.to_string())),
             '-' => Ok(Value::Error(rest.to_string())),
             ':' => Ok(Value::Int(len(self, "integer reply")?)),
             '$' => {
-                let n = len(self, "bulk string length")?;
-                if n == -1 {
+                let Some(n) = size(self, "bulk string length", self.limits.max_bulk_bytes)? else {
                     return Ok(Value::Bulk(None));
-                }
-                let n = usize::try_from(n)
-                    .map_err(|_| self.protocol(format!("bulk string length {n}: expected -1 or more")))?;
-                if n > self.limits.max_bulk_bytes {
-                    return Err(self.protocol(format!(
-                        "a bulk string of {n} bytes, more than the {} allowed",
-                        self.limits.max_bulk_bytes
-                    )));
-                }
+                };
                 self.spend(n + 2)?;
                 let mut data = vec![0; n + 2];
                 let mut got = 0;
@@ -422,18 +425,9 @@ impl Conn {
                 Ok(Value::Bulk(Some(data)))
             }
             '*' => {
-                let n = len(self, "array length")?;
-                if n == -1 {
+                let Some(n) = size(self, "array length", self.limits.max_array_len)? else {
                     return Ok(Value::Array(None));
-                }
-                let n = usize::try_from(n)
-                    .map_err(|_| self.protocol(format!("array length {n}: expected -1 or more")))?;
-                if n > self.limits.max_array_len {
-                    return Err(self.protocol(format!(
-                        "an array of {n} elements, more than the {} allowed",
-                        self.limits.max_array_len
-                    )));
-                }
+                };
                 if depth >= MAX_DEPTH {
                     return Err(self.protocol(format!("arrays nested deeper than {MAX_DEPTH}")));
                 }
@@ -550,8 +544,8 @@ mod tests {
     #[test]
     fn hostile_replies_are_refused_before_reading_them() {
         for (reply, want) in [
-            (&b"$1000000000\r\n"[..], "bulk string of 1000000000 bytes"),
-            (b"*1000000000\r\n", "array of 1000000000 elements"),
+            (&b"$1000000000\r\n"[..], "bulk string length 1000000000, more than the 64 allowed"),
+            (b"*1000000000\r\n", "array length 1000000000, more than the 8 allowed"),
             (b"*8\r\n*8\r\n*8\r\n*8\r\n*8\r\n", "nested deeper"),
             (b"$-5\r\n", "expected -1 or more"),
             (b"$abc\r\n", "expected an integer"),

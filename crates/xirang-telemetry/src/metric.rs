@@ -702,23 +702,7 @@ fn queue_metric(name: &str, switch: &str, port: &str, queue: u8, sp: &CounterSpe
             help: "The PFC watchdog's count on the queue (storms detected and restored, packets passed and dropped while stormed).",
         };
     }
-    let suffix = table_suffix(name, "SAI_QUEUE_STAT_");
-    Metric {
-        name: if sp.kind == Kind::Gauge {
-            // SAI_QUEUE_STAT_WATERMARK_BYTES already says its unit.
-            if suffix.ends_with("_bytes") {
-                format!("xirang_switch_queue_{suffix}")
-            } else {
-                format!("xirang_switch_queue_{suffix}_bytes")
-            }
-        } else {
-            format!("xirang_switch_queue_{suffix}_total")
-        },
-        labels,
-        kind: sp.kind,
-        scale: sp.scale,
-        help: sai_help("queue", sp.unit),
-    }
+    sai_object_metric("queue", table_suffix(name, "SAI_QUEUE_STAT_"), labels, sp)
 }
 
 /// Prefixes of statistics a SONiC reader takes from a watermark table rather than the
@@ -743,25 +727,42 @@ fn table_suffix(name: &str, sai_prefix: &str) -> String {
 /// An ingress priority group's SAI statistic (`SAI_INGRESS_PRIORITY_GROUP_STAT_*`): a
 /// watermark gauge in bytes, or a counter.
 fn pg_metric(name: &str, switch: &str, port: &str, pg: u8, sp: &CounterSpec) -> Metric {
-    let suffix = table_suffix(name, "SAI_INGRESS_PRIORITY_GROUP_STAT_");
+    let labels = vec![
+        ("switch", switch.to_string()),
+        ("port", port.to_string()),
+        ("pg", pg.to_string()),
+    ];
+    sai_object_metric(
+        "pg",
+        table_suffix(name, "SAI_INGRESS_PRIORITY_GROUP_STAT_"),
+        labels,
+        sp,
+    )
+}
+
+/// A switch object's (`queue`, `pg`) SAI statistic: `xirang_switch_<object>_<suffix>`, a
+/// gauge in bytes (a suffix already ending in `_bytes`, as watermarks do, says its unit)
+/// or a counter.
+fn sai_object_metric(
+    object: &str,
+    suffix: String,
+    labels: Vec<(&'static str, String)>,
+    sp: &CounterSpec,
+) -> Metric {
     Metric {
         name: if sp.kind == Kind::Gauge {
             if suffix.ends_with("_bytes") {
-                format!("xirang_switch_pg_{suffix}")
+                format!("xirang_switch_{object}_{suffix}")
             } else {
-                format!("xirang_switch_pg_{suffix}_bytes")
+                format!("xirang_switch_{object}_{suffix}_bytes")
             }
         } else {
-            format!("xirang_switch_pg_{suffix}_total")
+            format!("xirang_switch_{object}_{suffix}_total")
         },
-        labels: vec![
-            ("switch", switch.to_string()),
-            ("port", port.to_string()),
-            ("pg", pg.to_string()),
-        ],
+        labels,
         kind: sp.kind,
         scale: sp.scale,
-        help: sai_help("priority group", sp.unit),
+        help: sai_help(if object == "pg" { "priority group" } else { object }, sp.unit),
     }
 }
 
