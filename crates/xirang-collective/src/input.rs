@@ -4,7 +4,7 @@ use std::path::Path;
 
 use serde::de::DeserializeOwned;
 use thiserror::Error;
-use xirang_fabric::diag::{KeyPath, line_of_offset};
+use xirang_fabric::diag::KeyPath;
 
 /// An input file that could not be read.
 #[derive(Debug, Error)]
@@ -55,10 +55,10 @@ pub(crate) fn parse<'a, T: DeserializeOwned>(
     text: &'a str,
     path: &'a Path,
 ) -> Result<Parsed<'a, T>, InputError> {
-    let value = toml::from_str(text).map_err(|e| InputError::Invalid {
+    let value = xirang_fabric::diag::parse_toml(text).map_err(|d| InputError::Invalid {
         path: path.display().to_string(),
-        line: e.span().map_or(1, |s| line_of_offset(text, s.start)),
-        message: e.message().to_string(),
+        line: d.line.unwrap_or(1),
+        message: d.keyed(),
     })?;
     Ok(Parsed { value, text, path })
 }

@@ -84,7 +84,10 @@ fn model_files_report_errors_with_lines() {
     )
     .unwrap_err()
     .to_string();
-    assert!(e.starts_with("m.toml:7: unknown field `speed`"), "{e}");
+    assert_eq!(
+        e,
+        "m.toml:7: layer[0].speed: unknown key `speed`; expected one of `name`, `backward_us`, `grad_bytes`"
+    );
     let e = ModelFile::parse("name = \"m\"\nforward_us = 1\nlayer = []\n", Path::new("m.toml"))
         .unwrap_err()
         .to_string();

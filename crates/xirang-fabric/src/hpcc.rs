@@ -278,10 +278,10 @@ pub fn parse_topology(text: &str) -> Result<HpccTopology, HpccError> {
                 message: format!("expected a link between two nodes, found node {a} linked to itself"),
             });
         }
-        let max_rate = crate::limits::MAX_LINK_RATE_GBPS;
+        let (min_rate, max_rate) = (crate::limits::MIN_LINK_RATE_GBPS, crate::limits::MAX_LINK_RATE_GBPS);
         let rate_gbps = t.with(
-            &format!("a rate like `100Gbps`, above 0 and at most {max_rate}Gbps"),
-            |s| parse_rate_gbps(s).filter(|r| *r > 0.0 && *r <= max_rate),
+            &format!("a rate like `100Gbps`, {min_rate}Gbps to {max_rate}Gbps"),
+            |s| parse_rate_gbps(s).filter(|r| crate::limits::link_rate_ok(*r)),
         )?;
         let max_delay = crate::limits::MAX_LINK_DELAY_NS;
         let delay_ns = t.with(

@@ -33,7 +33,9 @@
 pub mod analysis;
 pub mod built;
 pub mod config;
-pub mod diag;
+/// Key paths, line lookup and "did you mean": the one vocabulary of every input
+/// diagnostic, owned by the file boundary and used here for scenarios.
+pub use xirang_files::diag;
 pub mod hpcc;
 pub mod limits;
 pub mod mlx5;

@@ -48,6 +48,33 @@ pub const MAX_DEVICES_PER_HOST: u32 = 64;
 /// typo (an extra few zeros) still fails here instead of sizing a switch by it.
 pub const MAX_LINK_RATE_GBPS: f64 = 16_000.0;
 
+/// Slowest link rate accepted, Gbit/s: 1 Mbit/s, the slowest Ethernet PHY ever
+/// standardised (1BASE5 StarLAN, IEEE 802.3e; docs/limits.md). A slower "rate" is not a
+/// link but a typo or a unit slip: at 1e-300 Gbit/s a byte's serialization time is beyond
+/// any `u64` of picoseconds and saturated into a link that behaved as if unchanged. At
+/// 1 Mbit/s a 1 TiB transfer takes 8.8e18 ps, still inside a `u64`.
+pub const MIN_LINK_RATE_GBPS: f64 = 0.001;
+
+/// Whether `v` Gbit/s is a rate a link can run at.
+pub fn link_rate_ok(v: f64) -> bool {
+    v.is_finite() && (MIN_LINK_RATE_GBPS..=MAX_LINK_RATE_GBPS).contains(&v)
+}
+
+/// What [`link_rate_ok`] accepts, as an error message says it.
+pub fn link_rate_expected() -> String {
+    format!("expected a rate of {MIN_LINK_RATE_GBPS}..={MAX_LINK_RATE_GBPS} Gbit/s (1 Mbit/s to 16 Tbit/s)")
+}
+
+/// A link or NIC rate in Gbit/s, within [`MIN_LINK_RATE_GBPS`]..=[`MAX_LINK_RATE_GBPS`].
+pub fn check_link_rate_gbps(v: f64, at: &KeyPath, d: &mut Diagnostics) -> bool {
+    if link_rate_ok(v) {
+        true
+    } else {
+        d.error(at, format!("{}, found {}", link_rate_expected(), Num(v)));
+        false
+    }
+}
+
 /// Most ports in one bond: a RoCE LAG spans the ports of one card, at most 4 on
 /// ConnectX-7 (docs/reference/nic-aggregation.md §2).
 pub const MAX_BOND_PORTS: u32 = 4;
@@ -254,11 +281,14 @@ pub fn check_buffer_bytes(v: u64, at: &KeyPath, d: &mut Diagnostics) -> bool {
 /// A rate in Mbit/s, as congestion-control parameters give it: `0..=` the fastest link.
 pub fn check_rate_mbps(v: f64, positive: bool, at: &KeyPath, d: &mut Diagnostics) -> bool {
     let max = MAX_LINK_RATE_GBPS * 1e3;
-    let low_ok = if positive { v > 0.0 } else { v >= 0.0 };
+    let min = MIN_LINK_RATE_GBPS * 1e3;
+    // A positive rate (a floor, a step) is a rate a link can run at; 0 where allowed
+    // means "none" (e.g. `rate_to_set_on_first_cnp_mbps = 0`: keep the current rate).
+    let low_ok = if positive { v >= min } else { v == 0.0 || v >= min };
     if v.is_finite() && low_ok && v <= max {
         true
     } else {
-        let low = if positive { "above 0" } else { "of 0 or more" };
+        let low = if positive { format!("of at least {min}") } else { format!("of 0 or at least {min}") };
         d.error(
             at,
             format!(

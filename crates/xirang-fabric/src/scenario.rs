@@ -16,7 +16,7 @@ use crate::config::{
     FabricConfig, MAX_HEADER_BYTES, MAX_MTU_BYTES, MAX_ROCE_MTU_BYTES, MAX_WR_DEPTH, MIN_MTU_BYTES,
     RedProfile,
 };
-use crate::diag::{Diagnostic, Diagnostics, KeyPath, Severity, humanize_serde_message, line_of_offset};
+use crate::diag::{Diagnostic, Diagnostics, KeyPath, Severity};
 use crate::hpcc::{self, HpccFlow};
 use crate::limits;
 use crate::model::{Fabric, Node, PcieLink, PortRef, Tier};
@@ -474,40 +474,9 @@ impl Scenario {
 
     /// Parses scenario text. `file` is only used in messages.
     pub fn parse(text: &str, file: &Path) -> Result<Scenario, ScenarioError> {
-        let invalid = |line: Option<usize>, path: KeyPath, message: String| ScenarioError::Invalid {
+        crate::diag::parse_toml(text).map_err(|d| ScenarioError::Invalid {
             file: file.to_path_buf(),
-            diagnostics: vec![Diagnostic {
-                severity: Severity::Error,
-                path,
-                line,
-                message,
-            }],
-        };
-        let de = toml::Deserializer::parse(text).map_err(|e| {
-            let line = e.span().map(|s| line_of_offset(text, s.start));
-            invalid(line, KeyPath::root(), format!("not valid TOML: {}", e.message()))
-        })?;
-        serde_path_to_error::deserialize(de).map_err(|e| {
-            let path = KeyPath::parse(&e.path().to_string());
-            let inner = e.into_inner();
-            let message = humanize_serde_message(inner.message());
-            // An unknown key is reported at the key itself, not at its table.
-            let path = match message.strip_prefix("unknown key `") {
-                Some(rest) => {
-                    let name = rest.split('`').next().unwrap_or_default();
-                    if path.to_string().ends_with(name) {
-                        path
-                    } else {
-                        path.key(name)
-                    }
-                }
-                None => path,
-            };
-            let line = inner
-                .span()
-                .map(|s| line_of_offset(text, s.start))
-                .or_else(|| path.line_in(text));
-            invalid(line, path, message)
+            diagnostics: vec![d],
         })
     }
 

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::FabricConfig;
 use crate::diag::{Diagnostics, KeyPath};
-use crate::limits::{MAX_BOND_PORTS, MAX_DEVICES_PER_HOST, MAX_GENERATED_NICS, MAX_LINK_RATE_GBPS};
+use crate::limits::{MAX_BOND_PORTS, MAX_DEVICES_PER_HOST, MAX_GENERATED_NICS};
 use crate::model::{
     Fabric, Gpu, GpuId, Host, HostId, Nic, NicId, NicPort, Node, PcieLink, PcieSwitch, PortRef, Switch,
     SwitchId, SwitchPort, Tier,
@@ -634,18 +634,7 @@ fn check_size(spec: &TopologySpec, at: &KeyPath, diags: &mut Diagnostics) -> Opt
 }
 
 fn check_rate(v: f64, at: &KeyPath, diags: &mut Diagnostics) -> bool {
-    if v.is_finite() && v > 0.0 && v <= MAX_LINK_RATE_GBPS {
-        true
-    } else {
-        diags.error(
-            at,
-            format!(
-                "expected a rate above 0 and at most {MAX_LINK_RATE_GBPS} Gbit/s, found {}",
-                crate::limits::Num(v)
-            ),
-        );
-        false
-    }
+    crate::limits::check_link_rate_gbps(v, at, diags)
 }
 
 fn check_host(t: &HostTemplate, at: &KeyPath, diags: &mut Diagnostics) -> bool {

@@ -6,7 +6,8 @@ use serde::de::{self, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 
 /// A count that must be at least 1 (hosts, leaves, spines, k ...). Deserializing 0 or a
-/// negative number fails with "expected an integer >= 1, found N", so the precondition
+/// negative number fails with "expected an integer >= 1, found N" (one beyond a `u32`
+/// with "of at most 4294967295"), so the precondition
 /// lives in the type and no later check can forget it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(transparent)]
@@ -39,19 +40,27 @@ impl<'de> Deserialize<'de> for Count {
                 f.write_str("an integer >= 1")
             }
             fn visit_i64<E: de::Error>(self, v: i64) -> Result<Count, E> {
-                u32::try_from(v)
-                    .ok()
-                    .and_then(Count::new)
-                    .ok_or_else(|| E::custom(format!("expected an integer >= 1, found {v}")))
+                u64::try_from(v).map_or_else(|_| Err(count_error(v)), |v| self.visit_u64(v))
             }
             fn visit_u64<E: de::Error>(self, v: u64) -> Result<Count, E> {
                 u32::try_from(v)
                     .ok()
                     .and_then(Count::new)
-                    .ok_or_else(|| E::custom(format!("expected an integer >= 1, found {v}")))
+                    .ok_or_else(|| count_error(v))
             }
         }
         d.deserialize_i64(V)
+    }
+}
+
+/// Which side of [`Count`]'s range `v` fell off: a number too large is not said to
+/// be below 1.
+fn count_error<E: de::Error>(v: impl Into<i128>) -> E {
+    let v = v.into();
+    if v < 1 {
+        E::custom(format!("expected an integer >= 1, found {v}"))
+    } else {
+        E::custom(format!("expected an integer of at most {}, found {v}", u32::MAX))
     }
 }
 

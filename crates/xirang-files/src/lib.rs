@@ -36,6 +36,7 @@
 //! assert_eq!(read_text(&path, NOTES).unwrap(), "line one\nline two\n");
 //! ```
 
+pub mod diag;
 mod read;
 mod write;
 

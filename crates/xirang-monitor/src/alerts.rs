@@ -46,32 +46,132 @@ struct RulesFile {
 
 /// Why a rules file could not be used.
 #[derive(Debug, thiserror::Error)]
-#[error("{path}: {message}")]
+#[error("{path}{}: {message}", line.map(|l| format!(":{l}")).unwrap_or_default())]
 pub struct RulesError {
     /// The file.
     pub path: String,
-    /// What is wrong (with line and column for TOML errors).
+    /// The line the problem is on, when it is on one.
+    pub line: Option<usize>,
+    /// What is wrong: the key path, what was expected and what was found.
     pub message: String,
 }
 
+/// Every gauge the agent derives or reads that a rule can watch by its exact name: the
+/// health signals computed from counter deltas (`collect::signals`), the PCIe link
+/// gauges, the NCCL RAS feed's process counts, and what the simulator's replay and twin
+/// serve. `tests/shipped.rs` keeps it true: every name the agent emits must be known.
+pub const SIGNALS: &[&str] = &[
+    "xirang_pfc_pause_ratio",
+    "xirang_ecn_marked_ratio",
+    "xirang_cnp_sent_per_second",
+    "xirang_cnp_handled_per_second",
+    "xirang_link_errors_per_second",
+    "xirang_phy_errors_per_second",
+    "xirang_link_flaps",
+    "xirang_retransmissions_per_second",
+    "xirang_discards_per_second",
+    "xirang_pcie_link_downgraded",
+    "xirang_pcie_link_width",
+    "xirang_pcie_link_speed_gts",
+    "xirang_nccl_ras_connected",
+    "xirang_nccl_ras_dead_processes",
+    "xirang_nccl_ras_unresponsive_processes",
+    "xirang_job_collective_seconds",
+    "xirang_collector_duration_seconds",
+    xirang_telemetry::inspector::EXEC_TIME_US,
+    xirang_telemetry::inspector::BUS_BANDWIDTH_GBS,
+];
+
+/// Families whose members are named after what a device or switch reports, so no list
+/// can hold them: a NIC's hardware and ethtool counters, per-priority counters, a
+/// switch's SAI statistics, node_exporter's InfiniBand and PCIe series.
+pub const SIGNAL_FAMILIES: &[&str] = &[
+    "xirang_infiniband_",
+    "xirang_ethtool_",
+    "xirang_priority_",
+    "xirang_pfc_",
+    "xirang_netdev_",
+    "xirang_switch_",
+    "xirang_nccl_ras_",
+    "xirang_collector_",
+    "xirang_history_",
+    "node_infiniband_",
+    "node_pcidevice_",
+];
+
+/// Whether the agent can ever produce a series named `name`.
+pub fn signal_known(name: &str) -> bool {
+    SIGNALS.contains(&name) || SIGNAL_FAMILIES.iter().any(|f| name.starts_with(f) && name.len() > f.len())
+}
+
+/// The values `severity` takes (the `severity` label Alertmanager routes on).
+pub const SEVERITIES: [&str; 2] = ["warning", "critical"];
+/// The values `layer` takes: the diagnosis's layers (docs/reference/diagnosis.md).
+pub const LAYERS: [&str; 3] = ["physical", "network", "application"];
+
 /// Parses rules from TOML text; `path` names the file in errors.
 pub fn parse_rules(text: &str, path: &str) -> Result<Vec<Rule>, RulesError> {
-    let f: RulesFile = toml::from_str(text).map_err(|e| RulesError {
+    let f: RulesFile = xirang_files::diag::parse_toml(text).map_err(|d| RulesError {
         path: path.to_string(),
-        message: e.to_string(),
+        line: d.line,
+        message: d.keyed(),
     })?;
-    for r in &f.rule {
-        if r.for_rounds == 0 || !r.above.is_finite() {
-            return Err(RulesError {
-                path: path.to_string(),
-                message: format!(
-                    "rule `{}`: expected for_rounds >= 1 and a finite threshold",
-                    r.name
-                ),
-            });
+    check_rules(&f.rule).map_err(|m| {
+        let d = xirang_files::diag::keyed_message(text, &m);
+        RulesError {
+            path: path.to_string(),
+            line: d.line,
+            message: d.keyed(),
+        }
+    })?;
+    Ok(f.rule)
+}
+
+/// What the TOML types cannot say: a rule watches a series the agent produces, fires
+/// at all, has a name of its own and a severity and layer Alertmanager and the
+/// diagnosis know. Each message starts with the rule's key path.
+fn check_rules(rules: &[Rule]) -> Result<(), String> {
+    use xirang_files::diag::closest;
+    for (i, r) in rules.iter().enumerate() {
+        let at = format!("rule[{i}]");
+        if r.name.trim().is_empty() {
+            return Err(format!("{at}.name: expected a rule name, found an empty string"));
+        }
+        if let Some(j) = rules[..i].iter().position(|o| o.name == r.name) {
+            return Err(format!(
+                "{at}.name: expected a name no other rule has, found `{}` again (rule[{j}])",
+                r.name
+            ));
+        }
+        if !signal_known(&r.signal) {
+            let hint = match closest(&r.signal, SIGNALS.iter().copied()) {
+                Some(c) => format!("; did you mean `{c}`?"),
+                None => "; the agent's signals are listed in docs/guide/monitor.md".into(),
+            };
+            return Err(format!(
+                "{at}.signal: unknown signal `{}`, so the rule could never fire{hint}",
+                r.signal
+            ));
+        }
+        if r.for_rounds == 0 {
+            return Err(format!("{at}.for_rounds: expected 1 or more rounds, found 0"));
+        }
+        if !r.above.is_finite() {
+            return Err(format!("{at}.above: expected a finite threshold, found {}", r.above));
+        }
+        for (k, v, allowed) in [
+            ("severity", &r.severity, &SEVERITIES[..]),
+            ("layer", &r.layer, &LAYERS[..]),
+        ] {
+            if !allowed.contains(&v.as_str()) {
+                return Err(format!(
+                    "{at}.{k}: expected one of {}, found `{v}`",
+                    allowed.join(", ")
+                ));
+            }
         }
     }
-    Ok(f.rule)
+    Ok(())
 }
 
 /// Largest alert rules file read (the shipped one is a few KB).
@@ -81,6 +181,7 @@ pub const RULES_LIMIT: xirang_files::Limit = xirang_files::Limit::new(16 << 20, 
 pub fn load_rules(path: &Path) -> Result<Vec<Rule>, RulesError> {
     let text = xirang_files::read_text(path, RULES_LIMIT).map_err(|e| RulesError {
         path: path.display().to_string(),
+        line: None,
         message: e.detail(),
     })?;
     parse_rules(&text, &path.display().to_string())

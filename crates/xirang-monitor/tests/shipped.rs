@@ -195,6 +195,56 @@ fn every_default_rule_fires_on_its_fault() {
     }
 }
 
+/// A rule file is checked against the names the agent can produce: every name it emits
+/// on a troubled host with a RAS feed must be among them, or a valid rule would be refused.
+#[test]
+fn every_emitted_series_is_a_signal_a_rule_may_watch() {
+    let (names, _) = emitted();
+    assert!(names.len() > 20, "{names:?}");
+    let unknown: Vec<&String> = names
+        .iter()
+        .filter(|n| !xirang_monitor::alerts::signal_known(n))
+        .collect();
+    assert!(unknown.is_empty(), "emitted but not known to the rule check: {unknown:?}");
+}
+
+/// Each way a rule can never fire, or can never be routed, is refused with its line and
+/// key path.
+#[test]
+fn rules_that_could_never_work_are_refused_at_their_line() {
+    let rule = |signal: &str, extra: &str| {
+        format!(
+            "[[rule]]\nname = \"a\"\nsignal = \"xirang_link_errors_per_second\"\nabove = 0\n\
+             severity = \"warning\"\nlayer = \"physical\"\nsummary = \"s\"\n\n\
+             [[rule]]\nname = \"b\"\nsignal = \"{signal}\"\nabove = 0\n{extra}\
+             severity = \"warning\"\nlayer = \"physical\"\nsummary = \"s\"\n"
+        )
+    };
+    let err = |text: String| parse_rules(&text, "r.toml").unwrap_err().to_string();
+    assert_eq!(
+        err(rule("xirang_link_error_per_second", "")),
+        "r.toml:11: rule[1].signal: unknown signal `xirang_link_error_per_second`, so the rule could never fire; did you mean `xirang_link_errors_per_second`?"
+    );
+    assert_eq!(
+        err(rule("xirang_link_errors_per_second", "for_rounds = 0\n")),
+        "r.toml:13: rule[1].for_rounds: expected 1 or more rounds, found 0"
+    );
+    assert_eq!(
+        err(rule("xirang_link_errors_per_second", "").replace("name = \"b\"", "name = \"a\"")),
+        "r.toml:10: rule[1].name: expected a name no other rule has, found `a` again (rule[0])"
+    );
+    assert_eq!(
+        err(rule("xirang_link_errors_per_second", "").replacen("layer = \"physical\"\nsummary = \"s\"\n\n", "layer = \"fysical\"\nsummary = \"s\"\n\n", 1)),
+        "r.toml:6: rule[0].layer: expected one of physical, network, application, found `fysical`"
+    );
+    assert_eq!(
+        err(rule("xirang_link_errors_per_second", "for_rounds = -1\n")),
+        "r.toml:13: rule[1].for_rounds: expected an integer 0..=4294967295, found -1"
+    );
+    // Families named by the device are known by their prefix.
+    parse_rules(&rule("xirang_switch_queue_watermark_bytes", ""), "r.toml").unwrap();
+}
+
 #[test]
 fn shipped_files_use_emitted_metrics_and_mirror_the_rules() {
     let (mut names, _) = emitted();

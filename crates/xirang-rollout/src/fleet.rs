@@ -162,7 +162,7 @@ impl FleetFile {
 
     /// Parses a `fleet.toml`'s text; `path` names it in errors.
     pub fn parse(text: &str, path: &Path) -> Result<FleetFile, RolloutError> {
-        toml::from_str(text).map_err(|e| RolloutError::toml(path, text, &e))
+        xirang_fabric::diag::parse_toml(text).map_err(|d| RolloutError::diag(path, &d))
     }
 }
 

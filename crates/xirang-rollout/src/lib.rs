@@ -81,15 +81,12 @@ impl RolloutError {
         }
     }
 
-    pub(crate) fn toml(path: &Path, text: &str, e: &toml::de::Error) -> RolloutError {
-        let line = e
-            .span()
-            .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1)
-            .unwrap_or(1);
+    /// A file's problem at a key path, at its line (the first when it has none).
+    pub(crate) fn diag(path: &Path, d: &xirang_fabric::diag::Diagnostic) -> RolloutError {
         RolloutError::Toml {
             path: path.to_path_buf(),
-            line,
-            message: e.message().to_string(),
+            line: d.line.unwrap_or(1),
+            message: d.keyed(),
         }
     }
 }

@@ -44,6 +44,25 @@ impl FirmwareTarget {
     }
 }
 
+/// Whether some NIC could match both targets: on each of the model's fields, one leaves
+/// it open or both name the same.
+fn overlaps(a: &FirmwareTarget, b: &FirmwareTarget) -> bool {
+    let same = |x: &Option<String>, y: &Option<String>| match (x, y) {
+        (Some(x), Some(y)) => x == y,
+        _ => true,
+    };
+    same(&a.hca_type, &b.hca_type) && same(&a.board_id, &b.board_id)
+}
+
+/// A target's model as a message names it: `hca_type MT4125, board_id MT_0000000359`.
+fn model(t: &FirmwareTarget) -> String {
+    [("hca_type", &t.hca_type), ("board_id", &t.board_id)]
+        .iter()
+        .filter_map(|(k, v)| v.as_ref().map(|v| format!("{k} {v}")))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// Stages: cumulative shares of the upgradable nodes done after each stage.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -541,7 +560,7 @@ impl Policy {
     /// Parses and checks a policy's text; `path` names the file in errors, and relative
     /// benchmark paths are taken from its directory.
     pub fn parse(text: &str, path: &Path) -> Result<Policy, RolloutError> {
-        let mut p: Policy = toml::from_str(text).map_err(|e| RolloutError::toml(path, text, &e))?;
+        let mut p: Policy = xirang_fabric::diag::parse_toml(text).map_err(|d| RolloutError::diag(path, &d))?;
         let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
         p.base_dir = std::fs::canonicalize(if dir.as_os_str().is_empty() {
             Path::new(".")
@@ -572,16 +591,8 @@ impl Policy {
             }
         }
         // Each message starts with the key it is about: point at its line.
-        p.check().map_err(|m| {
-            let key = m.split_once(": ").map(|(k, _)| k).filter(|k| !k.contains(' '));
-            RolloutError::Toml {
-                path: path.to_path_buf(),
-                line: key
-                    .and_then(|k| xirang_fabric::diag::KeyPath::parse(k).line_in(text))
-                    .unwrap_or(1),
-                message: m,
-            }
-        })?;
+        p.check()
+            .map_err(|m| RolloutError::diag(path, &xirang_fabric::diag::keyed_message(text, &m)))?;
         Ok(p)
     }
 
@@ -614,6 +625,35 @@ impl Policy {
             if f.hca_type.is_none() && f.board_id.is_none() {
                 return Err(format!(
                     "firmware[{i}]: expected `hca_type` or `board_id` (which NICs the target is for)"
+                ));
+            }
+            for (k, v) in [("target", &f.target), ("image", &f.image)] {
+                if v.trim().is_empty() {
+                    return Err(format!(
+                        "firmware[{i}].{k}: expected a {}, found an empty string",
+                        if k == "target" { "firmware version such as 16.35.2000" } else { "firmware image file" }
+                    ));
+                }
+            }
+            if let Some(j) = f.allowed_from.iter().position(|v| v.trim().is_empty()) {
+                return Err(format!(
+                    "firmware[{i}].allowed_from[{j}]: expected a firmware version, found an empty string"
+                ));
+            }
+            for (k, v) in [("hca_type", &f.hca_type), ("board_id", &f.board_id)] {
+                if v.as_deref().is_some_and(|v| v.trim().is_empty()) {
+                    return Err(format!("firmware[{i}].{k}: expected a NIC model, found an empty string"));
+                }
+            }
+            // A NIC takes the first target that matches it: a second one for the same
+            // model would be ignored without a word.
+            if let Some(j) = self.firmware[..i].iter().position(|e| overlaps(e, f)) {
+                return Err(format!(
+                    "firmware[{i}]: expected one target per NIC model, found a second for {} (firmware[{j}] is for {}; a NIC of both would take firmware[{j}]'s {} and never this {})",
+                    model(f),
+                    model(&self.firmware[j]),
+                    self.firmware[j].target,
+                    f.target
                 ));
             }
             if f.allowed_from.iter().any(|v| v == &f.target) {

@@ -187,7 +187,7 @@ fn bad_faults_are_errors_with_their_key() {
         ),
         (
             "kind = \"slow_link\"\ntarget = \"h1/mlx5_0\"\nrate_gbps = 100",
-            "faults[0].rate_gbps: expected a rate above 0 and below the link's 100 Gbit/s, found 100",
+            "faults[0].rate_gbps: expected a rate of at least 0.001 Gbit/s (1 Mbit/s) and below the link's 100 Gbit/s, found 100",
         ),
         (
             "kind = \"slow_link\"\ntarget = \"h1/mlx5_0\"",
@@ -211,7 +211,7 @@ fn bad_faults_are_errors_with_their_key() {
         ),
         (
             "kind = \"slow_receiver\"\ntarget = \"h1/mlx5_0\"\ndrain_gbps = 0",
-            "faults[0].drain_gbps: expected a rate above 0 and below the link's 100 Gbit/s, found 0",
+            "faults[0].drain_gbps: expected a rate of at least 0.001 Gbit/s (1 Mbit/s) and below the link's 100 Gbit/s, found 0",
         ),
     ] {
         let text = format!("{FABRIC}\n[[faults]]\n{fault}\n");

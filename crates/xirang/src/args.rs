@@ -35,17 +35,17 @@ pub(crate) fn scenario_platform(path: Option<&Path>) -> Result<(Loaded, Platform
 /// `--nics` and `--nic-gbps` within what a fabric can hold.
 pub(crate) fn check_nics(nics: Option<u32>, nic_gbps: Option<f64>) -> Result<()> {
     let max_nics = xirang_fabric::limits::MAX_DEVICES_PER_HOST;
-    let max_gbps = xirang_fabric::limits::MAX_LINK_RATE_GBPS;
     if let Some(n) = nics
         && !(1..=max_nics).contains(&n)
     {
         bail!("--nics: expected 1..={max_nics} NICs per node, found {n}");
     }
     if let Some(g) = nic_gbps
-        && !(g.is_finite() && g > 0.0 && g <= max_gbps)
+        && !xirang_fabric::limits::link_rate_ok(g)
     {
         bail!(
-            "--nic-gbps: expected a rate above 0 and at most {max_gbps} Gbit/s, found {}",
+            "--nic-gbps: {}, found {}",
+            xirang_fabric::limits::link_rate_expected(),
             xirang_fabric::limits::Num(g)
         );
     }

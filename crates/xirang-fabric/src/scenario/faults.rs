@@ -173,13 +173,8 @@ impl Scenario {
                 }
             }
             FaultKind::SlowLink => {
-                if let (Some(r), Some(nominal)) = (f.rate_gbps, link_rate)
-                    && !(r > 0.0 && r < nominal)
-                {
-                    d.error(
-                        &at.key("rate_gbps"),
-                        format!("expected a rate above 0 and below the link's {nominal} Gbit/s, found {r}"),
-                    );
+                if let (Some(r), Some(nominal)) = (f.rate_gbps, link_rate) {
+                    below_link(r, nominal, &at.key("rate_gbps"), d);
                 }
             }
             FaultKind::SlowReceiver => {
@@ -189,13 +184,8 @@ impl Scenario {
                         format!("`{kind}` sits on a NIC port, found switch port `{}`", f.target),
                     );
                 }
-                if let (Some(r), Some(nominal)) = (f.drain_gbps, link_rate)
-                    && !(r > 0.0 && r < nominal)
-                {
-                    d.error(
-                        &at.key("drain_gbps"),
-                        format!("expected a rate above 0 and below the link's {nominal} Gbit/s, found {r}"),
-                    );
+                if let (Some(r), Some(nominal)) = (f.drain_gbps, link_rate) {
+                    below_link(r, nominal, &at.key("drain_gbps"), d);
                 }
             }
             FaultKind::EcnOff | FaultKind::PfcOff | FaultKind::MtuMismatch => {
@@ -222,13 +212,8 @@ impl Scenario {
                         format!("`{kind}` names a NIC, found switch port `{}`", f.target),
                     );
                 }
-                if let (Some(r), Some(nominal)) = (f.bounce_gbps, link_rate)
-                    && !(r > 0.0 && r < nominal)
-                {
-                    d.error(
-                        &at.key("bounce_gbps"),
-                        format!("expected a rate above 0 and below the link's {nominal} Gbit/s, found {r}"),
-                    );
+                if let (Some(r), Some(nominal)) = (f.bounce_gbps, link_rate) {
+                    below_link(r, nominal, &at.key("bounce_gbps"), d);
                 }
             }
             FaultKind::EcmpImbalance => ecmp_imbalance(fabric, f, at, d),
@@ -373,5 +358,19 @@ fn bond_on_two_switches(
                 ),
             );
         }
+    }
+}
+
+/// A degraded rate: a rate a link can run at (1 Mbit/s or more), below the link's own.
+fn below_link(r: f64, nominal: f64, at: &KeyPath, d: &mut Diagnostics) {
+    let min = crate::limits::MIN_LINK_RATE_GBPS;
+    if !(r.is_finite() && r >= min && r < nominal) {
+        d.error(
+            at,
+            format!(
+                "expected a rate of at least {min} Gbit/s (1 Mbit/s) and below the link's {nominal} Gbit/s, found {}",
+                crate::limits::Num(r)
+            ),
+        );
     }
 }

@@ -4,7 +4,7 @@
 use super::*;
 
 /// Largest 802.1p priority: the PCP field of an 802.1Q tag has 3 bits.
-const MAX_PRIORITY: u8 = 7;
+pub(super) const MAX_PRIORITY: u8 = 7;
 
 impl Scenario {
     pub(super) fn apply_overrides(&self, fabric: &mut Fabric, at: &KeyPath, d: &mut Diagnostics) {
@@ -64,16 +64,11 @@ impl Scenario {
                 }
                 if let Some(r) = o.link_rate_gbps {
                     match fabric.port_link(p) {
-                        Some(l) if r.is_finite() && r > 0.0 && r <= crate::limits::MAX_LINK_RATE_GBPS => {
-                            fabric.links[l.index()].rate_gbps = r
+                        Some(l) => {
+                            if crate::limits::check_link_rate_gbps(r, &at.key("link_rate_gbps"), d) {
+                                fabric.links[l.index()].rate_gbps = r
+                            }
                         }
-                        Some(_) => d.error(
-                            &at.key("link_rate_gbps"),
-                            format!(
-                                "expected a rate above 0 and at most {} Gbit/s, found {r:?}",
-                                crate::limits::MAX_LINK_RATE_GBPS
-                            ),
-                        ),
                         None => d.error(&at.key("target"), format!("`{}`: no link on this port", o.target)),
                     }
                 }

@@ -137,8 +137,9 @@ impl Scenario {
                         }
                     }
                 }
-                Ok(_) => match (p.min, p.max) {
+                Ok(kind) => match (p.min, p.max) {
                     (Some(lo), Some(hi)) if lo.is_finite() && hi.is_finite() && lo < hi => {
+                        self.validate_tune_range(tiers, &p.name, kind, (lo, hi), &pat, d);
                         if p.log && lo <= 0.0 {
                             d.error(
                                 &pat.key("min"),
@@ -159,6 +160,73 @@ impl Scenario {
     }
 }
 
+/// Integer ranges at most this wide are checked value by value (a priority range that
+/// takes in the CNP's priority); wider ones, and real ranges, at their ends.
+const TUNE_RANGE_CHECKED_WHOLE: f64 = 256.0;
+
+impl Scenario {
+    /// Every configuration a tune range can produce must be one the scenario could
+    /// have given: each end (and each value of a small integer range) is set on the
+    /// configuration and checked as `[config]` is, and the first problem is reported at
+    /// the range's end in the knob's own words.
+    fn validate_tune_range(
+        &self,
+        tiers: &[Tier],
+        name: &str,
+        kind: crate::tune::ParamKind,
+        (lo, hi): (f64, f64),
+        pat: &KeyPath,
+        d: &mut Diagnostics,
+    ) {
+        let mut base = Diagnostics::default();
+        self.config.validate(&KeyPath::root(), &mut base);
+        if base.error_count() > 0 {
+            // `[config]` itself is reported; a range cannot be judged against it.
+            return;
+        }
+        let mut values = vec![("min", lo), ("max", hi)];
+        if kind == crate::tune::ParamKind::Integer && hi - lo <= TUNE_RANGE_CHECKED_WHOLE {
+            values.extend((lo.ceil() as i64..=hi.floor() as i64).map(|v| ("value in the range", v as f64)));
+        }
+        for (end, v) in values {
+            if name.ends_with(".kmax_ratio") {
+                if v < 1.0 {
+                    let key = if end == "max" { "max" } else { "min" };
+                    d.error(
+                        &pat.key(key),
+                        format!("`{name}` = {} ({end}): expected a ratio >= 1 (Kmax at least Kmin), found {}", limits::Num(v), limits::Num(v)),
+                    );
+                    return;
+                }
+                continue;
+            }
+            let problem = match crate::tune::apply(&self.config, tiers, &[(name.to_string(), crate::tune::ParamValue::Number(v))]) {
+                Err(e) => Some(e),
+                Ok(c) => {
+                    let mut dd = Diagnostics::default();
+                    c.validate(&KeyPath::root(), &mut dd);
+                    dd.finish(None)
+                        .into_iter()
+                        .find(|x| x.severity == crate::diag::Severity::Error)
+                        .map(|x| x.keyed())
+                }
+            };
+            if let Some(m) = problem {
+                let at = match end {
+                    "min" | "max" => pat.key(end),
+                    _ => pat.clone(),
+                };
+                let m = match m.strip_prefix(&format!("{name}: ")) {
+                    Some(own) => format!("`{name}` = {} ({end}): {own}", limits::Num(v)),
+                    None => format!("`{name}` = {} ({end}) makes the configuration invalid: {m}", limits::Num(v)),
+                };
+                d.error(&at, m);
+                return;
+            }
+        }
+    }
+}
+
 impl FabricConfig {
     /// Checks ranges and consistency of the configuration.
     pub fn validate(&self, at: &KeyPath, d: &mut Diagnostics) {
@@ -166,6 +234,7 @@ impl FabricConfig {
         self.validate_classes(at, d);
         self.validate_transport(at, d);
         self.validate_memory(at, d);
+        self.nccl.validate(&at.key("nccl"), d);
     }
 
     /// MTUs, PFC, ECN scaling and the switch buffer.
@@ -400,16 +469,7 @@ impl FabricConfig {
             );
         }
         let nv = self.intra_host.nvlink_gbps;
-        if !(nv.is_finite() && nv > 0.0 && nv <= crate::limits::MAX_LINK_RATE_GBPS) {
-            d.error(
-                &at.key("intra_host").key("nvlink_gbps"),
-                format!(
-                    "expected a rate above 0 and at most {} Gbit/s, found {}",
-                    crate::limits::MAX_LINK_RATE_GBPS,
-                    limits::Num(nv)
-                ),
-            );
-        }
+        limits::check_link_rate_gbps(nv, &at.key("intra_host").key("nvlink_gbps"), d);
         limits::check_time_us(
             self.intra_host.nvlink_latency_us,
             &at.key("intra_host").key("nvlink_latency_us"),
@@ -531,6 +591,91 @@ impl RedProfile {
                 &at.key("pmax"),
                 format!("expected a probability 0..1, found {}", limits::Num(self.pmax)),
             );
+        }
+    }
+}
+
+/// `NCCL_MAX_NCHANNELS` and `NCCL_MIN_NCHANNELS` at most `MAXCHANNELS`
+/// (docs/reference/collectives-and-nccl.md §1).
+pub(super) const NCCL_MAX_CHANNELS: u32 = 64;
+/// The values `NCCL_NTHREADS` takes (docs/reference/collectives-and-nccl.md §5).
+pub(super) const NCCL_NTHREADS_VALUES: [u32; 4] = [64, 128, 256, 512];
+/// `NCCL_NET_GDR_LEVEL`'s names, with P2C, the automatic level when C2C is on
+/// (docs/reference/collectives-and-nccl.md §5 and its path-type ladder).
+pub(super) const NCCL_GDR_LEVELS: [&str; 6] = ["LOC", "PIX", "PXB", "P2C", "PHB", "SYS"];
+
+impl crate::config::NcclConfig {
+    /// NCCL's own ranges for its environment variables, and the settings that
+    /// contradict each other. A value NCCL would refuse or quietly replace is an error
+    /// here, because the rendered configuration would not run as simulated.
+    pub fn validate(&self, at: &KeyPath, d: &mut Diagnostics) {
+        for (k, v) in [("min_channels", self.min_channels), ("max_channels", self.max_channels)] {
+            if v > NCCL_MAX_CHANNELS {
+                d.error(
+                    &at.key(k),
+                    format!("expected 0 (NCCL's choice) or 1..={NCCL_MAX_CHANNELS} channels (MAXCHANNELS), found {v}"),
+                );
+            }
+        }
+        if self.min_channels > 0 && self.max_channels > 0 && self.min_channels > self.max_channels {
+            d.error(
+                &at.key("min_channels"),
+                format!(
+                    "expected at most max_channels ({}), found {} (NCCL would run {} channels, not the minimum asked for)",
+                    self.max_channels, self.min_channels, self.max_channels
+                ),
+            );
+        }
+        if !NCCL_NTHREADS_VALUES.contains(&self.nthreads) {
+            d.error(
+                &at.key("nthreads"),
+                format!("expected 64, 128, 256 or 512 threads per CTA (NCCL_NTHREADS), found {}", self.nthreads),
+            );
+        }
+        for (k, v) in [
+            ("buffsize_bytes", self.buffsize_bytes),
+            ("ll_buffsize_bytes", self.ll_buffsize_bytes),
+            ("ll128_buffsize_bytes", self.ll128_buffsize_bytes),
+            ("p2p_net_chunk_bytes", self.p2p_net_chunk_bytes),
+        ] {
+            if v == 0 {
+                d.error(&at.key(k), "expected a size of at least 1 byte, found 0".to_string());
+            } else {
+                limits::check_buffer_bytes(v, &at.key(k), d);
+            }
+        }
+        if self.cross_nic > 2 {
+            d.error(
+                &at.key("cross_nic"),
+                format!("expected 0, 1 or 2 (NCCL_CROSS_NIC), found {}", self.cross_nic),
+            );
+        }
+        if !NCCL_GDR_LEVELS.contains(&self.net_gdr_level.as_str()) {
+            d.error(
+                &at.key("net_gdr_level"),
+                format!(
+                    "expected one of {} (NCCL_NET_GDR_LEVEL), found `{}`",
+                    NCCL_GDR_LEVELS.join(", "),
+                    self.net_gdr_level
+                ),
+            );
+        }
+        if let Some(p) = self.fifo_priority
+            && p > super::overrides::MAX_PRIORITY
+        {
+            d.error(&at.key("fifo_priority"), format!("expected a priority 0..7, found {p}"));
+        }
+        for (k, v) in [
+            ("ll_slice_us", self.ll_slice_us),
+            ("ll128_slice_us", self.ll128_slice_us),
+            ("simple_slice_us", self.simple_slice_us),
+            ("net_overhead_us", self.net_overhead_us),
+            ("flush_us", self.flush_us),
+        ] {
+            limits::check_time_us(v, &at.key(k), d);
+        }
+        if let Some(v) = self.base_latency_us {
+            limits::check_time_us(v, &at.key("base_latency_us"), d);
         }
     }
 }

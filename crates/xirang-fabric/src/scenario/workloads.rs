@@ -116,7 +116,18 @@ impl Scenario {
 }
 
 fn flows(k: &Check<'_>, f: &crate::workload::FlowsSpec, at: &KeyPath, d: &mut Diagnostics) {
-    let ids: Vec<&str> = f.list.iter().filter_map(|x| x.id.as_deref()).collect();
+    // Ids name flows for `after`: two flows with one id would make `after` ambiguous.
+    let mut ids: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for (i, fl) in f.list.iter().enumerate() {
+        let Some(id) = fl.id.as_deref() else { continue };
+        if let Some(first) = ids.insert(id, i) {
+            ids.insert(id, first);
+            d.error(
+                &at.key("list").index(i).key("id"),
+                format!("expected a flow id unique in the list, found `{id}` again (first at list[{first}])"),
+            );
+        }
+    }
     for (i, fl) in f.list.iter().enumerate() {
         let at = at.key("list").index(i);
         k.endpoint(&fl.src, &at.key("src"), d);
@@ -143,8 +154,10 @@ fn flows(k: &Check<'_>, f: &crate::workload::FlowsSpec, at: &KeyPath, d: &mut Di
         }
         limits::check_transfer_bytes(fl.bytes, &at.key("bytes"), d);
         for a in &fl.after {
-            if !ids.contains(&a.as_str()) {
-                d.error(&at.key("after"), unknown_name("flow id", a, ids.iter().copied()));
+            if !ids.contains_key(a.as_str()) {
+                let mut known: Vec<&str> = ids.keys().copied().collect();
+                known.sort_unstable();
+                d.error(&at.key("after"), unknown_name("flow id", a, known.into_iter()));
             }
         }
     }
@@ -334,47 +347,50 @@ fn inference(k: &Check<'_>, x: &crate::workload::InferenceSpec, at: &KeyPath, d:
 }
 
 /// A cycle in the `after` dependencies of explicit flows: the index of a flow on it and
-/// the ids around it.
+/// the ids around it. Iterative, and linear in the list and its `after` entries: a
+/// generated list of a million flows in one chain must neither overflow the stack nor
+/// take quadratic time.
 fn after_cycle(list: &[crate::workload::FlowSpec]) -> Option<(usize, Vec<String>)> {
-    let index = |id: &str| list.iter().position(|f| f.id.as_deref() == Some(id));
+    let mut index: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for (i, f) in list.iter().enumerate() {
+        if let Some(id) = f.id.as_deref() {
+            index.entry(id).or_insert(i);
+        }
+    }
     // Colours: 0 unvisited, 1 on the current path, 2 done.
     let mut colour = vec![0u8; list.len()];
-    fn visit(
-        i: usize,
-        list: &[crate::workload::FlowSpec],
-        index: &dyn Fn(&str) -> Option<usize>,
-        colour: &mut [u8],
-        path: &mut Vec<usize>,
-    ) -> Option<Vec<usize>> {
-        colour[i] = 1;
-        path.push(i);
-        for a in &list[i].after {
-            let Some(j) = index(a) else { continue };
-            if colour[j] == 1 {
-                let start = path.iter().position(|x| *x == j).expect("on the path");
-                let mut cycle = path[start..].to_vec();
-                cycle.push(j);
-                return Some(cycle);
-            }
-            if colour[j] == 0
-                && let Some(c) = visit(j, list, index, colour, path)
-            {
-                return Some(c);
-            }
+    // The current path: each flow with the position of the next `after` entry to follow.
+    let mut path: Vec<(usize, usize)> = Vec::new();
+    for root in 0..list.len() {
+        if colour[root] != 0 {
+            continue;
         }
-        path.pop();
-        colour[i] = 2;
-        None
-    }
-    for i in 0..list.len() {
-        if colour[i] == 0
-            && let Some(c) = visit(i, list, &index, &mut colour, &mut Vec::new())
-        {
-            let names = c
-                .iter()
-                .map(|k| list[*k].id.clone().unwrap_or_default())
-                .collect();
-            return Some((c[0], names));
+        colour[root] = 1;
+        path.push((root, 0));
+        while let Some(&mut (i, ref mut next)) = path.last_mut() {
+            let Some(a) = list[i].after.get(*next) else {
+                colour[i] = 2;
+                path.pop();
+                continue;
+            };
+            *next += 1;
+            let Some(&j) = index.get(a.as_str()) else { continue };
+            match colour[j] {
+                0 => {
+                    colour[j] = 1;
+                    path.push((j, 0));
+                }
+                1 => {
+                    let start = path.iter().position(|(x, _)| *x == j).expect("on the path");
+                    let mut names: Vec<String> = path[start..]
+                        .iter()
+                        .map(|(k, _)| list[*k].id.clone().unwrap_or_default())
+                        .collect();
+                    names.push(list[j].id.clone().unwrap_or_default());
+                    return Some((j, names));
+                }
+                _ => {}
+            }
         }
     }
     None

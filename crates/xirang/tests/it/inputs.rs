@@ -226,7 +226,7 @@ fn numbers_on_the_command_line_have_stated_ranges() {
                 "--nic-gbps",
                 "1e300",
             ],
-            "--nic-gbps: expected a rate above 0 and at most 16000 Gbit/s, found 1e300",
+            "--nic-gbps: expected a rate of 0.001..=16000 Gbit/s (1 Mbit/s to 16 Tbit/s), found 1e300",
         ),
         (
             &["rollout", "simulate", "--nodes", "4000000000"],

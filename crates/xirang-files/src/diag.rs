@@ -1,4 +1,6 @@
-//! Diagnostics for scenario files: key paths, line lookup, "did you mean".
+//! Diagnostics for every input file: key paths, line lookup, "did you mean", and serde's
+//! messages rewritten as "expected ..., found ...". Every TOML reader parses through
+//! [`parse_toml`], so a type error reads the same in a scenario, a policy or a rule file.
 
 use std::fmt;
 use std::path::Path;
@@ -144,6 +146,16 @@ pub struct Diagnostic {
 }
 
 impl Diagnostic {
+    /// `key.path: message`, or the message alone at the root: what a reader whose error
+    /// type carries the file and line itself puts in its message.
+    pub fn keyed(&self) -> String {
+        if self.path.is_root() {
+            self.message.clone()
+        } else {
+            format!("{}: {}", self.path, self.message)
+        }
+    }
+
     /// `file:line: key.path: message` (warnings say so).
     pub fn render(&self, file: &Path) -> String {
         let mut s = file.display().to_string();
@@ -210,6 +222,65 @@ impl Diagnostics {
     }
 }
 
+/// Parses TOML text into `T`. A syntax error, a type error or an unknown key comes back as
+/// one [`Diagnostic`] with its line, its key path and the message in the user's words
+/// (`expected a non-negative integer, found -1`, not serde's `invalid value: integer
+/// `-1`, expected u64`).
+pub fn parse_toml<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, Diagnostic> {
+    let invalid = |line: Option<usize>, path: KeyPath, message: String| Diagnostic {
+        severity: Severity::Error,
+        path,
+        line,
+        message,
+    };
+    let de = toml::Deserializer::parse(text).map_err(|e| {
+        let line = e.span().map(|s| line_of_offset(text, s.start));
+        invalid(line, KeyPath::root(), format!("not valid TOML: {}", e.message()))
+    })?;
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = KeyPath::parse(&e.path().to_string());
+        let inner = e.into_inner();
+        let message = humanize_serde_message(inner.message());
+        // An unknown key is reported at the key itself, not at its table.
+        let path = match message.strip_prefix("unknown key `") {
+            Some(rest) => {
+                let name = rest.split('`').next().unwrap_or_default();
+                if path.to_string().ends_with(name) {
+                    path
+                } else {
+                    path.key(name)
+                }
+            }
+            None => path,
+        };
+        let line = inner
+            .span()
+            .map(|s| line_of_offset(text, s.start))
+            .or_else(|| path.line_in(text));
+        invalid(line, path, message)
+    })
+}
+
+/// A semantic check's message (`key.path: expected ..., found ...`) as a [`Diagnostic`]:
+/// the key path is split off the front and its line looked up in `text`.
+pub fn keyed_message(text: &str, message: &str) -> Diagnostic {
+    let key = message
+        .split_once(": ")
+        .map(|(k, _)| k)
+        .filter(|k| !k.contains(' ') && !k.is_empty());
+    let path = key.map(KeyPath::parse).unwrap_or_default();
+    let rest = match key {
+        Some(k) => &message[k.len() + 2..],
+        None => message,
+    };
+    Diagnostic {
+        severity: Severity::Error,
+        line: if path.is_root() { None } else { path.line_in(text) },
+        path,
+        message: rest.to_string(),
+    }
+}
+
 /// The candidate closest to `name`, if it is close enough to be a likely typo.
 pub fn closest<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> Option<&'a str> {
     candidates
@@ -221,7 +292,7 @@ pub fn closest<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> Opt
 
 /// Rewrites a serde error message into "what was expected, what was found" wording, with
 /// a "did you mean" for unknown keys and variants.
-pub(crate) fn humanize_serde_message(msg: &str) -> String {
+pub fn humanize_serde_message(msg: &str) -> String {
     // serde: "unknown field `x`, expected one of `a`, `b`" / "expected `a` or `b`" /
     // "there are no fields"; likewise "unknown variant `x`, ...".
     for (prefix, what) in [("unknown field `", "key"), ("unknown variant `", "kind")] {
