@@ -86,10 +86,17 @@ impl ServingFile {
                 format!("tp_ranks: expected 2 or more GPUs, found {}", f.tp_ranks),
             ));
         }
-        if f.payload_bytes == 0 {
+        // A batch of the largest size moves `MAX_BATCHES` payloads in one collective,
+        // which must stay a transfer a fabric can carry (1 TiB, docs/limits.md).
+        let largest = u64::from(*MAX_BATCHES.last().expect("batches"));
+        let max_payload = xirang_fabric::limits::MAX_TRANSFER_BYTES / largest;
+        if !(1..=max_payload).contains(&f.payload_bytes) {
             return Err(parsed.error_at(
                 &at("payload_bytes"),
-                "payload_bytes: expected at least 1 byte".to_string(),
+                format!(
+                    "payload_bytes: expected 1..={max_payload} bytes (a batch of {largest} must stay within 1 TiB), found {}",
+                    f.payload_bytes
+                ),
             ));
         }
         Ok(parsed.value)

@@ -513,10 +513,18 @@ fn nvls_algbw(p: &Platform) -> f64 {
 pub fn tree_load(nodes: u32) -> f64 {
     use crate::schedule::btree_parent;
     let mut load = vec![0.0f64; nodes as usize];
+    // Children counted in one pass: linear in the nodes (a scan per node was quadratic
+    // and held `plan batching` for minutes on a 16,384-GPU group).
+    let mut children = vec![0u32; nodes as usize];
+    for u in 0..nodes {
+        if let Some(p) = btree_parent(nodes, u) {
+            children[p as usize] += 1;
+        }
+    }
     for tree in 0..2u32 {
         let map = |v: u32| if tree == 0 { v } else { (v + 1) % nodes };
         for v in 0..nodes {
-            let children = (0..nodes).filter(|u| btree_parent(nodes, *u) == Some(v)).count() as f64;
+            let children = f64::from(children[v as usize]);
             let root = btree_parent(nodes, v).is_none();
             // In and out are equal: c halves plus one half if it has a parent.
             load[map(v) as usize] += 0.5 * children + if root { 0.0 } else { 0.5 };

@@ -407,7 +407,7 @@ impl Parser {
             let fields: Vec<String> = t.split_whitespace().map(str::to_string).collect();
             if fields.len() >= ROW_FIELDS || log_part.is_none() {
                 let row = parse_row(n, &fields)?;
-                self.run(n).rows.push(row);
+                self.push_row(row, &fields);
             } else {
                 self.pending = Some(Pending { line: n, fields });
             }
@@ -439,7 +439,7 @@ impl Parser {
     /// and close runs and carry their parameters, ranks, bounds and averages.
     fn comment(&mut self, n: usize, t: &str, rest: &str) -> Result<(), ParseError> {
         if let Some(name) = rest.strip_prefix("Collective test starting:") {
-            finish(&mut self.tests, self.cur.take());
+            finish(&mut self.tests, self.cur.take(), &mut self.warnings);
             let mut run = TestRun::new(n);
             run.name = Some(name.trim().to_string());
             run.nccl_version = self.version_hint.take();
@@ -449,7 +449,7 @@ impl Parser {
         } else if rest.starts_with("nThread") {
             let params = parse_params(rest).map_err(|m| ParseError { line: n, message: m })?;
             if !(self.opened_by_name && self.cur.as_ref().is_some_and(|c| c.params.is_none())) {
-                finish(&mut self.tests, self.cur.take());
+                finish(&mut self.tests, self.cur.take(), &mut self.warnings);
                 let mut run = TestRun::new(n);
                 run.name = self.name_hint.take();
                 run.nccl_version = self.version_hint.take();
@@ -478,7 +478,7 @@ impl Parser {
             })?;
             self.run(n).avg_busbw_gbs = Some(v);
         } else if rest.starts_with("Collective test concluded") {
-            finish(&mut self.tests, self.cur.take());
+            finish(&mut self.tests, self.cur.take(), &mut self.warnings);
             self.opened_by_name = false;
         } else if let Some(r) = rest.strip_prefix("nccl-tests version") {
             // `# nccl-tests version 2.17.8 nccl-headers=22902 nccl-library=22902`:
@@ -518,9 +518,18 @@ impl Parser {
         if p.fields.len() >= ROW_FIELDS {
             let p = self.pending.take().expect("pending");
             let row = parse_row(p.line, &p.fields)?;
-            self.run(p.line).rows.push(row);
+            self.push_row(row, &p.fields);
         }
         Ok(())
+    }
+
+    /// A parsed row joins its run when its numbers agree with each other; a row that
+    /// breaks nccl-tests' own arithmetic is an input problem at its line, not a result.
+    fn push_row(&mut self, row: Row, fields: &[String]) {
+        match row_arithmetic(&row, fields) {
+            Ok(()) => self.run(row.line).rows.push(row),
+            Err(why) => self.warnings.push((row.line, format!("result row ignored: {why}"))),
+        }
     }
 
     /// The report: a row still pending is a warning, and the open run is finished.
@@ -534,7 +543,8 @@ impl Parser {
                 ),
             ));
         }
-        finish(&mut self.tests, self.cur);
+        finish(&mut self.tests, self.cur, &mut self.warnings);
+        self.warnings.sort_by_key(|w| w.0);
         Report {
             tests: self.tests,
             warnings: self.warnings,
@@ -581,7 +591,7 @@ fn open<'a>(
     })
 }
 
-fn finish(tests: &mut Vec<TestRun>, run: Option<TestRun>) {
+fn finish(tests: &mut Vec<TestRun>, run: Option<TestRun>, warnings: &mut Vec<(usize, String)>) {
     let Some(mut run) = run else { return };
     if run.rows.is_empty() && run.ranks.is_empty() && run.params.is_none() && run.failures.is_empty() {
         return;
@@ -591,7 +601,81 @@ fn finish(tests: &mut Vec<TestRun>, run: Option<TestRun>) {
         run.collective = infer_collective(&run);
         run.collective_inferred = run.collective.is_some();
     }
+    bus_arithmetic(&mut run, warnings);
     tests.push(run);
+}
+
+/// The half unit of the last digit `tok` was printed with: how far the true value may
+/// be from it. nccl-tests prints times with two decimals, then one from 10^4 µs, none
+/// from 10^5, and an exponent from 10^7 (`1.0e+07`: 5e5); bandwidths with two decimals.
+fn printed_half_unit(tok: &str) -> f64 {
+    let (mantissa, exp) = match tok.find(['e', 'E']) {
+        Some(i) => (&tok[..i], tok[i + 1..].parse::<i32>().unwrap_or(0)),
+        None => (tok, 0),
+    };
+    let decimals = mantissa.split_once('.').map_or(0, |(_, d)| d.len()) as i32;
+    0.5 * 10f64.powi(exp - decimals)
+}
+
+/// nccl-tests' own arithmetic within one row: each placement's time is above 0 and its
+/// algorithm bandwidth is size / time (GB/s = bytes / µs / 1e3), within the rounding
+/// of the printed time and bandwidth (twice it, as the bounds of both add up; every
+/// row of the fixtures stays within the bound without the factor 2).
+fn row_arithmetic(row: &Row, fields: &[String]) -> Result<(), String> {
+    for (which, m, o) in [
+        ("out-of-place", &row.out_of_place, LEAD_FIELDS),
+        ("in-place", &row.in_place, LEAD_FIELDS + 4),
+    ] {
+        let (time_tok, algbw_tok) = (fields[o].as_str(), fields[o + 1].as_str());
+        if m.time_us <= 0.0 {
+            return Err(format!(
+                "time {time_tok} us ({which}) for {} bytes: nccl-tests never times a collective at 0",
+                row.size_bytes
+            ));
+        }
+        let computed = row.size_bytes as f64 / m.time_us / 1e3;
+        let tol = 2.0 * (printed_half_unit(algbw_tok) + computed * printed_half_unit(time_tok) / m.time_us);
+        if (m.algbw_gbs - computed).abs() > tol {
+            return Err(format!(
+                "algbw {algbw_tok} GB/s ({which}) is not size / time = {} B / {time_tok} us = {} GB/s",
+                row.size_bytes,
+                xirang_fabric::limits::Num((computed * 100.0).round() / 100.0)
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// busbw = algbw x the collective's factor at the run's rank count, within the printed
+/// rounding. Only judged when most rows of the run agree: the rank count is read from
+/// the `# Rank` lines, and a log that lists a few ranks (or a collective told from its
+/// name wrongly) would otherwise condemn every row; rows against that majority are
+/// input problems and leave the run.
+fn bus_arithmetic(run: &mut TestRun, warnings: &mut Vec<(usize, String)>) {
+    let (Some(c), Some(n)) = (run.collective, run.nranks()) else { return };
+    let f = c.bus_factor(n);
+    let fits = |m: &Measure| (m.busbw_gbs - m.algbw_gbs * f).abs() <= 2.0 * 0.005 * (1.0 + f);
+    let bad = |r: &Row| !(fits(&r.out_of_place) && fits(&r.in_place));
+    let n_bad = run.rows.iter().filter(|r| bad(r)).count();
+    if n_bad == 0 || n_bad * 2 >= run.rows.len() {
+        return;
+    }
+    run.rows.retain(|r| {
+        if !bad(r) {
+            return true;
+        }
+        let m = if fits(&r.out_of_place) { &r.in_place } else { &r.out_of_place };
+        warnings.push((
+            r.line,
+            format!(
+                "result row ignored: busbw {:.2} GB/s is not algbw {:.2} x {f:.3} ({c:?}, {n} ranks) = {:.2} GB/s, as the run's other rows are",
+                m.busbw_gbs,
+                m.algbw_gbs,
+                m.algbw_gbs * f
+            ),
+        ));
+        false
+    });
 }
 
 /// Only AllReduce can be told from its rows alone: a reduction, no root, count x type size

@@ -93,6 +93,29 @@ impl ModelFile {
                 ));
             }
         }
+        // The bucket plan walks the gradient bucket by bucket: a total beyond the
+        // largest transfer a scenario may have (1 TiB, docs/limits.md) is a typo, and
+        // one beyond a u64 once wrapped to a single byte.
+        let max = xirang_fabric::limits::MAX_TRANSFER_BYTES;
+        let mut total = 0u64;
+        for (i, l) in m.layers.iter().enumerate() {
+            if l.grad_bytes > max {
+                return Err(parsed.error_at(
+                    &root.key("layer").index(i).key("grad_bytes"),
+                    format!(
+                        "layer[{i}].grad_bytes: expected at most {max} bytes (1 TiB, the largest collective buffer), found {}",
+                        l.grad_bytes
+                    ),
+                ));
+            }
+            total = total.saturating_add(l.grad_bytes);
+        }
+        if total > max {
+            return Err(parsed.error_at(
+                &root.key("layer"),
+                format!("the layers' gradients total more than {max} bytes (1 TiB, the largest collective buffer): expected a model's gradient, found {} layers summing past it", m.layers.len()),
+            ));
+        }
         if m.total_grad_bytes() == 0 {
             return Err(parsed.error_at(
                 &root.key("layer"),

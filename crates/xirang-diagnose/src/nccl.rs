@@ -926,6 +926,11 @@ pub fn diagnose(logs: &[Log], hw: &Hardware) -> Result<Diagnosis, LogError> {
                 message: "no nccl-tests result table and no line NCCL wrote: expected the output of an nccl-tests binary or an NCCL_DEBUG=INFO log".into(),
             });
         }
+        // What the reader set aside (a row that breaks nccl-tests' own arithmetic, an
+        // unfinished row) is an input problem at its line, never a finding.
+        for (line, w) in &rep.warnings {
+            not_judged.push(format!("{}:{line}: {w}", log.name));
+        }
         let f = facts(log, &rep);
         let views: Vec<Result<RunView, String>> = rep.tests.iter().map(|t| view(t, hw, &f)).collect();
         for (t, v) in rep.tests.iter().zip(&views) {

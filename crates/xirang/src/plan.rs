@@ -1,6 +1,6 @@
 //! `xirang plan ...`: planners on top of the collective cost model.
 
-use anyhow::Result;
+use anyhow::{Result, bail};
 use serde::Serialize;
 use xirang_collective::cost::{Coll, Platform, choose};
 use xirang_collective::overlap::{self, ModelFile, PYTORCH_DEFAULT_BUCKET_BYTES};
@@ -106,11 +106,39 @@ pub(crate) fn overlap(a: &OverlapArgs) -> Result<Outcome> {
     Ok(Outcome::Clean)
 }
 
+/// The tensor-parallel group must fit the scenario's GPUs and fill whole hosts once it
+/// spans more than one: 33 GPUs on hosts of 8 would be modelled as 40.
+fn check_tp_group(a: &BatchingArgs, tp: u32, p: &Platform, loaded: &xirang_fabric::scenario::Loaded) -> Result<()> {
+    let scenario = &loaded.scenario.name;
+    let per_host = p.gpus_per_node.max(1);
+    let hosts = &loaded.fabric.hosts;
+    let gpus: u64 = hosts.iter().map(|h| h.gpus.len() as u64).sum();
+    let problem = if u64::from(tp) > gpus {
+        format!(
+            "expected at most the {gpus} GPUs of scenario `{scenario}` ({} hosts), found {tp}",
+            hosts.len()
+        )
+    } else if tp > per_host && tp % per_host != 0 {
+        format!(
+            "expected at most {per_host} GPUs (one host) or a multiple of {per_host} (whole hosts of scenario `{scenario}`), found {tp}"
+        )
+    } else {
+        return Ok(());
+    };
+    let line = xirang_files::read_text(&a.file, xirang_collective::input::INPUT_LIMIT)
+        .ok()
+        .and_then(|t| xirang_fabric::diag::KeyPath::parse("tp_ranks").line_in(&t))
+        .map(|l| format!(":{l}"))
+        .unwrap_or_default();
+    bail!("{}{line}: tp_ranks: {problem}", a.file.display())
+}
+
 /// `xirang plan batching FILE`.
 pub(crate) fn batching(a: &BatchingArgs) -> Result<Outcome> {
     use xirang_collective::batching::{self, ServingFile};
     let f = ServingFile::load(&a.file)?;
-    let (_, template, _) = scenario_platform(a.scenario.as_deref())?;
+    let (loaded, template, _) = scenario_platform(a.scenario.as_deref())?;
+    check_tp_group(a, f.tp_ranks, &template, &loaded)?;
     // The tensor-parallel group fills hosts before spanning them.
     let mut p = template;
     p.gpus_per_node = f.tp_ranks.min(template.gpus_per_node.max(1));
