@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use thiserror::Error;
-use xirang_monitor::history::{History, Retention};
+use xirang_monitor::history::History;
 
 use crate::window::{Series, Window, metric_names, rule_counters};
 use xirang_telemetry::sim_out::{self, SimOut};
@@ -65,7 +65,7 @@ pub fn from_history_of(
     if let Err(e) = xirang_files::open_regular(path) {
         return Err(err(e.detail()));
     }
-    let h = History::open(path, Retention::default()).map_err(|e| err(e.to_string()))?;
+    let h = History::open_read_only(path).map_err(|e| err(e.to_string()))?;
     let mut series = Vec::new();
     for name in names {
         for w in h

@@ -293,6 +293,33 @@ mod tests {
     }
 }
 
+/// The SQLite URI that opens `path` immutable (`file:PATH?immutable=1`): SQLite then
+/// reads the file without locking it and creates no `-shm` or `-wal` beside it, which
+/// a read-only connection to a WAL database otherwise does. Only right when no writer
+/// has a write-ahead log pending ([`sqlite_log_pending`]). The path is made absolute and
+/// percent-encoded where a URI needs it (`?` and `#` end a path, `%` starts an escape).
+pub fn sqlite_immutable_uri(path: &Path) -> String {
+    let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut uri = String::from("file:");
+    for b in abs.as_os_str().as_encoded_bytes() {
+        match b {
+            b'?' | b'#' | b'%' => uri.push_str(&format!("%{b:02X}")),
+            b if b.is_ascii() && !b.is_ascii_control() => uri.push(*b as char),
+            b => uri.push_str(&format!("%{b:02X}")),
+        }
+    }
+    uri.push_str("?immutable=1");
+    uri
+}
+
+/// Whether a writer's write-ahead log beside `path` holds pages: committed rows the
+/// database file alone does not have yet, so a reader must go through the log.
+pub fn sqlite_log_pending(path: &Path) -> bool {
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    std::fs::metadata(wal).is_ok_and(|m| m.len() > 0)
+}
+
 /// What a path meant to hold an SQLite database holds, judged from the file's header
 /// alone, before any SQLite call could create tables in it or change its journal mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -42,7 +42,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params};
+use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior, params};
 use serde::{Deserialize, Serialize};
 
 /// Marker stored in `meta` so that a SQLite file written by something else is refused.
@@ -259,6 +259,14 @@ pub enum HistoryError {
         /// First problems reported.
         detail: String,
     },
+    /// A reader was pointed at something that holds no history yet.
+    #[error("{path}: {detail}; the agent writes a history with `xirang monitor --history FILE`")]
+    NoHistory {
+        /// The file.
+        path: PathBuf,
+        /// What is there instead: nothing, or an empty file.
+        detail: &'static str,
+    },
     /// The file system refused WAL mode (e.g. some network file systems).
     #[error("history database {path}: could not enable WAL journal mode (got {mode:?})")]
     NoWal {
@@ -443,6 +451,68 @@ impl History {
             retention,
             series_ids: HashMap::new(),
             incremental: auto_vacuum == 2,
+        })
+    }
+
+    /// Opens a history to read it and nothing else (`diagnose --history`, `monitor
+    /// query`): the file, and the directory it is in, are left as they were, byte for
+    /// byte and with their times, and a reader needs no write permission on either.
+    /// Nothing is created (an absent or empty file is an error, not a new database),
+    /// migrated or checkpointed.
+    ///
+    /// With no write-ahead log beside the file (no writer is running, or it checkpointed
+    /// on close) the database is opened `immutable`: SQLite then creates no `-shm` or
+    /// `-wal` file, which even a read-only connection to a WAL database otherwise does.
+    /// While a writer is running its log holds committed rows, so the file is opened
+    /// read-only through the writer's shared memory instead.
+    pub fn open_read_only(path: &Path) -> Result<History, HistoryError> {
+        let p = path.to_path_buf();
+        let sql = |e: rusqlite::Error| sql_error(&p, e);
+        match xirang_files::database(path) {
+            Err(e) => {
+                return Err(HistoryError::ForeignDatabase {
+                    path: p,
+                    detail: e.detail(),
+                });
+            }
+            Ok(xirang_files::Database::Other) => return Err(HistoryError::NotADatabase { path: p }),
+            Ok(xirang_files::Database::Absent) => {
+                return Err(HistoryError::NoHistory {
+                    path: p,
+                    detail: "no such file",
+                });
+            }
+            Ok(xirang_files::Database::Empty) => {
+                return Err(HistoryError::NoHistory {
+                    path: p,
+                    detail: "an empty file, not a xirang monitor history",
+                });
+            }
+            Ok(xirang_files::Database::Sqlite { .. }) => {}
+        }
+        let mut wal_path = p.clone().into_os_string();
+        wal_path.push("-wal");
+        let wal_path = PathBuf::from(wal_path);
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = if xirang_files::sqlite_log_pending(path) {
+            Connection::open_with_flags(path, flags).map_err(sql)?
+        } else {
+            Connection::open_with_flags(
+                xirang_files::sqlite_immutable_uri(path),
+                flags | OpenFlags::SQLITE_OPEN_URI,
+            )
+            .map_err(sql)?
+        };
+        conn.busy_timeout(Duration::from_secs(5)).map_err(sql)?;
+        check_format(&conn, &p)?;
+        quick_check(&conn, &p)?;
+        Ok(History {
+            conn,
+            wal_path,
+            path: p,
+            retention: Retention::default(),
+            series_ids: HashMap::new(),
+            incremental: false,
         })
     }
 

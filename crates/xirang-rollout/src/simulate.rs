@@ -462,6 +462,26 @@ pub fn simulate(spec: &SimSpec, policy: &Policy) -> Result<(Plan, SimReport), Ro
     simulate_fleet(&fleet, &format!("synthetic:{}", spec.seed), spec, policy)
 }
 
+/// Every node named `--degraded` is one of the fleet's: a name that matches nothing
+/// would run as if the flag were absent and report a clean rollout.
+fn check_degraded(fleet: &Fleet, names: &[String]) -> Result<(), RolloutError> {
+    for name in names {
+        if fleet.nodes.iter().any(|n| &n.name == name) {
+            continue;
+        }
+        let known = || fleet.nodes.iter().map(|n| n.name.as_str());
+        let hint = match xirang_fabric::diag::closest(name, known()) {
+            Some(c) => format!("; did you mean `{c}`?"),
+            None => match (fleet.nodes.first(), fleet.nodes.last()) {
+                (Some(a), Some(b)) => format!("; the fleet's {} nodes are {} to {}", fleet.nodes.len(), a.name, b.name),
+                _ => "; the fleet has no nodes".into(),
+            },
+        };
+        return Err(RolloutError::Refused(format!("--degraded {name}: no such node in the fleet{hint}")));
+    }
+    Ok(())
+}
+
 /// Plans and runs a rollout on a given fleet (a real inventory's), its nodes answering
 /// as synthetic ones; `spec.fleet` is not used.
 pub fn simulate_fleet(
@@ -484,6 +504,7 @@ pub fn simulate_fleet(
         }
         None => fleet,
     };
+    check_degraded(fleet, &spec.degraded_nodes)?;
     let plan = plan(fleet, policy);
     let store = Store::in_memory()?;
     store.init(

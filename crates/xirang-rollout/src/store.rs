@@ -134,7 +134,7 @@ impl Store {
             xirang_files::Database::Other => Err(refuse("not an SQLite database")),
             xirang_files::Database::Sqlite { application_id } if application_id == APPLICATION_ID => Ok(()),
             xirang_files::Database::Sqlite { application_id: 0 } => {
-                let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+                let conn = Store::connect_read_only(path)
                     .map_err(|e| refuse(&format!("an unreadable database ({e})")))?;
                 let mut names: Vec<String> = conn
                     .prepare(
@@ -156,6 +156,36 @@ impl Store {
                 "another program's SQLite database (application id {application_id:#x})"
             ))),
         }
+    }
+
+    /// A connection that reads and writes nothing beside the file: immutable while no
+    /// writer's log is pending (no `-shm` or `-wal` is created), else read-only
+    /// through the writer's log.
+    fn connect_read_only(path: &Path) -> rusqlite::Result<Connection> {
+        use rusqlite::OpenFlags;
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = if xirang_files::sqlite_log_pending(path) {
+            Connection::open_with_flags(path, flags)?
+        } else {
+            Connection::open_with_flags(
+                xirang_files::sqlite_immutable_uri(path),
+                flags | OpenFlags::SQLITE_OPEN_URI,
+            )?
+        };
+        conn.busy_timeout(std::time::Duration::from_secs(10))?;
+        Ok(conn)
+    }
+
+    /// Opens an existing state file to read it (`status`, `log`, dry runs): nothing is
+    /// created, migrated or written, and no write permission is needed.
+    pub fn open_read_only(path: &Path) -> Result<Store, RolloutError> {
+        Store::check_owner(path, false)?;
+        let p = path.display().to_string();
+        let conn = Store::connect_read_only(path).map_err(|e| RolloutError::State {
+            path: p.clone(),
+            message: e.to_string(),
+        })?;
+        Ok(Store { conn, path: p })
     }
 
     fn connect(path: &Path) -> Result<Store, RolloutError> {

@@ -382,7 +382,7 @@ fn query(q: &MonitorQueryArgs) -> Result<Outcome> {
         .context("--since")?;
     // A missing file, a FIFO or a directory is named as such before SQLite sees it.
     xirang_files::open_regular(&q.history).context("--history")?;
-    let h = History::open(&q.history, Retention::default())?;
+    let h = History::open_read_only(&q.history)?;
     let now = (now_ns() / 1_000_000) as i64;
     let from = now - since.as_millis() as i64;
     let windows = h.query(from, now, q.counter.as_deref())?;

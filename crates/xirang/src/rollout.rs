@@ -48,7 +48,7 @@ pub(crate) fn run(cmd: RolloutCmd) -> Result<Outcome> {
         RolloutCmd::Rollback(a) => {
             let only = a.node.clone();
             if !a.run.execute {
-                let store = Store::open(&a.run.state)?;
+                let store = Store::open_read_only(&a.run.state)?;
                 let meta = store.meta()?;
                 let st = State::from_events(&store.events()?);
                 let targets = exec::rollback_targets(&meta, &st, &only)?;
@@ -140,7 +140,12 @@ fn with_executor(
     a: &RolloutRunArgs,
     f: impl FnOnce(&mut Executor<'_, CommandDriver>) -> Result<Option<Progress>, xirang_rollout::RolloutError>,
 ) -> Result<Outcome> {
-    let store = Store::open(&a.state)?;
+    // A dry run only reads the state.
+    let store = if a.execute {
+        Store::open(&a.state)?
+    } else {
+        Store::open_read_only(&a.state)?
+    };
     let meta = store.meta()?;
     if !a.execute {
         let st = State::from_events(&store.events()?);
@@ -186,7 +191,7 @@ fn with_executor(
 }
 
 fn status(a: &RolloutStateArgs) -> Result<Outcome> {
-    let store = Store::open(&a.state)?;
+    let store = Store::open_read_only(&a.state)?;
     let meta = store.meta()?;
     let events = store.events()?;
     let st = State::from_events(&events);
@@ -251,7 +256,7 @@ fn status(a: &RolloutStateArgs) -> Result<Outcome> {
 }
 
 fn log(a: &RolloutStateArgs) -> Result<Outcome> {
-    let store = Store::open(&a.state)?;
+    let store = Store::open_read_only(&a.state)?;
     let events = store.events()?;
     if a.json {
         out(&(serde_json::to_string_pretty(&events)? + "\n"))?;
