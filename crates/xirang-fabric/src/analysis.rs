@@ -26,12 +26,14 @@ pub struct TopoSummary {
     /// Bisection bandwidth, Gbit/s: the smallest capacity crossing any tier boundary when
     /// the switches of each tier are split in two equal halves. For the symmetric Clos
     /// fabrics the generators build this is half the total uplink capacity of the
-    /// narrowest tier boundary (and half the host capacity at the edge).
+    /// narrowest tier boundary (and half the host capacity at the edge). 0 when the
+    /// fabric is not connected.
     pub bisection_gbps: f64,
     /// True when the bisection equals half the host capacity (no oversubscription
     /// anywhere).
     pub full_bisection: bool,
-    /// Longest shortest path between two NICs, in links.
+    /// Longest shortest path between two NICs that reach each other, in links (when
+    /// `connected` is false some pairs have no path at all).
     pub diameter_hops: u32,
     /// True when every NIC reaches every other NIC.
     pub connected: bool,
@@ -137,9 +139,15 @@ pub fn summarize(fabric: &Fabric) -> TopoSummary {
             bisection = bisection.min(t.uplink_gbps / 2.0);
         }
     }
-    let full_bisection = (bisection - host_capacity_gbps / 2.0).abs() <= 1e-9 * host_capacity_gbps.max(1.0);
-
     let (diameter, connected) = diameter_and_connectivity(fabric, &g);
+    // Hosts that cannot reach each other split the fabric with no link crossing: its
+    // smallest cut carries nothing, whatever the tiers' uplinks add up to.
+    if !connected {
+        bisection = 0.0;
+    }
+    let full_bisection = host_capacity_gbps > 0.0
+        && (bisection - host_capacity_gbps / 2.0).abs() <= 1e-9 * host_capacity_gbps.max(1.0);
+
     let sample_pair = sample_pair(fabric, &g);
     TopoSummary {
         hosts: fabric.hosts.len(),

@@ -697,6 +697,21 @@ fn links_per_spine(
         );
         return None;
     }
+    if per_spine < 0.5 {
+        // Not a ratio problem: the leaf's host links cannot fill one uplink per spine
+        // at any sensible ratio, so say what is too small.
+        let max_ratio = down_gbps / (f64::from(spines) * fabric_gbps);
+        diags.error(
+            at,
+            format!(
+                "{} Gbit/s of host links per leaf cannot fill one {fabric_gbps} Gbit/s uplink to each of {spines} spines at {oversub}:1 (that takes {} Gbit/s); expected more or faster hosts per leaf, fewer spines, or an oversubscription of at most {}",
+                crate::limits::Num(down_gbps),
+                crate::limits::Num(f64::from(spines) * fabric_gbps * oversub),
+                crate::limits::Num(max_ratio)
+            ),
+        );
+        return None;
+    }
     if rounded < 1.0 || (per_spine - rounded).abs() > 1e-9 {
         let valid: Vec<String> = (1..=4)
             .map(|k| down_gbps / (f64::from(k * spines) * fabric_gbps))

@@ -147,6 +147,22 @@ pub struct FleetFile {
     /// Job name → the hosts it runs on.
     #[serde(default)]
     pub jobs: BTreeMap<String, Vec<String>>,
+    /// The file's text, for the line of a problem found later.
+    #[serde(skip)]
+    pub text: String,
+}
+
+impl FleetFile {
+    /// `PATH:LINE` of `key` (`racks.r1[2]`), or the path alone when it has no line.
+    fn at(&self, path: &Path, key: &str) -> String {
+        let line = (!self.text.is_empty())
+            .then(|| xirang_fabric::diag::KeyPath::parse(key).line_in(&self.text))
+            .flatten();
+        match line {
+            Some(l) => format!("{}:{l}", path.display()),
+            None => path.display().to_string(),
+        }
+    }
 }
 
 /// Largest `fleet.toml` read: a line per rack or job naming its hosts; 64 MiB holds
@@ -162,7 +178,9 @@ impl FleetFile {
 
     /// Parses a `fleet.toml`'s text; `path` names it in errors.
     pub fn parse(text: &str, path: &Path) -> Result<FleetFile, RolloutError> {
-        xirang_fabric::diag::parse_toml(text).map_err(|d| RolloutError::diag(path, &d))
+        let mut f: FleetFile = xirang_fabric::diag::parse_toml(text).map_err(|d| RolloutError::diag(path, &d))?;
+        f.text = text.to_string();
+        Ok(f)
     }
 }
 
@@ -235,22 +253,30 @@ impl Fleet {
             }
         }
         let mut rack_of: BTreeMap<String, String> = BTreeMap::new();
-        for (kind, table) in [(DomainKind::Rack, &extra.racks), (DomainKind::Job, &extra.jobs)] {
+        for (kind, key, table) in [(DomainKind::Rack, "racks", &extra.racks), (DomainKind::Job, "jobs", &extra.jobs)] {
             for (dom, hosts) in table {
-                for h in hosts {
+                for (j, h) in hosts.iter().enumerate() {
+                    let at = || extra.at(extra_path, &format!("{key}.{dom}[{j}]"));
                     let Ok(i) = nodes.binary_search_by(|n| n.name.as_str().cmp(h)) else {
                         return Err(RolloutError::Inventory(format!(
                             "{}: {} `{dom}` lists host `{h}`, which is not in the inventory",
-                            extra_path.display(),
+                            at(),
                             kind.name()
                         )));
                     };
+                    if hosts[..j].contains(h) {
+                        return Err(RolloutError::Inventory(format!(
+                            "{}: {} `{dom}` lists host `{h}` twice",
+                            at(),
+                            kind.name()
+                        )));
+                    }
                     if kind == DomainKind::Rack
                         && let Some(prev) = rack_of.insert(h.clone(), dom.clone())
                     {
                         return Err(RolloutError::Inventory(format!(
                             "{}: host `{h}` is in two racks (`{prev}` and `{dom}`)",
-                            extra_path.display()
+                            at()
                         )));
                     }
                     nodes[i].domains.insert(Domain {

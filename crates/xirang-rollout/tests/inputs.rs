@@ -40,11 +40,11 @@ fn policy_errors_name_file_line_and_expectation() {
     let cases: &[(&str, &str)] = &[
         (
             "[[firmware]]\nhca_type = \"MT4125\"\ntarget = 22\n",
-            "DIR/policy.toml:3: invalid type: integer `22`, expected a string",
+            "DIR/policy.toml:3: firmware[0].target: expected a string, found 22",
         ),
         (
             "[[firmware]]\nhca_type = \"MT4125\"\ntarget = \"1\"\nallowed_from = []\nimage = \"x\"\n",
-            "DIR/policy.toml:1: missing field `commands`",
+            "DIR/policy.toml:1: missing key `commands`",
         ),
         (
             &OK.replace(
@@ -63,7 +63,7 @@ fn policy_errors_name_file_line_and_expectation() {
         ),
         (
             "[[firmware]]\nhca_type = \"MT4125\"\ntarget = \"1\"\nallowed_from = []\nimage = \"x\"\ncolour = 1\n",
-            "DIR/policy.toml:6: unknown field `colour`",
+            "DIR/policy.toml:6: firmware[0].colour: unknown key `colour`",
         ),
         (
             "[commands]\nflash = \"a {node}\"\nrollback = \"b {node}\"\n",
@@ -72,6 +72,22 @@ fn policy_errors_name_file_line_and_expectation() {
         (
             &OK.replace("hca_type = \"MT4125\"\n", ""),
             "DIR/policy.toml:6: firmware[0]: expected `hca_type` or `board_id` (which NICs the target is for)",
+        ),
+        // A second target for the same model was once ignored without a word.
+        (
+            &format!(
+                "{OK}\n[[firmware]]\nhca_type = \"MT4125\"\nboard_id = \"MT_0000000359\"\ntarget = \"22.40.1000\"\nallowed_from = [\"22.38.1002\"]\nimage = \"fw2.bin\"\n"
+            ),
+            "DIR/policy.toml:12: firmware[1]: expected one target per NIC model, found a second for hca_type MT4125, board_id MT_0000000359 (firmware[0] is for hca_type MT4125; a NIC of both would take firmware[0]'s 22.39.1002 and never this 22.40.1000)",
+        ),
+        // An empty version once planned an upgrade to "".
+        (
+            &OK.replace("target = \"22.39.1002\"", "target = \"\""),
+            "DIR/policy.toml:8: firmware[0].target: expected a firmware version such as 16.35.2000, found an empty string",
+        ),
+        (
+            &OK.replace("allowed_from = [\"22.38.1002\"]", "allowed_from = [\"22.38.1002\", \" \"]"),
+            "DIR/policy.toml:9: firmware[0].allowed_from[1]: expected a firmware version, found an empty string",
         ),
         (
             &format!("{OK}[stages]\nfractions = [0.1, 0.05, 1.0]\n"),
@@ -150,6 +166,10 @@ fn fleet_file_errors_name_the_host() {
         e,
         "inventory: inv/fleet.toml: host `n0001` is in two racks (`r1` and `r2`)"
     );
+    // A host listed twice by one rack was once "in two racks (`r1` and `r1`)", with no line.
+    let f = FleetFile::parse("[racks]\nr1 = [\"n0001\",\n  \"n0001\"]\n", Path::new("inv/fleet.toml")).unwrap();
+    let e = cluster_like(&f).unwrap_err().to_string();
+    assert_eq!(e, "inventory: inv/fleet.toml:3: rack `r1` lists host `n0001` twice");
     let mut f = FleetFile::default();
     f.jobs.insert("a".into(), vec!["n0001".into()]);
     f.jobs.insert("b".into(), vec!["n0001".into()]);
@@ -256,7 +276,7 @@ fn live_gate_errors_name_the_key_and_what_was_expected() {
                 "prometheus = \"http://p\"\n{}",
                 metric.replace("lower", "faster")
             )),
-            "unknown variant `faster`, expected `lower` or `higher`",
+            "gates.live.metrics[0].better: unknown kind `faster`; expected one of `lower`, `higher`",
         ),
     ];
     for (text, want) in cases {

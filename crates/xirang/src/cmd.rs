@@ -212,14 +212,26 @@ fn summary_table(s: &analysis::TopoSummary) -> Table {
         format!(
             "{} Gbit/s ({})",
             s.bisection_gbps,
-            if s.full_bisection {
+            if !s.connected {
+                "disconnected: some hosts cannot reach others"
+            } else if s.full_bisection {
                 "full"
             } else {
                 "oversubscribed"
             }
         ),
     ]);
-    t.add_row(vec!["diameter".to_string(), format!("{} hops", s.diameter_hops)]);
+    t.add_row(vec![
+        "diameter".to_string(),
+        if s.connected {
+            format!("{} hops", s.diameter_hops)
+        } else {
+            format!(
+                "infinite: some NICs cannot reach others ({} hops between the farthest that can)",
+                s.diameter_hops
+            )
+        },
+    ]);
     t.add_row(vec!["connected".to_string(), s.connected.to_string()]);
     if let Some(p) = &s.sample_pair {
         t.add_row(vec![
