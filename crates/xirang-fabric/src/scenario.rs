@@ -28,6 +28,7 @@ use crate::workload::{SizeDist, Workload};
 mod faults;
 mod overrides;
 mod settings;
+mod stream;
 mod workloads;
 
 pub use crate::limits::MAX_STRAGGLER_FACTOR;
@@ -474,6 +475,9 @@ impl Scenario {
 
     /// Parses scenario text. `file` is only used in messages.
     pub fn parse(text: &str, file: &Path) -> Result<Scenario, ScenarioError> {
+        if let Some(s) = stream::parse_in_pieces(text) {
+            return Ok(s);
+        }
         crate::diag::parse_toml(text).map_err(|d| ScenarioError::Invalid {
             file: file.to_path_buf(),
             diagnostics: vec![d],
