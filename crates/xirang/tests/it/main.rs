@@ -17,6 +17,7 @@ mod plan;
 mod report;
 mod rollout;
 mod scenario;
+mod semantic;
 mod sim;
 mod sonic;
 mod topo;
