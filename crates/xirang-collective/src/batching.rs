@@ -66,16 +66,37 @@ impl ServingFile {
             ("slo_p99_us", f.slo_p99_us),
             ("compute_base_us", f.compute_base_us),
         ];
+        // Times within an hour (docs/limits.md); a rate at most a billion requests a
+        // second, a thousand times the largest serving fleets' (1e300 once passed).
         for (k, v) in positive {
-            if !(v.is_finite() && v > 0.0) {
-                return Err(parsed.error_at(&at(k), format!("{k}: expected a positive number, found {v}")));
+            let max = if k == "arrival_rate_per_s" {
+                MAX_ARRIVALS_PER_S
+            } else {
+                xirang_fabric::limits::MAX_SIM_TIME_US
+            };
+            let min = if k == "arrival_rate_per_s" {
+                MIN_ARRIVALS_PER_S
+            } else {
+                xirang_fabric::limits::MIN_PERIOD_US
+            };
+            if !(v.is_finite() && v >= min && v <= max) {
+                return Err(parsed.error_at(
+                    &at(k),
+                    format!(
+                        "{k}: expected a number of {}..={max:e}, found {}",
+                        xirang_fabric::limits::Num(min),
+                        xirang_fabric::limits::Num(v)
+                    ),
+                ));
             }
         }
-        if !(f.compute_per_request_us.is_finite() && f.compute_per_request_us >= 0.0) {
+        if !(f.compute_per_request_us.is_finite()
+            && (0.0..=xirang_fabric::limits::MAX_SIM_TIME_US).contains(&f.compute_per_request_us))
+        {
             return Err(parsed.error_at(
                 &at("compute_per_request_us"),
                 format!(
-                    "compute_per_request_us: expected 0 or more, found {}",
+                    "compute_per_request_us: expected 0..=3.6e9 µs (one hour), found {}",
                     f.compute_per_request_us
                 ),
             ));
@@ -102,6 +123,11 @@ impl ServingFile {
         Ok(parsed.value)
     }
 }
+
+/// Fewest requests a second: one an hour, the longest a plan's time may span.
+const MIN_ARRIVALS_PER_S: f64 = 1.0 / 3600.0;
+/// Most requests a second a serving file may offer.
+const MAX_ARRIVALS_PER_S: f64 = 1e9;
 
 /// How the per-request collectives of a batch are aggregated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -413,6 +413,19 @@ impl Parser {
             }
             return Ok(());
         }
+        if row_shaped(t) {
+            // A result row whose size or count is not a count (`-1`, `1e-300`): it would
+            // otherwise pass for a line of text and vanish without a word.
+            let f: Vec<&str> = t.split_whitespace().collect();
+            self.warnings.push((
+                n,
+                format!(
+                    "result row ignored: expected the size and count as unsigned integers, found `{}` and `{}`",
+                    f[0], f[1]
+                ),
+            ));
+            return Ok(());
+        }
         if is_failure(t) {
             self.run(n).failures.push((n, t.to_string()));
             return Ok(());
@@ -528,7 +541,9 @@ impl Parser {
     fn push_row(&mut self, row: Row, fields: &[String]) {
         match row_arithmetic(&row, fields) {
             Ok(()) => self.run(row.line).rows.push(row),
-            Err(why) => self.warnings.push((row.line, format!("result row ignored: {why}"))),
+            Err(why) => self
+                .warnings
+                .push((row.line, format!("result row ignored: {why}"))),
         }
     }
 
@@ -617,6 +632,10 @@ fn printed_half_unit(tok: &str) -> f64 {
     0.5 * 10f64.powi(exp - decimals)
 }
 
+/// The smallest time nccl-tests prints other than 0.00: two decimals below 10^4 µs
+/// (`time_field`), so anything under half a hundredth is not a printed time.
+const MIN_PRINTED_TIME_US: f64 = 0.005;
+
 /// nccl-tests' own arithmetic within one row: each placement's time is above 0 and its
 /// algorithm bandwidth is size / time (GB/s = bytes / µs / 1e3), within the rounding
 /// of the printed time and bandwidth (twice it, as the bounds of both add up; every
@@ -627,9 +646,9 @@ fn row_arithmetic(row: &Row, fields: &[String]) -> Result<(), String> {
         ("in-place", &row.in_place, LEAD_FIELDS + 4),
     ] {
         let (time_tok, algbw_tok) = (fields[o].as_str(), fields[o + 1].as_str());
-        if m.time_us <= 0.0 {
+        if m.time_us < MIN_PRINTED_TIME_US {
             return Err(format!(
-                "time {time_tok} us ({which}) for {} bytes: nccl-tests never times a collective at 0",
+                "time {time_tok} us ({which}) for {} bytes: nccl-tests prints no time below 0.01 us, and never times a collective at 0",
                 row.size_bytes
             ));
         }
@@ -646,13 +665,56 @@ fn row_arithmetic(row: &Row, fields: &[String]) -> Result<(), String> {
     Ok(())
 }
 
+/// size = count x the type's bytes (x the ranks for the collectives whose count is one
+/// rank's share: AllGather, ReduceScatter, AllToAll), judged like the bus factor: only
+/// against a majority of the run's rows that agree.
+fn count_arithmetic(run: &mut TestRun, c: Coll, n: u32, warnings: &mut Vec<(usize, String)>) {
+    let k = match c {
+        Coll::AllGather | Coll::ReduceScatter | Coll::AllToAll => u64::from(n),
+        _ => 1,
+    };
+    // None: the type is unknown; Some(None): the product is beyond any size.
+    let expected =
+        |r: &Row| dtype_bytes(&r.dtype).map(|b| r.count.checked_mul(b).and_then(|x| x.checked_mul(k)));
+    let bad = |r: &Row| expected(r).is_some_and(|e| e != Some(r.size_bytes));
+    let n_bad = run.rows.iter().filter(|r| bad(r)).count();
+    let known = run.rows.iter().filter(|r| expected(r).is_some()).count();
+    if n_bad == 0 || n_bad * 2 >= known {
+        return;
+    }
+    run.rows.retain(|r| {
+        if !bad(r) {
+            return true;
+        }
+        warnings.push((
+            r.line,
+            format!(
+                "result row ignored: size {} B is not count {} x {} B ({}){}, as the run's other rows are",
+                r.size_bytes,
+                r.count,
+                dtype_bytes(&r.dtype).unwrap_or(0),
+                r.dtype,
+                if k > 1 {
+                    format!(" x {k} ranks")
+                } else {
+                    String::new()
+                }
+            ),
+        ));
+        false
+    });
+}
+
 /// busbw = algbw x the collective's factor at the run's rank count, within the printed
 /// rounding. Only judged when most rows of the run agree: the rank count is read from
 /// the `# Rank` lines, and a log that lists a few ranks (or a collective told from its
 /// name wrongly) would otherwise condemn every row; rows against that majority are
 /// input problems and leave the run.
 fn bus_arithmetic(run: &mut TestRun, warnings: &mut Vec<(usize, String)>) {
-    let (Some(c), Some(n)) = (run.collective, run.nranks()) else { return };
+    let (Some(c), Some(n)) = (run.collective, run.nranks()) else {
+        return;
+    };
+    count_arithmetic(run, c, n, warnings);
     let f = c.bus_factor(n);
     let fits = |m: &Measure| (m.busbw_gbs - m.algbw_gbs * f).abs() <= 2.0 * 0.005 * (1.0 + f);
     let bad = |r: &Row| !(fits(&r.out_of_place) && fits(&r.in_place));
@@ -719,6 +781,16 @@ fn perf_binary(t: &str) -> Option<String> {
 }
 
 /// A row starts with two unsigned integers (size and count).
+/// A line with a result row's shape (its field count, numbers in the numeric columns)
+/// whichever numbers they are.
+fn row_shaped(t: &str) -> bool {
+    let f: Vec<&str> = t.split_whitespace().collect();
+    f.len() == ROW_FIELDS
+        && [0, 1, 4, 5, 6, 7, 9, 10, 11]
+            .iter()
+            .all(|&i| f[i].parse::<f64>().is_ok() || f[i].eq_ignore_ascii_case("nan"))
+}
+
 fn looks_like_row(t: &str) -> bool {
     let mut it = t.split_whitespace();
     let is_uint = |w: Option<&str>| w.is_some_and(|w| !w.is_empty() && w.bytes().all(|b| b.is_ascii_digit()));

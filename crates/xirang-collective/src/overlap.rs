@@ -60,6 +60,13 @@ pub struct ModelFile {
     pub layers: Vec<Layer>,
 }
 
+/// Longest time a model file may give a step of an iteration: one hour (docs/limits.md),
+/// far above any layer's backward pass; `1e300` µs once passed.
+const MAX_US: f64 = xirang_fabric::limits::MAX_SIM_TIME_US;
+/// Shortest backward pass of a layer: 1 ps, the simulator's tick (`1e-300` once passed).
+const MIN_US: f64 = xirang_fabric::limits::MIN_PERIOD_US;
+use xirang_fabric::limits::Num;
+
 impl ModelFile {
     /// Reads and checks a model file.
     pub fn load(path: &Path) -> Result<ModelFile, InputError> {
@@ -72,10 +79,13 @@ impl ModelFile {
         let m = &parsed.value;
         let root = KeyPath::root();
         for (key, v) in [("forward_us", m.forward_us), ("optimizer_us", m.optimizer_us)] {
-            if !(v.is_finite() && v >= 0.0) {
+            if !(v.is_finite() && (0.0..=MAX_US).contains(&v)) {
                 return Err(parsed.error_at(
                     &root.key(key),
-                    format!("{key}: expected a time of 0 or more µs, found {v}"),
+                    format!(
+                        "{key}: expected a time of 0..={MAX_US:e} µs (one hour), found {}",
+                        Num(v)
+                    ),
                 ));
             }
         }
@@ -83,12 +93,12 @@ impl ModelFile {
             return Err(parsed.error_at(&root.key("layer"), "expected at least one [[layer]]".to_string()));
         }
         for (i, l) in m.layers.iter().enumerate() {
-            if !(l.backward_us.is_finite() && l.backward_us > 0.0) {
+            if !(l.backward_us.is_finite() && l.backward_us >= MIN_US && l.backward_us <= MAX_US) {
                 return Err(parsed.error_at(
                     &root.key("layer").index(i).key("backward_us"),
                     format!(
-                        "layer[{i}].backward_us: expected a positive time in µs, found {}",
-                        l.backward_us
+                        "layer[{i}].backward_us: expected a time of {MIN_US:e}..={MAX_US:e} µs (1 ps to one hour), found {}",
+                        Num(l.backward_us)
                     ),
                 ));
             }

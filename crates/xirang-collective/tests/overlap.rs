@@ -76,7 +76,7 @@ fn model_files_report_errors_with_lines() {
     .to_string();
     assert_eq!(
         e,
-        "m.toml:5: layer[0].backward_us: expected a positive time in µs, found -3"
+        "m.toml:5: layer[0].backward_us: expected a time of 1e-6..=3.6e9 µs (1 ps to one hour), found -3"
     );
     let e = ModelFile::parse(
         "name = \"m\"\nforward_us = 1\n[[layer]]\nname = \"a\"\nbackward_us = 3\ngrad_bytes = 4\nspeed = 2\n",

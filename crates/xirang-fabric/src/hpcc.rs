@@ -278,7 +278,10 @@ pub fn parse_topology(text: &str) -> Result<HpccTopology, HpccError> {
                 message: format!("expected a link between two nodes, found node {a} linked to itself"),
             });
         }
-        let (min_rate, max_rate) = (crate::limits::MIN_LINK_RATE_GBPS, crate::limits::MAX_LINK_RATE_GBPS);
+        let (min_rate, max_rate) = (
+            crate::limits::MIN_LINK_RATE_GBPS,
+            crate::limits::MAX_LINK_RATE_GBPS,
+        );
         let rate_gbps = t.with(
             &format!("a rate like `100Gbps`, {min_rate}Gbps to {max_rate}Gbps"),
             |s| parse_rate_gbps(s).filter(|r| crate::limits::link_rate_ok(*r)),

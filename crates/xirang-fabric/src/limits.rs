@@ -134,15 +134,19 @@ pub fn check_time_us(v: f64, at: &KeyPath, d: &mut Diagnostics) -> bool {
     }
 }
 
-/// `expected a period above 0 and at most MAX µs`, for intervals and durations.
+/// Shortest duration: one picosecond, the simulator's clock tick. A shorter period
+/// rounds to no time at all (`1e-300` µs once made a workload that lasted 0 ps).
+pub const MIN_PERIOD_US: f64 = 1e-6;
+
+/// `expected a duration of 1 ps..=one hour`, for intervals and durations.
 pub fn check_period_us(v: f64, at: &KeyPath, d: &mut Diagnostics) -> bool {
-    if v.is_finite() && v > 0.0 && v <= MAX_SIM_TIME_US {
+    if v.is_finite() && v >= MIN_PERIOD_US && v <= MAX_SIM_TIME_US {
         true
     } else {
         d.error(
             at,
             format!(
-                "expected a duration above 0 and at most {MAX_SIM_TIME_US:e} µs (one hour), found {}",
+                "expected a duration of {MIN_PERIOD_US:e}..={MAX_SIM_TIME_US:e} µs (1 ps, the simulator's tick, to one hour), found {}",
                 Num(v)
             ),
         );
@@ -288,7 +292,11 @@ pub fn check_rate_mbps(v: f64, positive: bool, at: &KeyPath, d: &mut Diagnostics
     if v.is_finite() && low_ok && v <= max {
         true
     } else {
-        let low = if positive { format!("of at least {min}") } else { format!("of 0 or at least {min}") };
+        let low = if positive {
+            format!("of at least {min}")
+        } else {
+            format!("of 0 or at least {min}")
+        };
         d.error(
             at,
             format!(

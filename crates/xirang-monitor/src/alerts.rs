@@ -101,7 +101,10 @@ pub const SIGNAL_FAMILIES: &[&str] = &[
 
 /// Whether the agent can ever produce a series named `name`.
 pub fn signal_known(name: &str) -> bool {
-    SIGNALS.contains(&name) || SIGNAL_FAMILIES.iter().any(|f| name.starts_with(f) && name.len() > f.len())
+    SIGNALS.contains(&name)
+        || SIGNAL_FAMILIES
+            .iter()
+            .any(|f| name.starts_with(f) && name.len() > f.len())
 }
 
 /// The values `severity` takes (the `severity` label Alertmanager routes on).
@@ -157,7 +160,10 @@ fn check_rules(rules: &[Rule]) -> Result<(), String> {
             return Err(format!("{at}.for_rounds: expected 1 or more rounds, found 0"));
         }
         if !r.above.is_finite() {
-            return Err(format!("{at}.above: expected a finite threshold, found {}", r.above));
+            return Err(format!(
+                "{at}.above: expected a finite threshold, found {}",
+                r.above
+            ));
         }
         for (k, v, allowed) in [
             ("severity", &r.severity, &SEVERITIES[..]),

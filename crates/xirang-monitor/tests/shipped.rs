@@ -205,7 +205,10 @@ fn every_emitted_series_is_a_signal_a_rule_may_watch() {
         .iter()
         .filter(|n| !xirang_monitor::alerts::signal_known(n))
         .collect();
-    assert!(unknown.is_empty(), "emitted but not known to the rule check: {unknown:?}");
+    assert!(
+        unknown.is_empty(),
+        "emitted but not known to the rule check: {unknown:?}"
+    );
 }
 
 /// Each way a rule can never fire, or can never be routed, is refused with its line and
@@ -234,7 +237,11 @@ fn rules_that_could_never_work_are_refused_at_their_line() {
         "r.toml:10: rule[1].name: expected a name no other rule has, found `a` again (rule[0])"
     );
     assert_eq!(
-        err(rule("xirang_link_errors_per_second", "").replacen("layer = \"physical\"\nsummary = \"s\"\n\n", "layer = \"fysical\"\nsummary = \"s\"\n\n", 1)),
+        err(rule("xirang_link_errors_per_second", "").replacen(
+            "layer = \"physical\"\nsummary = \"s\"\n\n",
+            "layer = \"fysical\"\nsummary = \"s\"\n\n",
+            1
+        )),
         "r.toml:6: rule[0].layer: expected one of physical, network, application, found `fysical`"
     );
     assert_eq!(

@@ -178,7 +178,8 @@ impl FleetFile {
 
     /// Parses a `fleet.toml`'s text; `path` names it in errors.
     pub fn parse(text: &str, path: &Path) -> Result<FleetFile, RolloutError> {
-        let mut f: FleetFile = xirang_fabric::diag::parse_toml(text).map_err(|d| RolloutError::diag(path, &d))?;
+        let mut f: FleetFile =
+            xirang_fabric::diag::parse_toml(text).map_err(|d| RolloutError::diag(path, &d))?;
         f.text = text.to_string();
         Ok(f)
     }
@@ -253,7 +254,10 @@ impl Fleet {
             }
         }
         let mut rack_of: BTreeMap<String, String> = BTreeMap::new();
-        for (kind, key, table) in [(DomainKind::Rack, "racks", &extra.racks), (DomainKind::Job, "jobs", &extra.jobs)] {
+        for (kind, key, table) in [
+            (DomainKind::Rack, "racks", &extra.racks),
+            (DomainKind::Job, "jobs", &extra.jobs),
+        ] {
             for (dom, hosts) in table {
                 for (j, h) in hosts.iter().enumerate() {
                     let at = || extra.at(extra_path, &format!("{key}.{dom}[{j}]"));

@@ -44,6 +44,13 @@ impl FirmwareTarget {
     }
 }
 
+/// Most flash commands run at once: each is a child process with its own pipes, and
+/// ten thousand is above any fleet's wave (2^64 - 1 once panicked the executor).
+const MAX_PARALLEL: usize = 10_000;
+
+/// The smallest Ethernet frame, bits: 64 bytes (IEEE 802.3).
+const MIN_FRAME_BITS: f64 = 512.0;
+
 /// Whether some NIC could match both targets: on each of the model's fields, one leaves
 /// it open or both name the same.
 fn overlaps(a: &FirmwareTarget, b: &FirmwareTarget) -> bool {
@@ -560,7 +567,8 @@ impl Policy {
     /// Parses and checks a policy's text; `path` names the file in errors, and relative
     /// benchmark paths are taken from its directory.
     pub fn parse(text: &str, path: &Path) -> Result<Policy, RolloutError> {
-        let mut p: Policy = xirang_fabric::diag::parse_toml(text).map_err(|d| RolloutError::diag(path, &d))?;
+        let mut p: Policy =
+            xirang_fabric::diag::parse_toml(text).map_err(|d| RolloutError::diag(path, &d))?;
         let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
         p.base_dir = std::fs::canonicalize(if dir.as_os_str().is_empty() {
             Path::new(".")
@@ -631,7 +639,11 @@ impl Policy {
                 if v.trim().is_empty() {
                     return Err(format!(
                         "firmware[{i}].{k}: expected a {}, found an empty string",
-                        if k == "target" { "firmware version such as 16.35.2000" } else { "firmware image file" }
+                        if k == "target" {
+                            "firmware version such as 16.35.2000"
+                        } else {
+                            "firmware image file"
+                        }
                     ));
                 }
             }
@@ -642,7 +654,9 @@ impl Policy {
             }
             for (k, v) in [("hca_type", &f.hca_type), ("board_id", &f.board_id)] {
                 if v.as_deref().is_some_and(|v| v.trim().is_empty()) {
-                    return Err(format!("firmware[{i}].{k}: expected a NIC model, found an empty string"));
+                    return Err(format!(
+                        "firmware[{i}].{k}: expected a NIC model, found an empty string"
+                    ));
                 }
             }
             // A NIC takes the first target that matches it: a second one for the same
@@ -715,6 +729,17 @@ impl Policy {
                 self.gates.soak_s
             ));
         }
+        // An error counter cannot rise faster than frames arrive: a limit above every
+        // minimum-size frame of the fastest link over the soak could never be reached,
+        // so the gate would pass whatever the NICs did.
+        let most = (xirang_fabric::limits::MAX_LINK_RATE_GBPS * 1e9 / MIN_FRAME_BITS
+            * self.gates.soak_s.max(1.0)) as u64;
+        if self.gates.max_error_increase > most {
+            return Err(format!(
+                "gates.max_error_increase: expected at most {most} (every 64-byte frame of a 16 Tbit/s link over the soak, so the gate can trip), found {}",
+                self.gates.max_error_increase
+            ));
+        }
         if let Some(b) = &self.gates.benchmark
             && !(b.min_ratio > 0.0 && b.min_ratio <= 2.0)
         {
@@ -768,8 +793,11 @@ impl Policy {
             ("commands.flash", self.commands.flash.as_str()),
             ("commands.rollback", self.commands.rollback.as_str()),
         ];
-        if self.commands.parallel == 0 {
-            return Err("commands.parallel: expected at least 1, found 0".into());
+        if !(1..=MAX_PARALLEL).contains(&self.commands.parallel) {
+            return Err(format!(
+                "commands.parallel: expected 1..={MAX_PARALLEL} commands at once, found {}",
+                self.commands.parallel
+            ));
         }
         // `collect` and the benchmark templates are per node: `{node}` only.
         let mut per_node: Vec<(&str, &str)> = Vec::new();

@@ -473,11 +473,18 @@ fn check_degraded(fleet: &Fleet, names: &[String]) -> Result<(), RolloutError> {
         let hint = match xirang_fabric::diag::closest(name, known()) {
             Some(c) => format!("; did you mean `{c}`?"),
             None => match (fleet.nodes.first(), fleet.nodes.last()) {
-                (Some(a), Some(b)) => format!("; the fleet's {} nodes are {} to {}", fleet.nodes.len(), a.name, b.name),
+                (Some(a), Some(b)) => format!(
+                    "; the fleet's {} nodes are {} to {}",
+                    fleet.nodes.len(),
+                    a.name,
+                    b.name
+                ),
                 _ => "; the fleet has no nodes".into(),
             },
         };
-        return Err(RolloutError::Refused(format!("--degraded {name}: no such node in the fleet{hint}")));
+        return Err(RolloutError::Refused(format!(
+            "--degraded {name}: no such node in the fleet{hint}"
+        )));
     }
     Ok(())
 }

@@ -86,7 +86,10 @@ fn policy_errors_name_file_line_and_expectation() {
             "DIR/policy.toml:8: firmware[0].target: expected a firmware version such as 16.35.2000, found an empty string",
         ),
         (
-            &OK.replace("allowed_from = [\"22.38.1002\"]", "allowed_from = [\"22.38.1002\", \" \"]"),
+            &OK.replace(
+                "allowed_from = [\"22.38.1002\"]",
+                "allowed_from = [\"22.38.1002\", \" \"]",
+            ),
             "DIR/policy.toml:9: firmware[0].allowed_from[1]: expected a firmware version, found an empty string",
         ),
         (
@@ -111,7 +114,7 @@ fn policy_errors_name_file_line_and_expectation() {
         ),
         (
             &OK.replace("[commands]\n", "[commands]\nparallel = 0\n"),
-            "DIR/policy.toml:3: commands.parallel: expected at least 1, found 0",
+            "DIR/policy.toml:3: commands.parallel: expected 1..=10000 commands at once, found 0",
         ),
         (
             &format!("{OK}[configuration]\ndir = \"tuned\"\n"),
@@ -167,9 +170,16 @@ fn fleet_file_errors_name_the_host() {
         "inventory: inv/fleet.toml: host `n0001` is in two racks (`r1` and `r2`)"
     );
     // A host listed twice by one rack was once "in two racks (`r1` and `r1`)", with no line.
-    let f = FleetFile::parse("[racks]\nr1 = [\"n0001\",\n  \"n0001\"]\n", Path::new("inv/fleet.toml")).unwrap();
+    let f = FleetFile::parse(
+        "[racks]\nr1 = [\"n0001\",\n  \"n0001\"]\n",
+        Path::new("inv/fleet.toml"),
+    )
+    .unwrap();
     let e = cluster_like(&f).unwrap_err().to_string();
-    assert_eq!(e, "inventory: inv/fleet.toml:3: rack `r1` lists host `n0001` twice");
+    assert_eq!(
+        e,
+        "inventory: inv/fleet.toml:3: rack `r1` lists host `n0001` twice"
+    );
     let mut f = FleetFile::default();
     f.jobs.insert("a".into(), vec!["n0001".into()]);
     f.jobs.insert("b".into(), vec!["n0001".into()]);

@@ -108,7 +108,12 @@ pub(crate) fn overlap(a: &OverlapArgs) -> Result<Outcome> {
 
 /// The tensor-parallel group must fit the scenario's GPUs and fill whole hosts once it
 /// spans more than one: 33 GPUs on hosts of 8 would be modelled as 40.
-fn check_tp_group(a: &BatchingArgs, tp: u32, p: &Platform, loaded: &xirang_fabric::scenario::Loaded) -> Result<()> {
+fn check_tp_group(
+    a: &BatchingArgs,
+    tp: u32,
+    p: &Platform,
+    loaded: &xirang_fabric::scenario::Loaded,
+) -> Result<()> {
     let scenario = &loaded.scenario.name;
     let per_host = p.gpus_per_node.max(1);
     let hosts = &loaded.fabric.hosts;

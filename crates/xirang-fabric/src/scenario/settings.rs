@@ -194,13 +194,21 @@ impl Scenario {
                     let key = if end == "max" { "max" } else { "min" };
                     d.error(
                         &pat.key(key),
-                        format!("`{name}` = {} ({end}): expected a ratio >= 1 (Kmax at least Kmin), found {}", limits::Num(v), limits::Num(v)),
+                        format!(
+                            "`{name}` = {} ({end}): expected a ratio >= 1 (Kmax at least Kmin), found {}",
+                            limits::Num(v),
+                            limits::Num(v)
+                        ),
                     );
                     return;
                 }
                 continue;
             }
-            let problem = match crate::tune::apply(&self.config, tiers, &[(name.to_string(), crate::tune::ParamValue::Number(v))]) {
+            let problem = match crate::tune::apply(
+                &self.config,
+                tiers,
+                &[(name.to_string(), crate::tune::ParamValue::Number(v))],
+            ) {
                 Err(e) => Some(e),
                 Ok(c) => {
                     let mut dd = Diagnostics::default();
@@ -218,7 +226,10 @@ impl Scenario {
                 };
                 let m = match m.strip_prefix(&format!("{name}: ")) {
                     Some(own) => format!("`{name}` = {} ({end}): {own}", limits::Num(v)),
-                    None => format!("`{name}` = {} ({end}) makes the configuration invalid: {m}", limits::Num(v)),
+                    None => format!(
+                        "`{name}` = {} ({end}) makes the configuration invalid: {m}",
+                        limits::Num(v)
+                    ),
                 };
                 d.error(&at, m);
                 return;
@@ -609,7 +620,10 @@ impl crate::config::NcclConfig {
     /// contradict each other. A value NCCL would refuse or quietly replace is an error
     /// here, because the rendered configuration would not run as simulated.
     pub fn validate(&self, at: &KeyPath, d: &mut Diagnostics) {
-        for (k, v) in [("min_channels", self.min_channels), ("max_channels", self.max_channels)] {
+        for (k, v) in [
+            ("min_channels", self.min_channels),
+            ("max_channels", self.max_channels),
+        ] {
             if v > NCCL_MAX_CHANNELS {
                 d.error(
                     &at.key(k),
@@ -629,7 +643,10 @@ impl crate::config::NcclConfig {
         if !NCCL_NTHREADS_VALUES.contains(&self.nthreads) {
             d.error(
                 &at.key("nthreads"),
-                format!("expected 64, 128, 256 or 512 threads per CTA (NCCL_NTHREADS), found {}", self.nthreads),
+                format!(
+                    "expected 64, 128, 256 or 512 threads per CTA (NCCL_NTHREADS), found {}",
+                    self.nthreads
+                ),
             );
         }
         for (k, v) in [
@@ -639,7 +656,10 @@ impl crate::config::NcclConfig {
             ("p2p_net_chunk_bytes", self.p2p_net_chunk_bytes),
         ] {
             if v == 0 {
-                d.error(&at.key(k), "expected a size of at least 1 byte, found 0".to_string());
+                d.error(
+                    &at.key(k),
+                    "expected a size of at least 1 byte, found 0".to_string(),
+                );
             } else {
                 limits::check_buffer_bytes(v, &at.key(k), d);
             }
@@ -663,7 +683,10 @@ impl crate::config::NcclConfig {
         if let Some(p) = self.fifo_priority
             && p > super::overrides::MAX_PRIORITY
         {
-            d.error(&at.key("fifo_priority"), format!("expected a priority 0..7, found {p}"));
+            d.error(
+                &at.key("fifo_priority"),
+                format!("expected a priority 0..7, found {p}"),
+            );
         }
         for (k, v) in [
             ("ll_slice_us", self.ll_slice_us),

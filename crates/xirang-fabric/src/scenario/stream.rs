@@ -55,7 +55,12 @@ pub(super) fn parse_in_pieces(text: &str) -> Option<Scenario> {
     let mut at = 0;
     for l in &lists {
         rest.push_str(&text[at..l.bytes.start]);
-        rest.extend(text[l.bytes.clone()].bytes().filter(|b| *b == b'\n').map(|_| '\n'));
+        rest.extend(
+            text[l.bytes.clone()]
+                .bytes()
+                .filter(|b| *b == b'\n')
+                .map(|_| '\n'),
+        );
         at = l.bytes.end;
     }
     rest.push_str(&text[at..]);

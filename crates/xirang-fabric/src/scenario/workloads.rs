@@ -326,6 +326,18 @@ fn inference(k: &Check<'_>, x: &crate::workload::InferenceSpec, at: &KeyPath, d:
                         limits::MAX_INFERENCE_REQUESTS
                     ),
                 );
+        } else if expected < 1.0 {
+            // A rate so low that no request is ever made is an empty workload, not a
+            // light one (1e-300 requests/s once passed).
+            d.error(
+                &at.key("requests_per_sec"),
+                format!(
+                    "{} clients at {} requests/s for {} µs make no request at all ({expected:.3e}); expected at least one",
+                    x.clients.len(),
+                    limits::Num(x.requests_per_sec),
+                    limits::Num(x.duration_us)
+                ),
+            );
         }
     }
     for (key, dist) in [("request", &x.request), ("response", &x.response)] {

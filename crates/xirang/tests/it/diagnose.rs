@@ -66,7 +66,10 @@ fn nccl_shortfalls_name_their_cause_and_say_what_was_not_judged() {
     );
     // Bad hardware flags are refused with what was expected.
     let (_, err) = run_expect(&["diagnose", "nccl", &one_nic, "--nic-gbps", "0"], 1);
-    assert!(err.contains("--nic-gbps: expected a rate of 0.001..=16000 Gbit/s"), "{err}");
+    assert!(
+        err.contains("--nic-gbps: expected a rate of 0.001..=16000 Gbit/s"),
+        "{err}"
+    );
 }
 
 /// Simulates `bytes` from h0 to h1 on a one-leaf fabric of 3 hosts with one `[[faults]]`

@@ -14,6 +14,7 @@ mod memreg;
 mod monitor;
 mod nccl;
 mod plan;
+mod probe;
 mod report;
 mod rollout;
 mod scenario;

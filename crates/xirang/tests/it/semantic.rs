@@ -58,7 +58,10 @@ fn nccl_tests_rows_that_break_their_own_arithmetic_are_input_problems_at_their_l
         "{out}"
     );
     assert!(!out.contains("SLOW"), "{out}");
-    let (out, err) = run_expect(&["diagnose", "nccl", "--nics", "8", "--nic-gbps", "400", s(&log)], 0);
+    let (out, err) = run_expect(
+        &["diagnose", "nccl", "--nics", "8", "--nic-gbps", "400", s(&log)],
+        0,
+    );
     assert!(
         err.contains("log.txt:22: result row ignored: time 0.00 us") && out.contains("No fault found"),
         "{out}\n{err}"
@@ -77,12 +80,18 @@ fn nccl_tests_rows_that_break_their_own_arithmetic_are_input_problems_at_their_l
 
 #[test]
 fn names_that_match_nothing_are_refused_with_what_exists() {
-    let (_, err) = run_expect(&["rollout", "simulate", "--nodes", "64", "--degraded", "n9999"], 1);
+    let (_, err) = run_expect(
+        &["rollout", "simulate", "--nodes", "64", "--degraded", "n9999"],
+        1,
+    );
     assert_eq!(
         err,
         "error: --degraded n9999: no such node in the fleet; the fleet's 64 nodes are n0001 to n0064\n"
     );
-    let (_, err) = run_expect(&["rollout", "simulate", "--nodes", "64", "--degraded", "n00011"], 1);
+    let (_, err) = run_expect(
+        &["rollout", "simulate", "--nodes", "64", "--degraded", "n00011"],
+        1,
+    );
     assert!(err.contains("did you mean `n0001`?"), "{err}");
 }
 
@@ -93,17 +102,22 @@ fn planners_refuse_groups_and_sizes_beyond_their_inputs() {
     let line = serving.lines().position(|l| l.starts_with("tp_ranks")).unwrap() + 1;
     for (tp, want) in [
         // 33 GPUs were planned on the 32 of the default scenario.
-        ("33", "expected at most the 32 GPUs of scenario `default` (16 hosts), found 33"),
+        (
+            "33",
+            "expected at most the 32 GPUs of scenario `default` (16 hosts), found 33",
+        ),
         // 100,000 spun with no output.
-        ("100000", "expected at most the 32 GPUs of scenario `default` (16 hosts), found 100000"),
-        ("3", "expected at most 2 GPUs (one host) or a multiple of 2 (whole hosts of scenario `default`), found 3"),
+        (
+            "100000",
+            "expected at most the 32 GPUs of scenario `default` (16 hosts), found 100000",
+        ),
+        (
+            "3",
+            "expected at most 2 GPUs (one host) or a multiple of 2 (whole hosts of scenario `default`), found 3",
+        ),
     ] {
         let p = dir.path().join("serving.toml");
-        std::fs::write(
-            &p,
-            serving.replace("tp_ranks = 8", &format!("tp_ranks = {tp}")),
-        )
-        .unwrap();
+        std::fs::write(&p, serving.replace("tp_ranks = 8", &format!("tp_ranks = {tp}"))).unwrap();
         let (_, err) = run_expect(&["plan", "batching", s(&p)], 1);
         assert_eq!(err, format!("error: {}:{line}: tp_ranks: {want}\n", p.display()));
     }
@@ -175,7 +189,10 @@ fn read_only_commands_leave_every_input_as_it_was() {
             h.append(
                 now - (5 - i) * 10_000,
                 &[(
-                    SeriesKey::new("xirang_pcie_link_downgraded", [("device", "mlx5_0"), ("host", "h1")]),
+                    SeriesKey::new(
+                        "xirang_pcie_link_downgraded",
+                        [("device", "mlx5_0"), ("host", "h1")],
+                    ),
                     0.0,
                 )],
             )
@@ -184,7 +201,10 @@ fn read_only_commands_leave_every_input_as_it_was() {
     }
     let before = state(dir.path());
     let (_, err) = run_expect(&["diagnose", "--history", s(&empty)], 1);
-    assert!(err.contains("an empty file, not a xirang monitor history"), "{err}");
+    assert!(
+        err.contains("an empty file, not a xirang monitor history"),
+        "{err}"
+    );
     let (_, err) = run_expect(&["monitor", "query", "--history", s(&empty)], 1);
     assert_eq!(
         err,
@@ -210,10 +230,14 @@ fn a_disconnected_fabric_has_no_bisection_and_no_diameter() {
         t.push_str(&format!("[[topology.explicit.hosts]]\nname = \"{h}\"\n{nic}"));
     }
     for sw in ["s1", "s2"] {
-        t.push_str(&format!("[[topology.explicit.switches]]\nname = \"{sw}\"\ntier = \"leaf\"\nports = 4\n"));
+        t.push_str(&format!(
+            "[[topology.explicit.switches]]\nname = \"{sw}\"\ntier = \"leaf\"\nports = 4\n"
+        ));
     }
     for (h, sw) in [("a", "s1"), ("b", "s1"), ("c", "s2")] {
-        t.push_str(&format!("[[topology.explicit.links]]\na = \"{h}/mlx5_0\"\nb = \"{sw}\"\nrate_gbps = 100\n"));
+        t.push_str(&format!(
+            "[[topology.explicit.links]]\na = \"{h}/mlx5_0\"\nb = \"{sw}\"\nrate_gbps = 100\n"
+        ));
     }
     std::fs::write(&p, t).unwrap();
     let (out, _) = run_expect(&["topo", "show", s(&p)], 0);
