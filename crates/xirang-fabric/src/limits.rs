@@ -140,7 +140,7 @@ pub const MIN_PERIOD_US: f64 = 1e-6;
 
 /// `expected a duration of 1 ps..=one hour`, for intervals and durations.
 pub fn check_period_us(v: f64, at: &KeyPath, d: &mut Diagnostics) -> bool {
-    if v.is_finite() && v >= MIN_PERIOD_US && v <= MAX_SIM_TIME_US {
+    if v.is_finite() && (MIN_PERIOD_US..=MAX_SIM_TIME_US).contains(&v) {
         true
     } else {
         d.error(

@@ -123,7 +123,7 @@ fn check_tp_group(
             "expected at most the {gpus} GPUs of scenario `{scenario}` ({} hosts), found {tp}",
             hosts.len()
         )
-    } else if tp > per_host && tp % per_host != 0 {
+    } else if tp > per_host && !tp.is_multiple_of(per_host) {
         format!(
             "expected at most {per_host} GPUs (one host) or a multiple of {per_host} (whole hosts of scenario `{scenario}`), found {tp}"
         )

@@ -152,7 +152,7 @@ fn numbers(text: &str, toml: bool) -> Vec<(std::ops::Range<usize>, String)> {
                     i += 1;
                 } else if b[i] == b'=' && !in_string {
                     let key: String = line[..i]
-                        .rsplit(|c: char| c == '{' || c == ',' || c == '[')
+                        .rsplit(['{', ',', '['])
                         .next()
                         .unwrap_or("")
                         .trim()
@@ -174,9 +174,8 @@ fn numbers(text: &str, toml: bool) -> Vec<(std::ops::Range<usize>, String)> {
                 }
             }
         } else if line.split_whitespace().count() >= 13 {
-            let mut col = 0;
             let mut pos = 0;
-            for tok in line.split_whitespace() {
+            for (col, tok) in line.split_whitespace().enumerate() {
                 let at = line[pos..].find(tok).unwrap() + pos;
                 pos = at + tok.len();
                 if tok.parse::<f64>().is_ok() {
@@ -188,7 +187,6 @@ fn numbers(text: &str, toml: bool) -> Vec<(std::ops::Range<usize>, String)> {
                     .unwrap_or("?");
                     out.push((start + at..start + pos, name.to_string()));
                 }
-                col += 1;
             }
         }
     }
