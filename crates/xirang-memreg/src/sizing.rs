@@ -12,6 +12,7 @@
 //! connection's queues are full at once.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use crate::MemregError;
 use crate::pool::stride_of;
@@ -194,7 +195,18 @@ pub fn register_here(n: &NicPlan, p: &PlanParams, device: Option<&str>) -> Resul
             p.pin_page_bytes
         ));
     }
-    let (backend, why) = crate::verbs::auto_backend(device);
+    // A device the user named must be the one registered with: falling back to pinned
+    // host memory would report a registration that never touched it.
+    let (backend, why) = match device {
+        Some(name) => match crate::verbs::Device::open(Some(name)) {
+            Ok(d) => {
+                let msg = format!("verbs backend on {}", d.name());
+                (Arc::new(crate::verbs::VerbsBackend::new(d)) as Arc<dyn crate::region::Backend>, msg)
+            }
+            Err(e) => return Err(format!("--device {name}: {e}")),
+        },
+        None => crate::verbs::auto_backend(None),
+    };
     let classes = n
         .classes
         .iter()

@@ -798,6 +798,21 @@ impl History {
         Ok(out)
     }
 
+    /// The distinct series names stored, sorted.
+    pub fn series_names(&self) -> Result<Vec<String>, HistoryError> {
+        let sql = self.err();
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT DISTINCT name FROM series ORDER BY name")
+            .map_err(&sql)?;
+        let names = stmt
+            .query_map([], |r| r.get(0))
+            .map_err(&sql)?
+            .collect::<Result<Vec<String>, _>>()
+            .map_err(&sql)?;
+        Ok(names)
+    }
+
     /// Points of the series matching `name_filter` (see below) with timestamps in
     /// `since_ms..=until_ms`.
     ///

@@ -385,6 +385,20 @@ fn query(q: &MonitorQueryArgs) -> Result<Outcome> {
     let h = History::open_read_only(&q.history)?;
     let now = (now_ns() / 1_000_000) as i64;
     let from = now - since.as_millis() as i64;
+    // A name that matches no series of the history is a typo, not an empty window.
+    if let Some(c) = q.counter.as_deref() {
+        let names = h.series_names()?;
+        let matches = match c.strip_suffix('*') {
+            Some(prefix) => names.iter().any(|n| n.starts_with(prefix)),
+            None => names.iter().any(|n| n == c),
+        };
+        if !matches {
+            let hint = xirang_fabric::diag::closest(c, names.iter().map(String::as_str))
+                .map(|n| format!("; did you mean `{n}`?"))
+                .unwrap_or_else(|| format!("; it has {} series names (`monitor query` without --counter lists them)", names.len()));
+            anyhow::bail!("--counter {c}: no series of {} has this name{hint}", q.history.display());
+        }
+    }
     let windows = h.query(from, now, q.counter.as_deref())?;
     if q.json {
         out(&(serde_json::to_string_pretty(&windows)? + "\n"))?;

@@ -223,6 +223,18 @@ impl<'a, D: Driver> Executor<'a, D> {
         let st = self.state()?;
         Self::refuse_state(&st)?;
         let Some(h) = st.halt.clone() else {
+            // --recheck and --reflash act on a halt; without one they would be ignored
+            // while the interrupted wave simply went on.
+            if let Some(node) = reflash.first() {
+                return Err(RolloutError::Refused(format!(
+                    "--reflash {node}: the rollout is not halted, so there is no failed node to reflash; `resume` alone continues the interrupted wave"
+                )));
+            }
+            if recheck {
+                return Err(RolloutError::Refused(
+                    "--recheck: the rollout is not halted, so there is no failed gate to check again; `resume` alone continues the interrupted wave".into(),
+                ));
+            }
             if st.current.is_some() {
                 return self.advance();
             }

@@ -156,6 +156,12 @@ fn measure_here(path: &Path, engine: &str, runs: u32, threads: usize) -> Result<
 }
 
 pub(crate) fn run(a: &BenchArgs) -> Result<Outcome> {
+    // `--only` picks among the --scale or --parallel cases; alone it was ignored and the
+    // whole reference benchmark ran.
+    anyhow::ensure!(
+        a.only.is_none() || a.scale || a.parallel || a.child.is_some(),
+        "--only selects among the --scale or --parallel cases: give one of them"
+    );
     if a.scale && a.child.is_none() {
         return scale::run(a);
     }

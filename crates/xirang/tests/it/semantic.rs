@@ -292,3 +292,35 @@ fn a_million_flow_scenario_checks_within_two_gigabytes() {
         String::from_utf8_lossy(&o.stderr)
     );
 }
+
+#[test]
+fn bench_cases_and_history_series_named_by_the_user_must_exist() {
+    // `--only nosuchcase` printed an empty table with exit 0; alone, it was ignored.
+    let (_, err) = run_expect(&["bench", "--scale", "--only", "nosuchcase"], 1);
+    assert!(
+        err.starts_with("error: --only nosuchcase: no case name contains it; the cases are "),
+        "{err}"
+    );
+    let (_, err) = run_expect(&["bench", "--only", "ring"], 1);
+    assert_eq!(err, "error: --only selects among the --scale or --parallel cases: give one of them\n");
+    // `monitor query --counter` with a typo printed "0 series" and exit 0.
+    let dir = tempfile::tempdir().unwrap();
+    let hist = dir.path().join("history.db");
+    {
+        use xirang_monitor::history::{History, Retention, SeriesKey};
+        let mut h = History::open(&hist, Retention::default()).unwrap();
+        h.append(1, &[(SeriesKey::new("xirang_pcie_link_width", [("device", "mlx5_0")]), 16.0)])
+            .unwrap();
+    }
+    let (_, err) = run_expect(
+        &["monitor", "query", "--history", s(&hist), "--counter", "xirang_pcie_link_widht"],
+        1,
+    );
+    assert_eq!(
+        err,
+        format!(
+            "error: --counter xirang_pcie_link_widht: no series of {} has this name; did you mean `xirang_pcie_link_width`?\n",
+            hist.display()
+        )
+    );
+}
