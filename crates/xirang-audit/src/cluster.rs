@@ -24,11 +24,13 @@ pub enum AuditError {
     #[error(transparent)]
     Read(#[from] xirang_files::ReadError),
     /// A TOML file (topology, policy) is malformed.
-    #[error("{path}: {message}")]
+    #[error("{}{}: {message}", path.display(), line.map(|l| format!(":{l}")).unwrap_or_default())]
     Toml {
         /// The file.
         path: PathBuf,
-        /// The parser's message, with line and column.
+        /// The line of the problem, when it has one.
+        line: Option<usize>,
+        /// The key path, what was expected and what was found.
         message: String,
     },
     /// The cabling names something that is not there.
@@ -270,18 +272,20 @@ impl Cluster {
         }
         if let Some(p) = topology {
             let text = xirang_files::read_text(p, INVENTORY_FILE_LIMIT)?;
-            let cabling: Cabling = toml::from_str(&text).map_err(|e| AuditError::Toml {
+            let cabling: Cabling = xirang_fabric::diag::parse_toml(&text).map_err(|d| AuditError::Toml {
                 path: p.to_path_buf(),
-                message: e.to_string(),
+                line: d.line,
+                message: d.keyed(),
             })?;
             c.missing_nics = c.check_cabling(&cabling, p)?;
             c.cabling = Some(cabling);
         }
         if let Some(p) = policy {
             let text = xirang_files::read_text(p, INVENTORY_FILE_LIMIT)?;
-            c.policy = toml::from_str(&text).map_err(|e| AuditError::Toml {
+            c.policy = xirang_fabric::diag::parse_toml(&text).map_err(|d| AuditError::Toml {
                 path: p.to_path_buf(),
-                message: e.to_string(),
+                line: d.line,
+                message: d.keyed(),
             })?;
         }
         Ok(c)
@@ -306,12 +310,38 @@ impl Cluster {
         path: &Path,
     ) -> Result<Vec<(String, String, String, String)>, AuditError> {
         let mut missing = Vec::new();
+        // A port holds one cable, and a NIC one: a second is a typo that would hide the
+        // first cable's checks behind it.
+        let mut ports: std::collections::HashMap<(&str, &str), usize> = std::collections::HashMap::new();
+        let mut nics: std::collections::HashMap<(&str, &str), usize> = std::collections::HashMap::new();
         for (i, cable) in cabling.links.iter().enumerate() {
             let err = |message: String| AuditError::Topology {
                 path: path.to_path_buf(),
                 index: i + 1,
                 message,
             };
+            let mut ends = vec![(cable.switch.as_str(), cable.port.as_str())];
+            if let (Some(ps), Some(pp)) = (&cable.peer_switch, &cable.peer_port) {
+                ends.push((ps.as_str(), pp.as_str()));
+            }
+            for end in ends {
+                if let Some(first) = ports.insert(end, i + 1) {
+                    return Err(err(format!(
+                        "switch port `{}` `{}` is cabled twice (link {first} and link {}); expected one cable per port",
+                        end.0,
+                        end.1,
+                        i + 1
+                    )));
+                }
+            }
+            if let (Some(h), Some(n)) = (&cable.host, &cable.nic)
+                && let Some(first) = nics.insert((h.as_str(), n.as_str()), i + 1)
+            {
+                return Err(err(format!(
+                    "NIC `{h}/{n}` is cabled twice (link {first} and link {}); expected one cable per NIC port",
+                    i + 1
+                )));
+            }
             let known_switch =
                 |s: &str| self.switches.is_empty() || self.switches.iter().any(|x| x.name == s);
             if !known_switch(&cable.switch) {

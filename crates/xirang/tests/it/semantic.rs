@@ -324,3 +324,25 @@ fn bench_cases_and_history_series_named_by_the_user_must_exist() {
         )
     );
 }
+
+#[test]
+fn cabling_that_plugs_two_cables_into_one_port_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = root().join("crates/xirang-audit/test_data/cluster");
+    let text = std::fs::read_to_string(cluster.join("topology.toml")).unwrap();
+    let p = dir.path().join("topology.toml");
+    std::fs::write(
+        &p,
+        text.replacen("host = \"h2\"\nnic = \"mlx5_0\"\nswitch = \"leaf1\"\nport = \"Ethernet4\"", "host = \"h2\"\nnic = \"mlx5_0\"\nswitch = \"leaf1\"\nport = \"Ethernet0\"", 1),
+    )
+    .unwrap();
+    let hosts = cluster.join("hosts");
+    let (_, err) = run_expect(&["audit", "--hosts", s(&hosts), "--topology", s(&p)], 1);
+    assert_eq!(
+        err,
+        format!(
+            "error: {}: link 3: switch port `leaf1` `Ethernet0` is cabled twice (link 1 and link 3); expected one cable per port\n",
+            p.display()
+        )
+    );
+}
