@@ -310,10 +310,10 @@ impl Cluster {
         path: &Path,
     ) -> Result<Vec<(String, String, String, String)>, AuditError> {
         let mut missing = Vec::new();
-        // A port holds one cable, and a NIC one: a second is a typo that would hide the
-        // first cable's checks behind it.
+        // A switch port holds one cable: a second is a typo that would hide the first
+        // cable's checks behind it. (A NIC may have two: a bond's device, or a
+        // dual-port card, cabled to two leaves.)
         let mut ports: std::collections::HashMap<(&str, &str), usize> = std::collections::HashMap::new();
-        let mut nics: std::collections::HashMap<(&str, &str), usize> = std::collections::HashMap::new();
         for (i, cable) in cabling.links.iter().enumerate() {
             let err = |message: String| AuditError::Topology {
                 path: path.to_path_buf(),
@@ -333,14 +333,6 @@ impl Cluster {
                         i + 1
                     )));
                 }
-            }
-            if let (Some(h), Some(n)) = (&cable.host, &cable.nic)
-                && let Some(first) = nics.insert((h.as_str(), n.as_str()), i + 1)
-            {
-                return Err(err(format!(
-                    "NIC `{h}/{n}` is cabled twice (link {first} and link {}); expected one cable per NIC port",
-                    i + 1
-                )));
             }
             let known_switch =
                 |s: &str| self.switches.is_empty() || self.switches.iter().any(|x| x.name == s);

@@ -68,9 +68,15 @@ impl KeyPath {
     /// parses as TOML.
     pub fn line_in(&self, src: &str) -> Option<usize> {
         let doc = toml::de::DeTable::parse(src).ok()?;
-        let mut span = doc.span();
+        let whole = doc.span();
         let root = toml::de::DeValue::Table(doc.into_inner());
-        let mut cur = &root;
+        Some(self.line_in_value(src, &root, whole))
+    }
+
+    /// [`KeyPath::line_in`] on a tree already built from `src`.
+    fn line_in_value(&self, src: &str, root: &toml::de::DeValue<'_>, whole: std::ops::Range<usize>) -> usize {
+        let mut span = whole;
+        let mut cur = root;
         for seg in &self.0 {
             let next = match seg {
                 Seg::Key(k) => cur.get(k.as_str()),
@@ -84,7 +90,7 @@ impl KeyPath {
                 None => break,
             }
         }
-        Some(line_of_offset(src, span.start))
+        line_of_offset(src, span.start)
     }
 }
 
@@ -121,6 +127,10 @@ pub fn line_of_offset(src: &str, offset: usize) -> usize {
         .count()
         + 1
 }
+
+/// Largest source whose lines [`Diagnostics::finish`] looks up: 32 MiB, a 400,000-flow
+/// scenario, whose tree takes about 1.3 GB.
+pub const LINE_LOOKUP_MAX_BYTES: usize = 32 << 20;
 
 /// How bad a diagnostic is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -210,11 +220,20 @@ impl Diagnostics {
     }
 
     /// Fills in line numbers from the source text and returns the diagnostics.
+    ///
+    /// The source's TOML tree is built once for all of them, and not at all for a source
+    /// above [`LINE_LOOKUP_MAX_BYTES`]: that tree costs about 40 times the text (a
+    /// million-flow scenario's took 3 GB), so there the key path alone says where.
     pub fn finish(mut self, src: Option<&str>) -> Vec<Diagnostic> {
-        if let Some(src) = src {
+        if let Some(src) = src.filter(|s| s.len() <= LINE_LOOKUP_MAX_BYTES)
+            && self.items.iter().any(|d| d.line.is_none())
+            && let Ok(doc) = toml::de::DeTable::parse(src)
+        {
+            let whole = doc.span();
+            let root = toml::de::DeValue::Table(doc.into_inner());
             for d in &mut self.items {
                 if d.line.is_none() {
-                    d.line = d.path.line_in(src);
+                    d.line = Some(d.path.line_in_value(src, &root, whole.clone()));
                 }
             }
         }

@@ -296,7 +296,7 @@ mod tests {
 /// The SQLite URI that opens `path` immutable (`file:PATH?immutable=1`): SQLite then
 /// reads the file without locking it and creates no `-shm` or `-wal` beside it, which
 /// a read-only connection to a WAL database otherwise does. Only right when no writer
-/// has a write-ahead log pending ([`sqlite_log_pending`]). The path is made absolute and
+/// may have the file open ([`sqlite_log_pending`]). The path is made absolute and
 /// percent-encoded where a URI needs it (`?` and `#` end a path, `%` starts an escape).
 pub fn sqlite_immutable_uri(path: &Path) -> String {
     let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
@@ -312,12 +312,17 @@ pub fn sqlite_immutable_uri(path: &Path) -> String {
     uri
 }
 
-/// Whether a writer's write-ahead log beside `path` holds pages: committed rows the
-/// database file alone does not have yet, so a reader must go through the log.
+/// Whether a writer may have `path` open: its write-ahead log or shared-memory index is
+/// beside it (SQLite removes both when the last connection closes cleanly). An open
+/// writer's log may be empty right after a checkpoint and fill again while a reader
+/// reads, so any such file, of any size, means "open through the writer's log", never
+/// immutable.
 pub fn sqlite_log_pending(path: &Path) -> bool {
-    let mut wal = path.as_os_str().to_owned();
-    wal.push("-wal");
-    std::fs::metadata(wal).is_ok_and(|m| m.len() > 0)
+    ["-wal", "-shm"].iter().any(|suffix| {
+        let mut p = path.as_os_str().to_owned();
+        p.push(suffix);
+        std::fs::symlink_metadata(p).is_ok()
+    })
 }
 
 /// What a path meant to hold an SQLite database holds, judged from the file's header

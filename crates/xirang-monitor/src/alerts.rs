@@ -78,6 +78,7 @@ pub const SIGNALS: &[&str] = &[
     "xirang_nccl_ras_unresponsive_processes",
     "xirang_job_collective_seconds",
     "xirang_collector_duration_seconds",
+    "xirang_service_request_seconds_bucket",
     xirang_telemetry::inspector::EXEC_TIME_US,
     xirang_telemetry::inspector::BUS_BANDWIDTH_GBS,
 ];

@@ -155,7 +155,9 @@ pub struct FleetFile {
 impl FleetFile {
     /// `PATH:LINE` of `key` (`racks.r1[2]`), or the path alone when it has no line.
     fn at(&self, path: &Path, key: &str) -> String {
-        let line = (!self.text.is_empty())
+        // A rack or job named with a dot would be split by the key path: no line then.
+        let plain = key.matches('.').count() == 1;
+        let line = (plain && !self.text.is_empty())
             .then(|| xirang_fabric::diag::KeyPath::parse(key).line_in(&self.text))
             .flatten();
         match line {
@@ -259,6 +261,7 @@ impl Fleet {
             (DomainKind::Job, "jobs", &extra.jobs),
         ] {
             for (dom, hosts) in table {
+                let mut seen = std::collections::HashSet::new();
                 for (j, h) in hosts.iter().enumerate() {
                     let at = || extra.at(extra_path, &format!("{key}.{dom}[{j}]"));
                     let Ok(i) = nodes.binary_search_by(|n| n.name.as_str().cmp(h)) else {
@@ -268,7 +271,7 @@ impl Fleet {
                             kind.name()
                         )));
                     };
-                    if hosts[..j].contains(h) {
+                    if !seen.insert(h.as_str()) {
                         return Err(RolloutError::Inventory(format!(
                             "{}: {} `{dom}` lists host `{h}` twice",
                             at(),

@@ -392,7 +392,7 @@ fn query(q: &MonitorQueryArgs) -> Result<Outcome> {
             Some(prefix) => names.iter().any(|n| n.starts_with(prefix)),
             None => names.iter().any(|n| n == c),
         };
-        if !matches {
+        if !matches && !names.is_empty() {
             let hint = xirang_fabric::diag::closest(c, names.iter().map(String::as_str))
                 .map(|n| format!("; did you mean `{n}`?"))
                 .unwrap_or_else(|| format!("; it has {} series names (`monitor query` without --counter lists them)", names.len()));

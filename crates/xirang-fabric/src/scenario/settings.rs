@@ -213,9 +213,22 @@ impl Scenario {
                 Ok(c) => {
                     let mut dd = Diagnostics::default();
                     c.validate(&KeyPath::root(), &mut dd);
+                    // Only the knob's own rules: a rule tying it to another setting
+                    // (Kmin to Kmax, t_high to t_low) holds on the combination the
+                    // search tries, not on the scenario's value of the other, and Kmax
+                    // follows Kmin when the tier's kmax_ratio (or Kmax) is tuned too.
+                    let tier = name.strip_suffix(".kmin_bytes");
+                    let kmax_tuned = tier.is_some_and(|t| {
+                        self.tune
+                            .params
+                            .iter()
+                            .any(|q| q.name == format!("{t}.kmax_ratio") || q.name == format!("{t}.kmax_bytes"))
+                    });
                     dd.finish(None)
                         .into_iter()
-                        .find(|x| x.severity == crate::diag::Severity::Error)
+                        .filter(|x| x.severity == crate::diag::Severity::Error)
+                        .filter(|x| x.path.to_string() == name)
+                        .find(|x| !(kmax_tuned && x.message.contains("kmax")))
                         .map(|x| x.keyed())
                 }
             };
@@ -670,11 +683,13 @@ impl crate::config::NcclConfig {
                 format!("expected 0, 1 or 2 (NCCL_CROSS_NIC), found {}", self.cross_nic),
             );
         }
-        if !NCCL_GDR_LEVELS.contains(&self.net_gdr_level.as_str()) {
+        // The names, or the legacy integers 0 to 4 (LOC to SYS).
+        let legacy = self.net_gdr_level.parse::<u8>().is_ok_and(|n| n <= 4);
+        if !legacy && !NCCL_GDR_LEVELS.contains(&self.net_gdr_level.as_str()) {
             d.error(
                 &at.key("net_gdr_level"),
                 format!(
-                    "expected one of {} (NCCL_NET_GDR_LEVEL), found `{}`",
+                    "expected one of {} or 0..=4 (NCCL_NET_GDR_LEVEL), found `{}`",
                     NCCL_GDR_LEVELS.join(", "),
                     self.net_gdr_level
                 ),

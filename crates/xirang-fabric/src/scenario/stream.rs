@@ -112,6 +112,9 @@ fn long_lists(text: &str) -> Vec<ListBody> {
         let body_start = offset;
         let mut elements = 0usize;
         let mut end = None;
+        // An element without its comma must be the list's last: pieces parsed apart
+        // would not see a missing comma between them.
+        let mut open_end = false;
         for line in lines.by_ref() {
             let line_start = offset;
             offset += line.len();
@@ -123,8 +126,9 @@ fn long_lists(text: &str) -> Vec<ListBody> {
             if t.is_empty() || t.starts_with('#') {
                 continue;
             }
-            if t.starts_with('{') && (t.ends_with('}') || t.ends_with("},")) {
+            if t.starts_with('{') && (t.ends_with('}') || t.ends_with("},")) && !open_end {
                 elements += 1;
+                open_end = t.ends_with('}');
             } else {
                 break;
             }
@@ -191,6 +195,10 @@ mod tests {
         // An element across two lines.
         let text = scenario(MIN_ELEMENT_LINES + 1, "").replacen("bytes = 1000 },", "bytes = 1000\n },", 1);
         assert!(parse_in_pieces(&text).is_none());
+        // A comma missing between two elements, wherever the pieces are cut.
+        let text = scenario(MIN_ELEMENT_LINES + 1, "").replacen("bytes = 5096 },", "bytes = 5096 }", 1);
+        assert!(parse_in_pieces(&text).is_none());
+        assert!(crate::diag::parse_toml::<Scenario>(&text).is_err());
         // A bad value inside the list: the whole parse reports it.
         let text = scenario(MIN_ELEMENT_LINES + 1, "").replacen("bytes = 1005 }", "bytes = -1 }", 1);
         assert!(parse_in_pieces(&text).is_none());

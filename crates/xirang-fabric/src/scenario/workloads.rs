@@ -332,7 +332,7 @@ fn inference(k: &Check<'_>, x: &crate::workload::InferenceSpec, at: &KeyPath, d:
             d.error(
                 &at.key("requests_per_sec"),
                 format!(
-                    "{} clients at {} requests/s for {} µs make no request at all ({expected:.3e}); expected at least one",
+                    "{} clients at {} requests/s for {} µs make {expected:.3e} requests on average; expected at least one on average (arrivals are Poisson: such a workload most likely sends nothing)",
                     x.clients.len(),
                     limits::Num(x.requests_per_sec),
                     limits::Num(x.duration_us)

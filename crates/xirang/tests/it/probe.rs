@@ -353,15 +353,10 @@ pub(crate) fn probe(seed: u64, budget: usize) -> (usize, Vec<String>) {
             .to_string_lossy()
             .into_owned();
         for (i, m) in mutations(&text, toml, &mut rng, budget).into_iter().enumerate() {
-            // The mutated file sits where the fixture did, so relative paths it names
-            // still resolve; under a name that says which mutation it is.
-            let sub: PathBuf = dir.path().join(format!("{i}"));
-            std::fs::create_dir_all(&sub).unwrap();
-            let file = root()
-                .join(t.fixture)
-                .parent()
-                .unwrap()
-                .join(format!(".probe-{seed}-{i}-{name}"));
+            // In a directory of its own, never beside the fixtures: other tests walk
+            // those directories (a FIFO there would block them). No fixture here names
+            // a file relative to itself.
+            let file: PathBuf = dir.path().join(format!("probe-{seed}-{i}-{name}"));
             let _cleanup = Cleanup(file.clone());
             match &m.bytes {
                 Some(b) => std::fs::write(&file, b).unwrap(),

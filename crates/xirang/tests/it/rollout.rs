@@ -355,6 +355,18 @@ fn a_crash_before_every_step_of_the_first_two_waves_resumes_cleanly() {
                 String::from_utf8_lossy(&o.stderr)
             );
             crashes += 1;
+            if k == 1 && wave == 1 {
+                // An interrupted wave is not a halt: --reflash and --recheck, which act
+                // on a halt, are refused instead of being ignored.
+                for flags in [&["--reflash", "n0001"][..], &["--recheck"][..]] {
+                    let mut args = vec!["resume", "--execute"];
+                    args.extend_from_slice(flags);
+                    let o = bed.run(&args);
+                    assert_eq!(o.status.code(), Some(1), "{args:?}");
+                    let err = String::from_utf8_lossy(&o.stderr);
+                    assert!(err.contains("the rollout is not halted"), "{err}");
+                }
+            }
             // Resume through to the end of wave 2.
             while bed.status()["waves"][1]["state"] != "passed" {
                 let o = bed.run(&["advance", "--execute"]);
