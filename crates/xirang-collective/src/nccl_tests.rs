@@ -455,7 +455,12 @@ impl Parser {
     /// and close runs and carry their parameters, ranks, bounds and averages.
     fn comment(&mut self, n: usize, t: &str, rest: &str) -> Result<(), ParseError> {
         if let Some(name) = rest.strip_prefix("Collective test starting:") {
-            finish(&mut self.tests, self.cur.take(), &mut self.warnings, &mut self.suspect);
+            finish(
+                &mut self.tests,
+                self.cur.take(),
+                &mut self.warnings,
+                &mut self.suspect,
+            );
             let mut run = TestRun::new(n);
             run.name = Some(name.trim().to_string());
             run.nccl_version = self.version_hint.take();
@@ -465,7 +470,12 @@ impl Parser {
         } else if rest.starts_with("nThread") {
             let params = parse_params(rest).map_err(|m| ParseError { line: n, message: m })?;
             if !(self.opened_by_name && self.cur.as_ref().is_some_and(|c| c.params.is_none())) {
-                finish(&mut self.tests, self.cur.take(), &mut self.warnings, &mut self.suspect);
+                finish(
+                    &mut self.tests,
+                    self.cur.take(),
+                    &mut self.warnings,
+                    &mut self.suspect,
+                );
                 let mut run = TestRun::new(n);
                 run.name = self.name_hint.take();
                 run.nccl_version = self.version_hint.take();
@@ -494,7 +504,12 @@ impl Parser {
             })?;
             self.run(n).avg_busbw_gbs = Some(v);
         } else if rest.starts_with("Collective test concluded") {
-            finish(&mut self.tests, self.cur.take(), &mut self.warnings, &mut self.suspect);
+            finish(
+                &mut self.tests,
+                self.cur.take(),
+                &mut self.warnings,
+                &mut self.suspect,
+            );
             self.opened_by_name = false;
         } else if let Some(r) = rest.strip_prefix("nccl-tests version") {
             // `# nccl-tests version 2.17.8 nccl-headers=22902 nccl-library=22902`:
@@ -548,7 +563,9 @@ impl Parser {
                 self.suspect.push((row.line, why));
                 self.run(row.line).rows.push(row);
             }
-            Err(why) => self.warnings.push((row.line, format!("result row ignored: {why}"))),
+            Err(why) => self
+                .warnings
+                .push((row.line, format!("result row ignored: {why}"))),
         }
     }
 
@@ -625,13 +642,17 @@ fn finish(
     // hypercube test counts (n-1)/n of the size, all_gather logs before nccl-tests'
     // 2020 change divided differently) and no row is singled out.
     if !suspect.is_empty() && suspect.len() * 2 < run.rows.len() {
-        run.rows.retain(|r| match suspect.iter().find(|(l, _)| *l == r.line) {
-            Some((l, why)) => {
-                warnings.push((*l, format!("result row ignored: {why}, as the run's other rows are")));
-                false
-            }
-            None => true,
-        });
+        run.rows
+            .retain(|r| match suspect.iter().find(|(l, _)| *l == r.line) {
+                Some((l, why)) => {
+                    warnings.push((
+                        *l,
+                        format!("result row ignored: {why}, as the run's other rows are"),
+                    ));
+                    false
+                }
+                None => true,
+            });
     }
     if run.rows.is_empty() && run.ranks.is_empty() && run.params.is_none() && run.failures.is_empty() {
         return;

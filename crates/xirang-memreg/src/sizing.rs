@@ -201,7 +201,10 @@ pub fn register_here(n: &NicPlan, p: &PlanParams, device: Option<&str>) -> Resul
         Some(name) => match crate::verbs::Device::open(Some(name)) {
             Ok(d) => {
                 let msg = format!("verbs backend on {}", d.name());
-                (Arc::new(crate::verbs::VerbsBackend::new(d)) as Arc<dyn crate::region::Backend>, msg)
+                (
+                    Arc::new(crate::verbs::VerbsBackend::new(d)) as Arc<dyn crate::region::Backend>,
+                    msg,
+                )
             }
             Err(e) => return Err(format!("--device {name}: {e}")),
         },

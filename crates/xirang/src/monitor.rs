@@ -395,8 +395,16 @@ fn query(q: &MonitorQueryArgs) -> Result<Outcome> {
         if !matches && !names.is_empty() {
             let hint = xirang_fabric::diag::closest(c, names.iter().map(String::as_str))
                 .map(|n| format!("; did you mean `{n}`?"))
-                .unwrap_or_else(|| format!("; it has {} series names (`monitor query` without --counter lists them)", names.len()));
-            anyhow::bail!("--counter {c}: no series of {} has this name{hint}", q.history.display());
+                .unwrap_or_else(|| {
+                    format!(
+                        "; it has {} series names (`monitor query` without --counter lists them)",
+                        names.len()
+                    )
+                });
+            anyhow::bail!(
+                "--counter {c}: no series of {} has this name{hint}",
+                q.history.display()
+            );
         }
     }
     let windows = h.query(from, now, q.counter.as_deref())?;

@@ -219,10 +219,9 @@ impl Scenario {
                     // follows Kmin when the tier's kmax_ratio (or Kmax) is tuned too.
                     let tier = name.strip_suffix(".kmin_bytes");
                     let kmax_tuned = tier.is_some_and(|t| {
-                        self.tune
-                            .params
-                            .iter()
-                            .any(|q| q.name == format!("{t}.kmax_ratio") || q.name == format!("{t}.kmax_bytes"))
+                        self.tune.params.iter().any(|q| {
+                            q.name == format!("{t}.kmax_ratio") || q.name == format!("{t}.kmax_bytes")
+                        })
                     });
                     dd.finish(None)
                         .into_iter()

@@ -138,7 +138,11 @@ pub(crate) fn run(a: &BenchArgs) -> Result<Outcome> {
         .iter()
         .filter(|c| a.only.as_deref().is_none_or(|o| c.name.contains(o)))
         .collect();
-    only_matched(a.only.as_deref(), chosen.is_empty(), all.iter().map(|c| c.name.as_str()))?;
+    only_matched(
+        a.only.as_deref(),
+        chosen.is_empty(),
+        all.iter().map(|c| c.name.as_str()),
+    )?;
     for (i, c) in chosen.iter().enumerate() {
         let file = dir.path().join(format!("{}.toml", c.name));
         std::fs::write(&file, &c.text).with_context(|| format!("writing {}", file.display()))?;
@@ -284,7 +288,11 @@ pub(crate) fn run_parallel(a: &BenchArgs) -> Result<Outcome> {
     files.push(("perm128".to_string(), PathBuf::from(PARALLEL_SMALL)));
     let names: Vec<String> = files.iter().map(|(n, _)| n.clone()).collect();
     files.retain(|(n, _)| a.only.as_deref().is_none_or(|o| n.contains(o)));
-    only_matched(a.only.as_deref(), files.is_empty(), names.iter().map(String::as_str))?;
+    only_matched(
+        a.only.as_deref(),
+        files.is_empty(),
+        names.iter().map(String::as_str),
+    )?;
     let threads = a.threads.unwrap_or(2);
     let mut rows = Vec::new();
     for (i, (name, file)) in files.iter().enumerate() {
@@ -381,7 +389,10 @@ fn only_matched<'a>(only: Option<&str>, none: bool, names: impl Iterator<Item = 
             let hint = xirang_fabric::diag::closest(o, names.iter().copied())
                 .map(|c| format!("did you mean `{c}`? "))
                 .unwrap_or_default();
-            anyhow::bail!("--only {o}: no case name contains it; {hint}the cases are {}", names.join(", "))
+            anyhow::bail!(
+                "--only {o}: no case name contains it; {hint}the cases are {}",
+                names.join(", ")
+            )
         }
         _ => Ok(()),
     }
