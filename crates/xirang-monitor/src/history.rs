@@ -384,16 +384,7 @@ impl History {
         let sql = |e: rusqlite::Error| sql_error(&p, e);
         // A FIFO or a device is no database, and a non-SQLite file must be refused before
         // SQLite opens it.
-        match xirang_files::database(path) {
-            Err(e) => {
-                return Err(HistoryError::ForeignDatabase {
-                    path: p,
-                    detail: e.detail(),
-                });
-            }
-            Ok(xirang_files::Database::Other) => return Err(HistoryError::NotADatabase { path: p }),
-            Ok(_) => {}
-        }
+        database_kind(path)?;
         let conn = Connection::open(path).map_err(sql)?;
         // A reader (`xirang monitor query`) may hold the file briefly.
         conn.busy_timeout(Duration::from_secs(5)).map_err(sql)?;
@@ -468,27 +459,13 @@ impl History {
     pub fn open_read_only(path: &Path) -> Result<History, HistoryError> {
         let p = path.to_path_buf();
         let sql = |e: rusqlite::Error| sql_error(&p, e);
-        match xirang_files::database(path) {
-            Err(e) => {
-                return Err(HistoryError::ForeignDatabase {
-                    path: p,
-                    detail: e.detail(),
-                });
-            }
-            Ok(xirang_files::Database::Other) => return Err(HistoryError::NotADatabase { path: p }),
-            Ok(xirang_files::Database::Absent) => {
-                return Err(HistoryError::NoHistory {
-                    path: p,
-                    detail: "no such file",
-                });
-            }
-            Ok(xirang_files::Database::Empty) => {
-                return Err(HistoryError::NoHistory {
-                    path: p,
-                    detail: "an empty file, not a xirang monitor history",
-                });
-            }
-            Ok(xirang_files::Database::Sqlite { .. }) => {}
+        let nothing = match database_kind(path)? {
+            xirang_files::Database::Absent => Some("no such file"),
+            xirang_files::Database::Empty => Some("an empty file, not a xirang monitor history"),
+            _ => None,
+        };
+        if let Some(detail) = nothing {
+            return Err(HistoryError::NoHistory { path: p, detail });
         }
         let mut wal_path = p.clone().into_os_string();
         wal_path.push("-wal");
@@ -973,6 +950,21 @@ fn enable_wal(conn: &Connection, path: &Path) -> Result<(), HistoryError> {
             path: path.to_path_buf(),
             mode,
         })
+    }
+}
+
+/// What `path` holds, refusing what no history can be: a FIFO or a device, or a file
+/// that is not an SQLite database.
+fn database_kind(path: &Path) -> Result<xirang_files::Database, HistoryError> {
+    match xirang_files::database(path) {
+        Err(e) => Err(HistoryError::ForeignDatabase {
+            path: path.to_path_buf(),
+            detail: e.detail(),
+        }),
+        Ok(xirang_files::Database::Other) => Err(HistoryError::NotADatabase {
+            path: path.to_path_buf(),
+        }),
+        Ok(kind) => Ok(kind),
     }
 }
 
