@@ -42,6 +42,6 @@ mod write;
 
 pub use read::{
     Database, Limit, LossyText, ReadError, database, open, open_regular, read_bytes, read_text,
-    read_text_lossy, sqlite_immutable_uri, sqlite_log_pending, utf8,
+    read_text_lossy, sqlite_immutable_uri, sqlite_writer_may_be_open, utf8,
 };
 pub use write::{OutputDir, WriteError, replaceable, write_atomic};

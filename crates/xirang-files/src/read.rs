@@ -296,7 +296,7 @@ mod tests {
 /// The SQLite URI that opens `path` immutable (`file:PATH?immutable=1`): SQLite then
 /// reads the file without locking it and creates no `-shm` or `-wal` beside it, which
 /// a read-only connection to a WAL database otherwise does. Only right when no writer
-/// may have the file open ([`sqlite_log_pending`]). The path is made absolute and
+/// may have the file open ([`sqlite_writer_may_be_open`]). The path is made absolute and
 /// percent-encoded where a URI needs it (`?` and `#` end a path, `%` starts an escape).
 pub fn sqlite_immutable_uri(path: &Path) -> String {
     let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
@@ -317,7 +317,7 @@ pub fn sqlite_immutable_uri(path: &Path) -> String {
 /// writer's log may be empty right after a checkpoint and fill again while a reader
 /// reads, so any such file, of any size, means "open through the writer's log", never
 /// immutable.
-pub fn sqlite_log_pending(path: &Path) -> bool {
+pub fn sqlite_writer_may_be_open(path: &Path) -> bool {
     ["-wal", "-shm"].iter().any(|suffix| {
         let mut p = path.as_os_str().to_owned();
         p.push(suffix);

@@ -451,11 +451,12 @@ impl History {
     /// Nothing is created (an absent or empty file is an error, not a new database),
     /// migrated or checkpointed.
     ///
-    /// With no write-ahead log beside the file (no writer is running, or it checkpointed
-    /// on close) the database is opened `immutable`: SQLite then creates no `-shm` or
-    /// `-wal` file, which even a read-only connection to a WAL database otherwise does.
-    /// While a writer is running its log holds committed rows, so the file is opened
-    /// read-only through the writer's shared memory instead.
+    /// With no `-wal` or `-shm` beside the file (no writer has it open: SQLite removes
+    /// both when the last connection closes) the database is opened `immutable`: SQLite
+    /// then creates neither, which even a read-only connection to a WAL database
+    /// otherwise does. While a writer may be running (either file is there, even an
+    /// empty log right after a checkpoint) the file is opened read-only through the
+    /// writer's log and shared memory, so a page it writes meanwhile is never misread.
     pub fn open_read_only(path: &Path) -> Result<History, HistoryError> {
         let p = path.to_path_buf();
         let sql = |e: rusqlite::Error| sql_error(&p, e);
@@ -471,7 +472,7 @@ impl History {
         wal_path.push("-wal");
         let wal_path = PathBuf::from(wal_path);
         let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let conn = if xirang_files::sqlite_log_pending(path) {
+        let conn = if xirang_files::sqlite_writer_may_be_open(path) {
             Connection::open_with_flags(path, flags).map_err(sql)?
         } else {
             Connection::open_with_flags(

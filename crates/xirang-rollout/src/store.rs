@@ -159,12 +159,12 @@ impl Store {
     }
 
     /// A connection that reads and writes nothing beside the file: immutable while no
-    /// writer's log is pending (no `-shm` or `-wal` is created), else read-only
-    /// through the writer's log.
+    /// writer has it open (no `-wal` or `-shm` beside it; none is created), else
+    /// read-only through the writer's log.
     fn connect_read_only(path: &Path) -> rusqlite::Result<Connection> {
         use rusqlite::OpenFlags;
         let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let conn = if xirang_files::sqlite_log_pending(path) {
+        let conn = if xirang_files::sqlite_writer_may_be_open(path) {
             Connection::open_with_flags(path, flags)?
         } else {
             Connection::open_with_flags(
