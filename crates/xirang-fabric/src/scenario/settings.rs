@@ -117,6 +117,13 @@ impl Scenario {
                 );
             }
         }
+        // A range is judged against `[config]`; when that has problems of its own they
+        // are reported, and no range can be judged against it.
+        let config_valid = {
+            let mut base = Diagnostics::default();
+            self.config.validate(&KeyPath::root(), &mut base);
+            base.error_count() == 0
+        };
         for (i, p) in t.params.iter().enumerate() {
             let pat = at.key("param").index(i);
             match param_kind(&self.config, tiers, &p.name) {
@@ -139,7 +146,9 @@ impl Scenario {
                 }
                 Ok(kind) => match (p.min, p.max) {
                     (Some(lo), Some(hi)) if lo.is_finite() && hi.is_finite() && lo < hi => {
-                        self.validate_tune_range(tiers, &p.name, kind, (lo, hi), &pat, d);
+                        if config_valid {
+                            self.validate_tune_range(tiers, &p.name, kind, (lo, hi), &pat, d);
+                        }
                         if p.log && lo <= 0.0 {
                             d.error(
                                 &pat.key("min"),
@@ -178,22 +187,16 @@ impl Scenario {
         pat: &KeyPath,
         d: &mut Diagnostics,
     ) {
-        let mut base = Diagnostics::default();
-        self.config.validate(&KeyPath::root(), &mut base);
-        if base.error_count() > 0 {
-            // `[config]` itself is reported; a range cannot be judged against it.
-            return;
-        }
         let mut values = vec![("min", lo), ("max", hi)];
         if kind == crate::tune::ParamKind::Integer && hi - lo <= TUNE_RANGE_CHECKED_WHOLE {
             values.extend((lo.ceil() as i64..=hi.floor() as i64).map(|v| ("value in the range", v as f64)));
         }
         for (end, v) in values {
             if name.ends_with(".kmax_ratio") {
+                // A real range: only its ends are tried.
                 if v < 1.0 {
-                    let key = if end == "max" { "max" } else { "min" };
                     d.error(
-                        &pat.key(key),
+                        &pat.key(end),
                         format!(
                             "`{name}` = {} ({end}): expected a ratio >= 1 (Kmax at least Kmin), found {}",
                             limits::Num(v),
