@@ -166,7 +166,9 @@ pub fn knobs(s: &Scenario, fabric: &Fabric) -> Vec<Knob> {
                     });
                 }
             }
-            Workload::Flows(_) | Workload::HpccFlows(_) => {}
+            // Serving workloads' load is their model's and their batch's, not a
+            // calibration knob (calibration fits traffic volume from counters).
+            Workload::Flows(_) | Workload::HpccFlows(_) | Workload::Moe(_) | Workload::KvTransfer(_) => {}
         }
     }
     out

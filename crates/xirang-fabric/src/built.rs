@@ -52,6 +52,15 @@ pub enum Ends {
     Hpcc(Vec<HpccEnds>),
     /// `collective`: the hosts of the ranks and each host's slowdown.
     Collective(CollectiveEnds),
+    /// `moe`: the expert-parallel group's hosts, in order (every host when none is listed).
+    Moe(Vec<HostId>),
+    /// `kv_transfer`: the prefill and decode pools' hosts, in the file's order.
+    Kv {
+        /// Prefill hosts.
+        prefill: Vec<HostId>,
+        /// Decode hosts.
+        decode: Vec<HostId>,
+    },
 }
 
 /// One flow of a `flows` workload.
@@ -128,6 +137,17 @@ pub(crate) fn resolve(fabric: &Fabric, spec: &Workload, hpcc: Option<&[HpccFlow]
             eps(names)
         }
     };
+    // Named hosts, or every host when none is named.
+    let hosts = |names: &[String]| -> Result<Vec<HostId>, String> {
+        if names.is_empty() {
+            Ok((0..fabric.hosts.len() as u32).map(HostId).collect())
+        } else {
+            names
+                .iter()
+                .map(|n| fabric.host_by_name(n).ok_or_else(|| format!("no host `{n}`")))
+                .collect()
+        }
+    };
     Ok(match spec {
         Workload::Flows(f) => {
             let index = |id: &str| {
@@ -169,15 +189,13 @@ pub(crate) fn resolve(fabric: &Fabric, spec: &Workload, hpcc: Option<&[HpccFlow]
             }
             Ends::Hpcc(out)
         }
+        Workload::Moe(m) => Ends::Moe(hosts(&m.hosts)?),
+        Workload::KvTransfer(k) => Ends::Kv {
+            prefill: hosts(&k.prefill)?,
+            decode: hosts(&k.decode)?,
+        },
         Workload::Collective(c) => {
-            let hosts: Vec<HostId> = if c.hosts.is_empty() {
-                (0..fabric.hosts.len() as u32).map(HostId).collect()
-            } else {
-                c.hosts
-                    .iter()
-                    .map(|n| fabric.host_by_name(n).ok_or_else(|| format!("no host `{n}`")))
-                    .collect::<Result<_, _>>()?
-            };
+            let hosts = hosts(&c.hosts)?;
             let slowdown = hosts
                 .iter()
                 .map(|&h| {

@@ -308,6 +308,32 @@ pub fn check_rate_mbps(v: f64, positive: bool, at: &KeyPath, d: &mut Diagnostics
     }
 }
 
+/// Experts one GPU may hold (DeepSeek-V3 has 256 routed experts; 4,096 leaves room for
+/// finer models on one GPU).
+pub const MAX_EXPERTS_PER_GPU: u64 = 4096;
+
+/// Tokens a GPU routes per MoE layer (DeepEP's normal benchmark uses 4,096; a prefill
+/// chunk of 65,536 tokens is far beyond today's).
+pub const MAX_MOE_TOKENS: u64 = 65_536;
+
+/// A model's hidden size (DeepSeek-V3: 7,168; the largest published dense models stay
+/// below 32,768).
+pub const MAX_HIDDEN: u64 = 1 << 20;
+
+/// Layers of a model (DeepSeek-V3: 61; Llama-3-405B: 126).
+pub const MAX_MOE_LAYERS: u64 = 1024;
+
+/// The steepest Zipf law of expert popularity (at 10 one expert takes ~all tokens).
+pub const MAX_ZIPF_EXPONENT: f64 = 10.0;
+
+/// Flows a generated workload may make before the run (each is a few hundred bytes of
+/// state: 4 M is about a gigabyte).
+pub const MAX_GENERATED_FLOWS: u64 = 4_000_000;
+
+/// Prompt tokens of one request (Mooncake's traces reach 131,072; 16 M is beyond any
+/// context window).
+pub const MAX_PROMPT_TOKENS: u64 = 1 << 24;
+
 #[cfg(test)]
 mod tests {
     use super::parse_duration_s;

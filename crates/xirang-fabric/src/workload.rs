@@ -8,6 +8,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::units::Count;
 
+mod serving;
+pub use serving::*;
+
 /// One workload.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
@@ -26,6 +29,10 @@ pub enum Workload {
     Inference(InferenceSpec),
     /// A flow file in the HPCC ns-3 simulator's format.
     HpccFlows(HpccFlowsSpec),
+    /// Expert-parallel all-to-all of mixture-of-experts layers (dispatch and combine).
+    Moe(MoeSpec),
+    /// Prefill-to-decode KV-cache transfers of disaggregated serving.
+    KvTransfer(KvTransferSpec),
 }
 
 impl Workload {
@@ -39,6 +46,8 @@ impl Workload {
             Workload::Collective(_) => "collective",
             Workload::Inference(_) => "inference",
             Workload::HpccFlows(_) => "hpcc_flows",
+            Workload::Moe(_) => "moe",
+            Workload::KvTransfer(_) => "kv_transfer",
         }
     }
 
@@ -52,6 +61,8 @@ impl Workload {
             Workload::Collective(w) => &w.class,
             Workload::Inference(w) => &w.class,
             Workload::HpccFlows(w) => &w.class,
+            Workload::Moe(w) => &w.class,
+            Workload::KvTransfer(w) => &w.class,
         }
     }
 }

@@ -67,6 +67,7 @@ pub mod packet;
 pub mod parallel;
 pub mod queue;
 pub mod rng;
+pub mod serving;
 pub mod sweep;
 pub mod time;
 pub mod workload;
@@ -243,6 +244,8 @@ fn collect<Q: queue::Queue>(model: Model<'_>, ex: &workload::Expanded, sim: &Sim
         counter_series: counter_series(sim),
         skipped: ex.skipped.clone(),
         priorities_with_pfc: sim.fab.net().pfc_prios.clone(),
+        moe: serving::moe_results(ex, sim),
+        kv: serving::kv_results(ex, sim),
     }
 }
 
@@ -283,6 +286,7 @@ fn flow_results<Q: queue::Queue>(model: Model<'_>, ex: &workload::Expanded, sim:
         .flows
         .iter()
         .enumerate()
+        .filter(|(_, d)| !d.marker)
         .map(|(i, d)| {
             let f = sim.work.flow(FlowId::from(i));
             let q0 = (f.tx.n_qps > 0).then(|| sim.xport.tx(QpId(f.tx.first_qp)));

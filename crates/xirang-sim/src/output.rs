@@ -197,6 +197,10 @@ pub struct RunResult {
     pub skipped: Vec<(String, String)>,
     /// Priorities PFC protects in this run.
     pub priorities_with_pfc: Vec<u8>,
+    /// MoE workloads' dispatch, combine and step times.
+    pub moe: Vec<crate::serving::MoeResult>,
+    /// KV-transfer workloads' transfer times and time to first token.
+    pub kv: Vec<crate::serving::KvResult>,
 }
 
 /// What a run cost the engine: its peaks of memory and work. A run divided among
@@ -282,6 +286,10 @@ pub struct Summary {
     pub collectives: Vec<CollectiveResult>,
     /// Per inference workload.
     pub latency: Vec<LatencySummary>,
+    /// MoE workloads (dispatch, combine, time per output token).
+    pub moe: Vec<crate::serving::MoeResult>,
+    /// KV-transfer workloads (transfer time, time to first token).
+    pub kv: Vec<crate::serving::KvResult>,
     /// PFC frames sent (XOFF and XON), all ports.
     pub pfc_frames: u64,
     /// Total time transmitters spent paused, µs, all ports and priorities.
@@ -387,6 +395,8 @@ impl RunResult {
             classes,
             collectives: self.collectives.clone(),
             latency,
+            moe: self.moe.clone(),
+            kv: self.kv.clone(),
             pfc_frames: self.counter_total(is_pfc_tx),
             pfc_pause_us: self.counter_total(is_pause_dur) as f64,
             ecn_marks: self.counter_total(|n| n == "SAI_QUEUE_STAT_WRED_ECN_MARKED_PACKETS"),

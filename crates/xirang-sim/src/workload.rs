@@ -52,6 +52,10 @@ pub struct FlowDef {
     /// A transfer between GPUs of one host, over NVLink: it takes this long and uses no
     /// network port (`src` and `dst` are then the hosts' NICs, for naming only).
     pub local: Option<Ps>,
+    /// A zero-byte point where a GPU has every message it waits for (a serving
+    /// workload's phase boundary, `serving`): it takes no result id and is left out of the
+    /// run's flow results.
+    pub marker: bool,
 }
 
 /// Where a collective's algorithm, protocol or channel count came from.
@@ -237,6 +241,10 @@ pub struct Expanded {
     pub collectives: Vec<CollectiveRun>,
     /// Workloads that were not expanded, with the reason.
     pub skipped: Vec<(String, String)>,
+    /// MoE workloads (`serving::expand_moe`).
+    pub moe: Vec<crate::serving::MoeRun>,
+    /// KV-transfer requests (`serving::expand_kv`).
+    pub kv: Vec<crate::serving::KvRequest>,
 }
 
 /// One transfer between two NICs, as [`Expanded::for_each_nic_transfer`] yields it.
@@ -319,6 +327,7 @@ pub fn expand(model: Model<'_>, seed: u64) -> Expanded {
             hpcc_ports: None,
             time_offset: 0,
             local: None,
+            marker: false,
         };
         match (w, &bw.ends) {
             (Workload::Flows(f), Ends::Flows(ends)) => {
@@ -391,29 +400,7 @@ pub fn expand(model: Model<'_>, seed: u64) -> Expanded {
             (Workload::Inference(x), Ends::Inference { clients, servers }) => {
                 expand_inference(fabric, x, clients, servers, &base, widx, &mut rng, &mut out);
             }
-            (Workload::HpccFlows(h), Ends::Hpcc(lines)) => {
-                let offset = us(h.time_offset_us);
-                let mut pair_port: BTreeMap<(u32, u32), u16> = BTreeMap::new();
-                for line in lines {
-                    let f = &line.flow;
-                    // The HPCC simulator numbers source ports per (src, dst) pair from 10000
-                    // (docs/hpcc-model.md §6).
-                    const HPCC_FIRST_SPORT: u16 = 10000;
-                    let sport = pair_port.entry((f.src, f.dst)).or_insert(HPCC_FIRST_SPORT);
-                    let this = *sport;
-                    *sport = sport.wrapping_add(1);
-                    out.flows.push(FlowDef {
-                        src: line.src,
-                        dst: line.dst,
-                        bytes: f.bytes,
-                        start: f.start_ps.saturating_sub(offset),
-                        prio: Some(f.pg),
-                        hpcc_ports: Some((this, f.dport)),
-                        time_offset: offset.min(f.start_ps),
-                        ..base.clone()
-                    });
-                }
-            }
+            (Workload::HpccFlows(h), Ends::Hpcc(lines)) => expand_hpcc(h, lines, &base, &mut out),
             (Workload::Collective(c), Ends::Collective(ends)) => {
                 match expand_collective(model, c, ends, widx, next_id) {
                     Ok(run) => {
@@ -423,6 +410,24 @@ pub fn expand(model: Model<'_>, seed: u64) -> Expanded {
                     Err(why) => out.skipped.push((name.clone(), why)),
                 }
             }
+            (Workload::Moe(x), Ends::Moe(hosts)) => {
+                match crate::serving::expand_moe(
+                    fabric,
+                    model.config,
+                    x,
+                    hosts,
+                    &base,
+                    widx,
+                    &mut rng,
+                    &mut out,
+                ) {
+                    Ok(run) => out.moe.push(run),
+                    Err(why) => out.skipped.push((name.clone(), why)),
+                }
+            }
+            (Workload::KvTransfer(x), Ends::Kv { prefill, decode }) => {
+                crate::serving::expand_kv(fabric, x, prefill, decode, &base, widx, &mut rng, &mut out);
+            }
             // `Scenario::build` resolves each kind's own endpoints; a pair of another kind
             // would be a bug there, reported rather than guessed at.
             _ => out.skipped.push((
@@ -431,11 +436,45 @@ pub fn expand(model: Model<'_>, seed: u64) -> Expanded {
             )),
         }
         for f in &mut out.flows[first_flow..] {
-            f.id = next_id;
-            next_id += 1;
+            if f.marker {
+                f.id = u64::MAX;
+            } else {
+                f.id = next_id;
+                next_id += 1;
+            }
         }
     }
     out
+}
+
+/// An HPCC flow file's flows, each keeping its own start time, priority and ports.
+fn expand_hpcc(
+    h: &xirang_fabric::workload::HpccFlowsSpec,
+    lines: &[xirang_fabric::built::HpccEnds],
+    base: &FlowDef,
+    out: &mut Expanded,
+) {
+    let offset = us(h.time_offset_us);
+    let mut pair_port: BTreeMap<(u32, u32), u16> = BTreeMap::new();
+    for line in lines {
+        let f = &line.flow;
+        // The HPCC simulator numbers source ports per (src, dst) pair from 10000
+        // (docs/hpcc-model.md §6).
+        const HPCC_FIRST_SPORT: u16 = 10000;
+        let sport = pair_port.entry((f.src, f.dst)).or_insert(HPCC_FIRST_SPORT);
+        let this = *sport;
+        *sport = sport.wrapping_add(1);
+        out.flows.push(FlowDef {
+            src: line.src,
+            dst: line.dst,
+            bytes: f.bytes,
+            start: f.start_ps.saturating_sub(offset),
+            prio: Some(f.pg),
+            hpcc_ports: Some((this, f.dport)),
+            time_offset: offset.min(f.start_ps),
+            ..base.clone()
+        });
+    }
 }
 
 /// An inference workload's requests: each client sends requests at Poisson times to a

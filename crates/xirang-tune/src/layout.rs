@@ -224,7 +224,9 @@ fn rename_nics(s: &mut xirang_fabric::scenario::Scenario, to: Aggregate, bond_po
                 i.clients.iter_mut().for_each(ep);
                 i.servers.iter_mut().for_each(ep);
             }
-            Workload::Collective(_) | Workload::HpccFlows(_) => {}
+            // These name hosts, which keep their names in either layout.
+            Workload::Collective(_) | Workload::HpccFlows(_) | Workload::Moe(_) | Workload::KvTransfer(_) => {
+            }
         }
     }
     for f in &mut s.faults {
@@ -392,6 +394,8 @@ fn class_endpoint(l: &Loaded, class: &str) -> Option<String> {
             Workload::Permutation(p) => p.hosts.first().cloned().or_else(first_host),
             Workload::AllToAll(a) => a.hosts.first().cloned().or_else(first_host),
             Workload::HpccFlows(_) => first_host(),
+            Workload::Moe(m) => m.hosts.first().cloned().or_else(first_host),
+            Workload::KvTransfer(k) => k.decode.first().cloned(),
         };
         if h.is_some() {
             return h;

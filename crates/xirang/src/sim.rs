@@ -389,6 +389,7 @@ fn render(name: &str, s: &Summary, wall_s: f64, out: &Path) -> String {
         }
         text.push_str(&format!("{l}\n"));
     }
+    text.push_str(&serving_tables(s));
     let st = &s.stats;
     text.push_str(&format!(
         "PFC frames {} (paused {:.1} us in total), ECN marks {}, CNPs {}, drops {}\n\
@@ -407,5 +408,77 @@ fn render(name: &str, s: &Summary, wall_s: f64, out: &Path) -> String {
         st.packet_hops as f64 / wall_s.max(1e-9) / 1e6,
         out.display()
     ));
+    text
+}
+
+/// The MoE and KV-transfer tables of a run's summary (empty without such workloads).
+fn serving_tables(s: &xirang_sim::Summary) -> String {
+    let mut text = String::new();
+    let spread = |x: &xirang_sim::serving::Spread| [opt(x.mean_us, 1), opt(x.p50_us, 1), opt(x.p99_us, 1)];
+    if !s.moe.is_empty() {
+        let mut t = crate::cmd::table(&[
+            "MoE workload",
+            "mode",
+            "GPUs",
+            "phase",
+            "mean us",
+            "p50 us",
+            "p99 us",
+            "GB/s",
+        ]);
+        for m in &s.moe {
+            let head = |phase: &str| {
+                vec![
+                    m.workload.clone(),
+                    m.mode.clone(),
+                    m.ranks.to_string(),
+                    phase.to_string(),
+                ]
+            };
+            let (dgbs, cgbs) = match m.dispatch_rdma_gbs {
+                Some(r) => (format!("{r:.1} RDMA"), String::new()),
+                None => (opt(m.dispatch_logical_gbs, 1), opt(m.combine_logical_gbs, 1)),
+            };
+            for (phase, x, gbs) in [
+                ("dispatch", &m.dispatch, dgbs),
+                ("combine", &m.combine, cgbs),
+                ("step (TPOT)", &m.step, String::new()),
+                ("step network", &m.step_network, String::new()),
+            ] {
+                let mut row = head(phase);
+                row.extend(spread(x));
+                row.push(gbs);
+                t.add_row(row);
+            }
+        }
+        text.push_str(&format!("{t}\n"));
+    }
+    if !s.kv.is_empty() {
+        let mut t = crate::cmd::table(&[
+            "KV workload",
+            "transferred",
+            "GB",
+            "transfer p50 us",
+            "p99 us",
+            "TTFT p50 us",
+            "p99 us",
+            "GB/s per request",
+            "GB/s in all",
+        ]);
+        for k in &s.kv {
+            t.add_row(vec![
+                k.workload.clone(),
+                format!("{}/{}", k.transferred, k.requests),
+                format!("{:.2}", k.bytes as f64 / 1e9),
+                opt(k.transfer.p50_us, 1),
+                opt(k.transfer.p99_us, 1),
+                opt(k.ttft.p50_us, 1),
+                opt(k.ttft.p99_us, 1),
+                opt(k.transfer_gbs, 1),
+                opt(k.throughput_gbs, 1),
+            ]);
+        }
+        text.push_str(&format!("{t}\n"));
+    }
     text
 }

@@ -111,6 +111,8 @@ impl Scenario {
             Workload::HpccFlows(h) => {
                 limits::check_time_us(h.time_offset_us, &at.key("time_offset_us"), d);
             }
+            Workload::Moe(x) => moe(&k, x, at, d),
+            Workload::KvTransfer(x) => kv_transfer(&k, x, at, d),
         }
     }
 }
@@ -440,6 +442,428 @@ impl SizeDist {
                     Err("expected a CDF of [bytes, probability] points, increasing in both, ending at probability 1".to_string())
                 }
             }
+        }
+    }
+}
+
+/// An integer key within `lo..=hi`, else an error at it naming the range and `what`.
+fn int_in(v: u64, lo: u64, hi: u64, what: &str, at: &KeyPath, d: &mut Diagnostics) -> bool {
+    let ok = (lo..=hi).contains(&v);
+    if !ok {
+        d.error(at, format!("expected {lo} to {hi} {what}, found {v}"));
+    }
+    ok
+}
+
+/// Hosts of a serving pool: known, with a NIC, each once, and reaching each other.
+fn host_list(k: &Check<'_>, hosts: &[String], at: &KeyPath, d: &mut Diagnostics) {
+    for (i, h) in hosts.iter().enumerate() {
+        if k.fabric.host_by_name(h).is_none() {
+            d.error(
+                &at.index(i),
+                unknown_name("host", h, k.fabric.hosts.iter().map(|h| h.name.as_str())),
+            );
+        } else if k.fabric.hosts[k.fabric.host_by_name(h).expect("known").index()]
+            .nics
+            .is_empty()
+        {
+            d.error(&at.index(i), format!("host `{h}` has no NIC"));
+        } else if let Some(j) = hosts[..i].iter().position(|x| x == h) {
+            d.error(
+                &at.index(i),
+                format!("`{h}` is listed twice (first at {j}); list each host once"),
+            );
+        }
+    }
+    k.joined(hosts, at, d);
+}
+
+/// GPUs a host contributes as ranks (a host without GPUs is one rank on its first NIC, as
+/// in collectives).
+fn ranks_of(fabric: &Fabric, hosts: &[String]) -> u64 {
+    let count = |h: &crate::model::Host| h.gpus.len().max(1) as u64;
+    if hosts.is_empty() {
+        fabric
+            .hosts
+            .iter()
+            .filter(|h| !h.nics.is_empty())
+            .map(count)
+            .sum()
+    } else {
+        hosts
+            .iter()
+            .filter_map(|n| fabric.host_by_name(n))
+            .map(|h| count(&fabric.hosts[h.index()]))
+            .sum()
+    }
+}
+
+fn moe(k: &Check<'_>, x: &crate::workload::MoeSpec, at: &KeyPath, d: &mut Diagnostics) {
+    use crate::workload::Routing;
+    host_list(k, &x.hosts, &at.key("hosts"), d);
+    let ranks = ranks_of(k.fabric, &x.hosts);
+    if ranks < 2 {
+        d.error(
+            &at.key("hosts"),
+            format!("expected an expert-parallel group of at least 2 GPUs, found {ranks}"),
+        );
+    }
+    if x.mode == crate::workload::MoeMode::Normal {
+        same_gpu_counts(k, &x.hosts, &at.key("hosts"), d);
+    }
+    int_in(
+        x.experts_per_gpu.into(),
+        1,
+        limits::MAX_EXPERTS_PER_GPU,
+        "experts per GPU",
+        &at.key("experts_per_gpu"),
+        d,
+    );
+    int_in(
+        x.tokens_per_gpu.into(),
+        1,
+        limits::MAX_MOE_TOKENS,
+        "tokens per GPU",
+        &at.key("tokens_per_gpu"),
+        d,
+    );
+    int_in(
+        x.hidden.into(),
+        1,
+        limits::MAX_HIDDEN,
+        "elements of hidden size",
+        &at.key("hidden"),
+        d,
+    );
+    let experts = ranks * u64::from(x.experts_per_gpu);
+    // A token's experts are distinct: at most every expert of the group, and under
+    // node-limited routing at most the experts of its hosts.
+    let per_host_experts = |hosts: u64| {
+        let most = k
+            .fabric
+            .hosts
+            .iter()
+            .map(|h| h.gpus.len().max(1) as u64)
+            .max()
+            .unwrap_or(1);
+        hosts * most * u64::from(x.experts_per_gpu)
+    };
+    let reachable = match x.max_hosts_per_token {
+        Some(m) => experts.min(per_host_experts(m.into())),
+        None => experts,
+    };
+    if int_in(x.top_k.into(), 1, 64, "experts per token", &at.key("top_k"), d)
+        && ranks >= 2
+        && u64::from(x.top_k) > reachable
+    {
+        d.error(
+            &at.key("top_k"),
+            format!("expected at most {reachable} experts per token (the distinct experts a token can reach), found {}", x.top_k),
+        );
+    }
+    if let Some(m) = x.max_hosts_per_token {
+        int_in(
+            m.into(),
+            1,
+            limits::MAX_GENERATED_NICS,
+            "hosts per token",
+            &at.key("max_hosts_per_token"),
+            d,
+        );
+    }
+    if let Routing::Zipf { exponent } = x.routing
+        && !(exponent.is_finite() && exponent > 0.0 && exponent <= limits::MAX_ZIPF_EXPONENT)
+    {
+        d.error(
+            &at.key("routing").key("zipf").key("exponent"),
+            format!(
+                "expected an exponent above 0 and at most {}, found {}",
+                limits::MAX_ZIPF_EXPONENT,
+                limits::Num(exponent)
+            ),
+        );
+    }
+    int_in(
+        x.layers.into(),
+        1,
+        limits::MAX_MOE_LAYERS,
+        "layers",
+        &at.key("layers"),
+        d,
+    );
+    int_in(
+        x.steps.into(),
+        1,
+        limits::MAX_ITERATIONS.into(),
+        "steps",
+        &at.key("steps"),
+        d,
+    );
+    int_in(
+        x.channels.into(),
+        1,
+        crate::config::NCCL_MAX_CHANNELS.into(),
+        "channels",
+        &at.key("channels"),
+        d,
+    );
+    limits::check_time_us(x.layer_compute_us, &at.key("layer_compute_us"), d);
+    limits::check_time_us(x.expert_compute_us, &at.key("expert_compute_us"), d);
+    for (key, v) in [
+        ("dispatch_kernel_us", x.dispatch_kernel_us),
+        ("combine_kernel_us", x.combine_kernel_us),
+    ] {
+        if let Some(v) = v {
+            limits::check_time_us(v, &at.key(key), d);
+        }
+    }
+    k.start(x.start_us, &at.key("start_us"), d);
+    // Every flow is made before the run starts: (sender, expert) pairs per phase.
+    let pairs = ranks.saturating_mul(experts.min(u64::from(x.tokens_per_gpu) * u64::from(x.top_k)));
+    let flows = pairs
+        .saturating_mul(2)
+        .saturating_mul(u64::from(x.layers))
+        .saturating_mul(u64::from(x.steps));
+    if flows > limits::MAX_GENERATED_FLOWS {
+        d.error(
+            &at.key("layers"),
+            format!(
+                "{ranks} GPUs x {} layers x {} steps make up to {flows} messages between (GPU, expert) pairs; expected at most {} per workload (fewer layers or steps: every layer of a step is alike)",
+                x.layers,
+                x.steps,
+                limits::MAX_GENERATED_FLOWS
+            ),
+        );
+    }
+}
+
+/// Normal mode forwards to the GPU of the sender's local index on every host: the group's
+/// hosts need one GPU count.
+fn same_gpu_counts(k: &Check<'_>, hosts: &[String], at: &KeyPath, d: &mut Diagnostics) {
+    // Normal mode forwards to the GPU of the sender's local index on every host.
+    let counts: Vec<(String, usize)> = k
+        .fabric
+        .hosts
+        .iter()
+        .filter(|h| !h.nics.is_empty() && (hosts.is_empty() || hosts.contains(&h.name)))
+        .map(|h| (h.name.clone(), h.gpus.len().max(1)))
+        .collect();
+    if let Some((name, g)) = counts.iter().find(|c| c.1 != counts[0].1) {
+        d.error(
+            at,
+            format!(
+                "normal mode forwards to the GPU of the same local index on each host: expected hosts with one GPU count, found {} on `{}` and {g} on `{name}`",
+                counts[0].1, counts[0].0
+            ),
+        );
+    }
+}
+
+fn kv_transfer(k: &Check<'_>, x: &crate::workload::KvTransferSpec, at: &KeyPath, d: &mut Diagnostics) {
+    for (key, list) in [("prefill", &x.prefill), ("decode", &x.decode)] {
+        if list.is_empty() {
+            d.error(&at.key(key), "expected at least one host".to_string());
+        }
+        host_list(k, list, &at.key(key), d);
+    }
+    for (i, h) in x.decode.iter().enumerate() {
+        if x.prefill.contains(h) {
+            d.error(
+                &at.key("decode").index(i),
+                format!("`{h}` is also a prefill host; the two pools are disjoint in disaggregated serving"),
+            );
+        } else if let Some(p) = x.prefill.iter().find(|p| k.unreachable(p, h)) {
+            d.error(&at.key("decode").index(i), no_path(p, h));
+        }
+    }
+    kv_layout(&x.kv, &at.key("kv"), d);
+    match x.prompt_tokens.check() {
+        Err(m) => d.error(&at.key("prompt_tokens"), m),
+        Ok(most) => {
+            let bytes = u128::from(most) * u128::from(x.kv.bytes_per_token());
+            if bytes > u128::from(limits::MAX_TRANSFER_BYTES) {
+                d.error(
+                    &at.key("prompt_tokens"),
+                    format!(
+                        "a prompt of {most} tokens at {} KV bytes per token is {bytes} bytes; expected at most {} (1 TiB) per request",
+                        x.kv.bytes_per_token(),
+                        limits::MAX_TRANSFER_BYTES
+                    ),
+                );
+            }
+        }
+    }
+    if !(x.requests_per_sec.is_finite() && x.requests_per_sec > 0.0) {
+        d.error(
+            &at.key("requests_per_sec"),
+            format!("expected a rate > 0, found {}", limits::Num(x.requests_per_sec)),
+        );
+    } else if limits::check_period_us(x.duration_us, &at.key("duration_us"), d) {
+        let expected = x.requests_per_sec * x.duration_us / 1e6;
+        if expected > limits::MAX_INFERENCE_REQUESTS {
+            d.error(
+                &at.key("requests_per_sec"),
+                format!(
+                    "{} requests/s for {} µs make about {expected:.3e} requests; expected at most {:e} per workload",
+                    limits::Num(x.requests_per_sec),
+                    limits::Num(x.duration_us),
+                    limits::MAX_INFERENCE_REQUESTS
+                ),
+            );
+        } else if expected < 1.0 {
+            d.error(
+                &at.key("requests_per_sec"),
+                format!(
+                    "{} requests/s for {} µs make {expected:.3e} requests on average; expected at least one on average",
+                    limits::Num(x.requests_per_sec),
+                    limits::Num(x.duration_us)
+                ),
+            );
+        }
+    }
+    limits::check_time_us(x.prefill_us_per_token, &at.key("prefill_us_per_token"), d);
+    int_in(
+        x.slice_bytes,
+        1,
+        1 << 30,
+        "bytes per slice",
+        &at.key("slice_bytes"),
+        d,
+    );
+    int_in(x.qps.into(), 1, 128, "QPs per NIC pair", &at.key("qps"), d);
+    if let Some(n) = x.nics_per_transfer {
+        let fewest = x
+            .prefill
+            .iter()
+            .chain(&x.decode)
+            .filter_map(|h| k.fabric.host_by_name(h))
+            .map(|h| k.fabric.hosts[h.index()].nics.len() as u64)
+            .min()
+            .unwrap_or(1);
+        int_in(
+            n.into(),
+            1,
+            fewest.max(1),
+            "NICs per transfer (the fewest NICs of a pool host)",
+            &at.key("nics_per_transfer"),
+            d,
+        );
+    }
+    k.start(x.start_us, &at.key("start_us"), d);
+}
+
+/// The model's KV sizes.
+fn kv_layout(kv: &crate::workload::KvLayout, kat: &KeyPath, d: &mut Diagnostics) {
+    use crate::workload::KvLayout;
+    match *kv {
+        KvLayout::Gqa {
+            layers,
+            kv_heads,
+            head_dim,
+            ..
+        } => {
+            int_in(
+                layers.into(),
+                1,
+                limits::MAX_MOE_LAYERS,
+                "layers",
+                &kat.key("gqa").key("layers"),
+                d,
+            );
+            int_in(
+                kv_heads.into(),
+                1,
+                1024,
+                "KV heads",
+                &kat.key("gqa").key("kv_heads"),
+                d,
+            );
+            int_in(
+                head_dim.into(),
+                1,
+                65_536,
+                "elements per head",
+                &kat.key("gqa").key("head_dim"),
+                d,
+            );
+        }
+        KvLayout::Mla {
+            layers,
+            kv_lora_rank,
+            rope_head_dim,
+            ..
+        } => {
+            int_in(
+                layers.into(),
+                1,
+                limits::MAX_MOE_LAYERS,
+                "layers",
+                &kat.key("mla").key("layers"),
+                d,
+            );
+            int_in(
+                kv_lora_rank.into(),
+                1,
+                65_536,
+                "elements of latent",
+                &kat.key("mla").key("kv_lora_rank"),
+                d,
+            );
+            int_in(
+                rope_head_dim.into(),
+                0,
+                65_536,
+                "elements of RoPE key",
+                &kat.key("mla").key("rope_head_dim"),
+                d,
+            );
+        }
+        KvLayout::BytesPerToken(b) => {
+            int_in(b, 1, 1 << 30, "bytes per token", &kat.key("bytes_per_token"), d);
+        }
+    }
+}
+
+impl crate::workload::TokenDist {
+    /// Checks the distribution is usable; the largest count it can give.
+    pub fn check(&self) -> Result<u64, String> {
+        use crate::workload::TokenDist;
+        let most = limits::MAX_PROMPT_TOKENS;
+        let largest = match self {
+            TokenDist::Fixed(n) => *n,
+            TokenDist::Uniform { max, .. } => *max,
+            TokenDist::Cdf(points) => points.iter().map(|p| p.0).max().unwrap_or(0),
+        };
+        if largest > most {
+            return Err(format!("expected at most {most} tokens, found {largest}"));
+        }
+        match self {
+            TokenDist::Fixed(0) => Err("expected at least 1 token, found 0".to_string()),
+            TokenDist::Uniform { min, max } if *min == 0 || min > max => {
+                Err(format!("expected 1 <= min <= max, found {min} and {max}"))
+            }
+            TokenDist::Cdf(points)
+                if !(!points.is_empty()
+                    && points.windows(2).all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1)
+                    && points.iter().all(|p| p.0 >= 1 && (0.0..=1.0).contains(&p.1))
+                    && points.last().map(|p| p.1) == Some(1.0)) =>
+            {
+                Err("expected a CDF of [tokens, probability] points, increasing in both, ending at probability 1".to_string())
+            }
+            _ => Ok(largest),
+        }
+    }
+
+    /// The same distribution read as sizes, for the sampler the size distributions use.
+    pub fn as_sizes(&self) -> crate::workload::SizeDist {
+        use crate::workload::{SizeDist, TokenDist};
+        match self {
+            TokenDist::Fixed(n) => SizeDist::Fixed(*n),
+            TokenDist::Uniform { min, max } => SizeDist::Uniform {
+                min_bytes: *min,
+                max_bytes: *max,
+            },
+            TokenDist::Cdf(p) => SizeDist::Cdf(p.clone()),
         }
     }
 }
