@@ -171,12 +171,17 @@ impl std::fmt::Display for ParamValue {
     }
 }
 
-/// Algorithms a search may choose (`none` is never a tuning result).
-pub const SEARCHABLE_ALGORITHMS: [CcAlgorithm; 4] = [
+/// Algorithms a search may choose. `none` only when a scenario lists it in
+/// `[tune] algorithms` (never by default): DeepEP advises no congestion control for its
+/// all-to-all traffic on a lossless fabric (docs/reference/llm-inference-traffic.md §1),
+/// and the constraints (lossless drops, pause budget) and guardrails judge what it does to
+/// the other classes.
+pub const SEARCHABLE_ALGORITHMS: [CcAlgorithm; 5] = [
     CcAlgorithm::Dcqcn,
     CcAlgorithm::Timely,
     CcAlgorithm::Hpcc,
     CcAlgorithm::Dctcp,
+    CcAlgorithm::None,
 ];
 
 fn tier_of(name: &str) -> Option<Tier> {

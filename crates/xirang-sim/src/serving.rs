@@ -501,7 +501,7 @@ pub(crate) fn expand_kv(
                         dst: pn[k],
                         bytes: mine * READ_REQUEST_BYTES,
                         start: prefill_end,
-                        qps: Some(x.qps),
+                        qps: x.qps,
                         ..base.clone()
                     });
                     vec![(out.flows.len() - 1) as u32]
@@ -513,7 +513,7 @@ pub(crate) fn expand_kv(
                 bytes: pair_bytes,
                 start: prefill_end,
                 after,
-                qps: Some(x.qps),
+                qps: x.qps,
                 ..base.clone()
             });
         }

@@ -23,6 +23,20 @@ pub struct ClassMetrics {
     pub p999_us: Option<f64>,
     /// p99 FCT slowdown of the class's other flows.
     pub slowdown_p99: Option<f64>,
+    /// Time to first token of the class's KV-transfer workloads (queueing, prefill and
+    /// KV transfer), median and p99 over requests, µs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_p50_us: Option<f64>,
+    /// p99 time to first token, µs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_p99_us: Option<f64>,
+    /// Time per output token of the class's MoE workloads (a decode step: compute and its
+    /// all-to-alls), median over (step, GPU), µs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tpot_p50_us: Option<f64>,
+    /// p99 time per output token, µs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tpot_p99_us: Option<f64>,
 }
 
 /// What one simulation says about a configuration.
@@ -67,6 +81,12 @@ pub const INFEASIBLE: f64 = 1000.0;
 /// p99.9 the tail behind it (MISSION 4.2; our split).
 const P99_WEIGHT: f64 = 0.7;
 const P999_WEIGHT: f64 = 0.3;
+/// Weights of the two percentiles in a serving class's TTFT or TPOT metric: serving SLOs
+/// are set at the median and a tail percentile (DistServe's 90/99 % attainment,
+/// Splitwise's p50/p90/p99; docs/reference/llm-inference-traffic.md §3), the tail weighing
+/// more as for request latency.
+const SERVING_P99_WEIGHT: f64 = 0.7;
+const SERVING_P50_WEIGHT: f64 = 0.3;
 
 /// Which metrics a class has, from the workloads that use it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -77,6 +97,8 @@ pub struct ClassKinds {
     pub inference: bool,
     /// Has plain flows (flows, incast, permutation, all-to-all, HPCC flows).
     pub flows: bool,
+    /// Has a serving workload (MoE all-to-all: TPOT; KV transfer: TTFT).
+    pub serving: bool,
 }
 
 /// Judges configurations of one scenario.
@@ -100,6 +122,7 @@ impl<'a> Evaluator<'a> {
             match w {
                 Workload::Collective(_) => k.collective = true,
                 Workload::Inference(_) => k.inference = true,
+                Workload::Moe(_) | Workload::KvTransfer(_) => k.serving = true,
                 _ => k.flows = true,
             }
         }
@@ -184,6 +207,18 @@ impl<'a> Evaluator<'a> {
             let m = classes.entry(l.class.clone()).or_default();
             m.p99_us = max_opt(m.p99_us, l.p99_us);
             m.p999_us = max_opt(m.p999_us, l.p999_us);
+        }
+        for m in &s.moe {
+            finished &= m.finished;
+            let c = classes.entry(m.class.clone()).or_default();
+            c.tpot_p50_us = max_opt(c.tpot_p50_us, m.step.p50_us);
+            c.tpot_p99_us = max_opt(c.tpot_p99_us, m.step.p99_us);
+        }
+        for k in &s.kv {
+            finished &= k.transferred == k.requests;
+            let c = classes.entry(k.class.clone()).or_default();
+            c.ttft_p50_us = max_opt(c.ttft_p50_us, k.ttft.p50_us);
+            c.ttft_p99_us = max_opt(c.ttft_p99_us, k.ttft.p99_us);
         }
         for c in &s.classes {
             if self.kinds.get(&c.class).is_some_and(|k| k.flows) {
@@ -289,6 +324,22 @@ fn class_ratio(a: &ClassMetrics, b: &ClassMetrics) -> Option<f64> {
     }
     if let Some(r) = ratio(a.slowdown_p99, b.slowdown_p99) {
         parts.push(r);
+    }
+    for (p50, p99) in [
+        (
+            ratio(a.ttft_p50_us, b.ttft_p50_us),
+            ratio(a.ttft_p99_us, b.ttft_p99_us),
+        ),
+        (
+            ratio(a.tpot_p50_us, b.tpot_p50_us),
+            ratio(a.tpot_p99_us, b.tpot_p99_us),
+        ),
+    ] {
+        match (p50, p99) {
+            (Some(m), Some(t)) => parts.push(SERVING_P50_WEIGHT * m + SERVING_P99_WEIGHT * t),
+            (Some(x), None) | (None, Some(x)) => parts.push(x),
+            (None, None) => {}
+        }
     }
     (!parts.is_empty()).then(|| parts.iter().sum::<f64>() / parts.len() as f64)
 }

@@ -207,6 +207,8 @@ fn plot_classes(r: &TuneResult) -> String {
                     .any(|m| m.classes.get(c).and_then(|x| x.collective_us).is_some())
                 {
                     "collective time"
+                } else if r.held_out[0].serving().iter().any(|f| &f.class == c) {
+                    "TTFT/TPOT p50/p99"
                 } else {
                     "latency p99/p99.9"
                 };
@@ -838,6 +840,32 @@ fn html_held_out(s: &mut String, r: &TuneResult) {
                 html_escape(&h.violations.join("; "))
             }
         );
+    }
+    s.push_str("</table>\n");
+    html_serving(s, r);
+}
+
+/// Time to first token and time per output token of every configuration on the held-out
+/// seeds (only for scenarios with serving workloads).
+fn html_serving(s: &mut String, r: &TuneResult) {
+    if r.held_out.iter().all(|h| h.serving().is_empty()) {
+        return;
+    }
+    s.push_str("<h2>Serving on held-out seeds</h2>\n<p>Means over the held-out seeds of each run's median and p99: time to first token (queueing, prefill and KV transfer) and time per output token (a decode step: compute and its MoE all-to-alls), µs.</p>\n<table><tr><th>configuration</th><th>class</th><th>TTFT p50</th><th>TTFT p99</th><th>TPOT p50</th><th>TPOT p99</th></tr>\n");
+    let cell = |x: Option<f64>| x.map_or_else(|| "-".to_string(), |v| format!("{v:.1}"));
+    for h in &r.held_out {
+        for f in h.serving() {
+            let _ = writeln!(
+                s,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                html_escape(&h.name),
+                html_escape(&f.class),
+                cell(f.ttft_p50_us),
+                cell(f.ttft_p99_us),
+                cell(f.tpot_p50_us),
+                cell(f.tpot_p99_us)
+            );
+        }
     }
     s.push_str("</table>\n");
 }

@@ -554,7 +554,8 @@ mod tests {
                 "dcqcn".into(),
                 "timely".into(),
                 "hpcc".into(),
-                "dctcp".into()
+                "dctcp".into(),
+                "none".into()
             ])
         );
         // Every offered parameter names a real setting of the configuration.

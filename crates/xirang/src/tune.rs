@@ -400,7 +400,38 @@ fn held_out(r: &TuneResult) -> String {
     if let Some(why) = &r.search_stopped {
         s.push_str(&format!("{why}\n"));
     }
+    s.push_str(&serving(r));
     s
+}
+
+/// Time to first token and time per output token per configuration and class, means over
+/// the held-out seeds (empty without serving workloads).
+fn serving(r: &TuneResult) -> String {
+    if r.held_out.iter().all(|h| h.serving().is_empty()) {
+        return String::new();
+    }
+    let mut t = table(&[
+        "configuration",
+        "class",
+        "TTFT p50 us",
+        "TTFT p99 us",
+        "TPOT p50 us",
+        "TPOT p99 us",
+    ]);
+    let cell = |x: Option<f64>| x.map_or_else(|| "-".to_string(), |v| format!("{v:.1}"));
+    for h in &r.held_out {
+        for f in h.serving() {
+            t.add_row(vec![
+                h.name.clone(),
+                f.class,
+                cell(f.ttft_p50_us),
+                cell(f.ttft_p99_us),
+                cell(f.tpot_p50_us),
+                cell(f.tpot_p99_us),
+            ]);
+        }
+    }
+    format!("serving on the held-out seeds (means of each run's p50 and p99):\n{t}\n")
 }
 
 /// The verdict in a sentence: the gain recommended, or why the vendor default stands.

@@ -730,7 +730,9 @@ fn kv_transfer(k: &Check<'_>, x: &crate::workload::KvTransferSpec, at: &KeyPath,
         &at.key("slice_bytes"),
         d,
     );
-    int_in(x.qps.into(), 1, 128, "QPs per NIC pair", &at.key("qps"), d);
+    if let Some(q) = x.qps {
+        int_in(q.into(), 1, 128, "QPs per NIC pair", &at.key("qps"), d);
+    }
     if let Some(n) = x.nics_per_transfer {
         let fewest = x
             .prefill

@@ -319,9 +319,10 @@ pub struct KvTransferSpec {
     /// NICs each transfer spreads its slices over (default: every NIC the two hosts pair).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nics_per_transfer: Option<u32>,
-    /// QPs per NIC pair (Mooncake: 2 per endpoint).
-    #[serde(default = "kv_qps")]
-    pub qps: u32,
+    /// QPs per NIC pair (default: the fabric's `transport.qps_per_connection`, which a
+    /// tune can move; Mooncake's transfer engine opens 2, [`MOONCAKE_QPS_PER_ENDPOINT`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qps: Option<u32>,
     /// Push (write) or pull (read).
     #[serde(default)]
     pub mode: KvMode,
@@ -340,10 +341,6 @@ pub const MOONCAKE_QPS_PER_ENDPOINT: u32 = 2;
 
 fn kv_slice() -> u64 {
     MOONCAKE_SLICE_BYTES
-}
-
-fn kv_qps() -> u32 {
-    MOONCAKE_QPS_PER_ENDPOINT
 }
 
 fn one() -> u32 {

@@ -40,7 +40,49 @@ pub struct HeldOut {
     pub metrics: Vec<RunMetrics>,
 }
 
+/// One configuration's serving metrics for one class: TTFT and TPOT (median and p99),
+/// each the mean over the held-out seeds, µs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServingFigures {
+    /// The traffic class.
+    pub class: String,
+    /// TTFT p50.
+    pub ttft_p50_us: Option<f64>,
+    /// TTFT p99.
+    pub ttft_p99_us: Option<f64>,
+    /// TPOT p50.
+    pub tpot_p50_us: Option<f64>,
+    /// TPOT p99.
+    pub tpot_p99_us: Option<f64>,
+}
+
 impl HeldOut {
+    /// The serving metrics of every class that has them (empty without serving workloads).
+    pub fn serving(&self) -> Vec<ServingFigures> {
+        let mut names: Vec<&String> = self.metrics.iter().flat_map(|m| m.classes.keys()).collect();
+        names.sort();
+        names.dedup();
+        let mean = |class: &str, f: fn(&crate::eval::ClassMetrics) -> Option<f64>| {
+            let v: Vec<f64> = self
+                .metrics
+                .iter()
+                .filter_map(|m| m.classes.get(class).and_then(f))
+                .collect();
+            (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+        };
+        names
+            .into_iter()
+            .map(|c| ServingFigures {
+                class: c.clone(),
+                ttft_p50_us: mean(c, |m| m.ttft_p50_us),
+                ttft_p99_us: mean(c, |m| m.ttft_p99_us),
+                tpot_p50_us: mean(c, |m| m.tpot_p50_us),
+                tpot_p99_us: mean(c, |m| m.tpot_p99_us),
+            })
+            .filter(|f| f.ttft_p50_us.is_some() || f.tpot_p50_us.is_some())
+            .collect()
+    }
+
     /// Mean objective.
     pub fn mean(&self) -> f64 {
         self.objectives.iter().sum::<f64>() / self.objectives.len().max(1) as f64
