@@ -26,6 +26,7 @@ use crate::units::Count;
 use crate::workload::{SizeDist, Workload};
 
 mod faults;
+mod models;
 mod overrides;
 mod settings;
 mod stream;
@@ -478,10 +479,21 @@ impl Scenario {
         if let Some(s) = stream::parse_in_pieces(text) {
             return Ok(s);
         }
-        crate::diag::parse_toml(text).map_err(|d| ScenarioError::Invalid {
+        let invalid = |d| ScenarioError::Invalid {
             file: file.to_path_buf(),
             diagnostics: vec![d],
-        })
+        };
+        match models::merge(text, file).map_err(invalid)? {
+            None => crate::diag::parse_toml(text).map_err(invalid),
+            // A mistake is reported at its key, on its line of the scenario when it is
+            // the scenario's own (a model's key has no line there).
+            Some(merged) => crate::diag::parse_toml(&merged).map_err(|d| {
+                invalid(Diagnostic {
+                    line: d.path.line_in(text),
+                    ..d
+                })
+            }),
+        }
     }
 
     /// Serializes to TOML.

@@ -286,9 +286,12 @@ pub struct Summary {
     pub collectives: Vec<CollectiveResult>,
     /// Per inference workload.
     pub latency: Vec<LatencySummary>,
-    /// MoE workloads (dispatch, combine, time per output token).
+    /// MoE workloads (dispatch, combine, time per output token); left out when there are
+    /// none, so a run without them writes what it wrote before they existed.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub moe: Vec<crate::serving::MoeResult>,
-    /// KV-transfer workloads (transfer time, time to first token).
+    /// KV-transfer workloads (transfer time, time to first token); left out when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub kv: Vec<crate::serving::KvResult>,
     /// PFC frames sent (XOFF and XON), all ports.
     pub pfc_frames: u64,

@@ -202,8 +202,9 @@ fn the_matcher_takes_what_the_guide_readme_says() {
 }
 
 /// Every page of the guide has its test below.
-const PAGES: [&str; 9] = [
+const PAGES: [&str; 10] = [
     "simulate.md",
+    "serving.md",
     "tune.md",
     "collectives.md",
     "hosts-and-audit.md",
@@ -376,4 +377,9 @@ fn every_series_read_is_documented_with_its_origin() {
         missing.is_empty(),
         "docs/formats/series.md does not name: {missing:#?}"
     );
+}
+
+#[test]
+fn guide_serving() {
+    check_page("serving.md");
 }
