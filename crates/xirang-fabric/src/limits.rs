@@ -323,6 +323,15 @@ pub const MAX_HIDDEN: u64 = 1 << 20;
 /// Layers of a model (DeepSeek-V3: 61; Llama-3-405B: 126).
 pub const MAX_MOE_LAYERS: u64 = 1024;
 
+/// Key/value heads of an attention layer (Llama-3-70B: 8; MHA models have up to 128).
+pub const MAX_KV_HEADS: u64 = 1024;
+
+/// Elements of an attention head or latent vector (128 and 512 in today's models).
+pub const MAX_HEAD_DIM: u64 = 65_536;
+
+/// KV bytes of one token over every layer, given directly (Llama-3-70B: 327,680).
+pub const MAX_KV_BYTES_PER_TOKEN: u64 = 1 << 30;
+
 /// The steepest Zipf law of expert popularity (at 10 one expert takes ~all tokens).
 pub const MAX_ZIPF_EXPONENT: f64 = 10.0;
 

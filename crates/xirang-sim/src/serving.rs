@@ -19,8 +19,12 @@
 //! (DeepEP posts them back to back on that QP): a low-latency flow is every token a rank
 //! sends to one expert, on the QP of that expert. Packets are cut from the flow's bytes,
 //! not message by message: a 7,408-byte message is 2 packets at a 4,096-byte MTU and 1.81
-//! here, a difference of headers only. Transfers between GPUs of one host use NVLink at the
-//! configured rate and latency, without contention between them.
+//! here, a difference of headers only. Transfers between GPUs of one host use NVLink at
+//! the configured rate times NCCL's efficiency, a GPU's concurrent copies sharing its
+//! NVLink (`Nvlink`); the receiving GPU's NVLink is not a second bottleneck.
+//!
+//! Normal mode couples every pair of the group's hosts (a GPU's hand-offs are its peer's
+//! dependencies on another host), so a parallel run keeps the group in one partition.
 
 use xirang_fabric::config::FabricConfig;
 use xirang_fabric::model::{Fabric, HostId, NicId};
@@ -121,6 +125,8 @@ pub struct MoeRun {
     pub layer_compute: Ps,
     /// Compute before each combine.
     pub expert_compute: Ps,
+    /// The dispatch and combine kernels' own GPU time, per layer.
+    pub kernels: Ps,
     /// When the first step starts.
     pub start: Ps,
     /// Markers, `[(step * layers + layer) * ranks + rank]`: (the rank has every dispatch
@@ -327,6 +333,13 @@ pub(crate) fn expand_moe(
     rng: &mut Stream,
     out: &mut Expanded,
 ) -> Result<MoeRun, String> {
+    // A group left to its default is every host; those without a NIC take no part.
+    let hosts: Vec<HostId> = hosts
+        .iter()
+        .copied()
+        .filter(|h| !fabric.hosts[h.index()].nics.is_empty())
+        .collect();
+    let hosts = &hosts[..];
     let ranks = Ranks::of(fabric, hosts);
     let n = ranks.len();
     let nh = hosts.len();
@@ -379,6 +392,7 @@ pub(crate) fn expand_moe(
         steps: x.steps,
         layer_compute: lc,
         expert_compute: ec,
+        kernels: kd + kc,
         start,
         marks: Vec::new(),
         first_flow,
@@ -463,6 +477,8 @@ pub(crate) fn expand_kv(
     let mut free_at: Vec<Ps> = vec![0; prefill.len()];
     let mut t = x.start_us + rng.exponential(mean_gap_us);
     let mut next_prefill = 0usize;
+    let mut made = 0usize;
+    out.kv_workloads.push((widx, base.class.clone()));
     while t < end {
         let p = next_prefill;
         next_prefill = (next_prefill + 1) % prefill.len();
@@ -471,7 +487,9 @@ pub(crate) fn expand_kv(
         let bytes = tokens * per_token;
         let arrival = us(t);
         let prefill_start = arrival.max(free_at[p]);
-        let prefill_end = prefill_start + us(x.prefill_us_per_token * tokens as f64);
+        // Validation bounds one prefill to an hour; a long queue of them saturates
+        // instead of wrapping.
+        let prefill_end = prefill_start.saturating_add(us(x.prefill_us_per_token * tokens as f64));
         free_at[p] = prefill_end;
         let (pn, dn) = (
             &fabric.hosts[prefill[p].index()].nics,
@@ -483,7 +501,14 @@ pub(crate) fn expand_kv(
             .clamp(1, pn.len().min(dn.len()).max(1));
         let slices = bytes.div_ceil(x.slice_bytes);
         let first = out.flows.len() as u32;
+        // Requests take turns on the NIC pairs when they use fewer than there are (the
+        // engine picks a NIC per request, Mooncake's `rdma_transport.cpp`); slices then go
+        // round robin over the request's pairs.
+        let nics = pn.len().min(dn.len()).max(1);
+        let turn = made % nics;
+        made += 1;
         for k in 0..pairs {
+            let nic = (turn + k) % nics;
             // Slices k, k + pairs, ...: whole slices, the last one short.
             let mine = slices / pairs as u64 + u64::from((k as u64) < slices % pairs as u64);
             if mine == 0 {
@@ -497,8 +522,8 @@ pub(crate) fn expand_kv(
                 KvMode::Push => Vec::new(),
                 KvMode::Pull => {
                     out.flows.push(FlowDef {
-                        src: dn[k],
-                        dst: pn[k],
+                        src: dn[nic],
+                        dst: pn[nic],
                         bytes: mine * READ_REQUEST_BYTES,
                         start: prefill_end,
                         qps: x.qps,
@@ -508,8 +533,8 @@ pub(crate) fn expand_kv(
                 }
             };
             out.flows.push(FlowDef {
-                src: pn[k],
-                dst: dn[k],
+                src: pn[nic],
+                dst: dn[nic],
                 bytes: pair_bytes,
                 start: prefill_end,
                 after,
@@ -535,6 +560,8 @@ pub(crate) fn expand_kv(
 pub struct Spread {
     /// How many times.
     pub n: usize,
+    /// The smallest.
+    pub min_us: Option<f64>,
     /// Their mean.
     pub mean_us: Option<f64>,
     /// Their median.
@@ -552,6 +579,7 @@ impl Spread {
         let to_us = |t: Ps| t as f64 / crate::time::PS_PER_US as f64;
         Spread {
             n: times.len(),
+            min_us: times.first().copied().map(to_us),
             mean_us: (!times.is_empty())
                 .then(|| times.iter().map(|&t| to_us(t)).sum::<f64>() / times.len() as f64),
             p50_us: crate::output::percentile(&times, 50.0).map(to_us),
@@ -587,8 +615,9 @@ pub struct MoeResult {
     pub combine: Spread,
     /// Per (step, rank): the time per output token, compute included.
     pub step: Spread,
-    /// Per (step, rank): the step less its compute (`layers` x (layer + expert compute)):
-    /// what the fabric adds to the time per output token.
+    /// Per (step, rank): the step less the GPUs' time on its critical path (`layers` x
+    /// (layer compute + expert compute + the two kernels' own time)): what the fabric
+    /// adds to the time per output token.
     pub step_network: Spread,
     /// (token, expert) pairs routed over the run.
     pub token_experts: u64,
@@ -698,8 +727,9 @@ pub(crate) fn moe_results<Q: crate::queue::Queue>(ex: &Expanded, sim: &crate::Si
                     if let (Some(a), Some(b)) = (step_start, prev_c) {
                         let t = b - a;
                         step.push(t);
-                        let compute = u64::from(run.layers) * (run.layer_compute + run.expert_compute);
-                        step_net.push(t.saturating_sub(compute));
+                        let gpu =
+                            u64::from(run.layers) * (run.layer_compute + run.expert_compute + run.kernels);
+                        step_net.push(t.saturating_sub(gpu));
                     }
                 }
             }
@@ -757,11 +787,10 @@ pub(crate) fn moe_results<Q: crate::queue::Queue>(ex: &Expanded, sim: &crate::Si
 
 /// Every KV-transfer workload's result from a finished run.
 pub(crate) fn kv_results<Q: crate::queue::Queue>(ex: &Expanded, sim: &crate::Sim<Q>) -> Vec<KvResult> {
-    let mut names: Vec<u16> = ex.kv.iter().map(|r| r.workload).collect();
-    names.dedup();
-    names
-        .into_iter()
-        .map(|w| {
+    ex.kv_workloads
+        .iter()
+        .map(|(w, class)| {
+            let w = *w;
             let reqs: Vec<&KvRequest> = ex.kv.iter().filter(|r| r.workload == w).collect();
             let (mut transfer, mut queueing, mut ttft, mut gbs) = (vec![], vec![], vec![], vec![]);
             let (mut first_start, mut last_end, mut moved) = (Ps::MAX, 0, 0u64);
@@ -783,10 +812,9 @@ pub(crate) fn kv_results<Q: crate::queue::Queue>(ex: &Expanded, sim: &crate::Sim
             for r in &reqs {
                 queueing.push(r.queueing);
             }
-            let first = reqs.first().expect("grouped from requests");
             KvResult {
                 workload: ex.workloads[w as usize].clone(),
-                class: ex.flows[first.flows.0 as usize].class.clone(),
+                class: class.clone(),
                 requests: reqs.len(),
                 transferred: transfer.len(),
                 bytes: reqs.iter().map(|r| r.bytes).sum(),
@@ -942,6 +970,9 @@ fn normal_dispatch(c: &mut Phase<'_>) {
             ..c.flow(f, f, 0, gate)
         };
         *b = c.push(MoePart::Marker, step);
+        // A rank's dispatch ends when its own NVLink sends do, too (it may receive
+        // nothing, or only from itself).
+        c.into[f].push(*b);
     }
     let mut group = Vec::new();
     for s in 0..n {
@@ -1053,6 +1084,15 @@ fn normal_combine(c: &mut Phase<'_>) {
     }
     for g in &by_sender {
         c.link.share(c.out, g);
+    }
+    // A rank's combine starts after its own experts are done, whatever it gets back.
+    for r in 0..n {
+        let own = FlowDef {
+            local: Some(0),
+            ..c.flow(r, r, 0, ready(r))
+        };
+        let fi = c.push(MoePart::Marker, own);
+        c.into[r].push(fi);
     }
 }
 

@@ -245,6 +245,9 @@ pub struct Expanded {
     pub moe: Vec<crate::serving::MoeRun>,
     /// KV-transfer requests (`serving::expand_kv`).
     pub kv: Vec<crate::serving::KvRequest>,
+    /// Every KV-transfer workload with its class, requests or none (a Poisson draw can
+    /// make none: the workload still has its result, marked as transferring nothing).
+    pub kv_workloads: Vec<(u16, String)>,
 }
 
 /// One transfer between two NICs, as [`Expanded::for_each_nic_transfer`] yields it.

@@ -225,6 +225,21 @@ fn kv_bytes_follow_the_model_and_ttft_adds_its_parts() {
         let k = &res.kv[0];
         assert_eq!(k.transferred, ex.kv.len());
         assert_eq!(k.bytes, ex.kv.iter().map(|r| r.bytes).sum::<u64>());
+        // The queue, computed again from the arrivals: one prefill host here, first come
+        // first served, 0.05 µs per token.
+        let mut free = 0.0f64;
+        let mut waits = Vec::new();
+        for r in &ex.kv {
+            let arrival = r.arrival as f64 / 1e6;
+            let start = arrival.max(free);
+            waits.push(start - arrival);
+            free = start + r.tokens as f64 * 0.05;
+        }
+        let mean_wait = waits.iter().sum::<f64>() / waits.len() as f64;
+        assert!(
+            (k.queueing.mean_us.unwrap() - mean_wait).abs() < 1e-3,
+            "{mode}: queueing {k:?} vs {mean_wait}"
+        );
         // TTFT = queueing + prefill + transfer, request by request, so in the mean.
         let prefill_us: f64 = ex.kv.iter().map(|r| r.tokens as f64 * 0.05).sum::<f64>() / ex.kv.len() as f64;
         let sum = k.queueing.mean_us.unwrap() + prefill_us + k.transfer.mean_us.unwrap();
@@ -236,6 +251,18 @@ fn kv_bytes_follow_the_model_and_ttft_adds_its_parts() {
     }
 }
 
+/// A normal-mode group on two of the hosts, node-limited to one host per token.
+const NORMAL_EP: &str = r#"
+[workloads.prefill_ep.moe]
+mode = "normal"
+hosts = ["h1", "h2"]
+tokens_per_gpu = 24
+hidden = 7168
+top_k = 4
+max_hosts_per_token = 1
+layers = 2
+"#;
+
 /// The same scenario and seed give the same results, on one thread or several.
 #[test]
 fn serving_results_are_deterministic_and_thread_count_independent() {
@@ -243,7 +270,7 @@ fn serving_results_are_deterministic_and_thread_count_independent() {
         3,
         4,
         &format!(
-            "{}\n{}",
+            "{}\n{}\n{NORMAL_EP}",
             moe(
                 "low_latency",
                 "layers = 2\nrouting = { zipf = { exponent = 1.2 } }"
@@ -321,4 +348,23 @@ fn mooncake_4x200_within_15_percent() {
     let k = &r.kv[0];
     assert_eq!(k.transferred, k.requests);
     within("4x200 GB/s", k.throughput_gbs.unwrap(), 87.0, 0.15);
+}
+
+/// Normal mode with almost nothing to send: a rank that routes no token to itself still
+/// runs its phases in order (its dispatch ends after its own sends, its combine starts
+/// after its own experts), so no phase of any rank takes no time.
+#[test]
+fn normal_mode_phases_keep_their_order_with_few_tokens() {
+    let spec = moe(
+        "normal",
+        "layers = 3\nlayer_compute_us = 5\nexpert_compute_us = 7",
+    )
+    .replace("tokens_per_gpu = 16", "tokens_per_gpu = 1")
+    .replace("top_k = 8", "top_k = 1");
+    let r = run_and_check(&load(&fabric(2, 4, &spec)));
+    let m = &r.moe[0];
+    assert!(m.finished);
+    assert_eq!(m.dispatch.n, 8 * 3);
+    assert!(m.dispatch.min_us.unwrap() > 0.0, "{m:?}");
+    assert!(m.combine.min_us.unwrap() > 0.0, "{m:?}");
 }

@@ -97,8 +97,10 @@ pub struct ClassKinds {
     pub inference: bool,
     /// Has plain flows (flows, incast, permutation, all-to-all, HPCC flows).
     pub flows: bool,
-    /// Has a serving workload (MoE all-to-all: TPOT; KV transfer: TTFT).
-    pub serving: bool,
+    /// Has a MoE all-to-all workload (its metric: time per output token).
+    pub moe: bool,
+    /// Has a KV-transfer workload (its metric: time to first token).
+    pub kv: bool,
 }
 
 /// Judges configurations of one scenario.
@@ -122,7 +124,8 @@ impl<'a> Evaluator<'a> {
             match w {
                 Workload::Collective(_) => k.collective = true,
                 Workload::Inference(_) => k.inference = true,
-                Workload::Moe(_) | Workload::KvTransfer(_) => k.serving = true,
+                Workload::Moe(_) => k.moe = true,
+                Workload::KvTransfer(_) => k.kv = true,
                 _ => k.flows = true,
             }
         }

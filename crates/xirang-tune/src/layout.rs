@@ -66,6 +66,10 @@ pub enum Metric {
     P99Us,
     /// p99 flow slowdown.
     SlowdownP99,
+    /// Time per output token p99 (MoE decode).
+    TpotP99Us,
+    /// Time to first token p99 (KV transfers).
+    TtftP99Us,
 }
 
 impl Metric {
@@ -75,6 +79,8 @@ impl Metric {
             Metric::CollectiveUs => "collective time, µs",
             Metric::P99Us => "request p99, µs",
             Metric::SlowdownP99 => "flow slowdown p99",
+            Metric::TpotP99Us => "time per output token p99, µs",
+            Metric::TtftP99Us => "time to first token p99, µs",
         }
     }
 
@@ -83,6 +89,8 @@ impl Metric {
             Metric::CollectiveUs => m.collective_us,
             Metric::P99Us => m.p99_us,
             Metric::SlowdownP99 => m.slowdown_p99,
+            Metric::TpotP99Us => m.tpot_p99_us,
+            Metric::TtftP99Us => m.ttft_p99_us,
         }
     }
 }
@@ -275,6 +283,10 @@ pub fn compare(
             Metric::CollectiveUs
         } else if k.inference {
             Metric::P99Us
+        } else if k.moe {
+            Metric::TpotP99Us
+        } else if k.kv {
+            Metric::TtftP99Us
         } else {
             Metric::SlowdownP99
         };

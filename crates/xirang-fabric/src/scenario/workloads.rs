@@ -481,6 +481,11 @@ fn host_list(k: &Check<'_>, hosts: &[String], at: &KeyPath, d: &mut Diagnostics)
 /// GPUs a host contributes as ranks (a host without GPUs is one rank on its first NIC, as
 /// in collectives).
 fn ranks_of(fabric: &Fabric, hosts: &[String]) -> u64 {
+    gpus_per_host(fabric, hosts).iter().sum()
+}
+
+/// The ranks each host of a group contributes: the named hosts, or every host with a NIC.
+fn gpus_per_host(fabric: &Fabric, hosts: &[String]) -> Vec<u64> {
     let count = |h: &crate::model::Host| h.gpus.len().max(1) as u64;
     if hosts.is_empty() {
         fabric
@@ -488,13 +493,13 @@ fn ranks_of(fabric: &Fabric, hosts: &[String]) -> u64 {
             .iter()
             .filter(|h| !h.nics.is_empty())
             .map(count)
-            .sum()
+            .collect()
     } else {
         hosts
             .iter()
             .filter_map(|n| fabric.host_by_name(n))
             .map(|h| count(&fabric.hosts[h.index()]))
-            .sum()
+            .collect()
     }
 }
 
@@ -537,19 +542,15 @@ fn moe(k: &Check<'_>, x: &crate::workload::MoeSpec, at: &KeyPath, d: &mut Diagno
     );
     let experts = ranks * u64::from(x.experts_per_gpu);
     // A token's experts are distinct: at most every expert of the group, and under
-    // node-limited routing at most the experts of its hosts.
-    let per_host_experts = |hosts: u64| {
-        let most = k
-            .fabric
-            .hosts
-            .iter()
-            .map(|h| h.gpus.len().max(1) as u64)
-            .max()
-            .unwrap_or(1);
-        hosts * most * u64::from(x.experts_per_gpu)
-    };
+    // node-limited routing at most the experts of the hosts it is routed to, which may be
+    // the group's smallest.
     let reachable = match x.max_hosts_per_token {
-        Some(m) => experts.min(per_host_experts(m.into())),
+        Some(m) => {
+            let mut gpus = gpus_per_host(k.fabric, &x.hosts);
+            gpus.sort_unstable();
+            let smallest: u64 = gpus.iter().take(m as usize).sum();
+            experts.min(smallest * u64::from(x.experts_per_gpu))
+        }
         None => experts,
     };
     if int_in(x.top_k.into(), 1, 64, "experts per token", &at.key("top_k"), d)
@@ -618,8 +619,13 @@ fn moe(k: &Check<'_>, x: &crate::workload::MoeSpec, at: &KeyPath, d: &mut Diagno
         }
     }
     k.start(x.start_us, &at.key("start_us"), d);
-    // Every flow is made before the run starts: (sender, expert) pairs per phase.
-    let pairs = ranks.saturating_mul(experts.min(u64::from(x.tokens_per_gpu) * u64::from(x.top_k)));
+    // Every flow is made before the run starts. Low latency: one per (GPU, expert) pair
+    // and phase, a count or flag where no token goes; normal: at most one per (GPU, GPU)
+    // pair and phase, a forward and its RDMA record included.
+    let pairs = match x.mode {
+        crate::workload::MoeMode::LowLatency => ranks.saturating_mul(experts),
+        crate::workload::MoeMode::Normal => ranks.saturating_mul(ranks).saturating_mul(2),
+    };
     let flows = pairs
         .saturating_mul(2)
         .saturating_mul(u64::from(x.layers))
@@ -628,7 +634,7 @@ fn moe(k: &Check<'_>, x: &crate::workload::MoeSpec, at: &KeyPath, d: &mut Diagno
         d.error(
             &at.key("layers"),
             format!(
-                "{ranks} GPUs x {} layers x {} steps make up to {flows} messages between (GPU, expert) pairs; expected at most {} per workload (fewer layers or steps: every layer of a step is alike)",
+                "{ranks} GPUs x {} layers x {} steps make up to {flows} message flows; expected at most {} per workload (fewer layers or steps: every layer of a step is alike)",
                 x.layers,
                 x.steps,
                 limits::MAX_GENERATED_FLOWS
@@ -680,6 +686,18 @@ fn kv_transfer(k: &Check<'_>, x: &crate::workload::KvTransferSpec, at: &KeyPath,
     match x.prompt_tokens.check() {
         Err(m) => d.error(&at.key("prompt_tokens"), m),
         Ok(most) => {
+            // Prefill times add up in a host's queue: one request's must leave room.
+            let prefill_us = most as f64 * x.prefill_us_per_token;
+            if prefill_us > limits::MAX_SIM_TIME_US {
+                d.error(
+                    &at.key("prefill_us_per_token"),
+                    format!(
+                        "a prompt of {most} tokens at {} us per token takes {prefill_us:.3e} us to prefill; expected at most {:e} us (an hour)",
+                        limits::Num(x.prefill_us_per_token),
+                        limits::MAX_SIM_TIME_US
+                    ),
+                );
+            }
             let bytes = u128::from(most) * u128::from(x.kv.bytes_per_token());
             if bytes > u128::from(limits::MAX_TRANSFER_BYTES) {
                 d.error(
@@ -757,72 +775,59 @@ fn kv_transfer(k: &Check<'_>, x: &crate::workload::KvTransferSpec, at: &KeyPath,
 /// The model's KV sizes.
 fn kv_layout(kv: &crate::workload::KvLayout, kat: &KeyPath, d: &mut Diagnostics) {
     use crate::workload::KvLayout;
-    match *kv {
+    let (table, checks): (&str, Vec<(&str, u32, u64, u64, &str)>) = match *kv {
         KvLayout::Gqa {
             layers,
             kv_heads,
             head_dim,
             ..
-        } => {
-            int_in(
-                layers.into(),
-                1,
-                limits::MAX_MOE_LAYERS,
-                "layers",
-                &kat.key("gqa").key("layers"),
-                d,
-            );
-            int_in(
-                kv_heads.into(),
-                1,
-                1024,
-                "KV heads",
-                &kat.key("gqa").key("kv_heads"),
-                d,
-            );
-            int_in(
-                head_dim.into(),
-                1,
-                65_536,
-                "elements per head",
-                &kat.key("gqa").key("head_dim"),
-                d,
-            );
-        }
+        } => (
+            "gqa",
+            vec![
+                ("layers", layers, 1, limits::MAX_MOE_LAYERS, "layers"),
+                ("kv_heads", kv_heads, 1, limits::MAX_KV_HEADS, "KV heads"),
+                ("head_dim", head_dim, 1, limits::MAX_HEAD_DIM, "elements per head"),
+            ],
+        ),
         KvLayout::Mla {
             layers,
             kv_lora_rank,
             rope_head_dim,
             ..
-        } => {
-            int_in(
-                layers.into(),
-                1,
-                limits::MAX_MOE_LAYERS,
-                "layers",
-                &kat.key("mla").key("layers"),
-                d,
-            );
-            int_in(
-                kv_lora_rank.into(),
-                1,
-                65_536,
-                "elements of latent",
-                &kat.key("mla").key("kv_lora_rank"),
-                d,
-            );
-            int_in(
-                rope_head_dim.into(),
-                0,
-                65_536,
-                "elements of RoPE key",
-                &kat.key("mla").key("rope_head_dim"),
-                d,
-            );
-        }
+        } => (
+            "mla",
+            vec![
+                ("layers", layers, 1, limits::MAX_MOE_LAYERS, "layers"),
+                (
+                    "kv_lora_rank",
+                    kv_lora_rank,
+                    1,
+                    limits::MAX_HEAD_DIM,
+                    "elements of latent",
+                ),
+                (
+                    "rope_head_dim",
+                    rope_head_dim,
+                    0,
+                    limits::MAX_HEAD_DIM,
+                    "elements of RoPE key",
+                ),
+            ],
+        ),
         KvLayout::BytesPerToken(b) => {
-            int_in(b, 1, 1 << 30, "bytes per token", &kat.key("bytes_per_token"), d);
+            int_in(
+                b,
+                1,
+                limits::MAX_KV_BYTES_PER_TOKEN,
+                "bytes per token",
+                &kat.key("bytes_per_token"),
+                d,
+            );
+            return;
         }
+    };
+    for (key, v, lo, hi, what) in checks {
+        int_in(v.into(), lo, hi, what, &kat.key(table).key(key), d);
     }
 }
 
