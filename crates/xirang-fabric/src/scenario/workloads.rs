@@ -775,7 +775,9 @@ fn kv_transfer(k: &Check<'_>, x: &crate::workload::KvTransferSpec, at: &KeyPath,
 /// The model's KV sizes.
 fn kv_layout(kv: &crate::workload::KvLayout, kat: &KeyPath, d: &mut Diagnostics) {
     use crate::workload::KvLayout;
-    let (table, checks): (&str, Vec<(&str, u32, u64, u64, &str)>) = match *kv {
+    // (key, value, smallest, largest, what it counts)
+    type KeyCheck<'a> = (&'a str, u32, u64, u64, &'a str);
+    let (table, checks): (&str, Vec<KeyCheck<'_>>) = match *kv {
         KvLayout::Gqa {
             layers,
             kv_heads,
