@@ -655,6 +655,35 @@ pub(crate) enum PlanCmd {
     /// Inference batching: the batch size and window that serve the most requests within a
     /// p99 SLO, comparing per-request, batched and sharded tensor-parallel collectives.
     Batching(BatchingArgs),
+    /// LLM serving on the twin: for each decode batch size, the time per output token and
+    /// time to first token of a serving scenario (`moe` and `kv_transfer` workloads),
+    /// against SLOs, under the scenario's settings and, with `--settings`, another's.
+    Serving(ServingArgs),
+}
+
+/// `xirang plan serving`.
+#[derive(Debug, Args)]
+pub(crate) struct ServingArgs {
+    /// Serving scenario (scenarios/serving-moe.toml).
+    pub(crate) scenario: PathBuf,
+    /// Decode batch sizes to try: tokens per GPU of every `moe` workload (each 1 to 65,536).
+    #[arg(long, value_delimiter = ',', default_value = "16,32,64,128,256", value_parser = count::<1, 65_536>)]
+    pub(crate) batches: Vec<usize>,
+    /// SLO on the p99 time per output token (`50ms`, `800us`; absent: none).
+    #[arg(long, value_parser = parse_duration_us)]
+    pub(crate) tpot_p99: Option<f64>,
+    /// SLO on the p99 time to first token (`2s`, `500ms`; absent: none).
+    #[arg(long, value_parser = parse_duration_us)]
+    pub(crate) ttft_p99: Option<f64>,
+    /// A second scenario whose `[config]` is tried too (a tune's recommendation.toml).
+    #[arg(long)]
+    pub(crate) settings: Option<PathBuf>,
+    /// Run seed (default: the scenario's).
+    #[arg(long)]
+    pub(crate) seed: Option<u64>,
+    /// Print JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 /// `xirang plan batching`.

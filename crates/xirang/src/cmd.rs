@@ -25,6 +25,7 @@ pub(crate) fn run(cli: Cli) -> Result<Outcome> {
         Command::Nccl(NcclCmd::Sweep(a)) => crate::nccl::sweep(&a),
         Command::Plan(PlanCmd::Overlap(a)) => crate::plan::overlap(&a),
         Command::Plan(PlanCmd::Batching(a)) => crate::plan::batching(&a),
+        Command::Plan(PlanCmd::Serving(a)) => crate::serving::plan(&a),
         Command::Tune(a) => crate::tune::run(&a),
         Command::Calibrate(a) => crate::calibrate::run(&a),
         Command::Host(HostCmd::Show(a)) => crate::host::show(&a),

@@ -17,6 +17,7 @@ mod mpi;
 mod nccl;
 mod plan;
 mod rollout;
+mod serving;
 mod sim;
 mod tune;
 
