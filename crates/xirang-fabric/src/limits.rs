@@ -332,6 +332,12 @@ pub const MAX_HEAD_DIM: u64 = 65_536;
 /// KV bytes of one token over every layer, given directly (Llama-3-70B: 327,680).
 pub const MAX_KV_BYTES_PER_TOKEN: u64 = 1 << 30;
 
+/// Experts a token is routed to (DeepSeek-V3: 8; 64 is far beyond published routers).
+pub const MAX_TOP_K: u64 = 64;
+
+/// QPs per NIC pair of a KV transfer: the bound `transport.qps_per_connection` has.
+pub const MAX_KV_QPS: u64 = 128;
+
 /// The steepest Zipf law of expert popularity (at 10 one expert takes ~all tokens).
 pub const MAX_ZIPF_EXPONENT: f64 = 10.0;
 

@@ -516,30 +516,31 @@ fn moe(k: &Check<'_>, x: &crate::workload::MoeSpec, at: &KeyPath, d: &mut Diagno
     if x.mode == crate::workload::MoeMode::Normal {
         same_gpu_counts(k, &x.hosts, &at.key("hosts"), d);
     }
-    int_in(
-        x.experts_per_gpu.into(),
-        1,
-        limits::MAX_EXPERTS_PER_GPU,
-        "experts per GPU",
-        &at.key("experts_per_gpu"),
-        d,
-    );
-    int_in(
-        x.tokens_per_gpu.into(),
-        1,
-        limits::MAX_MOE_TOKENS,
-        "tokens per GPU",
-        &at.key("tokens_per_gpu"),
-        d,
-    );
-    int_in(
-        x.hidden.into(),
-        1,
-        limits::MAX_HIDDEN,
-        "elements of hidden size",
-        &at.key("hidden"),
-        d,
-    );
+    for (key, v, hi, what) in [
+        (
+            "experts_per_gpu",
+            x.experts_per_gpu,
+            limits::MAX_EXPERTS_PER_GPU,
+            "experts per GPU",
+        ),
+        (
+            "tokens_per_gpu",
+            x.tokens_per_gpu,
+            limits::MAX_MOE_TOKENS,
+            "tokens per GPU",
+        ),
+        ("hidden", x.hidden, limits::MAX_HIDDEN, "elements of hidden size"),
+        ("layers", x.layers, limits::MAX_MOE_LAYERS, "layers"),
+        ("steps", x.steps, limits::MAX_ITERATIONS.into(), "steps"),
+        (
+            "channels",
+            x.channels,
+            crate::config::NCCL_MAX_CHANNELS.into(),
+            "channels",
+        ),
+    ] {
+        int_in(v.into(), 1, hi, what, &at.key(key), d);
+    }
     let experts = ranks * u64::from(x.experts_per_gpu);
     // A token's experts are distinct: at most every expert of the group, and under
     // node-limited routing at most the experts of the hosts it is routed to, which may be
@@ -553,8 +554,14 @@ fn moe(k: &Check<'_>, x: &crate::workload::MoeSpec, at: &KeyPath, d: &mut Diagno
         }
         None => experts,
     };
-    if int_in(x.top_k.into(), 1, 64, "experts per token", &at.key("top_k"), d)
-        && ranks >= 2
+    if int_in(
+        x.top_k.into(),
+        1,
+        limits::MAX_TOP_K,
+        "experts per token",
+        &at.key("top_k"),
+        d,
+    ) && ranks >= 2
         && u64::from(x.top_k) > reachable
     {
         d.error(
@@ -584,30 +591,6 @@ fn moe(k: &Check<'_>, x: &crate::workload::MoeSpec, at: &KeyPath, d: &mut Diagno
             ),
         );
     }
-    int_in(
-        x.layers.into(),
-        1,
-        limits::MAX_MOE_LAYERS,
-        "layers",
-        &at.key("layers"),
-        d,
-    );
-    int_in(
-        x.steps.into(),
-        1,
-        limits::MAX_ITERATIONS.into(),
-        "steps",
-        &at.key("steps"),
-        d,
-    );
-    int_in(
-        x.channels.into(),
-        1,
-        crate::config::NCCL_MAX_CHANNELS.into(),
-        "channels",
-        &at.key("channels"),
-        d,
-    );
     limits::check_time_us(x.layer_compute_us, &at.key("layer_compute_us"), d);
     limits::check_time_us(x.expert_compute_us, &at.key("expert_compute_us"), d);
     for (key, v) in [
@@ -749,7 +732,14 @@ fn kv_transfer(k: &Check<'_>, x: &crate::workload::KvTransferSpec, at: &KeyPath,
         d,
     );
     if let Some(q) = x.qps {
-        int_in(q.into(), 1, 128, "QPs per NIC pair", &at.key("qps"), d);
+        int_in(
+            q.into(),
+            1,
+            limits::MAX_KV_QPS,
+            "QPs per NIC pair",
+            &at.key("qps"),
+            d,
+        );
     }
     if let Some(n) = x.nics_per_transfer {
         let fewest = x
