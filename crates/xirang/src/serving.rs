@@ -146,6 +146,19 @@ pub(crate) fn plan(a: &ServingArgs) -> Result<Outcome> {
         );
     }
     let other = a.settings.as_deref().map(crate::cmd::load).transpose()?;
+    // Another scenario's settings must name every class this one's workloads run in.
+    if let (Some(o), Some(path)) = (&other, &a.settings) {
+        for (name, w) in &base.scenario.workloads {
+            if !o.scenario.config.classes.contains_key(w.class()) {
+                bail!(
+                    "--settings {}: no traffic class `{}`, which workload `{name}` of {} runs in; expected settings for the same classes (a tune's recommendation.toml of this scenario)",
+                    path.display(),
+                    w.class(),
+                    a.scenario.display()
+                );
+            }
+        }
+    }
     let mut settings: Vec<(String, &FabricConfig)> = vec![("scenario".to_string(), &base.scenario.config)];
     if let (Some(o), Some(path)) = (&other, &a.settings) {
         settings.push((

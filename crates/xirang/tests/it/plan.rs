@@ -110,4 +110,16 @@ fn serving_finds_the_largest_batch_within_the_slo() {
     );
     let (_, err) = run_expect(&["plan", "serving", scenario, "--ttft-p99", "1s"], 1);
     assert!(err.contains("no `kv_transfer` workload"), "{err}");
+    // Settings without this scenario's classes are refused, not simulated.
+    let (_, err) = run_expect(
+        &[
+            "plan",
+            "serving",
+            scenario,
+            "--settings",
+            "scenarios/storage-incast.toml",
+        ],
+        1,
+    );
+    assert!(err.contains("no traffic class `inference`"), "{err}");
 }
