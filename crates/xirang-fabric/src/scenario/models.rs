@@ -27,8 +27,15 @@ fn error(at: &KeyPath, text: &str, message: String) -> Diagnostic {
 /// The scenario's text with every model reference replaced by the model's keys, or
 /// `None` when it has none (then the text is read as it is).
 pub(super) fn merge(text: &str, file: &Path) -> Result<Option<String>, Diagnostic> {
-    // Only a file that names a model is read twice.
-    if !text.contains("model") {
+    // Only a file with a `model` key is read twice (a long flow list that merely says
+    // "model" in a comment is not parsed a second time).
+    let names_a_model = text.lines().any(|l| {
+        l.trim_start()
+            .strip_prefix("model")
+            .is_some_and(|rest| rest.trim_start().starts_with('='))
+    }) || text.contains("model =")
+        || text.contains("model=");
+    if !names_a_model {
         return Ok(None);
     }
     let Ok(mut doc) = text.parse::<toml::Table>() else {
