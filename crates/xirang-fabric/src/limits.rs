@@ -338,6 +338,9 @@ pub const MAX_TOP_K: u64 = 64;
 /// QPs per NIC pair of a KV transfer: the bound `transport.qps_per_connection` has.
 pub const MAX_KV_QPS: u64 = 128;
 
+/// A KV transfer's slice (Mooncake: 64 KiB; a gibibyte is one slice per request).
+pub const MAX_SLICE_BYTES: u64 = 1 << 30;
+
 /// The steepest Zipf law of expert popularity (at 10 one expert takes ~all tokens).
 pub const MAX_ZIPF_EXPONENT: f64 = 10.0;
 

@@ -309,39 +309,13 @@ fn inference(k: &Check<'_>, x: &crate::workload::InferenceSpec, at: &KeyPath, d:
             d.error(&at.key("clients").index(i), no_path(c, sv));
         }
     }
-    if !(x.requests_per_sec.is_finite() && x.requests_per_sec > 0.0) {
-        d.error(
-            &at.key("requests_per_sec"),
-            format!("expected a rate > 0, found {}", limits::Num(x.requests_per_sec)),
-        );
-    } else if x.duration_us.is_finite() && x.duration_us > 0.0 {
-        // Every request is created before the run starts.
-        let expected = x.clients.len() as f64 * x.requests_per_sec * x.duration_us / 1e6;
-        if expected > limits::MAX_INFERENCE_REQUESTS {
-            d.error(
-                    &at.key("requests_per_sec"),
-                    format!(
-                        "{} clients at {} requests/s for {} µs make about {expected:.3e} requests; expected at most {:e} per workload (lower the rate, the duration or the clients)",
-                        x.clients.len(),
-                        limits::Num(x.requests_per_sec),
-                        limits::Num(x.duration_us),
-                        limits::MAX_INFERENCE_REQUESTS
-                    ),
-                );
-        } else if expected < 1.0 {
-            // A rate so low that no request is ever made is an empty workload, not a
-            // light one (1e-300 requests/s once passed).
-            d.error(
-                &at.key("requests_per_sec"),
-                format!(
-                    "{} clients at {} requests/s for {} µs make {expected:.3e} requests on average; expected at least one on average (arrivals are Poisson: such a workload most likely sends nothing)",
-                    x.clients.len(),
-                    limits::Num(x.requests_per_sec),
-                    limits::Num(x.duration_us)
-                ),
-            );
-        }
-    }
+    poisson_requests(
+        Some(x.clients.len()),
+        x.requests_per_sec,
+        x.duration_us,
+        &at.key("requests_per_sec"),
+        d,
+    );
     for (key, dist) in [("request", &x.request), ("response", &x.response)] {
         if let Err(m) = dist.check() {
             d.error(&at.key(key), m);
@@ -358,6 +332,46 @@ fn inference(k: &Check<'_>, x: &crate::workload::InferenceSpec, at: &KeyPath, d:
     k.start(x.start_us, &at.key("start_us"), d);
     limits::check_period_us(x.duration_us, &at.key("duration_us"), d);
     limits::check_time_us(x.service_us, &at.key("service_us"), d);
+}
+
+/// A Poisson request rate (`at`: its key) and the requests it makes over `duration_us`:
+/// above 0, at most [`limits::MAX_INFERENCE_REQUESTS`] (every request is created before
+/// the run starts), and at least one on average (a rate so low that no request is ever
+/// made is an empty workload, not a light one: 1e-300 requests/s once passed).
+/// `clients`: the senders each making requests at that rate (none: the rate is the
+/// workload's). The duration itself is checked at its own key by the caller.
+fn poisson_requests(clients: Option<usize>, rate: f64, duration_us: f64, at: &KeyPath, d: &mut Diagnostics) {
+    if !(rate.is_finite() && rate > 0.0) {
+        d.error(at, format!("expected a rate > 0, found {}", limits::Num(rate)));
+        return;
+    }
+    if !(duration_us.is_finite() && duration_us > 0.0) {
+        return;
+    }
+    let expected = clients.unwrap_or(1) as f64 * rate * duration_us / 1e6;
+    let who = clients.map_or_else(String::new, |c| format!("{c} clients at "));
+    let (rate, duration) = (limits::Num(rate), limits::Num(duration_us));
+    if expected > limits::MAX_INFERENCE_REQUESTS {
+        let lower = if clients.is_some() {
+            "the rate, the duration or the clients"
+        } else {
+            "the rate or the duration"
+        };
+        d.error(
+            at,
+            format!(
+                "{who}{rate} requests/s for {duration} µs make about {expected:.3e} requests; expected at most {:e} per workload (lower {lower})",
+                limits::MAX_INFERENCE_REQUESTS
+            ),
+        );
+    } else if expected < 1.0 {
+        d.error(
+            at,
+            format!(
+                "{who}{rate} requests/s for {duration} µs make {expected:.3e} requests on average; expected at least one on average (arrivals are Poisson: such a workload most likely sends nothing)"
+            ),
+        );
+    }
 }
 
 /// A cycle in the `after` dependencies of explicit flows: the index of a flow on it and
@@ -694,39 +708,19 @@ fn kv_transfer(k: &Check<'_>, x: &crate::workload::KvTransferSpec, at: &KeyPath,
             }
         }
     }
-    if !(x.requests_per_sec.is_finite() && x.requests_per_sec > 0.0) {
-        d.error(
-            &at.key("requests_per_sec"),
-            format!("expected a rate > 0, found {}", limits::Num(x.requests_per_sec)),
-        );
-    } else if limits::check_period_us(x.duration_us, &at.key("duration_us"), d) {
-        let expected = x.requests_per_sec * x.duration_us / 1e6;
-        if expected > limits::MAX_INFERENCE_REQUESTS {
-            d.error(
-                &at.key("requests_per_sec"),
-                format!(
-                    "{} requests/s for {} µs make about {expected:.3e} requests; expected at most {:e} per workload",
-                    limits::Num(x.requests_per_sec),
-                    limits::Num(x.duration_us),
-                    limits::MAX_INFERENCE_REQUESTS
-                ),
-            );
-        } else if expected < 1.0 {
-            d.error(
-                &at.key("requests_per_sec"),
-                format!(
-                    "{} requests/s for {} µs make {expected:.3e} requests on average; expected at least one on average",
-                    limits::Num(x.requests_per_sec),
-                    limits::Num(x.duration_us)
-                ),
-            );
-        }
-    }
+    poisson_requests(
+        None,
+        x.requests_per_sec,
+        x.duration_us,
+        &at.key("requests_per_sec"),
+        d,
+    );
+    limits::check_period_us(x.duration_us, &at.key("duration_us"), d);
     limits::check_time_us(x.prefill_us_per_token, &at.key("prefill_us_per_token"), d);
     int_in(
         x.slice_bytes,
         1,
-        1 << 30,
+        limits::MAX_SLICE_BYTES,
         "bytes per slice",
         &at.key("slice_bytes"),
         d,
