@@ -57,6 +57,21 @@ pub(crate) fn wait_for(url: &str, what: &str) -> String {
     }
 }
 
+/// Waits until the agent on `port` has its first round in: `/healthz` answers 200 only
+/// then, while `/metrics` answers from the start (with the agent's own figures only, so a
+/// test that reads a counter right after start would race the first round).
+pub(crate) fn wait_ready(port: u16, what: &str) {
+    let url = format!("http://127.0.0.1:{port}/healthz");
+    let t0 = Instant::now();
+    while get(&url).as_deref() != Some("ok\n") {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "{what} had no round in 60 s ({url})"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// Injected rates: 3 125 000 000 bytes/s of data (25 Gb/s, as 4-byte words) and
 /// 250 ms of pause per second on priority 3.
 const WORDS_PER_S: f64 = 781_250_000.0;
@@ -105,7 +120,7 @@ fn start_agent_with(host: &Path, more: &[&str]) -> (Guard, u16) {
             .spawn()
             .unwrap(),
     );
-    wait_for(&format!("http://127.0.0.1:{agent_port}/metrics"), "the agent");
+    wait_ready(agent_port, "the agent");
     (agent, agent_port)
 }
 
@@ -523,7 +538,7 @@ fn history_survives_kill_9_of_the_agent() {
                 .spawn()
                 .unwrap(),
         );
-        wait_for(&format!("http://127.0.0.1:{port}/metrics"), "the agent");
+        wait_ready(port, "the agent");
         std::thread::sleep(Duration::from_millis(700 + 300 * attempt));
         // A round visible on /metrics was committed to history before it was published.
         let body = get(&format!("http://127.0.0.1:{port}/metrics")).unwrap();

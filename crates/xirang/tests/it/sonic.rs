@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use xirang_monitor::redis::{Conn, Endpoint, SWITCH_LIMITS};
 
-use crate::monitor::{Guard, free_port, get, prometheus_binary, start_prometheus, wait_for};
+use crate::monitor::{Guard, free_port, get, prometheus_binary, start_prometheus, wait_ready};
 
 fn redis_binary() -> &'static str {
     ["/usr/bin/redis-server", "/usr/local/bin/redis-server"]
@@ -115,7 +115,7 @@ fn start_agent(urls: &[String]) -> (Guard, u16) {
             .spawn()
             .unwrap(),
     );
-    wait_for(&format!("http://127.0.0.1:{port}/metrics"), "the agent");
+    wait_ready(port, "the agent");
     (g, port)
 }
 
