@@ -97,6 +97,7 @@ pub fn options(loaded: &Loaded) -> RunOptions {
             _ => None,
         }),
         transfer_records: r.transfer_records,
+        steady_probe: false,
     }
 }
 
@@ -466,6 +467,7 @@ fn engine_stats<Q: queue::Queue>(sim: &Sim<Q>) -> output::EngineStats {
             .map(|n| (n.qps.end - n.qps.start) as usize + 1)
             .sum(),
         peak_slices_outstanding: sim.work.peak_slices_outstanding(),
+        steady: sim.stats.steady_report(),
     }
 }
 

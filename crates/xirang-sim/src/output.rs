@@ -207,7 +207,7 @@ pub struct RunResult {
 /// partitions reports the sum of the partitions' peaks, which bounds the run's (the
 /// partitions need not peak at once), so these are kept apart from the results, which
 /// are the same however the run is divided.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct EngineStats {
     /// Most packets alive at once.
     pub peak_packets: usize,
@@ -224,6 +224,10 @@ pub struct EngineStats {
     /// Most slices one connection had outstanding at once (sent and not given back to
     /// its GPU, or receives posted and not consumed): at most its slots.
     pub peak_slices_outstanding: u64,
+    /// How much of the QPs' sending was steady, per criterion (with
+    /// `RunOptions::steady_probe`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub steady: Option<crate::engine::steady::SteadyReport>,
 }
 
 /// Nearest-rank percentile of sorted values (q in 0..=100).

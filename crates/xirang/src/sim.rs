@@ -107,7 +107,11 @@ pub(crate) fn run(a: &SimArgs) -> Result<Outcome> {
     if a.json {
         crate::cmd::out(&(serde_json::to_string_pretty(&report)? + "\n"))?;
     } else {
-        crate::cmd::out(&render(&loaded.scenario.name, &summary, wall_s, &out_dir))?;
+        let mut text = render(&loaded.scenario.name, &summary, wall_s, &out_dir);
+        if let Some(s) = &result.engine.steady {
+            text.push_str(&steady_table(s));
+        }
+        crate::cmd::out(&text)?;
     }
     Ok(Outcome::Clean)
 }
@@ -124,6 +128,7 @@ fn options(a: &SimArgs, loaded: &Loaded) -> xirang_sim::RunOptions {
     if let Some(s) = a.sample {
         opts.sample_interval = Some(us(s));
     }
+    opts.steady_probe = a.steady_probe;
     opts
 }
 
@@ -409,6 +414,42 @@ fn render(name: &str, s: &Summary, wall_s: f64, out: &Path) -> String {
         out.display()
     ));
     text
+}
+
+/// What `--steady-probe` measured: per criterion, the share of QPs' and connections'
+/// time that was steady (docs/fast-forward.md reads it).
+fn steady_table(s: &xirang_sim::engine::steady::SteadyReport) -> String {
+    let mut t = crate::cmd::table(&[
+        "steady: spread below",
+        "for",
+        "QPs",
+        "connections",
+        "over 16 slices",
+    ]);
+    let share = |x: &xirang_sim::engine::steady::SteadyShare, k: usize| {
+        if x.active_ps == 0 {
+            "-".to_string()
+        } else {
+            format!("{:.1} %", 100.0 * x.criteria[k].steady_share)
+        }
+    };
+    for (k, c) in s.qps.criteria.iter().enumerate() {
+        t.add_row(vec![
+            format!("{:.0} %", 100.0 * c.theta),
+            format!("{} us", u64::from(c.window_samples) * s.sample_ns / 1000),
+            share(&s.qps, k),
+            share(&s.connections, k),
+            share(&s.connections_over_periods, k),
+        ]);
+    }
+    let ms = |ps: u64| ps as f64 / 1e9;
+    format!(
+        "{t}
+sampled: QPs {:.1} ms, connections {:.1} ms (summed over them; engine.json has the figures)
+",
+        ms(s.qps.active_ps),
+        ms(s.connections.active_ps),
+    )
 }
 
 /// The MoE and KV-transfer tables of a run's summary (empty without such workloads).

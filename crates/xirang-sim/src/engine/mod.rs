@@ -53,6 +53,7 @@ pub mod routes;
 pub mod sampling;
 pub mod sched;
 pub mod stats;
+pub mod steady;
 pub mod switch;
 pub mod transport;
 pub mod work;
@@ -175,6 +176,9 @@ pub struct RunOptions {
     /// Collectives report their transfers one by one while they have this many in all
     /// (`[run] transfer_records`).
     pub transfer_records: u64,
+    /// Measure how much of each QP's sending is steady (`engine::steady`); the run's
+    /// results are the same either way.
+    pub steady_probe: bool,
 }
 
 /// The simulation state.
@@ -236,7 +240,7 @@ impl<Q: Queue> Sim<Q> {
             sched: Sched::new(n_devs, opts.end),
             dist: Dist::new(part),
             q: Q::with_horizon(build::queue_horizon(fabric, ex)),
-            stats: Stats::new(ports.len(), opts.sample_interval),
+            stats: Stats::new(ports.len(), opts.sample_interval, opts.steady_probe),
             fab: Fab::new(ports, links, port_names, switches, nics, net),
             xport: Xport::default(),
             work: Work::new(flows.len()),

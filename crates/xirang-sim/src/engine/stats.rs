@@ -16,6 +16,7 @@ use super::ids::{IdVec, PortId};
 use super::ledger::Ledger;
 use super::pfc::PfcEvent;
 use super::sampling::Samples;
+use super::steady::{SteadyProbe, SteadyReport};
 use crate::counters::PortCounters;
 use crate::time::Ps;
 
@@ -31,6 +32,8 @@ pub struct Stats {
     sample_interval: Option<Ps>,
     /// When the next counter sample is due.
     next_sample: Ps,
+    /// Steady-state detection, when asked for.
+    steady: Option<Box<SteadyProbe>>,
 }
 
 /// A partition's statistics on their way to the partition that gathers the run.
@@ -41,12 +44,13 @@ pub(crate) struct Shipped {
     pub(crate) ledger: Ledger,
     pub(crate) events: u64,
     pub(crate) packet_hops: u64,
+    pub(crate) steady: Option<SteadyReport>,
 }
 
 impl Stats {
     /// Nothing counted on `ports` ports; samples every `sample_interval` once the run
-    /// starts.
-    pub(crate) fn new(ports: usize, sample_interval: Option<Ps>) -> Stats {
+    /// starts; probes steadiness when `steady_probe`.
+    pub(crate) fn new(ports: usize, sample_interval: Option<Ps>, steady_probe: bool) -> Stats {
         Stats {
             events: 0,
             packet_hops: 0,
@@ -56,7 +60,29 @@ impl Stats {
             samples: Samples::default(),
             sample_interval,
             next_sample: NEVER,
+            steady: steady_probe.then(Box::default),
         }
+    }
+
+    /// A QP sent a data packet (`SteadyProbe::sent`), when steadiness is probed.
+    #[inline(always)]
+    pub(crate) fn steady_sent(&mut self, qp: super::ids::QpId, now: Ps, rate_bps: f64, more: bool) {
+        if let Some(p) = &mut self.steady {
+            p.sent(qp, now, rate_bps, more);
+        }
+    }
+
+    /// Slices of a connection arrived (`SteadyProbe::slices`), when steadiness is probed.
+    #[inline(always)]
+    pub(crate) fn steady_slices(&mut self, c: u32, now: Ps, n: u64) {
+        if let Some(p) = &mut self.steady {
+            p.slices(c, now, n);
+        }
+    }
+
+    /// What the steadiness probe measured (None: not probed).
+    pub(crate) fn steady_report(&self) -> Option<SteadyReport> {
+        self.steady.as_ref().map(|p| p.report())
     }
 
     /// Port `p`'s counter block, to count on.
@@ -166,6 +192,7 @@ impl Stats {
             ledger: self.ledger,
             events: self.events,
             packet_hops: self.packet_hops,
+            steady: self.steady_report(),
         }
     }
 
@@ -180,6 +207,9 @@ impl Stats {
         self.ledger.absorb(&o.ledger);
         self.events += o.events;
         self.packet_hops += o.packet_hops;
+        if let (Some(p), Some(r)) = (&mut self.steady, &o.steady) {
+            p.absorb(r);
+        }
     }
 
     /// Puts the gathered samples in the serial run's order: each partition's are in time

@@ -514,6 +514,9 @@ impl<Q: Queue> Sim<Q> {
                     conn.rx.arrived += 1;
                     newly += 1;
                 }
+                if newly > 0 {
+                    self.stats.steady_slices(c, now, newly);
+                }
                 if conn.flagged {
                     // LL and LL128: the GPU polls the flags in its buffer, not the proxy.
                     conn.rx.visible += newly;

@@ -1,0 +1,467 @@
+//! Steady-state detection, measured but not acted on (the fast-forward issue's first part):
+//! how much of the run's sending is steady by Wormhole's criterion, so the skip that
+//! follows is designed on figures (docs/fast-forward.md has them).
+//!
+//! Wormhole (NSDI '26, docs/reference/fast-forward.md §1) calls a flow steady when the
+//! spread of its send rate over its last `l` samples, (max - min) / mean, stays below `θ`;
+//! a partition is steady only when all its flows are, and only steady partitions are
+//! skipped. This probe applies the per-flow test, at several (`θ`, `l`) pairs at once (the
+//! criterion's sensitivity), to two kinds of sender, and reports the time that passed it.
+//! Both figures are upper bounds of what a per-partition skip could take: a sender can be
+//! steady while one it shares a link with is not.
+//!
+//! - **QPs.** Each QP is sampled once per [`SAMPLE_PS`] bucket in which it sends, and the
+//!   sample is its congestion-control rate (the rate its NIC paces at), as Wormhole samples
+//!   ns-3's QP rate. Counting the bytes of a bucket instead would read a paced flow as
+//!   unsteady: at 400 Gbit/s a microsecond holds about 12 packets, and one packet more or
+//!   less is an 8 % spread, above θ. A bucket in which a QP sends nothing while it still
+//!   had bytes to send (paced slower than a packet per bucket, up to [`STALL_BUCKETS`])
+//!   holds the same rate; a QP that stalled longer, or ran out of bytes (a message ended,
+//!   its next not posted), was not steady, and its windows start again.
+//! - **Connections** of collectives (`engine::transport`). A ring step of a large
+//!   collective is a slice or two, so its QP idles between steps and is never steady as a
+//!   QP; what is steady is the pipeline. Each arrival of slices at a connection's receiver
+//!   is a sample of the time per slice since the previous arrival, covering that time;
+//!   and, because a ring over hosts repeats every few slices (hops inside a host and over
+//!   the network alternate), the same samples averaged over [`PERIOD_SLICES`] arrivals.
+//!
+//! The window test is conservative: a sample outside the band restarts the window at that
+//! sample, where a sliding window would forget the oldest samples one by one. It keeps the
+//! state per sender and criterion to five numbers, whatever `l` is.
+//!
+//! Nothing here changes what the run does: the probe only reads a QP at each data packet
+//! it sends and a connection at each arrival, and only when asked
+//! (`RunOptions::steady_probe`). Each QP sends from one partition and each connection's
+//! receiver is in one, so a parallel run's figures are the serial run's (tested).
+
+use super::ids::QpId;
+use crate::time::{PS_PER_US, Ps};
+
+/// Width of a rate sample. Wormhole's early artifact samples every 1 µs
+/// (docs/reference/fast-forward.md §1, "unconfirmed" there for the final system).
+pub const SAMPLE_PS: Ps = PS_PER_US;
+
+/// Wormhole's default criterion: θ = 5 % over l = 2,000 samples
+/// (docs/reference/fast-forward.md §1, the paper's §7).
+pub const WORMHOLE_THETA: f64 = 0.05;
+/// See [`WORMHOLE_THETA`].
+pub const WORMHOLE_WINDOW: u32 = 2000;
+
+/// A connection whose next slice arrives more than this after its last is idle (between
+/// two collectives, or waiting on a peer far behind), not slow: a slice of a ring step
+/// takes microseconds.
+pub const CONN_IDLE_PS: Ps = 100 * PS_PER_US;
+
+/// Arrivals a connection's smoothed sample averages over: a ring over hosts of 8 GPUs
+/// repeats every 8 slices (seven hops inside a host, one over the network: measured on
+/// `scenarios/rail-1024gpu.toml`, 2.79 µs between slices seven times, 4.89 µs once), so
+/// 16 covers that period twice.
+pub const PERIOD_SLICES: usize = 16;
+
+/// Most empty buckets a backlogged QP may go without sending and still be read as paced:
+/// one 4 KiB packet per 10 µs is 3.3 Gbit/s, below which a rate is not a flow's steady
+/// share but a stall (a PFC pause, a full window) or a reaction point at its floor.
+pub const STALL_BUCKETS: u64 = 10;
+
+/// The criteria measured at once: Wormhole's default and its neighbours (its artifact's
+/// θ = 3 % and l = 1,000; a looser 10 %; shorter windows of 100 and 500 samples), so a
+/// report shows how the answer moves with them (docs/reference/fast-forward.md §1: a
+/// larger θ is faster and less exact, a longer l enters steady state later).
+pub const CRITERIA: [(f64, u32); 9] = [
+    (0.03, 100),
+    (0.03, 1000),
+    (0.03, 2000),
+    (WORMHOLE_THETA, 100),
+    (WORMHOLE_THETA, 500),
+    (WORMHOLE_THETA, WORMHOLE_WINDOW),
+    (0.10, 100),
+    (0.10, 500),
+    (0.10, 2000),
+];
+
+/// One criterion's window of one QP or connection: the band of its samples since the
+/// window began, and the time they cover.
+#[derive(Debug, Clone, Copy, Default)]
+struct Band {
+    lo: f64,
+    hi: f64,
+    sum: f64,
+    n: u32,
+    span_ps: Ps,
+}
+
+impl Band {
+    /// Adds a sample `r` covering `span_ps`; true when the window then covers `window`
+    /// samples' time within the band (the sample's time counts as steady).
+    #[inline]
+    fn add(&mut self, r: f64, span_ps: Ps, theta: f64, window: u32) -> bool {
+        let fresh = Band {
+            lo: r,
+            hi: r,
+            sum: r,
+            n: 1,
+            span_ps,
+        };
+        if self.n == 0 {
+            *self = fresh;
+        } else {
+            let (lo, hi, sum) = (self.lo.min(r), self.hi.max(r), self.sum + r);
+            let mean = sum / f64::from(self.n + 1);
+            *self = if mean > 0.0 && (hi - lo) / mean < theta {
+                Band {
+                    lo,
+                    hi,
+                    sum,
+                    n: self.n + 1,
+                    span_ps: self.span_ps + span_ps,
+                }
+            } else {
+                fresh
+            };
+        }
+        self.span_ps >= Ps::from(window) * SAMPLE_PS
+    }
+}
+
+/// The probe's state of one connection's receiving end.
+#[derive(Debug, Clone, Default)]
+struct ConnProbe {
+    /// When its last slices arrived.
+    last: Option<Ps>,
+    bands: [Band; CRITERIA.len()],
+    /// Its last [`PERIOD_SLICES`] samples (time since the arrival before, slices), a ring.
+    ring: [(Ps, u64); PERIOD_SLICES],
+    ring_at: usize,
+    ring_n: usize,
+    ring_sum: Ps,
+    ring_slices: u64,
+    period_bands: [Band; CRITERIA.len()],
+}
+
+/// The probe's state of one QP.
+#[derive(Debug, Clone, Default)]
+struct QpProbe {
+    /// The bucket of the last sample, plus one (0: never sampled).
+    bucket: u64,
+    /// The rate of the last sample, bit/s.
+    rate: f64,
+    /// More bytes were left to send after the last packet.
+    backlogged: bool,
+    bands: [Band; CRITERIA.len()],
+}
+
+/// The probe of one run (or of one partition of it).
+#[derive(Debug, Clone, Default)]
+pub struct SteadyProbe {
+    qps: Vec<QpProbe>,
+    conns: Vec<ConnProbe>,
+    /// QPs' sampled time (a bucket in which a QP sent or was paced to) and its steady part.
+    qp: Tally,
+    /// Connections' time between slices and its steady part.
+    conn: Tally,
+    /// The same, each sample averaged over [`PERIOD_SLICES`] slices.
+    period: Tally,
+}
+
+impl SteadyProbe {
+    /// QP `qp` sent a data packet at `now`, pacing at `rate_bps`; `more` says whether it
+    /// has bytes left to send after it.
+    #[inline]
+    pub(crate) fn sent(&mut self, qp: QpId, now: Ps, rate_bps: f64, more: bool) {
+        let i = qp.0 as usize;
+        if i >= self.qps.len() {
+            self.qps.resize(i + 1, QpProbe::default());
+        }
+        let b = now / SAMPLE_PS + 1;
+        let q = &mut self.qps[i];
+        if q.bucket == b {
+            q.rate = rate_bps;
+            q.backlogged = more;
+            return;
+        }
+        let gap = if q.bucket == 0 { 0 } else { b - q.bucket - 1 };
+        if gap > 0 && gap <= STALL_BUCKETS && q.backlogged {
+            // Paced slower than a packet per bucket: the buckets between held its rate.
+            let held = q.rate;
+            for _ in 0..gap {
+                self.qp.add(&mut q.bands, held, SAMPLE_PS);
+            }
+        } else if gap > 0 {
+            // It ran out of bytes (idle), or sent nothing for longer than pacing explains
+            // (paused, window-bound): not steady; its windows start again.
+            q.bands = Default::default();
+        }
+        q.bucket = b;
+        q.rate = rate_bps;
+        q.backlogged = more;
+        self.qp.add(&mut q.bands, rate_bps, SAMPLE_PS);
+    }
+
+    /// `n` slices of connection `c` arrived whole at its receiver at `now`. The sample is
+    /// the time per slice since the previous arrival; a gap longer than [`CONN_IDLE_PS`]
+    /// (between two collectives) is idle time, not counted, and restarts the windows.
+    #[inline]
+    pub(crate) fn slices(&mut self, c: u32, now: Ps, n: u64) {
+        let i = c as usize;
+        if i >= self.conns.len() {
+            self.conns.resize(i + 1, ConnProbe::default());
+        }
+        let k = &mut self.conns[i];
+        let prev = k.last.replace(now);
+        let Some(prev) = prev else { return };
+        let span = now - prev;
+        if span > CONN_IDLE_PS || n == 0 {
+            *k = ConnProbe {
+                last: Some(now),
+                ..ConnProbe::default()
+            };
+            return;
+        }
+        self.conn.add(&mut k.bands, span as f64 / n as f64, span);
+        // The same arrivals averaged over the last PERIOD_SLICES slices.
+        let at = k.ring_at;
+        k.ring_sum = k.ring_sum + span - k.ring[at].0;
+        k.ring_slices = k.ring_slices + n - k.ring[at].1;
+        k.ring[at] = (span, n);
+        k.ring_at = (at + 1) % PERIOD_SLICES;
+        k.ring_n = (k.ring_n + 1).min(PERIOD_SLICES);
+        if k.ring_n == PERIOD_SLICES {
+            let per_slice = k.ring_sum as f64 / k.ring_slices as f64;
+            self.period.add(&mut k.period_bands, per_slice, span);
+        }
+    }
+
+    /// Adds another partition's figures (its QPs and connection ends are its own).
+    pub(crate) fn absorb(&mut self, o: &SteadyReport) {
+        self.qp.absorb(&o.qps);
+        self.conn.absorb(&o.connections);
+        self.period.absorb(&o.connections_over_periods);
+    }
+
+    /// What was measured.
+    pub fn report(&self) -> SteadyReport {
+        SteadyReport {
+            sample_ns: SAMPLE_PS / crate::time::PS_PER_NS,
+            qps: self.qp.report(),
+            connections: self.conn.report(),
+            connections_over_periods: self.period.report(),
+        }
+    }
+}
+
+/// Active and steady time of one kind of sender, per criterion.
+#[derive(Debug, Clone, Copy, Default)]
+struct Tally {
+    active_ps: Ps,
+    steady_ps: [Ps; CRITERIA.len()],
+}
+
+impl Tally {
+    #[inline]
+    fn add(&mut self, bands: &mut [Band; CRITERIA.len()], r: f64, span_ps: Ps) {
+        self.active_ps += span_ps;
+        for (k, &(theta, window)) in CRITERIA.iter().enumerate() {
+            if bands[k].add(r, span_ps, theta, window) {
+                self.steady_ps[k] += span_ps;
+            }
+        }
+    }
+
+    fn absorb(&mut self, o: &SteadyShare) {
+        self.active_ps += o.active_ps;
+        for (s, c) in self.steady_ps.iter_mut().zip(&o.criteria) {
+            *s += c.steady_ps;
+        }
+    }
+
+    fn report(&self) -> SteadyShare {
+        SteadyShare {
+            active_ps: self.active_ps,
+            criteria: CRITERIA
+                .iter()
+                .zip(&self.steady_ps)
+                .map(|(&(theta, window), &s)| SteadyCriterion {
+                    theta,
+                    window_samples: window,
+                    steady_ps: s,
+                    steady_share: if self.active_ps == 0 {
+                        0.0
+                    } else {
+                        s as f64 / self.active_ps as f64
+                    },
+                })
+                .collect(),
+        }
+    }
+}
+
+/// How much of the sending was steady, per criterion (engine.json `engine.steady`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct SteadyReport {
+    /// Width of a QP's rate sample, ns; a window of `l` samples is `l` times it.
+    pub sample_ns: u64,
+    /// QPs: each bucket in which a QP sent (or was paced to send) is a sample of its rate.
+    pub qps: SteadyShare,
+    /// Collectives' connections: each arrival of a slice at the receiver is a sample of the
+    /// time per slice since the last, covering that time.
+    pub connections: SteadyShare,
+    /// The same, each sample the time per slice over the last 16 arrivals, so a pipeline
+    /// that repeats every few slices (a ring whose hops alternate between NVLink inside a
+    /// host and the network) reads as the steady state it is.
+    pub connections_over_periods: SteadyShare,
+}
+
+/// Active and steady time of one kind of sender, summed over them.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct SteadyShare {
+    /// Time sampled, ps, over all of them.
+    pub active_ps: Ps,
+    /// Each criterion's steady part.
+    pub criteria: Vec<SteadyCriterion>,
+}
+
+/// One criterion's figure.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct SteadyCriterion {
+    /// Largest spread of the samples, (max - min) / mean.
+    pub theta: f64,
+    /// Samples' time (`l` x `sample_ns`) the spread must hold for.
+    pub window_samples: u32,
+    /// Steady time, ps.
+    pub steady_ps: Ps,
+    /// Its share of the active time.
+    pub steady_share: f64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn feed(rates: impl Iterator<Item = f64>) -> SteadyReport {
+        let mut p = SteadyProbe::default();
+        for (i, r) in rates.enumerate() {
+            p.sent(QpId(0), i as Ps * SAMPLE_PS, r, true);
+        }
+        p.report()
+    }
+
+    fn share(r: &SteadyReport, theta: f64, window: u32) -> f64 {
+        r.qps
+            .criteria
+            .iter()
+            .find(|c| c.theta == theta && c.window_samples == window)
+            .unwrap()
+            .steady_share
+    }
+
+    #[test]
+    fn a_flat_rate_is_steady_after_its_window() {
+        let r = feed(std::iter::repeat_n(100e9, 5000));
+        assert_eq!(r.qps.active_ps / SAMPLE_PS, 5000);
+        // The first l - 1 samples fill the window.
+        let want = (5000 - WORMHOLE_WINDOW + 1) as f64 / 5000.0;
+        assert!((share(&r, WORMHOLE_THETA, WORMHOLE_WINDOW) - want).abs() < 1e-12);
+        let want = (5000 - 100 + 1) as f64 / 5000.0;
+        assert!((share(&r, 0.03, 100) - want).abs() < 1e-12);
+    }
+
+    /// The sensitivity of the criterion: a sawtooth of ±3 % around its mean (a DCQCN
+    /// reaction point's cut and recovery) is steady under θ = 10 %, never under 3 % or 5 %
+    /// (its spread is 6 %), and a longer window takes longer to say so.
+    #[test]
+    fn theta_and_the_window_decide_on_a_sawtooth() {
+        let saw = (0..6000).map(|i| 100e9 * (0.97 + 0.06 * f64::from(i % 50) / 49.0));
+        let r = feed(saw);
+        assert_eq!(share(&r, 0.03, 100), 0.0);
+        assert_eq!(share(&r, WORMHOLE_THETA, 100), 0.0);
+        assert_eq!(share(&r, WORMHOLE_THETA, WORMHOLE_WINDOW), 0.0);
+        let short = share(&r, 0.10, 100);
+        let long = share(&r, 0.10, 2000);
+        assert!(short > 0.95 && long > 0.6 && long < short, "{short} {long}");
+    }
+
+    #[test]
+    fn an_idle_gap_restarts_the_window_and_a_paced_gap_does_not() {
+        let mut p = SteadyProbe::default();
+        // 150 buckets of sending, a gap of 10 with nothing left to send, 150 more.
+        for i in 0..150 {
+            p.sent(QpId(3), i * SAMPLE_PS, 50e9, i != 149);
+        }
+        for i in 160..310 {
+            p.sent(QpId(3), i * SAMPLE_PS, 50e9, true);
+        }
+        let r = p.report();
+        assert_eq!(r.qps.active_ps / SAMPLE_PS, 300);
+        // Each run of 150 passes l = 100 on its last 51 samples.
+        assert_eq!(share(&r, 0.03, 100), 102.0 / 300.0);
+        // A QP paced at one packet per 4 µs is sampled in every bucket, and steady.
+        let mut p = SteadyProbe::default();
+        for i in 0..100u64 {
+            p.sent(QpId(0), i * 4 * SAMPLE_PS, 2e9, true);
+        }
+        let r = p.report();
+        assert_eq!(r.qps.active_ps / SAMPLE_PS, 397);
+        assert_eq!(share(&r, 0.03, 100), 298.0 / 397.0);
+    }
+
+    #[test]
+    fn connections_are_steady_when_slices_come_evenly() {
+        let mut p = SteadyProbe::default();
+        // A slice every 2 µs for 4 ms, then a pause of 200 µs (idle), then 1 ms of
+        // slices alternating 1 and 3 µs apart (a spread of 100 %).
+        let mut t = 0;
+        for _ in 0..2000 {
+            t += 2 * SAMPLE_PS;
+            p.slices(7, t, 1);
+        }
+        t += 200 * SAMPLE_PS;
+        p.slices(7, t, 1);
+        for i in 0..500 {
+            t += if i % 2 == 0 { 1 } else { 3 } * SAMPLE_PS;
+            p.slices(7, t, 1);
+        }
+        let r = p.report().connections;
+        assert_eq!(r.active_ps, (1999 * 2 + 1000) * SAMPLE_PS);
+        let c = |theta: f64, window: u32| {
+            r.criteria
+                .iter()
+                .find(|c| c.theta == theta && c.window_samples == window)
+                .unwrap()
+                .steady_ps
+        };
+        // Steady once 2,000 µs of even slices are in: the last 1,998 µs of the 3,998.
+        assert_eq!(c(WORMHOLE_THETA, WORMHOLE_WINDOW), 2000 * SAMPLE_PS);
+        assert_eq!(c(0.03, 100), (3998 - 98) * SAMPLE_PS);
+    }
+
+    /// A ring over hosts of 8 GPUs: seven slices 2.79 µs apart, one 4.89 µs (measured on
+    /// rail-1024gpu). Slice by slice it is never steady; over its period it always is.
+    #[test]
+    fn a_pipeline_that_repeats_every_eight_slices_is_steady_over_its_period() {
+        let mut p = SteadyProbe::default();
+        let mut t = 0;
+        for i in 0..4000u64 {
+            t += if i % 8 == 7 { 4_890_000 } else { 2_790_000 };
+            p.slices(1, t, 1);
+        }
+        let r = p.report();
+        let wormhole = |s: &SteadyShare| {
+            s.criteria
+                .iter()
+                .find(|c| c.theta == WORMHOLE_THETA && c.window_samples == WORMHOLE_WINDOW)
+                .unwrap()
+                .steady_share
+        };
+        assert_eq!(wormhole(&r.connections), 0.0);
+        let over = wormhole(&r.connections_over_periods);
+        // 12.1 ms in all; the first 2 ms (and 16 slices) fill the window.
+        assert!(over > 0.8 && over < 0.85, "{over}");
+    }
+
+    #[test]
+    fn a_rate_step_restarts_the_window() {
+        let r = feed((0..400).map(|i| if i < 200 { 100e9 } else { 50e9 }));
+        // 101 steady samples before the step, 101 after.
+        assert_eq!(share(&r, WORMHOLE_THETA, 100), 202.0 / 400.0);
+    }
+}
