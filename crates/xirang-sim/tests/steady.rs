@@ -111,6 +111,14 @@ fabric_rate_gbps = 100
             (got - want).abs() < 0.005,
             "θ {theta} l {window}: {got} against {want}"
         );
+        // One sender: the whole-fabric figure is its own.
+        let c = s
+            .qps
+            .criteria
+            .iter()
+            .find(|c| c.theta == theta && c.window_samples == window)
+            .unwrap();
+        assert_eq!(c.all_steady_us * 1_000_000, c.steady_ps);
     }
     let (_, s) = probed(&load_text(&format!(
         "{fabric}\n[workloads.two.flows]\nlist = [{{ src = \"h0\", dst = \"h2\", bytes = 20_000_000 }}, {{ src = \"h1\", dst = \"h2\", bytes = 20_000_000 }}]\n"

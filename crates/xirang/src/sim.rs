@@ -422,15 +422,20 @@ fn steady_table(s: &xirang_sim::engine::steady::SteadyReport) -> String {
     let mut t = crate::cmd::table(&[
         "steady: spread below",
         "for",
-        "QPs",
-        "connections",
-        "over 16 slices",
+        "QPs: each / all",
+        "connections: each / all",
+        "over 16 slices: each / all",
     ]);
     let share = |x: &xirang_sim::engine::steady::SteadyShare, k: usize| {
         if x.active_ps == 0 {
             "-".to_string()
         } else {
-            format!("{:.1} %", 100.0 * x.criteria[k].steady_share)
+            let c = &x.criteria[k];
+            format!(
+                "{:.1} % / {:.1} %",
+                100.0 * c.steady_share,
+                100.0 * c.all_steady_share
+            )
         }
     };
     for (k, c) in s.qps.criteria.iter().enumerate() {
@@ -444,11 +449,14 @@ fn steady_table(s: &xirang_sim::engine::steady::SteadyReport) -> String {
     }
     let ms = |ps: u64| ps as f64 / 1e9;
     format!(
-        "{t}
-sampled: QPs {:.1} ms, connections {:.1} ms (summed over them; engine.json has the figures)
-",
+        "{t}\neach: the share of each sender's time that was steady, summed over senders \
+         (QPs {:.1} ms, connections {:.1} ms)\n\
+         all: the share of the microseconds with a sender active in which all were steady \
+         ({} us, {} us)\n",
         ms(s.qps.active_ps),
         ms(s.connections.active_ps),
+        s.qps.active_us,
+        s.connections.active_us,
     )
 }
 

@@ -16,7 +16,7 @@ use super::ids::{IdVec, PortId};
 use super::ledger::Ledger;
 use super::pfc::PfcEvent;
 use super::sampling::Samples;
-use super::steady::{SteadyProbe, SteadyReport};
+use super::steady::{SteadyProbe, SteadyReport, Totals};
 use crate::counters::PortCounters;
 use crate::time::Ps;
 
@@ -44,7 +44,7 @@ pub(crate) struct Shipped {
     pub(crate) ledger: Ledger,
     pub(crate) events: u64,
     pub(crate) packet_hops: u64,
-    pub(crate) steady: Option<SteadyReport>,
+    pub(crate) steady: Option<Totals>,
 }
 
 impl Stats {
@@ -192,7 +192,7 @@ impl Stats {
             ledger: self.ledger,
             events: self.events,
             packet_hops: self.packet_hops,
-            steady: self.steady_report(),
+            steady: self.steady.as_ref().map(|p| p.totals().clone()),
         }
     }
 

@@ -155,12 +155,37 @@ struct QpProbe {
 pub struct SteadyProbe {
     qps: Vec<QpProbe>,
     conns: Vec<ConnProbe>,
+    totals: Totals,
+}
+
+/// What a probe adds up, and what a partition ships to the one that gathers the run.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub(crate) struct Totals {
     /// QPs' sampled time (a bucket in which a QP sent or was paced to) and its steady part.
     qp: Tally,
     /// Connections' time between slices and its steady part.
     conn: Tally,
     /// The same, each sample averaged over [`PERIOD_SLICES`] slices.
     period: Tally,
+}
+
+impl Totals {
+    /// Adds another partition's totals (its QPs and connection ends are its own).
+    pub(crate) fn absorb(&mut self, o: &Totals) {
+        self.qp.absorb(&o.qp);
+        self.conn.absorb(&o.conn);
+        self.period.absorb(&o.period);
+    }
+
+    /// What was measured.
+    pub(crate) fn report(&self) -> SteadyReport {
+        SteadyReport {
+            sample_ns: SAMPLE_PS / crate::time::PS_PER_NS,
+            qps: self.qp.report(),
+            connections: self.conn.report(),
+            connections_over_periods: self.period.report(),
+        }
+    }
 }
 
 impl SteadyProbe {
@@ -183,8 +208,8 @@ impl SteadyProbe {
         if gap > 0 && gap <= STALL_BUCKETS && q.backlogged {
             // Paced slower than a packet per bucket: the buckets between held its rate.
             let held = q.rate;
-            for _ in 0..gap {
-                self.qp.add(&mut q.bands, held, SAMPLE_PS);
+            for g in q.bucket..b - 1 {
+                self.totals.qp.add(&mut q.bands, held, g * SAMPLE_PS, SAMPLE_PS);
             }
         } else if gap > 0 {
             // It ran out of bytes (idle), or sent nothing for longer than pacing explains
@@ -194,7 +219,9 @@ impl SteadyProbe {
         q.bucket = b;
         q.rate = rate_bps;
         q.backlogged = more;
-        self.qp.add(&mut q.bands, rate_bps, SAMPLE_PS);
+        self.totals
+            .qp
+            .add(&mut q.bands, rate_bps, (b - 1) * SAMPLE_PS, SAMPLE_PS);
     }
 
     /// `n` slices of connection `c` arrived whole at its receiver at `now`. The sample is
@@ -217,7 +244,9 @@ impl SteadyProbe {
             };
             return;
         }
-        self.conn.add(&mut k.bands, span as f64 / n as f64, span);
+        self.totals
+            .conn
+            .add(&mut k.bands, span as f64 / n as f64, prev, span);
         // The same arrivals averaged over the last PERIOD_SLICES slices.
         let at = k.ring_at;
         k.ring_sum = k.ring_sum + span - k.ring[at].0;
@@ -227,68 +256,135 @@ impl SteadyProbe {
         k.ring_n = (k.ring_n + 1).min(PERIOD_SLICES);
         if k.ring_n == PERIOD_SLICES {
             let per_slice = k.ring_sum as f64 / k.ring_slices as f64;
-            self.period.add(&mut k.period_bands, per_slice, span);
+            self.totals.period.add(&mut k.period_bands, per_slice, prev, span);
         }
     }
 
-    /// Adds another partition's figures (its QPs and connection ends are its own).
-    pub(crate) fn absorb(&mut self, o: &SteadyReport) {
-        self.qp.absorb(&o.qps);
-        self.conn.absorb(&o.connections);
-        self.period.absorb(&o.connections_over_periods);
+    /// What it added up so far.
+    pub(crate) fn totals(&self) -> &Totals {
+        &self.totals
+    }
+
+    /// Adds another partition's totals.
+    pub(crate) fn absorb(&mut self, o: &Totals) {
+        self.totals.absorb(o);
     }
 
     /// What was measured.
     pub fn report(&self) -> SteadyReport {
-        SteadyReport {
-            sample_ns: SAMPLE_PS / crate::time::PS_PER_NS,
-            qps: self.qp.report(),
-            connections: self.conn.report(),
-            connections_over_periods: self.period.report(),
-        }
+        self.totals.report()
     }
 }
 
-/// Active and steady time of one kind of sender, per criterion.
-#[derive(Debug, Clone, Copy, Default)]
-struct Tally {
-    active_ps: Ps,
-    steady_ps: [Ps; CRITERIA.len()],
+/// Per sample bucket of the run: how many senders of a kind were active, and how many of
+/// them steady by each criterion. A bucket where all active senders were steady is one a
+/// skip of the whole fabric could take (Wormhole's early artifact skipped globally,
+/// docs/reference/fast-forward.md §4): with the per-sender share, an upper bound, this
+/// brackets what a per-partition skip could take. Memory: 40 bytes per simulated
+/// microsecond.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+struct Timeline {
+    active: Vec<u32>,
+    steady: Vec<[u32; CRITERIA.len()]>,
 }
 
-impl Tally {
+impl Timeline {
+    /// A sender was active over `[from_ps, from_ps + span_ps)`, steady by the criteria in
+    /// `steady`: every bucket the span touches counts it.
     #[inline]
-    fn add(&mut self, bands: &mut [Band; CRITERIA.len()], r: f64, span_ps: Ps) {
-        self.active_ps += span_ps;
-        for (k, &(theta, window)) in CRITERIA.iter().enumerate() {
-            if bands[k].add(r, span_ps, theta, window) {
-                self.steady_ps[k] += span_ps;
+    fn mark(&mut self, from_ps: Ps, span_ps: Ps, steady: [bool; CRITERIA.len()]) {
+        let first = (from_ps / SAMPLE_PS) as usize;
+        let last = ((from_ps + span_ps.max(1) - 1) / SAMPLE_PS) as usize;
+        if last >= self.active.len() {
+            self.active.resize(last + 1, 0);
+            self.steady.resize(last + 1, [0; CRITERIA.len()]);
+        }
+        for b in first..=last {
+            self.active[b] += 1;
+            for (c, &s) in self.steady[b].iter_mut().zip(&steady) {
+                *c += u32::from(s);
             }
         }
     }
 
-    fn absorb(&mut self, o: &SteadyShare) {
-        self.active_ps += o.active_ps;
-        for (s, c) in self.steady_ps.iter_mut().zip(&o.criteria) {
-            *s += c.steady_ps;
+    fn absorb(&mut self, o: &Timeline) {
+        if o.active.len() > self.active.len() {
+            self.active.resize(o.active.len(), 0);
+            self.steady.resize(o.active.len(), [0; CRITERIA.len()]);
+        }
+        for (b, &a) in o.active.iter().enumerate() {
+            self.active[b] += a;
+            for (c, &s) in self.steady[b].iter_mut().zip(&o.steady[b]) {
+                *c += s;
+            }
         }
     }
 
+    /// Buckets with an active sender, and per criterion those where all were steady.
+    fn all_steady(&self) -> (u64, [u64; CRITERIA.len()]) {
+        let mut active = 0;
+        let mut all = [0u64; CRITERIA.len()];
+        for (&a, s) in self.active.iter().zip(&self.steady) {
+            if a == 0 {
+                continue;
+            }
+            active += 1;
+            for (n, &c) in all.iter_mut().zip(s) {
+                *n += u64::from(c == a);
+            }
+        }
+        (active, all)
+    }
+}
+
+/// Active and steady time of one kind of sender, per criterion, and its timeline.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+struct Tally {
+    active_ps: Ps,
+    steady_ps: [Ps; CRITERIA.len()],
+    line: Timeline,
+}
+
+impl Tally {
+    /// A sample `r` of a sender whose windows are `bands`, covering `span_ps` from
+    /// `from_ps`.
+    #[inline]
+    fn add(&mut self, bands: &mut [Band; CRITERIA.len()], r: f64, from_ps: Ps, span_ps: Ps) {
+        self.active_ps += span_ps;
+        let mut steady = [false; CRITERIA.len()];
+        for (k, &(theta, window)) in CRITERIA.iter().enumerate() {
+            if bands[k].add(r, span_ps, theta, window) {
+                self.steady_ps[k] += span_ps;
+                steady[k] = true;
+            }
+        }
+        self.line.mark(from_ps, span_ps, steady);
+    }
+
+    fn absorb(&mut self, o: &Tally) {
+        self.active_ps += o.active_ps;
+        for (s, c) in self.steady_ps.iter_mut().zip(&o.steady_ps) {
+            *s += c;
+        }
+        self.line.absorb(&o.line);
+    }
+
     fn report(&self) -> SteadyShare {
+        let share = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
+        let (active_buckets, all) = self.line.all_steady();
         SteadyShare {
             active_ps: self.active_ps,
+            active_us: active_buckets,
             criteria: CRITERIA
                 .iter()
-                .zip(&self.steady_ps)
-                .map(|(&(theta, window), &s)| SteadyCriterion {
+                .enumerate()
+                .map(|(k, &(theta, window))| SteadyCriterion {
                     theta,
                     window_samples: window,
-                    steady_ps: s,
-                    steady_share: if self.active_ps == 0 {
-                        0.0
-                    } else {
-                        s as f64 / self.active_ps as f64
-                    },
+                    steady_ps: self.steady_ps[k],
+                    steady_share: share(self.steady_ps[k], self.active_ps),
+                    all_steady_us: all[k],
+                    all_steady_share: share(all[k], active_buckets),
                 })
                 .collect(),
         }
@@ -316,6 +412,8 @@ pub struct SteadyReport {
 pub struct SteadyShare {
     /// Time sampled, ps, over all of them.
     pub active_ps: Ps,
+    /// Microseconds of the run in which one of them at least was active.
+    pub active_us: u64,
     /// Each criterion's steady part.
     pub criteria: Vec<SteadyCriterion>,
 }
@@ -329,8 +427,13 @@ pub struct SteadyCriterion {
     pub window_samples: u32,
     /// Steady time, ps.
     pub steady_ps: Ps,
-    /// Its share of the active time.
+    /// Its share of the active time (an upper bound of what a skip could take).
     pub steady_share: f64,
+    /// Microseconds in which every active one was steady.
+    pub all_steady_us: u64,
+    /// Their share of `active_us` (what skipping the whole fabric at once could take, a
+    /// lower bound of a per-partition skip's).
+    pub all_steady_share: f64,
 }
 
 #[cfg(test)]
@@ -456,6 +559,43 @@ mod tests {
         let over = wormhole(&r.connections_over_periods);
         // 12.1 ms in all; the first 2 ms (and 16 slices) fill the window.
         assert!(over > 0.8 && over < 0.85, "{over}");
+    }
+
+    /// The whole-fabric figure: a microsecond counts only when every sender active in it
+    /// was steady.
+    #[test]
+    fn all_steady_needs_every_active_sender() {
+        let mut p = SteadyProbe::default();
+        // QP 0 flat for 1,000 µs; QP 1 alternating ±20 % over its last 500 µs.
+        for i in 0..1000u64 {
+            p.sent(QpId(0), i * SAMPLE_PS, 100e9, true);
+            if i >= 500 {
+                let r = if i % 2 == 0 { 80e9 } else { 120e9 };
+                p.sent(QpId(1), i * SAMPLE_PS, r, true);
+            }
+        }
+        let r = p.report().qps;
+        let c = r
+            .criteria
+            .iter()
+            .find(|c| c.theta == 0.03 && c.window_samples == 100)
+            .unwrap();
+        assert_eq!(r.active_us, 1000);
+        // QP 0 is steady from its 100th µs: 901 µs of 1,500 µs of QP time.
+        assert_eq!(c.steady_ps, 901 * SAMPLE_PS);
+        // All are steady only from µs 99 until QP 1 starts: 401 of 1,000 µs.
+        assert_eq!(c.all_steady_us, 401);
+        // Divided into two partitions, each with one QP, the totals add up the same.
+        let (mut a, mut b) = (SteadyProbe::default(), SteadyProbe::default());
+        for i in 0..1000u64 {
+            a.sent(QpId(0), i * SAMPLE_PS, 100e9, true);
+            if i >= 500 {
+                let r = if i % 2 == 0 { 80e9 } else { 120e9 };
+                b.sent(QpId(1), i * SAMPLE_PS, r, true);
+            }
+        }
+        b.absorb(a.totals());
+        assert_eq!(b.report(), p.report());
     }
 
     #[test]
