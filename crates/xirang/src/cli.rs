@@ -996,9 +996,9 @@ pub(crate) struct SimArgs {
     /// Sample rates, queue depths and counters at this interval, e.g. 10us (at least 0.1us).
     #[arg(long, value_parser = parse_sample_us)]
     pub(crate) sample: Option<f64>,
-    /// Measure how much of each QP's sending time is steady by Wormhole's criterion, at
-    /// several thresholds and windows (engine.json `engine.steady`); the results are the
-    /// same as without it.
+    /// Measure how much of the QPs' and collectives' connections' sending is steady by
+    /// Wormhole's criterion, at several thresholds and windows (engine.json
+    /// `engine.steady`, and a table); the results are the same as without it.
     #[arg(long)]
     pub(crate) steady_probe: bool,
     /// Run on this many threads (1 to 256), the fabric divided into as many partitions

@@ -176,8 +176,8 @@ pub struct RunOptions {
     /// Collectives report their transfers one by one while they have this many in all
     /// (`[run] transfer_records`).
     pub transfer_records: u64,
-    /// Measure how much of each QP's sending is steady (`engine::steady`); the run's
-    /// results are the same either way.
+    /// Measure how much of the QPs' and connections' sending is steady
+    /// (`engine::steady`); the run's results are the same either way.
     pub steady_probe: bool,
 }
 

@@ -577,7 +577,11 @@ impl<Q: Queue> Sim<Q> {
         q.last_sent = now;
         q.last_wire = wire;
         q.next_avail = now + super::cc_timers::paced_gap(q, self.fab.port(p).rate.tx_time(wire));
-        self.stats.steady_sent(qi, now, q.rate_bps(), q.snd_nxt < q.size);
+        if !matches!(q.owner, TxOwner::Cts { .. }) {
+            // A clear-to-send QP is the receiver's control path, not a sender of data
+            // (the rate samples leave it out too).
+            self.stats.steady_sent(qi, now, q.rate_bps(), q.snd_nxt < q.size);
+        }
         let dst = q.dst_port;
         let port = self.fab.port_mut(p);
         let n = port.nic_mut();

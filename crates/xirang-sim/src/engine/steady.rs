@@ -6,9 +6,14 @@
 //! spread of its send rate over its last `l` samples, (max - min) / mean, stays below `θ`;
 //! a partition is steady only when all its flows are, and only steady partitions are
 //! skipped. This probe applies the per-flow test, at several (`θ`, `l`) pairs at once (the
-//! criterion's sensitivity), to two kinds of sender, and reports the time that passed it.
-//! Both figures are upper bounds of what a per-partition skip could take: a sender can be
-//! steady while one it shares a link with is not.
+//! criterion's sensitivity), to two kinds of sender, and reports two figures per
+//! criterion: the share of each sender's time that was steady ("each"), and the share of
+//! the run's microseconds in which every active sender of the kind was steady ("all").
+//! Neither is a bound of what a per-partition skip would take; they are indicators from
+//! two sides. "Each" counts a sender steady while one it shares a link with is not, and
+//! weighs long-lived senders by their time. "All" asks the whole fabric to be steady at
+//! once, but does not count stalled or idle senders as active, and judges QPs and
+//! connections apart.
 //!
 //! - **QPs.** Each QP is sampled once per [`SAMPLE_PS`] bucket in which it sends, and the
 //!   sample is its congestion-control rate (the rate its NIC paces at), as Wormhole samples
@@ -47,6 +52,10 @@ pub const WORMHOLE_THETA: f64 = 0.05;
 /// See [`WORMHOLE_THETA`].
 pub const WORMHOLE_WINDOW: u32 = 2000;
 
+/// Fewest samples a window needs, whatever time they cover: a connection's sample can
+/// cover up to [`CONN_IDLE_PS`], and one or two samples have no spread to judge.
+pub const MIN_SAMPLES: u32 = 16;
+
 /// A connection whose next slice arrives more than this after its last is idle (between
 /// two collectives, or waiting on a peer far behind), not slow: a slice of a ring step
 /// takes microseconds.
@@ -64,9 +73,9 @@ pub const PERIOD_SLICES: usize = 16;
 pub const STALL_BUCKETS: u64 = 10;
 
 /// The criteria measured at once: Wormhole's default and its neighbours (its artifact's
-/// θ = 3 % and l = 1,000; a looser 10 %; shorter windows of 100 and 500 samples), so a
-/// report shows how the answer moves with them (docs/reference/fast-forward.md §1: a
-/// larger θ is faster and less exact, a longer l enters steady state later).
+/// θ = 3 % and l = 1,000, docs/reference/fast-forward.md §4; a looser 10 %; shorter
+/// windows of 100 and 500 samples), so a report shows how the answer moves with them
+/// (§1 there: a larger θ is faster and less exact, a longer l enters steady state later).
 pub const CRITERIA: [(f64, u32); 9] = [
     (0.03, 100),
     (0.03, 1000),
@@ -119,7 +128,7 @@ impl Band {
                 fresh
             };
         }
-        self.span_ps >= Ps::from(window) * SAMPLE_PS
+        self.span_ps >= Ps::from(window) * SAMPLE_PS && self.n >= MIN_SAMPLES
     }
 }
 
@@ -128,6 +137,8 @@ impl Band {
 struct ConnProbe {
     /// When its last slices arrived.
     last: Option<Ps>,
+    /// Slices that arrived at the same instant as the last ones, for the next sample.
+    pending: u64,
     bands: [Band; CRITERIA.len()],
     /// Its last [`PERIOD_SLICES`] samples (time since the arrival before, slices), a ring.
     ring: [(Ps, u64); PERIOD_SLICES],
@@ -237,6 +248,13 @@ impl SteadyProbe {
         let prev = k.last.replace(now);
         let Some(prev) = prev else { return };
         let span = now - prev;
+        if span == 0 {
+            // An arrival at the same instant as the last: its slices go to the next sample.
+            k.last = Some(prev);
+            k.pending += n;
+            return;
+        }
+        let n = n + std::mem::take(&mut k.pending);
         if span > CONN_IDLE_PS || n == 0 {
             *k = ConnProbe {
                 last: Some(now),
@@ -279,11 +297,13 @@ impl SteadyProbe {
 /// Per sample bucket of the run: how many senders of a kind were active, and how many of
 /// them steady by each criterion. A bucket where all active senders were steady is one a
 /// skip of the whole fabric could take (Wormhole's early artifact skipped globally,
-/// docs/reference/fast-forward.md §4): with the per-sender share, an upper bound, this
-/// brackets what a per-partition skip could take. Memory: 40 bytes per simulated
-/// microsecond.
+/// docs/reference/fast-forward.md §4). Memory: 40 bytes per
+/// simulated microsecond from the first sender's start, per kind of sender and partition.
 #[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 struct Timeline {
+    /// The bucket `active[0]` and `steady[0]` are for: a run whose senders start late
+    /// keeps nothing for the time before.
+    origin: usize,
     active: Vec<u32>,
     steady: Vec<[u32; CRITERIA.len()]>,
 }
@@ -295,11 +315,8 @@ impl Timeline {
     fn mark(&mut self, from_ps: Ps, span_ps: Ps, steady: [bool; CRITERIA.len()]) {
         let first = (from_ps / SAMPLE_PS) as usize;
         let last = ((from_ps + span_ps.max(1) - 1) / SAMPLE_PS) as usize;
-        if last >= self.active.len() {
-            self.active.resize(last + 1, 0);
-            self.steady.resize(last + 1, [0; CRITERIA.len()]);
-        }
-        for b in first..=last {
+        self.cover(first, last);
+        for b in first - self.origin..=last - self.origin {
             self.active[b] += 1;
             for (c, &s) in self.steady[b].iter_mut().zip(&steady) {
                 *c += u32::from(s);
@@ -307,14 +324,33 @@ impl Timeline {
         }
     }
 
-    fn absorb(&mut self, o: &Timeline) {
-        if o.active.len() > self.active.len() {
-            self.active.resize(o.active.len(), 0);
-            self.steady.resize(o.active.len(), [0; CRITERIA.len()]);
+    /// Makes room for buckets `first..=last`.
+    fn cover(&mut self, first: usize, last: usize) {
+        if self.active.is_empty() {
+            self.origin = first;
+        } else if first < self.origin {
+            // A sample reaching back before the first one marked (a connection's span).
+            let more = self.origin - first;
+            self.active.splice(0..0, std::iter::repeat_n(0, more));
+            self.steady.splice(0..0, std::iter::repeat_n([0; CRITERIA.len()], more));
+            self.origin = first;
         }
-        for (b, &a) in o.active.iter().enumerate() {
-            self.active[b] += a;
-            for (c, &s) in self.steady[b].iter_mut().zip(&o.steady[b]) {
+        let len = last + 1 - self.origin;
+        if len > self.active.len() {
+            self.active.resize(len, 0);
+            self.steady.resize(len, [0; CRITERIA.len()]);
+        }
+    }
+
+    fn absorb(&mut self, o: &Timeline) {
+        if o.active.is_empty() {
+            return;
+        }
+        self.cover(o.origin, o.origin + o.active.len() - 1);
+        let at = o.origin - self.origin;
+        for (i, &a) in o.active.iter().enumerate() {
+            self.active[at + i] += a;
+            for (c, &s) in self.steady[at + i].iter_mut().zip(&o.steady[i]) {
                 *c += s;
             }
         }
@@ -427,12 +463,11 @@ pub struct SteadyCriterion {
     pub window_samples: u32,
     /// Steady time, ps.
     pub steady_ps: Ps,
-    /// Its share of the active time (an upper bound of what a skip could take).
+    /// Its share of the active time.
     pub steady_share: f64,
     /// Microseconds in which every active one was steady.
     pub all_steady_us: u64,
-    /// Their share of `active_us` (what skipping the whole fabric at once could take, a
-    /// lower bound of a per-partition skip's).
+    /// Their share of `active_us`: what skipping the whole fabric at once could take.
     pub all_steady_share: f64,
 }
 
@@ -532,7 +567,7 @@ mod tests {
                 .unwrap()
                 .steady_ps
         };
-        // Steady once 2,000 µs of even slices are in: the last 1,998 µs of the 3,998.
+        // Steady once 2,000 µs of even slices are in: the last 2,000 µs of the 3,998.
         assert_eq!(c(WORMHOLE_THETA, WORMHOLE_WINDOW), 2000 * SAMPLE_PS);
         assert_eq!(c(0.03, 100), (3998 - 98) * SAMPLE_PS);
     }
@@ -594,8 +629,30 @@ mod tests {
                 b.sent(QpId(1), i * SAMPLE_PS, r, true);
             }
         }
+        // b's timeline starts at 500 µs, a's at 0: merging reaches back before b's origin.
         b.absorb(a.totals());
         assert_eq!(b.report(), p.report());
+    }
+
+    /// A connection sample reaches back to the previous arrival, before the timeline's
+    /// first bucket; an arrival at the same instant as the last goes to the next sample.
+    #[test]
+    fn timelines_grow_backwards_and_same_instant_arrivals_merge() {
+        let mut p = SteadyProbe::default();
+        // QP 0 marks µs 100 first; connection 2's first sample covers 50..102 µs.
+        p.sent(QpId(0), 100 * SAMPLE_PS, 1e9, true);
+        p.slices(2, 50 * SAMPLE_PS, 1);
+        p.slices(2, 102 * SAMPLE_PS, 1);
+        let r = p.report();
+        assert_eq!(r.qps.active_us, 1);
+        assert_eq!(r.connections.active_us, 52);
+        // A second arrival at 110 µs is carried to the next sample: 2 slices in 8 µs.
+        p.slices(2, 110 * SAMPLE_PS, 1);
+        p.slices(2, 110 * SAMPLE_PS, 1);
+        p.slices(2, 118 * SAMPLE_PS, 1);
+        let c = &p.conns[2];
+        assert_eq!((c.bands[0].n, c.bands[0].lo), (1, 4.0 * SAMPLE_PS as f64));
+        assert_eq!(p.report().connections.active_ps, 68 * SAMPLE_PS);
     }
 
     #[test]
