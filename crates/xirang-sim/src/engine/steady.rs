@@ -332,7 +332,8 @@ impl Timeline {
             // A sample reaching back before the first one marked (a connection's span).
             let more = self.origin - first;
             self.active.splice(0..0, std::iter::repeat_n(0, more));
-            self.steady.splice(0..0, std::iter::repeat_n([0; CRITERIA.len()], more));
+            self.steady
+                .splice(0..0, std::iter::repeat_n([0; CRITERIA.len()], more));
             self.origin = first;
         }
         let len = last + 1 - self.origin;
