@@ -297,8 +297,8 @@ impl SteadyProbe {
 /// Per sample bucket of the run: how many senders of a kind were active, and how many of
 /// them steady by each criterion. A bucket where all active senders were steady is one a
 /// skip of the whole fabric could take (Wormhole's early artifact skipped globally,
-/// docs/reference/fast-forward.md §4). Memory: 40 bytes per
-/// simulated microsecond from the first sender's start, per kind of sender and partition.
+/// docs/reference/fast-forward.md §4). Memory: 40 bytes per simulated microsecond from
+/// the first sender's start, per kind of sender and partition.
 #[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 struct Timeline {
     /// The bucket `active[0]` and `steady[0]` are for: a run whose senders start late
