@@ -239,6 +239,15 @@ pub trait Program: Send + Sync + std::fmt::Debug {
     fn conn_roles(&self, channel: u32, src: u32, dst: u32) -> (u32, u32);
     /// Entries of state it holds (for tests of the memory bound).
     fn state_entries(&self) -> usize;
+    /// How many primitives from `index` on (itself included, at least 1) are the same as
+    /// primitive `index` in everything but where their chunk sits: same peers, bytes,
+    /// slicing, reduction and waits. A fast-forward may move a thread anywhere inside
+    /// such a run without changing what the thread does next. The default knows nothing
+    /// of the program's structure and says 1 (no move).
+    fn uniform_run(&self, channel: u32, rank: u32, role: u32, index: u64) -> u64 {
+        let _ = (channel, rank, role, index);
+        1
+    }
 }
 
 /// What a program is built from.
@@ -526,6 +535,40 @@ impl RingRun {
         }
     }
 
+    /// Prims from `index` on that equal prim `index` but for their chunk's place
+    /// (`Program::uniform_run`): the middle of a loop's reduce-scatter or all-gather
+    /// phase, when every chunk of the loop has the same bytes. The first and last prims
+    /// of a phase differ in peers or reduction, so each is a run of its own.
+    fn uniform_run(&self, pos: u64, index: u64) -> u64 {
+        let n = self.n;
+        let (l, p) = self.div_loop.divmod(index);
+        // First and one-past-last position in the loop of the phase holding `p`.
+        let (first, end) = match self.op {
+            RingOp::AllReduce if p >= 1 && p + 1 < n => (1, n - 1),
+            RingOp::AllReduce if p >= n && p + 2 < 2 * n => (n, 2 * n - 2),
+            RingOp::AllGather | RingOp::ReduceScatter if p >= 1 && p + 1 < n => (1, n - 1),
+            _ => return 1,
+        };
+        debug_assert!(first <= p && p < end);
+        let _ = pos;
+        // A loop whose chunks differ in size (the rebalanced last loop of an AllReduce)
+        // has prims of different bytes inside a phase: no run.
+        let even = match self.op {
+            RingOp::AllReduce => {
+                let loop_bytes = n * self.ck.chunk;
+                let remaining = self.bytes - (l * loop_bytes).min(self.bytes);
+                if remaining >= loop_bytes {
+                    true
+                } else {
+                    let chunk = remaining.div_ceil(n).next_multiple_of(ALIGN_BYTES);
+                    chunk * n == remaining
+                }
+            }
+            _ => true,
+        };
+        if even { end - p } else { 1 }
+    }
+
     /// Prim `index` at ring position `pos`, with `prev` and `next` the neighbours' ranks.
     fn prim(&self, pos: u64, index: u64, prev: u32, next: u32) -> Prim {
         let n = self.n;
@@ -690,6 +733,9 @@ impl Program for RingProgram {
     }
     fn state_entries(&self) -> usize {
         self.runs.len()
+    }
+    fn uniform_run(&self, channel: u32, rank: u32, _role: u32, index: u64) -> u64 {
+        self.runs[channel as usize].uniform_run(u64::from(rank), index)
     }
 }
 

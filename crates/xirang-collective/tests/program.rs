@@ -37,6 +37,20 @@ fn ring_sends(p: &dyn Program, channel: u32) -> Vec<u64> {
 
 /// The helper table of docs/reference/nccl-transport-details.md §1: ring AllReduce,
 /// Simple, 16 ranks, 8 channels.
+/// A ring AllReduce of even chunks is one uniform run per phase in its middle.
+#[test]
+fn ring_allreduce_phases_are_uniform_runs() {
+    // 16 ranks, LL, 8 channels, 8 MiB: loops of 16 even chunks per channel.
+    let p = build(&spec(O::AllReduce, A::Ring, Proto::Ll, 16, 8, 8 * MIB, 8)).unwrap();
+    let n = 16;
+    assert!(p.len(0, 3, 0).is_multiple_of(2 * n - 1));
+    assert_eq!(p.uniform_run(0, 3, 0, 0), 1, "the first send is its own");
+    assert_eq!(p.uniform_run(0, 3, 0, 1), n - 2, "recvReduceSend, prims 1..n-2");
+    assert_eq!(p.uniform_run(0, 3, 0, n - 1), 1, "recvReduceCopySend");
+    assert_eq!(p.uniform_run(0, 3, 0, n), n - 2, "recvCopySend, prims n..2n-3");
+    assert_eq!(p.uniform_run(0, 3, 0, 2 * n - 2), 1, "the last recv");
+}
+
 #[test]
 fn ring_allreduce_is_cut_as_nccl_cuts_it() {
     for (bytes, channels, chunk, isends, sizes) in [
@@ -148,6 +162,44 @@ proptest! {
         s.buffers.p2p_nvl_chunk_bytes >>= shrink;
         let p = build(&s).map_err(TestCaseError::fail)?;
         verify(&*p, op, bytes).map_err(|e| TestCaseError::fail(format!("{op:?}/{algorithm:?}/{proto:?} {ranks}x{g} {bytes} B {channels} ch: {e}")))?;
+    }
+
+    /// Inside a run `uniform_run` claims, every primitive is the first but for where its
+    /// chunk sits (what lets a fast-forward move a thread there); a ring AllReduce of even
+    /// chunks has runs of more than one.
+    #[test]
+    fn uniform_runs_hold_equal_primitives(
+        (op, algorithm) in algorithms(),
+        hosts in 1u32..5,
+        g in 1u32..5,
+        proto in prop_oneof![Just(Proto::Simple), Just(Proto::Ll), Just(Proto::Ll128)],
+        kib in 1u64..3000,
+        channels in 1u32..4,
+        shrink in 0u32..5,
+    ) {
+        let ranks = hosts * g;
+        prop_assume!(ranks >= 2);
+        let bytes = (kib * 1024 / 4 * 4 / u64::from(ranks) * u64::from(ranks)).max(u64::from(ranks) * 4);
+        let mut s = spec(op, algorithm, proto, ranks, g, bytes, channels);
+        s.buffers.simple_bytes >>= 2 * shrink;
+        s.buffers.ll_bytes >>= shrink;
+        let p = build(&s).map_err(TestCaseError::fail)?;
+        for c in 0..p.channels() {
+            for r in 0..ranks {
+                for role in 0..p.roles(c, r) {
+                    let len = p.len(c, r, role);
+                    for i in 0..len {
+                        let run = p.uniform_run(c, r, role, i);
+                        prop_assert!(run >= 1 && i + run <= len, "run {run} at {i} of {len}");
+                        let first = program::Prim { offset: 0, ..p.prim(c, r, role, i) };
+                        for j in i..i + run {
+                            let other = program::Prim { offset: 0, ..p.prim(c, r, role, j) };
+                            prop_assert_eq!(first, other, "{:?} {:?} ch {} rank {} prim {} run {}", op, algorithm, c, r, i, run);
+                        }
+                    }
+                }
+            }
+        }
     }
 }
 
