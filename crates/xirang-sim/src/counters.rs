@@ -205,6 +205,91 @@ pub const SLOTS_PER_PORT: usize = if NIC_SLOTS > SWITCH_SLOTS {
 };
 
 impl PortCounters {
+    /// Calls `f(mine, a, b)` with each counter that only ever grows (not the port totals,
+    /// which are the per-priority counters' sums, nor the switch queues' packets and
+    /// bytes, which follow from the port's, nor levels: watermarks, rate, PCIe), with the
+    /// same counter of `a` and `b`. A fast-forward adds what the skipped time would have
+    /// counted through it (`engine::ffwd`).
+    pub fn zip_cumulative(
+        &mut self,
+        a: &PortCounters,
+        b: &PortCounters,
+        f: &mut dyn FnMut(&mut u64, u64, u64),
+    ) {
+        // Every field named, so that a counter added to the struct must be sorted here.
+        let PortCounters {
+            tx_bytes: _,
+            rx_bytes: _,
+            tx_packets: _,
+            rx_packets: _,
+            q_packets: _,
+            q_bytes: _,
+            q_watermark: _,
+            rate_mbps: _,
+            pcie: _,
+            tx_discards: _,
+            tx_prio_bytes: _,
+            tx_prio_packets: _,
+            rx_prio_bytes: _,
+            rx_prio_packets: _,
+            tx_pause: _,
+            tx_pause_ps: _,
+            rx_pause: _,
+            rx_pause_ps: _,
+            rx_pause_transition: _,
+            np_ecn_marked_roce_packets: _,
+            np_cnp_sent: _,
+            rp_cnp_handled: _,
+            rp_cnp_ignored: _,
+            out_of_sequence: _,
+            packet_seq_err: _,
+            local_ack_timeout_err: _,
+            duplicate_request: _,
+            q_dropped: _,
+            q_ecn_marked: _,
+            rx_errors: _,
+            symbol_errors: _,
+            link_downed: _,
+            in_discards: _,
+            rx_oversize: _,
+        } = a;
+        macro_rules! scalars {
+            ($($x:ident),*) => { $( f(&mut self.$x, a.$x, b.$x); )* };
+        }
+        macro_rules! arrays {
+            ($($x:ident),*) => { $( for i in 0..N_PRIO { f(&mut self.$x[i], a.$x[i], b.$x[i]); } )* };
+        }
+        scalars!(
+            tx_discards,
+            np_ecn_marked_roce_packets,
+            np_cnp_sent,
+            rp_cnp_handled,
+            rp_cnp_ignored,
+            out_of_sequence,
+            packet_seq_err,
+            local_ack_timeout_err,
+            duplicate_request,
+            rx_errors,
+            symbol_errors,
+            link_downed,
+            in_discards,
+            rx_oversize
+        );
+        arrays!(
+            tx_prio_bytes,
+            tx_prio_packets,
+            rx_prio_bytes,
+            rx_prio_packets,
+            tx_pause,
+            tx_pause_ps,
+            rx_pause,
+            rx_pause_ps,
+            rx_pause_transition,
+            q_dropped,
+            q_ecn_marked
+        );
+    }
+
     /// Calls `f` with each counter a NIC port reports, in order: its slot (stable over a
     /// run, below [`SLOTS_PER_PORT`]), scope, name and value.
     pub fn visit_nic(&self, pfc_prios: &[u8], f: &mut dyn FnMut(usize, Scope, CounterName, u64)) {

@@ -98,6 +98,7 @@ pub fn options(loaded: &Loaded) -> RunOptions {
         }),
         transfer_records: r.transfer_records,
         steady_probe: false,
+        fast_forward: None,
     }
 }
 
@@ -468,6 +469,7 @@ fn engine_stats<Q: queue::Queue>(sim: &Sim<Q>) -> output::EngineStats {
             .sum(),
         peak_slices_outstanding: sim.work.peak_slices_outstanding(),
         steady: sim.stats.steady_report(),
+        fast_forward: sim.ff.report(sim.now()),
     }
 }
 

@@ -228,6 +228,9 @@ pub struct EngineStats {
     /// `RunOptions::steady_probe`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub steady: Option<crate::engine::steady::SteadyReport>,
+    /// What fast-forward skipped (with `RunOptions::fast_forward`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fast_forward: Option<crate::engine::ffwd::FastForwardReport>,
 }
 
 /// Nearest-rank percentile of sorted values (q in 0..=100).

@@ -1001,6 +1001,18 @@ pub(crate) struct SimArgs {
     /// `engine.steady`, and a table); the results are the same as without it.
     #[arg(long)]
     pub(crate) steady_probe: bool,
+    /// Skip a collective's pipeline periods once every connection has been steady for
+    /// a window, instead of simulating them packet by packet (engine.json
+    /// `engine.fast_forward` says what was skipped, or why the run could not skip).
+    #[arg(long)]
+    pub(crate) fast_forward: bool,
+    /// Fast-forward's steadiness threshold: the largest spread, (max - min) / mean, of a
+    /// connection's time per slice over the window (default 0.05).
+    #[arg(long, value_parser = parse_ff_theta, requires = "fast_forward")]
+    pub(crate) ff_theta: Option<f64>,
+    /// Fast-forward's window, e.g. 500us (default 500us; 16us to 100ms).
+    #[arg(long, value_parser = parse_ff_window_us, requires = "fast_forward")]
+    pub(crate) ff_window: Option<f64>,
     /// Run on this many threads (1 to 256), the fabric divided into as many partitions
     /// (or --partitions); the outputs are the serial run's, byte for byte.
     #[arg(long, default_value_t = 1, value_parser = count::<1, MAX_THREADS>)]
@@ -1071,6 +1083,32 @@ fn parse_until_us(s: &str) -> Result<f64, String> {
 }
 
 /// `--sample`: a duration that is a valid sampling interval.
+/// A fast-forward threshold: a spread above 0 and below 1.
+fn parse_ff_theta(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("expected a spread between 0 and 1 such as 0.05, found {s:?}"))?;
+    if v.is_finite() && v > 0.0 && v < 1.0 {
+        Ok(v)
+    } else {
+        Err(format!(
+            "expected a spread between 0 and 1 such as 0.05, found {s}"
+        ))
+    }
+}
+
+/// A fast-forward window: at least 16 µs (the fewest samples a window judges,
+/// `engine::steady::MIN_SAMPLES`, of 1 µs), at most 100 ms.
+fn parse_ff_window_us(s: &str) -> Result<f64, String> {
+    let us = parse_duration_us(s)?;
+    if (16.0..=100_000.0).contains(&us) {
+        Ok(us)
+    } else {
+        Err(format!("expected a window from 16us to 100ms, found {s}"))
+    }
+}
+
 fn parse_sample_us(s: &str) -> Result<f64, String> {
     let us = parse_duration_us(s)?;
     xirang_fabric::limits::sample_interval_us(us)?;

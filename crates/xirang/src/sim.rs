@@ -111,6 +111,9 @@ pub(crate) fn run(a: &SimArgs) -> Result<Outcome> {
         if let Some(s) = &result.engine.steady {
             text.push_str(&steady_table(s));
         }
+        if let Some(f) = &result.engine.fast_forward {
+            text.push_str(&ff_line(f));
+        }
         crate::cmd::out(&text)?;
     }
     Ok(Outcome::Clean)
@@ -129,6 +132,16 @@ fn options(a: &SimArgs, loaded: &Loaded) -> xirang_sim::RunOptions {
         opts.sample_interval = Some(us(s));
     }
     opts.steady_probe = a.steady_probe;
+    if a.fast_forward {
+        let mut c = xirang_sim::engine::ffwd::FastForwardCriterion::default();
+        if let Some(t) = a.ff_theta {
+            c.theta = t;
+        }
+        if let Some(w) = a.ff_window {
+            c.window = w.round() as u32;
+        }
+        opts.fast_forward = Some(c);
+    }
     opts
 }
 
@@ -418,6 +431,32 @@ fn render(name: &str, s: &Summary, wall_s: f64, out: &Path) -> String {
 
 /// What `--steady-probe` measured: per criterion, the share of QPs' and connections'
 /// time that was steady (docs/fast-forward.md reads it).
+/// What fast-forward did, in a line or two.
+fn ff_line(f: &xirang_sim::engine::ffwd::FastForwardReport) -> String {
+    if let Some(why) = &f.off {
+        return format!("fast-forward: off for this run: {why}\n");
+    }
+    let mut s = format!(
+        "fast-forward: skipped {:.1} us ({:.1} % of the run) in {} skip(s), {} slices, about {} events saved (spread below {} % for {} us)\n",
+        f.skipped_ps as f64 / 1e6,
+        f.skipped_share * 100.0,
+        f.skips,
+        f.slices_skipped,
+        f.events_saved,
+        f.theta * 100.0,
+        f.window_us,
+    );
+    if f.skips == 0
+        && let Some((why, n)) = f.not_skipped.iter().max_by_key(|(_, n)| **n)
+    {
+        s.push_str(&format!(
+            "  most checks did not skip because {why} ({n} of {})\n",
+            f.checks
+        ));
+    }
+    s
+}
+
 fn steady_table(s: &xirang_sim::engine::steady::SteadyReport) -> String {
     let mut t = crate::cmd::table(&[
         "steady: spread below",

@@ -613,9 +613,10 @@ impl<Q: Queue> Sim<Q> {
                 }
             }
             if last_slice {
+                let at = self.reported_now();
                 let rt = self.work.coll_mut(coll);
                 rt.arrived += 1;
-                rt.last_arrival = Some(now);
+                rt.last_arrival = Some(at);
                 self.flow_done();
             }
             self.conn_consumed(c);
@@ -717,6 +718,7 @@ impl<Q: Queue> Sim<Q> {
     /// rank's next kernel starts them all again.
     fn thread_finished(&mut self, t: u32) {
         let now = self.now;
+        let at = self.reported_now();
         let th = self.work.thread_mut(t as usize);
         th.parked = true;
         let (coll, rank, iteration) = (th.coll as usize, th.rank, th.iteration);
@@ -727,7 +729,7 @@ impl<Q: Queue> Sim<Q> {
         }
         rt.iter_done[iteration as usize] += 1;
         let end = &mut rt.iter_end[iteration as usize];
-        *end = Some(end.map_or(now, |e| e.max(now)));
+        *end = Some(end.map_or(at, |e| e.max(at)));
         if iteration + 1 >= rt.run.iterations {
             return;
         }
@@ -779,6 +781,86 @@ impl<Q: Queue> Sim<Q> {
     pub(crate) fn connection_failed(&mut self, c: u32) {
         let coll = self.work.conn(c as usize).coll as usize;
         self.work.coll_mut(coll).failed = true;
+    }
+
+    /// How far a fast-forward may move collective `c`'s GPU threads now (`engine::ffwd`):
+    /// the most primitives every thread with work can move on while staying inside its
+    /// uniform run (`Program::uniform_run`), and the slices of their primitives. An error
+    /// says why no thread may move: one is between iterations or done, one waits on a
+    /// sibling, or their primitives differ in slices.
+    pub(crate) fn threads_room(&self, c: usize) -> Result<(u64, u32), &'static str> {
+        let rt = self.work.coll(c);
+        let threads = rt.thread_base[0]..*rt.thread_base.last().expect("set");
+        let mut room = u64::MAX;
+        let mut slices = None;
+        for t in threads {
+            let th = self.work.thread(t as usize);
+            if th.len == 0 {
+                continue;
+            }
+            if th.parked || th.index >= th.len {
+                return Err("a GPU thread is between iterations");
+            }
+            if th.prim.after.is_some() {
+                return Err("a GPU thread waits on another of its rank");
+            }
+            let run = rt.run.program.uniform_run(th.channel, th.rank, th.role, th.index);
+            room = room.min(run - 1);
+            match slices {
+                None => slices = Some(th.prim.slices),
+                Some(s) if s != th.prim.slices => return Err("GPU threads' primitives differ in slices"),
+                Some(_) => {}
+            }
+        }
+        match slices {
+            Some(s) if room > 0 => Ok((room, s)),
+            Some(_) => Err("a GPU thread is at the end of a uniform run (a phase's first or last step)"),
+            None => Err("no GPU thread has work"),
+        }
+    }
+
+    /// Moves every GPU thread of collective `c` `prims` primitives on, and its connections
+    /// with it, as if that many primitives had run (`engine::ffwd`; `threads_room` said
+    /// how far they may go). What they did counts as done: each transfer on each
+    /// connection once at its sender and once at its receiver.
+    pub(crate) fn advance_threads(&mut self, c: usize, prims: u64) {
+        let (first, end) = {
+            let rt = self.work.coll(c);
+            (rt.thread_base[0], *rt.thread_base.last().expect("set"))
+        };
+        let mut done = 0u64;
+        let mut arrived = 0u64;
+        for t in first..end {
+            let th = self.work.thread(t as usize);
+            if th.len == 0 {
+                continue;
+            }
+            let (channel, rank, role, index) = (th.channel, th.rank, th.role, th.index + prims);
+            let slices = u64::from(th.prim.slices) * prims;
+            let prim = self.work.coll(c).run.program.prim(channel, rank, role, index);
+            debug_assert_eq!(
+                Prim { offset: 0, ..prim },
+                Prim { offset: 0, ..th.prim },
+                "invariant: a thread moves only inside its uniform run"
+            );
+            let (recv, send) = (th.recv, th.send);
+            let th = self.work.thread_mut(t as usize);
+            th.index = index;
+            th.prim = prim;
+            for k in recv.into_iter().filter(|&k| k != NO_CONN) {
+                self.work.conn_mut(k as usize).skip_rx(slices, prims);
+                arrived += prims;
+            }
+            for k in send.into_iter().filter(|&k| k != NO_CONN) {
+                self.work.conn_mut(k as usize).skip_tx(slices, prims);
+                done += prims;
+            }
+        }
+        let at = self.reported_now();
+        let rt = self.work.coll_mut(c);
+        rt.arrived += arrived;
+        rt.last_arrival = Some(at);
+        self.work.did_many(done + arrived, at);
     }
 
     /// The record of transfer `index` of iteration `iteration`, if collective `c` records.

@@ -13,6 +13,7 @@
 //! | [`collective`] | collectives as NCCL's kernels run them: GPU threads of primitives, slice by slice |
 //! | [`transport`] | the NIC transport of collectives: NCCL's connections, persistent QPs, slots, clear-to-send, completions, the proxy |
 //! | [`sampling`] | time series of rates, queues and counters |
+//! | [`ffwd`] | fast-forward: skipping a steady collective's pipeline periods, with the counters' deltas and the reported clock's offset |
 //! | [`ledger`] | the conservation ledger and what is still in flight |
 //! | [`routes`] | routes, computed once per QP with HPCC-compatible ECMP hashing |
 //! | [`event`] | the closed set of events |
@@ -41,6 +42,7 @@ pub mod ecn;
 pub mod event;
 pub mod fab;
 pub mod faults;
+pub mod ffwd;
 pub mod flows;
 pub mod ids;
 pub mod ledger;
@@ -75,6 +77,7 @@ use ccstate::CcState;
 use event::Event;
 use fab::Fab;
 use faults::Faults;
+use ffwd::{FastForward, FastForwardCriterion};
 use ids::{IdVec, PortId, QpId};
 use nic::QpTx;
 use part::Dist;
@@ -179,6 +182,9 @@ pub struct RunOptions {
     /// Measure how much of the QPs' and connections' sending is steady
     /// (`engine::steady`); the run's results are the same either way.
     pub steady_probe: bool,
+    /// Skip steady pipeline periods (`engine::ffwd`) by this criterion (None: exact,
+    /// every packet simulated).
+    pub fast_forward: Option<FastForwardCriterion>,
 }
 
 /// The simulation state.
@@ -204,6 +210,8 @@ pub struct Sim<Q: Queue = EventQueue> {
     pub(crate) stats: Stats,
     /// Injected faults and bond failover.
     pub(crate) faults: Faults,
+    /// Skipping steady periods, and the offsets that keeps.
+    pub(crate) ff: FastForward,
 }
 
 impl<Q: Queue> Sim<Q> {
@@ -255,6 +263,7 @@ impl<Q: Queue> Sim<Q> {
                 base_rtt,
             ),
             faults: Faults::default(),
+            ff: FastForward::new(opts.fast_forward),
         };
         sim.populate(fabric, config, ex, opts, &nic_ports, &sw_ports);
         sim
@@ -318,7 +327,8 @@ impl<Q: Queue> Sim<Q> {
     /// A flow (or collective transfer) is done: sent, or failed.
     #[inline]
     pub(crate) fn flow_done(&mut self) {
-        self.work.did_one(self.now);
+        let at = self.reported_now();
+        self.work.did_one(at);
     }
 
     /// Runs until every flow is done, the end time, or no events remain. `progress` is
@@ -330,21 +340,25 @@ impl<Q: Queue> Sim<Q> {
     /// how a parallel run divides the fabric. Counter samples are taken at every multiple
     /// of the sampling interval, after the events of that instant, up to the end.
     pub fn run(&mut self, progress: &mut dyn FnMut(Progress)) {
+        // The end and its grid are in reported time, which runs ahead of the engine's
+        // clock by what a fast-forward skipped.
         let end = self.sched.end().unwrap_or(NEVER);
         self.start_run();
         loop {
             // The grid window of the next event (windows holding nothing are skipped:
             // nothing in them could end the run).
-            let next = self.next_event_time().unwrap_or(self.now).max(self.now);
+            let off = self.ff.skipped_ps();
+            let next = self.next_event_time().unwrap_or(self.now).max(self.now) + off;
             let limit = ((next / END_GRID_PS + 1) * END_GRID_PS - 1).min(end);
-            self.run_until(limit, progress);
+            self.run_until(limit - off, progress);
             if limit >= end {
-                self.stop_at_end(end, !self.idle());
+                self.stop_at_end(end - off, !self.idle());
                 break;
             }
             if self.work.progress().0 == self.work.progress().1 || self.idle() {
                 break;
             }
+            self.ff_check(end);
         }
         self.finish_run();
     }
@@ -353,6 +367,7 @@ impl<Q: Queue> Sim<Q> {
     pub fn start_run(&mut self) {
         self.sched.start_run();
         self.stats.start_sampling();
+        self.ff_start();
     }
 
     /// Handles every event and takes every sample due up to `limit` (inclusive).
@@ -384,7 +399,7 @@ impl<Q: Queue> Sim<Q> {
             self.dispatch(e);
             if self.stats.event().is_multiple_of(PROGRESS_EVERY) {
                 progress(Progress {
-                    now: self.now,
+                    now: self.reported_now(),
                     done: self.work.progress().0,
                     total: self.work.progress().1,
                 });
@@ -470,14 +485,24 @@ impl<Q: Queue> Sim<Q> {
         self.q.peak() + self.dist.merged_peak_pending()
     }
 
-    /// Current simulated time.
+    /// Current simulated time, as the run reports it (the engine's clock plus what a
+    /// fast-forward skipped).
     pub fn now(&self) -> Ps {
-        self.now
+        self.reported_now()
     }
 
     /// Complete counters of every port: the rarely-touched ones as kept, the per-packet ones
-    /// from the port's own transmit and receive counts.
+    /// from the port's own transmit and receive counts, and what fast-forward skips added.
     pub(crate) fn port_counters(&self) -> IdVec<PortId, PortCounters> {
+        self.port_counters_with(true)
+    }
+
+    /// The same, without what fast-forward skips added: what the engine itself counted.
+    pub(crate) fn port_counters_internal(&self) -> IdVec<PortId, PortCounters> {
+        self.port_counters_with(false)
+    }
+
+    fn port_counters_with(&self, skipped: bool) -> IdVec<PortId, PortCounters> {
         self.fab
             .ports()
             .map(|(pi, port)| {
@@ -504,11 +529,16 @@ impl<Q: Queue> Sim<Q> {
                     ]
                 });
                 for prio in 0..N_PRIO {
-                    let (tb, tp) = (port.egress[prio].tx_bytes, port.egress[prio].tx_packets);
-                    c.tx_prio_bytes[prio] = tb;
-                    c.tx_prio_packets[prio] = tp;
+                    c.tx_prio_bytes[prio] = port.egress[prio].tx_bytes;
+                    c.tx_prio_packets[prio] = port.egress[prio].tx_packets;
                     c.rx_prio_bytes[prio] = port.ingress[prio].rx_bytes;
                     c.rx_prio_packets[prio] = port.ingress[prio].rx_packets;
+                }
+                if let Some(off) = self.ff.offset(pi).filter(|_| skipped) {
+                    c.zip_cumulative(off, off, &mut |x, d, _| *x += d);
+                }
+                for prio in 0..N_PRIO {
+                    let (tb, tp) = (c.tx_prio_bytes[prio], c.tx_prio_packets[prio]);
                     if matches!(port.dev, Dev::Switch(_)) {
                         // Egress queues carry everything but PFC frames, which bypass them.
                         c.q_packets[prio] = tp - c.tx_pause[prio];

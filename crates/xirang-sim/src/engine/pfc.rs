@@ -228,7 +228,7 @@ impl<Q: Queue> Sim<Q> {
         };
         let ifindex = port.local + 1;
         self.stats.log_pfc(PfcEvent {
-            time: self.now,
+            time: self.reported_now(),
             node_id,
             at_switch,
             ifindex,

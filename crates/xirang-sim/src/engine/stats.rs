@@ -108,6 +108,11 @@ impl Stats {
         self.packet_hops += 1;
     }
 
+    /// `n` packets crossed links in time a fast-forward skipped.
+    pub(crate) fn skipped_hops(&mut self, n: u64) {
+        self.packet_hops += n;
+    }
+
     /// An event was handled; the count so far.
     #[inline(always)]
     pub(crate) fn event(&mut self) -> u64 {

@@ -132,6 +132,58 @@ impl Band {
     }
 }
 
+/// A connection's last [`PERIOD_SLICES`] samples (time since the arrival before, slices),
+/// a ring, and their sums.
+#[derive(Debug, Clone, Copy, Default)]
+struct PeriodRing {
+    ring: [(Ps, u64); PERIOD_SLICES],
+    at: usize,
+    n: usize,
+    sum: Ps,
+    slices: u64,
+}
+
+impl PeriodRing {
+    /// Adds a sample of `n` slices over `span`; the time per slice over the ring once it
+    /// is full.
+    #[inline]
+    fn push(&mut self, span: Ps, n: u64) -> Option<f64> {
+        let at = self.at;
+        self.sum = self.sum + span - self.ring[at].0;
+        self.slices = self.slices + n - self.ring[at].1;
+        self.ring[at] = (span, n);
+        self.at = (at + 1) % PERIOD_SLICES;
+        self.n = (self.n + 1).min(PERIOD_SLICES);
+        (self.n == PERIOD_SLICES).then(|| self.sum as f64 / self.slices as f64)
+    }
+}
+
+/// An arrival's sample: the time since the connection's previous arrival and the slices
+/// it covers, once the previous arrival is known and the time is not zero (arrivals at
+/// one instant go to the next sample). `Err(())` when the gap was idle
+/// ([`CONN_IDLE_PS`]): the connection's windows start again.
+#[inline]
+fn arrival_sample(
+    last: &mut Option<Ps>,
+    pending: &mut u64,
+    now: Ps,
+    n: u64,
+) -> Result<Option<(Ps, Ps, u64)>, ()> {
+    let prev = last.replace(now);
+    let Some(prev) = prev else { return Ok(None) };
+    let span = now - prev;
+    if span == 0 {
+        *last = Some(prev);
+        *pending += n;
+        return Ok(None);
+    }
+    let n = n + std::mem::take(pending);
+    if span > CONN_IDLE_PS || n == 0 {
+        return Err(());
+    }
+    Ok(Some((prev, span, n)))
+}
+
 /// The probe's state of one connection's receiving end.
 #[derive(Debug, Clone, Default)]
 struct ConnProbe {
@@ -140,12 +192,7 @@ struct ConnProbe {
     /// Slices that arrived at the same instant as the last ones, for the next sample.
     pending: u64,
     bands: [Band; CRITERIA.len()],
-    /// Its last [`PERIOD_SLICES`] samples (time since the arrival before, slices), a ring.
-    ring: [(Ps, u64); PERIOD_SLICES],
-    ring_at: usize,
-    ring_n: usize,
-    ring_sum: Ps,
-    ring_slices: u64,
+    ring: PeriodRing,
     period_bands: [Band; CRITERIA.len()],
 }
 
@@ -245,35 +292,22 @@ impl SteadyProbe {
             self.conns.resize(i + 1, ConnProbe::default());
         }
         let k = &mut self.conns[i];
-        let prev = k.last.replace(now);
-        let Some(prev) = prev else { return };
-        let span = now - prev;
-        if span == 0 {
-            // An arrival at the same instant as the last: its slices go to the next sample.
-            k.last = Some(prev);
-            k.pending += n;
-            return;
-        }
-        let n = n + std::mem::take(&mut k.pending);
-        if span > CONN_IDLE_PS || n == 0 {
-            *k = ConnProbe {
-                last: Some(now),
-                ..ConnProbe::default()
-            };
-            return;
-        }
+        let (prev, span, n) = match arrival_sample(&mut k.last, &mut k.pending, now, n) {
+            Ok(Some(s)) => s,
+            Ok(None) => return,
+            Err(()) => {
+                *k = ConnProbe {
+                    last: Some(now),
+                    ..ConnProbe::default()
+                };
+                return;
+            }
+        };
         self.totals
             .conn
             .add(&mut k.bands, span as f64 / n as f64, prev, span);
         // The same arrivals averaged over the last PERIOD_SLICES slices.
-        let at = k.ring_at;
-        k.ring_sum = k.ring_sum + span - k.ring[at].0;
-        k.ring_slices = k.ring_slices + n - k.ring[at].1;
-        k.ring[at] = (span, n);
-        k.ring_at = (at + 1) % PERIOD_SLICES;
-        k.ring_n = (k.ring_n + 1).min(PERIOD_SLICES);
-        if k.ring_n == PERIOD_SLICES {
-            let per_slice = k.ring_sum as f64 / k.ring_slices as f64;
+        if let Some(per_slice) = k.ring.push(span, n) {
             self.totals.period.add(&mut k.period_bands, per_slice, prev, span);
         }
     }
@@ -470,6 +504,73 @@ pub struct SteadyCriterion {
     pub all_steady_us: u64,
     /// Their share of `active_us`: what skipping the whole fabric at once could take.
     pub all_steady_share: f64,
+}
+
+/// The steadiness test a fast-forward acts on (`engine::ffwd`): the probe's per-connection
+/// test over [`PERIOD_SLICES`] slices, at one criterion, kept for every connection with
+/// its current verdict, and nothing added up.
+#[derive(Debug, Clone)]
+pub(crate) struct PipelineWatch {
+    theta: f64,
+    window: u32,
+    conns: Vec<WatchConn>,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct WatchConn {
+    last: Option<Ps>,
+    pending: u64,
+    ring: PeriodRing,
+    band: Band,
+    steady: bool,
+}
+
+impl PipelineWatch {
+    /// Judges connections by spread `theta` over `window` samples of [`SAMPLE_PS`].
+    pub(crate) fn new(theta: f64, window: u32) -> PipelineWatch {
+        PipelineWatch {
+            theta,
+            window,
+            conns: Vec::new(),
+        }
+    }
+
+    /// `n` slices of connection `c` arrived whole at its receiver at `now`.
+    #[inline]
+    pub(crate) fn slices(&mut self, c: u32, now: Ps, n: u64) {
+        let i = c as usize;
+        if i >= self.conns.len() {
+            self.conns.resize(i + 1, WatchConn::default());
+        }
+        let k = &mut self.conns[i];
+        let (_, span, n) = match arrival_sample(&mut k.last, &mut k.pending, now, n) {
+            Ok(Some(s)) => s,
+            Ok(None) => return,
+            Err(()) => {
+                *k = WatchConn {
+                    last: Some(now),
+                    ..WatchConn::default()
+                };
+                return;
+            }
+        };
+        if let Some(per_slice) = k.ring.push(span, n) {
+            k.steady = k.band.add(per_slice, span, self.theta, self.window);
+        }
+    }
+
+    /// Connection `c` has been steady for the window, and a slice arrived within the
+    /// last period (one that stopped receiving is not steady, whatever it did before).
+    pub(crate) fn steady(&self, c: u32, now: Ps) -> bool {
+        let Some(k) = self.conns.get(c as usize) else {
+            return false;
+        };
+        let (Some(last), true) = (k.last, k.steady) else {
+            return false;
+        };
+        let per_slice = k.band.sum / f64::from(k.band.n.max(1));
+        ((now - last) as f64) <= per_slice * PERIOD_SLICES as f64
+    }
 }
 
 #[cfg(test)]

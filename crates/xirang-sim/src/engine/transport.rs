@@ -179,6 +179,63 @@ impl Conn {
     pub(crate) fn can_read(&self) -> bool {
         self.rx.visible > self.rx.consumed
     }
+
+    /// Slices a fast-forward may move this connection on (`engine::ffwd`): every counter
+    /// of both ends stays below its total by a buffer's slots, so that nothing a skip
+    /// adds reaches the clamps at the run's end (`conn_consumed`).
+    pub(crate) fn skip_room(&self) -> u64 {
+        let (t, r) = (&self.tx, &self.rx);
+        let most = [t.written, t.cts, t.sent, t.completed, t.freed, t.send_due]
+            .into_iter()
+            .chain([
+                r.posted,
+                r.arrived,
+                r.visible,
+                r.consumed,
+                r.cts_wanted,
+                r.cts_due,
+            ])
+            .max()
+            .unwrap_or(0);
+        self.total_slices.saturating_sub(most + u64::from(self.slots))
+    }
+
+    /// Its sending end moves `slices` slices (`transfers` primitives) on, as if they had
+    /// been written, cleared to send, sent, completed and freed: what stays in flight
+    /// keeps its place, since a skip is a multiple of the slots and of the QPs (the slot
+    /// and QP of a slice are its number modulo these).
+    pub(crate) fn skip_tx(&mut self, slices: u64, transfers: u64) {
+        let t = &mut self.tx;
+        t.written += slices;
+        t.transfers += transfers;
+        if self.net.is_some() {
+            t.cts += slices;
+            t.sent += slices;
+            t.completed += slices;
+            t.freed += slices;
+            t.send_due += slices;
+        }
+    }
+
+    /// Its receiving end moves `slices` slices on (`transfers` primitives), as if they
+    /// had been posted, arrived, seen and consumed.
+    pub(crate) fn skip_rx(&mut self, slices: u64, transfers: u64) {
+        let r = &mut self.rx;
+        r.arrived += slices;
+        r.visible += slices;
+        r.consumed += slices;
+        r.transfers += transfers;
+        if self.net.is_some() {
+            r.posted += slices;
+            r.cts_wanted += slices;
+            r.cts_due += slices;
+        }
+    }
+
+    /// Its data QPs (1 inside a host), for the skip's alignment.
+    pub(crate) fn qps(&self) -> u32 {
+        self.nqps()
+    }
 }
 
 impl<Q: Queue> Sim<Q> {
@@ -516,6 +573,7 @@ impl<Q: Queue> Sim<Q> {
                 }
                 if newly > 0 {
                     self.stats.steady_slices(c, now, newly);
+                    self.ff.slices(c, now, newly);
                 }
                 if conn.flagged {
                     // LL and LL128: the GPU polls the flags in its buffer, not the proxy.

@@ -175,6 +175,12 @@ impl Work {
         self.last_done_at = Some(now);
     }
 
+    /// `n` units of work were done by a fast-forward ending at `at` (reported time).
+    pub(crate) fn did_many(&mut self, n: u64, at: Ps) {
+        self.flows_done += n;
+        self.last_done_at = Some(at);
+    }
+
     /// Units of work done by this run (partition), and in the whole run.
     #[inline]
     pub(crate) fn progress(&self) -> (u64, u64) {

@@ -1,0 +1,465 @@
+//! Fast-forward, the component that skips what does not change: when a collective's
+//! pipeline has been steady for a window, the run takes whole periods of its work out at
+//! once instead of simulating them packet by packet (the fast-forward issue; the design
+//! and its measurements are in docs/fast-forward.md).
+//!
+//! The skip is the whole-fabric kind that leaves the event queue alone. Every pending
+//! event keeps its time relative to every other, so nothing in flight moves; instead:
+//!
+//! - every GPU thread and connection of the collective moves the same number of
+//!   primitives on (`Sim::advance_threads`), inside the run of equal primitives it is in
+//!   (`Program::uniform_run`), by a multiple of every connection's slots and QPs and of
+//!   [`PERIOD_SLICES`] (a slice's slot and QP are its number modulo these, and the
+//!   pipeline repeats every period), so what is in flight keeps its place;
+//! - the skipped time, ΔT, is what those slices took in the window just measured;
+//! - every counter the run reports gets what it counted in that window, scaled to ΔT: the
+//!   ports' counters through a separate offset added only when they are reported (HPCC's
+//!   INT reads the live egress byte counter), the conservation ledger on both sides, the
+//!   packet hops;
+//! - every time stamped from then on is reported ΔT later ([`FastForward::skipped_ps`]);
+//!   the end time and its grid are kept in reported time.
+//!
+//! A run skips only where this is sound, and says why not otherwise: one thread (a
+//! parallel run's partitions would have to agree on every skip), no scenario flows (their
+//! starts are queued at absolute times), no faults, no sampling, no transfer records, one
+//! collective under way, no PFC frame nor drop in the window.
+//!
+//! The steadiness test is the probe's per-connection test over periods
+//! (`steady::PipelineWatch`): each network connection's time per slice, averaged over
+//! [`PERIOD_SLICES`] slices, within a spread θ over a window of `l` microseconds. Memory:
+//! the watch's state per connection, and while the fabric is steady one copy of every
+//! port's counters (the window's start), plus the offsets once a skip happened.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use super::Sim;
+use super::ids::{IdVec, PortId};
+use super::ledger::Ledger;
+use super::steady::{PERIOD_SLICES, PipelineWatch, SAMPLE_PS};
+use crate::counters::PortCounters;
+use crate::queue::Queue;
+use crate::time::{PS_PER_US, Ps};
+
+/// The spread a connection's time per slice may have over the window: Wormhole's
+/// default θ (docs/reference/fast-forward.md §1).
+pub const FF_THETA: f64 = 0.05;
+/// The window, in samples of [`SAMPLE_PS`] (1 µs). Wormhole's default is 2,000; the
+/// 8,192-GPU ring measured in docs/fast-forward.md is steady throughout at 500 (98.3 % of
+/// its time with every connection steady at once, against 93.2 % at 2,000), and 500 µs
+/// is above one DCQCN rate-increase period (`rpg_time_reset`, 300 µs,
+/// docs/reference/congestion-control.md §1.5), which the reference notes ask of a window
+/// (docs/reference/fast-forward.md §5.7).
+pub const FF_WINDOW: u32 = 500;
+/// The least time whose counters a skip extrapolates: two checks. Measured on
+/// `scenarios/rail-1024gpu.toml` (BENCHMARKS.md, VALIDATION.md): with 100 µs the port
+/// counters' totals were up to 1.0 % off the exact run's, with 200 µs 0.18 %, with
+/// 500 µs 0.18 % too; a ring's traffic repeats every few tens of microseconds there, and
+/// a window of two periods cuts them at arbitrary places.
+pub const FF_COUNTER_WINDOW_PS: Ps = 200 * PS_PER_US;
+/// How often a run asks whether it may skip: a fifth of the default window, so a skip
+/// comes at most that late once the window has passed.
+pub const FF_CHECK_PS: Ps = 100 * PS_PER_US;
+
+/// When a run may skip: the steadiness criterion.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FastForwardCriterion {
+    /// Largest spread, (max - min) / mean, of a connection's time per slice.
+    pub theta: f64,
+    /// Window, in samples of 1 µs.
+    pub window: u32,
+}
+
+impl Default for FastForwardCriterion {
+    fn default() -> Self {
+        FastForwardCriterion {
+            theta: FF_THETA,
+            window: FF_WINDOW,
+        }
+    }
+}
+
+/// What a run's fast-forward did: for engine.json and the terminal.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct FastForwardReport {
+    /// The criterion: largest spread of a connection's time per slice.
+    pub theta: f64,
+    /// The criterion's window.
+    pub window_us: u32,
+    /// Why the run could not skip at all (None: it could, where steady).
+    pub off: Option<String>,
+    /// Times the run asked whether it may skip.
+    pub checks: u64,
+    /// Skips made.
+    pub skips: u64,
+    /// Simulated time skipped.
+    pub skipped_ps: Ps,
+    /// Its share of the run's simulated time.
+    pub skipped_share: f64,
+    /// Slices the skips moved, over every connection.
+    pub slices_skipped: u64,
+    /// Events the skipped time would have taken, at the window's rate (an estimate).
+    pub events_saved: u64,
+    /// Why checks did not skip, and how many times each.
+    pub not_skipped: BTreeMap<String, u64>,
+}
+
+/// How far a skip goes: primitives per thread, their slices, the collective's
+/// connections (and those between hosts), and the time.
+struct Extent {
+    prims: u64,
+    per_prim: u64,
+    n_conns: u64,
+    net_conns: u64,
+    dt: Ps,
+}
+
+/// The start of the window whose counters a skip extrapolates.
+struct Snapshot {
+    at: Ps,
+    coll: usize,
+    counters: IdVec<PortId, PortCounters>,
+    ledger: Ledger,
+    events: u64,
+    /// Slices consumed over every connection of the collective.
+    consumed: u64,
+    /// Slices handed to the QPs over every network connection of the collective.
+    sent: u64,
+}
+
+/// The fast-forward's state.
+pub struct FastForward {
+    criterion: Option<FastForwardCriterion>,
+    watch: Option<PipelineWatch>,
+    next_check: Ps,
+    snap: Option<Box<Snapshot>>,
+    /// (time, collective, slices its connections consumed) at each check of the last
+    /// window.
+    marks: VecDeque<(Ps, usize, u64)>,
+    skipped_ps: Ps,
+    /// What the skips added to each port's counters (None before the first).
+    offsets: Option<IdVec<PortId, PortCounters>>,
+    report: FastForwardReport,
+}
+
+impl FastForward {
+    /// Off (None), or on with `criterion`.
+    pub(crate) fn new(criterion: Option<FastForwardCriterion>) -> FastForward {
+        FastForward {
+            criterion,
+            watch: criterion.map(|c| PipelineWatch::new(c.theta, c.window)),
+            next_check: criterion.map_or(super::NEVER, |c| Ps::from(c.window) * SAMPLE_PS),
+            snap: None,
+            marks: VecDeque::new(),
+            skipped_ps: 0,
+            offsets: None,
+            report: FastForwardReport {
+                theta: criterion.map_or(0.0, |c| c.theta),
+                window_us: criterion.map_or(0, |c| c.window),
+                ..FastForwardReport::default()
+            },
+        }
+    }
+
+    /// Simulated time skipped so far: what reported times add to the engine's clock.
+    #[inline(always)]
+    pub(crate) fn skipped_ps(&self) -> Ps {
+        self.skipped_ps
+    }
+
+    /// `n` slices of connection `c` arrived at its receiver (`PipelineWatch::slices`).
+    #[inline(always)]
+    pub(crate) fn slices(&mut self, c: u32, now: Ps, n: u64) {
+        if let Some(w) = &mut self.watch {
+            w.slices(c, now, n);
+        }
+    }
+
+    /// What the skips added to port `p`'s counters.
+    pub(crate) fn offset(&self, p: PortId) -> Option<&PortCounters> {
+        self.offsets.as_ref().map(|o| &o[p])
+    }
+
+    /// The run cannot skip at all, for `why`.
+    fn turn_off(&mut self, why: &str) {
+        self.watch = None;
+        self.next_check = super::NEVER;
+        self.report.off = Some(why.to_string());
+    }
+
+    /// A check could not skip, for `why`: the counters' window starts again.
+    fn refused(&mut self, why: &str) {
+        self.snap = None;
+        self.waiting(why);
+    }
+
+    /// A check did not skip, for `why` (counted in the report).
+    fn waiting(&mut self, why: &str) {
+        *self.report.not_skipped.entry(why.to_string()).or_default() += 1;
+    }
+
+    /// The report, with the share of `sim_time_ps` (reported) skipped; None when off.
+    pub(crate) fn report(&self, sim_time_ps: Ps) -> Option<FastForwardReport> {
+        self.criterion?;
+        let mut r = self.report.clone();
+        r.skipped_share = if sim_time_ps == 0 {
+            0.0
+        } else {
+            self.skipped_ps as f64 / sim_time_ps as f64
+        };
+        Some(r)
+    }
+}
+
+/// `d` scaled by `num / den`, rounded to the nearest.
+fn scale(d: u64, num: Ps, den: Ps) -> u64 {
+    ((u128::from(d) * u128::from(num) + u128::from(den) / 2) / u128::from(den.max(1))) as u64
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 { a } else { gcd(b, a % b) }
+}
+
+fn lcm(a: u64, b: u64) -> u64 {
+    a / gcd(a, b).max(1) * b
+}
+
+impl<Q: Queue> Sim<Q> {
+    /// The time a run reports for now: the engine's clock plus what was skipped.
+    #[inline(always)]
+    pub(crate) fn reported_now(&self) -> Ps {
+        self.now + self.ff.skipped_ps()
+    }
+
+    /// The run starts: a fast-forward asked for on a run it cannot serve is turned off,
+    /// with the reason.
+    pub(crate) fn ff_start(&mut self) {
+        if self.ff.criterion.is_none() {
+            return;
+        }
+        let why = if self.dist.map().is_some() {
+            Some("a parallel run: fast-forward runs on one thread")
+        } else if self.work.n_flows() > 0 {
+            Some("the run has flows besides collectives (their starts are set in advance)")
+        } else if self.faults.any() {
+            Some("faults are injected")
+        } else if self.stats.next_sample() != super::NEVER {
+            Some("counters are sampled")
+        } else if self.work.colls().iter().any(|c| c.records.is_some()) {
+            Some("transfers are recorded one by one ([run] transfer_records = 0 lets the run skip)")
+        } else if self.work.colls().is_empty() {
+            Some("no collective")
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            self.ff.turn_off(why);
+        }
+    }
+
+    /// Checks, when one is due, whether the run may skip, and skips.
+    pub(crate) fn ff_check(&mut self, end: Ps) {
+        if self.now < self.ff.next_check {
+            return;
+        }
+        self.ff.next_check = self.now + FF_CHECK_PS;
+        self.ff.report.checks += 1;
+        if let Err(why) = self.ff_try(end) {
+            self.ff.refused(why);
+        }
+    }
+
+    /// The one collective under way.
+    fn ff_under_way(&self) -> Result<usize, &'static str> {
+        let mut under_way = None;
+        for (i, c) in self.work.colls().iter().enumerate() {
+            let done = c.failed || c.arrived >= c.run.per_iteration * u64::from(c.run.iterations);
+            if done || c.run.iterations == 0 {
+                continue;
+            }
+            if c.run.start > self.reported_now() {
+                return Err("a collective starts later");
+            }
+            if under_way.replace(i).is_some() {
+                return Err("several collectives under way");
+            }
+        }
+        under_way.ok_or("no collective under way")
+    }
+
+    /// Every network connection of collective `c` is steady.
+    fn ff_all_steady(&self, c: usize) -> Result<(), &'static str> {
+        let watch = self.ff.watch.as_ref().expect("on");
+        for k in self.work.coll(c).conn_range.clone() {
+            if self.work.conn(k as usize).net.is_some() && !watch.steady(k, self.now) {
+                return Err("a connection is not steady");
+            }
+        }
+        Ok(())
+    }
+
+    /// Skips, if the run is steady and has room; otherwise says why not.
+    ///
+    /// Two windows are extrapolated. The skip's time comes from the slices the
+    /// collective's connections consumed over the steadiness window (marks taken at each
+    /// check: a connection is steady only once it has been for the window, so the
+    /// marks of the window before are good). Its counters come from a copy of every
+    /// port's counters taken at the first steady check, once [`FF_COUNTER_WINDOW_PS`]
+    /// has passed: what the network carried per slice sent in that time, times the
+    /// slices the skip sends.
+    fn ff_try(&mut self, end: Ps) -> Result<(), &'static str> {
+        let c = self.ff_under_way()?;
+        let (mut consumed, mut sent) = (0u64, 0u64);
+        for k in self.work.coll(c).conn_range.clone() {
+            let conn = self.work.conn(k as usize);
+            consumed += conn.rx.consumed;
+            if conn.net.is_some() {
+                sent += conn.tx.sent;
+            }
+        }
+        let l = Ps::from(self.ff.criterion.expect("on").window) * SAMPLE_PS;
+        let now = self.now;
+        let marks = &mut self.ff.marks;
+        marks.retain(|m| m.0 + l >= now && m.1 == c);
+        marks.push_back((now, c, consumed));
+        self.ff_all_steady(c)?;
+        let (room, slices) = self.threads_room(c)?;
+        let snap = match self.ff.snap.take() {
+            Some(s) if s.coll == c => s,
+            _ => {
+                self.ff.snap = Some(Box::new(Snapshot {
+                    at: now,
+                    coll: c,
+                    counters: self.port_counters_internal(),
+                    ledger: *self.stats.ledger(),
+                    events: self.stats.events(),
+                    consumed,
+                    sent,
+                }));
+                self.ff.waiting("the counters' window starts");
+                return Ok(());
+            }
+        };
+        if now - snap.at < FF_COUNTER_WINDOW_PS {
+            self.ff.snap = Some(snap);
+            self.ff.waiting("the counters' window is under way");
+            return Ok(());
+        }
+        // The longer of the marks' window and the counters' (checks come a little later
+        // than due, so the oldest mark may have just left a window of one check).
+        let &(t0, _, c0) = self.ff.marks.front().expect("pushed");
+        let (t0, c0) = if t0 < snap.at {
+            (t0, c0)
+        } else {
+            (snap.at, snap.consumed)
+        };
+        let (window, moved) = (now - t0, consumed - c0);
+        let wire = sent - snap.sent;
+        if window == 0 || moved == 0 || wire == 0 {
+            return Err("nothing moved in the window");
+        }
+        let ext = self.ff_extent(c, room, slices, end, window, moved);
+        if ext.prims == 0 {
+            self.ff.snap = Some(snap);
+            return Err("no room for a whole period before a phase ends");
+        }
+        // The counters, per slice put on the wire, times the slices the skip sends.
+        let (num, den) = (ext.prims * ext.per_prim * ext.net_conns, wire);
+        self.ff_add_counters(&snap, num, den)?;
+        let events = scale(self.stats.events() - snap.events, ext.dt, now - snap.at);
+        self.ff.skipped_ps += ext.dt;
+        self.ff.marks.clear();
+        self.advance_threads(c, ext.prims);
+        let r = &mut self.ff.report;
+        r.skips += 1;
+        r.skipped_ps += ext.dt;
+        r.slices_skipped += ext.prims * ext.per_prim * ext.n_conns;
+        r.events_saved += events;
+        Ok(())
+    }
+
+    /// How far collective `c` may skip: whole units of primitives (a multiple of every
+    /// connection's slots and QPs and of the period, in slices), inside every thread's
+    /// uniform run (`room`) and every connection's counts, and short of the end time.
+    /// Its time is the window's time per slice.
+    fn ff_extent(&self, c: usize, room: u64, slices: u32, end: Ps, window: Ps, moved: u64) -> Extent {
+        let mut unit_slices = PERIOD_SLICES as u64;
+        let mut conn_room = u64::MAX;
+        let mut net_conns = 0;
+        let range = self.work.coll(c).conn_range.clone();
+        for k in range.clone() {
+            let conn = self.work.conn(k as usize);
+            unit_slices = lcm(unit_slices, u64::from(conn.slots));
+            unit_slices = lcm(unit_slices, u64::from(conn.qps()));
+            conn_room = conn_room.min(conn.skip_room());
+            net_conns += u64::from(conn.net.is_some());
+        }
+        let per_prim = u64::from(slices.max(1));
+        let unit = unit_slices / gcd(unit_slices, per_prim);
+        let n_conns = u64::from(range.end - range.start);
+        let mut prims = room.min(conn_room / per_prim) / unit * unit;
+        let dt_of = |prims: u64| scale(prims * per_prim * n_conns, window, moved);
+        // The end time stays ahead of the skip by a grid's width.
+        let left = end.saturating_sub(self.reported_now() + super::END_GRID_PS);
+        if dt_of(prims) > left {
+            prims = scale(prims, left, dt_of(prims).max(1)) / unit * unit;
+        }
+        Extent {
+            prims,
+            per_prim,
+            n_conns,
+            net_conns,
+            dt: dt_of(prims),
+        }
+    }
+
+    /// Adds to every port's counters, the ledger and the hop count what the window since
+    /// `snap` counted, times `num / den`; refuses a window with PFC frames, drops or
+    /// retransmissions (the PFC log cannot be made up, and losses are not steady).
+    fn ff_add_counters(&mut self, snap: &Snapshot, num: u64, den: u64) -> Result<(), &'static str> {
+        let now_counters = self.port_counters_internal();
+        let differ = |a: &[u64], b: &[u64]| a.iter().zip(b).any(|(x, y)| x != y);
+        for (p, cur) in now_counters.iter_enumerated() {
+            let old = &snap.counters[p];
+            if differ(&cur.tx_pause, &old.tx_pause)
+                || differ(&cur.rx_pause, &old.rx_pause)
+                || differ(&cur.q_dropped, &old.q_dropped)
+                || cur.in_discards != old.in_discards
+                || cur.tx_discards != old.tx_discards
+                || cur.rx_errors != old.rx_errors
+                || cur.out_of_sequence != old.out_of_sequence
+                || cur.local_ack_timeout_err != old.local_ack_timeout_err
+            {
+                return Err("PFC frames, drops or retransmissions in the window");
+            }
+        }
+        let mut offsets = self
+            .ff
+            .offsets
+            .take()
+            .unwrap_or_else(|| (0..now_counters.len()).map(|_| PortCounters::default()).collect());
+        let mut hops = 0;
+        for (p, cur) in now_counters.iter_enumerated() {
+            let old = &snap.counters[p];
+            let before: u64 = offsets[p].tx_prio_packets.iter().sum();
+            offsets[p].zip_cumulative(cur, old, &mut |o, a, b| *o += scale(a - b, num, den));
+            // A packet sent on a port is a hop (`Stats::hop`, counted where it is sent).
+            hops += offsets[p].tx_prio_packets.iter().sum::<u64>() - before;
+        }
+        self.ff.offsets = Some(offsets);
+        self.stats.skipped_hops(hops);
+        let (l0, l1) = (snap.ledger, *self.stats.ledger());
+        let packets = scale(l1.created_packets - l0.created_packets, num, den);
+        let bytes = scale(l1.created_bytes - l0.created_bytes, num, den);
+        let data = scale(l1.data_sent_bytes - l0.data_sent_bytes, num, den);
+        // In a steady window as much is delivered as is created: the skip adds the
+        // created amounts to both sides, so the ledger balances as before.
+        let l = self.stats.ledger_mut();
+        l.created_packets += packets;
+        l.delivered_packets += packets;
+        l.created_bytes += bytes;
+        l.delivered_bytes += bytes;
+        l.data_sent_bytes += data;
+        l.data_delivered_bytes += data;
+        Ok(())
+    }
+}
