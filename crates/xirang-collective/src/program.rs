@@ -206,6 +206,13 @@ pub struct Prim {
 }
 
 impl Prim {
+    /// Moves on the same connections in the same number of slices with the same waits
+    /// as `o` (what the engine's counts of slices and transfers depend on; the engine
+    /// times a reduction and a copy alike, so `reduce` is not part of it).
+    pub fn same_moves(&self, o: &Prim) -> bool {
+        (self.recv, self.send, self.slices, self.after) == (o.recv, o.send, o.slices, o.after)
+    }
+
     /// (offset, data bytes) of slice `j`.
     pub fn slice(&self, j: u32) -> (u64, u64) {
         let start = (u64::from(j) * self.slice_bytes).min(self.bytes);
@@ -239,15 +246,40 @@ pub trait Program: Send + Sync + std::fmt::Debug {
     fn conn_roles(&self, channel: u32, src: u32, dst: u32) -> (u32, u32);
     /// Entries of state it holds (for tests of the memory bound).
     fn state_entries(&self) -> usize;
-    /// How many primitives from `index` on (itself included, at least 1) are the same as
-    /// primitive `index` in everything but where their chunk sits: same peers, bytes,
-    /// slicing, reduction and waits. A fast-forward may move a thread anywhere inside
-    /// such a run without changing what the thread does next. The default knows nothing
-    /// of the program's structure and says 1 (no move).
+    /// How many primitives from `index` on (itself included, at least 1) move on the same
+    /// connections as primitive `index`, in the same number of slices, with the same
+    /// waits ([`Prim::same_moves`]); their chunks' bytes may differ (a rebalanced loop's
+    /// last chunks are short). Inside such a run a fast-forward may move a thread on
+    /// without changing which connections it uses or how its slices are numbered; the
+    /// time the chunks take it takes from what it measured. The default knows nothing of
+    /// the program's structure and says 1 (no move).
     fn uniform_run(&self, channel: u32, rank: u32, role: u32, index: u64) -> u64 {
         let _ = (channel, rank, role, index);
         1
     }
+    /// The whole repeats of a thread's sequence from `index` on: primitive
+    /// `index + k * prims` is primitive `index` but for its chunk's place for every
+    /// `k <= count`, and each repeat receives `recv` and sends `send` primitives. Only
+    /// for programs whose threads receive from one peer and send to one peer throughout
+    /// (a ring), so that the counts are those of its two connections. None: no repeat
+    /// known (the default).
+    fn repeats(&self, channel: u32, rank: u32, role: u32, index: u64) -> Option<Repeat> {
+        let _ = (channel, rank, role, index);
+        None
+    }
+}
+
+/// Whole repeats of a thread's primitives (`Program::repeats`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Repeat {
+    /// Primitives per repeat.
+    pub prims: u64,
+    /// Repeats a thread may move on by.
+    pub count: u64,
+    /// Primitives per repeat that receive, and that send.
+    pub recv: u64,
+    /// See `recv`.
+    pub send: u64,
 }
 
 /// What a program is built from.
@@ -535,38 +567,45 @@ impl RingRun {
         }
     }
 
-    /// Prims from `index` on that equal prim `index` but for their chunk's place
-    /// (`Program::uniform_run`): the middle of a loop's reduce-scatter or all-gather
-    /// phase, when every chunk of the loop has the same bytes. The first and last prims
-    /// of a phase differ in peers or reduction, so each is a run of its own.
+    /// Prims from `index` on that move like prim `index` (`Program::uniform_run`), up to
+    /// the end of the phase: the middle of a loop's reduce-scatter (`recvReduceSend`) or
+    /// all-gather (`recvCopySend`). The step between the phases, `recvReduceCopySend`,
+    /// moves like them but ends a run all the same: a phase change is where a
+    /// fast-forward measures again (docs/fast-forward.md, a skip's interrupts; on
+    /// `scenarios/rail-1024gpu.toml` one skip across both phases was 0.48 % off the exact
+    /// collective time, one skip per phase 0.09 %).
     fn uniform_run(&self, pos: u64, index: u64) -> u64 {
         let n = self.n;
-        let (l, p) = self.div_loop.divmod(index);
-        // First and one-past-last position in the loop of the phase holding `p`.
-        let (first, end) = match self.op {
-            RingOp::AllReduce if p >= 1 && p + 1 < n => (1, n - 1),
-            RingOp::AllReduce if p >= n && p + 2 < 2 * n => (n, 2 * n - 2),
-            RingOp::AllGather | RingOp::ReduceScatter if p >= 1 && p + 1 < n => (1, n - 1),
+        let (_, p) = self.div_loop.divmod(index);
+        let _ = pos;
+        // One past the last prim of the phase holding `p`.
+        let end = match self.op {
+            RingOp::AllReduce if p >= 1 && p + 1 < n => n - 1,
+            RingOp::AllReduce if p >= n && p + 2 < 2 * n => 2 * n - 2,
+            RingOp::AllGather | RingOp::ReduceScatter if p >= 1 && p + 1 < n => n - 1,
             _ => return 1,
         };
-        debug_assert!(first <= p && p < end);
-        let _ = pos;
-        // A loop whose chunks differ in size (the rebalanced last loop of an AllReduce)
-        // has prims of different bytes inside a phase: no run.
-        let even = match self.op {
-            RingOp::AllReduce => {
-                let loop_bytes = n * self.ck.chunk;
-                let remaining = self.bytes - (l * loop_bytes).min(self.bytes);
-                if remaining >= loop_bytes {
-                    true
-                } else {
-                    let chunk = remaining.div_ceil(n).next_multiple_of(ALIGN_BYTES);
-                    chunk * n == remaining
-                }
-            }
-            _ => true,
+        end - p
+    }
+
+    /// Whole loops from `index` on (`Program::repeats`): every loop but a rebalanced last
+    /// one is the same, chunk for chunk.
+    fn repeats(&self, index: u64) -> Option<Repeat> {
+        let n = self.n;
+        let (per_loop, full, recv) = match self.op {
+            RingOp::AllReduce => (2 * n - 1, self.bytes / (n * self.ck.chunk), 2 * n - 2),
+            RingOp::AllGather | RingOp::ReduceScatter => (n, self.bytes / self.ck.chunk, n - 1),
+            RingOp::Broadcast => return None,
         };
-        if even { end - p } else { 1 }
+        let (l, _) = self.div_loop.divmod(index);
+        // Loops `l..full` are full ones; a thread moves to the same place of a later one.
+        let count = full.saturating_sub(l + 1);
+        (count > 0).then_some(Repeat {
+            prims: per_loop,
+            count,
+            recv,
+            send: recv,
+        })
     }
 
     /// Prim `index` at ring position `pos`, with `prev` and `next` the neighbours' ranks.
@@ -736,6 +775,9 @@ impl Program for RingProgram {
     }
     fn uniform_run(&self, channel: u32, rank: u32, _role: u32, index: u64) -> u64 {
         self.runs[channel as usize].uniform_run(u64::from(rank), index)
+    }
+    fn repeats(&self, channel: u32, _rank: u32, _role: u32, index: u64) -> Option<Repeat> {
+        self.runs[channel as usize].repeats(index)
     }
 }
 

@@ -37,7 +37,7 @@ fn ring_sends(p: &dyn Program, channel: u32) -> Vec<u64> {
 
 /// The helper table of docs/reference/nccl-transport-details.md §1: ring AllReduce,
 /// Simple, 16 ranks, 8 channels.
-/// A ring AllReduce of even chunks is one uniform run per phase in its middle.
+/// A ring AllReduce's loop is a uniform run per phase, and its full loops repeat.
 #[test]
 fn ring_allreduce_phases_are_uniform_runs() {
     // 16 ranks, LL, 8 channels, 8 MiB: loops of 16 even chunks per channel.
@@ -46,9 +46,19 @@ fn ring_allreduce_phases_are_uniform_runs() {
     assert!(p.len(0, 3, 0).is_multiple_of(2 * n - 1));
     assert_eq!(p.uniform_run(0, 3, 0, 0), 1, "the first send is its own");
     assert_eq!(p.uniform_run(0, 3, 0, 1), n - 2, "recvReduceSend, prims 1..n-2");
-    assert_eq!(p.uniform_run(0, 3, 0, n - 1), 1, "recvReduceCopySend");
+    assert_eq!(
+        p.uniform_run(0, 3, 0, n - 1),
+        1,
+        "recvReduceCopySend, between the phases"
+    );
     assert_eq!(p.uniform_run(0, 3, 0, n), n - 2, "recvCopySend, prims n..2n-3");
     assert_eq!(p.uniform_run(0, 3, 0, 2 * n - 2), 1, "the last recv");
+    let loops = p.len(0, 3, 0) / (2 * n - 1);
+    let rep = p.repeats(0, 3, 0, 5).expect("two loops of full chunks");
+    assert_eq!(
+        (rep.prims, rep.count, rep.recv, rep.send),
+        (2 * n - 1, loops - 1, 2 * n - 2, 2 * n - 2)
+    );
 }
 
 #[test]
@@ -164,9 +174,9 @@ proptest! {
         verify(&*p, op, bytes).map_err(|e| TestCaseError::fail(format!("{op:?}/{algorithm:?}/{proto:?} {ranks}x{g} {bytes} B {channels} ch: {e}")))?;
     }
 
-    /// Inside a run `uniform_run` claims, every primitive is the first but for where its
-    /// chunk sits (what lets a fast-forward move a thread there); a ring AllReduce of even
-    /// chunks has runs of more than one.
+    /// Inside a run `uniform_run` claims, every primitive moves like the first (what lets
+    /// a fast-forward move a thread there); a whole repeat on, every primitive is the
+    /// same but for its chunk's place, and a repeat receives and sends what it says.
     #[test]
     fn uniform_runs_hold_equal_primitives(
         (op, algorithm) in algorithms(),
@@ -193,8 +203,24 @@ proptest! {
                         prop_assert!(run >= 1 && i + run <= len, "run {run} at {i} of {len}");
                         let first = program::Prim { offset: 0, ..p.prim(c, r, role, i) };
                         for j in i..i + run {
-                            let other = program::Prim { offset: 0, ..p.prim(c, r, role, j) };
-                            prop_assert_eq!(first, other, "{:?} {:?} ch {} rank {} prim {} run {}", op, algorithm, c, r, i, run);
+                            let other = p.prim(c, r, role, j);
+                            prop_assert!(first.same_moves(&other), "{:?} {:?} ch {} rank {} prim {} run {}: {:?} against {:?}", op, algorithm, c, r, i, run, first, other);
+                        }
+                        // Whole repeats: the same primitive a repeat on, and the counts
+                        // of what a repeat receives and sends.
+                        if let Some(rep) = p.repeats(c, r, role, i) {
+                            prop_assert!(i + rep.count * rep.prims < len);
+                            for k in 1..=rep.count {
+                                let other = program::Prim { offset: 0, ..p.prim(c, r, role, i + k * rep.prims) };
+                                prop_assert_eq!(first, other, "{:?} repeat {} of {:?} at {}", op, k, rep, i);
+                            }
+                            let (mut recv, mut send) = (0, 0);
+                            for j in i..i + rep.prims {
+                                let q = p.prim(c, r, role, j);
+                                recv += u64::from(!q.recv.is_empty());
+                                send += u64::from(!q.send.is_empty());
+                            }
+                            prop_assert_eq!((recv, send), (rep.recv, rep.send), "{:?} at {}", rep, i);
                         }
                     }
                 }

@@ -109,8 +109,8 @@ fn assert_close(exact: &RunResult, fast: &RunResult, what: &str) {
 }
 
 /// A 256-GPU ring AllReduce of 64 MiB (LL128, 4 channels) is steady for most of its
-/// reduce-scatter and all-gather phases: the run skips in both, and its collective time
-/// and counters are the exact run's within the matrix's tolerances.
+/// reduce-scatter and all-gather phases: the run skips most of them, and its collective
+/// time and counters are the exact run's within the matrix's tolerances.
 #[test]
 fn a_steady_ring_skips_and_matches_the_exact_run() {
     let l = load_text(&ring(32, 64, 4, "ll128", ""));
@@ -119,8 +119,8 @@ fn a_steady_ring_skips_and_matches_the_exact_run() {
     let fast = run(&l, Some(100));
     let f = ff(&fast);
     assert_eq!(f.off, None);
-    assert!(f.skips >= 2, "one skip per phase at least: {f:?}");
-    assert!(f.skipped_share > 0.3, "{f:?}");
+    assert!(f.skips >= 1, "{f:?}");
+    assert!(f.skipped_share > 0.5, "{f:?}");
     assert!(fast.stats.events < exact.stats.events);
     assert_close(&exact, &fast, "256 GPUs");
     // The same run again: the same bytes.
@@ -227,7 +227,7 @@ fn a_skip_never_crosses_the_end_nor_a_later_start() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(6))]
+    #![proptest_config(ProptestConfig::with_cases(12))]
 
     /// Fast-forward against exact on random rings: hosts, bytes, channels, protocol and
     /// window; within the matrix's tolerances, every transfer done, conservation kept.
@@ -243,7 +243,6 @@ proptest! {
         let exact = run(&l, None);
         let fast = run(&l, Some(window));
         let what = format!("{hosts} hosts, {mib} MiB, {channels} ch, {proto}, l {window}");
-        eprintln!("{what}: {:?} ps exact, skipped {:.3} {:?}", exact.collectives[0].time_ps, ff(&fast).skipped_share, ff(&fast).not_skipped);
         assert_close(&exact, &fast, &what);
     }
 }

@@ -18,7 +18,7 @@
 
 use std::ops::Range;
 
-use xirang_collective::program::Prim;
+use xirang_collective::program::{Prim, Repeat};
 use xirang_fabric::config::FabricConfig;
 use xirang_fabric::model::{Fabric, NicId};
 use xirang_fabric::scenario::EcmpMode;
@@ -783,15 +783,17 @@ impl<Q: Queue> Sim<Q> {
         self.work.coll_mut(coll).failed = true;
     }
 
-    /// How far a fast-forward may move collective `c`'s GPU threads now (`engine::ffwd`):
-    /// the most primitives every thread with work can move on while staying inside its
-    /// uniform run (`Program::uniform_run`), and the slices of their primitives. An error
-    /// says why no thread may move: one is between iterations or done, one waits on a
-    /// sibling, or their primitives differ in slices.
-    pub(crate) fn threads_room(&self, c: usize) -> Result<(u64, u32), &'static str> {
+    /// How far a fast-forward may move collective `c`'s GPU threads now (`engine::ffwd`),
+    /// in either of two ways: inside every thread's uniform run (`Program::uniform_run`),
+    /// or by whole repeats of every thread's sequence (`Program::repeats`, a ring's
+    /// loops). An error says why neither is open: a thread is between iterations or done,
+    /// waits on a sibling, or the threads' primitives differ.
+    pub(crate) fn threads_room(&self, c: usize) -> Result<Room, &'static str> {
         let rt = self.work.coll(c);
         let threads = rt.thread_base[0]..*rt.thread_base.last().expect("set");
-        let mut room = u64::MAX;
+        let mut within = u64::MAX;
+        let mut repeats: Option<Repeat> = None;
+        let mut repeat_ok = true;
         let mut slices = None;
         for t in threads {
             let th = self.work.thread(t as usize);
@@ -804,63 +806,84 @@ impl<Q: Queue> Sim<Q> {
             if th.prim.after.is_some() {
                 return Err("a GPU thread waits on another of its rank");
             }
-            let run = rt.run.program.uniform_run(th.channel, th.rank, th.role, th.index);
-            room = room.min(run - 1);
+            let p = &rt.run.program;
+            within = within.min(p.uniform_run(th.channel, th.rank, th.role, th.index) - 1);
+            match (p.repeats(th.channel, th.rank, th.role, th.index), repeats) {
+                (None, _) => repeat_ok = false,
+                (Some(r), None) => repeats = Some(r),
+                (Some(r), Some(q)) if (r.prims, r.recv, r.send) == (q.prims, q.recv, q.send) => {
+                    repeats = Some(Repeat {
+                        count: r.count.min(q.count),
+                        ..q
+                    });
+                }
+                (Some(_), Some(_)) => repeat_ok = false,
+            }
             match slices {
                 None => slices = Some(th.prim.slices),
                 Some(s) if s != th.prim.slices => return Err("GPU threads' primitives differ in slices"),
                 Some(_) => {}
             }
         }
-        match slices {
-            Some(s) if room > 0 => Ok((room, s)),
-            Some(_) => Err("a GPU thread is at the end of a uniform run (a phase's first or last step)"),
-            None => Err("no GPU thread has work"),
+        let Some(slices) = slices else {
+            return Err("no GPU thread has work");
+        };
+        let repeats = repeats.filter(|_| repeat_ok);
+        if within == 0 && repeats.is_none() {
+            return Err("a GPU thread is at a phase's first or last step, and no whole loop is left");
         }
+        Ok(Room {
+            within,
+            repeats,
+            slices,
+        })
     }
 
-    /// Moves every GPU thread of collective `c` `prims` primitives on, and its connections
-    /// with it, as if that many primitives had run (`engine::ffwd`; `threads_room` said
-    /// how far they may go). What they did counts as done: each transfer on each
-    /// connection once at its sender and once at its receiver.
-    pub(crate) fn advance_threads(&mut self, c: usize, prims: u64) {
-        let (first, end) = {
+    /// Moves every GPU thread of collective `c` on by `mv`, and its connections with it,
+    /// as if that much had run (`engine::ffwd`; `threads_room` said how far they may go).
+    /// What they did counts as done: each transfer on each connection once at its sender
+    /// and once at its receiver.
+    pub(crate) fn advance_threads(&mut self, c: usize, mv: Move) {
+        let (prims, recv, send) = mv.prims_recv_send();
+        let (first, end, conns) = {
             let rt = self.work.coll(c);
-            (rt.thread_base[0], *rt.thread_base.last().expect("set"))
+            (
+                rt.thread_base[0],
+                *rt.thread_base.last().expect("set"),
+                rt.conn_range.clone(),
+            )
         };
-        let mut done = 0u64;
-        let mut arrived = 0u64;
         for t in first..end {
             let th = self.work.thread(t as usize);
             if th.len == 0 {
                 continue;
             }
             let (channel, rank, role, index) = (th.channel, th.rank, th.role, th.index + prims);
-            let slices = u64::from(th.prim.slices) * prims;
             let prim = self.work.coll(c).run.program.prim(channel, rank, role, index);
-            debug_assert_eq!(
-                Prim { offset: 0, ..prim },
-                Prim { offset: 0, ..th.prim },
-                "invariant: a thread moves only inside its uniform run"
+            debug_assert!(
+                prim.same_moves(&th.prim),
+                "invariant: a thread moves only to a primitive that moves like its own"
             );
-            let (recv, send) = (th.recv, th.send);
             let th = self.work.thread_mut(t as usize);
             th.index = index;
             th.prim = prim;
-            for k in recv.into_iter().filter(|&k| k != NO_CONN) {
-                self.work.conn_mut(k as usize).skip_rx(slices, prims);
-                arrived += prims;
-            }
-            for k in send.into_iter().filter(|&k| k != NO_CONN) {
-                self.work.conn_mut(k as usize).skip_tx(slices, prims);
-                done += prims;
-            }
+        }
+        let mut done = 0u64;
+        let mut arrived = 0u64;
+        for k in conns {
+            let tx_thread = self.work.conn(k as usize).tx_thread;
+            let slices = u64::from(self.work.thread(tx_thread as usize).prim.slices);
+            let conn = self.work.conn_mut(k as usize);
+            conn.skip_tx(send * slices, send);
+            conn.skip_rx(recv * slices, recv);
+            done += send + recv;
+            arrived += recv;
         }
         let at = self.reported_now();
         let rt = self.work.coll_mut(c);
         rt.arrived += arrived;
         rt.last_arrival = Some(at);
-        self.work.did_many(done + arrived, at);
+        self.work.did_many(done, at);
     }
 
     /// The record of transfer `index` of iteration `iteration`, if collective `c` records.
@@ -929,4 +952,35 @@ pub(crate) fn for_each_transfer(run: &CollectiveRun, f: &mut dyn FnMut(u64, u32,
 /// The data QPs of a connection, for results.
 pub(crate) fn conn_qps(conn: &Conn) -> Option<Range<QpId>> {
     conn.net.as_ref().map(|n| QpId(n.qps.start)..QpId(n.qps.end))
+}
+
+/// How far a fast-forward may move a collective's threads (`Sim::threads_room`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Room {
+    /// Primitives every thread may move on inside its uniform run (0: none).
+    pub(crate) within: u64,
+    /// Whole repeats every thread may move on by, the same for all.
+    pub(crate) repeats: Option<Repeat>,
+    /// Slices of every thread's primitives.
+    pub(crate) slices: u32,
+}
+
+/// A move of every thread of a collective (`Sim::advance_threads`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Move {
+    /// This many primitives, inside uniform runs: one transfer each way per primitive on
+    /// every connection.
+    Within(u64),
+    /// This many whole repeats.
+    Repeats(u64, Repeat),
+}
+
+impl Move {
+    /// Primitives each thread moves, and transfers each connection receives and sends.
+    pub(crate) fn prims_recv_send(self) -> (u64, u64, u64) {
+        match self {
+            Move::Within(n) => (n, n, n),
+            Move::Repeats(k, r) => (k * r.prims, k * r.recv, k * r.send),
+        }
+    }
 }

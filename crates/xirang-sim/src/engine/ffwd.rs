@@ -33,6 +33,7 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use super::Sim;
+use super::collective::{Move, Room};
 use super::ids::{IdVec, PortId};
 use super::ledger::Ledger;
 use super::steady::{PERIOD_SLICES, PipelineWatch, SAMPLE_PS};
@@ -103,11 +104,11 @@ pub struct FastForwardReport {
     pub not_skipped: BTreeMap<String, u64>,
 }
 
-/// How far a skip goes: primitives per thread, their slices, the collective's
-/// connections (and those between hosts), and the time.
+/// How far a skip goes: the threads' move, the slices it moves on each connection, the
+/// collective's connections (and those between hosts), and the time.
 struct Extent {
-    prims: u64,
-    per_prim: u64,
+    mv: Move,
+    conn_slices: u64,
     n_conns: u64,
     net_conns: u64,
     dt: Ps,
@@ -322,7 +323,7 @@ impl<Q: Queue> Sim<Q> {
         marks.retain(|m| m.0 + l >= now && m.1 == c);
         marks.push_back((now, c, consumed));
         self.ff_all_steady(c)?;
-        let (room, slices) = self.threads_room(c)?;
+        let room = self.threads_room(c)?;
         let snap = match self.ff.snap.take() {
             Some(s) if s.coll == c => s,
             _ => {
@@ -357,31 +358,31 @@ impl<Q: Queue> Sim<Q> {
         if window == 0 || moved == 0 || wire == 0 {
             return Err("nothing moved in the window");
         }
-        let ext = self.ff_extent(c, room, slices, end, window, moved);
-        if ext.prims == 0 {
+        let Some(ext) = self.ff_extent(c, room, end, window, moved) else {
             self.ff.snap = Some(snap);
             return Err("no room for a whole period before a phase ends");
-        }
+        };
         // The counters, per slice put on the wire, times the slices the skip sends.
-        let (num, den) = (ext.prims * ext.per_prim * ext.net_conns, wire);
+        let (num, den) = (ext.conn_slices * ext.net_conns, wire);
         self.ff_add_counters(&snap, num, den)?;
         let events = scale(self.stats.events() - snap.events, ext.dt, now - snap.at);
         self.ff.skipped_ps += ext.dt;
         self.ff.marks.clear();
-        self.advance_threads(c, ext.prims);
+        self.advance_threads(c, ext.mv);
         let r = &mut self.ff.report;
         r.skips += 1;
         r.skipped_ps += ext.dt;
-        r.slices_skipped += ext.prims * ext.per_prim * ext.n_conns;
+        r.slices_skipped += ext.conn_slices * ext.n_conns;
         r.events_saved += events;
         Ok(())
     }
 
-    /// How far collective `c` may skip: whole units of primitives (a multiple of every
-    /// connection's slots and QPs and of the period, in slices), inside every thread's
-    /// uniform run (`room`) and every connection's counts, and short of the end time.
-    /// Its time is the window's time per slice.
-    fn ff_extent(&self, c: usize, room: u64, slices: u32, end: Ps, window: Ps, moved: u64) -> Extent {
+    /// How far collective `c` may skip: the longer of a move inside every thread's
+    /// uniform run and a move by whole repeats (`Sim::threads_room`), each a multiple of
+    /// every connection's slots and QPs and of the period, in slices, inside every
+    /// connection's counts, and short of the end time. Its time is the window's time per
+    /// slice. None: no room for one whole unit.
+    fn ff_extent(&self, c: usize, room: Room, end: Ps, window: Ps, moved: u64) -> Option<Extent> {
         let mut unit_slices = PERIOD_SLICES as u64;
         let mut conn_room = u64::MAX;
         let mut net_conns = 0;
@@ -393,23 +394,41 @@ impl<Q: Queue> Sim<Q> {
             conn_room = conn_room.min(conn.skip_room());
             net_conns += u64::from(conn.net.is_some());
         }
-        let per_prim = u64::from(slices.max(1));
-        let unit = unit_slices / gcd(unit_slices, per_prim);
         let n_conns = u64::from(range.end - range.start);
-        let mut prims = room.min(conn_room / per_prim) / unit * unit;
-        let dt_of = |prims: u64| scale(prims * per_prim * n_conns, window, moved);
-        // The end time stays ahead of the skip by a grid's width.
+        let per_prim = u64::from(room.slices.max(1));
+        // The fewest of `each` (slices a count moves per connection) that is a multiple
+        // of the unit.
+        let unit_of = |each: u64| unit_slices / gcd(unit_slices, each.max(1));
+        // A move's count cut to whole units and to what the connections and the end
+        // leave; the slices it moves per connection.
         let left = end.saturating_sub(self.reported_now() + super::END_GRID_PS);
-        if dt_of(prims) > left {
-            prims = scale(prims, left, dt_of(prims).max(1)) / unit * unit;
+        let dt_of = |conn_slices: u64| scale(conn_slices * n_conns, window, moved);
+        let fit = |most: u64, each: u64| -> (u64, u64) {
+            let unit = unit_of(each);
+            let mut count = most.min(conn_room / each.max(1)) / unit * unit;
+            if dt_of(count * each) > left {
+                count = scale(count, left, dt_of(count * each).max(1)) / unit * unit;
+            }
+            (count, count * each)
+        };
+        let (n, within_slices) = fit(room.within, per_prim);
+        let mut best = (Move::Within(n), within_slices);
+        if let Some(r) = room.repeats {
+            // A ring's connection receives and sends as many per loop.
+            let each = r.recv.max(r.send) * per_prim;
+            let (k, slices) = fit(r.count, each);
+            if slices > best.1 && r.recv == r.send {
+                best = (Move::Repeats(k, r), slices);
+            }
         }
-        Extent {
-            prims,
-            per_prim,
+        let (mv, conn_slices) = best;
+        (conn_slices > 0).then(|| Extent {
+            mv,
+            conn_slices,
             n_conns,
             net_conns,
-            dt: dt_of(prims),
-        }
+            dt: dt_of(conn_slices),
+        })
     }
 
     /// Adds to every port's counters, the ledger and the hop count what the window since
