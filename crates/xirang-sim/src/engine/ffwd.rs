@@ -57,9 +57,22 @@ pub const FF_WINDOW: u32 = 500;
 /// 500 µs 0.18 % too; a ring's traffic repeats every few tens of microseconds there, and
 /// a window of two periods cuts them at arbitrary places.
 pub const FF_COUNTER_WINDOW_PS: Ps = 200 * PS_PER_US;
-/// How often a run asks whether it may skip: a fifth of the default window, so a skip
-/// comes at most that late once the window has passed.
-pub const FF_CHECK_PS: Ps = 100 * PS_PER_US;
+/// How often a run asks whether it may skip: every 20 µs, so a skip comes at most that
+/// late once the window has passed. A check reads every connection of the collective
+/// under way (65,536 at 8,192 GPUs, a fraction of a millisecond), against seconds of
+/// simulation between two checks at that size.
+pub const FF_CHECK_PS: Ps = 20 * PS_PER_US;
+
+/// The counters' window of a criterion (`window_ps` long): [`FF_COUNTER_WINDOW_PS`], or
+/// half the steadiness window if that is shorter, so that it lies inside it with room.
+/// A run copies its counters every half of it while a collective is under way, steady
+/// or not, so the first check that finds the fabric steady finds a copy old enough and
+/// skips at once; it keeps the copies of the last one and a half (at most four). A copy
+/// is every port's counters: 33 MB at 8,192 GPUs and milliseconds to take, against
+/// seconds of simulation per 100 µs at that size.
+fn counter_window_ps(window_ps: Ps) -> Ps {
+    FF_COUNTER_WINDOW_PS.min(window_ps / 2).max(1)
+}
 
 /// When a run may skip: the steadiness criterion.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -132,10 +145,8 @@ pub struct FastForward {
     criterion: Option<FastForwardCriterion>,
     watch: Option<PipelineWatch>,
     next_check: Ps,
-    snap: Option<Box<Snapshot>>,
-    /// (time, collective, slices its connections consumed) at each check of the last
-    /// window.
-    marks: VecDeque<(Ps, usize, u64)>,
+    /// Copies of the counters, oldest first, at most [`FF_SNAPSHOTS`].
+    snaps: VecDeque<Snapshot>,
     skipped_ps: Ps,
     /// What the skips added to each port's counters (None before the first).
     offsets: Option<IdVec<PortId, PortCounters>>,
@@ -148,9 +159,12 @@ impl FastForward {
         FastForward {
             criterion,
             watch: criterion.map(|c| PipelineWatch::new(c.theta, c.window)),
-            next_check: criterion.map_or(super::NEVER, |c| Ps::from(c.window) * SAMPLE_PS),
-            snap: None,
-            marks: VecDeque::new(),
+            next_check: if criterion.is_some() {
+                FF_CHECK_PS
+            } else {
+                super::NEVER
+            },
+            snaps: VecDeque::new(),
             skipped_ps: 0,
             offsets: None,
             report: FastForwardReport {
@@ -187,9 +201,8 @@ impl FastForward {
         self.report.off = Some(why.to_string());
     }
 
-    /// A check could not skip, for `why`: the counters' window starts again.
+    /// A check could not skip, for `why`.
     fn refused(&mut self, why: &str) {
-        self.snap = None;
         self.waiting(why);
     }
 
@@ -287,26 +300,36 @@ impl<Q: Queue> Sim<Q> {
         under_way.ok_or("no collective under way")
     }
 
-    /// Every network connection of collective `c` is steady.
-    fn ff_all_steady(&self, c: usize) -> Result<(), &'static str> {
+    /// Every network connection of collective `c` is steady: their mean time per slice
+    /// over the window, ps.
+    fn ff_all_steady(&self, c: usize) -> Result<f64, &'static str> {
         let watch = self.ff.watch.as_ref().expect("on");
+        let (mut sum, mut n) = (0.0, 0u64);
         for k in self.work.coll(c).conn_range.clone() {
-            if self.work.conn(k as usize).net.is_some() && !watch.steady(k, self.now) {
-                return Err("a connection is not steady");
+            if self.work.conn(k as usize).net.is_some() {
+                sum += watch
+                    .steady_per_slice(k, self.now)
+                    .ok_or("a connection is not steady")?;
+                n += 1;
             }
         }
-        Ok(())
+        if n == 0 {
+            return Err("the collective has no connection between hosts");
+        }
+        Ok(sum / n as f64)
     }
 
     /// Skips, if the run is steady and has room; otherwise says why not.
     ///
-    /// Two windows are extrapolated. The skip's time comes from the slices the
-    /// collective's connections consumed over the steadiness window (marks taken at each
-    /// check: a connection is steady only once it has been for the window, so the
-    /// marks of the window before are good). Its counters come from a copy of every
-    /// port's counters taken at the first steady check, once [`FF_COUNTER_WINDOW_PS`]
-    /// has passed: what the network carried per slice sent in that time, times the
-    /// slices the skip sends.
+    /// Two windows are extrapolated, both inside the steadiness window (a connection is
+    /// steady only once it has been for the window, so what was measured in the window
+    /// before is good). The skip's time per slice is the mean of the network
+    /// connections' over the steadiness window, each measured over whole periods
+    /// (`PipelineWatch::steady_per_slice`); all of a ring's connections move at the
+    /// pipeline's pace. Its counters come from the oldest copy of every port's counters
+    /// at least [`FF_COUNTER_WINDOW_PS`] old (or half the steadiness window, if shorter): what the network carried per slice sent
+    /// since, times the slices the skip sends. After a skip the counters' window starts
+    /// again: the next skip measures afresh.
     fn ff_try(&mut self, end: Ps) -> Result<(), &'static str> {
         let c = self.ff_under_way()?;
         let (mut consumed, mut sent) = (0u64, 0u64);
@@ -319,55 +342,44 @@ impl<Q: Queue> Sim<Q> {
         }
         let l = Ps::from(self.ff.criterion.expect("on").window) * SAMPLE_PS;
         let now = self.now;
-        let marks = &mut self.ff.marks;
-        marks.retain(|m| m.0 + l >= now && m.1 == c);
-        marks.push_back((now, c, consumed));
-        self.ff_all_steady(c)?;
-        let room = self.threads_room(c)?;
-        let snap = match self.ff.snap.take() {
-            Some(s) if s.coll == c => s,
-            _ => {
-                self.ff.snap = Some(Box::new(Snapshot {
-                    at: now,
-                    coll: c,
-                    counters: self.port_counters_internal(),
-                    ledger: *self.stats.ledger(),
-                    events: self.stats.events(),
-                    consumed,
-                    sent,
-                }));
-                self.ff.waiting("the counters' window starts");
-                return Ok(());
-            }
-        };
-        if now - snap.at < FF_COUNTER_WINDOW_PS {
-            self.ff.snap = Some(snap);
-            self.ff.waiting("the counters' window is under way");
-            return Ok(());
+        let need = counter_window_ps(l);
+        let ff = &mut self.ff;
+        ff.snaps.retain(|s| s.at + need + need / 2 >= now && s.coll == c);
+        if ff.snaps.back().is_none_or(|s| s.at + need / 2 <= now) {
+            let snap = Snapshot {
+                at: now,
+                coll: c,
+                counters: self.port_counters_internal(),
+                ledger: *self.stats.ledger(),
+                events: self.stats.events(),
+                consumed,
+                sent,
+            };
+            self.ff.snaps.push_back(snap);
         }
-        // The longer of the marks' window and the counters' (checks come a little later
-        // than due, so the oldest mark may have just left a window of one check).
-        let &(t0, _, c0) = self.ff.marks.front().expect("pushed");
-        let (t0, c0) = if t0 < snap.at {
-            (t0, c0)
-        } else {
-            (snap.at, snap.consumed)
+        let per_slice_ps = self.ff_all_steady(c)?;
+        let room = self.threads_room(c)?;
+        let Some(at) = self.ff.snaps.iter().position(|s| s.at + need <= now) else {
+            return Err("the counters' window is not long enough yet");
         };
-        let (window, moved) = (now - t0, consumed - c0);
+        let snap = self.ff.snaps.remove(at).expect("found");
         let wire = sent - snap.sent;
-        if window == 0 || moved == 0 || wire == 0 {
+        if wire == 0 || consumed == snap.consumed {
             return Err("nothing moved in the window");
         }
-        let Some(ext) = self.ff_extent(c, room, end, window, moved) else {
-            self.ff.snap = Some(snap);
+        let Some(ext) = self.ff_extent(c, room, end, per_slice_ps) else {
+            self.ff.snaps.insert(at, snap);
             return Err("no room for a whole period before a phase ends");
         };
         // The counters, per slice put on the wire, times the slices the skip sends.
         let (num, den) = (ext.conn_slices * ext.net_conns, wire);
-        self.ff_add_counters(&snap, num, den)?;
+        if let Err(why) = self.ff_add_counters(&snap, num, den) {
+            self.ff.snaps.insert(at, snap);
+            return Err(why);
+        }
         let events = scale(self.stats.events() - snap.events, ext.dt, now - snap.at);
         self.ff.skipped_ps += ext.dt;
-        self.ff.marks.clear();
+        self.ff.snaps.clear();
         self.advance_threads(c, ext.mv);
         let r = &mut self.ff.report;
         r.skips += 1;
@@ -380,9 +392,9 @@ impl<Q: Queue> Sim<Q> {
     /// How far collective `c` may skip: the longer of a move inside every thread's
     /// uniform run and a move by whole repeats (`Sim::threads_room`), each a multiple of
     /// every connection's slots and QPs and of the period, in slices, inside every
-    /// connection's counts, and short of the end time. Its time is the window's time per
-    /// slice. None: no room for one whole unit.
-    fn ff_extent(&self, c: usize, room: Room, end: Ps, window: Ps, moved: u64) -> Option<Extent> {
+    /// connection's counts, and short of the end time. Its time is `per_slice_ps` per
+    /// slice of a connection. None: no room for one whole unit.
+    fn ff_extent(&self, c: usize, room: Room, end: Ps, per_slice_ps: f64) -> Option<Extent> {
         let mut unit_slices = PERIOD_SLICES as u64;
         let mut conn_room = u64::MAX;
         let mut net_conns = 0;
@@ -402,7 +414,7 @@ impl<Q: Queue> Sim<Q> {
         // A move's count cut to whole units and to what the connections and the end
         // leave; the slices it moves per connection.
         let left = end.saturating_sub(self.reported_now() + super::END_GRID_PS);
-        let dt_of = |conn_slices: u64| scale(conn_slices * n_conns, window, moved);
+        let dt_of = |conn_slices: u64| (conn_slices as f64 * per_slice_ps).round() as Ps;
         let fit = |most: u64, each: u64| -> (u64, u64) {
             let unit = unit_of(each);
             let mut count = most.min(conn_room / each.max(1)) / unit * unit;

@@ -559,17 +559,17 @@ impl PipelineWatch {
         }
     }
 
-    /// Connection `c` has been steady for the window, and a slice arrived within the
-    /// last period (one that stopped receiving is not steady, whatever it did before).
-    pub(crate) fn steady(&self, c: u32, now: Ps) -> bool {
-        let Some(k) = self.conns.get(c as usize) else {
-            return false;
-        };
+    /// Connection `c`'s time per slice, ps, when it has been steady for the window and a
+    /// slice arrived within the last period (one that stopped receiving is not steady,
+    /// whatever it did before): the mean of its samples in the window, each the time
+    /// per slice over [`PERIOD_SLICES`] slices, so whole periods.
+    pub(crate) fn steady_per_slice(&self, c: u32, now: Ps) -> Option<f64> {
+        let k = self.conns.get(c as usize)?;
         let (Some(last), true) = (k.last, k.steady) else {
-            return false;
+            return None;
         };
         let per_slice = k.band.sum / f64::from(k.band.n.max(1));
-        ((now - last) as f64) <= per_slice * PERIOD_SLICES as f64
+        (((now - last) as f64) <= per_slice * PERIOD_SLICES as f64).then_some(per_slice)
     }
 }
 
