@@ -54,7 +54,7 @@ fn run(l: &Loaded, window_us: Option<u32>) -> RunResult {
     opts.transfer_records = 0;
     opts.fast_forward = window_us.map(|w| FastForwardCriterion {
         theta: 0.05,
-        window: w,
+        window: Some(w),
     });
     simulate(l, &opts, &mut |_| {})
 }
@@ -116,7 +116,7 @@ fn a_steady_ring_skips_and_matches_the_exact_run() {
     let l = load_text(&ring(32, 64, 4, "ll128", ""));
     let exact = run(&l, None);
     assert!(exact.engine.fast_forward.is_none());
-    let fast = run(&l, Some(100));
+    let fast = run(&l, Some(300));
     let f = ff(&fast);
     assert_eq!(f.off, None);
     assert!(f.skips >= 1, "{f:?}");
@@ -124,7 +124,7 @@ fn a_steady_ring_skips_and_matches_the_exact_run() {
     assert!(fast.stats.events < exact.stats.events);
     assert_close(&exact, &fast, "256 GPUs");
     // The same run again: the same bytes.
-    let again = run(&l, Some(100));
+    let again = run(&l, Some(300));
     assert_eq!(fast.counters_csv(), again.counters_csv());
     assert_eq!(
         serde_json::to_string(&fast.summary()).unwrap(),
@@ -154,7 +154,7 @@ fn runs_it_cannot_serve_say_why_and_run_exactly() {
         let exact = simulate(&l, &opts, &mut |_| {});
         opts.fast_forward = Some(FastForwardCriterion {
             theta: 0.05,
-            window: 16,
+            window: Some(300),
         });
         let fast = simulate(&l, &opts, &mut |_| {});
         let f = ff(&fast);
@@ -194,7 +194,7 @@ fn a_skip_never_crosses_the_end_nor_a_later_start() {
     let exact = simulate(&l, &opts, &mut |_| {});
     opts.fast_forward = Some(FastForwardCriterion {
         theta: 0.05,
-        window: 100,
+        window: Some(300),
     });
     let fast = simulate(&l, &opts, &mut |_| {});
     assert!(ff(&fast).skips > 0, "{:?}", ff(&fast));
@@ -220,7 +220,7 @@ fn a_skip_never_crosses_the_end_nor_a_later_start() {
     );
     let l = load_text(&ring(32, 64, 4, "ll128", &second));
     let exact = run(&l, None);
-    let fast = run(&l, Some(100));
+    let fast = run(&l, Some(300));
     let f = ff(&fast);
     assert!(f.not_skipped.contains_key("a collective starts later"), "{f:?}");
     assert_close(&exact, &fast, "two collectives");
@@ -237,7 +237,7 @@ proptest! {
         mib in 8u64..48,
         channels in 1u32..5,
         proto in prop_oneof![Just("ll"), Just("ll128"), Just("simple")],
-        window in prop_oneof![Just(50u32), Just(100), Just(200)],
+        window in prop_oneof![Just(300u32), Just(400), Just(500)],
     ) {
         let l = load_text(&ring(hosts, mib, channels, proto, ""));
         let exact = run(&l, None);

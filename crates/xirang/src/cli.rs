@@ -1010,7 +1010,8 @@ pub(crate) struct SimArgs {
     /// connection's time per slice over the window (default 0.05).
     #[arg(long, value_parser = parse_ff_theta, requires = "fast_forward")]
     pub(crate) ff_theta: Option<f64>,
-    /// Fast-forward's window, e.g. 500us (default 500us; 16us to 100ms).
+    /// Fast-forward's window, e.g. 500us (200us to 100ms; default 300us, or the run's
+    /// longest DCQCN rate-increase period if longer).
     #[arg(long, value_parser = parse_ff_window_us, requires = "fast_forward")]
     pub(crate) ff_window: Option<f64>,
     /// Run on this many threads (1 to 256), the fabric divided into as many partitions
@@ -1098,14 +1099,15 @@ fn parse_ff_theta(s: &str) -> Result<f64, String> {
     }
 }
 
-/// A fast-forward window: at least 16 µs (the fewest samples a window judges,
-/// `engine::steady::MIN_SAMPLES`, of 1 µs), at most 100 ms.
+/// A fast-forward window: at least the counters' window it holds
+/// (`engine::ffwd::FF_MIN_WINDOW` µs), at most 100 ms.
 fn parse_ff_window_us(s: &str) -> Result<f64, String> {
     let us = parse_duration_us(s)?;
-    if (16.0..=100_000.0).contains(&us) {
+    let least = f64::from(xirang_sim::engine::ffwd::FF_MIN_WINDOW);
+    if (least..=100_000.0).contains(&us) {
         Ok(us)
     } else {
-        Err(format!("expected a window from 16us to 100ms, found {s}"))
+        Err(format!("expected a window from {least}us to 100ms, found {s}"))
     }
 }
 

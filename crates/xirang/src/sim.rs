@@ -138,7 +138,7 @@ fn options(a: &SimArgs, loaded: &Loaded) -> xirang_sim::RunOptions {
             c.theta = t;
         }
         if let Some(w) = a.ff_window {
-            c.window = w.round() as u32;
+            c.window = Some(w.round() as u32);
         }
         opts.fast_forward = Some(c);
     }

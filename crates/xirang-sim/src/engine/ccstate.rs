@@ -138,6 +138,18 @@ impl CcState {
             .expect("invariant: classes are validated at load")
     }
 
+    /// The longest DCQCN rate-increase period (`rpg_time_reset`) any class or NIC of
+    /// the run has, µs (0 when none runs DCQCN).
+    pub(crate) fn longest_dcqcn_period_us(&self) -> f64 {
+        let classes = self
+            .classes
+            .iter()
+            .filter(|c| c.cc == CcAlgorithm::Dcqcn)
+            .map(|c| c.dcqcn.rpg_time_reset_us);
+        let nics = self.nic_congestion.iter().map(|(_, n)| n.dcqcn.rpg_time_reset_us);
+        classes.chain(nics).fold(0.0, f64::max)
+    }
+
     /// The DCQCN knobs of NIC `nic` when it has its own.
     fn nic_congestion(&self, nic: NicId) -> Option<&NicCongestion> {
         self.nic_congestion

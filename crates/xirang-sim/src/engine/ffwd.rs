@@ -44,13 +44,14 @@ use crate::time::{PS_PER_US, Ps};
 /// The spread a connection's time per slice may have over the window: Wormhole's
 /// default θ (docs/reference/fast-forward.md §1).
 pub const FF_THETA: f64 = 0.05;
-/// The window, in samples of [`SAMPLE_PS`] (1 µs). Wormhole's default is 2,000; the
-/// 8,192-GPU ring measured in docs/fast-forward.md is steady throughout at 500 (98.3 % of
-/// its time with every connection steady at once, against 93.2 % at 2,000), and 500 µs
-/// is above one DCQCN rate-increase period (`rpg_time_reset`, 300 µs,
-/// docs/reference/congestion-control.md §1.5), which the reference notes ask of a window
-/// (docs/reference/fast-forward.md §5.7).
-pub const FF_WINDOW: u32 = 500;
+/// The least window, in samples of [`SAMPLE_PS`] (1 µs): one DCQCN rate-increase period
+/// at its default (`rpg_time_reset`, 300 µs, docs/reference/congestion-control.md §1.5),
+/// what the reference notes ask of a window for DCQCN, whose steadiness Wormhole did not
+/// prove (docs/reference/fast-forward.md, "Design notes" 7). A run whose DCQCN period is
+/// longer waits that long. Wormhole's default is 2,000; the rings measured in
+/// docs/fast-forward.md are steady for most of their time at 300 to 500, and 2,000 takes
+/// a large share of a collective's phase before the first skip.
+pub const FF_WINDOW: u32 = 300;
 /// The least time whose counters a skip extrapolates: two checks. Measured on
 /// `scenarios/rail-1024gpu.toml` (BENCHMARKS.md, VALIDATION.md): with 100 µs the port
 /// counters' totals were up to 1.0 % off the exact run's, with 200 µs 0.18 %, with
@@ -62,32 +63,33 @@ pub const FF_COUNTER_WINDOW_PS: Ps = 200 * PS_PER_US;
 /// under way (65,536 at 8,192 GPUs, a fraction of a millisecond), against seconds of
 /// simulation between two checks at that size.
 pub const FF_CHECK_PS: Ps = 20 * PS_PER_US;
-
-/// The counters' window of a criterion (`window_ps` long): [`FF_COUNTER_WINDOW_PS`], or
-/// half the steadiness window if that is shorter, so that it lies inside it with room.
-/// A run copies its counters every half of it while a collective is under way, steady
-/// or not, so the first check that finds the fabric steady finds a copy old enough and
-/// skips at once; it keeps the copies of the last one and a half (at most four). A copy
-/// is every port's counters: 33 MB at 8,192 GPUs and milliseconds to take, against
-/// seconds of simulation per 100 µs at that size.
-fn counter_window_ps(window_ps: Ps) -> Ps {
-    FF_COUNTER_WINDOW_PS.min(window_ps / 2).max(1)
-}
+/// How often a run copies its counters while a collective is under way, steady or not:
+/// every half counters' window, so the first check that finds the fabric steady finds a
+/// copy old enough and skips at once. It keeps the copies of the last one and a half
+/// windows (at most four). A copy is every port's counters: 33 MB at 8,192 GPUs and
+/// milliseconds to take, against seconds of simulation per 100 µs at that size.
+pub const FF_SNAPSHOT_PS: Ps = FF_COUNTER_WINDOW_PS / 2;
+/// The shortest steadiness window a criterion may have, in samples: the counters' window
+/// must lie inside it, from a copy taken at most [`FF_SNAPSHOT_PS`] before it begins
+/// (counters' windows of 50 µs, inside steadiness windows of 100 µs, put the counters of
+/// random rings in `tests/ffwd.rs` up to 3.3 % off the exact run's).
+pub const FF_MIN_WINDOW: u32 = ((FF_COUNTER_WINDOW_PS + FF_SNAPSHOT_PS) / SAMPLE_PS) as u32;
 
 /// When a run may skip: the steadiness criterion.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct FastForwardCriterion {
     /// Largest spread, (max - min) / mean, of a connection's time per slice.
     pub theta: f64,
-    /// Window, in samples of 1 µs.
-    pub window: u32,
+    /// Window, in samples of 1 µs (None: [`FF_WINDOW`], or the run's longest DCQCN
+    /// rate-increase period if longer).
+    pub window: Option<u32>,
 }
 
 impl Default for FastForwardCriterion {
     fn default() -> Self {
         FastForwardCriterion {
             theta: FF_THETA,
-            window: FF_WINDOW,
+            window: None,
         }
     }
 }
@@ -158,7 +160,7 @@ impl FastForward {
     pub(crate) fn new(criterion: Option<FastForwardCriterion>) -> FastForward {
         FastForward {
             criterion,
-            watch: criterion.map(|c| PipelineWatch::new(c.theta, c.window)),
+            watch: None,
             next_check: if criterion.is_some() {
                 FF_CHECK_PS
             } else {
@@ -169,7 +171,7 @@ impl FastForward {
             offsets: None,
             report: FastForwardReport {
                 theta: criterion.map_or(0.0, |c| c.theta),
-                window_us: criterion.map_or(0, |c| c.window),
+                window_us: criterion.and_then(|c| c.window).unwrap_or(0),
                 ..FastForwardReport::default()
             },
         }
@@ -247,9 +249,19 @@ impl<Q: Queue> Sim<Q> {
     /// The run starts: a fast-forward asked for on a run it cannot serve is turned off,
     /// with the reason.
     pub(crate) fn ff_start(&mut self) {
-        if self.ff.criterion.is_none() {
+        let Some(mut crit) = self.ff.criterion else {
             return;
-        }
+        };
+        let window = crit.window.unwrap_or_else(|| {
+            let dcqcn_us = self.cc.longest_dcqcn_period_us().ceil();
+            FF_WINDOW.max(dcqcn_us.min(f64::from(u32::MAX)) as u32)
+        });
+        // A shorter window could not hold the counters' window.
+        let window = window.max(FF_MIN_WINDOW);
+        crit.window = Some(window);
+        self.ff.criterion = Some(crit);
+        self.ff.report.window_us = window;
+        self.ff.watch = Some(PipelineWatch::new(crit.theta, window));
         let why = if self.dist.map().is_some() {
             Some("a parallel run: fast-forward runs on one thread")
         } else if self.work.n_flows() > 0 {
@@ -327,7 +339,7 @@ impl<Q: Queue> Sim<Q> {
     /// connections' over the steadiness window, each measured over whole periods
     /// (`PipelineWatch::steady_per_slice`); all of a ring's connections move at the
     /// pipeline's pace. Its counters come from the oldest copy of every port's counters
-    /// at least [`FF_COUNTER_WINDOW_PS`] old (or half the steadiness window, if shorter): what the network carried per slice sent
+    /// at least [`FF_COUNTER_WINDOW_PS`] old: what the network carried per slice sent
     /// since, times the slices the skip sends. After a skip the counters' window starts
     /// again: the next skip measures afresh.
     fn ff_try(&mut self, end: Ps) -> Result<(), &'static str> {
@@ -340,12 +352,18 @@ impl<Q: Queue> Sim<Q> {
                 sent += conn.tx.sent;
             }
         }
-        let l = Ps::from(self.ff.criterion.expect("on").window) * SAMPLE_PS;
+        let l = Ps::from(
+            self.ff
+                .criterion
+                .and_then(|c| c.window)
+                .expect("set at the start"),
+        ) * SAMPLE_PS;
         let now = self.now;
-        let need = counter_window_ps(l);
+        let need = FF_COUNTER_WINDOW_PS;
         let ff = &mut self.ff;
-        ff.snaps.retain(|s| s.at + need + need / 2 >= now && s.coll == c);
-        if ff.snaps.back().is_none_or(|s| s.at + need / 2 <= now) {
+        ff.snaps
+            .retain(|s| s.at + need + FF_SNAPSHOT_PS >= now && s.at + l >= now && s.coll == c);
+        if ff.snaps.back().is_none_or(|s| s.at + FF_SNAPSHOT_PS <= now) {
             let snap = Snapshot {
                 at: now,
                 coll: c,
