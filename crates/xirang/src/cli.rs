@@ -933,7 +933,7 @@ pub(crate) struct BenchArgs {
     #[arg(long)]
     pub(crate) json: bool,
     /// Internal: measure one scenario with one engine in this process.
-    #[arg(long, hide = true, value_parser = ["calendar", "heap"])]
+    #[arg(long, hide = true, value_parser = ["calendar", "heap", "exact", "ffwd"])]
     pub(crate) child: Option<String>,
     /// The scale benchmark instead: ring and tree AllReduce of 256 MiB on rail-optimized
     /// fabrics of scalable units from 128 GPUs up to --max-gpus, the classic
@@ -945,7 +945,8 @@ pub(crate) struct BenchArgs {
     /// Largest fabric of --scale, in GPUs (128 to 131,072).
     #[arg(long, default_value_t = 16384, requires = "scale", value_parser = clap::value_parser!(u32).range(128..=131_072))]
     pub(crate) max_gpus: u32,
-    /// Only the --scale cases whose name contains this text (e.g. `ring`, `perm`).
+    /// Only the --scale, --parallel or --fast-forward cases whose name contains this text
+    /// (e.g. `ring`, `perm`).
     #[arg(long)]
     pub(crate) only: Option<String>,
     /// A previous xirang binary to run the same --scale cases with, where it can read them
@@ -964,6 +965,18 @@ pub(crate) struct BenchArgs {
     /// exchange with no packets, 10,000 times), as rank 0 prints it. Needs `--features mpi`.
     #[arg(long, conflicts_with_all = ["scenarios", "scale", "parallel"])]
     pub(crate) mpi_sync: bool,
+    /// Fast-forward against the exact run instead: each scenario (default: the 1,024-GPU
+    /// ring and the incast, permutation and websearch reference cases) run exactly and
+    /// with `sim --fast-forward`, alternately in fresh processes, --runs times; the
+    /// speedup, the simulated time skipped, and how far the collective times, FCTs and
+    /// counters are from the exact run's.
+    #[arg(long, conflicts_with_all = ["no_reference", "scale", "parallel", "mpi_sync"])]
+    pub(crate) fast_forward: bool,
+    /// With --fast-forward: the validation matrix instead of the scenarios given: every
+    /// reference case, the default, tuning and faults scenarios, and ring, tree and
+    /// hierarchical AllReduce on 16, 128 and 1,024 GPUs at 1 MiB, 64 MiB and 1 GiB.
+    #[arg(long, requires = "fast_forward", conflicts_with = "scenarios")]
+    pub(crate) matrix: bool,
     /// Threads of the --parallel runs (default 2), or of a --child run (default 1); 1 to 256.
     #[arg(long, value_parser = count::<1, MAX_THREADS>)]
     pub(crate) threads: Option<usize>,

@@ -10,6 +10,7 @@
 //! fabric-size study) and `monitor` (`xirang monitor bench`, the agent against
 //! node_exporter). Commands only call their entry points.
 
+mod ffwd;
 pub(crate) mod monitor;
 mod scale;
 
@@ -76,6 +77,10 @@ pub(crate) struct Measurement {
     /// on different thread counts gave the same results.
     #[serde(default)]
     pub(crate) digest: Option<String>,
+    /// What the run reports, for `bench --fast-forward`'s comparison (exact and ffwd
+    /// children).
+    #[serde(default)]
+    pub(crate) reported: Option<ffwd::Reported>,
 }
 
 /// FNV-1a over the run's summary and flow records as JSON: equal digests mean equal
@@ -107,7 +112,10 @@ fn rss_bytes(field: &str) -> u64 {
 
 fn measure_here(path: &Path, engine: &str, runs: u32, threads: usize) -> Result<Measurement> {
     let loaded = xirang_fabric::Scenario::load(path)?;
-    let opts = xirang_sim::options(&loaded);
+    let mut opts = xirang_sim::options(&loaded);
+    if engine == "ffwd" {
+        opts.fast_forward = Some(xirang_sim::engine::ffwd::FastForwardCriterion::default());
+    }
     let before = rss_bytes("VmRSS:");
     let mut walls = Vec::new();
     let mut last = None;
@@ -152,6 +160,7 @@ fn measure_here(path: &Path, engine: &str, runs: u32, threads: usize) -> Result<
         threads: Some(threads),
         windows,
         digest: Some(digest(&r)),
+        reported: matches!(engine, "exact" | "ffwd").then(|| ffwd::Reported::of(&r)),
     })
 }
 
@@ -159,8 +168,8 @@ pub(crate) fn run(a: &BenchArgs) -> Result<Outcome> {
     // `--only` picks among the --scale or --parallel cases; alone it was ignored and the
     // whole reference benchmark ran.
     anyhow::ensure!(
-        a.only.is_none() || a.scale || a.parallel || a.child.is_some(),
-        "--only selects among the --scale or --parallel cases: give one of them"
+        a.only.is_none() || a.scale || a.parallel || a.fast_forward || a.child.is_some(),
+        "--only selects among the --scale, --parallel or --fast-forward cases: give one of them"
     );
     if a.scale && a.child.is_none() {
         return scale::run(a);
@@ -173,6 +182,9 @@ pub(crate) fn run(a: &BenchArgs) -> Result<Outcome> {
     }
     if a.parallel && a.child.is_none() {
         return scale::run_parallel(a);
+    }
+    if a.fast_forward && a.child.is_none() {
+        return ffwd::run(a);
     }
     if let Some(engine) = &a.child {
         let [path] = a.scenarios.as_slice() else {

@@ -326,7 +326,7 @@ fn bench_cases_and_history_series_named_by_the_user_must_exist() {
     let (_, err) = run_expect(&["bench", "--only", "ring"], 1);
     assert_eq!(
         err,
-        "error: --only selects among the --scale or --parallel cases: give one of them\n"
+        "error: --only selects among the --scale, --parallel or --fast-forward cases: give one of them\n"
     );
     // `monitor query --counter` with a typo printed "0 series" and exit 0.
     let dir = tempfile::tempdir().unwrap();
