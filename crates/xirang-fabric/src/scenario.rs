@@ -301,6 +301,10 @@ pub struct RunSettings {
     /// the fabric rather than to the schedule.
     #[serde(skip_serializing_if = "is_default_transfer_records")]
     pub transfer_records: u64,
+    /// Skip a collective's steady pipeline periods instead of simulating them packet by
+    /// packet (`xirang sim --fast-forward`; `--exact` runs the scenario exactly).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub fast_forward: bool,
 }
 
 fn is_default_transfer_records(n: &u64) -> bool {
@@ -319,6 +323,7 @@ impl Default for RunSettings {
             sample_interval_us: 0.0,
             ecmp: EcmpMode::Seeded,
             transfer_records: DEFAULT_TRANSFER_RECORDS,
+            fast_forward: false,
         }
     }
 }

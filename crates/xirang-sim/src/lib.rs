@@ -98,7 +98,9 @@ pub fn options(loaded: &Loaded) -> RunOptions {
         }),
         transfer_records: r.transfer_records,
         steady_probe: false,
-        fast_forward: None,
+        fast_forward: r
+            .fast_forward
+            .then(crate::engine::ffwd::FastForwardCriterion::default),
     }
 }
 

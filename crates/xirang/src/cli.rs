@@ -1016,16 +1016,20 @@ pub(crate) struct SimArgs {
     pub(crate) steady_probe: bool,
     /// Skip a collective's pipeline periods once every connection has been steady for
     /// a window, instead of simulating them packet by packet (engine.json
-    /// `engine.fast_forward` says what was skipped, or why the run could not skip).
-    #[arg(long)]
+    /// `engine.fast_forward` says what was skipped, or why the run could not skip); on
+    /// one thread only. Also `[run] fast_forward = true`.
+    #[arg(long, conflicts_with = "exact")]
     pub(crate) fast_forward: bool,
+    /// Simulate every packet, even where the scenario asks for fast-forward.
+    #[arg(long)]
+    pub(crate) exact: bool,
     /// Fast-forward's steadiness threshold: the largest spread, (max - min) / mean, of a
     /// connection's time per slice over the window (default 0.05).
-    #[arg(long, value_parser = parse_ff_theta, requires = "fast_forward")]
+    #[arg(long, value_parser = parse_ff_theta, conflicts_with = "exact")]
     pub(crate) ff_theta: Option<f64>,
     /// Fast-forward's window, e.g. 500us (200us to 100ms; default 300us, or the run's
     /// longest DCQCN rate-increase period if longer).
-    #[arg(long, value_parser = parse_ff_window_us, requires = "fast_forward")]
+    #[arg(long, value_parser = parse_ff_window_us, conflicts_with = "exact")]
     pub(crate) ff_window: Option<f64>,
     /// Run on this many threads (1 to 256), the fabric divided into as many partitions
     /// (or --partitions); the outputs are the serial run's, byte for byte.

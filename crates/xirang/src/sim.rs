@@ -35,6 +35,19 @@ pub(crate) fn run(a: &SimArgs) -> Result<Outcome> {
         _ => bail!("give a scenario file, or --hpcc-topology and --hpcc-flows"),
     };
     let opts = options(a, &loaded);
+    // A divided run is the serial exact run, byte for byte; fast-forward's skips are
+    // decided by one engine over the whole fabric.
+    if opts.fast_forward.is_some() && (a.threads > 1 || a.partitions.is_some_and(|p| p > 1) || a.mpi) {
+        bail!(
+            "fast-forward runs on one thread (its skips are decided over the whole fabric at once); \
+             drop --threads, --partitions and --mpi, or pass --exact to simulate every packet on them{}",
+            if a.fast_forward {
+                ""
+            } else {
+                " (the scenario's [run] fast_forward asks for it)"
+            }
+        );
+    }
     #[cfg(feature = "mpi")]
     let mpi = if a.mpi {
         Some(xirang_mpi::job::Job::start()?)
@@ -132,8 +145,10 @@ fn options(a: &SimArgs, loaded: &Loaded) -> xirang_sim::RunOptions {
         opts.sample_interval = Some(us(s));
     }
     opts.steady_probe = a.steady_probe;
-    if a.fast_forward {
-        let mut c = xirang_sim::engine::ffwd::FastForwardCriterion::default();
+    if a.exact {
+        opts.fast_forward = None;
+    } else if a.fast_forward || a.ff_theta.is_some() || a.ff_window.is_some() || opts.fast_forward.is_some() {
+        let mut c = opts.fast_forward.unwrap_or_default();
         if let Some(t) = a.ff_theta {
             c.theta = t;
         }
