@@ -35,8 +35,6 @@ fn ring_sends(p: &dyn Program, channel: u32) -> Vec<u64> {
     out
 }
 
-/// The helper table of docs/reference/nccl-transport-details.md §1: ring AllReduce,
-/// Simple, 16 ranks, 8 channels.
 /// A ring AllReduce's loop is a uniform run per phase, and its full loops repeat.
 #[test]
 fn ring_allreduce_phases_are_uniform_runs() {
@@ -61,6 +59,8 @@ fn ring_allreduce_phases_are_uniform_runs() {
     );
 }
 
+/// The helper table of docs/reference/nccl-transport-details.md §1: ring AllReduce,
+/// Simple, 16 ranks, 8 channels.
 #[test]
 fn ring_allreduce_is_cut_as_nccl_cuts_it() {
     for (bytes, channels, chunk, isends, sizes) in [

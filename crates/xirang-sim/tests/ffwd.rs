@@ -226,6 +226,33 @@ fn a_skip_never_crosses_the_end_nor_a_later_start() {
     assert_close(&exact, &fast, "two collectives");
 }
 
+/// A ring of many loops (LL, 64 GPUs, 64 MiB on 2 channels: 16 loops a channel) skips by
+/// whole loops, and a skip cut short by the end time never crosses it, wherever the end
+/// falls (the engine asserts it in debug builds; the run stops exactly at the end).
+#[test]
+fn whole_loop_skips_stop_short_of_the_end() {
+    let l = load_text(&ring(8, 64, 2, "ll", ""));
+    let exact = run(&l, None);
+    let fast = run(&l, Some(300));
+    let f = ff(&fast);
+    assert!(f.loop_skips > 0, "{f:?}");
+    assert_close(&exact, &fast, "16 loops");
+    let t = exact.collectives[0].time_ps.expect("done");
+    for twentieth in 4..20 {
+        let end = t * twentieth / 20;
+        let mut opts = options(&l);
+        opts.transfer_records = 0;
+        opts.end = Some(end);
+        opts.fast_forward = Some(FastForwardCriterion {
+            theta: 0.05,
+            window: Some(300),
+        });
+        let r = simulate(&l, &opts, &mut |_| {});
+        assert_eq!(r.stats.sim_time_ps, end, "end at {twentieth}/20");
+        assert!(!r.collectives[0].finished, "end at {twentieth}/20");
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(12))]
 

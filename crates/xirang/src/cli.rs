@@ -1024,11 +1024,11 @@ pub(crate) struct SimArgs {
     #[arg(long)]
     pub(crate) exact: bool,
     /// Fast-forward's steadiness threshold: the largest spread, (max - min) / mean, of a
-    /// connection's time per slice over the window (default 0.05).
+    /// connection's time per slice over the window (default 0.05); turns fast-forward on.
     #[arg(long, value_parser = parse_ff_theta, conflicts_with = "exact")]
     pub(crate) ff_theta: Option<f64>,
-    /// Fast-forward's window, e.g. 500us (200us to 100ms; default 300us, or the run's
-    /// longest DCQCN rate-increase period if longer).
+    /// Fast-forward's window, e.g. 500us (300us to 100ms; default 300us, or the run's
+    /// longest DCQCN rate-increase period if longer); turns fast-forward on.
     #[arg(long, value_parser = parse_ff_window_us, conflicts_with = "exact")]
     pub(crate) ff_window: Option<f64>,
     /// Run on this many threads (1 to 256), the fabric divided into as many partitions
@@ -1100,7 +1100,6 @@ fn parse_until_us(s: &str) -> Result<f64, String> {
     Ok(us)
 }
 
-/// `--sample`: a duration that is a valid sampling interval.
 /// A fast-forward threshold: a spread above 0 and below 1.
 fn parse_ff_theta(s: &str) -> Result<f64, String> {
     let v: f64 = s
@@ -1128,6 +1127,7 @@ fn parse_ff_window_us(s: &str) -> Result<f64, String> {
     }
 }
 
+/// `--sample`: a duration that is a valid sampling interval.
 fn parse_sample_us(s: &str) -> Result<f64, String> {
     let us = parse_duration_us(s)?;
     xirang_fabric::limits::sample_interval_us(us)?;

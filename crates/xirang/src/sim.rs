@@ -37,11 +37,12 @@ pub(crate) fn run(a: &SimArgs) -> Result<Outcome> {
     let opts = options(a, &loaded);
     // A divided run is the serial exact run, byte for byte; fast-forward's skips are
     // decided by one engine over the whole fabric.
+    let asked = a.fast_forward || a.ff_theta.is_some() || a.ff_window.is_some();
     if opts.fast_forward.is_some() && (a.threads > 1 || a.partitions.is_some_and(|p| p > 1) || a.mpi) {
         bail!(
             "fast-forward runs on one thread (its skips are decided over the whole fabric at once); \
              drop --threads, --partitions and --mpi, or pass --exact to simulate every packet on them{}",
-            if a.fast_forward {
+            if asked {
                 ""
             } else {
                 " (the scenario's [run] fast_forward asks for it)"
@@ -444,8 +445,6 @@ fn render(name: &str, s: &Summary, wall_s: f64, out: &Path) -> String {
     text
 }
 
-/// What `--steady-probe` measured: per criterion, the share of QPs' and connections'
-/// time that was steady (docs/fast-forward.md reads it).
 /// What fast-forward did, in a line or two.
 fn ff_line(f: &xirang_sim::engine::ffwd::FastForwardReport) -> String {
     if let Some(why) = &f.off {
@@ -472,6 +471,8 @@ fn ff_line(f: &xirang_sim::engine::ffwd::FastForwardReport) -> String {
     s
 }
 
+/// What `--steady-probe` measured: per criterion, the share of QPs' and connections'
+/// time that was steady (docs/fast-forward.md reads it).
 fn steady_table(s: &xirang_sim::engine::steady::SteadyReport) -> String {
     let mut t = crate::cmd::table(&[
         "steady: spread below",

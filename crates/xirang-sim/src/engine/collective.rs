@@ -807,7 +807,15 @@ impl<Q: Queue> Sim<Q> {
                 return Err("a GPU thread waits on another of its rank");
             }
             let p = &rt.run.program;
-            within = within.min(p.uniform_run(th.channel, th.rank, th.role, th.index) - 1);
+            // A move inside uniform runs counts one transfer each way per primitive on
+            // every connection (`Move::Within`): only for primitives with one peer each way.
+            let one_each = th.prim.recv.as_slice().len() == 1 && th.prim.send.as_slice().len() == 1;
+            let run = if one_each {
+                p.uniform_run(th.channel, th.rank, th.role, th.index)
+            } else {
+                1
+            };
+            within = within.min(run - 1);
             match (p.repeats(th.channel, th.rank, th.role, th.index), repeats) {
                 (None, _) => repeat_ok = false,
                 (Some(r), None) => repeats = Some(r),
@@ -859,6 +867,9 @@ impl<Q: Queue> Sim<Q> {
                 continue;
             }
             let (channel, rank, role, index) = (th.channel, th.rank, th.role, th.index + prims);
+            // A thread in the middle of a slice finishes it as a slice of the new primitive:
+            // in a rebalanced loop its bytes may differ from those whose GPU time was
+            // scheduled (a simplification: at most one slice per thread per skip).
             let prim = self.work.coll(c).run.program.prim(channel, rank, role, index);
             debug_assert!(
                 prim.same_moves(&th.prim),

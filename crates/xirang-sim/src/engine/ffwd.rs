@@ -52,8 +52,8 @@ pub const FF_THETA: f64 = 0.05;
 /// docs/fast-forward.md are steady for most of their time at 300 to 500, and 2,000 takes
 /// a large share of a collective's phase before the first skip.
 pub const FF_WINDOW: u32 = 300;
-/// The least time whose counters a skip extrapolates: two checks. Measured on
-/// `scenarios/rail-1024gpu.toml` (BENCHMARKS.md, VALIDATION.md): with 100 µs the port
+/// The least time whose counters a skip extrapolates. Measured on
+/// `scenarios/rail-1024gpu.toml` (docs/fast-forward.md, "Choices that were measured"): with 100 µs the port
 /// counters' totals were up to 1.0 % off the exact run's, with 200 µs 0.18 %, with
 /// 500 µs 0.18 % too; a ring's traffic repeats every few tens of microseconds there, and
 /// a window of two periods cuts them at arbitrary places.
@@ -107,6 +107,9 @@ pub struct FastForwardReport {
     pub checks: u64,
     /// Skips made.
     pub skips: u64,
+    /// Of them, skips by whole loops of a ring (the others move inside a phase).
+    #[serde(default)]
+    pub loop_skips: u64,
     /// Simulated time skipped.
     pub skipped_ps: Ps,
     /// Its share of the run's simulated time.
@@ -147,7 +150,7 @@ pub struct FastForward {
     criterion: Option<FastForwardCriterion>,
     watch: Option<PipelineWatch>,
     next_check: Ps,
-    /// Copies of the counters, oldest first, at most [`FF_SNAPSHOTS`].
+    /// Copies of the counters, oldest first, of the last counters' window and a half.
     snaps: VecDeque<Snapshot>,
     skipped_ps: Ps,
     /// What the skips added to each port's counters (None before the first).
@@ -341,7 +344,8 @@ impl<Q: Queue> Sim<Q> {
     /// pipeline's pace. Its counters come from the oldest copy of every port's counters
     /// at least [`FF_COUNTER_WINDOW_PS`] old: what the network carried per slice sent
     /// since, times the slices the skip sends. After a skip the counters' window starts
-    /// again: the next skip measures afresh.
+    /// again; the time per slice goes on from the watch, whose samples a skip does not
+    /// interrupt (the engine's clock does not move).
     fn ff_try(&mut self, end: Ps) -> Result<(), &'static str> {
         let c = self.ff_under_way()?;
         let (mut consumed, mut sent) = (0u64, 0u64);
@@ -383,6 +387,7 @@ impl<Q: Queue> Sim<Q> {
         let snap = self.ff.snaps.remove(at).expect("found");
         let wire = sent - snap.sent;
         if wire == 0 || consumed == snap.consumed {
+            self.ff.snaps.insert(at, snap);
             return Err("nothing moved in the window");
         }
         let Some(ext) = self.ff_extent(c, room, end, per_slice_ps) else {
@@ -401,6 +406,7 @@ impl<Q: Queue> Sim<Q> {
         self.advance_threads(c, ext.mv);
         let r = &mut self.ff.report;
         r.skips += 1;
+        r.loop_skips += u64::from(matches!(ext.mv, Move::Repeats(..)));
         r.skipped_ps += ext.dt;
         r.slices_skipped += ext.conn_slices * ext.n_conns;
         r.events_saved += events;
@@ -436,8 +442,14 @@ impl<Q: Queue> Sim<Q> {
         let fit = |most: u64, each: u64| -> (u64, u64) {
             let unit = unit_of(each);
             let mut count = most.min(conn_room / each.max(1)) / unit * unit;
-            if dt_of(count * each) > left {
-                count = scale(count, left, dt_of(count * each).max(1)) / unit * unit;
+            // Short of the end: scaled down (rounding down), then a unit less while the
+            // time's own rounding still overshoots.
+            let dt = dt_of(count * each);
+            if dt > left {
+                count = (u128::from(count) * u128::from(left) / u128::from(dt)) as u64 / unit * unit;
+            }
+            while count > 0 && dt_of(count * each) > left {
+                count -= unit;
             }
             (count, count * each)
         };
@@ -476,6 +488,8 @@ impl<Q: Queue> Sim<Q> {
                 || cur.tx_discards != old.tx_discards
                 || cur.rx_errors != old.rx_errors
                 || cur.out_of_sequence != old.out_of_sequence
+                || cur.packet_seq_err != old.packet_seq_err
+                || cur.duplicate_request != old.duplicate_request
                 || cur.local_ack_timeout_err != old.local_ack_timeout_err
             {
                 return Err("PFC frames, drops or retransmissions in the window");

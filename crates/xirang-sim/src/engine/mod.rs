@@ -352,6 +352,7 @@ impl<Q: Queue> Sim<Q> {
             let limit = ((next / END_GRID_PS + 1) * END_GRID_PS - 1).min(end);
             self.run_until(limit - off, progress);
             if limit >= end {
+                debug_assert!(end - off >= self.now, "invariant: no skip crosses the end time");
                 self.stop_at_end(end - off, !self.idle());
                 break;
             }

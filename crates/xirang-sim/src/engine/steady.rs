@@ -561,8 +561,10 @@ impl PipelineWatch {
 
     /// Connection `c`'s time per slice, ps, when it has been steady for the window and a
     /// slice arrived within the last period (one that stopped receiving is not steady,
-    /// whatever it did before): the mean of its samples in the window, each the time
-    /// per slice over [`PERIOD_SLICES`] slices, so whole periods.
+    /// whatever it did before): the mean of its samples since its band last began (the
+    /// window at least; the band restarts only on a sample outside it), each the time
+    /// per slice over its last [`PERIOD_SLICES`] arrivals, so whole periods, weighted
+    /// per arrival.
     pub(crate) fn steady_per_slice(&self, c: u32, now: Ps) -> Option<f64> {
         let k = self.conns.get(c as usize)?;
         let (Some(last), true) = (k.last, k.steady) else {
