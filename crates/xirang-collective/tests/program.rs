@@ -142,6 +142,23 @@ fn algorithms() -> impl Strategy<Value = (O, A)> {
     ]
 }
 
+/// A property case's spec: `hosts` hosts of `g` ranks, about `kib` KiB sized as
+/// nccl-tests sizes the operation (all-gather, reduce-scatter and all-to-all in whole
+/// blocks), and buffers cut by `shrink` so that the same sizes make several loops and
+/// chunks. Also its bytes.
+#[allow(clippy::too_many_arguments)]
+fn case(op: O, algorithm: A, proto: Proto, hosts: u32, g: u32, kib: u64, channels: u32, shrink: u32) -> (Spec, u64) {
+    let ranks = hosts * g;
+    let bytes = (kib * 1024 / 4 * 4 / u64::from(ranks) * u64::from(ranks)).max(u64::from(ranks) * 4);
+    let mut s = spec(op, algorithm, proto, ranks, g, bytes, channels);
+    s.buffers.simple_bytes >>= 2 * shrink;
+    s.buffers.ll_bytes >>= shrink;
+    s.buffers.ll128_bytes = 8 * 2048 * (300 >> shrink);
+    s.buffers.p2p_net_chunk_bytes >>= shrink;
+    s.buffers.p2p_nvl_chunk_bytes >>= shrink;
+    (s, bytes)
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(160))]
 
@@ -161,15 +178,7 @@ proptest! {
         let ranks = hosts * g;
         prop_assume!(ranks >= 2);
         prop_assume!(algorithm != A::Hierarchical || g >= 1);
-        // nccl-tests sizes all-gather and reduce-scatter (and all-to-all) in whole blocks.
-        let bytes = (kib * 1024 / 4 * 4 / u64::from(ranks) * u64::from(ranks)).max(u64::from(ranks) * 4);
-        // Smaller buffers make several loops and chunks out of the same sizes.
-        let mut s = spec(op, algorithm, proto, ranks, g, bytes, channels);
-        s.buffers.simple_bytes >>= 2 * shrink;
-        s.buffers.ll_bytes >>= shrink;
-        s.buffers.ll128_bytes = 8 * 2048 * (300 >> shrink);
-        s.buffers.p2p_net_chunk_bytes >>= shrink;
-        s.buffers.p2p_nvl_chunk_bytes >>= shrink;
+        let (s, bytes) = case(op, algorithm, proto, hosts, g, kib, channels, shrink);
         let p = build(&s).map_err(TestCaseError::fail)?;
         verify(&*p, op, bytes).map_err(|e| TestCaseError::fail(format!("{op:?}/{algorithm:?}/{proto:?} {ranks}x{g} {bytes} B {channels} ch: {e}")))?;
     }
@@ -189,10 +198,7 @@ proptest! {
     ) {
         let ranks = hosts * g;
         prop_assume!(ranks >= 2);
-        let bytes = (kib * 1024 / 4 * 4 / u64::from(ranks) * u64::from(ranks)).max(u64::from(ranks) * 4);
-        let mut s = spec(op, algorithm, proto, ranks, g, bytes, channels);
-        s.buffers.simple_bytes >>= 2 * shrink;
-        s.buffers.ll_bytes >>= shrink;
+        let (s, _) = case(op, algorithm, proto, hosts, g, kib, channels, shrink);
         let p = build(&s).map_err(TestCaseError::fail)?;
         for c in 0..p.channels() {
             for r in 0..ranks {
