@@ -147,7 +147,16 @@ fn algorithms() -> impl Strategy<Value = (O, A)> {
 /// blocks), and buffers cut by `shrink` so that the same sizes make several loops and
 /// chunks. Also its bytes.
 #[allow(clippy::too_many_arguments)]
-fn case(op: O, algorithm: A, proto: Proto, hosts: u32, g: u32, kib: u64, channels: u32, shrink: u32) -> (Spec, u64) {
+fn case(
+    op: O,
+    algorithm: A,
+    proto: Proto,
+    hosts: u32,
+    g: u32,
+    kib: u64,
+    channels: u32,
+    shrink: u32,
+) -> (Spec, u64) {
     let ranks = hosts * g;
     let bytes = (kib * 1024 / 4 * 4 / u64::from(ranks) * u64::from(ranks)).max(u64::from(ranks) * 4);
     let mut s = spec(op, algorithm, proto, ranks, g, bytes, channels);
