@@ -134,14 +134,16 @@ fn a_steady_ring_skips_and_matches_the_exact_run() {
 }
 
 /// Runs fast-forward cannot serve say why, and are the exact run byte for byte: flows
-/// beside the collective (their starts are set in advance), transfer records, sampling,
-/// a parallel run.
+/// beside the collective (their starts are set in advance), faults, transfer records,
+/// sampling, a parallel run.
 #[test]
 fn runs_it_cannot_serve_say_why_and_run_exactly() {
     let flows =
         "[workloads.rpc.flows]\nlist = [{ src = \"h0\", dst = \"h1\", bytes = 100_000, start_us = 300 }]\n";
+    let fault = "[[faults]]\nkind = \"slow_link\"\ntarget = \"h0/mlx5_0\"\nrate_gbps = 200\n";
     for (extra, records, sample, why) in [
         (flows, 0, false, "flows besides collectives"),
+        (fault, 0, false, "faults are injected"),
         ("", 100_000, false, "transfers are recorded"),
         ("", 0, true, "counters are sampled"),
     ] {
