@@ -315,8 +315,8 @@ impl<Q: Queue> Sim<Q> {
         under_way.ok_or("no collective under way")
     }
 
-    /// Every network connection of collective `c` is steady: their mean time per slice
-    /// over the window, ps.
+    /// Every network connection of collective `c` is steady: the mean of their times per
+    /// slice (`PipelineWatch::steady_per_slice`), ps.
     fn ff_all_steady(&self, c: usize) -> Result<f64, &'static str> {
         let watch = self.ff.watch.as_ref().expect("on");
         let (mut sum, mut n) = (0.0, 0u64);
@@ -336,13 +336,13 @@ impl<Q: Queue> Sim<Q> {
 
     /// Skips, if the run is steady and has room; otherwise says why not.
     ///
-    /// Two windows are extrapolated, both inside the steadiness window (a connection is
-    /// steady only once it has been for the window, so what was measured in the window
-    /// before is good). The skip's time per slice is the mean of the network
-    /// connections' over the steadiness window, each measured over whole periods
-    /// (`PipelineWatch::steady_per_slice`); all of a ring's connections move at the
-    /// pipeline's pace. Its counters come from the oldest copy of every port's counters
-    /// at least [`FF_COUNTER_WINDOW_PS`] old: what the network carried per slice sent
+    /// Two measurements are extrapolated. The skip's time per slice is the mean of the
+    /// network connections' (`PipelineWatch::steady_per_slice`: each one's mean since its
+    /// band began, at least the window, over whole periods); all of a ring's connections
+    /// move at the pipeline's pace. Its counters come from the oldest copy of every
+    /// port's counters at least [`FF_COUNTER_WINDOW_PS`] old and inside the steadiness
+    /// window (a connection is steady only once it has been for the window, so what was
+    /// counted in the window before is good): what the network carried per slice sent
     /// since, times the slices the skip sends. After a skip the counters' window starts
     /// again; the time per slice goes on from the watch, whose samples a skip does not
     /// interrupt (the engine's clock does not move).
