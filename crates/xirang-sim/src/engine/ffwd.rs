@@ -426,7 +426,7 @@ impl<Q: Queue> Sim<Q> {
         for k in range.clone() {
             let conn = self.work.conn(k as usize);
             unit_slices = lcm(unit_slices, u64::from(conn.slots));
-            unit_slices = lcm(unit_slices, u64::from(conn.qps()));
+            unit_slices = lcm(unit_slices, u64::from(conn.nqps()));
             conn_room = conn_room.min(conn.skip_room());
             net_conns += u64::from(conn.net.is_some());
         }

@@ -160,7 +160,8 @@ impl Conn {
         (k % u64::from(self.slots)) as usize
     }
 
-    fn nqps(&self) -> u32 {
+    /// Its data QPs (1 inside a host).
+    pub(crate) fn nqps(&self) -> u32 {
         self.net.as_ref().map_or(1, |n| n.qps.end - n.qps.start)
     }
 
@@ -230,11 +231,6 @@ impl Conn {
             r.cts_wanted += slices;
             r.cts_due += slices;
         }
-    }
-
-    /// Its data QPs (1 inside a host), for the skip's alignment.
-    pub(crate) fn qps(&self) -> u32 {
-        self.nqps()
     }
 }
 

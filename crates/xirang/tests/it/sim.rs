@@ -147,6 +147,66 @@ fn sim_says_what_it_skips_and_rejects_bad_input() {
     assert!(err.contains("flow 1: node 3 sends to itself"), "{err}");
 }
 
+/// Fast-forward's command line: a run it cannot serve says why (flows in the default
+/// scenario); threads are refused with what to do instead, whether the flag or the
+/// scenario's key asks; `--exact` overrides the key; windows and thresholds out of range
+/// are refused.
+#[test]
+fn sim_fast_forward_says_why_and_refuses_what_it_cannot_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = dir.path().to_str().unwrap();
+    let (table, _) = run_expect(
+        &[
+            "sim",
+            "scenarios/default.toml",
+            "--fast-forward",
+            "--quiet",
+            "--out",
+            o,
+        ],
+        0,
+    );
+    assert!(
+        table.contains("fast-forward: off for this run: the run has flows besides collectives"),
+        "{table}"
+    );
+    let example = "docs/guide/examples/ring-256gpu-ff.toml";
+    let (_, err) = run_expect(
+        &[
+            "sim",
+            "scenarios/default.toml",
+            "--ff-theta",
+            "0.1",
+            "--threads",
+            "2",
+        ],
+        1,
+    );
+    assert!(
+        err.contains("fast-forward runs on one thread") && err.contains("--exact") && !err.contains("[run]"),
+        "{err}"
+    );
+    let (_, err) = run_expect(&["sim", example, "--threads", "2", "--quiet", "--out", o], 1);
+    assert!(
+        err.contains("the scenario's [run] fast_forward asks for it"),
+        "{err}"
+    );
+    let (table, _) = run_expect(
+        &["sim", example, "--exact", "--threads", "2", "--quiet", "--out", o],
+        0,
+    );
+    assert!(!table.contains("fast-forward"), "{table}");
+    let (_, err) = run_expect(&["sim", example, "--ff-window", "100us"], 2);
+    assert!(
+        err.contains("expected a window from 300us to 100ms, found 100us"),
+        "{err}"
+    );
+    let (_, err) = run_expect(&["sim", example, "--ff-theta", "1.5"], 2);
+    assert!(err.contains("expected a spread between 0 and 1"), "{err}");
+    let (_, err) = run_expect(&["sim", example, "--exact", "--fast-forward"], 2);
+    assert!(err.contains("cannot be used with"), "{err}");
+}
+
 #[test]
 fn bench_measures_a_scenario() {
     let v = run_json(&[
