@@ -270,7 +270,7 @@ pub trait Program: Send + Sync + std::fmt::Debug {
 }
 
 /// Whole repeats of a thread's primitives (`Program::repeats`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Repeat {
     /// Primitives per repeat.
     pub prims: u64,

@@ -87,13 +87,14 @@ impl Job {
             done: 0,
             busy: true,
             now: 0,
+            ff: None,
         };
         for _ in 0..rounds / 10 {
-            wire.sync(Vec::new(), status)?;
+            wire.sync(Vec::new(), status.clone())?;
         }
         let t0 = std::time::Instant::now();
         for _ in 0..rounds {
-            wire.sync(Vec::new(), status)?;
+            wire.sync(Vec::new(), status.clone())?;
         }
         Ok(t0.elapsed().as_secs_f64() * 1e6 / f64::from(rounds.max(1)))
     }

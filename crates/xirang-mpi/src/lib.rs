@@ -99,7 +99,13 @@ impl<T: Transport> Exchange for Wire<T> {
             bufs.push(if w == me {
                 Vec::new()
             } else {
-                encode("a window's post", &Post { status, mail })?
+                encode(
+                    "a window's post",
+                    &Post {
+                        status: status.clone(),
+                        mail,
+                    },
+                )?
             });
         }
         let got = self.transport.all_to_all(bufs)?;

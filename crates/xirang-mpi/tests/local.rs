@@ -189,3 +189,50 @@ fn workers_on_several_threads_are_identical_over_the_wire() {
         }
     }
 }
+
+/// A ring AllReduce of many loops that fast-forwards (`[run] fast_forward`), on hosts in
+/// pairs under leaves of their own, so partitions divide the hosts.
+const RING_FF: &str = r#"
+[topology.rail_optimized]
+hosts = 8
+host_rate_gbps = 400
+fabric_rate_gbps = 400
+link_delay_ns = 500
+hosts_per_group = 2
+spines = 2
+
+[topology.rail_optimized.host]
+gpus = 8
+nics = 8
+
+[workloads.ar.collective]
+op = "all_reduce"
+algorithm = "ring"
+protocol = "ll"
+bytes = 67_108_864
+channels = 2
+
+[run]
+transfer_records = 0
+fast_forward = true
+"#;
+
+/// Fast-forward over the wire: each check's surveys travel in the windows' posts, and
+/// every worker skips as the serial run does; the outputs and the fast-forward's report
+/// are the serial run's, byte for byte.
+#[test]
+fn fast_forward_is_identical_over_the_wire() {
+    let l = load_text(RING_FF);
+    let serial = simulate(&l, &options(&l), &mut |_| {});
+    let f = serial.engine.fast_forward.as_ref().expect("the scenario asks");
+    assert!(f.skips > 0 && f.off.is_none(), "{f:?}");
+    for (workers, parts, threads) in [(2, 2, 1), (2, 4, 1), (2, 4, 2)] {
+        let par = distributed_threads(&l, workers, parts, threads).unwrap_or_else(|e| panic!("{e}"));
+        par.check_conservation().unwrap();
+        let what = format!("{workers} workers x {threads} threads, {parts} partitions");
+        for ((name, a), (_, b)) in outputs(&serial).into_iter().zip(outputs(&par)) {
+            assert!(a == b, "{name} differs on {what}");
+        }
+        assert_eq!(serial.engine.fast_forward, par.engine.fast_forward, "{what}");
+    }
+}

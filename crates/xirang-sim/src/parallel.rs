@@ -23,6 +23,7 @@ use xirang_fabric::model::HostId;
 use xirang_fabric::partition::{Partition, partition};
 use xirang_fabric::scenario::FaultKind;
 
+use crate::engine::ffwd::Survey;
 use crate::engine::part::{Outbox, PartMap, PartState};
 use crate::engine::{END_GRID_PS, NEVER, Progress, RunOptions, Sim};
 use crate::output::RunResult;
@@ -118,7 +119,7 @@ pub fn plan_for(loaded: &Loaded, opts: &RunOptions, parts: usize) -> Plan {
 }
 
 /// Where a run stands after a window, combined over every partition.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Status {
     /// The earliest pending event, or packet on its way between partitions ([`NEVER`]:
     /// none).
@@ -129,6 +130,8 @@ pub struct Status {
     pub busy: bool,
     /// The latest simulated time reached.
     pub now: Ps,
+    /// At a fast-forward check: what every partition knows, combined (`engine::ffwd`).
+    pub ff: Option<Survey>,
 }
 
 impl Status {
@@ -138,6 +141,7 @@ impl Status {
         done: 0,
         busy: false,
         now: 0,
+        ff: None,
     };
 
     /// Both partitions' status as one.
@@ -147,6 +151,10 @@ impl Status {
             done: self.done + o.done,
             busy: self.busy || o.busy,
             now: self.now.max(o.now),
+            ff: match (self.ff, o.ff) {
+                (Some(a), Some(b)) => Some(a.combine(b)),
+                (x, None) | (None, x) => x,
+            },
         }
     }
 }
@@ -200,7 +208,7 @@ pub fn drive<Q: Queue>(
     for s in sims.iter_mut() {
         s.start_run();
     }
-    let mut sync = |sims: &mut [Sim<Q>], stats: &mut Stats| -> Result<Status, Aborted> {
+    let sync = |sims: &mut [Sim<Q>], ex: &mut dyn Exchange, stats: &mut Stats| -> Result<Status, Aborted> {
         let mut out = Vec::new();
         let mut st = Status::NONE;
         for s in sims.iter_mut() {
@@ -234,29 +242,34 @@ pub fn drive<Q: Queue>(
         Ok(st)
     };
     // The receiving halves made at set-up go out before anything runs.
-    let mut st = sync(sims, &mut stats)?;
+    let mut st = sync(sims, ex, &mut stats)?;
     loop {
         // As the serial run: the grid window of the next event, cut into windows of
-        // one lookahead at most, skipping stretches where nothing happens anywhere.
+        // one lookahead at most, skipping stretches where nothing happens anywhere. The
+        // grid and the end are in reported time, which runs ahead of the engine's clock
+        // by what a fast-forward skipped (the same in every partition); `last` is the
+        // grid window's end on the engine's clock.
+        let off = first_skipped(sims);
         let next = if st.next == NEVER {
             st.now
         } else {
             st.next.max(st.now)
         };
-        let limit = ((next / END_GRID_PS + 1) * END_GRID_PS - 1).min(end);
+        let limit = (((next + off) / END_GRID_PS + 1) * END_GRID_PS - 1).min(end);
+        let last = limit - off;
         let mut from = next;
         loop {
-            let until = from.saturating_add(lookahead - 1).min(limit);
+            let until = from.saturating_add(lookahead - 1).min(last);
             for s in sims.iter_mut() {
                 s.run_until(until, &mut |_| {});
             }
-            st = sync(sims, &mut stats)?;
-            if until == limit {
+            st = sync(sims, ex, &mut stats)?;
+            if until == last {
                 break;
             }
             // Samples up to the grid's end are due even when nothing else is.
-            from = if st.next > limit {
-                limit
+            from = if st.next > last {
+                last
             } else {
                 st.next.max(until + 1)
             };
@@ -269,12 +282,15 @@ pub fn drive<Q: Queue>(
         if limit >= end {
             // Time stands at the end if anything was still to happen.
             if st.busy {
-                st.now = end;
+                st.now = last;
             }
             break;
         }
         if st.done == total || !st.busy {
             break;
+        }
+        if ff_check(sims, ex, end, last)? {
+            st.now = last;
         }
     }
     let now = st.now;
@@ -283,6 +299,64 @@ pub fn drive<Q: Queue>(
         s.finish_run();
     }
     Ok(stats)
+}
+
+/// What fast-forward skipped so far: the same in every partition.
+fn first_skipped<Q: Queue>(sims: &[Sim<Q>]) -> Ps {
+    let off = sims[0].ff.skipped_ps();
+    debug_assert!(
+        sims.iter().all(|s| s.ff.skipped_ps() == off),
+        "invariant: partitions skip together"
+    );
+    off
+}
+
+/// A fast-forward check, when one is due at `at` (the end of the grid window just run,
+/// engine time), in step with every other partition: the serial run's steps
+/// (`Sim::ff_check`), each partition's surveys combined through `ex` (two exchanges), so
+/// that every partition decides alike, and as the serial run does. True when a check was
+/// made (the partitions' clocks stand at `at`).
+///
+/// # Errors
+/// When the exchange fails.
+fn ff_check<Q: Queue>(sims: &mut [Sim<Q>], ex: &mut dyn Exchange, end: Ps, at: Ps) -> Result<bool, Aborted> {
+    let mut due = false;
+    for s in sims.iter_mut() {
+        due |= s.ff_due(at);
+    }
+    if !due {
+        return Ok(false);
+    }
+    // The whole run's survey: this worker's partitions', then every worker's.
+    let gather = |ex: &mut dyn Exchange, mine: Option<Survey>| -> Result<Survey, Aborted> {
+        let status = Status {
+            ff: mine,
+            ..Status::NONE
+        };
+        let (mail, st) = ex.sync(Vec::new(), status)?;
+        debug_assert!(mail.is_empty(), "invariant: nothing is in flight between windows");
+        st.ff
+            .ok_or_else(|| Aborted("a worker sent no fast-forward survey".to_string()))
+    };
+    let local = sims.iter().map(Sim::ff_survey_colls).reduce(Survey::combine);
+    let colls = gather(ex, local)?;
+    let c = match sims[0].ff_under_way(&colls) {
+        Ok(c) => c,
+        Err(why) => {
+            for s in sims.iter_mut() {
+                s.ff_refused(why);
+            }
+            return Ok(true);
+        }
+    };
+    let local = sims.iter_mut().map(|s| s.ff_survey(c)).reduce(Survey::combine);
+    let survey = gather(ex, local)?;
+    for s in sims.iter_mut() {
+        if let Err(why) = s.ff_decide(c, &survey, end) {
+            s.ff_refused(why);
+        }
+    }
+    Ok(true)
 }
 
 /// What a parallel run cost in synchronization.
@@ -810,7 +884,9 @@ impl Exchange for HubEnd<'_> {
         self.round += 1;
         let mut s = self.hub.lock();
         let mail = std::mem::take(&mut s.mail[side][self.me]);
-        let st = s.status[side].iter().fold(Status::NONE, |a, b| a.combine(*b));
+        let st = s.status[side]
+            .iter()
+            .fold(Status::NONE, |a, b| a.combine(b.clone()));
         Ok((mail, st))
     }
 }
@@ -823,6 +899,7 @@ impl<Q: Queue> Sim<Q> {
             done: self.work.progress().0,
             busy: !self.idle(),
             now: self.now,
+            ff: None,
         }
     }
 }

@@ -135,7 +135,7 @@ fn a_steady_ring_skips_and_matches_the_exact_run() {
 
 /// Runs fast-forward cannot serve say why, and are the exact run byte for byte: flows
 /// beside the collective (their starts are set in advance), faults, transfer records,
-/// sampling, a parallel run.
+/// sampling.
 #[test]
 fn runs_it_cannot_serve_say_why_and_run_exactly() {
     let flows =
@@ -170,13 +170,79 @@ fn runs_it_cannot_serve_say_why_and_run_exactly() {
             "{why}"
         );
     }
-    let l = load_text(&ring(4, 8, 2, "ll128", ""));
-    let mut opts = options(&l);
+}
+
+/// Every output a run writes, by file name, and its fast-forward report.
+fn outputs(r: &RunResult) -> Vec<(&'static str, String)> {
+    vec![
+        ("fct.txt", r.fct_hpcc()),
+        ("pfc.txt", r.pfc_hpcc(0)),
+        ("flows.json", r.flows_json()),
+        ("counters.csv", r.counters_csv()),
+        (
+            "summary.json",
+            serde_json::to_string_pretty(&r.summary()).unwrap(),
+        ),
+        ("fast_forward", format!("{:?}", r.engine.fast_forward)),
+        ("events", r.stats.events.to_string()),
+    ]
+}
+
+/// `l` fast-forwarded (5 %, `window_us`) serially and on 2 to 4 partitions and threads:
+/// every output and the fast-forward's report byte for byte the serial run's (the
+/// partitions' surveys combine exactly, so they decide every skip as the serial run).
+fn same_on_partitions(l: &Loaded, window_us: u32, what: &str) -> RunResult {
+    let mut opts = options(l);
     opts.transfer_records = 0;
-    opts.fast_forward = Some(FastForwardCriterion::default());
-    let (par, _) = simulate_threads(&l, &opts, 2, 2, &mut |_| {});
-    let f = ff(&par);
-    assert!(f.off.as_deref().is_some_and(|o| o.contains("parallel")), "{f:?}");
+    opts.fast_forward = Some(FastForwardCriterion {
+        theta: 0.05,
+        window: Some(window_us),
+    });
+    let serial = simulate(l, &opts, &mut |_| {});
+    for parts in 2..=4 {
+        let (par, report) = simulate_threads(l, &opts, parts, parts, &mut |_| {});
+        assert!(report.plan.parts() > 1, "{what}: divided");
+        par.check_conservation()
+            .unwrap_or_else(|e| panic!("{what}, {parts} partitions: {e}"));
+        for ((name, a), (_, b)) in outputs(&serial).into_iter().zip(outputs(&par)) {
+            if a != b {
+                let line = a.lines().zip(b.lines()).position(|(x, y)| x != y).unwrap_or(0);
+                panic!(
+                    "{what}: {name} differs on {parts} partitions at line {}:\nserial:   {}\nparallel: {}",
+                    line + 1,
+                    a.lines().nth(line).unwrap_or("<end>"),
+                    b.lines().nth(line).unwrap_or("<end>"),
+                );
+            }
+        }
+    }
+    serial
+}
+
+/// A divided run fast-forwards as the serial run does: the same skips at the same
+/// times, every output byte for byte, on 2, 3 and 4 partitions and threads.
+/// `ring`'s fabric in groups of `per_group` hosts under leaves of their own, joined by
+/// `spines` spines: a fabric whose hosts a parallel run divides.
+fn grouped(text: &str, per_group: u32, spines: u32) -> String {
+    let at = "link_delay_ns = 500\n";
+    assert!(text.contains(at));
+    text.replacen(
+        at,
+        &format!("{at}hosts_per_group = {per_group}\nspines = {spines}\n"),
+        1,
+    )
+}
+
+#[test]
+fn fast_forward_is_identical_on_1_to_4_threads() {
+    let l = load_text(&grouped(&ring(16, 32, 4, "ll128", ""), 4, 4));
+    let serial = same_on_partitions(&l, 300, "128 GPUs");
+    let f = ff(&serial);
+    assert!(f.skips >= 1 && f.skipped_share > 0.3, "{f:?}");
+    // Whole-loop skips, too.
+    let l = load_text(&grouped(&ring(8, 64, 2, "ll", ""), 2, 2));
+    let serial = same_on_partitions(&l, 300, "16 loops");
+    assert!(ff(&serial).loop_skips > 0, "{:?}", ff(&serial));
 }
 
 /// A skip never crosses an event that changes what the fabric carries: the run's end
@@ -273,5 +339,20 @@ proptest! {
         let fast = run(&l, Some(window));
         let what = format!("{hosts} hosts, {mib} MiB, {channels} ch, {proto}, l {window}");
         assert_close(&exact, &fast, &what);
+    }
+
+    /// Fast-forward on random rings of hosts in pairs under leaves of their own (so a
+    /// parallel run divides the hosts), on 2 to 4 partitions: the serial run's outputs and
+    /// skips, byte for byte.
+    #[test]
+    fn fast_forward_is_identical_on_partitions_of_random_rings(
+        pairs in 2u32..7,
+        mib in 8u64..32,
+        channels in 1u32..4,
+        proto in prop_oneof![Just("ll"), Just("ll128"), Just("simple")],
+    ) {
+        let hosts = 2 * pairs;
+        let l = load_text(&grouped(&ring(hosts, mib, channels, proto, ""), 2, 2));
+        same_on_partitions(&l, 300, &format!("{hosts} hosts, {mib} MiB, {channels} ch, {proto}"));
     }
 }

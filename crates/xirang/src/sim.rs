@@ -35,20 +35,6 @@ pub(crate) fn run(a: &SimArgs) -> Result<Outcome> {
         _ => bail!("give a scenario file, or --hpcc-topology and --hpcc-flows"),
     };
     let opts = options(a, &loaded);
-    // A divided run is the serial exact run, byte for byte; fast-forward's skips are
-    // decided by one engine over the whole fabric.
-    let asked = a.fast_forward || a.ff_theta.is_some() || a.ff_window.is_some();
-    if opts.fast_forward.is_some() && (a.threads > 1 || a.partitions.is_some_and(|p| p > 1) || a.mpi) {
-        bail!(
-            "fast-forward runs on one thread (its skips are decided over the whole fabric at once); \
-             drop --threads, --partitions and --mpi, or pass --exact to simulate every packet on them{}",
-            if asked {
-                ""
-            } else {
-                " (the scenario's [run] fast_forward asks for it)"
-            }
-        );
-    }
     #[cfg(feature = "mpi")]
     let mpi = if a.mpi {
         Some(xirang_mpi::job::Job::start()?)

@@ -137,6 +137,13 @@ fn a_rail_allreduce_on_2_and_4_ranks_is_the_serial_run() {
     serial_and_ranks("scenarios/rail-64gpu.toml");
 }
 
+/// Fast-forward on ranks: the surveys of each check travel between the ranks, and every
+/// rank skips as the serial run does.
+#[test]
+fn a_fast_forwarded_ring_on_2_and_4_ranks_is_the_serial_run() {
+    serial_and_ranks("crates/xirang/tests/data/ring-64gpu-ff.toml");
+}
+
 /// The pid of rank `rank` among the processes `mpirun` (pid `parent`) started.
 fn rank_pid(parent: u32, rank: usize) -> Option<u32> {
     let want = format!("OMPI_COMM_WORLD_RANK={rank}");

@@ -784,27 +784,27 @@ impl<Q: Queue> Sim<Q> {
     }
 
     /// How far a fast-forward may move collective `c`'s GPU threads now (`engine::ffwd`),
-    /// in either of two ways: inside every thread's uniform run (`Program::uniform_run`),
-    /// or by whole repeats of every thread's sequence (`Program::repeats`, a ring's
-    /// loops). An error says why neither is open: a thread is between iterations or done,
-    /// waits on a sibling, or the threads' primitives differ.
-    pub(crate) fn threads_room(&self, c: usize) -> Result<Room, &'static str> {
+    /// as far as the threads this run (partition) owns tell: in either of two ways,
+    /// inside every thread's uniform run (`Program::uniform_run`), or by whole repeats of
+    /// every thread's sequence (`Program::repeats`, a ring's loops). The surveys of every
+    /// partition combine into the whole run's ([`RoomSurvey::combine`]), whose
+    /// [`RoomSurvey::room`] says how far, or why neither is open.
+    pub(crate) fn room_survey(&self, c: usize) -> RoomSurvey {
         let rt = self.work.coll(c);
         let threads = rt.thread_base[0]..*rt.thread_base.last().expect("set");
-        let mut within = u64::MAX;
-        let mut repeats: Option<Repeat> = None;
-        let mut repeat_ok = true;
-        let mut slices = None;
+        let mut s = RoomSurvey::NONE;
         for t in threads {
             let th = self.work.thread(t as usize);
-            if th.len == 0 {
+            if th.len == 0 || !self.owns(th.dev) {
                 continue;
             }
             if th.parked || th.index >= th.len {
-                return Err("a GPU thread is between iterations");
+                s.between = true;
+                continue;
             }
             if th.prim.after.is_some() {
-                return Err("a GPU thread waits on another of its rank");
+                s.waits = true;
+                continue;
             }
             let p = &rt.run.program;
             // A move inside uniform runs counts one transfer each way per primitive on
@@ -815,43 +815,25 @@ impl<Q: Queue> Sim<Q> {
             } else {
                 1
             };
-            within = within.min(run - 1);
-            match (p.repeats(th.channel, th.rank, th.role, th.index), repeats) {
-                (None, _) => repeat_ok = false,
-                (Some(r), None) => repeats = Some(r),
-                (Some(r), Some(q)) if (r.prims, r.recv, r.send) == (q.prims, q.recv, q.send) => {
-                    repeats = Some(Repeat {
-                        count: r.count.min(q.count),
-                        ..q
-                    });
-                }
-                (Some(_), Some(_)) => repeat_ok = false,
-            }
-            match slices {
-                None => slices = Some(th.prim.slices),
-                Some(s) if s != th.prim.slices => return Err("GPU threads' primitives differ in slices"),
-                Some(_) => {}
-            }
+            let one = RoomSurvey {
+                within: run - 1,
+                repeats: match p.repeats(th.channel, th.rank, th.role, th.index) {
+                    Some(r) => Repeats::Same(r),
+                    None => Repeats::Broken,
+                },
+                slices: Some((th.prim.slices, th.prim.slices)),
+                ..RoomSurvey::NONE
+            };
+            s = s.combine(one);
         }
-        let Some(slices) = slices else {
-            return Err("no GPU thread has work");
-        };
-        let repeats = repeats.filter(|_| repeat_ok);
-        if within == 0 && repeats.is_none() {
-            return Err("a GPU thread is at a phase's first or last step, and no whole loop is left");
-        }
-        Ok(Room {
-            within,
-            repeats,
-            slices,
-        })
+        s
     }
 
     /// Moves every GPU thread of collective `c` on by `mv`, and its connections with it,
     /// as if that much had run (`engine::ffwd`; `threads_room` said how far they may go).
     /// What they did counts as done: each transfer on each connection once at its sender
     /// and once at its receiver.
-    pub(crate) fn advance_threads(&mut self, c: usize, mv: Move) {
+    pub(crate) fn advance_threads(&mut self, c: usize, mv: Move, slices: u32) {
         let (prims, recv, send) = mv.prims_recv_send();
         let (first, end, conns) = {
             let rt = self.work.coll(c);
@@ -863,7 +845,7 @@ impl<Q: Queue> Sim<Q> {
         };
         for t in first..end {
             let th = self.work.thread(t as usize);
-            if th.len == 0 {
+            if th.len == 0 || !self.owns(th.dev) {
                 continue;
             }
             let (channel, rank, role, index) = (th.channel, th.rank, th.role, th.index + prims);
@@ -881,14 +863,24 @@ impl<Q: Queue> Sim<Q> {
         }
         let mut done = 0u64;
         let mut arrived = 0u64;
+        // Every thread's primitives have `slices` slices (`RoomSurvey::room`). Each
+        // partition moves the ends it owns.
+        let slices = u64::from(slices);
         for k in conns {
-            let tx_thread = self.work.conn(k as usize).tx_thread;
-            let slices = u64::from(self.work.thread(tx_thread as usize).prim.slices);
+            let (src, dst) = {
+                let conn = self.work.conn(k as usize);
+                (self.owns(conn.src_dev), self.owns(conn.dst_dev))
+            };
             let conn = self.work.conn_mut(k as usize);
-            conn.skip_tx(send * slices, send);
-            conn.skip_rx(recv * slices, recv);
-            done += send + recv;
-            arrived += recv;
+            if src {
+                conn.skip_tx(send * slices, send);
+                done += send;
+            }
+            if dst {
+                conn.skip_rx(recv * slices, recv);
+                done += recv;
+                arrived += recv;
+            }
         }
         let at = self.reported_now();
         let rt = self.work.coll_mut(c);
@@ -974,6 +966,100 @@ pub(crate) struct Room {
     pub(crate) repeats: Option<Repeat>,
     /// Slices of every thread's primitives.
     pub(crate) slices: u32,
+}
+
+/// What the threads a run (or partition) owns say of a fast-forward's room
+/// (`Sim::room_survey`), in a form that combines exactly over partitions, whatever their
+/// order: flags, minima, and the repeat all share.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RoomSurvey {
+    /// A thread is between iterations, or done.
+    between: bool,
+    /// A thread waits on another of its rank.
+    waits: bool,
+    /// Fewest and most slices of the threads' primitives (None: no thread has work).
+    slices: Option<(u32, u32)>,
+    /// Primitives every thread may move on inside its uniform run.
+    within: u64,
+    /// Whole repeats every thread may move on by.
+    repeats: Repeats,
+}
+
+/// The repeat every thread shares, as far as seen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+enum Repeats {
+    /// No thread seen yet.
+    Unseen,
+    /// Every thread seen repeats this (its count the least of theirs).
+    Same(Repeat),
+    /// A thread does not repeat, or not as the others.
+    Broken,
+}
+
+impl RoomSurvey {
+    /// No thread seen: the identity of [`RoomSurvey::combine`].
+    pub(crate) const NONE: RoomSurvey = RoomSurvey {
+        between: false,
+        waits: false,
+        slices: None,
+        within: u64::MAX,
+        repeats: Repeats::Unseen,
+    };
+
+    /// Both surveys as one (associative and commutative, so partitions may combine in
+    /// any order).
+    pub(crate) fn combine(self, o: RoomSurvey) -> RoomSurvey {
+        RoomSurvey {
+            between: self.between || o.between,
+            waits: self.waits || o.waits,
+            slices: match (self.slices, o.slices) {
+                (Some((a, b)), Some((c, d))) => Some((a.min(c), b.max(d))),
+                (x, None) | (None, x) => x,
+            },
+            within: self.within.min(o.within),
+            repeats: match (self.repeats, o.repeats) {
+                (Repeats::Unseen, x) | (x, Repeats::Unseen) => x,
+                (Repeats::Same(r), Repeats::Same(q))
+                    if (r.prims, r.recv, r.send) == (q.prims, q.recv, q.send) =>
+                {
+                    Repeats::Same(Repeat {
+                        count: r.count.min(q.count),
+                        ..q
+                    })
+                }
+                _ => Repeats::Broken,
+            },
+        }
+    }
+
+    /// The whole run's room, or why there is none: a thread is between iterations or
+    /// done, waits on a sibling, or the threads' primitives differ.
+    pub(crate) fn room(self) -> Result<Room, &'static str> {
+        if self.between {
+            return Err("a GPU thread is between iterations");
+        }
+        if self.waits {
+            return Err("a GPU thread waits on another of its rank");
+        }
+        let Some((least, most)) = self.slices else {
+            return Err("no GPU thread has work");
+        };
+        if least != most {
+            return Err("GPU threads' primitives differ in slices");
+        }
+        let repeats = match self.repeats {
+            Repeats::Same(r) => Some(r),
+            Repeats::Unseen | Repeats::Broken => None,
+        };
+        if self.within == 0 && repeats.is_none() {
+            return Err("a GPU thread is at a phase's first or last step, and no whole loop is left");
+        }
+        Ok(Room {
+            within: self.within,
+            repeats,
+            slices: least,
+        })
+    }
 }
 
 /// A move of every thread of a collective (`Sim::advance_threads`).

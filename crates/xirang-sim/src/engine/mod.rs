@@ -359,7 +359,7 @@ impl<Q: Queue> Sim<Q> {
             if self.work.progress().0 == self.work.progress().1 || self.idle() {
                 break;
             }
-            self.ff_check(end);
+            self.ff_check(end, limit - off);
         }
         self.finish_run();
     }

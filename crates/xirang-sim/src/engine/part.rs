@@ -217,6 +217,8 @@ pub struct PartState {
     work: super::work::Counts,
     ints_live: usize,
     peak_pending: usize,
+    /// What fast-forward skips added to the ports it owns.
+    ff_offsets: Vec<(PortId, PortCounters)>,
 }
 
 impl PartState {
@@ -280,6 +282,15 @@ impl<Q: Queue> Sim<Q> {
                 (mine(self.work.flow(f).dev), mine(self.receiver_of(f)))
             })
             .collect();
+        let ff_offsets: Vec<(PortId, PortCounters)> = self
+            .ff
+            .take_offsets()
+            .map(|o| {
+                o.into_iter_enumerated()
+                    .filter(|(p, _)| mine(self.fab.port(*p).dev_idx))
+                    .collect()
+            })
+            .unwrap_or_default();
         let counters = self.stats.take_counters();
         let (ports, links, switches) = self.fab.take_owned(
             counters,
@@ -337,6 +348,7 @@ impl<Q: Queue> Sim<Q> {
             work: self.work.counts(),
             ints_live: self.cc.ints().live(),
             peak_pending: self.q.peak() + self.dist.merged_peak_pending,
+            ff_offsets,
         }
     }
 
@@ -345,6 +357,10 @@ impl<Q: Queue> Sim<Q> {
         for (p, port, counters) in o.ports {
             self.fab.set_port(p, port);
             self.stats.set_counters(p, counters);
+        }
+        let n_ports = self.fab.ports().count();
+        for (p, off) in o.ff_offsets {
+            self.ff.set_offset(p, off, n_ports);
         }
         for (p, link) in o.links {
             self.fab.set_link(p, link);

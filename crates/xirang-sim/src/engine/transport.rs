@@ -183,19 +183,23 @@ impl Conn {
 
     /// Slices a fast-forward may move this connection on (`engine::ffwd`): every counter
     /// of both ends stays below its total by a buffer's slots, so that nothing a skip
-    /// adds reaches the clamps at the run's end (`conn_consumed`).
-    pub(crate) fn skip_room(&self) -> u64 {
+    /// adds reaches the clamps at the run's end (`conn_consumed`). A partition counts the
+    /// ends it runs (`tx`, `rx`); the least over every partition is the whole run's.
+    pub(crate) fn skip_room(&self, tx: bool, rx: bool) -> u64 {
         let (t, r) = (&self.tx, &self.rx);
-        let most = [t.written, t.cts, t.sent, t.completed, t.freed, t.send_due]
+        let sending = [t.written, t.cts, t.sent, t.completed, t.freed, t.send_due];
+        let receiving = [
+            r.posted,
+            r.arrived,
+            r.visible,
+            r.consumed,
+            r.cts_wanted,
+            r.cts_due,
+        ];
+        let most = sending
             .into_iter()
-            .chain([
-                r.posted,
-                r.arrived,
-                r.visible,
-                r.consumed,
-                r.cts_wanted,
-                r.cts_due,
-            ])
+            .filter(|_| tx)
+            .chain(receiving.into_iter().filter(|_| rx))
             .max()
             .unwrap_or(0);
         self.total_slices.saturating_sub(most + u64::from(self.slots))

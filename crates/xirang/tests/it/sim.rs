@@ -148,9 +148,9 @@ fn sim_says_what_it_skips_and_rejects_bad_input() {
 }
 
 /// Fast-forward's command line: a run it cannot serve says why (flows in the default
-/// scenario); threads are refused with what to do instead, whether the flag or the
-/// scenario's key asks; `--exact` overrides the key; windows and thresholds out of range
-/// are refused.
+/// scenario); the scenario's key asks for it, and a run on two threads skips as the
+/// serial one, byte for byte; `--exact` overrides the key; windows and thresholds out of
+/// range are refused.
 #[test]
 fn sim_fast_forward_says_why_and_refuses_what_it_cannot_do() {
     let dir = tempfile::tempdir().unwrap();
@@ -171,26 +171,29 @@ fn sim_fast_forward_says_why_and_refuses_what_it_cannot_do() {
         "{table}"
     );
     let example = "docs/guide/examples/ring-256gpu-ff.toml";
-    let (_, err) = run_expect(
-        &[
-            "sim",
-            "scenarios/default.toml",
-            "--ff-theta",
-            "0.1",
-            "--threads",
-            "2",
-        ],
-        1,
-    );
-    assert!(
-        err.contains("fast-forward runs on one thread") && err.contains("--exact") && !err.contains("[run]"),
-        "{err}"
-    );
-    let (_, err) = run_expect(&["sim", example, "--threads", "2", "--quiet", "--out", o], 1);
-    assert!(
-        err.contains("the scenario's [run] fast_forward asks for it"),
-        "{err}"
-    );
+    // The scenario's key asks; on two threads the run skips as on one, byte for byte.
+    let other = tempfile::tempdir().unwrap();
+    let two = other.path().to_str().unwrap();
+    let (serial, _) = run_expect(&["sim", example, "--quiet", "--out", o], 0);
+    let (threaded, _) = run_expect(&["sim", example, "--threads", "2", "--quiet", "--out", two], 0);
+    let ff_line = |t: &str| {
+        t.lines()
+            .find(|l| l.starts_with("fast-forward: skipped"))
+            .map(str::to_string)
+            .unwrap_or_else(|| panic!("no fast-forward line:\n{t}"))
+    };
+    assert_eq!(ff_line(&serial), ff_line(&threaded));
+    for f in [
+        "counters.csv",
+        "summary.json",
+        "flows.json",
+        "links.csv",
+        "pfc.txt",
+    ] {
+        let read =
+            |d: &str| std::fs::read(std::path::Path::new(d).join(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
+        assert!(read(o) == read(two), "{f} differs on two threads");
+    }
     let (table, _) = run_expect(
         &["sim", example, "--exact", "--threads", "2", "--quiet", "--out", o],
         0,
