@@ -302,9 +302,11 @@ pub struct RunSettings {
     #[serde(skip_serializing_if = "is_default_transfer_records")]
     pub transfer_records: u64,
     /// Skip a collective's steady pipeline periods instead of simulating them packet by
-    /// packet (`xirang sim --fast-forward`; `--exact` runs the scenario exactly).
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub fast_forward: bool,
+    /// packet: `true` for every collective, `false` never (every packet simulated); unset,
+    /// for the kinds the validation matrix covers (AllReduce). `xirang sim --exact`
+    /// overrides it, `--fast-forward` asks for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fast_forward: Option<bool>,
 }
 
 fn is_default_transfer_records(n: &u64) -> bool {
@@ -323,7 +325,7 @@ impl Default for RunSettings {
             sample_interval_us: 0.0,
             ecmp: EcmpMode::Seeded,
             transfer_records: DEFAULT_TRANSFER_RECORDS,
-            fast_forward: false,
+            fast_forward: None,
         }
     }
 }

@@ -98,9 +98,11 @@ pub fn options(loaded: &Loaded) -> RunOptions {
         }),
         transfer_records: r.transfer_records,
         steady_probe: false,
-        fast_forward: r
-            .fast_forward
-            .then(crate::engine::ffwd::FastForwardCriterion::default),
+        fast_forward: match r.fast_forward {
+            Some(true) => Some(crate::engine::ffwd::FastForwardCriterion::default()),
+            Some(false) => None,
+            None => Some(crate::engine::ffwd::FastForwardCriterion::by_default()),
+        },
     }
 }
 

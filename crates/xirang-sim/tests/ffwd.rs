@@ -55,6 +55,7 @@ fn run(l: &Loaded, window_us: Option<u32>) -> RunResult {
     opts.fast_forward = window_us.map(|w| FastForwardCriterion {
         theta: 0.05,
         window: Some(w),
+        ..FastForwardCriterion::default()
     });
     simulate(l, &opts, &mut |_| {})
 }
@@ -133,16 +134,12 @@ fn a_steady_ring_skips_and_matches_the_exact_run() {
     assert_eq!(ff(&again), f);
 }
 
-/// Runs fast-forward cannot serve say why, and are the exact run byte for byte: flows
-/// beside the collective (their starts are set in advance), faults, transfer records,
-/// sampling.
+/// Runs fast-forward cannot serve say why, and are the exact run byte for byte: faults,
+/// transfer records, sampling.
 #[test]
 fn runs_it_cannot_serve_say_why_and_run_exactly() {
-    let flows =
-        "[workloads.rpc.flows]\nlist = [{ src = \"h0\", dst = \"h1\", bytes = 100_000, start_us = 300 }]\n";
     let fault = "[[faults]]\nkind = \"slow_link\"\ntarget = \"h0/mlx5_0\"\nrate_gbps = 200\n";
     for (extra, records, sample, why) in [
-        (flows, 0, false, "flows besides collectives"),
         (fault, 0, false, "faults are injected"),
         ("", 100_000, false, "transfers are recorded"),
         ("", 0, true, "counters are sampled"),
@@ -157,6 +154,7 @@ fn runs_it_cannot_serve_say_why_and_run_exactly() {
         opts.fast_forward = Some(FastForwardCriterion {
             theta: 0.05,
             window: Some(300),
+            ..FastForwardCriterion::default()
         });
         let fast = simulate(&l, &opts, &mut |_| {});
         let f = ff(&fast);
@@ -197,6 +195,7 @@ fn same_on_partitions(l: &Loaded, window_us: u32, what: &str) -> RunResult {
     opts.fast_forward = Some(FastForwardCriterion {
         theta: 0.05,
         window: Some(window_us),
+        ..FastForwardCriterion::default()
     });
     let serial = simulate(l, &opts, &mut |_| {});
     for parts in 2..=4 {
@@ -263,6 +262,7 @@ fn a_skip_never_crosses_the_end_nor_a_later_start() {
     opts.fast_forward = Some(FastForwardCriterion {
         theta: 0.05,
         window: Some(300),
+        ..FastForwardCriterion::default()
     });
     let fast = simulate(&l, &opts, &mut |_| {});
     assert!(ff(&fast).skips > 0, "{:?}", ff(&fast));
@@ -294,6 +294,54 @@ fn a_skip_never_crosses_the_end_nor_a_later_start() {
     assert_close(&exact, &fast, "two collectives");
 }
 
+/// A flow that starts while the ring is steady changes what the fabric carries: no skip
+/// crosses its start, and none is made while it runs. It starts at its time, as in the
+/// exact run (a skip that crossed the start would start it late, or queue it in the
+/// engine's past, which the engine asserts), and its completion time and the ring's are
+/// the exact run's within the tolerances. A second flow waits for the first and for its
+/// own earliest start (queued when the first arrives: its earliest start, in reported
+/// time, goes to the engine's clock) and starts as in the exact run too.
+#[test]
+fn a_skip_never_crosses_a_flow_start() {
+    let l = load_text(&ring(32, 64, 4, "ll128", ""));
+    let t = run(&l, None).collectives[0].time_ps.expect("done");
+    // In the all-gather phase, where the ring is steady and skips.
+    let start_us = t * 3 / 5 / 1_000_000;
+    let flows = format!(
+        "[workloads.rpc.flows]\nlist = [\n  {{ id = \"a\", src = \"h0\", dst = \"h17\", bytes = 2_000_000, start_us = {start_us} }},\n  {{ id = \"b\", src = \"h17\", dst = \"h3\", bytes = 2_000_000, start_us = {later}, after = [\"a\"] }},\n]\n",
+        later = start_us + 200
+    );
+    let l = load_text(&ring(32, 64, 4, "ll128", &flows));
+    let exact = run(&l, None);
+    let fast = run(&l, Some(300));
+    let f = ff(&fast);
+    assert_eq!(f.off, None, "{f:?}");
+    assert!(f.skips >= 2, "skips before and after the flows: {f:?}");
+    assert!(f.not_skipped.contains_key("a flow is under way"), "{f:?}");
+    assert_close(&exact, &fast, "a ring and two flows");
+    let flow = |r: &RunResult, w: &str| {
+        r.flows
+            .iter()
+            .filter(|x| x.workload == w)
+            .map(|x| (x.start_ps, x.fct_ps.expect("finished")))
+            .collect::<Vec<_>>()
+    };
+    let (a, b) = (flow(&exact, "rpc"), flow(&fast, "rpc"));
+    assert_eq!(a.len(), 2);
+    assert_eq!(a[0].0, start_us * 1_000_000, "the first flow starts at its time");
+    assert_eq!(a[0].0, b[0].0, "the first flow starts as in the exact run");
+    for ((sa, fa), (sb, fb)) in a.iter().zip(&b) {
+        assert!(
+            rel(*sa as f64, *sb as f64) < 0.001,
+            "starts {sa} exact, {sb} fast-forwarded"
+        );
+        assert!(
+            rel(*fa as f64, *fb as f64) < 0.03,
+            "completion times {fa} exact, {fb} fast-forwarded"
+        );
+    }
+}
+
 /// A ring of many loops (LL, 64 GPUs, 64 MiB on 2 channels: 16 loops a channel) skips by
 /// whole loops, and a skip cut short by the end time never crosses it, wherever the end
 /// falls (the engine asserts it in debug builds; the run stops exactly at the end).
@@ -314,6 +362,7 @@ fn whole_loop_skips_stop_short_of_the_end() {
         opts.fast_forward = Some(FastForwardCriterion {
             theta: 0.05,
             window: Some(300),
+            ..FastForwardCriterion::default()
         });
         let r = simulate(&l, &opts, &mut |_| {});
         assert_eq!(r.stats.sim_time_ps, end, "end at {twentieth}/20");

@@ -1016,11 +1016,13 @@ pub(crate) struct SimArgs {
     pub(crate) steady_probe: bool,
     /// Skip a collective's pipeline periods once every connection has been steady for
     /// a window, instead of simulating them packet by packet (engine.json
-    /// `engine.fast_forward` says what was skipped, or why the run could not skip); on
-    /// one thread only. Also `[run] fast_forward = true`.
+    /// `engine.fast_forward` says what was skipped, or why the run could not skip), for
+    /// every collective: by default only AllReduce is, what the validation matrix
+    /// covers. Also `[run] fast_forward = true`.
     #[arg(long, conflicts_with = "exact")]
     pub(crate) fast_forward: bool,
-    /// Simulate every packet, even where the scenario asks for fast-forward.
+    /// Simulate every packet: no fast-forward, whatever the scenario or the default says
+    /// (also `[run] fast_forward = false`).
     #[arg(long)]
     pub(crate) exact: bool,
     /// Fast-forward's steadiness threshold: the largest spread, (max - min) / mean, of a

@@ -136,6 +136,10 @@ fn options(a: &SimArgs, loaded: &Loaded) -> xirang_sim::RunOptions {
         opts.fast_forward = None;
     } else if a.fast_forward || a.ff_theta.is_some() || a.ff_window.is_some() || opts.fast_forward.is_some() {
         let mut c = opts.fast_forward.unwrap_or_default();
+        // Asked for on the command line: for every collective, not only the validated.
+        if a.fast_forward || a.ff_theta.is_some() || a.ff_window.is_some() {
+            c.validated_only = false;
+        }
         if let Some(t) = a.ff_theta {
             c.theta = t;
         }
@@ -431,9 +435,13 @@ fn render(name: &str, s: &Summary, wall_s: f64, out: &Path) -> String {
     text
 }
 
-/// What fast-forward did, in a line or two.
+/// What fast-forward did, in a line or two; nothing when nobody asked for it and the run
+/// is one it does not serve (engine.json still says why).
 fn ff_line(f: &xirang_sim::engine::ffwd::FastForwardReport) -> String {
     if let Some(why) = &f.off {
+        if f.by_default {
+            return String::new();
+        }
         return format!("fast-forward: off for this run: {why}\n");
     }
     let mut s = format!(

@@ -324,7 +324,11 @@ impl<Q: Queue> Sim<Q> {
         firsts.sort_by_key(|(id, _)| *id);
         for (_, first) in firsts {
             match first {
-                First::Flow(i) => sim.schedule(flows[i].start, Event::FlowStart(ids::FlowId::from(i))),
+                First::Flow(i) => {
+                    let f = ids::FlowId::from(i);
+                    sim.work.flow_mut(f).start_at = flows[i].start;
+                    sim.schedule(flows[i].start, Event::FlowStart(f));
+                }
                 First::Collective(c) => sim.collective_start(c),
             }
         }

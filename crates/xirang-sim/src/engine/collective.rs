@@ -830,7 +830,7 @@ impl<Q: Queue> Sim<Q> {
     }
 
     /// Moves every GPU thread of collective `c` on by `mv`, and its connections with it,
-    /// as if that much had run (`engine::ffwd`; `threads_room` said how far they may go).
+    /// as if that much had run (`engine::ffwd`; `RoomSurvey::room` said how far they may go).
     /// What they did counts as done: each transfer on each connection once at its sender
     /// and once at its receiver.
     pub(crate) fn advance_threads(&mut self, c: usize, mv: Move, slices: u32) {
@@ -957,7 +957,7 @@ pub(crate) fn conn_qps(conn: &Conn) -> Option<Range<QpId>> {
     conn.net.as_ref().map(|n| QpId(n.qps.start)..QpId(n.qps.end))
 }
 
-/// How far a fast-forward may move a collective's threads (`Sim::threads_room`).
+/// How far a fast-forward may move a collective's threads (`RoomSurvey::room`).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Room {
     /// Primitives every thread may move on inside its uniform run (0: none).

@@ -40,9 +40,12 @@ use std::collections::{BTreeMap, VecDeque};
 
 use super::Sim;
 use super::collective::{Move, Room, RoomSurvey};
-use super::ids::{IdVec, PortId};
+use super::event::Event;
+use super::ids::{FlowId, IdVec, PortId};
 use super::ledger::Ledger;
 use super::steady::{PERIOD_SLICES, PipelineWatch, SAMPLE_PS};
+use xirang_fabric::workload::{CollectiveAlgorithm, CollectiveOp};
+
 use crate::counters::PortCounters;
 use crate::queue::Queue;
 use crate::time::{PS_PER_US, Ps};
@@ -81,6 +84,9 @@ pub const FF_SNAPSHOT_PS: Ps = FF_COUNTER_WINDOW_PS / 2;
 /// random rings in `tests/ffwd.rs` up to 3.3 % off the exact run's).
 pub const FF_MIN_WINDOW: u32 = ((FF_COUNTER_WINDOW_PS + FF_SNAPSHOT_PS) / SAMPLE_PS) as u32;
 
+/// Why a run without collectives does not skip.
+pub const NO_COLLECTIVE: &str = "no collective";
+
 /// When a run may skip: the steadiness criterion.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct FastForwardCriterion {
@@ -89,13 +95,39 @@ pub struct FastForwardCriterion {
     /// Window, in samples of 1 µs (None: [`FF_WINDOW`], or the run's longest DCQCN
     /// rate-increase period if longer).
     pub window: Option<u32>,
+    /// Only for the collectives the validation matrix covers ([`VALIDATED`]): what a run
+    /// does when nobody asked (a scenario without `[run] fast_forward`); the others run
+    /// exactly, and the report says why.
+    pub validated_only: bool,
 }
 
+/// The collectives fast-forward is on for when nobody asked: AllReduce by ring, tree and
+/// hierarchical algorithms, from 16 to 1,024 GPUs and 1 MiB to 1 GiB, within the issue's
+/// tolerances against the exact run (VALIDATION.md, "Fast-forward against exact"). Other
+/// operations skip only when asked.
+pub const VALIDATED: &[(CollectiveOp, CollectiveAlgorithm)] = &[
+    (CollectiveOp::AllReduce, CollectiveAlgorithm::Ring),
+    (CollectiveOp::AllReduce, CollectiveAlgorithm::Tree),
+    (CollectiveOp::AllReduce, CollectiveAlgorithm::Hierarchical),
+];
+
 impl Default for FastForwardCriterion {
+    /// Asked for: every collective.
     fn default() -> Self {
         FastForwardCriterion {
             theta: FF_THETA,
             window: None,
+            validated_only: false,
+        }
+    }
+}
+
+impl FastForwardCriterion {
+    /// What a run does when nobody asked: on for the kinds in [`VALIDATED`].
+    pub fn by_default() -> Self {
+        FastForwardCriterion {
+            validated_only: true,
+            ..FastForwardCriterion::default()
         }
     }
 }
@@ -107,6 +139,10 @@ pub struct FastForwardReport {
     pub theta: f64,
     /// The criterion's window.
     pub window_us: u32,
+    /// On because nobody asked otherwise (a scenario without `[run] fast_forward`), for
+    /// the collectives in [`VALIDATED`] only.
+    #[serde(default)]
+    pub by_default: bool,
     /// Why the run could not skip at all (None: it could, where steady).
     pub off: Option<String>,
     /// Times the run asked whether it may skip.
@@ -166,6 +202,10 @@ pub struct CollSurvey {
     /// PFC frames, drops or retransmissions since the copy of the counters a skip would
     /// use.
     dirty: bool,
+    /// A scenario flow is under way: started, and not every byte acknowledged.
+    flow_active: bool,
+    /// The earliest queued flow start, on the engine's clock ([`super::NEVER`]: none).
+    next_flow_start: Ps,
 }
 
 impl Survey {
@@ -190,6 +230,8 @@ impl Survey {
                 a.room = a.room.combine(b.room);
                 a.conn_room = a.conn_room.min(b.conn_room);
                 a.dirty |= b.dirty;
+                a.flow_active |= b.flow_active;
+                a.next_flow_start = a.next_flow_start.min(b.next_flow_start);
                 Survey::Coll(a)
             }
             _ => panic!("invariant: the partitions survey the same step of a check"),
@@ -263,6 +305,7 @@ impl FastForward {
             report: FastForwardReport {
                 theta: criterion.map_or(0.0, |c| c.theta),
                 window_us: criterion.and_then(|c| c.window).unwrap_or(0),
+                by_default: criterion.is_some_and(|c| c.validated_only),
                 ..FastForwardReport::default()
             },
         }
@@ -367,16 +410,24 @@ impl<Q: Queue> Sim<Q> {
         self.ff.criterion = Some(crit);
         self.ff.report.window_us = window;
         self.ff.watch = Some(PipelineWatch::new(crit.theta, window));
-        let why = if self.work.n_flows() > 0 {
-            Some("the run has flows besides collectives (their starts are set in advance)")
+        let why = if self.work.colls().is_empty() {
+            Some(NO_COLLECTIVE)
         } else if self.faults.any() {
             Some("faults are injected")
         } else if self.stats.next_sample() != super::NEVER {
             Some("counters are sampled")
         } else if self.work.colls().iter().any(|c| c.records.is_some()) {
             Some("transfers are recorded one by one ([run] transfer_records = 0 lets the run skip)")
-        } else if self.work.colls().is_empty() {
-            Some("no collective")
+        } else if crit.validated_only
+            && self
+                .work
+                .colls()
+                .iter()
+                .any(|c| !VALIDATED.contains(&(c.run.op, c.run.algorithm)))
+        {
+            Some(
+                "on by default for AllReduce only, what the validation matrix covers (--fast-forward or [run] fast_forward = true asks for it)",
+            )
         } else {
             None
         };
@@ -478,7 +529,22 @@ impl<Q: Queue> Sim<Q> {
             room: self.room_survey(c),
             conn_room: u64::MAX,
             dirty,
+            flow_active: false,
+            next_flow_start: super::NEVER,
         };
+        // Flows are surveyed where they start (their sender's partition).
+        for i in 0..self.work.n_flows() {
+            let f = self.work.flow(FlowId::from(i));
+            if !self.owns(f.dev) {
+                continue;
+            }
+            if f.started.is_some() {
+                let done = f.tx.finish.is_some() || (f.tx.failed && f.tx.qps_left == 0);
+                s.flow_active |= !done;
+            } else {
+                s.next_flow_start = s.next_flow_start.min(f.start_at);
+            }
+        }
         for k in self.work.coll(c).conn_range.clone() {
             let conn = self.work.conn(k as usize);
             let (src, dst) = (self.owns(conn.src_dev), self.owns(conn.dst_dev));
@@ -576,6 +642,9 @@ impl<Q: Queue> Sim<Q> {
             };
             self.ff.snaps.push_back(snap);
         }
+        if s.flow_active {
+            return Err("a flow is under way");
+        }
         if s.unsteady {
             return Err("a connection is not steady");
         }
@@ -592,7 +661,7 @@ impl<Q: Queue> Sim<Q> {
         if wire == 0 || s.consumed == snap.consumed {
             return Err("nothing moved in the window");
         }
-        let Some(ext) = self.ff_extent(c, room, end, per_slice_ps, s.conn_room) else {
+        let Some(ext) = self.ff_extent(c, room, end, per_slice_ps, s) else {
             return Err("no room for a whole period before a phase ends");
         };
         if s.dirty {
@@ -605,6 +674,7 @@ impl<Q: Queue> Sim<Q> {
         self.ff.skipped_ps += ext.dt;
         self.ff.snaps.clear();
         self.advance_threads(c, ext.mv, room.slices);
+        self.ff_shift_flow_starts(ext.dt);
         let r = &mut self.ff.report;
         r.skips += 1;
         r.loop_skips += u64::from(matches!(ext.mv, Move::Repeats(..)));
@@ -615,11 +685,12 @@ impl<Q: Queue> Sim<Q> {
     }
 
     /// How far collective `c` may skip: the longer of a move inside every thread's
-    /// uniform run and a move by whole repeats (`Sim::threads_room`), each a multiple of
+    /// uniform run and a move by whole repeats (`RoomSurvey::room`), each a multiple of
     /// every connection's slots and QPs and of the period, in slices, inside every
     /// connection's counts, and short of the end time. Its time is `per_slice_ps` per
     /// slice of a connection. None: no room for one whole unit.
-    fn ff_extent(&self, c: usize, room: Room, end: Ps, per_slice_ps: f64, conn_room: u64) -> Option<Extent> {
+    fn ff_extent(&self, c: usize, room: Room, end: Ps, per_slice_ps: f64, s: &CollSurvey) -> Option<Extent> {
+        let conn_room = s.conn_room;
         let mut unit_slices = PERIOD_SLICES as u64;
         let mut net_conns = 0;
         let range = self.work.coll(c).conn_range.clone();
@@ -636,7 +707,11 @@ impl<Q: Queue> Sim<Q> {
         let unit_of = |each: u64| unit_slices / gcd(unit_slices, each.max(1));
         // A move's count cut to whole units and to what the connections and the end
         // leave; the slices it moves per connection.
-        let left = end.saturating_sub(self.reported_now() + super::END_GRID_PS);
+        // The next flow start stays ahead of the clock: it changes what the fabric
+        // carries, so a skip stops short of it (`ff_shift_flow_starts` moves it).
+        let left = end
+            .saturating_sub(self.reported_now() + super::END_GRID_PS)
+            .min(s.next_flow_start.saturating_sub(self.now + 1));
         let dt_of = |conn_slices: u64| (conn_slices as f64 * per_slice_ps).round() as Ps;
         let fit = |most: u64, each: u64| -> (u64, u64) {
             let unit = unit_of(each);
@@ -670,6 +745,26 @@ impl<Q: Queue> Sim<Q> {
             net_conns,
             dt: dt_of(conn_slices),
         })
+    }
+
+    /// Queues every flow start still to come, of the flows this run owns, `dt` earlier:
+    /// a flow starts at its time in reported time, which a skip moved `dt` ahead of the
+    /// engine's clock. The start left in the queue does nothing (`Sim::start_flow`).
+    fn ff_shift_flow_starts(&mut self, dt: Ps) {
+        for i in 0..self.work.n_flows() {
+            let f = FlowId::from(i);
+            let fl = self.work.flow(f);
+            if fl.started.is_some() || fl.start_at == super::NEVER || !self.owns(fl.dev) {
+                continue;
+            }
+            let at = fl.start_at - dt;
+            debug_assert!(
+                at > self.now,
+                "invariant: a skip stops short of the next flow start"
+            );
+            self.work.flow_mut(f).start_at = at;
+            self.schedule(at, Event::FlowStart(f));
+        }
     }
 
     /// Adds to every port this run owns, to its hop count and (once, in partition 0) to

@@ -17,6 +17,7 @@ use xirang_fabric::config::{CcAlgorithm, FabricConfig, roce_active_mtu};
 use xirang_fabric::model::{Fabric, NicId};
 use xirang_fabric::scenario::EcmpMode;
 
+use super::NEVER;
 use super::event::Event;
 use super::ids::{FlowId, PortId, QpId, RouteId};
 use super::nic::{QpRx, QpTx, RxOwner, TxOwner};
@@ -66,6 +67,12 @@ pub(crate) struct Flow {
     pub(crate) after_delay: Ps,
     /// A transfer inside a host (NVLink) that takes this long and uses no network port.
     pub(crate) local: Option<Ps>,
+    /// When its start is queued, on the engine's clock ([`NEVER`]: not queued, or
+    /// started). A fast-forward skip queues the start again ΔT earlier
+    /// (`Sim::ff_shift_flow_starts`); the one it leaves behind finds this changed and
+    /// does nothing.
+    pub(crate) start_at: Ps,
+    /// When it started, in reported time (as every time a result holds).
     pub(crate) started: Option<Ps>,
     pub(crate) tx: FlowTx,
     pub(crate) rx: FlowRx,
@@ -115,6 +122,7 @@ impl Flow {
             earliest,
             after_delay: 0,
             local,
+            start_at: NEVER,
             started: None,
             tx: FlowTx {
                 first_qp,
@@ -458,8 +466,14 @@ impl<Q: Queue> Sim<Q> {
     /// round robin, or an NVLink transfer begins.
     pub(crate) fn start_flow(&mut self, f: FlowId) {
         let now = self.now;
+        let at = self.reported_now();
         let flow = self.work.flow_mut(f);
-        flow.started = Some(now);
+        if flow.start_at != now {
+            // A start a fast-forward skip queued again earlier: the flow has started.
+            return;
+        }
+        flow.start_at = NEVER;
+        flow.started = Some(at);
         if let Some(dur) = flow.local {
             self.schedule(now + dur, Event::LocalDone(f));
             return;
@@ -485,7 +499,7 @@ impl<Q: Queue> Sim<Q> {
 
     /// An NVLink transfer is complete: it is sent and received at once.
     pub(crate) fn local_done(&mut self, f: FlowId) {
-        self.work.flow_mut(f).tx.finish = Some(self.now);
+        self.work.flow_mut(f).tx.finish = Some(self.reported_now());
         self.flow_done();
         self.flow_arrived(f);
     }
@@ -503,7 +517,7 @@ impl<Q: Queue> Sim<Q> {
 
     /// Every QP of flow `f` is sent (each byte acknowledged): the sender is done with it.
     fn flow_sent(&mut self, f: FlowId) {
-        self.work.flow_mut(f).tx.finish = Some(self.now);
+        self.work.flow_mut(f).tx.finish = Some(self.reported_now());
         self.flow_done();
     }
 
@@ -563,14 +577,18 @@ impl<Q: Queue> Sim<Q> {
 
     /// All of a scenario flow's data arrived: start the flows waiting for it.
     fn flow_arrived(&mut self, f: FlowId) {
+        let skipped = self.ff.skipped_ps();
+        let at = self.reported_now();
         let flow = self.work.flow_mut(f);
-        flow.rx.rx_done = Some(self.now);
+        flow.rx.rx_done = Some(at);
         let deps = std::mem::take(&mut flow.dependents);
         for &d in &deps {
             let dep = self.work.flow_mut(d);
             dep.deps_left -= 1;
             if dep.deps_left == 0 {
-                let t = (self.now + dep.after_delay).max(dep.earliest);
+                // The earliest start is in reported time, the queue on the engine's clock.
+                let t = (self.now + dep.after_delay).max(dep.earliest.saturating_sub(skipped));
+                dep.start_at = t;
                 self.schedule(t, Event::FlowStart(d));
             }
         }

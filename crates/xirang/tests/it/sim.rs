@@ -147,10 +147,10 @@ fn sim_says_what_it_skips_and_rejects_bad_input() {
     assert!(err.contains("flow 1: node 3 sends to itself"), "{err}");
 }
 
-/// Fast-forward's command line: a run it cannot serve says why (flows in the default
-/// scenario); the scenario's key asks for it, and a run on two threads skips as the
-/// serial one, byte for byte; `--exact` overrides the key; windows and thresholds out of
-/// range are refused.
+/// Fast-forward's command line: a run it cannot serve says why when asked (the default
+/// scenario's collectives record their transfers); the scenario's key asks for it, and a
+/// run on two threads skips as the serial one, byte for byte; `--exact` overrides the
+/// key; windows and thresholds out of range are refused.
 #[test]
 fn sim_fast_forward_says_why_and_refuses_what_it_cannot_do() {
     let dir = tempfile::tempdir().unwrap();
@@ -167,7 +167,7 @@ fn sim_fast_forward_says_why_and_refuses_what_it_cannot_do() {
         0,
     );
     assert!(
-        table.contains("fast-forward: off for this run: the run has flows besides collectives"),
+        table.contains("fast-forward: off for this run: transfers are recorded one by one"),
         "{table}"
     );
     let example = "docs/guide/examples/ring-256gpu-ff.toml";
