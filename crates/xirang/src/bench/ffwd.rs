@@ -77,13 +77,43 @@ fn matrix_cases(dir: &Path) -> Result<Vec<PathBuf>> {
                     hosts = gpus / 8
                 );
                 let file = dir.join(format!("{name}.toml"));
-                std::fs::write(&file, text).with_context(|| format!("writing {}", file.display()))?;
+                std::fs::write(&file, &text).with_context(|| format!("writing {}", file.display()))?;
                 files.push(file);
+                if alg == "ring" && bytes == 64 << 20 && gpus >= 128 {
+                    // Flows are interrupts: the ring skips between them.
+                    let name = format!("{name}-flows");
+                    let file = dir.join(format!("{name}.toml"));
+                    let text = text.replace(
+                        &format!("name = \"{alg}-{gpus}gpu-{b}\""),
+                        &format!("name = \"{name}\""),
+                    ) + &matrix_flows(gpus / 8);
+                    std::fs::write(&file, text).with_context(|| format!("writing {}", file.display()))?;
+                    files.push(file);
+                }
             }
         }
     }
     Ok(files)
 }
+
+/// Flows beside a matrix ring on `hosts` hosts: [`MATRIX_FLOWS`] messages of 2 MB
+/// between hosts half the fabric apart, one every 200 µs from 200 µs, so that some
+/// start while the ring is steady and some while it is not.
+fn matrix_flows(hosts: u32) -> String {
+    let mut s = String::from("\n[workloads.rpc.flows]\nclass = \"training\"\nlist = [\n");
+    for k in 0..MATRIX_FLOWS {
+        let src = (k * 3) % hosts;
+        let dst = (src + hosts / 2) % hosts;
+        s.push_str(&format!(
+            "  {{ src = \"h{src}\", dst = \"h{dst}\", bytes = 2_000_000, start_us = {} }},\n",
+            200 * (k + 1)
+        ));
+    }
+    s + "]\n"
+}
+
+/// Flows of a matrix case with flows.
+const MATRIX_FLOWS: u32 = 8;
 
 /// Counters whose exact total is below this are not judged.
 pub(crate) const COUNTER_FLOOR: u64 = 1000;
