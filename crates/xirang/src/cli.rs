@@ -973,8 +973,9 @@ pub(crate) struct BenchArgs {
     #[arg(long, conflicts_with_all = ["no_reference", "scale", "parallel", "mpi_sync"])]
     pub(crate) fast_forward: bool,
     /// With --fast-forward: the validation matrix instead of the scenarios given: every
-    /// reference case, the default, tuning and faults scenarios, and ring, tree and
-    /// hierarchical AllReduce on 16, 128 and 1,024 GPUs at 1 MiB, 64 MiB and 1 GiB.
+    /// reference case, the default and tuning scenarios, ring, tree and hierarchical
+    /// AllReduce on 16, 128 and 1,024 GPUs at 1 MiB, 64 MiB and 1 GiB, and 64 MiB rings
+    /// with flows beside them and with a fault.
     #[arg(long, requires = "fast_forward", conflicts_with = "scenarios")]
     pub(crate) matrix: bool,
     /// Threads of the --parallel runs (default 2), or of a --child run (default 1); 1 to 256.

@@ -32,7 +32,8 @@ const DEFAULT_SCENARIOS: [&str; 4] = [
 
 /// The shipped scenarios of `--matrix`: every reference case (incast, permutation and
 /// WebSearch under each congestion control), the default scenario (training beside
-/// inference), the tuning scenarios, and a run with faults.
+/// inference), and the tuning scenarios (the run with faults is generated:
+/// [`MATRIX_FAULT`]).
 const MATRIX_SHIPPED: [&str; 20] = [
     "scenarios/reference/incast16-16mb-dcqcn.toml",
     "scenarios/reference/incast16-16mb-dctcp.toml",
@@ -62,7 +63,8 @@ const MATRIX_ALGORITHMS: [&str; 3] = ["ring", "tree", "hierarchical"];
 
 /// The matrix's AllReduce cases as scenario files in `dir`: rail-optimized scalable units
 /// of 8-GPU hosts at 400 Gbit/s, 8 channels, transfer records off (fast-forward does not
-/// make them up).
+/// make them up); and the 64 MiB rings again with flows beside them (128 and 1,024 GPUs)
+/// and with a fault (128 GPUs).
 fn matrix_cases(dir: &Path) -> Result<Vec<PathBuf>> {
     let mut files = Vec::new();
     for gpus in MATRIX_GPUS {
@@ -79,6 +81,17 @@ fn matrix_cases(dir: &Path) -> Result<Vec<PathBuf>> {
                 let file = dir.join(format!("{name}.toml"));
                 std::fs::write(&file, &text).with_context(|| format!("writing {}", file.display()))?;
                 files.push(file);
+                if alg == "ring" && bytes == 64 << 20 && gpus == 128 {
+                    // A run with faults: fast-forward is off, and says why.
+                    let name = format!("{name}-faults");
+                    let file = dir.join(format!("{name}.toml"));
+                    let text = text.replace(
+                        &format!("name = \"{alg}-{gpus}gpu-{b}\""),
+                        &format!("name = \"{name}\""),
+                    ) + MATRIX_FAULT;
+                    std::fs::write(&file, text).with_context(|| format!("writing {}", file.display()))?;
+                    files.push(file);
+                }
                 if alg == "ring" && bytes == 64 << 20 && gpus >= 128 {
                     // Flows are interrupts: the ring skips between them.
                     let name = format!("{name}-flows");
@@ -111,6 +124,9 @@ fn matrix_flows(hosts: u32) -> String {
     }
     s + "]\n"
 }
+
+/// The fault of the matrix's case with faults: one NIC link trained down to half its rate.
+const MATRIX_FAULT: &str = "\n[[faults]]\nkind = \"slow_link\"\ntarget = \"h0/mlx5_0\"\nrate_gbps = 200\n";
 
 /// Flows of a matrix case with flows.
 const MATRIX_FLOWS: u32 = 8;
