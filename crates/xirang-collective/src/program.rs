@@ -267,6 +267,13 @@ pub trait Program: Send + Sync + std::fmt::Debug {
         let _ = (channel, rank, role, index);
         None
     }
+    /// Whether any thread may have a uniform run longer than one primitive or whole
+    /// repeats: false (the default) promises `uniform_run` is 1 and `repeats` None
+    /// everywhere, so a fast-forward can tell at the start that it will never move the
+    /// program's threads.
+    fn may_skip(&self) -> bool {
+        false
+    }
 }
 
 /// Whole repeats of a thread's primitives (`Program::repeats`).
@@ -778,6 +785,10 @@ impl Program for RingProgram {
     }
     fn repeats(&self, channel: u32, _rank: u32, _role: u32, index: u64) -> Option<Repeat> {
         self.runs[channel as usize].repeats(index)
+    }
+    fn may_skip(&self) -> bool {
+        // A ring Broadcast has neither: it is one pass down the chain.
+        self.runs.iter().any(|r| r.op != RingOp::Broadcast)
     }
 }
 

@@ -194,7 +194,8 @@ proptest! {
 
     /// Inside a run `uniform_run` claims, every primitive moves like the first (what lets
     /// a fast-forward move a thread there); a whole repeat on, every primitive is the
-    /// same but for its chunk's place, and a repeat receives and sends what it says.
+    /// same but for its chunk's place, and a repeat receives and sends what it says; a
+    /// program that says it may never be skipped has neither.
     #[test]
     fn uniform_runs_hold_equal_primitives(
         (op, algorithm) in algorithms(),
@@ -216,6 +217,10 @@ proptest! {
                     for i in 0..len {
                         let run = p.uniform_run(c, r, role, i);
                         prop_assert!(run >= 1 && i + run <= len, "run {run} at {i} of {len}");
+                        // A program that says it is never skipped has no run nor repeat.
+                        if !p.may_skip() {
+                            prop_assert!(run == 1 && p.repeats(c, r, role, i).is_none(), "{:?} {:?} at {}", op, algorithm, i);
+                        }
                         let first = program::Prim { offset: 0, ..p.prim(c, r, role, i) };
                         for j in i..i + run {
                             let other = p.prim(c, r, role, j);

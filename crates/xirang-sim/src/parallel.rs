@@ -289,8 +289,11 @@ pub fn drive<Q: Queue>(
         if st.done == total || !st.busy {
             break;
         }
-        if ff_check(sims, ex, end, last)? {
+        if let Some(requeued) = ff_check(sims, ex, end, last)? {
             st.now = last;
+            // A skip queues the flow starts still to come earlier: the next event may be
+            // one of them, which the status of the last window does not know.
+            st.next = st.next.min(requeued);
         }
     }
     let now = st.now;
@@ -314,18 +317,24 @@ fn first_skipped<Q: Queue>(sims: &[Sim<Q>]) -> Ps {
 /// A fast-forward check, when one is due at `at` (the end of the grid window just run,
 /// engine time), in step with every other partition: the serial run's steps
 /// (`Sim::ff_check`), each partition's surveys combined through `ex` (two exchanges), so
-/// that every partition decides alike, and as the serial run does. True when a check was
-/// made (the partitions' clocks stand at `at`).
+/// that every partition decides alike, and as the serial run does. `Some` when a check
+/// was made (the partitions' clocks stand at `at`), with the earliest flow start a skip
+/// queued again, engine time ([`NEVER`]: none).
 ///
 /// # Errors
 /// When the exchange fails.
-fn ff_check<Q: Queue>(sims: &mut [Sim<Q>], ex: &mut dyn Exchange, end: Ps, at: Ps) -> Result<bool, Aborted> {
+fn ff_check<Q: Queue>(
+    sims: &mut [Sim<Q>],
+    ex: &mut dyn Exchange,
+    end: Ps,
+    at: Ps,
+) -> Result<Option<Ps>, Aborted> {
     let mut due = false;
     for s in sims.iter_mut() {
         due |= s.ff_due(at);
     }
     if !due {
-        return Ok(false);
+        return Ok(None);
     }
     // The whole run's survey: this worker's partitions', then every worker's.
     let gather = |ex: &mut dyn Exchange, mine: Option<Survey>| -> Result<Survey, Aborted> {
@@ -346,17 +355,20 @@ fn ff_check<Q: Queue>(sims: &mut [Sim<Q>], ex: &mut dyn Exchange, end: Ps, at: P
             for s in sims.iter_mut() {
                 s.ff_refused(why);
             }
-            return Ok(true);
+            return Ok(Some(NEVER));
         }
     };
     let local = sims.iter_mut().map(|s| s.ff_survey(c)).reduce(Survey::combine);
     let survey = gather(ex, local)?;
+    let before = first_skipped(sims);
     for s in sims.iter_mut() {
         if let Err(why) = s.ff_decide(c, &survey, end) {
             s.ff_refused(why);
         }
     }
-    Ok(true)
+    let dt = first_skipped(sims) - before;
+    let next = survey.next_flow_start();
+    Ok(Some(if dt > 0 && next != NEVER { next - dt } else { NEVER }))
 }
 
 /// What a parallel run cost in synchronization.

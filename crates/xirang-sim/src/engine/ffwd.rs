@@ -3,8 +3,9 @@
 //! once instead of simulating them packet by packet (the fast-forward issue; the design
 //! and its measurements are in docs/fast-forward.md).
 //!
-//! The skip is the whole-fabric kind that leaves the event queue alone. Every pending
-//! event keeps its time relative to every other, so nothing in flight moves; instead:
+//! The skip is the whole-fabric kind that leaves the event queue alone but for flow
+//! starts. Every pending event keeps its time relative to every other, so nothing in
+//! flight moves; instead:
 //!
 //! - every GPU thread and connection of the collective moves the same number of
 //!   primitives on (`Sim::advance_threads`), inside the run of equal primitives it is in
@@ -19,9 +20,11 @@
 //! - every time stamped from then on is reported ΔT later ([`FastForward::skipped_ps`]);
 //!   the end time and its grid are kept in reported time.
 //!
-//! A run skips only where this is sound, and says why not otherwise: no scenario flows
-//! (their starts are queued at absolute times), no faults, no sampling, no transfer
-//! records, one collective under way, no PFC frame nor drop in the window.
+//! A run skips only where this is sound, and says why not otherwise: no faults, no
+//! sampling, no transfer records, one collective under way, no scenario flow under way
+//! nor started in the counters' window, no PFC frame nor drop in the window. A skip
+//! stops short of the next flow start, and queues every start still to come ΔT earlier
+//! (`Sim::ff_shift_flow_starts`).
 //!
 //! A divided run skips as the serial run does, byte for byte: checks fall at the end of a
 //! grid window, where every partition has handled every event up to it; each partition
@@ -173,8 +176,8 @@ pub struct FastForwardReport {
 pub enum Survey {
     /// Each collective's transfers arrived and whether a connection of it failed.
     Colls(Vec<(u64, bool)>),
-    /// The collective under way.
-    Coll(CollSurvey),
+    /// The collective under way (boxed: a status carries a survey only at checks).
+    Coll(Box<CollSurvey>),
 }
 
 /// A check's survey of the collective under way (`Sim::ff_survey`).
@@ -199,11 +202,13 @@ pub struct CollSurvey {
     room: RoomSurvey,
     /// Slices every connection may move on (`Conn::skip_room`).
     conn_room: u64,
-    /// PFC frames, drops or retransmissions since the copy of the counters a skip would
-    /// use.
-    dirty: bool,
+    /// PFC frames, drops or retransmissions since each copy of the counters old enough
+    /// for a skip: bit `i` for the `i`-th copy kept.
+    dirty: u64,
     /// A scenario flow is under way: started, and not every byte acknowledged.
     flow_active: bool,
+    /// Scenario flows started.
+    flows_started: u64,
     /// The earliest queued flow start, on the engine's clock ([`super::NEVER`]: none).
     next_flow_start: Ps,
 }
@@ -231,10 +236,22 @@ impl Survey {
                 a.conn_room = a.conn_room.min(b.conn_room);
                 a.dirty |= b.dirty;
                 a.flow_active |= b.flow_active;
+                a.flows_started += b.flows_started;
                 a.next_flow_start = a.next_flow_start.min(b.next_flow_start);
                 Survey::Coll(a)
             }
             _ => panic!("invariant: the partitions survey the same step of a check"),
+        }
+    }
+}
+
+impl Survey {
+    /// The earliest queued flow start, engine time, of a collective's survey
+    /// ([`super::NEVER`]: none, or the collectives' survey).
+    pub(crate) fn next_flow_start(&self) -> Ps {
+        match self {
+            Survey::Coll(s) => s.next_flow_start,
+            Survey::Colls(_) => super::NEVER,
         }
     }
 }
@@ -273,6 +290,9 @@ struct Snapshot {
     consumed: u64,
     /// Slices handed to the QPs over every network connection of the collective.
     sent: u64,
+    /// Scenario flows started by then: a copy from before a flow started has the flow's
+    /// traffic in its window, which a skip must not extrapolate.
+    flows_started: u64,
 }
 
 /// The fast-forward's state.
@@ -418,6 +438,10 @@ impl<Q: Queue> Sim<Q> {
             Some("counters are sampled")
         } else if self.work.colls().iter().any(|c| c.records.is_some()) {
             Some("transfers are recorded one by one ([run] transfer_records = 0 lets the run skip)")
+        } else if self.work.colls().iter().all(|c| !c.run.program.may_skip()) {
+            Some(
+                "no collective's program has runs of equal steps to skip (only rings do; trees, hierarchical and point-to-point run exactly)",
+            )
         } else if crit.validated_only
             && self
                 .work
@@ -513,9 +537,15 @@ impl<Q: Queue> Sim<Q> {
         self.ff.snaps.retain(|s| {
             s.at + FF_COUNTER_WINDOW_PS + FF_SNAPSHOT_PS >= now && s.at + l >= now && s.coll == c
         });
-        let dirty = self
-            .ff_candidate()
-            .is_some_and(|i| !self.ff_clean_since(&self.ff.snaps[i].counters));
+        // Every copy old enough, since which of them the skip takes depends on the flows
+        // (`ff_decide`), which this partition sees only part of.
+        debug_assert!(self.ff.snaps.len() <= 64, "invariant: a few copies at a time");
+        let mut dirty = 0u64;
+        for (i, snap) in self.ff.snaps.iter().enumerate() {
+            if snap.at + FF_COUNTER_WINDOW_PS <= now && !self.ff_clean_since(&snap.counters) {
+                dirty |= 1 << i;
+            }
+        }
         let watch = self.ff.watch.as_ref().expect("on");
         let mut s = CollSurvey {
             consumed: 0,
@@ -530,6 +560,7 @@ impl<Q: Queue> Sim<Q> {
             conn_room: u64::MAX,
             dirty,
             flow_active: false,
+            flows_started: 0,
             next_flow_start: super::NEVER,
         };
         // Flows are surveyed where they start (their sender's partition).
@@ -541,6 +572,7 @@ impl<Q: Queue> Sim<Q> {
             if f.started.is_some() {
                 let done = f.tx.finish.is_some() || (f.tx.failed && f.tx.qps_left == 0);
                 s.flow_active |= !done;
+                s.flows_started += 1;
             } else {
                 s.next_flow_start = s.next_flow_start.min(f.start_at);
             }
@@ -567,7 +599,7 @@ impl<Q: Queue> Sim<Q> {
                 s.steady_n += 1;
             }
         }
-        Survey::Coll(s)
+        Survey::Coll(Box::new(s))
     }
 
     /// The steadiness window, ps.
@@ -581,13 +613,14 @@ impl<Q: Queue> Sim<Q> {
     }
 
     /// The copy whose counters a skip would extrapolate: the oldest at least
-    /// [`FF_COUNTER_WINDOW_PS`] old.
-    fn ff_candidate(&self) -> Option<usize> {
+    /// [`FF_COUNTER_WINDOW_PS`] old with no flow started since (`flows_started`, the
+    /// whole run's count now).
+    fn ff_candidate(&self, flows_started: u64) -> Option<usize> {
         let now = self.now;
         self.ff
             .snaps
             .iter()
-            .position(|s| s.at + FF_COUNTER_WINDOW_PS <= now)
+            .position(|s| s.at + FF_COUNTER_WINDOW_PS <= now && s.flows_started == flows_started)
     }
 
     /// No port this run owns sent or received a PFC frame, dropped a packet or saw a
@@ -630,6 +663,12 @@ impl<Q: Queue> Sim<Q> {
             unreachable!("invariant: the collective's survey comes second");
         };
         let now = self.now;
+        if s.flow_active {
+            // What the fabric carries now is not the collective's alone: no copy from now
+            // on, nor from before, holds a window of it.
+            self.ff.snaps.clear();
+            return Err("a flow is under way");
+        }
         if self.ff.snaps.back().is_none_or(|x| x.at + FF_SNAPSHOT_PS <= now) {
             let snap = Snapshot {
                 at: now,
@@ -639,11 +678,9 @@ impl<Q: Queue> Sim<Q> {
                 events: s.events,
                 consumed: s.consumed,
                 sent: s.sent,
+                flows_started: s.flows_started,
             };
             self.ff.snaps.push_back(snap);
-        }
-        if s.flow_active {
-            return Err("a flow is under way");
         }
         if s.unsteady {
             return Err("a connection is not steady");
@@ -653,7 +690,7 @@ impl<Q: Queue> Sim<Q> {
         }
         let per_slice_ps = from_fixed(s.steady_fx) / s.steady_n as f64;
         let room = s.room.room()?;
-        let Some(at) = self.ff_candidate() else {
+        let Some(at) = self.ff_candidate(s.flows_started) else {
             return Err("the counters' window is not long enough yet");
         };
         let snap = &self.ff.snaps[at];
@@ -664,7 +701,7 @@ impl<Q: Queue> Sim<Q> {
         let Some(ext) = self.ff_extent(c, room, end, per_slice_ps, s) else {
             return Err("no room for a whole period before a phase ends");
         };
-        if s.dirty {
+        if s.dirty >> at & 1 == 1 {
             return Err("PFC frames, drops or retransmissions in the window");
         }
         let snap = self.ff.snaps.remove(at).expect("found");
@@ -757,12 +794,16 @@ impl<Q: Queue> Sim<Q> {
             if fl.started.is_some() || fl.start_at == super::NEVER || !self.owns(fl.dev) {
                 continue;
             }
-            let at = fl.start_at - dt;
+            let (at, dev) = (fl.start_at - dt, fl.dev);
             debug_assert!(
                 at > self.now,
                 "invariant: a skip stops short of the next flow start"
             );
             self.work.flow_mut(f).start_at = at;
+            // The flow's device queues its start, as at set-up: the tie then depends on
+            // that device alone, not on which device ran last (in a divided run, the
+            // partition's last rather than the whole run's).
+            self.sched.act_as(dev);
             self.schedule(at, Event::FlowStart(f));
         }
     }

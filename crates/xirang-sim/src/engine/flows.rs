@@ -68,9 +68,9 @@ pub(crate) struct Flow {
     /// A transfer inside a host (NVLink) that takes this long and uses no network port.
     pub(crate) local: Option<Ps>,
     /// When its start is queued, on the engine's clock ([`NEVER`]: not queued, or
-    /// started). A fast-forward skip queues the start again ΔT earlier
-    /// (`Sim::ff_shift_flow_starts`); the one it leaves behind finds this changed and
-    /// does nothing.
+    /// started; in a partition, read only for the flows it sends). A fast-forward skip
+    /// queues the start again ΔT earlier (`Sim::ff_shift_flow_starts`); the one it leaves
+    /// behind finds this changed and does nothing.
     pub(crate) start_at: Ps,
     /// When it started, in reported time (as every time a result holds).
     pub(crate) started: Option<Ps>,

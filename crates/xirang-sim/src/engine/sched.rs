@@ -73,6 +73,13 @@ impl Sched {
         self.cur = k.tie().target(k.time());
     }
 
+    /// Device `dev` schedules what follows, as if its event were running: for events a
+    /// device queues outside an event of its own (a fast-forward's re-queued flow starts).
+    #[inline]
+    pub fn act_as(&mut self, dev: u32) {
+        self.cur = dev;
+    }
+
     /// True while the run is set up.
     #[inline(always)]
     pub fn in_setup(&self) -> bool {
