@@ -172,11 +172,13 @@ fn rank_pid(parent: u32, rank: usize) -> Option<u32> {
 fn a_killed_rank_ends_the_job_with_an_error() {
     let dir = tempfile::tempdir().unwrap();
     let mut c = mpirun(2);
-    // A run long enough to be killed in the middle of (minutes in a debug build).
+    // A run long enough to be killed in the middle of (minutes in a debug build): exact,
+    // since fast-forward, on by default for it, takes seconds.
     c.args([
         xirang(),
         "sim",
         "scenarios/rail-1024gpu.toml",
+        "--exact",
         "--mpi",
         "--quiet",
         "--out",
