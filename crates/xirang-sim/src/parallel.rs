@@ -318,9 +318,9 @@ fn first_skipped<Q: Queue>(sims: &[Sim<Q>]) -> Ps {
 /// engine time), in step with every other partition: the serial run's steps
 /// (`Sim::ff_check`), each partition's surveys combined through `ex` (one exchange, or
 /// two when a collective is under way), so that every partition decides alike, and as
-/// the serial run does. `Some` when a check
-/// was made (the partitions' clocks stand at `at`), with the earliest flow start a skip
-/// queued again, engine time ([`NEVER`]: none).
+/// the serial run does. `Some` when a check was made (the partitions' clocks stand at
+/// `at`), with the earliest flow start a skip queued again, engine time ([`NEVER`]:
+/// none).
 ///
 /// # Errors
 /// When the exchange fails.
