@@ -309,6 +309,51 @@ fn a_skip_never_crosses_the_end_nor_a_later_start() {
     assert_close(&exact, &fast, "two collectives");
 }
 
+/// Fast-forward when nobody asks (`xirang_sim::options` on a scenario without
+/// `[run] fast_forward`): on for a ring AllReduce, which skips; off for a ring AllGather,
+/// saying it is on by default for AllReduce only, unless the scenario asks; off for a
+/// tree AllReduce from the start, saying why; absent with `fast_forward = false`.
+#[test]
+fn fast_forward_is_on_by_default_for_allreduce_only() {
+    let with = |op: &str, alg: &str, key: &str| {
+        let text = ring(
+            32,
+            64,
+            4,
+            "ll128",
+            &format!("\n[run]\ntransfer_records = 0\n{key}"),
+        )
+        .replace("op = \"all_reduce\"", &format!("op = \"{op}\""))
+        .replace("algorithm = \"ring\"", &format!("algorithm = \"{alg}\""));
+        let l = load_text(&text);
+        simulate(&l, &options(&l), &mut |_| {})
+    };
+    let r = with("all_reduce", "ring", "");
+    let f = ff(&r);
+    assert!(f.by_default && f.off.is_none() && f.skips > 0, "{f:?}");
+    let r = with("all_gather", "ring", "");
+    let f = ff(&r);
+    assert!(f.by_default, "{f:?}");
+    assert!(
+        f.off.as_deref().is_some_and(|o| o.contains("AllReduce only")),
+        "{f:?}"
+    );
+    let r = with("all_gather", "ring", "fast_forward = true\n");
+    let f = ff(&r);
+    assert!(!f.by_default && f.off.is_none() && f.checks > 0, "{f:?}");
+    let r = with("all_reduce", "tree", "");
+    let f = ff(&r);
+    assert!(
+        f.off
+            .as_deref()
+            .is_some_and(|o| o.contains("no collective's program")),
+        "{f:?}"
+    );
+    assert_eq!(f.checks, 0);
+    let r = with("all_reduce", "ring", "fast_forward = false\n");
+    assert!(r.engine.fast_forward.is_none());
+}
+
 /// A flow that starts while the ring is steady changes what the fabric carries: no skip
 /// crosses its start, and none is made while it runs. It starts at its time, as in the
 /// exact run (a skip that crossed the start would start it late, or queue it in the

@@ -132,12 +132,13 @@ fn options(a: &SimArgs, loaded: &Loaded) -> xirang_sim::RunOptions {
         opts.sample_interval = Some(us(s));
     }
     opts.steady_probe = a.steady_probe;
+    let asked = a.fast_forward || a.ff_theta.is_some() || a.ff_window.is_some();
     if a.exact {
         opts.fast_forward = None;
-    } else if a.fast_forward || a.ff_theta.is_some() || a.ff_window.is_some() || opts.fast_forward.is_some() {
+    } else if asked || opts.fast_forward.is_some() {
         let mut c = opts.fast_forward.unwrap_or_default();
         // Asked for on the command line: for every collective, not only the validated.
-        if a.fast_forward || a.ff_theta.is_some() || a.ff_window.is_some() {
+        if asked {
             c.validated_only = false;
         }
         if let Some(t) = a.ff_theta {

@@ -87,9 +87,6 @@ pub const FF_SNAPSHOT_PS: Ps = FF_COUNTER_WINDOW_PS / 2;
 /// random rings in `tests/ffwd.rs` up to 3.3 % off the exact run's).
 pub const FF_MIN_WINDOW: u32 = ((FF_COUNTER_WINDOW_PS + FF_SNAPSHOT_PS) / SAMPLE_PS) as u32;
 
-/// Why a run without collectives does not skip.
-pub const NO_COLLECTIVE: &str = "no collective";
-
 /// When a run may skip: the steadiness criterion.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct FastForwardCriterion {
@@ -431,7 +428,7 @@ impl<Q: Queue> Sim<Q> {
         self.ff.report.window_us = window;
         self.ff.watch = Some(PipelineWatch::new(crit.theta, window));
         let why = if self.work.colls().is_empty() {
-            Some(NO_COLLECTIVE)
+            Some("no collective")
         } else if self.faults.any() {
             Some("faults are injected")
         } else if self.stats.next_sample() != super::NEVER {
