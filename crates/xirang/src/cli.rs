@@ -975,7 +975,7 @@ pub(crate) struct BenchArgs {
     /// With --fast-forward: the validation matrix instead of the scenarios given: every
     /// reference case, the default and tuning scenarios, ring, tree and hierarchical
     /// AllReduce on 16, 128 and 1,024 GPUs at 1 MiB, 64 MiB and 1 GiB, and 64 MiB rings
-    /// with flows beside them and with a fault.
+    /// over four iterations, with flows beside them and with a fault.
     #[arg(long, requires = "fast_forward", conflicts_with = "scenarios")]
     pub(crate) matrix: bool,
     /// Threads of the --parallel runs (default 2), or of a --child run (default 1); 1 to 256.
@@ -1034,6 +1034,14 @@ pub(crate) struct SimArgs {
     /// longest DCQCN rate-increase period if longer); turns fast-forward on.
     #[arg(long, value_parser = parse_ff_window_us, conflicts_with = "exact")]
     pub(crate) ff_window: Option<f64>,
+    /// How long a steady state the run measured before must hold again before it skips on
+    /// it from the memo, e.g. 100us (20us to 100ms; default 50us); turns fast-forward on.
+    #[arg(long, value_parser = parse_ff_confirm_us, conflicts_with_all = ["exact", "ff_no_memo"])]
+    pub(crate) ff_confirm: Option<f64>,
+    /// No memo of steady states: every skip waits for the full window; turns
+    /// fast-forward on.
+    #[arg(long, conflicts_with = "exact")]
+    pub(crate) ff_no_memo: bool,
     /// Run on this many threads (1 to 256), the fabric divided into as many partitions
     /// (or --partitions); the outputs are the serial run's, byte for byte.
     #[arg(long, default_value_t = 1, value_parser = count::<1, MAX_THREADS>)]
@@ -1127,6 +1135,20 @@ fn parse_ff_window_us(s: &str) -> Result<f64, String> {
         Ok(us)
     } else {
         Err(format!("expected a window from {least}us to 100ms, found {s}"))
+    }
+}
+
+/// The memo's confirmation: at least `engine::ffwd::FF_MIN_CONFIRM_US` (a few of a
+/// ring's periods), at most 100 ms.
+fn parse_ff_confirm_us(s: &str) -> Result<f64, String> {
+    let us = parse_duration_us(s)?;
+    let least = f64::from(xirang_sim::engine::ffwd::FF_MIN_CONFIRM_US);
+    if (least..=100_000.0).contains(&us) {
+        Ok(us)
+    } else {
+        Err(format!(
+            "expected a confirmation from {least}us to 100ms, found {s}"
+        ))
     }
 }
 

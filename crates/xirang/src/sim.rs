@@ -132,7 +132,11 @@ fn options(a: &SimArgs, loaded: &Loaded) -> xirang_sim::RunOptions {
         opts.sample_interval = Some(us(s));
     }
     opts.steady_probe = a.steady_probe;
-    let asked = a.fast_forward || a.ff_theta.is_some() || a.ff_window.is_some();
+    let asked = a.fast_forward
+        || a.ff_theta.is_some()
+        || a.ff_window.is_some()
+        || a.ff_confirm.is_some()
+        || a.ff_no_memo;
     if a.exact {
         opts.fast_forward = None;
     } else if asked || opts.fast_forward.is_some() {
@@ -146,6 +150,12 @@ fn options(a: &SimArgs, loaded: &Loaded) -> xirang_sim::RunOptions {
         }
         if let Some(w) = a.ff_window {
             c.window = Some(w.round() as u32);
+        }
+        if let Some(us) = a.ff_confirm {
+            c.memo_confirm = Some(us.round() as u32);
+        }
+        if a.ff_no_memo {
+            c.memo_confirm = None;
         }
         opts.fast_forward = Some(c);
     }
@@ -455,6 +465,15 @@ fn ff_line(f: &xirang_sim::engine::ffwd::FastForwardReport) -> String {
         f.theta * 100.0,
         f.window_us,
     );
+    if let Some(m) = &f.memo
+        && m.hits > 0
+    {
+        s.pop();
+        s.push_str(&format!(
+            "; {} of them from the memo of steady states ({} kept)\n",
+            m.hits, m.entries
+        ));
+    }
     if f.skips == 0
         && let Some((why, n)) = f.not_skipped.iter().max_by_key(|(_, n)| **n)
     {

@@ -822,6 +822,8 @@ impl<Q: Queue> Sim<Q> {
                     None => Repeats::Broken,
                 },
                 slices: Some((th.prim.slices, th.prim.slices)),
+                slice_bytes: th.prim.slice_bytes,
+                chunk_bytes: th.prim.bytes,
                 ..RoomSurvey::NONE
             };
             s = s.combine(one);
@@ -979,6 +981,10 @@ pub struct RoomSurvey {
     waits: bool,
     /// Fewest and most slices of the threads' primitives (None: no thread has work).
     slices: Option<(u32, u32)>,
+    /// Most bytes of a full slice of the threads' primitives (0: no thread seen).
+    slice_bytes: u64,
+    /// Most data bytes of the threads' primitives' chunks.
+    chunk_bytes: u64,
     /// Primitives every thread may move on inside its uniform run.
     within: u64,
     /// Whole repeats every thread may move on by.
@@ -1002,6 +1008,8 @@ impl RoomSurvey {
         between: false,
         waits: false,
         slices: None,
+        slice_bytes: 0,
+        chunk_bytes: 0,
         within: u64::MAX,
         repeats: Repeats::Unseen,
     };
@@ -1016,6 +1024,8 @@ impl RoomSurvey {
                 (Some((a, b)), Some((c, d))) => Some((a.min(c), b.max(d))),
                 (x, None) | (None, x) => x,
             },
+            slice_bytes: self.slice_bytes.max(o.slice_bytes),
+            chunk_bytes: self.chunk_bytes.max(o.chunk_bytes),
             within: self.within.min(o.within),
             repeats: match (self.repeats, o.repeats) {
                 (Repeats::Unseen, x) | (x, Repeats::Unseen) => x,
@@ -1030,6 +1040,17 @@ impl RoomSurvey {
                 _ => Repeats::Broken,
             },
         }
+    }
+
+    /// The shape of the threads' work, what the memo of steady states knows a steady
+    /// state by ([`super::ffwd::MemoKey`]): their primitives' slices, which every thread
+    /// shares, and the most bytes of a full slice and of a chunk. The most, because a
+    /// loop's chunks are equal but for a short one at the buffer's end, which only some
+    /// threads hold at a time: the most is the loop's chunk for a whole loop, and a
+    /// rebalanced last loop has its own. None: no thread has work, or their slices differ.
+    pub(crate) fn memo_shape(&self) -> Option<(u32, u64, u64)> {
+        let (s0, s1) = self.slices?;
+        (s0 == s1).then_some((s0, self.slice_bytes, self.chunk_bytes))
     }
 
     /// The whole run's room, or why there is none: a thread is between iterations or

@@ -573,6 +573,19 @@ impl PipelineWatch {
         let per_slice = k.band.sum / f64::from(k.band.n.max(1));
         (((now - last) as f64) <= per_slice * PERIOD_SLICES as f64).then_some(per_slice)
     }
+
+    /// Connection `c`'s time per slice, ps, as [`PipelineWatch::steady_per_slice`] but
+    /// once its band covers `span_ps` (and [`MIN_SAMPLES`] samples) rather than the
+    /// window: the memo's confirmation of a steady state seen before (`engine::ffwd`).
+    pub(crate) fn confirmed_per_slice(&self, c: u32, now: Ps, span_ps: Ps) -> Option<f64> {
+        let k = self.conns.get(c as usize)?;
+        let last = k.last?;
+        if k.band.n < MIN_SAMPLES || k.band.span_ps < span_ps {
+            return None;
+        }
+        let per_slice = k.band.sum / f64::from(k.band.n);
+        (((now - last) as f64) <= per_slice * PERIOD_SLICES as f64).then_some(per_slice)
+    }
 }
 
 #[cfg(test)]
@@ -764,5 +777,47 @@ mod tests {
         let r = feed((0..400).map(|i| if i < 200 { 100e9 } else { 50e9 }));
         // 101 steady samples before the step, 101 after.
         assert_eq!(share(&r, WORMHOLE_THETA, 100), 202.0 / 400.0);
+    }
+
+    /// The memo's confirmation: a connection whose band covers the span (and
+    /// [`MIN_SAMPLES`] periods) is confirmed before its window is full; a step restarts
+    /// both; a connection that stopped receiving is neither.
+    #[test]
+    fn a_confirmation_needs_its_span_not_the_window() {
+        let mut w = PipelineWatch::new(0.05, 300);
+        let slice_ps = 2 * SAMPLE_PS;
+        let mut t = 0;
+        let mut feed = |w: &mut PipelineWatch, n: u64, per: Ps| {
+            for _ in 0..n {
+                t += per;
+                w.slices(0, t, 1);
+            }
+            t
+        };
+        // The first arrival has no sample; the next 16 fill the period; 19 periods'
+        // means in the band then cover 38 µs.
+        let now = feed(&mut w, 1 + 16 + 18, slice_ps);
+        assert_eq!(w.confirmed_per_slice(0, now, 50 * SAMPLE_PS), None);
+        assert_eq!(
+            w.confirmed_per_slice(0, now, 20 * SAMPLE_PS),
+            Some(slice_ps as f64)
+        );
+        let now = feed(&mut w, 10, slice_ps);
+        assert_eq!(
+            w.confirmed_per_slice(0, now, 50 * SAMPLE_PS),
+            Some(slice_ps as f64)
+        );
+        assert_eq!(w.steady_per_slice(0, now), None, "the window is 300 µs");
+        // Twice as slow: the period's mean leaves the band, which starts again.
+        let now = feed(&mut w, 4, 2 * slice_ps);
+        assert_eq!(w.confirmed_per_slice(0, now, 5 * SAMPLE_PS), None);
+        let now = feed(&mut w, 60, 2 * slice_ps);
+        let per = w.confirmed_per_slice(0, now, 50 * SAMPLE_PS).expect("held again");
+        assert!((per / (2 * slice_ps) as f64 - 1.0).abs() < 0.02, "{per}");
+        // Nothing for longer than a period: not confirmed, whatever came before.
+        assert_eq!(
+            w.confirmed_per_slice(0, now + 200 * SAMPLE_PS, 50 * SAMPLE_PS),
+            None
+        );
     }
 }

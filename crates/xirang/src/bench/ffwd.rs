@@ -63,8 +63,8 @@ const MATRIX_ALGORITHMS: [&str; 3] = ["ring", "tree", "hierarchical"];
 
 /// The matrix's AllReduce cases as scenario files in `dir`: rail-optimized scalable units
 /// of 8-GPU hosts at 400 Gbit/s, 8 channels, transfer records off (fast-forward does not
-/// make them up); and the 64 MiB rings again with flows beside them (128 and 1,024 GPUs)
-/// and with a fault (128 GPUs).
+/// make them up); and the 64 MiB rings again over [`MATRIX_ITERATIONS`] iterations and
+/// with flows beside them (128 and 1,024 GPUs), and with a fault (128 GPUs).
 fn matrix_cases(dir: &Path) -> Result<Vec<PathBuf>> {
     let mut files = Vec::new();
     for gpus in MATRIX_GPUS {
@@ -89,6 +89,23 @@ fn matrix_cases(dir: &Path) -> Result<Vec<PathBuf>> {
                         &format!("name = \"{alg}-{gpus}gpu-{b}\""),
                         &format!("name = \"{name}\""),
                     ) + MATRIX_FAULT;
+                    std::fs::write(&file, text).with_context(|| format!("writing {}", file.display()))?;
+                    files.push(file);
+                }
+                if alg == "ring" && bytes == 64 << 20 && gpus >= 128 {
+                    // A training loop: the same AllReduce again and again, whose later
+                    // phases the memo of steady states serves.
+                    let name = format!("{name}-x{MATRIX_ITERATIONS}");
+                    let file = dir.join(format!("{name}.toml"));
+                    let text = text
+                        .replace(
+                            &format!("name = \"{alg}-{gpus}gpu-{b}\""),
+                            &format!("name = \"{name}\""),
+                        )
+                        .replace(
+                            "class = \"training\"\n",
+                            &format!("class = \"training\"\niterations = {MATRIX_ITERATIONS}\n"),
+                        );
                     std::fs::write(&file, text).with_context(|| format!("writing {}", file.display()))?;
                     files.push(file);
                 }
@@ -127,6 +144,9 @@ fn matrix_flows(hosts: u32) -> String {
 
 /// The fault of the matrix's case with faults: one NIC link trained down to half its rate.
 const MATRIX_FAULT: &str = "\n[[faults]]\nkind = \"slow_link\"\ntarget = \"h0/mlx5_0\"\nrate_gbps = 200\n";
+
+/// Iterations of a matrix case that repeats its collective.
+const MATRIX_ITERATIONS: u32 = 4;
 
 /// Flows of a matrix case with flows.
 const MATRIX_FLOWS: u32 = 8;
