@@ -451,7 +451,8 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(12))]
 
     /// Fast-forward against exact on random rings: hosts, bytes, channels, protocol,
-    /// window and iterations (whose later phases the memo serves); within the matrix's tolerances, every transfer done, conservation kept.
+    /// window and iterations (whose later phases the memo serves); within the matrix's
+    /// tolerances, every transfer done, conservation kept.
     #[test]
     fn fast_forward_matches_exact_on_random_rings(
         hosts in 4u32..17,
@@ -461,10 +462,13 @@ proptest! {
         window in prop_oneof![Just(300u32), Just(400), Just(500)],
         iterations in 1u32..3,
     ) {
-        let l = load_text(&ring(hosts, mib, channels, proto, &format!("iterations = {iterations}\n")));
+        let extra = format!("iterations = {iterations}\n");
+        let l = load_text(&ring(hosts, mib, channels, proto, &extra));
         let exact = run(&l, None);
         let fast = run(&l, Some(window));
-        let what = format!("{hosts} hosts, {mib} MiB, {channels} ch, {proto}, l {window}, {iterations} iterations");
+        let what = format!(
+            "{hosts} hosts, {mib} MiB, {channels} ch, {proto}, l {window}, {iterations} iterations"
+        );
         assert_close(&exact, &fast, &what);
     }
 
@@ -482,7 +486,8 @@ proptest! {
         let hosts = 2 * pairs;
         let text = ring(hosts, mib, channels, proto, &format!("iterations = {iterations}\n"));
         let l = load_text(&grouped(&text, 2, 2));
-        same_on_partitions(&l, 300, &format!("{hosts} hosts, {mib} MiB, {channels} ch, {proto}, {iterations} iterations"));
+        let what = format!("{hosts} hosts, {mib} MiB, {channels} ch, {proto}, {iterations} iterations");
+        same_on_partitions(&l, 300, &what);
     }
 }
 
@@ -492,7 +497,7 @@ proptest! {
 /// iterations) skips on the memo's entry once it has held again for the confirmation,
 /// instead of waiting for a new window. It skips more than without the memo, within the
 /// matrix's tolerances, at every confirmation from 20 to 100 µs (the sensitivity of
-/// `FF_CONFIRM_US`; VALIDATION.md has the same on 1,024 GPUs); the report counts the hits
+/// `FF_CONFIRM_US`; docs/fast-forward.md has the same on 1,024 GPUs); the report counts the hits
 /// and says the key and the rule.
 #[test]
 fn the_memo_skips_again_on_a_steady_state_seen_before() {
@@ -568,7 +573,15 @@ fn shape_case(text: &str, window: u32) {
         let fast = simulate(&l, &opts, &mut |_| {});
         let f = ff(&fast);
         assert!(f.skips >= 1, "{f:?}");
-        assert!(f.not_skipped.keys().any(|k| k.contains("changed shape")), "{f:?}");
+        // Every run's first check sees a shape for the first time; the rebalanced last
+        // loop is a second.
+        let reshaped: u64 = f
+            .not_skipped
+            .iter()
+            .filter(|(k, _)| k.contains("changed shape"))
+            .map(|(_, n)| n)
+            .sum();
+        assert!(reshaped >= 2, "{f:?}");
         assert_close(&exact, &fast, &format!("rebalanced last loop, memo {memo:?}"));
     }
 }

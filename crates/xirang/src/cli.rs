@@ -1035,7 +1035,7 @@ pub(crate) struct SimArgs {
     #[arg(long, value_parser = parse_ff_window_us, conflicts_with = "exact")]
     pub(crate) ff_window: Option<f64>,
     /// How long a steady state the run measured before must hold again before it skips on
-    /// it from the memo, e.g. 100us (20us to 100ms; default 50us); turns fast-forward on.
+    /// it from the memo, e.g. 100us (20us to 200us; default 50us); turns fast-forward on.
     #[arg(long, value_parser = parse_ff_confirm_us, conflicts_with_all = ["exact", "ff_no_memo"])]
     pub(crate) ff_confirm: Option<f64>,
     /// No memo of steady states: every skip waits for the full window; turns
@@ -1138,16 +1138,18 @@ fn parse_ff_window_us(s: &str) -> Result<f64, String> {
     }
 }
 
-/// The memo's confirmation: at least `engine::ffwd::FF_MIN_CONFIRM_US` (a few of a
-/// ring's periods), at most 100 ms.
+/// The memo's confirmation: from `engine::ffwd::FF_MIN_CONFIRM_US` to
+/// `FF_MAX_CONFIRM_US` (the counters' window, which the copies of the counters kept
+/// cover).
 fn parse_ff_confirm_us(s: &str) -> Result<f64, String> {
+    use xirang_sim::engine::ffwd::{FF_MAX_CONFIRM_US, FF_MIN_CONFIRM_US};
     let us = parse_duration_us(s)?;
-    let least = f64::from(xirang_sim::engine::ffwd::FF_MIN_CONFIRM_US);
-    if (least..=100_000.0).contains(&us) {
+    let (least, most) = (f64::from(FF_MIN_CONFIRM_US), f64::from(FF_MAX_CONFIRM_US));
+    if (least..=most).contains(&us) {
         Ok(us)
     } else {
         Err(format!(
-            "expected a confirmation from {least}us to 100ms, found {s}"
+            "expected a confirmation from {least}us to {most}us, found {s}"
         ))
     }
 }

@@ -1047,8 +1047,13 @@ impl RoomSurvey {
     /// shares, and the most bytes of a full slice and of a chunk. The most, because a
     /// loop's chunks are equal but for a short one at the buffer's end, which only some
     /// threads hold at a time: the most is the loop's chunk for a whole loop, and a
-    /// rebalanced last loop has its own. None: no thread has work, or their slices differ.
+    /// rebalanced last loop has its own. None: no thread has work, or their slices differ,
+    /// or a thread is between iterations or waits (its shape is not yet the one the others
+    /// will share: the shape is known once every thread of the collective runs).
     pub(crate) fn memo_shape(&self) -> Option<(u32, u64, u64)> {
+        if self.between || self.waits {
+            return None;
+        }
         let (s0, s1) = self.slices?;
         (s0 == s1).then_some((s0, self.slice_bytes, self.chunk_bytes))
     }

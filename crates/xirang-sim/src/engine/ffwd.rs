@@ -12,7 +12,8 @@
 //!   (`Program::uniform_run`), by a multiple of every connection's slots and QPs and of
 //!   [`PERIOD_SLICES`] (a slice's slot and QP are its number modulo these, and the
 //!   pipeline repeats every period), so what is in flight keeps its place;
-//! - the skipped time, ΔT, is what those slices took in the window just measured;
+//! - the skipped time, ΔT, is what those slices took in the window just measured, or in
+//!   the window the memo kept for the same shape of work (below);
 //! - every counter the run reports gets what it counted in that window, scaled to ΔT: the
 //!   ports' counters through a separate offset added only when they are reported (HPCC's
 //!   INT reads the live egress byte counter), the conservation ledger on both sides, the
@@ -22,9 +23,16 @@
 //!
 //! A run skips only where this is sound, and says why not otherwise: no faults, no
 //! sampling, no transfer records, one collective under way, no scenario flow under way
-//! nor started in the counters' window, no PFC frame nor drop in the window. A skip
-//! stops short of the next flow start, and queues every start still to come ΔT earlier
+//! nor started in the counters' window, no PFC frame nor drop in the window, the shape of
+//! the threads' work unchanged for a period of slices. A skip stops short of the next
+//! flow start, and queues every start still to come ΔT earlier
 //! (`Sim::ff_shift_flow_starts`).
+//!
+//! The memo of steady states: each skip measured over the full window keeps its time per
+//! slice and counters per slice under the shape of the work ([`MemoKey`]); when the same
+//! shape comes back (the all-gather after the reduce-scatter, the next iteration), the
+//! run skips on the entry once the pipeline has held within θ of it for the confirmation
+//! ([`FF_CONFIRM_US`]) instead of a new window.
 //!
 //! A divided run skips as the serial run does, byte for byte: checks fall at the end of a
 //! grid window, where every partition has handled every event up to it; each partition
@@ -36,8 +44,9 @@
 //! The steadiness test is the probe's per-connection test over periods
 //! (`steady::PipelineWatch`): each network connection's time per slice, averaged over
 //! [`PERIOD_SLICES`] slices, within a spread θ over a window of `l` microseconds. Memory:
-//! the watch's state per connection, and while the fabric is steady one copy of every
-//! port's counters (the window's start), plus the offsets once a skip happened.
+//! the watch's state and a mark per connection, a few copies of every port's counters
+//! while a collective runs, the offsets once a skip happened, and one memo entry (every
+//! port's counters' growth) per shape of the collective under way.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -88,7 +97,7 @@ pub const FF_SNAPSHOT_PS: Ps = FF_COUNTER_WINDOW_PS / 2;
 pub const FF_MIN_WINDOW: u32 = ((FF_COUNTER_WINDOW_PS + FF_SNAPSHOT_PS) / SAMPLE_PS) as u32;
 /// How long a steady state the run has seen before (an entry of the memo, [`MemoKey`])
 /// must hold again before the run skips on it: every network connection's time per slice
-/// within θ for this long (and [`super::steady::MIN_SAMPLES`] periods), their mean within
+/// within θ for this long (and [`super::steady::MIN_SAMPLES`] samples), their mean within
 /// θ of the entry's, and no PFC frame, drop or retransmission since a copy of the
 /// counters at least this old. Measured (docs/fast-forward.md, "The memo"): on
 /// `scenarios/rail-1024gpu.toml` over four iterations, 20, 50 and 100 µs made the same 7
@@ -98,8 +107,13 @@ pub const FF_MIN_WINDOW: u32 = ((FF_COUNTER_WINDOW_PS + FF_SNAPSHOT_PS) / SAMPLE
 /// the exact run.
 pub const FF_CONFIRM_US: u32 = 50;
 /// The shortest confirmation a run may ask for (`--ff-confirm`): with fewer microseconds
-/// the [`super::steady::MIN_SAMPLES`] periods it also needs decide.
+/// the [`super::steady::MIN_SAMPLES`] samples it also needs decide.
 pub const FF_MIN_CONFIRM_US: u32 = 20;
+/// The longest confirmation: the counters' window. The copies of the counters a check
+/// keeps reach back a counters' window and a half ([`FF_SNAPSHOT_PS`]), and the
+/// confirmation needs one at least as old as itself; longer, a skip could seldom use the
+/// memo (200 µs already made 3 hits where 50 µs made 7, docs/fast-forward.md).
+pub const FF_MAX_CONFIRM_US: u32 = (FF_COUNTER_WINDOW_PS / SAMPLE_PS) as u32;
 
 /// What the memo knows a steady state by, the shape of a collective's work: the
 /// collective, and its threads' primitives' slices and most bytes of a full slice and of
@@ -147,8 +161,7 @@ pub struct MemoReport {
     /// Skips whose steady state was measured over the full window: the memo had no
     /// entry for it, or the entry did not hold before the window was full.
     pub misses: u64,
-    /// hits / (hits + misses): the share of the transients ended by a skip that the
-    /// memo ended.
+    /// hits / (hits + misses): the share of the skips that came from the memo.
     pub hit_rate: f64,
 }
 
@@ -374,7 +387,7 @@ const RESHAPED: &str =
     "the GPU threads' primitives changed shape, and a period of the new one has not arrived yet";
 
 /// Where a skip's steady state comes from.
-enum From {
+enum Source {
     /// The full window just measured: the `at`-th copy of the counters began its
     /// counters' window, `wire` slices ago.
     Window { at: usize, wire: u64 },
@@ -419,12 +432,20 @@ pub struct FastForward {
     /// (the ends this run owns): its slices from there on are of the new shape, and its
     /// time per slice is the new shape's once a period of them has arrived.
     marks: Vec<u64>,
+    /// `Sim::ff_trouble` at the last survey.
+    trouble: u64,
     report: FastForwardReport,
 }
 
 impl FastForward {
     /// Off (None), or on with `criterion`.
     pub(crate) fn new(criterion: Option<FastForwardCriterion>) -> FastForward {
+        let criterion = criterion.map(|c| FastForwardCriterion {
+            memo_confirm: c
+                .memo_confirm
+                .map(|us| us.clamp(FF_MIN_CONFIRM_US, FF_MAX_CONFIRM_US)),
+            ..c
+        });
         FastForward {
             criterion,
             watch: None,
@@ -439,6 +460,7 @@ impl FastForward {
             memo: BTreeMap::new(),
             shape: None,
             marks: Vec::new(),
+            trouble: 0,
             report: FastForwardReport {
                 theta: criterion.map_or(0.0, |c| c.theta),
                 window_us: criterion.and_then(|c| c.window).unwrap_or(0),
@@ -674,6 +696,7 @@ impl<Q: Queue> Sim<Q> {
         debug_assert!(self.ff.snaps.len() <= 64, "invariant: a few copies at a time");
         let mut dirty = 0u64;
         let trouble = self.ff_trouble();
+        self.ff.trouble = trouble;
         for (i, snap) in self.ff.snaps.iter().enumerate() {
             if snap.trouble != trouble {
                 dirty |= 1 << i;
@@ -777,7 +800,7 @@ impl<Q: Queue> Sim<Q> {
     /// PFC frames sent and received, packets dropped and retransmission events on the
     /// ports this run owns, summed: every one only grows, so the sum is unchanged since a
     /// copy exactly when none happened since (the PFC log cannot be made up, and losses
-    /// are not steady). One pass over the ports per check, whatever the copies kept.
+    /// are not steady). One pass over the ports per survey, whatever the copies kept.
     fn ff_trouble(&self) -> u64 {
         let mut sum = 0u64;
         for (p, port) in self.fab.ports() {
@@ -786,16 +809,14 @@ impl<Q: Queue> Sim<Q> {
             }
             let c = self.stats.counters(p);
             let per_prio: u64 = c.tx_pause.iter().chain(&c.rx_pause).chain(&c.q_dropped).sum();
-            sum = sum.wrapping_add(
-                per_prio
-                    + c.in_discards
-                    + c.tx_discards
-                    + c.rx_errors
-                    + c.out_of_sequence
-                    + c.packet_seq_err
-                    + c.duplicate_request
-                    + c.local_ack_timeout_err,
-            );
+            sum += per_prio
+                + c.in_discards
+                + c.tx_discards
+                + c.rx_errors
+                + c.out_of_sequence
+                + c.packet_seq_err
+                + c.duplicate_request
+                + c.local_ack_timeout_err;
         }
         sum
     }
@@ -812,7 +833,9 @@ impl<Q: Queue> Sim<Q> {
     /// counted in the window before is good): what the network carried per slice sent
     /// since, times the slices the skip sends. After a skip the counters' window starts
     /// again; the time per slice goes on from the watch, whose samples a skip does not
-    /// interrupt (the engine's clock does not move).
+    /// interrupt (the engine's clock does not move). The two measurements go into the memo
+    /// under the shape of the work; where no full window is there yet, a skip may take
+    /// them from the memo instead (`ff_remembered`).
     pub(crate) fn ff_decide(&mut self, c: usize, s: &Survey, end: Ps) -> Result<(), &'static str> {
         let Survey::Coll(s) = s else {
             unreachable!("invariant: the collective's survey comes second");
@@ -834,7 +857,8 @@ impl<Q: Queue> Sim<Q> {
                 consumed: s.consumed,
                 sent: s.sent,
                 flows_started: s.flows_started,
-                trouble: self.ff_trouble(),
+                // The survey's, just taken: no event ran since.
+                trouble: self.ff.trouble,
             };
             self.ff.snaps.push_back(snap);
         }
@@ -857,10 +881,20 @@ impl<Q: Queue> Sim<Q> {
         if key != self.ff.shape {
             self.ff.shape = key;
             self.ff_mark_shape(c);
+            if let Some(k) = key {
+                // A collective done is not coming back: its entries go.
+                self.ff.memo.retain(|m, _| m.coll == k.coll);
+            }
             return Err(RESHAPED);
         }
         if key.is_none() {
-            return Err("GPU threads' primitives differ in slices");
+            // `memo_shape` is None where `room` says why (between iterations, waiting,
+            // slices that differ).
+            return Err(s
+                .room
+                .room()
+                .err()
+                .unwrap_or("GPU threads' primitives differ in slices"));
         }
         if s.reshaped {
             return Err(RESHAPED);
@@ -877,7 +911,7 @@ impl<Q: Queue> Sim<Q> {
         };
         let num = ext.conn_slices * ext.net_conns;
         let events = match from {
-            From::Window { at, wire } => {
+            Source::Window { at, wire } => {
                 let snap = self.ff.snaps.remove(at).expect("found");
                 let entry = self.ff_entry(&snap, s, wire);
                 // The counters, per slice put on the wire, times the slices the skip sends.
@@ -892,7 +926,7 @@ impl<Q: Queue> Sim<Q> {
                 }
                 events
             }
-            From::Memo(key) => {
+            Source::Memo(key) => {
                 let entry = self.ff.memo.remove(&key).expect("found");
                 self.ff_add_counters(&entry, num);
                 if let Some(m) = &mut self.ff.report.memo {
@@ -935,7 +969,7 @@ impl<Q: Queue> Sim<Q> {
     /// A skip on the steady state measured over the full window: every network
     /// connection steady ([`PipelineWatch::steady_per_slice`]) and the counters' window
     /// from a copy old enough.
-    fn ff_measured(&self, c: usize, s: &CollSurvey, end: Ps) -> Result<(Extent, Room, From), &'static str> {
+    fn ff_measured(&self, c: usize, s: &CollSurvey, end: Ps) -> Result<(Extent, Room, Source), &'static str> {
         if s.unsteady {
             return Err(NOT_STEADY);
         }
@@ -955,7 +989,7 @@ impl<Q: Queue> Sim<Q> {
         if s.dirty >> at & 1 == 1 {
             return Err(DIRTY);
         }
-        Ok((ext, room, From::Window { at, wire }))
+        Ok((ext, room, Source::Window { at, wire }))
     }
 
     /// A skip on a steady state the memo holds (`key`) once it has held again for the
@@ -968,7 +1002,7 @@ impl<Q: Queue> Sim<Q> {
         s: &CollSurvey,
         end: Ps,
         key: Option<MemoKey>,
-    ) -> Result<(Extent, Room, From), Option<&'static str>> {
+    ) -> Result<(Extent, Room, Source), Option<&'static str>> {
         let Some((key, entry)) = key.and_then(|k| self.ff.memo.get(&k).map(|e| (k, e))) else {
             return Err(None);
         };
@@ -1012,7 +1046,7 @@ impl<Q: Queue> Sim<Q> {
         if s.dirty >> at & 1 == 1 {
             return Err(Some(DIRTY));
         }
-        Ok((ext, room, From::Memo(key)))
+        Ok((ext, room, Source::Memo(key)))
     }
 
     /// The memo's entry for the steady state whose counters' window began at `snap`,

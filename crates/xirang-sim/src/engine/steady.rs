@@ -780,7 +780,7 @@ mod tests {
     }
 
     /// The memo's confirmation: a connection whose band covers the span (and
-    /// [`MIN_SAMPLES`] periods) is confirmed before its window is full; a step restarts
+    /// [`MIN_SAMPLES`] samples) is confirmed before its window is full; a step restarts
     /// both; a connection that stopped receiving is neither.
     #[test]
     fn a_confirmation_needs_its_span_not_the_window() {
