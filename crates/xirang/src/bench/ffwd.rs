@@ -64,7 +64,8 @@ const MATRIX_ALGORITHMS: [&str; 3] = ["ring", "tree", "hierarchical"];
 /// The matrix's AllReduce cases as scenario files in `dir`: rail-optimized scalable units
 /// of 8-GPU hosts at 400 Gbit/s, 8 channels, transfer records off (fast-forward does not
 /// make them up); and the 64 MiB rings again over [`MATRIX_ITERATIONS`] iterations and
-/// with flows beside them (128 and 1,024 GPUs), and with a fault (128 GPUs).
+/// with flows beside them (128 and 1,024 GPUs), and with ECN marking and with a fault
+/// (128 GPUs).
 fn matrix_cases(dir: &Path) -> Result<Vec<PathBuf>> {
     let mut files = Vec::new();
     for gpus in MATRIX_GPUS {
@@ -82,6 +83,23 @@ fn matrix_cases(dir: &Path) -> Result<Vec<PathBuf>> {
                 std::fs::write(&file, &text).with_context(|| format!("writing {}", file.display()))?;
                 files.push(file);
                 if alg == "ring" && bytes == 64 << 20 && gpus == 128 {
+                    {
+                        // DCQCN marking: the ring's crossings between groups of hosts are
+                        // bottlenecks, whose queues ECN marks from 20 KB (MATRIX_ECN).
+                        let name = format!("{name}-ecn");
+                        let file = dir.join(format!("{name}.toml"));
+                        let at = "fabric_rate_gbps = 400\n";
+                        debug_assert!(text.contains(at));
+                        let text = text
+                            .replace(
+                                &format!("name = \"{alg}-{gpus}gpu-{b}\""),
+                                &format!("name = \"{name}\""),
+                            )
+                            .replacen(at, MATRIX_ECN_FABRIC, 1)
+                            + MATRIX_ECN;
+                        std::fs::write(&file, text).with_context(|| format!("writing {}", file.display()))?;
+                        files.push(file);
+                    }
                     // A run with faults: fast-forward is off, and says why.
                     let name = format!("{name}-faults");
                     let file = dir.join(format!("{name}.toml"));
@@ -141,6 +159,18 @@ fn matrix_flows(hosts: u32) -> String {
     }
     s + "]\n"
 }
+
+/// The fabric of the matrix's case with ECN marking: groups of 4 hosts under leaves of
+/// their own, joined by one spine at a quarter of the NICs' rate, so the ring's crossings
+/// between groups queue.
+const MATRIX_ECN_FABRIC: &str = "fabric_rate_gbps = 100\nhosts_per_group = 4\nspines = 1\n";
+
+/// Its marking: DCQCN on the ring's class, and ECN from 20 KB to 200 KB at up to 20 %
+/// (the reference cases' pmax, scaled down from their 400 KB and 1.6 MB so that a
+/// ring's queues, a few slices deep, reach it).
+const MATRIX_ECN: &str = "\n[config.ecn.leaf]\nkmin_bytes = 20_000\nkmax_bytes = 200_000\npmax = 0.2\n\n\
+[config.ecn.spine]\nkmin_bytes = 20_000\nkmax_bytes = 200_000\npmax = 0.2\n\n\
+[config.classes.training]\npriority = 3\ncc = \"dcqcn\"\n";
 
 /// The fault of the matrix's case with faults: one NIC link trained down to half its rate.
 const MATRIX_FAULT: &str = "\n[[faults]]\nkind = \"slow_link\"\ntarget = \"h0/mlx5_0\"\nrate_gbps = 200\n";
