@@ -39,7 +39,7 @@ done
 
 cd "$(dirname "$0")/.."
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+trap 'rm -rf "$work"; rm -f scenarios/nccl-tests/.exact-*.toml' EXIT
 differ=()
 
 # Wall-clock figures are not results.
@@ -101,21 +101,41 @@ if [ -z "$only" ] || [[ "diagnose-suite" == *"$only"* ]]; then
     echo "diagnose suite"
     "$old" diagnose suite --json > "$work/suite.old" 2>&1 || true
     "$new" diagnose suite --json > "$work/suite.new" 2>&1 || true
-    cmp -s "$work/suite.old" "$work/suite.new" || { differ+=("diagnose suite"); diff "$work/suite.old" "$work/suite.new" | head -20 >&2; }
+    cmp -s "$work/suite.old" "$work/suite.new" || { differ+=("diagnose suite"); diff "$work/suite.old" "$work/suite.new" | head -20 >&2 || true; }
 fi
+
+# The sweeps run exactly where both binaries know `[run] fast_forward` (those with
+# `sim --exact`): a copy of the scenario with `fast_forward = false` in its `[run]`.
+exact_copy() {
+    local scenario="$1" copy="$2"
+    if grep -q '^\[run\]' "$scenario"; then
+        sed '/^\[run\]/a fast_forward = false' "$scenario" > "$copy"
+    else
+        { cat "$scenario"; printf '\n[run]\nfast_forward = false\n'; } > "$copy"
+    fi
+}
+sweep_exact=0
+"$old" sim --help 2>/dev/null | grep -q -- '--exact' && "$new" sim --help 2>/dev/null | grep -q -- '--exact' && sweep_exact=1
 
 while IFS= read -r scenario; do
     [ -z "$only" ] || [[ "$scenario" == *"$only"* ]] || continue
+    swept="$scenario"
+    if [ "$sweep_exact" = 1 ]; then
+        # Next to the original, so that the paths it names resolve alike.
+        swept="$(dirname "$scenario")/.exact-$(basename "$scenario")"
+        exact_copy "$scenario" "$swept"
+    fi
     for op in all-reduce all-gather reduce-scatter broadcast; do
         echo "nccl sweep --op $op $scenario"
         name="sweep_$(basename "$scenario" .toml)_$op"
         for side in old new; do
             bin="$old"
             [ "$side" = new ] && bin="$new"
-            "$bin" nccl sweep "$scenario" -b 8 -e 64M -f 8 --op "$op" --json > "$work/$name.$side" 2>&1 || true
+            "$bin" nccl sweep "$swept" -b 8 -e 64M -f 8 --op "$op" --json > "$work/$name.$side" 2>&1 || true
         done
-        cmp -s "$work/$name.old" "$work/$name.new" || { differ+=("$name"); diff "$work/$name.old" "$work/$name.new" | head -20 >&2; }
+        cmp -s "$work/$name.old" "$work/$name.new" || { differ+=("$name"); diff "$work/$name.old" "$work/$name.new" | head -20 >&2 || true; }
     done
+    [ "$swept" = "$scenario" ] || rm -f "$swept"
 done < <(find scenarios/nccl-tests -name '*.toml' | sort)
 
 if [ ${#differ[@]} -gt 0 ]; then
