@@ -45,8 +45,9 @@
 //! (`steady::PipelineWatch`): each network connection's time per slice, averaged over
 //! [`PERIOD_SLICES`] slices, within a spread θ over a window of `l` microseconds. Memory:
 //! the watch's state and a mark per connection, a few copies of every port's counters
-//! while a collective runs, the offsets once a skip happened, and one memo entry (every
-//! port's counters' growth) per shape of the collective under way.
+//! while a collective runs, the offsets once a skip happened, and one memo entry (the
+//! counters' growth of the owned ports that counted anything) per shape of the
+//! collective under way.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -137,9 +138,10 @@ struct MemoEntry {
     per_slice_ps: f64,
     /// Slices sent on the wire in the counters' window.
     wire: u64,
-    /// Each port's cumulative counters' growth in that window (this run's or
-    /// partition's ports; the others' zero).
-    ports: IdVec<PortId, PortCounters>,
+    /// The cumulative counters' growth in that window of each port this run (or
+    /// partition) owns that counted anything, in port order: a port left out adds
+    /// nothing to a skip.
+    ports: Vec<(PortId, PortCounters)>,
     /// The ledger's growth: created packets, bytes and data bytes.
     ledger: (u64, u64, u64),
     /// Events handled in the window, and its length.
@@ -1053,11 +1055,16 @@ impl<Q: Queue> Sim<Q> {
     /// `wire` slices ago, as the survey `s` (the whole run's) ends it: the growth of the
     /// counters this run owns, and of the whole run's ledger and events.
     fn ff_entry(&self, snap: &Snapshot, s: &CollSurvey, wire: u64) -> MemoEntry {
-        let mut ports = self.port_counters_internal();
+        let now = self.port_counters_internal();
+        let mut ports = Vec::new();
         for (p, port) in self.fab.ports() {
-            let cur = std::mem::take(&mut ports[p]);
-            if self.owns(port.dev_idx) {
-                ports[p].zip_cumulative(&cur, &snap.counters[p], &mut |o, a, b| *o = a - b);
+            if !self.owns(port.dev_idx) {
+                continue;
+            }
+            let mut grew = PortCounters::default();
+            grew.zip_cumulative(&now[p], &snap.counters[p], &mut |o, a, b| *o = a - b);
+            if grew != PortCounters::default() {
+                ports.push((p, grew));
             }
         }
         let (l0, l1) = (snap.ledger, s.ledger);
@@ -1168,20 +1175,17 @@ impl<Q: Queue> Sim<Q> {
     fn ff_add_counters(&mut self, entry: &MemoEntry, num: u64) {
         let den = entry.wire;
         let zero = PortCounters::default();
+        let fab = &self.fab;
         let mut offsets = self
             .ff
             .offsets
             .take()
-            .unwrap_or_else(|| (0..entry.ports.len()).map(|_| PortCounters::default()).collect());
+            .unwrap_or_else(|| fab.ports().map(|_| PortCounters::default()).collect());
         let mut hops = 0;
-        for (p, port) in self.fab.ports() {
-            if !self.owns(port.dev_idx) {
-                continue;
-            }
+        for (p, grew) in &entry.ports {
+            let p = *p;
             let before: u64 = offsets[p].tx_prio_packets.iter().sum();
-            offsets[p].zip_cumulative(&entry.ports[p], &zero, &mut |o, a, b| {
-                *o += scale(a - b, num, den)
-            });
+            offsets[p].zip_cumulative(grew, &zero, &mut |o, a, b| *o += scale(a - b, num, den));
             // A packet sent on a port is a hop (`Stats::hop`, counted where it is sent).
             hops += offsets[p].tx_prio_packets.iter().sum::<u64>() - before;
         }
