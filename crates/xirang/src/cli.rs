@@ -975,7 +975,7 @@ pub(crate) struct BenchArgs {
     /// With --fast-forward: the validation matrix instead of the scenarios given: every
     /// reference case, the default and tuning scenarios, ring, tree and hierarchical
     /// AllReduce on 16, 128 and 1,024 GPUs at 1 MiB, 64 MiB and 1 GiB, and 64 MiB rings
-    /// over four iterations, with flows beside them and with a fault.
+    /// over four iterations, with flows beside them, with DCQCN marking and with a fault.
     #[arg(long, requires = "fast_forward", conflicts_with = "scenarios")]
     pub(crate) matrix: bool,
     /// Threads of the --parallel runs (default 2), or of a --child run (default 1); 1 to 256.
@@ -1129,13 +1129,8 @@ fn parse_ff_theta(s: &str) -> Result<f64, String> {
 /// A fast-forward window: at least the counters' window it holds
 /// (`engine::ffwd::FF_MIN_WINDOW` µs), at most 100 ms.
 fn parse_ff_window_us(s: &str) -> Result<f64, String> {
-    let us = parse_duration_us(s)?;
     let least = f64::from(xirang_sim::engine::ffwd::FF_MIN_WINDOW);
-    if (least..=100_000.0).contains(&us) {
-        Ok(us)
-    } else {
-        Err(format!("expected a window from {least}us to 100ms, found {s}"))
-    }
+    duration_within(s, "window", least, (100_000.0, "100ms"))
 }
 
 /// The memo's confirmation: from `engine::ffwd::FF_MIN_CONFIRM_US` to
@@ -1143,13 +1138,25 @@ fn parse_ff_window_us(s: &str) -> Result<f64, String> {
 /// cover).
 fn parse_ff_confirm_us(s: &str) -> Result<f64, String> {
     use xirang_sim::engine::ffwd::{FF_MAX_CONFIRM_US, FF_MIN_CONFIRM_US};
+    let most = f64::from(FF_MAX_CONFIRM_US);
+    duration_within(
+        s,
+        "confirmation",
+        f64::from(FF_MIN_CONFIRM_US),
+        (most, &format!("{most}us")),
+    )
+}
+
+/// A duration `s`, µs, from `least` to `most.0` µs (`most.1` as the user reads it); the
+/// error names `what`.
+fn duration_within(s: &str, what: &str, least: f64, most: (f64, &str)) -> Result<f64, String> {
     let us = parse_duration_us(s)?;
-    let (least, most) = (f64::from(FF_MIN_CONFIRM_US), f64::from(FF_MAX_CONFIRM_US));
-    if (least..=most).contains(&us) {
+    if (least..=most.0).contains(&us) {
         Ok(us)
     } else {
         Err(format!(
-            "expected a confirmation from {least}us to {most}us, found {s}"
+            "expected a {what} from {least}us to {}, found {s}",
+            most.1
         ))
     }
 }

@@ -788,15 +788,15 @@ impl<Q: Queue> Sim<Q> {
         Ps::from(window) * SAMPLE_PS
     }
 
-    /// The copy whose counters a skip would extrapolate: the oldest at least
-    /// [`FF_COUNTER_WINDOW_PS`] old with no flow started since (`flows_started`, the
-    /// whole run's count now).
-    fn ff_candidate(&self, flows_started: u64) -> Option<usize> {
+    /// The copy whose counters a skip would extrapolate, or whose cleanliness a skip from
+    /// the memo needs: the oldest at least `age` old with no flow started since
+    /// (`flows_started`, the whole run's count now).
+    fn ff_candidate(&self, flows_started: u64, age: Ps) -> Option<usize> {
         let now = self.now;
         self.ff
             .snaps
             .iter()
-            .position(|s| s.at + FF_COUNTER_WINDOW_PS <= now && s.flows_started == flows_started)
+            .position(|s| s.at + age <= now && s.flows_started == flows_started)
     }
 
     /// PFC frames sent and received, packets dropped and retransmission events on the
@@ -976,22 +976,37 @@ impl<Q: Queue> Sim<Q> {
             return Err(NOT_STEADY);
         }
         let per_slice_ps = from_fixed(s.steady_fx) / s.steady_n as f64;
+        let (ext, room, at, wire) =
+            self.ff_from_copy(c, s, end, per_slice_ps, FF_COUNTER_WINDOW_PS, WINDOW_SHORT)?;
+        Ok((ext, room, Source::Window { at, wire }))
+    }
+
+    /// A skip of collective `c` at `per_slice_ps`, whose counters' window begins at the
+    /// oldest copy of the counters at least `age` old with no flow started since (`short`
+    /// when there is none yet): the threads' room, the extent, the copy and the slices put
+    /// on the wire since it; refused when nothing moved since the copy, when there is no
+    /// room for a whole period, or when PFC frames, drops or retransmissions came since.
+    fn ff_from_copy(
+        &self,
+        c: usize,
+        s: &CollSurvey,
+        end: Ps,
+        per_slice_ps: f64,
+        age: Ps,
+        short: &'static str,
+    ) -> Result<(Extent, Room, usize, u64), &'static str> {
         let room = s.room.room()?;
-        let Some(at) = self.ff_candidate(s.flows_started) else {
-            return Err(WINDOW_SHORT);
-        };
+        let at = self.ff_candidate(s.flows_started, age).ok_or(short)?;
         let snap = &self.ff.snaps[at];
         let wire = s.sent - snap.sent;
         if wire == 0 || s.consumed == snap.consumed {
             return Err("nothing moved in the window");
         }
-        let Some(ext) = self.ff_extent(c, room, end, per_slice_ps, s) else {
-            return Err(NO_PERIOD);
-        };
+        let ext = self.ff_extent(c, room, end, per_slice_ps, s).ok_or(NO_PERIOD)?;
         if s.dirty >> at & 1 == 1 {
             return Err(DIRTY);
         }
-        Ok((ext, room, Source::Window { at, wire }))
+        Ok((ext, room, at, wire))
     }
 
     /// A skip on a steady state the memo holds (`key`) once it has held again for the
@@ -1020,34 +1035,18 @@ impl<Q: Queue> Sim<Q> {
                 "a connection is not steady (the pipeline's pace is not the memo's)",
             ));
         }
-        let room = s.room.room().map_err(Some)?;
-        let now = self.now;
         let confirm = self
             .ff_confirm_ps()
             .expect("an entry is made only with the memo on");
-        let Some(at) = self
-            .ff
-            .snaps
-            .iter()
-            .position(|x| x.at + confirm <= now && x.flows_started == s.flows_started)
-        else {
-            return Err(Some("the memo's confirmation is not long enough yet"));
-        };
-        let snap = &self.ff.snaps[at];
-        if s.sent == snap.sent || s.consumed == snap.consumed {
-            return Err(Some("nothing moved in the window"));
-        }
         // The entry's time per slice, measured over a full window, rather than the
         // confirmation's, over a few periods: on the random rings of docs/fast-forward.md
         // ("The memo") the collective times were 0.010 % off the exact runs' on average
         // with the entry's, 0.078 % with the confirmation's (up to 0.48 % with Simple's
         // two-slice steps, whose few periods in a confirmation spread more).
-        let ext = self
-            .ff_extent(c, room, end, entry.per_slice_ps, s)
-            .ok_or(Some(NO_PERIOD))?;
-        if s.dirty >> at & 1 == 1 {
-            return Err(Some(DIRTY));
-        }
+        let short = "the memo's confirmation is not long enough yet";
+        let (ext, room, _, _) = self
+            .ff_from_copy(c, s, end, entry.per_slice_ps, confirm, short)
+            .map_err(Some)?;
         Ok((ext, room, Source::Memo(key)))
     }
 

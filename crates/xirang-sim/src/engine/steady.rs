@@ -567,11 +567,10 @@ impl PipelineWatch {
     /// per arrival.
     pub(crate) fn steady_per_slice(&self, c: u32, now: Ps) -> Option<f64> {
         let k = self.conns.get(c as usize)?;
-        let (Some(last), true) = (k.last, k.steady) else {
+        if !k.steady {
             return None;
-        };
-        let per_slice = k.band.sum / f64::from(k.band.n.max(1));
-        (((now - last) as f64) <= per_slice * PERIOD_SLICES as f64).then_some(per_slice)
+        }
+        k.band_per_slice(now)
     }
 
     /// Connection `c`'s time per slice, ps, as [`PipelineWatch::steady_per_slice`] but
@@ -579,11 +578,19 @@ impl PipelineWatch {
     /// window: the memo's confirmation of a steady state seen before (`engine::ffwd`).
     pub(crate) fn confirmed_per_slice(&self, c: u32, now: Ps, span_ps: Ps) -> Option<f64> {
         let k = self.conns.get(c as usize)?;
-        let last = k.last?;
         if k.band.n < MIN_SAMPLES || k.band.span_ps < span_ps {
             return None;
         }
-        let per_slice = k.band.sum / f64::from(k.band.n);
+        k.band_per_slice(now)
+    }
+}
+
+impl WatchConn {
+    /// The mean of its band, while a slice arrived within the last period at `now` (one
+    /// that stopped receiving has no pace, whatever its band says).
+    fn band_per_slice(&self, now: Ps) -> Option<f64> {
+        let last = self.last?;
+        let per_slice = self.band.sum / f64::from(self.band.n.max(1));
         (((now - last) as f64) <= per_slice * PERIOD_SLICES as f64).then_some(per_slice)
     }
 }

@@ -208,6 +208,38 @@ fn sim_fast_forward_says_why_and_refuses_what_it_cannot_do() {
     assert!(err.contains("expected a spread between 0 and 1"), "{err}");
     let (_, err) = run_expect(&["sim", example, "--exact", "--fast-forward"], 2);
     assert!(err.contains("cannot be used with"), "{err}");
+    // The memo: the example's all-gather skips on the reduce-scatter's steady state; with
+    // --ff-no-memo both skips are measured, and engine.json has no memo.
+    let memo = |dir: &str| {
+        let e: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(std::path::Path::new(dir).join("engine.json")).unwrap())
+                .unwrap();
+        e["engine"]["fast_forward"]["memo"].clone()
+    };
+    assert!(ff_line(&serial).contains("1 of them from the memo"), "{serial}");
+    run_expect(&["sim", example, "--quiet", "--out", two], 0);
+    let m = memo(two);
+    assert_eq!(
+        (m["hits"].as_u64(), m["misses"].as_u64()),
+        (Some(1), Some(1)),
+        "{m}"
+    );
+    assert!(m["rule"].as_str().unwrap().contains("for 50 us"), "{m}");
+    let (table, _) = run_expect(&["sim", example, "--ff-no-memo", "--quiet", "--out", two], 0);
+    assert!(!ff_line(&table).contains("memo"), "{table}");
+    assert!(memo(two).is_null());
+    run_expect(
+        &["sim", example, "--ff-confirm", "20us", "--quiet", "--out", two],
+        0,
+    );
+    assert!(memo(two)["rule"].as_str().unwrap().contains("for 20 us"));
+    let (_, err) = run_expect(&["sim", example, "--ff-confirm", "300us"], 2);
+    assert!(
+        err.contains("expected a confirmation from 20us to 200us, found 300us"),
+        "{err}"
+    );
+    let (_, err) = run_expect(&["sim", example, "--ff-confirm", "50us", "--ff-no-memo"], 2);
+    assert!(err.contains("cannot be used with"), "{err}");
 }
 
 #[test]
