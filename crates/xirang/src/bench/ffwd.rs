@@ -79,64 +79,35 @@ fn matrix_cases(dir: &Path) -> Result<Vec<PathBuf>> {
                      channels = 8\nclass = \"training\"\n\n[run]\nseed = 1\ntransfer_records = 0\n",
                     hosts = gpus / 8
                 );
-                let file = dir.join(format!("{name}.toml"));
-                std::fs::write(&file, &text).with_context(|| format!("writing {}", file.display()))?;
-                files.push(file);
-                if alg == "ring" && bytes == 64 << 20 && gpus == 128 {
-                    {
-                        // DCQCN marking: the ring's crossings between groups of hosts are
-                        // bottlenecks, whose queues ECN marks from 20 KB (MATRIX_ECN).
-                        let name = format!("{name}-ecn");
-                        let file = dir.join(format!("{name}.toml"));
-                        let at = "fabric_rate_gbps = 400\n";
-                        debug_assert!(text.contains(at));
-                        let text = text
-                            .replace(
-                                &format!("name = \"{alg}-{gpus}gpu-{b}\""),
-                                &format!("name = \"{name}\""),
-                            )
-                            .replacen(at, MATRIX_ECN_FABRIC, 1)
-                            + MATRIX_ECN;
-                        std::fs::write(&file, text).with_context(|| format!("writing {}", file.display()))?;
-                        files.push(file);
-                    }
-                    // A run with faults: fast-forward is off, and says why.
-                    let name = format!("{name}-faults");
-                    let file = dir.join(format!("{name}.toml"));
-                    let text = text.replace(
-                        &format!("name = \"{alg}-{gpus}gpu-{b}\""),
-                        &format!("name = \"{name}\""),
-                    ) + MATRIX_FAULT;
+                // A case and its variants: `name-suffix`, the base's text changed.
+                let mut write = |suffix: &str, text: String| -> Result<()> {
+                    let case = format!("{name}{suffix}");
+                    let file = dir.join(format!("{case}.toml"));
+                    let text = text.replacen(&format!("name = \"{name}\""), &format!("name = \"{case}\""), 1);
                     std::fs::write(&file, text).with_context(|| format!("writing {}", file.display()))?;
                     files.push(file);
+                    Ok(())
+                };
+                write("", text.clone())?;
+                if alg == "ring" && bytes == 64 << 20 && gpus == 128 {
+                    // DCQCN marking: the ring's crossings between groups of hosts are
+                    // bottlenecks, whose queues ECN marks from 20 KB (MATRIX_ECN).
+                    let at = "fabric_rate_gbps = 400\n";
+                    debug_assert!(text.contains(at));
+                    write("-ecn", text.replacen(at, MATRIX_ECN_FABRIC, 1) + MATRIX_ECN)?;
+                    // A run with faults: fast-forward is off, and says why.
+                    write("-faults", text.clone() + MATRIX_FAULT)?;
                 }
                 if alg == "ring" && bytes == 64 << 20 && gpus >= 128 {
                     // A training loop: the same AllReduce again and again, whose later
                     // phases the memo of steady states serves.
-                    let name = format!("{name}-x{MATRIX_ITERATIONS}");
-                    let file = dir.join(format!("{name}.toml"));
-                    let text = text
-                        .replace(
-                            &format!("name = \"{alg}-{gpus}gpu-{b}\""),
-                            &format!("name = \"{name}\""),
-                        )
-                        .replace(
-                            "class = \"training\"\n",
-                            &format!("class = \"training\"\niterations = {MATRIX_ITERATIONS}\n"),
-                        );
-                    std::fs::write(&file, text).with_context(|| format!("writing {}", file.display()))?;
-                    files.push(file);
-                }
-                if alg == "ring" && bytes == 64 << 20 && gpus >= 128 {
+                    let looped = text.replace(
+                        "class = \"training\"\n",
+                        &format!("class = \"training\"\niterations = {MATRIX_ITERATIONS}\n"),
+                    );
+                    write(&format!("-x{MATRIX_ITERATIONS}"), looped)?;
                     // Flows are interrupts: the ring skips between them.
-                    let name = format!("{name}-flows");
-                    let file = dir.join(format!("{name}.toml"));
-                    let text = text.replace(
-                        &format!("name = \"{alg}-{gpus}gpu-{b}\""),
-                        &format!("name = \"{name}\""),
-                    ) + &matrix_flows(gpus / 8);
-                    std::fs::write(&file, text).with_context(|| format!("writing {}", file.display()))?;
-                    files.push(file);
+                    write("-flows", text.clone() + &matrix_flows(gpus / 8))?;
                 }
             }
         }
