@@ -43,7 +43,7 @@
 //!
 //! The steadiness test is the probe's per-connection test over periods
 //! (`steady::PipelineWatch`): each network connection's time per slice, averaged over
-//! [`PERIOD_SLICES`] slices, within a spread θ over a window of `l` microseconds. Memory:
+//! [`SMOOTH_SLICES`](super::steady::SMOOTH_SLICES) slices, within a spread θ over a window of `l` microseconds. Memory:
 //! the watch's state and a mark per connection, a few copies of every port's counters
 //! while a collective runs, the offsets once a skip happened, and one memo entry (the
 //! counters' growth of the owned ports that counted anything) per shape of the
@@ -293,7 +293,8 @@ pub struct CollSurvey {
     /// A network connection has not held its time per slice for the memo's confirmation.
     unconfirmed: bool,
     /// A network connection has not received a period of slices of its threads'
-    /// primitives' shape since it last changed (`FastForward::marks`).
+    /// primitives' shape since it last changed (`FastForward::marks`), nor averaged a
+    /// period since its watch's average started again then.
     reshaped: bool,
     /// Its threads' room.
     room: RoomSurvey,
@@ -755,7 +756,9 @@ impl<Q: Queue> Sim<Q> {
             // Arrivals are watched where they happen: at the receiver.
             if dst {
                 let mark = self.ff.marks.get(k as usize).copied().unwrap_or(0);
-                s.reshaped |= conn.rx.arrived < mark + PERIOD_SLICES as u64;
+                // The watch's average restarted at the mark (`ff_mark_shape`), and has
+                // a period of slices since.
+                s.reshaped |= conn.rx.arrived < mark + PERIOD_SLICES as u64 || !watch.averaging(k);
                 match watch.steady_per_slice(k, now) {
                     Some(per_slice) => s.steady_fx += to_fixed(per_slice),
                     None => s.unsteady = true,
@@ -960,10 +963,14 @@ impl<Q: Queue> Sim<Q> {
         if marks.len() < range.end as usize {
             marks.resize(range.end as usize, 0);
         }
+        let watch = self.ff.watch.as_mut().expect("on");
         for k in range {
             let conn = self.work.conn(k as usize);
             if self.dist.owns(conn.dst_dev) {
                 marks[k as usize] = conn.rx.consumed;
+                // Its average over `steady::SMOOTH_SLICES` would hold the old shape's slices for
+                // that many arrivals; from a period of the new ones on, it is theirs.
+                watch.restart_average(k);
             }
         }
     }
