@@ -758,7 +758,7 @@ impl<Q: Queue> Sim<Q> {
                 let mark = self.ff.marks.get(k as usize).copied().unwrap_or(0);
                 // The watch's average restarted at the mark (`ff_mark_shape`), and has
                 // a period of slices since.
-                s.reshaped |= conn.rx.arrived < mark + PERIOD_SLICES as u64 || !watch.averaging(k);
+                s.reshaped |= conn.rx.arrived < mark + PERIOD_SLICES as u64 || watch.refilling(k);
                 match watch.steady_per_slice(k, now) {
                     Some(per_slice) => s.steady_fx += to_fixed(per_slice),
                     None => s.unsteady = true,

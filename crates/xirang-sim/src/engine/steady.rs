@@ -61,7 +61,8 @@ pub const MIN_SAMPLES: u32 = 16;
 /// takes microseconds.
 pub const CONN_IDLE_PS: Ps = 100 * PS_PER_US;
 
-/// Arrivals a connection's smoothed sample averages over: a ring over hosts of 8 GPUs
+/// Arrivals the probe's smoothed sample of a connection averages over (most arrivals
+/// bring one slice; the average is per slice): a ring over hosts of 8 GPUs
 /// repeats every 8 slices (seven hops inside a host, one over the network: measured on
 /// `scenarios/rail-1024gpu.toml`, 2.79 µs between slices seven times, 4.89 µs once), so
 /// 16 covers that period twice.
@@ -574,6 +575,8 @@ struct WatchConn {
     ring: PeriodRing<SMOOTH_SLICES>,
     band: Band,
     steady: bool,
+    /// Its average started again at a change of shape and has not a period yet.
+    refilling: bool,
 }
 
 impl PipelineWatch {
@@ -606,6 +609,7 @@ impl PipelineWatch {
             }
         };
         if let Some(per_slice) = k.ring.push(span, n) {
+            k.refilling = false;
             k.steady = k.band.add(per_slice, span, self.theta, self.window);
         }
     }
@@ -630,15 +634,16 @@ impl PipelineWatch {
     pub(crate) fn restart_average(&mut self, c: u32) {
         if let Some(k) = self.conns.get_mut(c as usize) {
             k.ring = PeriodRing::default();
+            k.refilling = true;
         }
     }
 
-    /// Whether connection `c` has averaged a period of slices since its average last
-    /// started again ([`PipelineWatch::restart_average`]).
-    pub(crate) fn averaging(&self, c: u32) -> bool {
-        self.conns
-            .get(c as usize)
-            .is_some_and(|k| k.ring.n >= PERIOD_SLICES)
+    /// Whether connection `c`'s average, started again by
+    /// [`PipelineWatch::restart_average`], has not averaged a period of slices yet (an
+    /// average that starts again after an idle gap is not: that connection is simply not
+    /// steady).
+    pub(crate) fn refilling(&self, c: u32) -> bool {
+        self.conns.get(c as usize).is_some_and(|k| k.refilling)
     }
 
     /// Connection `c`'s time per slice, ps, as [`PipelineWatch::steady_per_slice`] but
@@ -958,10 +963,9 @@ mod tests {
             t
         };
         // The first arrival has no gap before it: 16 more for the first sample.
-        arrive(&mut w, 16);
-        assert!(!w.averaging(0));
+        let now = arrive(&mut w, 16);
+        assert_eq!(w.confirmed_per_slice(0, now, 0), None, "no sample");
         let now = arrive(&mut w, 1);
-        assert!(w.averaging(0));
         assert_eq!(w.confirmed_per_slice(0, now, 0), None, "one sample");
         // From then on every arrival is a sample; 16 of them hold the band, within a
         // ripple of 0.1 %, though the ring holds 17 to 32 arrivals, not a multiple.
@@ -969,10 +973,40 @@ mod tests {
         let per = w.confirmed_per_slice(0, now, 0).expect("16 samples");
         assert!((per / 1_797_000.0 - 1.0).abs() < 0.001, "{per}");
         w.restart_average(0);
-        assert!(!w.averaging(0));
-        let now = arrive(&mut w, PERIOD_SLICES as u64);
-        assert!(w.averaging(0));
+        assert!(w.refilling(0));
+        let now = arrive(&mut w, PERIOD_SLICES as u64 - 1);
+        assert!(w.refilling(0));
         let per = w.confirmed_per_slice(0, now, 0).expect("its band stays");
         assert!((per / 1_797_000.0 - 1.0).abs() < 0.001, "{per}");
+        // Restarted, then twice as slow: the first sample is of the new slices only (the
+        // band starts again at it), 16 of them, not the old ones beside them.
+        w.restart_average(0);
+        let mut at = now;
+        for j in 0..PERIOD_SLICES as u64 {
+            at += 2 * rail_gap(j + 1);
+            w.slices(0, at, 1);
+        }
+        assert!(!w.refilling(0));
+        let k = &w.conns[0];
+        assert_eq!((k.band.n, k.band.lo), (1, 2.0 * 1_797_000.0));
+    }
+
+    /// While it fills, the ring averages its newest whole periods: 16 samples of 1 µs
+    /// and 4 of 2 µs average the last 16, 12 and 4; full, its last 64.
+    #[test]
+    fn a_filling_ring_takes_its_newest_periods() {
+        let mut r = PeriodRing::<SMOOTH_SLICES>::default();
+        for _ in 0..16 {
+            r.push(1_000_000, 1);
+        }
+        let mut last = None;
+        for _ in 0..4 {
+            last = r.push(2_000_000, 1);
+        }
+        assert_eq!(last, Some(1_250_000.0));
+        for _ in 0..60 {
+            last = r.push(2_000_000, 1);
+        }
+        assert_eq!(last, Some(2_000_000.0), "the 1 µs samples are out of the last 64");
     }
 }
