@@ -134,7 +134,8 @@ impl Band {
 }
 
 /// Arrivals the fast-forward's watch ([`PipelineWatch`]) averages a connection's time per
-/// slice over: four of [`PERIOD_SLICES`]. A ring carries one-off delays around: a slice
+/// slice over, at most: four of [`PERIOD_SLICES`], and no more whole periods than span
+/// [`SMOOTH_SPAN_PS`]. A ring carries one-off delays around: a slice
 /// late once makes every connection downstream late once, in turn, one host per period
 /// of slices, for the rest of the phase. On `scenarios/rail-16384gpu.toml` (measured on
 /// 2026-12-07, docs/fast-forward.md "A delay that travels the ring") one slice of each
@@ -142,22 +143,37 @@ impl Band {
 /// before instead of 3.62 µs), and the same at the next host's 14.4 µs later, from the
 /// start of the run on: over 16 slices that is 1.94 µs per slice against 1.80, an 8 %
 /// spread, so about 180 of the 8,192 network connections are outside θ = 5 % for a
-/// window at any time; over 64 slices, 2 %. A delay carried this way is no change of
-/// pace, and a skip keeps it: every thread moves the same number of slices on, so the
+/// window at any time; over 64 slices, 2 % (2.7 % over the 48 that fit in
+/// [`SMOOTH_SPAN_PS`]). A delay carried this way is no change of pace, and a skip keeps it: every thread moves the same number of slices on, so the
 /// late ones stay as far behind as they were.
 pub const SMOOTH_SLICES: usize = 4 * PERIOD_SLICES;
 
+/// The longest time the watch's average of a connection spans ([`SMOOTH_SLICES`] slices
+/// at most, a period at least): a third of the 300 µs window (`engine::ffwd`'s default),
+/// so that the averages a window's band holds are mostly of arrivals inside it. An
+/// average over a longer time lags behind the pipeline: on the validation matrix's
+/// ring-128gpu-1g (Simple, slices 11.6 µs apart) an average of 64 slices spans 745 µs,
+/// took the faster pace of the ring's first slices into the first window, and the
+/// collective came out 1.46 % short (0.12 % over 16 slices, 186 µs; measured on
+/// 2026-12-07). On `rail-16384gpu` (slices 1.8 µs apart) 100 µs holds 48 slices, over
+/// which the late slice of [`SMOOTH_SLICES`] is 2.7 %.
+pub const SMOOTH_SPAN_PS: Ps = 100 * PS_PER_US;
+
+/// Windows of whole periods a [`PeriodRing`] keeps a running sum of, at most.
+const MAX_PERIODS: usize = 4;
+
 /// A connection's last `N` samples (time since the arrival before, slices), a ring, and
-/// their sums. A sample's time is at most [`CONN_IDLE_PS`] (longer is idle, no sample), so
-/// it fits 32 bits, which keeps the watch's ring of [`SMOOTH_SLICES`] at 512 bytes a
-/// connection.
+/// the running sums of its newest 1, 2, ... `N / PERIOD_SLICES` periods of them. A
+/// sample's time is at most [`CONN_IDLE_PS`] (longer is idle, no sample), so it fits 32
+/// bits, which keeps the watch's ring of [`SMOOTH_SLICES`] at 512 bytes a connection.
 #[derive(Debug, Clone, Copy)]
 struct PeriodRing<const N: usize> {
     ring: [(u32, u32); N],
     at: usize,
     n: usize,
-    sum: Ps,
-    slices: u64,
+    /// Time and slices of the newest `(j + 1) * PERIOD_SLICES` samples (or all of them,
+    /// while fewer came).
+    sums: [(Ps, u64); MAX_PERIODS],
 }
 
 impl<const N: usize> Default for PeriodRing<N> {
@@ -166,45 +182,51 @@ impl<const N: usize> Default for PeriodRing<N> {
             ring: [(0, 0); N],
             at: 0,
             n: 0,
-            sum: 0,
-            slices: 0,
+            sums: [(0, 0); MAX_PERIODS],
         }
     }
 }
 
 impl<const N: usize> PeriodRing<N> {
-    /// Adds a sample of `n` slices over `span`; the time per slice over the most recent
-    /// whole periods in the ring ([`PERIOD_SLICES`] samples each) once it holds one: the
-    /// ring's mean once it is full, and while it fills, the mean over its newest
-    /// multiple of a period (a part of a period would bring back the ripple it averages
-    /// out: one network hop in eight slices).
+    /// Adds a sample of `n` slices over `span`; once a period of samples came, the time
+    /// per slice over the most whole periods of the newest samples that span at most
+    /// `max_span` (over one period if even that spans more). Whole periods only: a part
+    /// of one would bring back the ripple the average is there to take out (one network
+    /// hop in eight slices).
     #[inline]
-    fn push(&mut self, span: Ps, n: u64) -> Option<f64> {
+    fn push(&mut self, span: Ps, n: u64, max_span: Ps) -> Option<f64> {
         const {
             assert!(N.is_multiple_of(PERIOD_SLICES), "whole periods");
+            assert!(N / PERIOD_SLICES <= MAX_PERIODS, "a sum per window");
             assert!(CONN_IDLE_PS <= u32::MAX as Ps, "a sample's span fits 32 bits");
         }
         let span = u32::try_from(span).expect("invariant: a sample spans at most CONN_IDLE_PS");
         // Slices that arrive at one instant: a handful (a connection's slots at most).
         let n = u32::try_from(n).expect("invariant: a sample's slices fit 32 bits");
-        let at = self.at;
-        let (old_span, old_n) = self.ring[at];
-        self.sum = self.sum + Ps::from(span) - Ps::from(old_span);
-        self.slices = self.slices + u64::from(n) - u64::from(old_n);
-        self.ring[at] = (span, n);
-        self.at = (at + 1) % N;
+        for (j, sum) in self.sums[..N / PERIOD_SLICES].iter_mut().enumerate() {
+            let len = (j + 1) * PERIOD_SLICES;
+            // The window held `len` samples: the one pushed `len` pushes ago leaves it.
+            if self.n >= len {
+                let (old_span, old_n) = self.ring[(self.at + N - len) % N];
+                sum.0 -= Ps::from(old_span);
+                sum.1 -= u64::from(old_n);
+            }
+            sum.0 += Ps::from(span);
+            sum.1 += u64::from(n);
+        }
+        self.ring[self.at] = (span, n);
+        self.at = (self.at + 1) % N;
         self.n = (self.n + 1).min(N);
-        let whole = self.n - self.n % PERIOD_SLICES;
-        if whole == 0 {
+        let full = self.n / PERIOD_SLICES;
+        if full == 0 {
             return None;
         }
-        // A ring that is not full yet filled from its first place on: its oldest samples
-        // are its first ones, and at most a period's worth is left out.
-        let (mut sum, mut slices) = (self.sum, self.slices);
-        for &(old_span, old_n) in &self.ring[..self.n - whole] {
-            sum -= Ps::from(old_span);
-            slices -= u64::from(old_n);
-        }
+        // The sums grow with the window: the longest within `max_span`.
+        let pick = (1..full)
+            .take_while(|&j| self.sums[j].0 <= max_span)
+            .last()
+            .unwrap_or(0);
+        let (sum, slices) = self.sums[pick];
         Some(sum as f64 / slices as f64)
     }
 }
@@ -358,7 +380,7 @@ impl SteadyProbe {
             .conn
             .add(&mut k.bands, span as f64 / n as f64, prev, span);
         // The same arrivals averaged over the last PERIOD_SLICES slices.
-        if let Some(per_slice) = k.ring.push(span, n) {
+        if let Some(per_slice) = k.ring.push(span, n, Ps::MAX) {
             self.totals.period.add(&mut k.period_bands, per_slice, prev, span);
         }
     }
@@ -608,7 +630,7 @@ impl PipelineWatch {
                 return;
             }
         };
-        if let Some(per_slice) = k.ring.push(span, n) {
+        if let Some(per_slice) = k.ring.push(span, n, SMOOTH_SPAN_PS) {
             k.refilling = false;
             k.steady = k.band.add(per_slice, span, self.theta, self.window);
         }
@@ -910,7 +932,8 @@ mod tests {
     }
 
     /// One slice 2.3 µs late, as a delay passing through a ring's connection: the
-    /// watch's average over [`SMOOTH_SLICES`] moves 2 % and its window holds at θ = 5 %;
+    /// watch's average (over 48 slices, 86 µs, within [`SMOOTH_SPAN_PS`]) moves 2.7 % and
+    /// its window holds at θ = 5 %;
     /// over the probe's [`PERIOD_SLICES`] it moves 8 %, which would restart it.
     #[test]
     fn a_late_slice_passing_through_is_not_a_new_pace() {
@@ -924,7 +947,7 @@ mod tests {
             t += gap;
             w.slices(0, t, 1);
             if i > 0
-                && let Some(per) = short.push(gap, 1)
+                && let Some(per) = short.push(gap, 1, Ps::MAX)
             {
                 lo = lo.min(per);
                 hi = hi.max(per);
@@ -997,16 +1020,40 @@ mod tests {
     fn a_filling_ring_takes_its_newest_periods() {
         let mut r = PeriodRing::<SMOOTH_SLICES>::default();
         for _ in 0..16 {
-            r.push(1_000_000, 1);
+            r.push(1_000_000, 1, Ps::MAX);
         }
         let mut last = None;
         for _ in 0..4 {
-            last = r.push(2_000_000, 1);
+            last = r.push(2_000_000, 1, Ps::MAX);
         }
         assert_eq!(last, Some(1_250_000.0));
         for _ in 0..60 {
-            last = r.push(2_000_000, 1);
+            last = r.push(2_000_000, 1, Ps::MAX);
         }
         assert_eq!(last, Some(2_000_000.0), "the 1 µs samples are out of the last 64");
+    }
+
+    /// The watch's average spans [`SMOOTH_SPAN_PS`] at most: 64 samples of 1 µs, then one
+    /// of 3 µs, average over 64 (66 µs); of 2.5 µs, over 32 (80 µs; 48 span 120 µs); of
+    /// 10 µs, over 16, though 16 span more than the bound.
+    #[test]
+    fn the_watch_averages_over_100_us_at_most() {
+        let fill = |gap: Ps| {
+            let mut r = PeriodRing::<SMOOTH_SLICES>::default();
+            for _ in 0..SMOOTH_SLICES - 1 {
+                r.push(gap, 1, SMOOTH_SPAN_PS);
+            }
+            r
+        };
+        let mut r = fill(1_000_000);
+        r.push(1_000_000, 1, SMOOTH_SPAN_PS);
+        assert_eq!(r.push(3_000_000, 1, SMOOTH_SPAN_PS), Some(66_000_000.0 / 64.0));
+        let mut r = fill(2_500_000);
+        r.push(2_500_000, 1, SMOOTH_SPAN_PS);
+        let per = r.push(5_000_000, 1, SMOOTH_SPAN_PS).expect("full");
+        assert_eq!(per, (31.0 * 2_500_000.0 + 5_000_000.0) / 32.0);
+        let mut r = fill(10_000_000);
+        let per = r.push(26_000_000, 1, SMOOTH_SPAN_PS).expect("full");
+        assert_eq!(per, (15.0 * 10_000_000.0 + 26_000_000.0) / 16.0);
     }
 }
