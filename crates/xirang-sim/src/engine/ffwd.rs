@@ -43,7 +43,8 @@
 //!
 //! The steadiness test is the probe's per-connection test over periods
 //! (`steady::PipelineWatch`): each network connection's time per slice, averaged over
-//! [`SMOOTH_SLICES`](super::steady::SMOOTH_SLICES) slices, within a spread θ over a window of `l` microseconds. Memory:
+//! up to [`SMOOTH_SLICES`](super::steady::SMOOTH_SLICES) slices, within a spread θ over a
+//! window of `l` microseconds. Memory:
 //! the watch's state and a mark per connection, a few copies of every port's counters
 //! while a collective runs, the offsets once a skip happened, and one memo entry (the
 //! counters' growth of the owned ports that counted anything) per shape of the
@@ -968,8 +969,9 @@ impl<Q: Queue> Sim<Q> {
             let conn = self.work.conn(k as usize);
             if self.dist.owns(conn.dst_dev) {
                 marks[k as usize] = conn.rx.consumed;
-                // Its average over `steady::SMOOTH_SLICES` would hold the old shape's slices for
-                // that many arrivals; from a period of the new ones on, it is theirs.
+                // Its average over up to `steady::SMOOTH_SLICES` would hold the old
+                // shape's slices for that many arrivals; from a period of the new ones on,
+                // it is theirs.
                 watch.restart_average(k);
             }
         }

@@ -138,14 +138,15 @@ impl Band {
 /// [`SMOOTH_SPAN_PS`]. A ring carries one-off delays around: a slice
 /// late once makes every connection downstream late once, in turn, one host per period
 /// of slices, for the rest of the phase. On `scenarios/rail-16384gpu.toml` (measured on
-/// 2026-12-07, docs/fast-forward.md "A delay that travels the ring") one slice of each
-/// channel's ring arrives 2.3 µs late at a network connection (5.93 µs after the one
-/// before instead of 3.62 µs), and the same at the next host's 14.4 µs later, from the
-/// start of the run on: over 16 slices that is 1.94 µs per slice against 1.80, an 8 %
-/// spread, so about 180 of the 8,192 network connections are outside θ = 5 % for a
-/// window at any time; over 64 slices, 2 % (2.7 % over the 48 that fit in
-/// [`SMOOTH_SPAN_PS`]). A delay carried this way is no change of pace, and a skip keeps it: every thread moves the same number of slices on, so the
-/// late ones stay as far behind as they were.
+/// 2026-12-07, docs/fast-forward.md "A delay that travels the ring") a slice arrives
+/// 2.3 µs late at a network connection (5.93 µs after the one before instead of
+/// 3.62 µs), and the same at the next host's 14.4 µs later, one such delay in each block
+/// of 8,192 connections from the start of the run on: over 16 slices that is 1.94 µs per
+/// slice against 1.80, an 8 % spread, so about 180 of the 8,192 network connections are
+/// outside θ = 5 % for a window at any time; over 64 slices, 2 % (2.7 % over the 48
+/// that fit in [`SMOOTH_SPAN_PS`]). A delay carried this way is no change of pace, and a
+/// skip keeps it: every thread moves the same number of slices on, so the late ones stay
+/// as far behind as they were.
 pub const SMOOTH_SLICES: usize = 4 * PERIOD_SLICES;
 
 /// The longest time the watch's average of a connection spans ([`SMOOTH_SLICES`] slices
@@ -581,8 +582,9 @@ pub struct SteadyCriterion {
 
 /// The steadiness test a fast-forward acts on (`engine::ffwd`): the probe's per-connection
 /// test, at one criterion, kept for every connection with its current verdict, and
-/// nothing added up; its samples are averaged over [`SMOOTH_SLICES`] slices rather than
-/// the probe's [`PERIOD_SLICES`], so a delay passing through is not read as a new pace.
+/// nothing added up; its samples are averaged over up to [`SMOOTH_SLICES`] slices
+/// (within [`SMOOTH_SPAN_PS`]) rather than the probe's [`PERIOD_SLICES`], so a delay
+/// passing through is not read as a new pace.
 #[derive(Debug, Clone)]
 pub(crate) struct PipelineWatch {
     theta: f64,
@@ -640,8 +642,8 @@ impl PipelineWatch {
     /// slice arrived within the last period (one that stopped receiving is not steady,
     /// whatever it did before): the mean of its samples since its band last began (the
     /// window at least; the band restarts only on a sample outside it), each the time
-    /// per slice over its last [`SMOOTH_SLICES`] arrivals, so whole periods, weighted
-    /// per arrival.
+    /// per slice over its last 16 to [`SMOOTH_SLICES`] arrivals (whole periods, within
+    /// [`SMOOTH_SPAN_PS`]), weighted per arrival.
     pub(crate) fn steady_per_slice(&self, c: u32, now: Ps) -> Option<f64> {
         let k = self.conns.get(c as usize)?;
         if !k.steady {
@@ -933,8 +935,8 @@ mod tests {
 
     /// One slice 2.3 µs late, as a delay passing through a ring's connection: the
     /// watch's average (over 48 slices, 86 µs, within [`SMOOTH_SPAN_PS`]) moves 2.7 % and
-    /// its window holds at θ = 5 %;
-    /// over the probe's [`PERIOD_SLICES`] it moves 8 %, which would restart it.
+    /// its window holds at θ = 5 %; over the probe's [`PERIOD_SLICES`] it moves 8 %,
+    /// which would restart it.
     #[test]
     fn a_late_slice_passing_through_is_not_a_new_pace() {
         let mut w = PipelineWatch::new(0.05, 300);
@@ -1014,8 +1016,8 @@ mod tests {
         assert_eq!((k.band.n, k.band.lo), (1, 2.0 * 1_797_000.0));
     }
 
-    /// While it fills, the ring averages its newest whole periods: 16 samples of 1 µs
-    /// and 4 of 2 µs average the last 16, 12 and 4; full, its last 64.
+    /// While it fills, the ring averages its newest whole periods: after 16 samples of
+    /// 1 µs and 4 of 2 µs, the newest 16 (12 of 1 µs, 4 of 2 µs); full, its last 64.
     #[test]
     fn a_filling_ring_takes_its_newest_periods() {
         let mut r = PeriodRing::<SMOOTH_SLICES>::default();
