@@ -586,28 +586,32 @@ fn shape_case(text: &str, window: u32) {
     }
 }
 
-/// A known miss of the memo, found by `fast_forward_matches_exact_on_random_rings` on
-/// 2026-12-07 and failing since the memo came (b8d9eda; 3392630 too): on this 88-GPU ring
-/// of two iterations, three of its four skips take the counters per slice the first
-/// window measured, which are about 4 % above the run's own (every traffic counter +3.4 to
-/// +4.0 %; without the memo, each phase measuring its own window, -1.1 %; the collective
-/// time is exact either way). A window's counters per slice are its ports' bytes over the
-/// slices senders put on the wire in it; the likely cause (not confirmed) is a window
-/// that begins while the pipeline holds more in flight than at its end, so its ports
-/// count more bytes than those slices carry, and the memo carries that error into every
-/// later phase. Not fixed yet
-/// (docs/fast-forward.md, "The memo of steady states", Limits); kept here so the case
-/// is not lost: `cargo test -p xirang-sim --test ffwd -- --ignored`.
+/// The counters' window of a skip is cut to slices carried, not slices handed to the QPs
+/// (`Sim::ff_carried`). Found by `fast_forward_matches_exact_on_random_rings` on
+/// 2026-12-07: on this 88-GPU ring (one channel, LL128's large slices, 16 a connection in
+/// the window) the window began with 11 slices in flight and ended with none, so its
+/// counters per slice handed were 6 % high, and the memo took them into the later phases:
+/// every traffic counter was +3.4 % (one iteration) and +3.6 to +4.0 % (two) above the
+/// exact run's, the collective time exact. Counted by the NICs' payload they are within
+/// 0.7 %; the bound here is 1 %, a third of the matrix's tolerance.
 #[test]
-#[ignore = "known miss: the memo's counters per slice, +4 % on this ring (see the comment)"]
-fn the_memo_keeps_counters_within_3_percent_on_an_88_gpu_ring_of_two_iterations() {
-    let l = load_text(&ring(11, 33, 1, "ll128", "iterations = 2\n"));
-    let exact = run(&l, None);
-    let fast = run(&l, Some(400));
-    assert!(ff(&fast).memo.as_ref().expect("on").hits >= 1);
-    assert_close(
-        &exact,
-        &fast,
-        "11 hosts, 33 MiB, 1 ch, ll128, l 400, 2 iterations",
-    );
+fn the_memo_counts_counters_per_slice_carried_on_an_88_gpu_ring() {
+    for iterations in [1, 2] {
+        let what = format!("11 hosts, 33 MiB, 1 ch, ll128, l 400, {iterations} iteration(s)");
+        let l = load_text(&ring(11, 33, 1, "ll128", &format!("iterations = {iterations}\n")));
+        let exact = run(&l, None);
+        let fast = run(&l, Some(400));
+        assert!(ff(&fast).memo.as_ref().expect("on").hits >= 1, "{what}");
+        assert_close(&exact, &fast, &what);
+        let (ca, cb) = (counter_totals(&exact), counter_totals(&fast));
+        for (name, &a) in &ca {
+            let b = cb.get(name).copied().unwrap_or(0);
+            if a.max(b) >= 1000 {
+                assert!(
+                    rel(a as f64, b as f64) < 0.01,
+                    "{what}: {name} {a} exact, {b} fast-forwarded"
+                );
+            }
+        }
+    }
 }

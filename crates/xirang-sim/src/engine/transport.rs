@@ -66,6 +66,9 @@ pub(crate) struct ConnTx {
     pub(crate) cts: u64,
     /// Slices handed to the QPs.
     pub(crate) sent: u64,
+    /// Their bytes on the wire, counted slice by slice as they are handed over (a skip's
+    /// slices are not: only the fast-forward's windows between skips use it).
+    pub(crate) sent_bytes: u64,
     /// Slices whose send completed, in order.
     pub(crate) completed: u64,
     /// Slots given back to the GPU.
@@ -394,6 +397,7 @@ impl<Q: Queue> Sim<Q> {
             // one byte so that it has a place in the QP's byte sequence (a simplification
             // of one byte per empty slice).
             let wire = meta.wire.max(1);
+            self.work.conn_mut(c as usize).tx.sent_bytes += wire;
             if split {
                 let part = wire.div_ceil(nq).next_multiple_of(SPLIT_ALIGN_BYTES);
                 for i in 0..nq {
