@@ -1102,7 +1102,7 @@ impl<Q: Queue> Sim<Q> {
     /// to the QPs in the window while 187 arrived, the window having begun with 11 in
     /// flight and ended with none. The counters, divided by the 176, were 6 % high, and
     /// the run's 3.4 to 4.0 % (docs/fast-forward.md, "Counters per slice carried"). The
-    /// NICs' payload cuts through packets instead: there the same run is within 0.6 %,
+    /// NICs' payload cuts through packets instead: there the same run is within 0.7 %,
     /// and the 60 random rings of that section within 0.75 % (2.87 % by slices handed).
     /// Both byte counts cover the window's own steps, never a skip (the copies of the
     /// counters go at every skip), so that a skip's slices need not count bytes.
