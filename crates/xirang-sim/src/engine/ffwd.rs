@@ -865,8 +865,8 @@ impl<Q: Queue> Sim<Q> {
     /// move at the pipeline's pace. Its counters come from the oldest copy of every
     /// port's counters at least [`FF_COUNTER_WINDOW_PS`] old and inside the steadiness
     /// window (a connection is steady only once it has been for the window, so what was
-    /// counted in the window before is good): what the network carried per slice sent
-    /// since, times the slices the skip sends. After a skip the counters' window starts
+    /// counted in the window before is good): what the network carried per slice the
+    /// window carried ([`Sim::ff_carried`]), times the slices the skip sends. After a skip the counters' window starts
     /// again; the time per slice goes on from the watch, whose samples a skip does not
     /// interrupt (the engine's clock does not move). The two measurements go into the memo
     /// under the shape of the work; where no full window is there yet, a skip may take
@@ -1108,7 +1108,8 @@ impl<Q: Queue> Sim<Q> {
     /// counters go at every skip), so that a skip's slices need not count bytes.
     fn ff_carried(wire: u64, handed_bytes: u64, data_bytes: u64) -> Carried {
         if handed_bytes == 0 || data_bytes == 0 {
-            // Not in a window that moved anything (`ff_from_copy` refuses it); by slices.
+            // No byte handed over or put on the wire as data in the window (a window
+            // with no slice handed over is refused, `ff_from_copy`): by slices.
             return Carried {
                 wire,
                 data_bytes: 1,
@@ -1246,7 +1247,7 @@ impl<Q: Queue> Sim<Q> {
 
     /// Adds to every port this run owns, to its hop count and (once, in partition 0) to
     /// the ledger what `entry`'s window counted, times `num` slices on the wire over the
-    /// window's.
+    /// slices the window carried ([`Carried::scale`]).
     fn ff_add_counters(&mut self, entry: &MemoEntry, num: u64) {
         let carried = entry.carried;
         let zero = PortCounters::default();

@@ -66,8 +66,9 @@ pub(crate) struct ConnTx {
     pub(crate) cts: u64,
     /// Slices handed to the QPs.
     pub(crate) sent: u64,
-    /// Their bytes on the wire, counted slice by slice as they are handed over (a skip's
-    /// slices are not: only the fast-forward's windows between skips use it).
+    /// The bytes of the messages they were handed over as (with split data, a part of
+    /// an empty slice is one byte too), counted slice by slice (a skip's slices are not:
+    /// only the fast-forward's windows between skips use it).
     pub(crate) sent_bytes: u64,
     /// Slices whose send completed, in order.
     pub(crate) completed: u64,
@@ -397,17 +398,21 @@ impl<Q: Queue> Sim<Q> {
             // one byte so that it has a place in the QP's byte sequence (a simplification
             // of one byte per empty slice).
             let wire = meta.wire.max(1);
-            self.work.conn_mut(c as usize).tx.sent_bytes += wire;
+            let mut handed = 0;
             if split {
                 let part = wire.div_ceil(nq).next_multiple_of(SPLIT_ALIGN_BYTES);
                 for i in 0..nq {
                     let start = (i * part).min(wire);
+                    // An empty part is a one-byte write too.
                     let bytes = part.min(wire - start).max(1);
+                    handed += bytes;
                     self.post_message(QpId(first + i as u32), bytes, k);
                 }
             } else {
+                handed = wire;
                 self.post_message(QpId(first + (k % nq) as u32), wire, k);
             }
+            self.work.conn_mut(c as usize).tx.sent_bytes += handed;
         }
     }
 
