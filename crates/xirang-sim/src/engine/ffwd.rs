@@ -866,11 +866,11 @@ impl<Q: Queue> Sim<Q> {
     /// port's counters at least [`FF_COUNTER_WINDOW_PS`] old and inside the steadiness
     /// window (a connection is steady only once it has been for the window, so what was
     /// counted in the window before is good): what the network carried per slice the
-    /// window carried ([`Sim::ff_carried`]), times the slices the skip sends. After a skip the counters' window starts
-    /// again; the time per slice goes on from the watch, whose samples a skip does not
-    /// interrupt (the engine's clock does not move). The two measurements go into the memo
-    /// under the shape of the work; where no full window is there yet, a skip may take
-    /// them from the memo instead (`ff_remembered`).
+    /// window carried ([`Sim::ff_carried`]), times the slices the skip sends. After a
+    /// skip the counters' window starts again; the time per slice goes on from the watch,
+    /// whose samples a skip does not interrupt (the engine's clock does not move). The two
+    /// measurements go into the memo under the shape of the work; where no full window is
+    /// there yet, a skip may take them from the memo instead (`ff_remembered`).
     pub(crate) fn ff_decide(&mut self, c: usize, s: &Survey, end: Ps) -> Result<(), &'static str> {
         let Survey::Coll(s) = s else {
             unreachable!("invariant: the collective's survey comes second");
