@@ -164,9 +164,11 @@ struct Carried {
 impl Carried {
     /// `d`, counted over the window, scaled to `slices` slices carried.
     fn scale(&self, d: u64, slices: u64) -> u64 {
-        let num = u128::from(d) * u128::from(slices) * u128::from(self.handed_bytes);
-        let den = (u128::from(self.wire) * u128::from(self.data_bytes)).max(1);
-        ((num + den / 2) / den) as u64
+        scale(
+            d,
+            u128::from(slices) * u128::from(self.handed_bytes),
+            u128::from(self.wire) * u128::from(self.data_bytes),
+        )
     }
 }
 
@@ -578,9 +580,10 @@ impl FastForward {
     }
 }
 
-/// `d` scaled by `num / den`, rounded to the nearest.
-fn scale(d: u64, num: Ps, den: Ps) -> u64 {
-    ((u128::from(d) * u128::from(num) + u128::from(den) / 2) / u128::from(den.max(1))) as u64
+/// `d` scaled by `num / den`, rounded to the nearest (a zero `den` taken as 1).
+fn scale(d: u64, num: u128, den: u128) -> u64 {
+    let den = den.max(1);
+    ((u128::from(d) * num + den / 2) / den) as u64
 }
 
 fn gcd(a: u64, b: u64) -> u64 {
@@ -953,7 +956,7 @@ impl<Q: Queue> Sim<Q> {
                 // The counters, per slice the window carried, times the slices the skip
                 // sends.
                 self.ff_add_counters(&entry, num);
-                let events = scale(entry.events, ext.dt, entry.span_ps);
+                let events = scale(entry.events, u128::from(ext.dt), u128::from(entry.span_ps));
                 if let Some(m) = &mut self.ff.report.memo {
                     m.misses += 1;
                     if let Some(key) = key {
@@ -969,7 +972,7 @@ impl<Q: Queue> Sim<Q> {
                 if let Some(m) = &mut self.ff.report.memo {
                     m.hits += 1;
                 }
-                let events = scale(entry.events, ext.dt, entry.span_ps);
+                let events = scale(entry.events, u128::from(ext.dt), u128::from(entry.span_ps));
                 self.ff.memo.insert(key, entry);
                 events
             }
