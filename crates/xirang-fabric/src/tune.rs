@@ -55,6 +55,12 @@ pub struct TuneSpec {
     /// Held-out seeds each point of the sensitivity sweeps is run on, at most
     /// `held_out_seeds` (0: no sweeps).
     pub sensitivity_seeds: u32,
+    /// Measure the seeds' effect first: the vendor's and the baselines' figures on up to
+    /// four seeds the tune runs anyway, and where none moves by more than the smallest
+    /// effect a tune claims, every seed set cut to two (one per sweep point). `false`
+    /// runs every seed set at its full size.
+    #[serde(skip_serializing_if = "is_true")]
+    pub seed_pilot: bool,
     /// Wall-time budget of the search, seconds: no bracket starts after it is spent (the
     /// ablation, held-out evaluation and report still run). Set by `xirang tune --time`,
     /// never by a scenario file; a budgeted search depends on the machine's speed.
@@ -107,6 +113,7 @@ impl Default for TuneSpec {
             algorithms: DEFAULT_ALGORITHMS.to_vec(),
             params: Vec::new(),
             sensitivity_seeds: DEFAULT_SENSITIVITY_SEEDS,
+            seed_pilot: true,
             time_budget_s: None,
         }
     }
@@ -118,6 +125,10 @@ pub const DEFAULT_ALGORITHMS: [CcAlgorithm; 2] = [CcAlgorithm::Dcqcn, CcAlgorith
 
 fn is_default_algorithms(a: &[CcAlgorithm]) -> bool {
     a == DEFAULT_ALGORITHMS
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
 }
 
 /// One searched parameter.

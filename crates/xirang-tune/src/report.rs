@@ -25,14 +25,62 @@ pub struct Sample {
 /// Sampling interval of the report's time series, µs.
 pub const SAMPLE_US: f64 = 20.0;
 
+/// Largest time series the report samples, in values: sample points times the NICs and
+/// link ends that report at each. A sampled run is exact (fast-forward stops where
+/// counters are sampled, docs/fast-forward.md) and holds its series in memory, 32 to 48
+/// bytes a value: 20 million is about a gigabyte for each of the three runs. rail-1024gpu
+/// (6,278 µs, 1,024 NICs, 2,048 links) is about 1.6 million, and its three sampled runs
+/// take about 70 s here; rail-8192gpu's (29,526 µs, 8,192 NICs, 24,576 links) would be
+/// about 85 million each, exact runs of 1,616 to 2,018 s each here (BENCHMARKS.md,
+/// "Fast-forward" and "Counters per slice carried"), as long as half the whole tune.
+pub const REPORT_SERIES_BUDGET: u64 = 20_000_000;
+
+/// The report's sampled runs, or why there are none.
+#[derive(Debug, Default)]
+pub struct Sampled {
+    /// The runs, in the order tuned (when recommended), vendor, paper.
+    pub runs: Vec<Sample>,
+    /// Why the runs were not sampled.
+    pub skipped: Option<String>,
+}
+
+/// The values a run's time series would hold: a sample every [`SAMPLE_US`] over
+/// `sim_us`, each with a rate per NIC (a busy NIC sends on a QP at least) and the
+/// counters of both ends of every link.
+pub fn series_estimate(sim_us: f64, nics: usize, links: usize) -> u64 {
+    let points = (sim_us / SAMPLE_US).ceil().max(1.0) as u64;
+    points * (nics as u64 + 2 * links as u64)
+}
+
 /// Runs the recommendation (when it differs from the vendor's) and the vendor and paper
-/// baselines once more, on the first held-out seed, with time series, in parallel.
+/// baselines once more, on the first held-out seed, with time series, in parallel; none
+/// when their series would be larger than [`REPORT_SERIES_BUDGET`].
 pub fn samples(
     eval: &crate::eval::Evaluator<'_>,
     r: &TuneResult,
     baselines: &[crate::space::Baseline],
-) -> Vec<Sample> {
+) -> Sampled {
     use rayon::prelude::*;
+    let fabric = &eval.loaded().fabric;
+    let vendor_us = r
+        .held_out
+        .iter()
+        .find(|h| h.name == "vendor")
+        .and_then(|h| h.metrics.first())
+        .map_or(0.0, |m| m.sim_us);
+    let values = series_estimate(vendor_us, fabric.nics.len(), fabric.links.len());
+    if values > REPORT_SERIES_BUDGET {
+        return Sampled {
+            runs: Vec::new(),
+            skipped: Some(format!(
+                "Time series not sampled: the vendor's run ({vendor_us:.0} µs over {} NICs and {} links) would hold about {:.0} million values a configuration, over the report's budget of {:.0} million, and a sampled run is not fast-forwarded. `xirang sim recommendation.toml --sample 20us` draws them for one configuration.",
+                fabric.nics.len(),
+                fabric.links.len(),
+                values as f64 / 1e6,
+                REPORT_SERIES_BUDGET as f64 / 1e6
+            )),
+        };
+    }
     let seed = r
         .seeds
         .1
@@ -46,13 +94,14 @@ pub fn samples(
     for b in baselines.iter().take(2) {
         configs.push((b.name.to_string(), &b.config));
     }
-    configs
+    let runs = configs
         .par_iter()
         .map(|(name, c)| Sample {
             name: name.clone(),
             run: eval.run_full(c, seed, SAMPLE_US),
         })
-        .collect()
+        .collect();
+    Sampled { runs, skipped: None }
 }
 
 /// Plot size in pixels.
@@ -760,8 +809,22 @@ fn plot_sweep(sw: &crate::search::Sweep, p: Option<&Param>, tolerance: impl Fn(&
     })
 }
 
+/// The plots drawn from the sampled runs, or why there are none.
+fn html_sampled(s: &mut String, sampled: &Sampled) {
+    if let Some(why) = &sampled.skipped {
+        let _ = writeln!(s, "\n<h2>What the fabric did</h2>\n<p>{}</p>", html_escape(why));
+        return;
+    }
+    let samples = sampled.runs.as_slice();
+    html_cdfs(s, samples);
+    s.push_str("\n<h2>What the fabric did</h2>\n");
+    s.push_str(&plot_queues(samples));
+    s.push_str(&plot_rates(samples));
+    s.push_str(&plot_pfc(samples));
+}
+
 /// The whole report.
-pub fn html(cx: &Context<'_>, r: &TuneResult, space: &[Param], samples: &[Sample]) -> String {
+pub fn html(cx: &Context<'_>, r: &TuneResult, space: &[Param], sampled: &Sampled) -> String {
     let mut s = String::new();
     html_head(&mut s, cx, r);
     html_held_out(&mut s, r);
@@ -774,11 +837,7 @@ pub fn html(cx: &Context<'_>, r: &TuneResult, space: &[Param], samples: &[Sample
     s.push_str(&plot_objective(r));
     s.push_str("\n<h2>Against the baselines</h2>\n");
     s.push_str(&plot_classes(r));
-    html_cdfs(&mut s, samples);
-    s.push_str("\n<h2>What the fabric did</h2>\n");
-    s.push_str(&plot_queues(samples));
-    s.push_str(&plot_rates(samples));
-    s.push_str(&plot_pfc(samples));
+    html_sampled(&mut s, sampled);
     if !r.sensitivity.is_empty() {
         html_sensitivity(&mut s, cx, r, space);
     }
@@ -809,6 +868,7 @@ fn html_head(s: &mut String, cx: &Context<'_>, r: &TuneResult) {
         r.seeds.0,
         r.seeds.1
     );
+    let _ = writeln!(s, "<p>{}</p>", html_escape(&r.seed_noise.describe()));
     if let Some(why) = &r.search_stopped {
         let _ = writeln!(s, "<p><strong>{}</strong></p>", html_escape(why));
     }
@@ -1045,3 +1105,37 @@ window.addEventListener('load', function () {
   document.getElementById('plot-check').textContent = JSON.stringify(out);
 });
 "#;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_report_samples_a_thousand_gpus_and_not_eight_thousand() {
+        // The two rail fabrics' vendor runs (`xirang topo show`, their tunes' result.json).
+        let r1024 = series_estimate(6_278.4, 1_024, 2_048);
+        let r8192 = series_estimate(29_525.5, 8_192, 24_576);
+        assert_eq!(r1024, 314 * (1_024 + 2 * 2_048));
+        assert!(r1024 < REPORT_SERIES_BUDGET, "{r1024}");
+        assert!(r8192 > REPORT_SERIES_BUDGET && r8192 / 1_000_000 == 84, "{r8192}");
+        // A run that reports nothing still costs one sample.
+        assert_eq!(series_estimate(0.0, 2, 1), 4);
+    }
+
+    #[test]
+    fn runs_not_sampled_draw_no_plot_and_say_why() {
+        let mut s = String::new();
+        let why = "Time series not sampled: 85 million values";
+        html_sampled(
+            &mut s,
+            &Sampled {
+                runs: Vec::new(),
+                skipped: Some(why.into()),
+            },
+        );
+        assert!(s.contains(why) && !s.contains("<svg"), "{s}");
+        let mut drawn = String::new();
+        html_sampled(&mut drawn, &Sampled::default());
+        assert!(drawn.contains("<svg"), "{drawn}");
+    }
+}

@@ -313,7 +313,7 @@ fn render(
     }
     if let Some((name, d)) = &r.versus_best_baseline {
         let tested = r.held_out.iter().any(|h| h.name == "tuned");
-        s.push_str(&match (tested, d.above_zero(), d.below_zero()) {
+        s.push_str(&match (tested, d.clearly_above_zero(), d.clearly_below_zero()) {
             (true, true, _) => format!("against the best baseline, {name}: the recommendation is {} better on the held-out seeds\n", d.percent()),
             (true, _, true) => format!("against the best baseline, {name}: the recommendation is WORSE, {} on the held-out seeds: prefer {name}\n", d.percent()),
             (true, _, _) => format!("against the best baseline, {name}: no significant difference ({}) on the held-out seeds\n", d.percent()),
@@ -389,13 +389,14 @@ fn held_out(r: &TuneResult) -> String {
         ]);
     }
     let mut s = format!(
-        "{} candidates, {} simulations run ({} read from the trial log) in {:.0} s\nsearch seeds {:?}, held-out seeds {:?}\n{t}\n",
+        "{} candidates, {} simulations run ({} read from the trial log) in {:.0} s\nsearch seeds {:?}, held-out seeds {:?}\n{}\n{t}\n",
         r.candidates.len(),
         r.runs.0,
         r.runs.1,
         r.wall_s,
         r.seeds.0,
-        r.seeds.1
+        r.seeds.1,
+        r.seed_noise.describe()
     );
     if let Some(why) = &r.search_stopped {
         s.push_str(&format!("{why}\n"));
@@ -448,7 +449,7 @@ fn verdict(r: &TuneResult) -> String {
         Verdict::NothingBeatTheVendor => "no candidate beat the vendor within the constraints and guardrails on the search seeds: the recommendation is the vendor default\n".to_string(),
         Verdict::NoChangeEarnsItsPlace => "no significant gain: none of the chosen candidate's changes is significantly worse to revert within the constraints and guardrails on the validation seeds: the recommendation is the vendor default\n".to_string(),
         Verdict::NoSignificantGain => format!(
-            "no significant gain: the reduced candidate is {} better than the vendor on {} held-out seeds, an interval that reaches zero: the recommendation is the vendor default\n",
+            "no significant gain: the reduced candidate is {} better than the vendor on {} held-out seeds, an interval that does not clear zero by 0.01 %: the recommendation is the vendor default\n",
             r.gain.map_or("?".to_string(), |g| g.percent()),
             r.gain.map_or(0, |g| g.n)
         ),

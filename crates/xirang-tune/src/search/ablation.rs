@@ -94,7 +94,8 @@ fn units(changes: &[(String, ParamValue)]) -> Vec<Unit> {
 
 /// Backward elimination of `chosen`'s changes from `vendor`, by [`Unit`]: every change is first tried
 /// reverted alone; then, least costly first, reverted for good while the result is not
-/// significantly worse (the paired interval of the objective difference reaches zero) and
+/// significantly worse (the paired interval of the objective difference does not clear
+/// zero by `stats::SMALLEST_EFFECT`) and
 /// keeps every constraint and guardrail. `eval(k, values)` scores configuration number
 /// `k` on the validation seeds (numbers follow a fixed order, so a resumed tune reads them
 /// back from its log). Returns the number of the final configuration and the ablation.
@@ -231,7 +232,7 @@ where
     fn eliminate(&mut self, alone: Vec<(usize, Interval)>) -> Result<(), TuneError> {
         for (i, cost_alone) in alone {
             // Significantly worse to revert even alone: it stays.
-            if cost_alone.above_zero() {
+            if cost_alone.clearly_above_zero() {
                 continue;
             }
             let rest = self.without_unit(i, &self.kept);
@@ -239,7 +240,7 @@ where
             let cost = self.cost(&without, k, paired);
             // A revert may not break a constraint or a guardrail the configuration kept (a
             // guardrail it already broke is the repair's below).
-            if !cost.above_zero() && self.allowed(&without) {
+            if !cost.clearly_above_zero() && self.allowed(&without) {
                 self.revert(
                     i,
                     cost,
@@ -339,7 +340,7 @@ where
             let weakest = judged
                 .iter()
                 .enumerate()
-                .filter(|(_, j)| j.4 && !j.1.without.above_zero())
+                .filter(|(_, j)| j.4 && !j.1.without.clearly_above_zero())
                 .min_by(|a, b| a.1.1.without.mean.total_cmp(&b.1.1.without.mean))
                 .map(|(n, _)| n);
             match weakest {
@@ -462,7 +463,7 @@ mod tests {
         assert!(
             ab.kept
                 .iter()
-                .all(|c| c.without.above_zero() && !c.needed_for_guardrail),
+                .all(|c| c.without.clearly_above_zero() && !c.needed_for_guardrail),
             "{ab:#?}"
         );
         let mut reverted: Vec<&str> = ab.reverted.iter().map(|r| r.0.as_str()).collect();
@@ -490,7 +491,10 @@ mod tests {
             "{why}"
         );
         // Reverting it cost a significant 10 %: the guardrail, not the objective, decided.
-        assert!(cost.above_zero() && (cost.mean - 0.10).abs() < 0.01, "{cost:?}");
+        assert!(
+            cost.clearly_above_zero() && (cost.mean - 0.10).abs() < 0.01,
+            "{cost:?}"
+        );
     }
 
     #[test]

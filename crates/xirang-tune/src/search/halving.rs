@@ -19,6 +19,7 @@ use super::result::TuneError;
 use super::tuning::{Search, params_json};
 use crate::eval::RunMetrics;
 use crate::space::Param;
+use crate::stats::SMALLEST_EFFECT;
 use crate::store::EvalKey;
 
 /// Successive-halving keep ratio between rounds.
@@ -68,13 +69,14 @@ fn best_of(scored: &[(usize, f64)], keep: usize) -> Vec<usize> {
 
 /// The recommendation's candidate: among those that passed every round without breaking
 /// a constraint, the one whose mean plus one standard error is lowest, and only if that
-/// pessimistic figure still beats the vendor (1.0). Choosing by the plain mean would
+/// pessimistic figure still beats the vendor (1.0) by more than the smallest effect a tune
+/// claims ([`SMALLEST_EFFECT`]). Choosing by the plain mean would
 /// favour whichever candidate the search seeds happened to flatter (a winner's curse that
 /// the held-out seeds then expose).
 pub(super) fn select(candidates: &[Candidate]) -> Option<i64> {
     candidates
         .iter()
-        .filter(|c| c.violation.is_none() && c.bound.is_some_and(|b| b < 1.0))
+        .filter(|c| c.violation.is_none() && c.bound.is_some_and(|b| b < 1.0 - SMALLEST_EFFECT))
         .min_by(|a, b| {
             a.bound
                 .unwrap_or(f64::MAX)
@@ -246,6 +248,12 @@ mod tests {
             None,
             "not better than the vendor"
         );
+        assert_eq!(
+            select(&[candidate(0, Some(1.0 - 5e-5), None)]),
+            None,
+            "better by less than the smallest effect a tune claims"
+        );
+        assert_eq!(select(&[candidate(0, Some(1.0 - 2e-4), None)]), Some(0));
         assert_eq!(select(&[]), None);
     }
 }

@@ -1,5 +1,6 @@
 //! The held-out evaluation: the tested recommendation on the held-out seeds, with seeds
-//! added while its gain's interval straddles zero and is wider than [`NARROW_ENOUGH`] (up
+//! added while its gain's interval does not clear zero (by the smallest effect a tune
+//! claims, `stats::SMALLEST_EFFECT`) and is wider than [`NARROW_ENOUGH`] (up
 //! to [`HELD_OUT_GROWTH_CAP`] times the first set), the held-out table of it and every
 //! baseline, and the verdict. The held-out seeds judge what was chosen: nothing here
 //! proposes, selects or changes a configuration.
@@ -19,7 +20,7 @@ use crate::space::Baseline;
 use crate::stats::{Interval, mean_interval};
 
 /// The held-out evaluation adds seeds, half its first count at a time, while the gain's
-/// interval still straddles zero and is wider than this (a share of the vendor's)...
+/// interval does not clear zero and is wider than this (a share of the vendor's)...
 pub const NARROW_ENOUGH: f64 = 0.01;
 /// ...up to this many times its first count.
 pub const HELD_OUT_GROWTH_CAP: usize = 3;
@@ -118,7 +119,7 @@ pub(super) fn verdict_of(
             Some(b) => Verdict::GuardrailBroken {
                 class: b.class.clone(),
             },
-            None if !g.above_zero() => Verdict::NoSignificantGain,
+            None if !g.clearly_above_zero() => Verdict::NoSignificantGain,
             None => Verdict::Recommended,
         },
         _ if ablated => Verdict::NoChangeEarnsItsPlace,
@@ -129,7 +130,8 @@ pub(super) fn verdict_of(
 impl Search<'_> {
     /// The tested recommendation on the held-out seeds, with seeds added (half a set at a
     /// time, up to [`HELD_OUT_GROWTH_CAP`] sets) while its gain is unclear: its scores and
-    /// the seeds they are on.
+    /// the seeds they are on. When the seed pilot cut the set and this configuration's
+    /// objective moves across it all the same, the set is first the scenario's full one.
     pub(super) fn held_out(
         &mut self,
         id: i64,
@@ -137,11 +139,24 @@ impl Search<'_> {
     ) -> Result<(Vec<Score>, Vec<u64>), TuneError> {
         let mut held = self.seeds.held.clone();
         let mut scores = self.scores_on(id, values, &held)?;
-        let batch = self.seeds.held.len().div_ceil(2).max(1);
+        // The seed pilot cut the set, but this configuration moves with the seed (on the
+        // validation and held-out seeds it ran on): it is judged on the scenario's full
+        // held-out set, and grows from there.
+        if self.seeds_cut && self.moves_with_seed(id) {
+            let full = self.spec.held_out_seeds.max(1) as usize;
+            let more: Vec<u64> = (held.len()..full)
+                .map(|i| Seeds::held_out(self.base_seed, i))
+                .collect();
+            self.add_references(&more)?;
+            scores.extend(self.scores_on(id, values, &more)?);
+            held.extend(more);
+        }
+        let first = held.len();
+        let batch = first.div_ceil(2).max(1);
         loop {
             let g = gain_interval(&scores, self.spec.seed);
-            if !(g.lo <= 0.0 && g.half_width() > NARROW_ENOUGH)
-                || held.len() + batch > HELD_OUT_GROWTH_CAP * self.seeds.held.len()
+            if !(!g.clearly_above_zero() && g.half_width() > NARROW_ENOUGH)
+                || held.len() + batch > HELD_OUT_GROWTH_CAP * first
             {
                 break;
             }

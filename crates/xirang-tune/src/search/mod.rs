@@ -20,6 +20,7 @@
 //! | `tuning` | `tune` and `tune_with`, the stages in order; `Search`, one tune in progress: its seeds, the vendor's reference runs, a configuration's jobs and scores |
 //! | `plan` | the budget of candidates cut into brackets, the runs estimated for progress; `Seeds`, every seed set |
 //! | `runs` | every batch of simulations: `Runner`, `Threads`, `RunJob`, and `Runs` over the trial log |
+//! | `seed_noise` | the seed pilot: the vendor and the baselines on four seeds, and the seed sets cut where the seeds move nothing |
 //! | `baselines` | the baselines on the search and held-out seeds (the models' first observations), and the tuned configuration against each |
 //! | `propose` | the per-parameter TPE models; a bracket's candidates, a Latin hypercube first |
 //! | `halving` | successive halving in a bracket, the brackets under the time budget, `select` |
@@ -38,6 +39,7 @@ mod plan;
 mod propose;
 mod result;
 mod runs;
+mod seed_noise;
 mod sensitivity;
 mod tuning;
 
@@ -51,6 +53,9 @@ pub use held_out::{HELD_OUT_GROWTH_CAP, HeldOut, NARROW_ENOUGH};
 pub use plan::{HELD_OUT_SEED_OFFSET, MAX_BRACKET, MIN_BRACKET, MIN_BRACKETS, VALIDATION_SEED_OFFSET};
 pub use result::{Progress, TuneError, TuneResult, Verdict};
 pub use runs::{OnDone, RunJob, Runner, Threads};
+pub use seed_noise::{
+    PILOT_SEEDS_EACH, QUIET_FIRST_ROUND_SEEDS, QUIET_SEEDS, QUIET_SWEEP_SEEDS, SEED_NOISE_FLOOR, SeedNoise,
+};
 pub use sensitivity::{SWEEP_ID_BASE, Sweep, SweepPoint, sweep_values};
 pub use tuning::{TIME_CAP_FACTOR, tune, tune_with};
 

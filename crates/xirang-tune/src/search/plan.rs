@@ -49,27 +49,64 @@ impl Seeds {
         let from = |offset: u64, n: u32| -> Vec<u64> {
             (0..u64::from(n.max(1))).map(|i| base + offset + i).collect()
         };
-        let search = from(0, spec.search_seeds);
-        let early: Vec<u64> = search.iter().copied().take(FIRST_ROUND_SEEDS).collect();
+        Seeds::of_sets(
+            from(0, spec.search_seeds),
+            from(HELD_OUT_SEED_OFFSET, spec.held_out_seeds),
+            from(VALIDATION_SEED_OFFSET, spec.held_out_seeds),
+            spec.sensitivity_seeds as usize,
+            FIRST_ROUND_SEEDS,
+        )
+    }
+
+    /// The rounds' and the sweeps' seeds from the three sets.
+    fn of_sets(
+        search: Vec<u64>,
+        held: Vec<u64>,
+        validation: Vec<u64>,
+        sweep_seeds: usize,
+        first_round_seeds: usize,
+    ) -> Seeds {
+        let early: Vec<u64> = search.iter().copied().take(first_round_seeds).collect();
         let half = search
             .iter()
             .copied()
             .take(search.len().div_ceil(2).max(early.len()))
             .collect();
-        let held = from(HELD_OUT_SEED_OFFSET, spec.held_out_seeds);
-        let sweep = held
-            .iter()
-            .copied()
-            .take(spec.sensitivity_seeds as usize)
-            .collect();
+        let sweep = held.iter().copied().take(sweep_seeds).collect();
         Seeds {
-            validation: from(VALIDATION_SEED_OFFSET, spec.held_out_seeds),
+            validation,
             search,
             early,
             half,
             held,
             sweep,
         }
+    }
+
+    /// The seed pilot's seeds: the first few of the search set and of the held-out set
+    /// (`seed_noise.rs`).
+    pub(super) fn pilot(&self) -> Vec<u64> {
+        let each = super::seed_noise::PILOT_SEEDS_EACH;
+        self.search
+            .iter()
+            .take(each)
+            .chain(self.held.iter().take(each))
+            .copied()
+            .collect()
+    }
+
+    /// Every set cut to its first `each` seeds, successive halving's first round to
+    /// `first_round` and the sweeps' to `sweep` (never more than they had): the seed sets
+    /// of a tune whose seeds are quiet.
+    pub(super) fn cut(&self, each: usize, first_round: usize, sweep: usize) -> Seeds {
+        let first = |v: &[u64], n: usize| v.iter().copied().take(n).collect::<Vec<u64>>();
+        Seeds::of_sets(
+            first(&self.search, each),
+            first(&self.held, each),
+            first(&self.validation, each),
+            sweep.min(self.sweep.len()),
+            first_round.min(self.early.len()),
+        )
     }
 
     /// Held-out seed number `i` (the set grows while a gain is unclear).
@@ -124,5 +161,39 @@ impl Plan {
             brackets,
             total,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use xirang_fabric::tune::TuneSpec;
+
+    #[test]
+    fn the_pilot_takes_runs_the_tune_makes_and_a_cut_keeps_each_set_apart() {
+        let seeds = Seeds::of(7, &TuneSpec::default());
+        assert_eq!(seeds.pilot(), vec![7, 8, 1_000_007, 1_000_008]);
+        let cut = seeds.cut(2, 1, 1);
+        assert_eq!(cut.search, vec![7, 8]);
+        // The first round on one seed, the second on as many (half of two), the last on
+        // both.
+        assert_eq!((cut.early.clone(), cut.half.clone()), (vec![7], vec![7]));
+        assert_eq!(cut.held, vec![1_000_007, 1_000_008]);
+        assert_eq!(cut.validation, vec![2_000_007, 2_000_008]);
+        assert_eq!(cut.sweep, vec![1_000_007]);
+        // A set already smaller stays as it was; no sweeps stays no sweeps.
+        let small = TuneSpec {
+            search_seeds: 1,
+            held_out_seeds: 1,
+            sensitivity_seeds: 0,
+            ..TuneSpec::default()
+        };
+        let s = Seeds::of(1, &small);
+        assert_eq!(s.pilot(), vec![1, 1_000_001]);
+        let c = s.cut(2, 1, 1);
+        assert_eq!(
+            (c.search.len(), c.held.len(), c.validation.len(), c.sweep.len()),
+            (1, 1, 1, 0)
+        );
     }
 }

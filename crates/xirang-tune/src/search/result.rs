@@ -12,6 +12,7 @@ use super::baselines::BaselineResult;
 use super::guardrails::Guardrail;
 use super::halving::Candidate;
 use super::held_out::HeldOut;
+use super::seed_noise::SeedNoise;
 use super::sensitivity::Sweep;
 use crate::stats::Interval;
 use crate::store::StoreError;
@@ -104,6 +105,9 @@ pub struct TuneResult {
     pub held_out: Vec<HeldOut>,
     /// Search seeds and held-out seeds.
     pub seeds: (Vec<u64>, Vec<u64>),
+    /// The seed pilot: how far the seeds moved the vendor's and the baselines' figures,
+    /// and whether the seed sets were cut.
+    pub seed_noise: SeedNoise,
     /// Simulations run by this invocation, and read back from the trial log.
     pub runs: (u64, u64),
     /// Wall time of this invocation, s.

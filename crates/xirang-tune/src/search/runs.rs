@@ -4,7 +4,7 @@
 //! to the log before it counts, and reports progress. A job's result depends only on the
 //! job: nothing here may depend on where or in what order the jobs ran.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -99,6 +99,9 @@ pub(super) struct Runs<'a> {
     progress: &'a (dyn Fn(Progress) + Sync),
     /// Every run known: read back from the log or run here.
     cache: Mutex<HashMap<EvalKey, RunMetrics>>,
+    /// The runs this tune asked for (the log may hold others, from an earlier tune of the
+    /// same scenario under another `--time`).
+    asked: Mutex<HashSet<EvalKey>>,
     store: Mutex<Store>,
     /// Runs read back from the log at the start.
     pub(super) read_back: u64,
@@ -127,6 +130,7 @@ impl<'a> Runs<'a> {
             progress,
             read_back: cache.len() as u64,
             cache: Mutex::new(cache),
+            asked: Mutex::new(HashSet::new()),
             store: Mutex::new(store),
             ran: Mutex::new(0),
             done: Mutex::new(0),
@@ -139,6 +143,10 @@ impl<'a> Runs<'a> {
     pub(super) fn run(&self, jobs: Vec<Job>) -> Result<HashMap<EvalKey, RunMetrics>, TuneError> {
         let mut out = HashMap::new();
         let mut todo = Vec::new();
+        self.asked
+            .lock()
+            .expect("unpoisoned")
+            .extend(jobs.iter().map(|j| j.key));
         {
             let c = self.cache.lock().expect("unpoisoned");
             for j in jobs {
@@ -200,6 +208,21 @@ impl<'a> Runs<'a> {
     /// A run already done (or read back).
     pub(super) fn get(&self, key: &EvalKey) -> Option<RunMetrics> {
         self.cache.lock().expect("unpoisoned").get(key).cloned()
+    }
+
+    /// Every run this tune asked for, in no particular order.
+    pub(super) fn asked(&self) -> Vec<(EvalKey, RunMetrics)> {
+        let asked = self.asked.lock().expect("unpoisoned");
+        let cache = self.cache.lock().expect("unpoisoned");
+        asked
+            .iter()
+            .filter_map(|k| cache.get(k).map(|m| (*k, m.clone())))
+            .collect()
+    }
+
+    /// A new estimate of the runs the whole tune needs, for progress.
+    pub(super) fn set_total(&mut self, total: u64) {
+        self.total = total;
     }
 
     /// A feasible full-round objective, for progress.

@@ -20,6 +20,7 @@ use super::plan::{Plan, Seeds};
 use super::propose::Model;
 use super::result::{Progress, TuneError, TuneResult, Verdict};
 use super::runs::{FULL, Job, Runner, Runs, Threads};
+use super::seed_noise::{QUIET_FIRST_ROUND_SEEDS, QUIET_SEEDS, QUIET_SWEEP_SEEDS};
 use crate::eval::{Evaluator, RunMetrics, Score};
 use crate::space::{Baseline, Param};
 use crate::store::{EvalKey, Store};
@@ -52,6 +53,8 @@ pub(super) struct Search<'a> {
     pub(super) runs: Runs<'a>,
     /// The vendor's runs, uncapped, by seed: what every score is relative to.
     pub(super) reference: HashMap<u64, RunMetrics>,
+    /// The seed sets were cut by the seed pilot (`seed_noise.rs`).
+    pub(super) seeds_cut: bool,
 }
 
 /// Job parameters as the trial log records them.
@@ -174,7 +177,7 @@ pub fn tune_with(
     let tiers = loaded.fabric.tiers();
     let base_seed = loaded.scenario.run.seed;
     let seeds = Seeds::of(base_seed, spec);
-    let plan = Plan::of(spec, space, baselines, &seeds, tiers.len());
+    let mut plan = Plan::of(spec, space, baselines, &seeds, tiers.len());
     let vendor = &baselines[0].config;
     let mut s = Search {
         eval,
@@ -186,7 +189,19 @@ pub fn tune_with(
         runs: Runs::new(eval, runner, progress, store, plan.total)?,
         reference: HashMap::new(),
         seeds,
+        seeds_cut: false,
     };
+    // The seeds' effect first, on runs the tune needs anyway; where the seeds move
+    // nothing, fewer of them.
+    let mut seed_noise = s.seed_pilot(baselines)?;
+    if seed_noise.cut {
+        s.seeds = s
+            .seeds
+            .cut(QUIET_SEEDS, QUIET_FIRST_ROUND_SEEDS, QUIET_SWEEP_SEEDS);
+        s.seeds_cut = true;
+        plan = Plan::of(spec, space, baselines, &s.seeds, s.tiers.len());
+        s.runs.set_total(plan.total);
+    }
     // The vendor reference on every seed, uncapped.
     let all_seeds: Vec<u64> = s
         .seeds
@@ -250,8 +265,10 @@ pub fn tune_with(
             .map(|(id, _)| (*id, tested_scores.as_slice(), held.as_slice())),
     );
     let (versus_baselines, versus_best_baseline) = versus(&held_out, spec.seed);
+    seed_noise.widest_configuration = s.widest_configuration();
     let runs = (*s.runs.ran.lock().expect("unpoisoned"), s.runs.read_back);
     Ok(TuneResult {
+        seed_noise,
         search_stopped: stopped,
         versus_best_baseline,
         versus_baselines,

@@ -376,7 +376,7 @@ fn the_default_recommendation_keeps_its_guardrails_and_only_changes_that_earn_th
         let diffs: Vec<f64> = of(c).iter().zip(of(0)).map(|(a, b)| a - b).collect();
         let cost = xirang_tune::stats::mean_interval(&diffs, 7);
         assert!(
-            cost.above_zero(),
+            cost.clearly_above_zero(),
             "reverting {name} is not significantly worse on fresh seeds: {}",
             cost.percent()
         );
