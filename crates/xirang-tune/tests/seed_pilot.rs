@@ -53,7 +53,7 @@ impl Fake {
         };
         let mut factor = if kmin < SMALL_KMIN_BYTES { 1.0 - GAIN } else { 1.0 };
         if noisy {
-            factor *= if job.seed % 2 == 0 {
+            factor *= if job.seed.is_multiple_of(2) {
                 1.0 - NOISE
             } else {
                 1.0 + NOISE

@@ -155,7 +155,8 @@ impl Search<'_> {
         let batch = first.div_ceil(2).max(1);
         loop {
             let g = gain_interval(&scores, self.spec.seed);
-            if !(!g.clearly_above_zero() && g.half_width() > NARROW_ENOUGH)
+            if g.clearly_above_zero()
+                || g.half_width() <= NARROW_ENOUGH
                 || held.len() + batch > HELD_OUT_GROWTH_CAP * first
             {
                 break;
