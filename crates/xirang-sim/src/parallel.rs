@@ -319,8 +319,8 @@ fn first_skipped<Q: Queue>(sims: &[Sim<Q>]) -> Ps {
 /// (`Sim::ff_check`), each partition's surveys combined through `ex` (one exchange, or
 /// two when a collective is under way), so that every partition decides alike, and as
 /// the serial run does. `Some` when a check was made (the partitions' clocks stand at
-/// `at`), with the earliest flow start a skip queued again, engine time ([`NEVER`]:
-/// none).
+/// `at`), with the earliest flow start or fault event a skip queued again, engine time
+/// ([`NEVER`]: none).
 ///
 /// # Errors
 /// When the exchange fails.
@@ -368,8 +368,13 @@ fn ff_check<Q: Queue>(
         }
     }
     let dt = first_skipped(sims) - before;
+    if dt == 0 {
+        return Ok(Some(NEVER));
+    }
     let next = survey.next_flow_start();
-    Ok(Some(if dt > 0 && next != NEVER { next - dt } else { NEVER }))
+    let flows = if next != NEVER { next - dt } else { NEVER };
+    // A skip queues the fault events still to come earlier too (`Sim::shift_faults`).
+    Ok(Some(flows.min(sims[0].ff_next_fault())))
 }
 
 /// What a parallel run cost in synchronization.

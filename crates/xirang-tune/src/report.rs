@@ -26,13 +26,14 @@ pub struct Sample {
 pub const SAMPLE_US: f64 = 20.0;
 
 /// Largest time series the report samples, in values: sample points times the NICs and
-/// link ends that report at each. A sampled run is exact (fast-forward stops where
-/// counters are sampled, docs/fast-forward.md) and holds its series in memory, 32 to 48
+/// link ends that report at each. A sampled run holds its series in memory, 32 to 48
 /// bytes a value: 20 million is about a gigabyte for each of the three runs. rail-1024gpu
-/// (6,278 µs, 1,024 NICs, 2,048 links) is about 1.6 million, and its three sampled runs
-/// take about 70 s here; rail-8192gpu's (29,526 µs, 8,192 NICs, 24,576 links) would be
-/// about 85 million each, exact runs of 1,616 to 2,018 s each here (BENCHMARKS.md,
-/// "Fast-forward" and "Counters per slice carried"), as long as half the whole tune.
+/// (6,278 µs, 1,024 NICs, 2,048 links) is about 1.6 million; rail-8192gpu's (29,526 µs,
+/// 8,192 NICs, 24,576 links) would be about 85 million each, 3 to 4 GB a run. A sampled
+/// run fast-forwards where the scenario lets it, the samples of skipped time made up
+/// from the steady state (docs/fast-forward.md, "Samples in skipped time"): its time is
+/// not what limits it (until those were made up, rail-8192gpu's would have been exact
+/// runs of 1,616 to 2,018 s each here, BENCHMARKS.md).
 pub const REPORT_SERIES_BUDGET: u64 = 20_000_000;
 
 /// The report's sampled runs, or why there are none.
@@ -73,7 +74,7 @@ pub fn samples(
         return Sampled {
             runs: Vec::new(),
             skipped: Some(format!(
-                "Time series not sampled: the vendor's run ({vendor_us:.0} µs over {} NICs and {} links) would hold about {:.0} million values a configuration, over the report's budget of {:.0} million, and a sampled run is not fast-forwarded. `xirang sim recommendation.toml --sample 20us` draws them for one configuration.",
+                "Time series not sampled: the vendor's run ({vendor_us:.0} µs over {} NICs and {} links) would hold about {:.0} million values a configuration, over the report's budget of {:.0} million (they are held in memory). `xirang sim recommendation.toml --sample 20us` draws them for one configuration.",
                 fabric.nics.len(),
                 fabric.links.len(),
                 values as f64 / 1e6,

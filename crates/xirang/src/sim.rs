@@ -474,6 +474,12 @@ fn ff_line(f: &xirang_sim::engine::ffwd::FastForwardReport) -> String {
             m.hits, m.entries
         ));
     }
+    if f.samples_made_up > 0 {
+        s.push_str(&format!(
+            "  {} sample(s) fell in skipped time: made up from the steady state (rates and queues held, counters in proportion to time)\n",
+            f.samples_made_up
+        ));
+    }
     if f.skips == 0
         && let Some((why, n)) = f.not_skipped.iter().max_by_key(|(_, n)| **n)
     {

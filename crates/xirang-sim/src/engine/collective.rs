@@ -924,7 +924,7 @@ impl SliceDone {
 }
 
 /// (iteration, index in the iteration) of a connection's `ordinal`-th transfer.
-fn transfer_of(ordinal: u64, per_iteration: u64, base: u64) -> (u32, u64) {
+pub(crate) fn transfer_of(ordinal: u64, per_iteration: u64, base: u64) -> (u32, u64) {
     let per = per_iteration.max(1);
     ((ordinal / per) as u32, base + ordinal % per)
 }

@@ -112,7 +112,134 @@ impl SlowRx {
     }
 }
 
+/// Whether a fault of `kind` acts by time: from its start to its end, by events or
+/// packet by packet. The others are applied before the run (`nic_funnel`,
+/// `ecmp_imbalance`, `single_qp` to the flows, `gdr_off` to the NICs).
+fn timed(kind: FaultKind) -> bool {
+    !matches!(
+        kind,
+        FaultKind::NicFunnel | FaultKind::EcmpImbalance | FaultKind::SingleQp | FaultKind::GdrOff
+    )
+}
+
+impl Faults {
+    /// The first time after `t` (engine time) a fault starts or ends ([`NEVER`]: none):
+    /// a fast-forward skip stops short of it (`engine::ffwd`).
+    pub(crate) fn next_change_after(&self, t: Ps) -> Ps {
+        self.active
+            .iter()
+            .filter(|f| timed(f.kind))
+            .flat_map(|f| [f.start, f.end])
+            .filter(|&x| x > t && x != NEVER)
+            .min()
+            .unwrap_or(NEVER)
+    }
+
+    /// Whether a fault started or ended in (`from`, `to`] (engine time).
+    pub(crate) fn changed_in(&self, from: Ps, to: Ps) -> bool {
+        self.active
+            .iter()
+            .filter(|f| timed(f.kind))
+            .any(|f| [f.start, f.end].iter().any(|&x| x > from && x <= to))
+    }
+
+    /// Whether a fault that corrupts packets at random (`link_errors`) is in force at
+    /// `t`: its losses are draws a skip would not make, so the run does not skip then.
+    pub(crate) fn random_loss_at(&self, t: Ps) -> bool {
+        self.active
+            .iter()
+            .any(|f| f.kind == FaultKind::LinkErrors && f.threshold > 0 && f.start <= t && t < f.end)
+    }
+}
+
 impl<Q: Queue> Sim<Q> {
+    /// A fast-forward skipped `dt` at `now` (engine time): every fault start or end still
+    /// to come moves `dt` earlier on the engine's clock, so that it comes at its time in
+    /// reported time, and its events are queued again there (by the devices this run
+    /// owns); the events left behind find the fault's time changed and do nothing
+    /// ([`Sim::fault_event`]).
+    pub(crate) fn shift_faults(&mut self, now: Ps, dt: Ps) {
+        for i in 0..self.faults.active.len() {
+            let id = FaultId(i as u32);
+            let f = &mut self.faults.active[id];
+            if !timed(f.kind) {
+                continue;
+            }
+            let starts = f.start > now;
+            let ends = f.end > now && f.end != NEVER;
+            if starts {
+                debug_assert!(f.start - dt > now, "invariant: a skip stops short of a fault");
+                f.start -= dt;
+            }
+            if ends {
+                debug_assert!(f.end - dt > now, "invariant: a skip stops short of a fault");
+                f.end -= dt;
+            }
+            self.queue_fault_events(id, starts, ends);
+        }
+    }
+
+    /// Queues fault `i`'s events at its start (`starts`) and at its end (`ends`), those
+    /// of the devices this run owns, each by its own device.
+    fn queue_fault_events(&mut self, i: FaultId, starts: bool, ends: bool) {
+        let (kind, port, start, end) = {
+            let f = &self.faults.active[i];
+            (f.kind, f.port, f.start, f.end)
+        };
+        let at = |end, peer| Event::Fault { fault: i, end, peer };
+        let mut events: Vec<(Ps, Event)> = Vec::new();
+        match kind {
+            // Checked on every arriving packet, or applied to the flows or the NICs
+            // before the run.
+            FaultKind::LinkErrors
+            | FaultKind::MtuMismatch
+            | FaultKind::NicFunnel
+            | FaultKind::EcmpImbalance
+            | FaultKind::SingleQp
+            | FaultKind::GdrOff => {}
+            // Both ends of the link count it going down; a bond member's link also
+            // comes back up, when the fault ends, and its traffic returns.
+            FaultKind::LinkDown => {
+                if starts {
+                    events.extend([(start, at(false, false)), (start, at(false, true))]);
+                }
+                if ends && end != NEVER && self.bond_of(port).is_some() {
+                    events.extend([(end, at(true, false)), (end, at(true, true))]);
+                }
+            }
+            // A link trained down runs slower at both ends.
+            FaultKind::SlowLink => {
+                if starts {
+                    events.extend([(start, at(false, false)), (start, at(false, true))]);
+                }
+                if ends && end != NEVER {
+                    events.extend([(end, at(true, false)), (end, at(true, true))]);
+                }
+            }
+            FaultKind::EcnOff | FaultKind::PfcOff | FaultKind::SlowReceiver | FaultKind::PcieDegraded => {
+                if starts {
+                    events.push((start, at(false, false)));
+                }
+                if ends && end != NEVER {
+                    events.push((end, at(true, false)));
+                }
+            }
+        }
+        for (t, e) in events {
+            let dev = self.target_of(e);
+            // At set-up every partition builds every device and `schedule` keeps its
+            // own (each device queueing its own first events); later a partition queues
+            // only what its devices run, each device as if its own event ran, so the tie
+            // depends on that device alone.
+            if self.sched.in_setup() {
+                self.schedule(t, e);
+            } else if self.owns(dev) {
+                self.sched.act_as(dev);
+                self.schedule(t, e);
+            }
+        }
+    }
+
     /// Applies the faults at receiving port `q` to an arriving packet; true when the
     /// packet is lost (and accounted).
     pub(crate) fn faulted(&mut self, q: PortId, pkt: &Packet) -> bool {
@@ -173,6 +300,10 @@ impl<Q: Queue> Sim<Q> {
     /// of the port's link.
     pub(crate) fn fault_event(&mut self, i: FaultId, end: bool, peer: bool) {
         let f = &mut self.faults.active[i];
+        if self.now != if end { f.end } else { f.start } {
+            // Left behind by a fast-forward skip, which queued it again earlier.
+            return;
+        }
         let own = f.port;
         let q = if peer { self.fab.port(own).peer } else { own };
         let side = usize::from(peer);
@@ -489,54 +620,17 @@ impl<Q: Queue> Sim<Q> {
                 },
                 saved_pcie: None,
             });
-            let at = |end, peer| Event::Fault {
-                fault: idx,
-                end,
-                peer,
-            };
-            match f.kind {
-                // Checked on every arriving packet, or applied to the flows before the run.
-                FaultKind::LinkErrors
-                | FaultKind::MtuMismatch
-                | FaultKind::NicFunnel
-                | FaultKind::EcmpImbalance
-                | FaultKind::SingleQp => {}
+            self.queue_fault_events(idx, true, true);
+            if f.kind == FaultKind::GdrOff {
                 // Configuration: in force before the first packet. Each port of the NIC
                 // gets the cap on its own (a multi-port NIC would share it, as with
                 // `pcie_degraded`); the cap counts wire bytes, headers included.
-                FaultKind::GdrOff => {
-                    let cap = Rate::from_gbps(f.bounce_gbps.unwrap_or(0.0));
-                    for p in self.nic_port_ids(port) {
-                        let n = self.fab.port_mut(p).nic_mut();
-                        n.host_cap = Some(cap);
-                        n.rx_cap = Some(cap);
-                        self.fab.gate_rx();
-                    }
-                }
-                // Both ends of the link count it going down; a bond member's link also
-                // comes back up, when the fault ends, and its traffic returns.
-                FaultKind::LinkDown => {
-                    self.schedule(start, at(false, false));
-                    self.schedule(start, at(false, true));
-                    if end != NEVER && self.bond_of(port).is_some() {
-                        self.schedule(end, at(true, false));
-                        self.schedule(end, at(true, true));
-                    }
-                }
-                // A link trained down runs slower at both ends.
-                FaultKind::SlowLink => {
-                    self.schedule(start, at(false, false));
-                    self.schedule(start, at(false, true));
-                    if end != NEVER {
-                        self.schedule(end, at(true, false));
-                        self.schedule(end, at(true, true));
-                    }
-                }
-                FaultKind::EcnOff | FaultKind::PfcOff | FaultKind::SlowReceiver | FaultKind::PcieDegraded => {
-                    self.schedule(start, at(false, false));
-                    if end != NEVER {
-                        self.schedule(end, at(true, false));
-                    }
+                let cap = Rate::from_gbps(f.bounce_gbps.unwrap_or(0.0));
+                for p in self.nic_port_ids(port) {
+                    let n = self.fab.port_mut(p).nic_mut();
+                    n.host_cap = Some(cap);
+                    n.rx_cap = Some(cap);
+                    self.fab.gate_rx();
                 }
             }
         }

@@ -22,11 +22,12 @@
 //!   the end time and its grid are kept in reported time.
 //!
 //! A run skips only where this is sound, and says why not otherwise: no faults, no
-//! sampling, no transfer records, one collective under way, no scenario flow under way
+//! transfer records, one collective under way, no scenario flow under way
 //! nor started in the counters' window, no PFC frame nor drop in the window, the shape of
 //! the threads' work unchanged for a period of slices. A skip stops short of the next
 //! flow start, and queues every start still to come ΔT earlier
-//! (`Sim::ff_shift_flow_starts`).
+//! (`Sim::ff_shift_flow_starts`). A skip makes up the samples due in the time it skips
+//! (`Sim::ff_make_up_samples`), and the later ones come ΔT earlier on the engine's clock.
 //!
 //! The memo of steady states: each skip measured over the full window keeps its time per
 //! slice and counters per slice under the shape of the work ([`MemoKey`]); when the same
@@ -57,6 +58,7 @@ use super::collective::{Move, Room, RoomSurvey};
 use super::event::Event;
 use super::ids::{FlowId, IdVec, PortId};
 use super::ledger::Ledger;
+use super::sampling::MadeUp;
 use super::steady::{PERIOD_SLICES, PipelineWatch, SAMPLE_PS};
 use super::transport::CTS_BYTES;
 use xirang_fabric::workload::{CollectiveAlgorithm, CollectiveOp};
@@ -277,6 +279,14 @@ pub struct FastForwardReport {
     /// The memo of steady states (None: off).
     #[serde(default)]
     pub memo: Option<MemoReport>,
+    /// Samples the skips made up ([`Sim::ff_make_up_samples`]): those due in skipped
+    /// time.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub samples_made_up: u64,
+}
+
+fn is_zero(x: &u64) -> bool {
+    *x == 0
 }
 
 /// What a run, or one partition of a divided run, knows at a fast-forward check, in a
@@ -450,6 +460,9 @@ pub struct FastForward {
     criterion: Option<FastForwardCriterion>,
     watch: Option<PipelineWatch>,
     next_check: Ps,
+    /// When the last check was made (engine time): a fault that started or ended since
+    /// changed the fabric.
+    last_check: Ps,
     /// Copies of the counters, oldest first, of the last counters' window and a half.
     snaps: VecDeque<Snapshot>,
     skipped_ps: Ps,
@@ -486,6 +499,7 @@ impl FastForward {
             } else {
                 super::NEVER
             },
+            last_check: 0,
             snaps: VecDeque::new(),
             skipped_ps: 0,
             offsets: None,
@@ -500,7 +514,7 @@ impl FastForward {
                 memo: criterion.and_then(|c| c.memo_confirm).map(|us| MemoReport {
                     key: MEMO_KEY.to_string(),
                     rule: format!(
-                        "every network connection's time per slice within theta for {us} us, their mean within theta of the entry's; no PFC frame, drop, retransmission nor flow start since"
+                        "every network connection's time per slice within theta for {us} us, their mean within theta of the entry's; no PFC frame, drop, retransmission nor flow start since; no fault started or ended since the entry was measured"
                     ),
                     ..MemoReport::default()
                 }),
@@ -619,10 +633,6 @@ impl<Q: Queue> Sim<Q> {
         self.ff.watch = Some(PipelineWatch::new(crit.theta, window));
         let why = if self.work.colls().is_empty() {
             Some("no collective")
-        } else if self.faults.any() {
-            Some("faults are injected")
-        } else if self.stats.next_sample() != super::NEVER {
-            Some("counters are sampled")
         } else if self.work.colls().iter().any(|c| c.records.is_some()) {
             Some("transfers are recorded one by one ([run] transfer_records = 0 lets the run skip)")
         } else if self.work.colls().iter().all(|c| !c.run.program.may_skip()) {
@@ -680,7 +690,23 @@ impl<Q: Queue> Sim<Q> {
         self.now = at;
         self.ff.next_check = at + FF_CHECK_PS;
         self.ff.report.checks += 1;
+        if self.faults.changed_in(self.ff.last_check, at) {
+            // A fault changed the fabric: no copy of the counters from before holds a
+            // window of what it carries now, no steady state measured before is this
+            // one, and the connections' pace starts again, as at a change of shape
+            // (every partition knows every fault's times, so all do this alike).
+            self.ff.snaps.clear();
+            self.ff.memo.clear();
+            self.ff.shape = None;
+        }
+        self.ff.last_check = at;
         true
+    }
+
+    /// The next time a fault starts or ends (engine time; [`super::NEVER`]: none), the
+    /// same in every partition.
+    pub(crate) fn ff_next_fault(&self) -> Ps {
+        self.faults.next_change_after(self.now)
     }
 
     /// A check did not skip, for `why`.
@@ -885,6 +911,11 @@ impl<Q: Queue> Sim<Q> {
             self.ff.snaps.clear();
             return Err("a flow is under way");
         }
+        if self.faults.random_loss_at(now) {
+            // Its losses are random draws a skip would not make: a window without one
+            // says nothing of the time skipped.
+            return Err("a fault corrupts packets at random (link_errors)");
+        }
         if self.ff.snaps.back().is_none_or(|x| x.at + FF_SNAPSHOT_PS <= now) {
             let snap = Snapshot {
                 at: now,
@@ -949,6 +980,9 @@ impl<Q: Queue> Sim<Q> {
             Err(why) => return Err(why),
         };
         let num = ext.conn_slices * ext.net_conns;
+        // The offsets before this skip's counters, when a sample falls in the time it
+        // skips: the samples there are made up between them and the offsets after.
+        let sampled = (self.stats.next_sample() <= now + ext.dt).then(|| self.ff.offsets.clone());
         let events = match from {
             Source::Window { at, wire } => {
                 let snap = self.ff.snaps.remove(at).expect("found");
@@ -977,10 +1011,16 @@ impl<Q: Queue> Sim<Q> {
                 events
             }
         };
+        if let Some(before) = sampled {
+            let per = u64::from(room.slices);
+            self.ff_make_up_samples(c, before, ext.dt, ext.mv.prims_recv_send().2 * per, per);
+        }
+        self.stats.shift_sampling(ext.dt);
         self.ff.skipped_ps += ext.dt;
         self.ff.snaps.clear();
         self.advance_threads(c, ext.mv, room.slices);
         self.ff_shift_flow_starts(ext.dt);
+        self.shift_faults(now, ext.dt);
         let r = &mut self.ff.report;
         r.skips += 1;
         r.loop_skips += u64::from(matches!(ext.mv, Move::Repeats(..)));
@@ -1186,9 +1226,15 @@ impl<Q: Queue> Sim<Q> {
         // leave; the slices it moves per connection.
         // The next flow start stays ahead of the clock: it changes what the fabric
         // carries, so a skip stops short of it (`ff_shift_flow_starts` moves it).
+        // So does the next fault's start or end (`Sim::shift_faults` moves it).
         let left = end
             .saturating_sub(self.reported_now() + super::END_GRID_PS)
-            .min(s.next_flow_start.saturating_sub(self.now + 1));
+            .min(s.next_flow_start.saturating_sub(self.now + 1))
+            .min(
+                self.faults
+                    .next_change_after(self.now)
+                    .saturating_sub(self.now + 1),
+            );
         let dt_of = |conn_slices: u64| (conn_slices as f64 * per_slice_ps).round() as Ps;
         let fit = |most: u64, each: u64| -> (u64, u64) {
             let unit = unit_of(each);
@@ -1246,6 +1292,54 @@ impl<Q: Queue> Sim<Q> {
             self.sched.act_as(dev);
             self.schedule(at, Event::FlowStart(f));
         }
+    }
+
+    /// Takes every sample due in the `dt` the skip about to be made skips, from now (the
+    /// engine's clock) on: the samples the skipped time would have taken. The steady
+    /// state holds every QP's rate and every queue, which a skip does not change; each
+    /// counter is its value before the skip (`before`, the offsets then) plus the
+    /// skip's share of its growth in proportion to time; each connection's QPs send the
+    /// transfer as many of the `slices` it sends in the skip on as that share
+    /// ([`super::sampling::MadeUp`], its primitives being `per` slices).
+    fn ff_make_up_samples(
+        &mut self,
+        c: usize,
+        before: Option<IdVec<PortId, PortCounters>>,
+        dt: Ps,
+        slices: u64,
+        per: u64,
+    ) {
+        let now = self.now;
+        let off = self.ff.skipped_ps;
+        let after = self
+            .ff
+            .offsets
+            .take()
+            .expect("invariant: a skip adds its counters before its samples are made up");
+        let zero = PortCounters::default();
+        let mut mid = after.clone();
+        while self.stats.next_sample() <= now + dt {
+            let at = self.stats.next_sample();
+            let (num, den) = (u128::from(at - now), u128::from(dt));
+            for (i, (m, a)) in mid.iter_mut().zip(after.iter()).enumerate() {
+                let b = before.as_ref().and_then(|v| v.get(i)).unwrap_or(&zero);
+                m.clone_from(b);
+                m.zip_cumulative(a, b, &mut |o, a, b| *o += scale(a.saturating_sub(b), num, den));
+            }
+            self.ff.offsets = Some(mid);
+            let made_up = MadeUp {
+                coll: c as u32,
+                into: at - now,
+                dt,
+                slices,
+                per,
+            };
+            self.take_sample(at + off, Some(made_up));
+            mid = self.ff.offsets.take().expect("set above");
+            self.stats.sampled();
+            self.ff.report.samples_made_up += 1;
+        }
+        self.ff.offsets = Some(after);
     }
 
     /// Adds to every port this run owns, to its hop count and (once, in partition 0) to

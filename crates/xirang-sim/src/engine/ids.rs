@@ -98,7 +98,6 @@ impl<I: From<usize> + Copy, T> IdVec<I, T> {
         self.items.iter().enumerate().map(|(i, x)| (I::from(i), x))
     }
 
-    /// Items in id order.
     /// The items with their ids, by value.
     pub fn into_iter_enumerated(self) -> impl Iterator<Item = (I, T)> {
         self.items.into_iter().enumerate().map(|(i, x)| (I::from(i), x))

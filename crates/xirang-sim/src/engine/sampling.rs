@@ -1,6 +1,10 @@
 //! Time series: each sending QP's rate, each non-empty switch egress queue, and every
 //! counter that changed since the previous sample, taken every sampling interval.
 //!
+//! Samples are taken in reported time. A fast-forward skip makes up the samples of the
+//! time it skips (`Sim::ff_make_up_samples`): the steady state it skips holds every rate
+//! and queue, and its counters grow in proportion to time.
+//!
 //! A sample compares each counter with its last value by slot (port, then the counter's
 //! position in what the port reports) and keeps changed values as codes; names are
 //! rendered when results are collected, never in the sampling event.
@@ -37,11 +41,42 @@ pub struct Samples {
     pub queues: Vec<(Ps, PortId, u8, u64)>,
 }
 
+/// A sample a fast-forward skip makes up, `into` the skip (`dt` long, `slices` per
+/// connection). It takes every data QP of collective `coll` (whose connections the skip
+/// moves) as sending, idle or not at the skip's instant: over a steady state they send,
+/// while at one instant the exact run lists those with a message posted (on a 128-GPU
+/// ring, all or none: its QPs send in step, and the skip's check may fall where none
+/// has). Each is named by the transfer of the slice as many on from the one at its head
+/// (idle, the last handed on) as its connection hands on by then, one per time per
+/// slice (`dt / slices`) from when it handed its last (`ConnTx::handed_at`), its
+/// primitives being `per` slices each (`transport::Conn::transfer_ahead`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MadeUp {
+    pub(crate) coll: u32,
+    pub(crate) into: Ps,
+    pub(crate) dt: Ps,
+    pub(crate) slices: u64,
+    pub(crate) per: u64,
+}
+
 impl<Q: Queue> Sim<Q> {
+    /// The sample due now.
     pub(crate) fn sample(&mut self) {
-        let now = self.now;
+        self.take_sample(self.reported_now(), None);
+    }
+
+    /// A sample at `now` (reported time) of what the run holds, or one a skip makes up
+    /// ([`MadeUp`]).
+    pub(crate) fn take_sample(&mut self, now: Ps, made_up: Option<MadeUp>) {
         for (qi, q) in self.xport.tx_iter() {
-            if q.done {
+            let steady_conn = match (made_up, q.owner) {
+                (Some(MadeUp { coll, .. }), TxOwner::Conn { conn, .. }) => {
+                    let c = self.work.conn(conn as usize);
+                    c.coll == coll && self.owns(c.src_dev)
+                }
+                _ => false,
+            };
+            if q.done && !steady_conn {
                 continue;
             }
             let (origin, place) = match q.owner {
@@ -55,11 +90,21 @@ impl<Q: Queue> Sim<Q> {
                 // A connection's data QP, named by the transfer whose bytes it sends now
                 // (the oldest it has not had acknowledged).
                 TxOwner::Conn { conn, k } => {
-                    let Some(&(_, slice)) = q.wrs.front() else {
-                        continue;
-                    };
                     let c = self.work.conn(conn as usize);
-                    let meta = c.tx.meta[(slice % u64::from(c.slots)) as usize];
+                    let head = q.wrs.front().map(|&(_, slice)| slice);
+                    let meta = match (made_up, head) {
+                        (None, Some(slice)) => c.tx.meta[(slice % u64::from(c.slots)) as usize],
+                        (None, None) => continue,
+                        (Some(m), _) => {
+                            let since = m.into + self.now.saturating_sub(c.tx.handed_at);
+                            let moved =
+                                (u128::from(since) * u128::from(m.slices) / u128::from(m.dt.max(1))) as u64;
+                            match c.transfer_ahead(head, moved, m.per) {
+                                Some(meta) => meta,
+                                None => continue,
+                            }
+                        }
+                    };
                     (
                         RateOf::Transfer {
                             coll: c.coll,

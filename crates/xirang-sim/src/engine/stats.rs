@@ -173,6 +173,14 @@ impl Stats {
         self.next_sample
     }
 
+    /// A fast-forward skipped `dt` after taking the samples due in it: the samples to
+    /// come are due `dt` earlier on the engine's clock, at their times in reported time.
+    pub(crate) fn shift_sampling(&mut self, dt: Ps) {
+        if self.next_sample != NEVER {
+            self.next_sample -= dt;
+        }
+    }
+
     /// The sample due was taken: the next is one interval later.
     pub(crate) fn sampled(&mut self) {
         let iv = self.sample_interval.unwrap_or(NEVER);

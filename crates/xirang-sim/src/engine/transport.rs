@@ -30,6 +30,7 @@
 use std::ops::Range;
 
 use super::Sim;
+use super::collective::transfer_of;
 use super::event::{Event, ProxyAction};
 use super::flows::PathTerms;
 use super::ids::QpId;
@@ -70,6 +71,9 @@ pub(crate) struct ConnTx {
     /// an empty slice is one byte too), counted slice by slice (a skip's slices are not:
     /// only the fast-forward's windows between skips use it).
     pub(crate) sent_bytes: u64,
+    /// When the last slice was handed to the QPs (engine time): where a skip's made-up
+    /// samples find the pipeline's phase (`sampling::MadeUp`).
+    pub(crate) handed_at: Ps,
     /// Slices whose send completed, in order.
     pub(crate) completed: u64,
     /// Slots given back to the GPU.
@@ -213,7 +217,13 @@ impl Conn {
     /// been written, cleared to send, sent, completed and freed: what stays in flight
     /// keeps its place, since a skip is a multiple of the slots and of the QPs (the slot
     /// and QP of a slice are its number modulo these).
+    /// The slices in flight are the skip's last ones from now on: their transfers move
+    /// on too (`SlotMeta::ahead`), so that a rate sample names the transfer a QP sends.
     pub(crate) fn skip_tx(&mut self, slices: u64, transfers: u64) {
+        for k in self.tx.freed..self.tx.written {
+            let slot = self.slot(k);
+            self.tx.meta[slot] = self.ahead(self.tx.meta[slot], transfers);
+        }
         let t = &mut self.tx;
         t.written += slices;
         t.transfers += transfers;
@@ -224,6 +234,66 @@ impl Conn {
             t.freed += slices;
             t.send_due += slices;
         }
+    }
+
+    /// `meta`, of a slice of this connection's, as the slice `transfers` primitives on
+    /// (a connection's primitives are its transfers, numbered by `transfer_of`).
+    pub(crate) fn ahead(&self, meta: SlotMeta, transfers: u64) -> SlotMeta {
+        let per = self.per_iteration.max(1);
+        let ordinal = u64::from(meta.iteration) * per + (meta.transfer - self.transfer_base);
+        let (iteration, transfer) = transfer_of(ordinal + transfers, per, self.transfer_base);
+        SlotMeta {
+            iteration,
+            transfer,
+            ..meta
+        }
+    }
+
+    /// The transfer of the slice `moved` slices on from `head` (a slice at a QP's head;
+    /// None, an idle QP: the last slice handed on, as a QP's head is its oldest slice not
+    /// acknowledged, or the next when that one's slot was written again), its
+    /// primitives being `per` slices each: counted from the transfer ends among the
+    /// slices whose slots still hold them (`SlotMeta::last`), then every `per` slices.
+    /// None before its first slice.
+    pub(crate) fn transfer_ahead(&self, head: Option<u64>, mut moved: u64, per: u64) -> Option<SlotMeta> {
+        let t = &self.tx;
+        let meta = |k: u64| t.meta[self.slot(k)];
+        let per = per.max(1);
+        // The oldest slice whose slot holds it still.
+        let held = t.written.saturating_sub(u64::from(self.slots));
+        // Slices held before `k` in its transfer.
+        let before = |k: u64| (held..k).rev().take_while(|&j| !meta(j).last).count() as u64;
+        let k0 = match head {
+            Some(h) => h,
+            None if t.sent > held => t.sent - 1,
+            None => {
+                moved = moved.saturating_sub(1);
+                t.sent
+            }
+        };
+        // Its transfer, and the slices of it after `k0`.
+        let (m0, rest) = if k0 < t.written {
+            match (k0..t.written).find(|&j| meta(j).last) {
+                Some(end) => (meta(k0), end - k0),
+                None => (meta(k0), per.saturating_sub(1 + before(k0))),
+            }
+        } else if t.written == 0 {
+            return None;
+        } else {
+            // Not written yet: the slice after the last written.
+            let prev = meta(t.written - 1);
+            if prev.last {
+                (self.ahead(prev, 1), per - 1)
+            } else {
+                (prev, per.saturating_sub(2 + before(t.written - 1)))
+            }
+        };
+        let crossed = if moved <= rest {
+            0
+        } else {
+            1 + (moved - rest - 1) / per
+        };
+        Some(if crossed > 0 { self.ahead(m0, crossed) } else { m0 })
     }
 
     /// Its receiving end moves `slices` slices on (`transfers` primitives), as if they
@@ -392,6 +462,7 @@ impl<Q: Queue> Sim<Q> {
             }
             let conn = self.work.conn_mut(c as usize);
             conn.tx.sent += 1;
+            conn.tx.handed_at = self.now;
             let out = conn.tx.sent - conn.tx.freed;
             self.work.outstanding(out);
             // An empty slice still goes out as a zero-byte write; the simulator gives it

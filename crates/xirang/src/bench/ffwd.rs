@@ -8,6 +8,16 @@
 //! least [`COUNTER_FLOOR`] of, a few events being no rate, and not levels such as
 //! watermarks), and whether every transfer was done. These are the issue's validation figures: collective times and mean FCT
 //! within 1 %, FCT p99 and counters within 3 %.
+//!
+//! A scenario that samples (`[run] sample_interval_us`) is compared sample by sample too
+//! ([`Sampled`]): each counter's total over the ports at every sample time both runs
+//! have, and the QPs' mean rate at every time the exact run has any, held to the
+//! counters' 3 %. Two figures are shown, not judged: how many QP rates the fast-forwarded
+//! run lists against the exact run at the same times (a sample a skip makes up lists
+//! every QP of the collective, where the exact run lists those with a message posted at
+//! that instant), and the share of the transfers the exact run's rate samples name that
+//! the fast-forwarded run's name too (a made-up sample names a transfer to within one,
+//! `engine::sampling`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -63,9 +73,9 @@ const MATRIX_ALGORITHMS: [&str; 3] = ["ring", "tree", "hierarchical"];
 
 /// The matrix's AllReduce cases as scenario files in `dir`: rail-optimized scalable units
 /// of 8-GPU hosts at 400 Gbit/s, 8 channels, transfer records off (fast-forward does not
-/// make them up); and the 64 MiB rings again over [`MATRIX_ITERATIONS`] iterations and
-/// with flows beside them (128 and 1,024 GPUs), and with ECN marking and with a fault
-/// (128 GPUs).
+/// make them up); and the 64 MiB rings again over [`MATRIX_ITERATIONS`] iterations,
+/// with flows beside them and sampled (128 and 1,024 GPUs), and with ECN marking and
+/// with a fault (128 GPUs).
 fn matrix_cases(dir: &Path) -> Result<Vec<PathBuf>> {
     let mut files = Vec::new();
     for gpus in MATRIX_GPUS {
@@ -95,7 +105,8 @@ fn matrix_cases(dir: &Path) -> Result<Vec<PathBuf>> {
                     let at = "fabric_rate_gbps = 400\n";
                     debug_assert!(text.contains(at));
                     write("-ecn", text.replacen(at, MATRIX_ECN_FABRIC, 1) + MATRIX_ECN)?;
-                    // A run with faults: fast-forward is off, and says why.
+                    // A run with faults: a NIC link at half its rate throughout, a
+                    // steady state like any other (faults are interrupts).
                     write("-faults", text.clone() + MATRIX_FAULT)?;
                 }
                 if alg == "ring" && bytes == 64 << 20 && gpus >= 128 {
@@ -108,6 +119,13 @@ fn matrix_cases(dir: &Path) -> Result<Vec<PathBuf>> {
                     write(&format!("-x{MATRIX_ITERATIONS}"), looped)?;
                     // Flows are interrupts: the ring skips between them.
                     write("-flows", text.clone() + &matrix_flows(gpus / 8))?;
+                    // Samples at the tune report's cadence: those in skipped time are
+                    // made up.
+                    let sampled = text.replace(
+                        "transfer_records = 0\n",
+                        &format!("transfer_records = 0\nsample_interval_us = {MATRIX_SAMPLE_US}\n"),
+                    );
+                    write("-sampled", sampled)?;
                 }
             }
         }
@@ -146,6 +164,10 @@ const MATRIX_ECN: &str = "\n[config.ecn.leaf]\nkmin_bytes = 20_000\nkmax_bytes =
 /// The fault of the matrix's case with faults: one NIC link trained down to half its rate.
 const MATRIX_FAULT: &str = "\n[[faults]]\nkind = \"slow_link\"\ntarget = \"h0/mlx5_0\"\nrate_gbps = 200\n";
 
+/// The sampling interval of a matrix case that samples: the tune report's
+/// (`xirang_tune::report::SAMPLE_US`).
+const MATRIX_SAMPLE_US: u32 = 20;
+
 /// Iterations of a matrix case that repeats its collective.
 const MATRIX_ITERATIONS: u32 = 4;
 
@@ -183,6 +205,133 @@ pub(crate) struct Reported {
     pub(crate) counters: BTreeMap<String, u64>,
     /// What fast-forward did.
     pub(crate) fast_forward: Option<xirang_sim::engine::ffwd::FastForwardReport>,
+    /// The samples, when the run takes them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) samples: Option<Sampled>,
+}
+
+/// A run's samples, in the form the comparison reads.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub(crate) struct Sampled {
+    /// Each counter's total over the ports at each sample time (ps), by name: a sample
+    /// lists the counters that changed, the others keep their last value.
+    pub(crate) counters: BTreeMap<String, BTreeMap<u64, u64>>,
+    /// At each sample time with a sending QP: the QPs' rates summed (bit/s), how many,
+    /// and the flows and transfers they name (ids).
+    pub(crate) rates: BTreeMap<u64, (f64, u64, Vec<u64>)>,
+}
+
+impl Sampled {
+    fn of(r: &xirang_sim::RunResult) -> Option<Sampled> {
+        if r.counter_series.is_empty() && r.rate_series.is_empty() {
+            return None;
+        }
+        let mut s = Sampled::default();
+        let mut last: BTreeMap<(&str, &str), u64> = BTreeMap::new();
+        let series = &r.counter_series;
+        let mut i = 0;
+        while i < series.len() {
+            let t = series[i].0;
+            while i < series.len() && series[i].0 == t {
+                let c = &series[i].1;
+                last.insert((c.entity.as_str(), c.name.as_str()), c.value);
+                i += 1;
+            }
+            for (&(_, name), &v) in &last {
+                *s.counters
+                    .entry(name.to_string())
+                    .or_default()
+                    .entry(t)
+                    .or_default() += v;
+            }
+        }
+        for &(t, id, _, rate) in &r.rate_series {
+            let e = s.rates.entry(t).or_default();
+            e.0 += rate;
+            e.1 += 1;
+            e.2.push(id);
+        }
+        for (_, _, ids) in s.rates.values_mut() {
+            ids.sort_unstable();
+            ids.dedup();
+        }
+        Some(s)
+    }
+}
+
+/// The fast-forwarded run's samples against the exact run's.
+#[derive(Debug, Serialize)]
+struct SampleDiff {
+    /// The counter furthest from the exact run's at a sample time (its total over the
+    /// ports, where the exact run's is at least [`COUNTER_FLOOR`]), its time in µs and its
+    /// difference in percent.
+    worst_counter: Option<(String, f64, f64)>,
+    /// The largest difference of the QPs' mean rate at a sample time, percent.
+    worst_rate_pct: Option<f64>,
+    /// Sample times at which the exact run has rates and the fast-forwarded run none.
+    rates_missing: usize,
+    /// QP rates the fast-forwarded run lists over those the exact run lists, at the
+    /// times both have.
+    listed: f64,
+    /// Of the transfers the exact run's rate samples name, the share the fast-forwarded
+    /// run's samples at the same time name too, and the share they name to within one
+    /// (the transfer before or after).
+    names_matched: f64,
+    names_near: f64,
+}
+
+impl SampleDiff {
+    fn of(e: &Sampled, f: &Sampled) -> SampleDiff {
+        let mut worst_counter: Option<(String, f64, f64)> = None;
+        for (name, series) in e.counters.iter().filter(|(k, _)| !LEVELS.contains(&k.as_str())) {
+            let Some(fs) = f.counters.get(name) else { continue };
+            for (t, &a) in series.iter().filter(|(_, a)| **a >= COUNTER_FLOOR) {
+                let Some(&b) = fs.get(t) else { continue };
+                let d = diff_pct(a as f64, b as f64);
+                if worst_counter.as_ref().is_none_or(|w| d.abs() > w.2.abs()) {
+                    worst_counter = Some((name.clone(), *t as f64 / 1e6, d));
+                }
+            }
+        }
+        let (mut worst_rate_pct, mut rates_missing, mut named, mut all) = (None::<f64>, 0, 0, 0);
+        let mut near = 0;
+        let (mut listed_e, mut listed_f) = (0, 0);
+        for (t, (a, na, ids)) in &e.rates {
+            let Some((b, nb, fids)) = f.rates.get(t) else {
+                rates_missing += 1;
+                continue;
+            };
+            listed_e += na;
+            listed_f += nb;
+            let d = diff_pct(a / *na as f64, b / (*nb).max(1) as f64);
+            if worst_rate_pct.is_none_or(|w| d.abs() > w.abs()) {
+                worst_rate_pct = Some(d);
+            }
+            let has = |i: u64| fids.binary_search(&i).is_ok();
+            named += ids.iter().filter(|&&i| has(i)).count();
+            near += ids
+                .iter()
+                .filter(|&&i| has(i) || has(i + 1) || i.checked_sub(1).is_some_and(has))
+                .count();
+            all += ids.len();
+        }
+        SampleDiff {
+            worst_counter,
+            worst_rate_pct,
+            rates_missing,
+            listed: listed_f as f64 / listed_e.max(1) as f64,
+            names_matched: if all == 0 { 1.0 } else { named as f64 / all as f64 },
+            names_near: if all == 0 { 1.0 } else { near as f64 / all as f64 },
+        }
+    }
+
+    /// Within the counters' tolerance, 3 %, and rates at every time the exact run has
+    /// them.
+    fn within(&self) -> bool {
+        self.rates_missing == 0
+            && self.worst_rate_pct.is_none_or(|d| d.abs() <= 3.0)
+            && self.worst_counter.as_ref().is_none_or(|w| w.2.abs() <= 3.0)
+    }
 }
 
 impl Reported {
@@ -201,6 +350,7 @@ impl Reported {
             fct_p99_ps: (!fcts.is_empty()).then(|| fcts[((fcts.len() * 99).div_ceil(100)).max(1) - 1]),
             counters,
             fast_forward: r.engine.fast_forward.clone(),
+            samples: Sampled::of(r),
         }
     }
 }
@@ -235,6 +385,8 @@ struct Row {
     /// The counter furthest from the exact run's, and its difference in percent.
     worst_counter: Option<(String, f64)>,
     all_done: bool,
+    /// The samples compared, when the scenario samples.
+    samples: Option<SampleDiff>,
     /// Within the issue's tolerances.
     within: bool,
 }
@@ -286,7 +438,12 @@ fn compare(scenario: String, runs: u32, exact: &[Measurement], ffwd: &[Measureme
         })
         .max_by(|a, b| a.1.abs().total_cmp(&b.1.abs()));
     let ff = f.fast_forward.clone().unwrap_or_default();
+    let samples = e
+        .samples
+        .as_ref()
+        .map(|es| SampleDiff::of(es, f.samples.as_ref().unwrap_or(&Sampled::default())));
     let within = f.all_done == e.all_done
+        && samples.as_ref().is_none_or(SampleDiff::within)
         && collective_diff_pct.is_none_or(|d| d.abs() <= 1.0)
         && fct_mean_diff_pct.is_none_or(|d| d.abs() <= 1.0)
         && fct_p99_diff_pct.is_none_or(|d| d.abs() <= 3.0)
@@ -308,6 +465,7 @@ fn compare(scenario: String, runs: u32, exact: &[Measurement], ffwd: &[Measureme
         fct_p99_diff_pct,
         worst_counter,
         all_done: f.all_done,
+        samples,
         within,
     }
 }
@@ -364,6 +522,28 @@ pub(crate) fn run(a: &BenchArgs) -> Result<Outcome> {
     Ok(Outcome::Clean)
 }
 
+/// The sample columns of a row: worst counter, rates, transfers named ("-" unsampled).
+fn sample_cells(s: Option<&SampleDiff>) -> [String; 3] {
+    let Some(s) = s else {
+        return ["-".to_string(), "-".to_string(), "-".to_string()];
+    };
+    [
+        s.worst_counter
+            .as_ref()
+            .map_or("-".to_string(), |(k, t, d)| format!("{k} at {t:.0} us {d:+.3} %")),
+        match (s.worst_rate_pct, s.rates_missing) {
+            (None, 0) => "-".to_string(),
+            (d, 0) => format!("{:+.3} %, {:.2}x listed", d.unwrap_or(0.0), s.listed),
+            (d, m) => format!("{:+.3} %, {:.2}x listed, {m} missing", d.unwrap_or(0.0), s.listed),
+        },
+        format!(
+            "{:.1} % ({:.1} % within one)",
+            s.names_matched * 100.0,
+            s.names_near * 100.0
+        ),
+    ]
+}
+
 fn table(rows: &[Row], markdown: bool) -> String {
     let header = [
         "scenario",
@@ -379,10 +559,18 @@ fn table(rows: &[Row], markdown: bool) -> String {
         "within",
     ];
     let pct = |v: Option<f64>| v.map_or("-".to_string(), |d| format!("{d:+.3} %"));
+    let sampled = rows.iter().any(|r| r.samples.is_some());
+    let mut header = header.to_vec();
+    if sampled {
+        header.splice(
+            header.len() - 1..header.len() - 1,
+            ["worst sampled counter", "sampled rates", "transfers named"],
+        );
+    }
     let cells: Vec<Vec<String>> = rows
         .iter()
         .map(|r| {
-            vec![
+            let mut row = vec![
                 r.scenario.clone(),
                 format!("{:.2} ({:.2})", r.exact_median_s, r.exact_best_s),
                 format!("{:.2} ({:.2})", r.ffwd_median_s, r.ffwd_best_s),
@@ -398,20 +586,38 @@ fn table(rows: &[Row], markdown: bool) -> String {
                     .as_ref()
                     .map_or("-".to_string(), |(k, d)| format!("{k} {d:+.3} %")),
                 if r.all_done { "yes" } else { "no" }.to_string(),
-                if r.within { "yes" } else { "NO" }.to_string(),
-            ]
+            ];
+            if sampled {
+                row.extend(sample_cells(r.samples.as_ref()));
+            }
+            row.push(if r.within { "yes" } else { "NO" }.to_string());
+            row
         })
         .collect();
     let note = "Wall times: median (best) of the runs, each in a fresh process. Differences: \
                 fast-forward against exact; tolerances: collective time and FCT mean 1 %, \
                 FCT p99 and counters 3 % (counters the exact run counted fewer than 1000 of \
                 are not judged).\n";
+    let note = if sampled {
+        format!(
+            "{note}Samples: each counter's total over the ports at each sample time (3 %), the \
+             QPs' mean rate at each (3 %; missing: times the exact run has rates and the \
+             fast-forwarded run none; listed: QP rates listed against the exact run's, a \
+             made-up sample listing every QP of the collective), and the share of the \
+             transfers the exact run's rate samples name that the fast-forwarded run's name \
+             at the same time, and to within one transfer (not judged: a made-up name follows \
+             the skip's pace, and a pace 0.01 % off is a slice off within a few \
+             milliseconds).\n"
+        )
+    } else {
+        note.to_string()
+    };
     if markdown {
         let mut s = format!("| {} |\n|{}\n", header.join(" | "), "---|".repeat(header.len()));
         for c in cells {
             s.push_str(&format!("| {} |\n", c.join(" | ")));
         }
-        return s + "\n" + note;
+        return s + "\n" + &note;
     }
     let mut t = crate::cmd::table(&header);
     for c in cells {
