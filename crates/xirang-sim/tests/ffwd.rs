@@ -269,11 +269,21 @@ fn fast_forward_is_identical_on_1_to_4_threads() {
     let m = ff(&serial).memo.clone().expect("on");
     assert!(m.hits > 0, "{m:?}");
     // Faults as interrupts: each partition queues again the fault events of its own
-    // devices, and every partition resets alike at a fault's start and end.
-    let fault = "[[faults]]\nkind = \"slow_link\"\ntarget = \"h0/mlx5_0\"\nrate_gbps = 200\nstart_us = 600\nend_us = 800\n";
-    let l = load_text(&grouped(&ring(16, 32, 4, "ll128", fault), 4, 4));
+    // devices (a skip before the fault moved its start and end), and every partition
+    // resets alike at them.
+    let late = t * 4 / 5 / 1_000_000;
+    let fault = format!(
+        "[run]\nsample_interval_us = 10\n[[faults]]\nkind = \"slow_link\"\ntarget = \"h0/mlx5_0\"\nrate_gbps = 200\nstart_us = {late}\nend_us = {}\n",
+        late + 100
+    );
+    let l = load_text(&grouped(&ring(16, 32, 4, "ll128", &fault), 4, 4));
     let serial = same_on_partitions(&l, 300, "a slow link");
-    assert!(ff(&serial).skips >= 1, "{:?}", ff(&serial));
+    assert!(ff(&serial).fault_times_moved >= 2, "{:?}", ff(&serial));
+    assert_eq!(
+        rate_changes(&serial),
+        rate_changes(&run(&l, None)),
+        "the link's rate changes at its times"
+    );
     // Samples made up in skipped time: each partition makes up its own QPs' and ports'.
     let l = load_text(&grouped(
         &ring(16, 32, 4, "ll128", "[run]\nsample_interval_us = 25\n"),

@@ -480,6 +480,12 @@ fn ff_line(f: &xirang_sim::engine::ffwd::FastForwardReport) -> String {
             f.samples_made_up
         ));
     }
+    if f.fault_times_moved > 0 {
+        s.push_str(&format!(
+            "  {} fault start(s) and end(s) came after a skip: each skip stopped short of them and they came at their times\n",
+            f.fault_times_moved
+        ));
+    }
     if f.skips == 0
         && let Some((why, n)) = f.not_skipped.iter().max_by_key(|(_, n)| **n)
     {

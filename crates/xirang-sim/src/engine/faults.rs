@@ -157,15 +157,16 @@ impl<Q: Queue> Sim<Q> {
     /// to come moves `dt` earlier on the engine's clock, so that it comes at its time in
     /// reported time, and its events are queued again there (by the devices this run
     /// owns); the events left behind find the fault's time changed and do nothing
-    /// ([`Sim::fault_event`]).
-    pub(crate) fn shift_faults(&mut self, now: Ps, dt: Ps) {
+    /// ([`Sim::fault_event`]). Returns how many starts and ends it moved.
+    pub(crate) fn shift_faults(&mut self, now: Ps, dt: Ps) -> u64 {
+        let mut moved = 0;
         for i in 0..self.faults.active.len() {
             let id = FaultId(i as u32);
             let f = &mut self.faults.active[id];
             if !timed(f.kind) {
                 continue;
             }
-            let starts = f.start > now;
+            let starts = f.start > now && f.start != NEVER;
             let ends = f.end > now && f.end != NEVER;
             if starts {
                 debug_assert!(f.start - dt > now, "invariant: a skip stops short of a fault");
@@ -175,13 +176,45 @@ impl<Q: Queue> Sim<Q> {
                 debug_assert!(f.end - dt > now, "invariant: a skip stops short of a fault");
                 f.end -= dt;
             }
+            moved += u64::from(starts) + u64::from(ends);
             self.queue_fault_events(id, starts, ends);
         }
+        moved
+    }
+
+    /// The first time after `t` (engine time) a fault has an event queued, in any
+    /// partition ([`NEVER`]: none): where the next window must start after a skip moved
+    /// them (`crate::parallel`), the same in every partition.
+    pub(crate) fn next_fault_event_after(&self, t: Ps) -> Ps {
+        (0..self.faults.active.len())
+            .flat_map(|i| self.fault_events(FaultId(i as u32), true, true))
+            .map(|(at, _)| at)
+            .filter(|&at| at > t)
+            .min()
+            .unwrap_or(NEVER)
     }
 
     /// Queues fault `i`'s events at its start (`starts`) and at its end (`ends`), those
     /// of the devices this run owns, each by its own device.
     fn queue_fault_events(&mut self, i: FaultId, starts: bool, ends: bool) {
+        for (t, e) in self.fault_events(i, starts, ends) {
+            let dev = self.target_of(e);
+            // At set-up every partition builds every device and `schedule` keeps its
+            // own (each device queueing its own first events); later a partition queues
+            // only what its devices run, each device as if its own event ran, so the tie
+            // depends on that device alone.
+            if self.sched.in_setup() {
+                self.schedule(t, e);
+            } else if self.owns(dev) {
+                self.sched.act_as(dev);
+                self.schedule(t, e);
+            }
+        }
+    }
+
+    /// Fault `i`'s events at its start (`starts`) and at its end (`ends`), in the order
+    /// they are queued, whichever partition runs their devices.
+    fn fault_events(&self, i: FaultId, starts: bool, ends: bool) -> Vec<(Ps, Event)> {
         let (kind, port, start, end) = {
             let f = &self.faults.active[i];
             (f.kind, f.port, f.start, f.end)
@@ -225,19 +258,7 @@ impl<Q: Queue> Sim<Q> {
                 }
             }
         }
-        for (t, e) in events {
-            let dev = self.target_of(e);
-            // At set-up every partition builds every device and `schedule` keeps its
-            // own (each device queueing its own first events); later a partition queues
-            // only what its devices run, each device as if its own event ran, so the tie
-            // depends on that device alone.
-            if self.sched.in_setup() {
-                self.schedule(t, e);
-            } else if self.owns(dev) {
-                self.sched.act_as(dev);
-                self.schedule(t, e);
-            }
-        }
+        events
     }
 
     /// Applies the faults at receiving port `q` to an arriving packet; true when the

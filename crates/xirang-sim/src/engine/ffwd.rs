@@ -283,6 +283,10 @@ pub struct FastForwardReport {
     /// time.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub samples_made_up: u64,
+    /// Fault starts and ends the skips moved earlier on the engine's clock
+    /// (`Sim::shift_faults`): those still to come at a skip, once per skip.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub fault_times_moved: u64,
 }
 
 fn is_zero(x: &u64) -> bool {
@@ -703,10 +707,10 @@ impl<Q: Queue> Sim<Q> {
         true
     }
 
-    /// The next time a fault starts or ends (engine time; [`super::NEVER`]: none), the
-    /// same in every partition.
+    /// The next fault event queued in any partition (engine time; [`super::NEVER`]:
+    /// none), the same in every partition.
     pub(crate) fn ff_next_fault(&self) -> Ps {
-        self.faults.next_change_after(self.now)
+        self.next_fault_event_after(self.now)
     }
 
     /// A check did not skip, for `why`.
@@ -1020,13 +1024,14 @@ impl<Q: Queue> Sim<Q> {
         self.ff.snaps.clear();
         self.advance_threads(c, ext.mv, room.slices);
         self.ff_shift_flow_starts(ext.dt);
-        self.shift_faults(now, ext.dt);
+        let moved = self.shift_faults(now, ext.dt);
         let r = &mut self.ff.report;
         r.skips += 1;
         r.loop_skips += u64::from(matches!(ext.mv, Move::Repeats(..)));
         r.skipped_ps += ext.dt;
         r.slices_skipped += ext.conn_slices * ext.n_conns;
         r.events_saved += events;
+        r.fault_times_moved += moved;
         Ok(())
     }
 

@@ -92,7 +92,7 @@ impl<Q: Queue> Sim<Q> {
                 TxOwner::Conn { conn, k } => {
                     let c = self.work.conn(conn as usize);
                     let head = q.wrs.front().map(|&(_, slice)| slice);
-                    let meta = match (made_up, head) {
+                    let meta = match (made_up.filter(|_| steady_conn), head) {
                         (None, Some(slice)) => c.tx.meta[(slice % u64::from(c.slots)) as usize],
                         (None, None) => continue,
                         (Some(m), _) => {

@@ -217,12 +217,16 @@ impl Conn {
     /// been written, cleared to send, sent, completed and freed: what stays in flight
     /// keeps its place, since a skip is a multiple of the slots and of the QPs (the slot
     /// and QP of a slice are its number modulo these).
-    /// The slices in flight are the skip's last ones from now on: their transfers move
-    /// on too (`SlotMeta::ahead`), so that a rate sample names the transfer a QP sends.
+    /// Between hosts the slices in flight are the skip's last ones from now on: their
+    /// transfers move on too (`Conn::ahead`), so that a rate sample names the transfer a
+    /// QP sends. (Over NVLink nothing reads them: `freed` does not move there.)
     pub(crate) fn skip_tx(&mut self, slices: u64, transfers: u64) {
-        for k in self.tx.freed..self.tx.written {
-            let slot = self.slot(k);
-            self.tx.meta[slot] = self.ahead(self.tx.meta[slot], transfers);
+        if self.net.is_some() {
+            let held = self.tx.written.saturating_sub(u64::from(self.slots));
+            for k in self.tx.freed.max(held)..self.tx.written {
+                let slot = self.slot(k);
+                self.tx.meta[slot] = self.ahead(self.tx.meta[slot], transfers);
+            }
         }
         let t = &mut self.tx;
         t.written += slices;
