@@ -463,3 +463,17 @@ impl PortCounters {
         });
     }
 }
+
+/// Levels among the counters, not counts: a port's rate, PCIe link and queue watermark.
+/// A fast-forward skip sees no peak of the time it skips (`PortCounters::zip_cumulative`
+/// leaves them out), so its comparisons with the exact run judge counts only
+/// (`xirang bench --fast-forward`, `tests/ffwd.rs`).
+pub const LEVELS: [&str; 7] = [
+    "rate",
+    "current_link_width",
+    "max_link_width",
+    "current_link_speed",
+    "max_link_speed",
+    "SAI_PORT_ATTR_SPEED",
+    "SAI_QUEUE_STAT_WATERMARK_BYTES",
+];

@@ -99,25 +99,19 @@ fn assert_close(exact: &RunResult, fast: &RunResult, what: &str) {
     assert_counters_within(exact, fast, 0.03, what);
 }
 
-/// Levels among the counters, not counts, which the matrix does not judge either
-/// (`xirang bench --fast-forward`, VALIDATION.md): a skip sees no peak of the time it
-/// skips. The random ring of 11 hosts, 34 MiB, 4 channels, LL, two iterations (in
-/// ffwd.proptest-regressions) peaked 3.9 % higher in a queue during skipped time.
-const LEVELS: [&str; 7] = [
-    "rate",
-    "current_link_width",
-    "max_link_width",
-    "current_link_speed",
-    "max_link_speed",
-    "SAI_PORT_ATTR_SPEED",
-    "SAI_QUEUE_STAT_WATERMARK_BYTES",
-];
+// Levels (`xirang_sim::counters::LEVELS`) are not judged, as in the matrix: a skip
+// sees no peak of the time it skips. The random ring of 11 hosts, 34 MiB, 4 channels,
+// LL, two iterations (in ffwd.proptest-regressions) peaked 3.9 % higher in a queue
+// during skipped time.
 
 /// Every counter's total over the ports within `tol` (a share) of the exact run's, but
 /// for the levels.
 fn assert_counters_within(exact: &RunResult, fast: &RunResult, tol: f64, what: &str) {
     let (ca, cb) = (counter_totals(exact), counter_totals(fast));
-    for (name, &a) in ca.iter().filter(|(n, _)| !LEVELS.contains(&n.as_str())) {
+    for (name, &a) in ca
+        .iter()
+        .filter(|(n, _)| !xirang_sim::counters::LEVELS.contains(&n.as_str()))
+    {
         let b = cb.get(name).copied().unwrap_or(0);
         // Counters of a few events are not rates: ±3 % of ten is not a count.
         if a.max(b) >= 1000 {

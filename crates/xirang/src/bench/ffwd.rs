@@ -29,6 +29,7 @@ use serde::{Deserialize, Serialize};
 use super::Measurement;
 use crate::Outcome;
 use crate::cli::BenchArgs;
+use xirang_sim::counters::LEVELS;
 
 /// The scenarios of `bench --fast-forward` without any: the 1,024-GPU ring, where a skip
 /// pays, and the default reference cases, which are not steady for long (the issue asks
@@ -176,19 +177,6 @@ const MATRIX_FLOWS: u32 = 8;
 
 /// Counters whose exact total is below this are not judged.
 pub(crate) const COUNTER_FLOOR: u64 = 1000;
-
-/// Levels among the counters, not counts: a port's rate, PCIe link and queue watermark
-/// (a skip sees no peak of the time it skips; `counters::PortCounters::zip_cumulative`
-/// leaves them out too).
-const LEVELS: [&str; 7] = [
-    "rate",
-    "current_link_width",
-    "max_link_width",
-    "current_link_speed",
-    "max_link_speed",
-    "SAI_PORT_ATTR_SPEED",
-    "SAI_QUEUE_STAT_WATERMARK_BYTES",
-];
 
 /// What a run reports that fast-forward must keep: the figures a child adds to its
 /// measurement.
